@@ -1,0 +1,17 @@
+"""keras-transformer: the Transformer of "Attention Is All You Need" for Keras 3 / TensorFlow."""
+import os
+
+# Keras 3 must run on TensorFlow here: tf.data, tf-text and SavedModel export depend on it.
+# Only a default: an explicit KERAS_BACKEND set by the user still wins (and then fails loudly).
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+from keras_transformer.config import PRESETS, TransformerConfig  # noqa: E402
+from keras_transformer.losses import LabelSmoothedCrossEntropy  # noqa: E402
+from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity  # noqa: E402
+from keras_transformer.model import Transformer  # noqa: E402
+from keras_transformer.optimization import TransformerSchedule, make_optimizer  # noqa: E402
+from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
+
+__all__ = ["BOS_ID", "EOS_ID", "LabelSmoothedCrossEntropy", "MaskedTokenAccuracy", "PAD_ID",
+           "PRESETS", "Perplexity", "Transformer", "TransformerConfig", "TransformerSchedule",
+           "UNK_ID", "make_optimizer"]

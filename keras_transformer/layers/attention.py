@@ -1,0 +1,100 @@
+"""Multi-head scaled dot-product attention (section 3.2) with an incremental key/value cache."""
+from __future__ import annotations
+
+from typing import Optional
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+# Added to the scores of masked keys. Finite (not -inf) so a fully masked row yields a uniform
+# distribution instead of NaN; exp(-1e9) underflows to exactly 0 in float32 and bfloat16.
+MASK_PENALTY = -1e9
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """softmax(Q K^T / sqrt(d_k)) V over `num_heads` heads, then the output projection W^O.
+
+    `key_dim` (d_k) and `value_dim` (d_v) are independent of the model width (Table 3 rows A, B).
+    `attention_mask` is boolean, broadcastable to `[batch, query_len, key_len]`, True where a
+    query may attend. Tensors are laid out `[batch, length, heads, dim]`.
+    """
+
+    def __init__(self, num_heads: int, key_dim: int, value_dim: Optional[int] = None,
+                 dropout: float = 0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim or key_dim
+        self.dropout = dropout
+        self.dropout_layer = keras.layers.Dropout(dropout)
+
+    def build(self, query_shape, key_value_shape=None) -> None:
+        d_model = query_shape[-1]
+        source_dim = (key_value_shape or query_shape)[-1]
+        heads = self.num_heads
+        self.query_dense = _projection(heads, self.key_dim, "query")
+        self.key_dense = _projection(heads, self.key_dim, "key")
+        self.value_dense = _projection(heads, self.value_dim, "value")
+        self.output_dense = keras.layers.EinsumDense(
+            "bqhv,hvd->bqd", output_shape=(None, d_model), bias_axes="d", name="output")
+        self.query_dense.build(query_shape)
+        self.key_dense.build((None, None, source_dim))
+        self.value_dense.build((None, None, source_dim))
+        self.output_dense.build((None, None, heads, self.value_dim))
+
+    def project_key_value(self, key_value) -> dict[str, tf.Tensor]:
+        """Keys and values of `key_value`, e.g. the encoder output, computed once per sentence."""
+        return {"key": self.key_dense(key_value), "value": self.value_dense(key_value)}
+
+    def call(self, query, key_value=None, attention_mask=None, cache=None, cache_step=None,
+             training=None, return_attention_scores: bool = False):
+        """Attends `query` to `key_value` (self-attention when None).
+
+        `cache` without `cache_step` holds precomputed keys/values (`project_key_value`) used
+        as they are; with `cache_step` it is a fixed-size self-attention buffer
+        `[batch, max_len, heads, dim]` into which this call's single position is written.
+        Returns the output, plus the updated cache when `cache_step` is given, plus the
+        attention weights `[batch, heads, query_len, key_len]` when asked for.
+        """
+        query_heads = self.query_dense(query) * ops.cast(self.key_dim ** -0.5, query.dtype)
+        if cache is not None and cache_step is None:
+            keys, values = cache["key"], cache["value"]
+        else:
+            source = query if key_value is None else key_value
+            keys, values = self.key_dense(source), self.value_dense(source)
+            if cache_step is not None:
+                keys = _write_position(cache["key"], keys, cache_step)
+                values = _write_position(cache["value"], values, cache_step)
+                cache = {"key": keys, "value": values}
+        scores = ops.einsum("bqhk,bthk->bhqt", query_heads, keys)
+        if attention_mask is not None:
+            mask = ops.expand_dims(ops.cast(attention_mask, "bool"), axis=1)
+            scores = ops.where(mask, scores, ops.cast(MASK_PENALTY, scores.dtype))
+        weights = ops.softmax(ops.cast(scores, "float32"), axis=-1)
+        attended = ops.einsum("bhqt,bthv->bqhv",
+                              ops.cast(self.dropout_layer(weights, training=training),
+                                       values.dtype), values)
+        outputs = (self.output_dense(attended),)
+        if cache_step is not None:
+            outputs += (cache,)
+        if return_attention_scores:
+            outputs += (weights,)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "num_heads": self.num_heads, "key_dim": self.key_dim,
+                "value_dim": self.value_dim, "dropout": self.dropout}
+
+
+def _projection(heads: int, dim: int, name: str) -> keras.layers.EinsumDense:
+    return keras.layers.EinsumDense("btd,dhk->bthk", output_shape=(None, heads, dim),
+                                    bias_axes="hk", name=name)
+
+
+def _write_position(buffer, update, step):
+    """Writes `update` `[batch, 1, heads, dim]` at position `step` of `buffer` `[batch, T, ...]`."""
+    batch = tf.shape(buffer)[0]
+    indices = tf.stack([tf.range(batch), tf.fill([batch], tf.cast(step, tf.int32))], axis=1)
+    return tf.tensor_scatter_nd_update(buffer, indices, tf.cast(update[:, 0], buffer.dtype))

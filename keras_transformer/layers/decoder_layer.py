@@ -1,0 +1,86 @@
+"""One decoder layer: masked self-attention, encoder-decoder attention, feed-forward (3.1)."""
+import keras
+from keras import ops
+
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.feed_forward import PositionwiseFeedForward
+from keras_transformer.layers.residual import ResidualNorm
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class DecoderLayer(keras.layers.Layer):
+    def __init__(self, num_heads: int, key_dim: int, value_dim: int, d_ff: int,
+                 dropout: float = 0.1, attention_dropout: float = 0.0, norm: str = "post",
+                 epsilon: float = 1e-6, **kwargs):
+        super().__init__(**kwargs)
+        self.settings = dict(num_heads=num_heads, key_dim=key_dim, value_dim=value_dim,
+                             d_ff=d_ff, dropout=dropout, attention_dropout=attention_dropout,
+                             norm=norm, epsilon=epsilon)
+        self.self_attention = MultiHeadAttention(num_heads, key_dim, value_dim,
+                                                 dropout=attention_dropout, name="self_attention")
+        self.cross_attention = MultiHeadAttention(num_heads, key_dim, value_dim,
+                                                  dropout=attention_dropout,
+                                                  name="cross_attention")
+        self.feed_forward = PositionwiseFeedForward(d_ff, name="feed_forward")
+        self.self_residual = ResidualNorm(norm, dropout, epsilon, name="self_residual")
+        self.cross_residual = ResidualNorm(norm, dropout, epsilon, name="cross_residual")
+        self.feed_forward_residual = ResidualNorm(norm, dropout, epsilon,
+                                                  name="feed_forward_residual")
+
+    def build(self, input_shape, encoder_shape=None) -> None:
+        self.self_attention.build(input_shape)
+        self.cross_attention.build(input_shape, encoder_shape or input_shape)
+        for layer in (self.feed_forward, self.self_residual, self.cross_residual,
+                      self.feed_forward_residual):
+            layer.build(input_shape)
+
+    def call(self, x, encoder_output, self_mask=None, cross_mask=None, training=None,
+             return_attention_scores: bool = False):
+        """Teacher-forced pass over a whole target prefix.
+
+        `self_mask`: `[batch, tgt_len, tgt_len]` (causal and padding); `cross_mask`:
+        `[batch, 1, src_len]`. With `return_attention_scores`, also returns
+        `(self_weights, cross_weights)`.
+        """
+        attended, self_weights = self.self_attention(
+            self.self_residual.normalize_input(x), attention_mask=self_mask, training=training,
+            return_attention_scores=True)
+        x = self.self_residual(x, attended, training=training)
+        x, cross_weights = self._cross_and_feed_forward(
+            x, cross_mask, training, key_value=encoder_output)
+        return (x, (self_weights, cross_weights)) if return_attention_scores else x
+
+    def step(self, x, self_cache, cross_cache, step, cross_mask):
+        """One incremental decoding position for `beam` hypotheses of each sentence.
+
+        `x`: `[batch, beam, d_model]`, the hypotheses' newest positions. Self-attention runs per
+        hypothesis against `self_cache` (`[batch * beam, max_len, heads, dim]`, updated and
+        returned). Encoder-decoder attention treats the beam axis as the query axis, so the
+        encoder keys/values in `cross_cache` (`[batch, src_len, heads, dim]`) serve every
+        hypothesis of a sentence without being tiled or gathered.
+        """
+        batch, beam, d_model = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
+        per_hypothesis = ops.reshape(x, (batch * beam, 1, d_model))
+        max_len = ops.shape(self_cache["key"])[1]
+        visible = ops.reshape(ops.arange(max_len) <= step, (1, 1, max_len))
+        attended, self_cache = self.self_attention(
+            self.self_residual.normalize_input(per_hypothesis), attention_mask=visible,
+            cache=self_cache, cache_step=step)
+        per_hypothesis = self.self_residual(per_hypothesis, attended)
+        x, _ = self._cross_and_feed_forward(
+            ops.reshape(per_hypothesis, (batch, beam, d_model)), cross_mask, None,
+            cache=cross_cache)
+        return x, self_cache
+
+    def _cross_and_feed_forward(self, x, cross_mask, training, key_value=None, cache=None):
+        attended, cross_weights = self.cross_attention(
+            self.cross_residual.normalize_input(x), key_value=key_value,
+            attention_mask=cross_mask, cache=cache, training=training,
+            return_attention_scores=True)
+        x = self.cross_residual(x, attended, training=training)
+        x = self.feed_forward_residual(
+            x, self.feed_forward(self.feed_forward_residual.normalize_input(x)), training=training)
+        return x, cross_weights
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), **self.settings}

@@ -1,0 +1,23 @@
+"""Position-wise feed-forward network, eq. (2): FFN(x) = max(0, x W1 + b1) W2 + b2."""
+import keras
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class PositionwiseFeedForward(keras.layers.Layer):
+    """Two linear maps with a ReLU between them, applied to each position alike."""
+
+    def __init__(self, d_ff: int, **kwargs):
+        super().__init__(**kwargs)
+        self.d_ff = d_ff
+
+    def build(self, input_shape) -> None:
+        self.inner = keras.layers.Dense(self.d_ff, activation="relu", name="inner")
+        self.outer = keras.layers.Dense(input_shape[-1], name="outer")
+        self.inner.build(input_shape)
+        self.outer.build(tuple(input_shape[:-1]) + (self.d_ff,))
+
+    def call(self, inputs):
+        return self.outer(self.inner(inputs))
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "d_ff": self.d_ff}

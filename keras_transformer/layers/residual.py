@@ -1,0 +1,33 @@
+"""The residual wrapper around every sub-layer: post-norm (the paper) or pre-norm."""
+import keras
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class ResidualNorm(keras.layers.Layer):
+    """Post-norm: `LayerNorm(x + Dropout(f(x)))` (section 5.4). Pre-norm: `x + Dropout(f(LayerNorm(x)))`.
+
+    Use `normalize_input(x)` to get the sub-layer's input and `add(x, f_output)` for the output.
+    """
+
+    def __init__(self, norm: str = "post", dropout: float = 0.0, epsilon: float = 1e-6,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.norm = norm
+        self.dropout = dropout
+        self.epsilon = epsilon
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=epsilon, name="layer_norm")
+        self.dropout_layer = keras.layers.Dropout(dropout)
+
+    def build(self, input_shape) -> None:
+        self.layer_norm.build(input_shape)
+
+    def normalize_input(self, x):
+        return self.layer_norm(x) if self.norm == "pre" else x
+
+    def call(self, x, sublayer_output, training=None):
+        summed = x + self.dropout_layer(sublayer_output, training=training)
+        return self.layer_norm(summed) if self.norm == "post" else summed
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "norm": self.norm, "dropout": self.dropout,
+                "epsilon": self.epsilon}

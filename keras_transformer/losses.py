@@ -1,0 +1,47 @@
+"""Label-smoothed cross-entropy (section 5.4) normalized by the global number of target tokens."""
+import keras
+import tensorflow as tf
+from keras import ops
+
+from keras_transformer.vocab_ids import PAD_ID
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class LabelSmoothedCrossEntropy(keras.losses.Loss):
+    """Cross-entropy against `(1 - eps) * one_hot(y) + eps / vocab`, averaged over real tokens.
+
+    Padding targets (id 0) contribute nothing. The average is over the target tokens of the
+    *global* batch: under a `tf.distribute` strategy each replica divides its sum by the token
+    count all-reduced across replicas (and multiplies by the replica count, which Keras divides
+    out again), so the loss and its gradients do not depend on how the batch was split.
+    """
+
+    def __init__(self, label_smoothing: float = 0.1, name: str = "label_smoothed_cross_entropy",
+                 **kwargs):
+        kwargs.setdefault("reduction", "sum")
+        super().__init__(name=name, **kwargs)
+        self.label_smoothing = label_smoothing
+
+    def call(self, y_true, y_pred):
+        y_true = ops.cast(y_true, "int32")
+        mask = ops.cast(ops.not_equal(y_true, PAD_ID), "float32")
+        token_losses = smoothed_token_losses(y_true, y_pred, self.label_smoothing) * mask
+        replica_context = tf.distribute.get_replica_context()
+        tokens = ops.sum(mask)
+        replicas = 1.0
+        if replica_context is not None:
+            tokens = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, tokens)
+            replicas = float(replica_context.num_replicas_in_sync)
+        return token_losses * (replicas / ops.maximum(tokens, 1.0))
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "label_smoothing": self.label_smoothing}
+
+
+def smoothed_token_losses(y_true, logits, label_smoothing: float):
+    """Per-token `-sum_k q_k log p_k` with `q = (1 - eps) one_hot(y) + eps / vocab`."""
+    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+    true_log_probs = ops.squeeze(
+        ops.take_along_axis(log_probs, ops.expand_dims(y_true, -1), axis=-1), -1)
+    mean_log_probs = ops.mean(log_probs, axis=-1)
+    return -((1.0 - label_smoothing) * true_log_probs + label_smoothing * mean_log_probs)

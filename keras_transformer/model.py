@@ -1,0 +1,197 @@
+"""The encoder-decoder Transformer (section 3) as a subclassed `keras.Model`."""
+from __future__ import annotations
+
+from typing import Any, Union
+
+import keras
+from keras import ops
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.layers import (DecoderLayer, EncoderLayer, LearnedPositionalEmbedding,
+                                      ScaledEmbedding, SinusoidalPositionalEncoding)
+from keras_transformer.vocab_ids import PAD_ID
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Transformer(keras.Model):
+    """`model((source_ids, target_input_ids))` -> logits `[batch, target_len, vocab]`.
+
+    Ids are int32 with 0 as padding. `encode`/`decode` expose the two halves for inference,
+    `decode_step` with `init_decode_cache` runs the decoder one position at a time, and
+    `attention_weights` returns every layer's and head's attention distributions.
+    """
+
+    def __init__(self, config: Union[TransformerConfig, dict[str, Any]], **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(config, dict):
+            config = TransformerConfig.from_dict(config)
+        self.config = config
+        c = config
+        self.source_embedding = ScaledEmbedding(
+            c.vocab_size, c.d_model,
+            name="shared_embedding" if c.share_embeddings else "source_embedding")
+        self.target_embedding = (self.source_embedding if c.share_embeddings else ScaledEmbedding(
+            c.output_vocab_size, c.d_model, name="target_embedding"))
+        self.output_projection = (None if c.tie_output else keras.layers.Dense(
+            c.output_vocab_size, use_bias=False, name="output_projection"))
+        if c.positional == "sinusoidal":
+            self.source_positions = SinusoidalPositionalEncoding(name="positional_encoding")
+            self.target_positions = self.source_positions
+        else:
+            self.source_positions = LearnedPositionalEmbedding(c.max_length,
+                                                               name="source_positions")
+            self.target_positions = LearnedPositionalEmbedding(c.max_length,
+                                                               name="target_positions")
+        self.source_dropout = keras.layers.Dropout(c.dropout)
+        self.target_dropout = keras.layers.Dropout(c.dropout)
+        layer_args = dict(num_heads=c.num_heads, key_dim=c.key_dim, value_dim=c.value_dim,
+                          d_ff=c.d_ff, dropout=c.dropout, attention_dropout=c.attention_dropout,
+                          norm=c.norm, epsilon=c.layer_norm_epsilon)
+        self.encoder_layers = [EncoderLayer(**layer_args, name=f"encoder_layer_{i}")
+                               for i in range(c.num_layers)]
+        self.decoder_layers = [DecoderLayer(**layer_args, name=f"decoder_layer_{i}")
+                               for i in range(c.num_layers)]
+        # Pre-norm stacks end with a final normalization; post-norm layers already end with one.
+        final_norm = (lambda name: keras.layers.LayerNormalization(
+            epsilon=c.layer_norm_epsilon, name=name) if c.norm == "pre" else None)
+        self.encoder_norm = final_norm("encoder_norm")
+        self.decoder_norm = final_norm("decoder_norm")
+        self.build()
+
+    def build(self, input_shape=None) -> None:
+        hidden = (None, None, self.config.d_model)
+        # Shared layers (tied embeddings, one sinusoid table) appear twice; build them once.
+        unique = {id(layer): layer for layer in (
+            self.source_embedding, self.target_embedding, self.source_positions,
+            self.target_positions, self.encoder_norm, self.decoder_norm, self.output_projection,
+            *self.encoder_layers) if layer is not None}
+        for layer in unique.values():
+            layer.build(hidden)
+        for layer in self.decoder_layers:
+            layer.build(hidden, hidden)
+        self.built = True
+
+    # ----------------------------------------------------------------------------- training
+    def call(self, inputs, training=None):
+        source_ids, target_input_ids = inputs
+        encoder_output = self.encode(source_ids, training=training)
+        return self.decode(target_input_ids, encoder_output, source_padding_mask(source_ids),
+                           training=training)
+
+    def encode(self, source_ids, training=None, return_attention_scores: bool = False):
+        """Encoder output `[batch, src_len, d_model]` (and per-layer self-attention weights)."""
+        x = self._embed(source_ids, self.source_embedding, self.source_positions,
+                        self.source_dropout, training)
+        mask = ops.expand_dims(source_padding_mask(source_ids), 1)
+        weights = []
+        for layer in self.encoder_layers:
+            x, layer_weights = layer(x, padding_mask=mask, training=training,
+                                     return_attention_scores=True)
+            weights.append(layer_weights)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return (x, weights) if return_attention_scores else x
+
+    def decode(self, target_input_ids, encoder_output, source_mask, training=None,
+               return_attention_scores: bool = False):
+        """Teacher-forced logits `[batch, tgt_len, vocab]` given the encoder output.
+
+        `source_mask`: `[batch, src_len]`, True on real source tokens.
+        """
+        x = self._embed(target_input_ids, self.target_embedding, self.target_positions,
+                        self.target_dropout, training)
+        self_mask = causal_mask(target_input_ids)
+        cross_mask = ops.expand_dims(source_mask, 1)
+        self_weights, cross_weights = [], []
+        for layer in self.decoder_layers:
+            x, (layer_self, layer_cross) = layer(
+                x, encoder_output, self_mask=self_mask, cross_mask=cross_mask,
+                training=training, return_attention_scores=True)
+            self_weights.append(layer_self)
+            cross_weights.append(layer_cross)
+        logits = self._logits(x)
+        return (logits, self_weights, cross_weights) if return_attention_scores else logits
+
+    def attention_weights(self, source_ids, target_input_ids) -> dict[str, list]:
+        """Every layer's attention, each `[batch, heads, query_len, key_len]`, at inference."""
+        encoder_output, encoder_self = self.encode(source_ids, return_attention_scores=True)
+        _, decoder_self, encoder_decoder = self.decode(
+            target_input_ids, encoder_output, source_padding_mask(source_ids),
+            return_attention_scores=True)
+        return {"encoder_self": encoder_self, "decoder_self": decoder_self,
+                "encoder_decoder": encoder_decoder}
+
+    # ------------------------------------------------------------------ incremental decoding
+    def init_decode_cache(self, encoder_output, beam_size: int, max_length) -> dict[str, list]:
+        """Decoder state for `decode_step`.
+
+        `cross`: each layer's encoder keys/values, computed once per sentence and shared by
+        its `beam_size` hypotheses. `self`: per-layer key/value buffers
+        `[batch * beam_size, max_length, heads, dim]`, filled one position per step; a beam
+        search reorders these (and only these) along axis 0 when hypotheses move.
+        """
+        batch = ops.shape(encoder_output)[0]
+        c = self.config
+        dtype = self.compute_dtype
+
+        def buffer(dim):
+            return ops.zeros((batch * beam_size, max_length, c.num_heads, dim), dtype=dtype)
+
+        return {
+            "cross": [layer.cross_attention.project_key_value(encoder_output)
+                      for layer in self.decoder_layers],
+            "self": [{"key": buffer(c.key_dim), "value": buffer(c.value_dim)}
+                     for _ in self.decoder_layers],
+        }
+
+    def decode_step(self, token_ids, step, cache, source_mask):
+        """Logits `[batch, beam, vocab]` for the next token after `token_ids` `[batch, beam]`.
+
+        `token_ids` sit at target position `step` (0 for the start token); `source_mask` is
+        `[batch, src_len]`. Returns the logits and the updated cache.
+        """
+        x = self.target_embedding(token_ids)
+        x = x + self.target_positions(x[:, :1], start_index=step)
+        cross_mask = ops.expand_dims(source_mask, 1)
+        new_self = []
+        for layer, self_cache, cross_cache in zip(self.decoder_layers, cache["self"],
+                                                  cache["cross"]):
+            x, self_cache = layer.step(x, self_cache, cross_cache, step, cross_mask)
+            new_self.append(self_cache)
+        return self._logits(x), {"cross": cache["cross"], "self": new_self}
+
+    # ---------------------------------------------------------------------------- helpers
+    def _embed(self, ids, embedding, positions, dropout, training):
+        x = embedding(ids)
+        return dropout(x + positions(x), training=training)
+
+    def _logits(self, hidden):
+        if self.decoder_norm is not None:
+            hidden = self.decoder_norm(hidden)
+        if self.output_projection is not None:
+            logits = self.output_projection(hidden)
+        else:
+            logits = self.target_embedding.logits(hidden)
+        return ops.cast(logits, "float32")
+
+    def get_config(self) -> dict[str, Any]:
+        return {"name": self.name, "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "Transformer":
+        config = dict(config)
+        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
+
+
+def source_padding_mask(ids):
+    """`[batch, len]` booleans, True on real (non-padding) tokens."""
+    return ops.not_equal(ids, PAD_ID)
+
+
+def causal_mask(target_ids):
+    """`[batch, len, len]`: query i may see key j iff j <= i and key j is not padding."""
+    length = ops.shape(target_ids)[1]
+    positions = ops.arange(length)
+    lower_triangle = ops.expand_dims(positions, 1) >= ops.expand_dims(positions, 0)
+    return ops.logical_and(ops.expand_dims(lower_triangle, 0),
+                           ops.expand_dims(source_padding_mask(target_ids), 1))
