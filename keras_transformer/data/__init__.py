@@ -1,0 +1,55 @@
+"""Input side of keras-transformer: corpora, subword tokenizer and tf.data batching.
+
+Corpora (all return ``(sources, targets)`` lists of stripped strings):
+    write_demo_corpus(directory, seed=0) -> {split: (src_path, tgt_path)}
+        Generated English->German counting corpus ("train", "dev", "test"); DEMO_LANGS.
+    read_parallel(src_path, tgt_path, max_length_chars=None) -> (sources, targets)
+        Plain or gzipped line-aligned files; mismatched line counts, bad UTF-8 (file:line)
+        and missing files raise; empty and over-long pairs are dropped and counted in the log.
+    read_lines(path) -> list[str]
+        One file, every line kept (for evaluation sources and references).
+    load_tfds(name, split, source_lang, target_lang, data_dir=None, download=True)
+        A tensorflow-datasets translation builder such as "wmt14_translate/de-en".
+    shared_data_dir() -> Path
+        $KT_SHARED_DATA or ../shared/data beside the project.
+
+Tokenizer (shared vocabulary; ids from keras_transformer.vocab_ids: pad 0 unk 1 bos 2 eos 3):
+    SubwordTokenizer.train(texts, vocab_size, directory) / SubwordTokenizer.load(directory)
+        Writes and reads ``<directory>/spm.model``; ``.tokenize(strings) -> RaggedTensor``,
+        ``.detokenize(ids) -> strings``, ``.vocab_size``, ``.model_proto``, ``.id_to_piece``.
+
+Batches ``((source, target_in), target_out)``, int32, 0-padded:
+    make_training_dataset(sources, targets, tokenizer, batch_tokens, max_length, seed, ...)
+        Shuffled, length-bucketed, at most ``batch_tokens`` positions per side and batch.
+    make_eval_dataset(sources, targets, tokenizer, batch_size, max_length=None)
+        Fixed-size batches in corpus order, nothing dropped.
+    make_source_dataset(sources, tokenizer, batch_size, max_length=None)
+        Source ids only, for decoding.
+    padding_fraction(dataset, max_batches=None) -> float
+"""
+from keras_transformer.data.batching import bucket_boundaries, padding_fraction
+from keras_transformer.data.demo_corpus import DEMO_LANGS, write_demo_corpus
+from keras_transformer.data.pipeline import (
+    make_eval_dataset,
+    make_source_dataset,
+    make_training_dataset,
+)
+from keras_transformer.data.shared_data import shared_data_dir
+from keras_transformer.data.text_files import read_lines, read_parallel
+from keras_transformer.data.tfds_source import load_tfds
+from keras_transformer.data.tokenizer import SubwordTokenizer
+
+__all__ = [
+    "DEMO_LANGS",
+    "SubwordTokenizer",
+    "bucket_boundaries",
+    "load_tfds",
+    "make_eval_dataset",
+    "make_source_dataset",
+    "make_training_dataset",
+    "padding_fraction",
+    "read_lines",
+    "read_parallel",
+    "shared_data_dir",
+    "write_demo_corpus",
+]

@@ -1,0 +1,59 @@
+"""Parallel text from a tensorflow-datasets translation builder, in a chosen direction."""
+from __future__ import annotations
+
+import difflib
+
+import tensorflow_datasets as tfds
+
+
+def _builder(name: str, data_dir: str | None) -> tfds.core.DatasetBuilder:
+    """Return the builder for ``name`` ("dataset/config"), or a ValueError naming it."""
+    try:
+        return tfds.builder(name, data_dir=data_dir)
+    except tfds.core.registered.DatasetNotFoundError:
+        dataset = name.split("/")[0]
+        close = difflib.get_close_matches(dataset, tfds.list_builders(), n=5)
+        hint = f"; did you mean one of {close}?" if close else ""
+        raise ValueError(f"unknown tensorflow-datasets name {dataset!r}{hint}") from None
+    except ValueError as error:
+        first_line = str(error).splitlines()[0]
+        raise ValueError(f"cannot build tensorflow-datasets {name!r}: {first_line}") from None
+
+
+def load_tfds(
+    name: str,
+    split: str,
+    source_lang: str,
+    target_lang: str,
+    data_dir: str | None = None,
+    download: bool = True,
+) -> tuple[list[str], list[str]]:
+    """Return (sources, targets) of ``split`` of the translation dataset ``name``.
+
+    ``name`` includes the language-pair config, e.g. "wmt14_translate/de-en" or
+    "ted_hrlr_translate/pt_to_en"; ``source_lang`` / ``target_lang`` pick the direction.
+    Sentences are stripped and pairs with an empty side dropped. The whole split is held in
+    memory (about 1.5 GB for WMT14 en-de train). ``download=False`` requires the dataset to be
+    prepared in ``data_dir`` already.
+    """
+    builder = _builder(name, data_dir)
+    languages = sorted(builder.info.features.keys())
+    for argument, lang in (("source_lang", source_lang), ("target_lang", target_lang)):
+        if lang not in languages:
+            raise ValueError(f"{argument}={lang!r} is not a language of {name!r}: {languages}")
+    if source_lang == target_lang:
+        raise ValueError(f"source_lang and target_lang are both {source_lang!r}")
+    if download:
+        builder.download_and_prepare()
+    try:
+        dataset = builder.as_dataset(split=split)
+    except ValueError as error:
+        raise ValueError(f"split {split!r} of {name!r}: {str(error).splitlines()[0]}") from None
+    sources, targets = [], []
+    for example in tfds.as_numpy(dataset):
+        source = example[source_lang].decode("utf-8").strip()
+        target = example[target_lang].decode("utf-8").strip()
+        if source and target:
+            sources.append(source)
+            targets.append(target)
+    return sources, targets

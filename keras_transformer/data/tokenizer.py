@@ -1,0 +1,151 @@
+"""Shared source/target subword vocabulary: trained with sentencepiece, applied in-graph.
+
+Training uses the ``sentencepiece`` package (byte-pair encoding, as in the paper); tokenizing
+and detokenizing run as TensorFlow ops from ``tensorflow_text`` so that the same tokenizer can
+live inside a ``tf.data`` pipeline and an exported SavedModel. Normalization is the identity
+and whitespace is kept as is, so detokenize(tokenize(s)) == s for stripped text; characters
+never seen in training fall back to UTF-8 byte pieces instead of <unk>.
+"""
+from __future__ import annotations
+
+import io
+import os
+import random
+from collections.abc import Iterable, Sequence
+
+import sentencepiece
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+MODEL_FILENAME = "spm.model"
+
+
+class SubwordTokenizer(tf.Module):
+    """A sentencepiece model with in-graph ``tokenize`` / ``detokenize`` (pad 0 unk 1 bos 2 eos 3)."""
+
+    def __init__(self, model_proto: bytes, name: str = "subword_tokenizer") -> None:
+        super().__init__(name=name)
+        self._check_special_ids(model_proto)
+        self._proto = model_proto
+        self._sp = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.int32)
+        self._vocab_size = int(self._sp.vocab_size())
+
+    @classmethod
+    def train(
+        cls,
+        texts: Iterable[str],
+        vocab_size: int,
+        directory: str | os.PathLike,
+        max_sentences: int | None = None,
+        seed: int = 0,
+    ) -> "SubwordTokenizer":
+        """Learn a vocabulary of ``vocab_size`` pieces from ``texts``, save it in ``directory``.
+
+        ``texts`` should hold both languages (shared vocabulary). With ``max_sentences`` a
+        seeded sample of that many sentences is used. The result depends only on the texts and
+        the arguments.
+        """
+        sentences = [text for text in texts if text]
+        if not sentences:
+            raise ValueError("SubwordTokenizer.train: texts is empty")
+        if max_sentences is not None and len(sentences) > max_sentences:
+            sentences = random.Random(seed).sample(sentences, max_sentences)
+        proto = io.BytesIO()
+        try:
+            sentencepiece.SentencePieceTrainer.train(
+                sentence_iterator=iter(sentences),
+                model_writer=proto,
+                vocab_size=vocab_size,
+                model_type="bpe",
+                character_coverage=1.0,
+                byte_fallback=True,
+                normalization_rule_name="identity",
+                remove_extra_whitespaces=False,
+                split_digits=True,
+                pad_id=PAD_ID,
+                unk_id=UNK_ID,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                input_sentence_size=len(sentences),
+                shuffle_input_sentence=False,
+                max_sentence_length=1 << 16,
+                num_threads=1,
+                minloglevel=2,
+            )
+        except RuntimeError as error:
+            raise ValueError(
+                f"SubwordTokenizer.train(vocab_size={vocab_size}) failed on {len(sentences)} "
+                f"sentences: {error}"
+            ) from None
+        tokenizer = cls(proto.getvalue())
+        tokenizer.save(directory)
+        return tokenizer
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> "SubwordTokenizer":
+        """Load the vocabulary saved by ``train`` or ``save`` in ``directory``."""
+        path = os.path.join(os.fspath(directory), MODEL_FILENAME)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no subword vocabulary at {path!r}")
+        with open(path, "rb") as handle:
+            return cls(handle.read())
+
+    def save(self, directory: str | os.PathLike) -> str:
+        """Write ``<directory>/spm.model`` (and a readable ``spm.vocab``); return the model path."""
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(os.fspath(directory), MODEL_FILENAME)
+        with open(path, "wb") as handle:
+            handle.write(self._proto)
+        processor = sentencepiece.SentencePieceProcessor(model_proto=self._proto)
+        with open(os.path.join(os.fspath(directory), "spm.vocab"), "w", encoding="utf-8") as out:
+            out.writelines(f"{processor.id_to_piece(i)}\t{processor.get_score(i)}\n"
+                           for i in range(processor.get_piece_size()))
+        return path
+
+    @property
+    def model_proto(self) -> bytes:
+        """The serialized sentencepiece model, for ``tf_text.SentencepieceTokenizer(model=...)``."""
+        return self._proto
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, special ids included."""
+        return self._vocab_size
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        """Map a batch of strings to ragged int32 ids, without BOS/EOS."""
+        return self._sp.tokenize(texts)
+
+    def detokenize(self, ids: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
+        """Map int ids [batch, length] (dense or ragged) back to strings.
+
+        Ids from the first EOS on are ignored, as are padding and BOS, so decoder output can
+        be passed as is.
+        """
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(ids))
+        return self._detokenize(tf.cast(ids, tf.int32))
+
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int32, ragged_rank=1)])
+    def _detokenize(self, ids: tf.RaggedTensor) -> tf.Tensor:
+        before_eos = tf.cumsum(tf.cast(ids == EOS_ID, tf.int32), axis=1) == 0
+        kept = tf.ragged.boolean_mask(ids, before_eos & (ids != PAD_ID) & (ids != BOS_ID))
+        return self._sp.detokenize(kept)
+
+    def id_to_piece(self, ids: Sequence[int] | tf.Tensor) -> list[str]:
+        """Return the piece text of each id (for attention plots), e.g. '▁Hund'."""
+        pieces = self._sp.id_to_string(tf.convert_to_tensor(ids, dtype=tf.int32))
+        return [piece.decode("utf-8") for piece in pieces.numpy().tolist()]
+
+    @staticmethod
+    def _check_special_ids(model_proto: bytes) -> None:
+        processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
+        found = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
+        if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            raise ValueError(
+                f"sentencepiece model has pad/unk/bos/eos ids {found}, expected "
+                f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}"
+            )

@@ -1,0 +1,42 @@
+"""Shared fixtures: the shared corpora (skipped when absent), a demo corpus, a tokenizer."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
+from keras_transformer.data import SubwordTokenizer, read_parallel, shared_data_dir
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The read-only shared data folder; skips the test when it is absent."""
+    path = shared_data_dir()
+    if not path.is_dir():
+        pytest.skip(f"shared data not found at {path} (set KT_SHARED_DATA)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def multi30k(shared_data: Path) -> Path:
+    """The Multi30k folder of the shared data; skips the test when it is absent."""
+    path = shared_data / "multi30k"
+    if not (path / "train.en.gz").is_file():
+        pytest.skip(f"Multi30k not found in {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def multi30k_train(multi30k: Path) -> tuple[list[str], list[str]]:
+    """Multi30k train as (English, German) sentence lists."""
+    return read_parallel(multi30k / "train.en.gz", multi30k / "train.de.gz")
+
+
+@pytest.fixture(scope="session")
+def multi30k_tokenizer(
+    multi30k_train: tuple[list[str], list[str]], tmp_path_factory: pytest.TempPathFactory
+) -> SubwordTokenizer:
+    """An 8000-piece shared vocabulary learned from Multi30k train."""
+    sources, targets = multi30k_train
+    return SubwordTokenizer.train(sources + targets, 8000, tmp_path_factory.mktemp("vocab"))
