@@ -1,0 +1,69 @@
+"""Greedy decoding: the fast path for beam size 1 (same tokens and scores as `beam_search`)."""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from keras_transformer.decoding.constraints import (allowed_log_probs, output_buffer_length,
+                                                    output_limits)
+from keras_transformer.decoding.length_penalty import length_penalty
+from keras_transformer.decoding.loop_shapes import keep_shapes
+from keras_transformer.decoding.result import DecodeResult, make_result
+from keras_transformer.decoding.steps import make_steps
+from keras_transformer.model import Transformer
+from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
+
+
+def search_greedy(model: Transformer, source_ids: tf.Tensor, alpha: float = 0.6,
+                  max_extra: int = 50, use_cache: bool = True,
+                  eos_id: int = EOS_ID) -> DecodeResult:
+    """Builds greedy decoding (call it inside a `tf.function`; `greedy_decode` does)."""
+    if alpha < 0:
+        raise ValueError(f"alpha: must be non-negative, got {alpha!r}")
+    if max_extra < 0:
+        raise ValueError(f"max_extra: must be non-negative, got {max_extra!r}")
+    source_ids = tf.cast(source_ids, tf.int32)
+    batch = tf.shape(source_ids)[0]
+    limits = output_limits(source_ids, max_extra, model.config.max_length)
+    buffer_length = output_buffer_length(source_ids, max_extra, model.config.max_length)
+    steps = make_steps(model, source_ids, 1, buffer_length, use_cache)
+    positions = tf.range(buffer_length + 1)
+    sequences = tf.concat([tf.fill([batch, 1, 1], BOS_ID),
+                           tf.fill([batch, 1, buffer_length], PAD_ID)], axis=2)
+
+    def body(*loop_vars):
+        return keep_shapes(advance(*loop_vars), loop_vars)
+
+    def advance(step, sequences, log_prob_sums, lengths, done, state):
+        logits, state = steps(sequences, step, state)
+        log_probs = allowed_log_probs(logits)[:, 0]
+        tokens = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+        token_log_probs = tf.gather(log_probs, tokens, batch_dims=1)
+        tokens = tf.where(done, PAD_ID, tokens)
+        sequences = tf.where(positions == step + 1, tokens[:, None, None], sequences)
+        log_prob_sums = tf.where(done, log_prob_sums, log_prob_sums + token_log_probs)
+        lengths = tf.where(done, lengths, step + 1)
+        done = done | tf.equal(tokens, eos_id) | (step + 1 >= limits)
+        return step + 1, sequences, log_prob_sums, lengths, done, state
+
+    def not_done(step, sequences, log_prob_sums, lengths, done, state):
+        return tf.logical_and(step < buffer_length, tf.logical_not(tf.reduce_all(done)))
+
+    loop_vars = (tf.constant(0), sequences, tf.zeros([batch]), tf.zeros([batch], tf.int32),
+                 tf.zeros([batch], tf.bool), steps.initial_state)
+    _, sequences, log_prob_sums, lengths, _, _ = tf.while_loop(
+        not_done, body, loop_vars, maximum_iterations=buffer_length)
+    scores = log_prob_sums / length_penalty(lengths, alpha)
+    return make_result(sequences, scores[:, None], lengths[:, None])
+
+
+_greedy_graph = tf.function(search_greedy, reduce_retracing=True, autograph=False)
+
+
+def greedy_decode(model: Transformer, source_ids, alpha: float = 0.6, max_extra: int = 50,
+                  use_cache: bool = True, eos_id: int = EOS_ID) -> DecodeResult:
+    """The most likely next token at every step, for `source_ids` `[batch, src_len]`.
+
+    Returns a `DecodeResult` with n = 1, scored like `beam_search` (length penalty `alpha`).
+    """
+    return _greedy_graph(model, tf.convert_to_tensor(source_ids, tf.int32), float(alpha),
+                         int(max_extra), use_cache, eos_id)

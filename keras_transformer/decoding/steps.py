@@ -1,0 +1,75 @@
+"""Next-token logits for a search: incremental (cached) or full recomputation (reference).
+
+A search calls `steps(sequences, step, state) -> (logits, state)` with `sequences`
+`[batch, beam, T + 1]` (BOS at position 0, the token at `step` being the newest) and
+`logits` `[batch, beam, vocab]`, then `steps.reorder(state, origin)` once hypotheses have moved
+(`origin[b, k]`: the beam that hypothesis `k` of sentence `b` extends).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from keras_transformer.model import Transformer, source_padding_mask
+
+
+class CachedSteps:
+    """`model.decode_step` with the key/value cache: one position per step.
+
+    Encoder keys/values are projected once per sentence and shared by its hypotheses; only the
+    self-attention buffers `[batch * beam, T, heads, dim]` follow the hypotheses.
+    """
+
+    def __init__(self, model: Transformer, source_ids: tf.Tensor, beam_size: int,
+                 buffer_length: tf.Tensor):
+        self.model = model
+        self.beam_size = beam_size
+        self.source_mask = source_padding_mask(source_ids)
+        cache = model.init_decode_cache(model.encode(source_ids, training=False), beam_size,
+                                        buffer_length)
+        self.cross = cache["cross"]
+        self.initial_state: Any = cache["self"]
+
+    def __call__(self, sequences: tf.Tensor, step: tf.Tensor, state: Any):
+        token_ids = tf.gather(sequences, step, axis=2)
+        logits, cache = self.model.decode_step(token_ids, step,
+                                               {"cross": self.cross, "self": state},
+                                               self.source_mask)
+        return logits, cache["self"]
+
+    def reorder(self, state: Any, origin: tf.Tensor) -> Any:
+        batch = tf.shape(origin)[0]
+        rows = tf.reshape(origin + tf.range(batch)[:, None] * self.beam_size, [-1])
+        return tf.nest.map_structure(lambda buffer: tf.gather(buffer, rows), state)
+
+
+class RecomputeSteps:
+    """Reference without cache: reruns the whole decoder (`model.decode`) on each prefix."""
+
+    def __init__(self, model: Transformer, source_ids: tf.Tensor, beam_size: int,
+                 buffer_length: tf.Tensor):
+        del buffer_length  # Nothing is buffered.
+        self.model = model
+        encoder_output = model.encode(source_ids, training=False)
+        self.encoder_output = tf.repeat(encoder_output, beam_size, axis=0)
+        self.source_mask = tf.repeat(source_padding_mask(source_ids), beam_size, axis=0)
+        self.initial_state: Any = ()
+
+    def __call__(self, sequences: tf.Tensor, step: tf.Tensor, state: Any):
+        shape = tf.shape(sequences)
+        prefix = tf.reshape(sequences[:, :, :step + 1], [shape[0] * shape[1], step + 1])
+        logits = self.model.decode(prefix, self.encoder_output, self.source_mask,
+                                   training=False)[:, -1]
+        return tf.reshape(logits, [shape[0], shape[1], -1]), state
+
+    def reorder(self, state: Any, origin: tf.Tensor) -> Any:
+        del origin  # Prefixes are read from the reordered sequences themselves.
+        return state
+
+
+def make_steps(model: Transformer, source_ids: tf.Tensor, beam_size: int,
+               buffer_length: tf.Tensor, use_cache: bool):
+    """`CachedSteps` or, with `use_cache=False`, the `RecomputeSteps` reference."""
+    kind = CachedSteps if use_cache else RecomputeSteps
+    return kind(model, source_ids, beam_size, buffer_length)
