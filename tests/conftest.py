@@ -6,7 +6,12 @@ from pathlib import Path
 import pytest
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
-from keras_transformer.data import SubwordTokenizer, read_parallel, shared_data_dir
+from keras_transformer.data import (
+    SubwordTokenizer,
+    read_parallel,
+    shared_data_dir,
+    write_demo_corpus,
+)
 
 
 @pytest.fixture(scope="session")
@@ -40,3 +45,18 @@ def multi30k_tokenizer(
     """An 8000-piece shared vocabulary learned from Multi30k train."""
     sources, targets = multi30k_train
     return SubwordTokenizer.train(sources + targets, 8000, tmp_path_factory.mktemp("vocab"))
+
+
+@pytest.fixture(scope="session")
+def demo_train(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], list[str]]:
+    """The demo corpus train split as (English, German) sentence lists."""
+    return read_parallel(*write_demo_corpus(tmp_path_factory.mktemp("demo"))["train"])
+
+
+@pytest.fixture(scope="session")
+def demo_tokenizer(
+    demo_train: tuple[list[str], list[str]], tmp_path_factory: pytest.TempPathFactory
+) -> SubwordTokenizer:
+    """A 500-piece shared vocabulary learned from the demo train split."""
+    sources, targets = demo_train
+    return SubwordTokenizer.train(sources + targets, 500, tmp_path_factory.mktemp("demo_vocab"))
