@@ -1,0 +1,74 @@
+"""SavedModel export for TF Serving: `<base_dir>/<name>/<version>/`, versions never reused.
+
+Signatures: `serving_default` (`text` -> `translation`, `score`, tokenization inside the graph)
+and `translate_ids` (`source_ids` -> `ids`, `score`, `nbest_ids`, `nbest_scores`). Loading needs
+only `tensorflow` and `tensorflow_text` (`import tensorflow_text` registers its ops). The
+sentencepiece model is embedded in the graph and also shipped as the asset `spm.model` for
+clients of `translate_ids`.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from typing import Optional
+
+import tensorflow as tf
+
+from keras_transformer.data.tokenizer import MODEL_FILENAME, SubwordTokenizer
+from keras_transformer.decoding.translator import Translator
+from keras_transformer.model import Transformer
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str,
+                      base_dir: str | os.PathLike = "saved_models",
+                      beam_size: Optional[int] = None, alpha: Optional[float] = None,
+                      max_extra: Optional[int] = None) -> str:
+    """Saves a `Translator` as the next free version of `<base_dir>/<name>`; returns its path.
+
+    Search settings default to `model.config`'s and are fixed in the exported graph.
+    """
+    if not _NAME.match(name):
+        raise ValueError(f"name: {name!r} must be letters, digits, '_', '-' or '.', "
+                         "not starting with a symbol")
+    translator = Translator(model, tokenizer, beam_size, alpha, max_extra)
+    model_dir = os.path.join(os.fspath(base_dir), name)
+    os.makedirs(model_dir, exist_ok=True)
+    # TF Serving skips non-integer directories, so a partial export is never served.
+    staging = tempfile.mkdtemp(prefix=".export-", dir=model_dir)
+    try:
+        vocabulary_dir = os.path.join(staging, "vocabulary")
+        tokenizer.save(vocabulary_dir)
+        translator.vocabulary = tf.saved_model.Asset(os.path.join(vocabulary_dir,
+                                                                  MODEL_FILENAME))
+        saved = os.path.join(staging, "model")
+        tf.saved_model.save(translator, saved, signatures={
+            "serving_default": translator.translate,
+            "translate_ids": translator.translate_ids})
+        return _publish(saved, model_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def next_version(model_dir: str | os.PathLike) -> int:
+    """1 + the largest integer version directory in `model_dir` (1 when there is none)."""
+    if not os.path.isdir(model_dir):
+        return 1
+    versions = [int(entry) for entry in os.listdir(model_dir) if entry.isdigit()]
+    return max(versions, default=0) + 1
+
+
+def _publish(saved: str, model_dir: str) -> str:
+    """Renames `saved` to the next free version; rename never replaces a non-empty directory,
+    so a concurrent export that took the same number makes this one try the next."""
+    while True:
+        target = os.path.join(model_dir, str(next_version(model_dir)))
+        try:
+            os.rename(saved, target)
+            return target
+        except OSError:
+            if not os.path.isdir(target):
+                raise
