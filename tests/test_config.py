@@ -1,0 +1,91 @@
+"""Presets, validation and the parameter counts of Table 3."""
+import pytest
+
+import keras_transformer as kt
+
+VOCAB = 37000
+
+# Table 3 of the paper: (overrides, parameters x 10^6) for rows (B) and (C), plus base and big.
+TABLE3_ROWS = [
+    ({"d_k": 16}, 58), ({"d_k": 32}, 60),
+    ({"num_layers": 2}, 36), ({"num_layers": 4}, 50), ({"num_layers": 8}, 80),
+    ({"d_model": 256, "d_k": 32, "d_v": 32}, 28), ({"d_model": 1024, "d_k": 128, "d_v": 128}, 168),
+    ({"d_ff": 1024}, 53), ({"d_ff": 4096}, 90),
+]
+
+
+def parameters(**overrides) -> int:
+    return kt.Transformer(kt.TransformerConfig.preset("base", vocab_size=VOCAB, **overrides)).count_params()
+
+
+def test_base_has_about_65m_parameters():
+    assert parameters() == pytest.approx(65e6, rel=0.05)
+
+
+@pytest.mark.slow
+def test_big_has_about_213m_parameters():
+    big = kt.Transformer(kt.TransformerConfig.preset("big", vocab_size=VOCAB)).count_params()
+    assert big == pytest.approx(213e6, rel=0.03)
+
+
+@pytest.mark.slow
+def test_table3_rows_b_and_c_match_counts_and_ordering():
+    ours = [parameters(**overrides) for overrides, _ in TABLE3_ROWS]
+    for (overrides, paper), count in zip(TABLE3_ROWS, ours):
+        assert count == pytest.approx(paper * 1e6, rel=0.08), overrides
+    paper_order = sorted(range(len(TABLE3_ROWS)), key=lambda i: TABLE3_ROWS[i][1])
+    assert sorted(range(len(ours)), key=lambda i: ours[i]) == paper_order
+
+
+def test_paper_presets_hold_the_papers_values():
+    base, big = kt.TransformerConfig.preset("base"), kt.TransformerConfig.preset("big")
+    assert (base.num_layers, base.d_model, base.d_ff, base.num_heads, base.key_dim,
+            base.value_dim, base.dropout, base.label_smoothing) == (6, 512, 2048, 8, 64, 64, 0.1, 0.1)
+    assert (big.d_model, big.d_ff, big.num_heads, big.dropout) == (1024, 4096, 16, 0.3)
+    assert (base.beam_size, base.length_penalty, base.max_decode_extra) == (4, 0.6, 50)
+    parsing = kt.TransformerConfig.preset("parsing")
+    assert (parsing.num_layers, parsing.d_model, parsing.beam_size, parsing.length_penalty,
+            parsing.max_decode_extra) == (4, 1024, 21, 0.3, 300)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"num_heads": 1, "d_k": 512, "d_v": 512}, {"num_heads": 16, "d_k": 32, "d_v": 32},  # (A)
+    {"dropout": 0.0}, {"label_smoothing": 0.2},  # (D)
+    {"positional": "learned"},  # (E)
+])
+def test_table3_rows_a_d_e_are_expressible(overrides):
+    config = kt.TransformerConfig.preset("base", **overrides)
+    for field, value in overrides.items():
+        assert getattr(config, field) == value
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"d_model": 100, "num_heads": 8}, "num_heads"),
+    ({"dropout": -0.1}, "dropout"),
+    ({"num_layers": 0}, "num_layers"),
+    ({"positional": "rotary"}, "positional"),
+    ({"norm": "sandwich"}, "norm"),
+    ({"label_smoothing": 1.0}, "label_smoothing"),
+    ({"d_k": 0}, "d_k"),
+    ({"target_vocab_size": 500}, "target_vocab_size"),
+])
+def test_invalid_configs_name_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field):
+        kt.TransformerConfig.preset("base", **overrides)
+
+
+def test_d_model_not_divisible_by_heads_is_fine_with_explicit_head_sizes():
+    config = kt.TransformerConfig.preset("tiny", d_model=60, num_heads=8, d_k=8, d_v=8)
+    assert (config.key_dim, config.value_dim) == (8, 8)
+
+
+def test_unknown_preset_and_unknown_field_are_named():
+    with pytest.raises(ValueError, match="huge"):
+        kt.TransformerConfig.preset("huge")
+    with pytest.raises(ValueError, match="d_hidden"):
+        kt.TransformerConfig.preset("base", d_hidden=3)
+
+
+def test_json_round_trip():
+    config = kt.TransformerConfig.preset("small", positional="learned", norm="pre")
+    assert kt.TransformerConfig.from_json(config.to_json()) == config

@@ -1,0 +1,128 @@
+"""Each layer: the paper's formulas, masks, and get_config round trips."""
+import math
+
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer  # noqa: F401  (selects the TensorFlow backend)
+from keras_transformer.layers import (DecoderLayer, EncoderLayer, LearnedPositionalEmbedding,
+                                      MultiHeadAttention, PositionwiseFeedForward, ResidualNorm,
+                                      ScaledEmbedding, SinusoidalPositionalEncoding)
+
+rng = np.random.default_rng(0)
+
+
+def test_attention_weights_sum_to_one_and_ignore_padded_keys():
+    attention = MultiHeadAttention(num_heads=4, key_dim=8, value_dim=6)
+    x = rng.normal(size=(2, 5, 16)).astype("float32")
+    key_is_real = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=bool)
+    out, weights = attention(x, attention_mask=key_is_real[:, None, :],
+                             return_attention_scores=True)
+    weights = np.asarray(weights)
+    assert out.shape == (2, 5, 16) and weights.shape == (2, 4, 5, 5)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-6)
+    assert np.all(weights[0, :, :, 3:] == 0.0)
+
+
+def test_attention_equals_scaled_dot_product_formula():
+    attention = MultiHeadAttention(num_heads=2, key_dim=3, value_dim=5)
+    q_in = rng.normal(size=(1, 4, 6)).astype("float32")
+    kv_in = rng.normal(size=(1, 7, 6)).astype("float32")
+    out = np.asarray(attention(q_in, kv_in))
+    (wq, bq), (wk, bk), (wv, bv), (wo, bo) = [
+        (np.asarray(layer.kernel), np.asarray(layer.bias)) for layer in
+        (attention.query_dense, attention.key_dense, attention.value_dense, attention.output_dense)]
+    heads = []
+    for h in range(2):
+        q = q_in[0] @ wq[:, h] + bq[h]
+        k = kv_in[0] @ wk[:, h] + bk[h]
+        v = kv_in[0] @ wv[:, h] + bv[h]
+        scores = q @ k.T / math.sqrt(3)
+        p = np.exp(scores - scores.max(-1, keepdims=True))
+        heads.append((p / p.sum(-1, keepdims=True)) @ v)
+    expected = np.einsum("hqv,hvd->qd", np.stack(heads), wo) + bo
+    np.testing.assert_allclose(out[0], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_key_and_value_sizes_are_independent():
+    attention = MultiHeadAttention(num_heads=3, key_dim=4, value_dim=10)
+    attention(np.zeros((1, 2, 12), "float32"))
+    assert attention.query_dense.kernel.shape == (12, 3, 4)
+    assert attention.value_dense.kernel.shape == (12, 3, 10)
+    assert attention.output_dense.kernel.shape == (3, 10, 12)
+
+
+def test_sinusoidal_encoding_matches_section_3_5():
+    encoding = np.asarray(SinusoidalPositionalEncoding()(np.zeros((1, 50, 16), "float32")))
+    pos, i = np.arange(50)[:, None], np.arange(8)[None, :]
+    angle = pos / 10000 ** (2 * i / 16)
+    np.testing.assert_allclose(encoding[:, 0::2], np.sin(angle), atol=1e-5)
+    np.testing.assert_allclose(encoding[:, 1::2], np.cos(angle), atol=1e-5)
+    shifted = SinusoidalPositionalEncoding()(np.zeros((1, 3, 16), "float32"), start_index=7)
+    np.testing.assert_allclose(shifted, encoding[7:10], atol=1e-5)
+
+
+def test_learned_positions_index_their_table():
+    layer = LearnedPositionalEmbedding(max_length=10)
+    out = layer(np.zeros((2, 4, 8), "float32"), start_index=3)
+    np.testing.assert_allclose(out, np.asarray(layer.table)[3:7])
+
+
+def test_embedding_is_scaled_tied_and_masks_padding():
+    layer = ScaledEmbedding(vocab_size=11, d_model=16)
+    ids = np.array([[4, 5, 0]], "int32")
+    vectors = np.asarray(layer(ids))
+    table = np.asarray(layer.embeddings)
+    np.testing.assert_allclose(vectors[0, 0], table[4] * 4.0, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(layer.compute_mask(ids)), [[True, True, False]])
+    hidden = rng.normal(size=(1, 2, 16)).astype("float32")
+    np.testing.assert_allclose(layer.logits(hidden), hidden @ table.T, rtol=1e-5)
+
+
+def test_feed_forward_is_relu_between_two_linear_maps():
+    ffn = PositionwiseFeedForward(d_ff=32)
+    x = rng.normal(size=(2, 3, 8)).astype("float32")
+    out = np.asarray(ffn(x))
+    inner = np.maximum(0, x @ np.asarray(ffn.inner.kernel) + np.asarray(ffn.inner.bias))
+    np.testing.assert_allclose(out, inner @ np.asarray(ffn.outer.kernel)
+                               + np.asarray(ffn.outer.bias), rtol=1e-5, atol=1e-5)
+
+
+def test_post_norm_and_pre_norm_residuals():
+    x = rng.normal(size=(1, 3, 8)).astype("float32")
+    f = rng.normal(size=(1, 3, 8)).astype("float32")
+    post = ResidualNorm("post")
+    summed = x + f
+    expected = (summed - summed.mean(-1, keepdims=True)) / np.sqrt(
+        summed.var(-1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(post(x, f), expected, rtol=1e-4, atol=1e-4)
+    pre = ResidualNorm("pre")
+    np.testing.assert_allclose(pre(x, f), summed, rtol=1e-6)
+    np.testing.assert_allclose(pre.normalize_input(x), post.layer_norm(x), rtol=1e-5)
+
+
+LAYERS = [
+    (lambda: MultiHeadAttention(num_heads=2, key_dim=4, value_dim=3, dropout=0.1), (2, 5, 8)),
+    (lambda: PositionwiseFeedForward(d_ff=16), (2, 5, 8)),
+    (lambda: ResidualNorm("pre", 0.1), None),
+    (lambda: EncoderLayer(2, 4, 4, 16, dropout=0.1, norm="pre"), (2, 5, 8)),
+    (lambda: DecoderLayer(2, 4, 4, 16, dropout=0.1), None),
+    (lambda: ScaledEmbedding(11, 8), None),
+    (lambda: SinusoidalPositionalEncoding(), (2, 5, 8)),
+    (lambda: LearnedPositionalEmbedding(12), (2, 5, 8)),
+]
+
+
+@pytest.mark.parametrize("make, shape", LAYERS)
+def test_get_config_round_trip(make, shape):
+    layer = make()
+    clone = layer.__class__.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+    if shape is not None:
+        x = rng.normal(size=shape).astype("float32")
+        layer(x), clone(x)
+        clone.set_weights(layer.get_weights())
+        np.testing.assert_allclose(clone(x), layer(x), rtol=1e-6)
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert type(restored) is type(layer)

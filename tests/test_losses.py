@@ -1,0 +1,57 @@
+"""Label-smoothed loss and the masked metrics against hand computations."""
+import math
+
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+
+
+def log_softmax(row):
+    row = np.asarray(row, dtype=np.float64)
+    return row - np.log(np.exp(row).sum())
+
+
+def hand_loss(targets, logits, eps):
+    """Mean over non-padding tokens of -sum_k q_k log p_k, q = (1-eps) one_hot + eps/V."""
+    total, count = 0.0, 0
+    for target_row, logit_row in zip(targets, logits):
+        for target, token_logits in zip(target_row, logit_row):
+            if target == 0:
+                continue
+            log_p = log_softmax(token_logits)
+            q = np.full(len(log_p), eps / len(log_p))
+            q[target] += 1.0 - eps
+            total += -(q * log_p).sum()
+            count += 1
+    return total / count
+
+
+TARGETS = np.array([[3, 1, 2], [2, 0, 0]], dtype=np.int32)
+LOGITS = np.array([[[0.1, 0.2, 0.3, 2.0], [1.0, 3.0, -1.0, 0.0], [0.5, 0.5, 0.2, 0.1]],
+                   [[0.0, 0.0, 4.0, 0.0], [9.0, -9.0, 9.0, 9.0], [5.0, 5.0, 5.0, -5.0]]],
+                  dtype=np.float32)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_loss_equals_hand_computation(eps):
+    loss = kt.LabelSmoothedCrossEntropy(eps)(TARGETS, LOGITS)
+    assert float(loss) == pytest.approx(hand_loss(TARGETS, LOGITS, eps), rel=1e-5)
+
+
+def test_padding_positions_do_not_count():
+    changed = LOGITS.copy()
+    changed[1, 1:] = np.random.default_rng(0).normal(size=changed[1, 1:].shape) * 10
+    loss = kt.LabelSmoothedCrossEntropy(0.1)
+    assert float(loss(TARGETS, changed)) == pytest.approx(float(loss(TARGETS, LOGITS)), rel=1e-6)
+
+
+def test_metrics_ignore_padding():
+    accuracy = kt.MaskedTokenAccuracy()
+    accuracy.update_state(TARGETS, LOGITS)
+    # argmax: [3, 1, 0] vs [3, 1, 2]; [2, ...] vs [2, pad, pad] -> 3 right out of 4.
+    assert float(accuracy.result()) == pytest.approx(0.75)
+    perplexity = kt.Perplexity()
+    perplexity.update_state(TARGETS, LOGITS)
+    assert float(perplexity.result()) == pytest.approx(math.exp(hand_loss(TARGETS, LOGITS, 0.0)),
+                                                       rel=1e-5)

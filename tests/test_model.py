@@ -1,0 +1,120 @@
+"""Transformer model properties: causality, padding invariance, attention maps, saving."""
+import numpy as np
+import pytest
+
+import keras
+import keras_transformer as kt
+
+rng = np.random.default_rng(0)
+VARIANTS = {
+    "paper": {},
+    "pre_norm_learned_untied": {"norm": "pre", "positional": "learned", "share_embeddings": False,
+                                "tie_output": False, "target_vocab_size": 70},
+}
+
+
+def tiny_model(**overrides) -> kt.Transformer:
+    config = kt.TransformerConfig.preset("tiny", vocab_size=60, dropout=0.0, **overrides)
+    return kt.Transformer(config)
+
+
+def random_ids(shape, low=4, high=60):
+    return rng.integers(low, high, size=shape).astype("int32")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_logits_shape(variant):
+    model = tiny_model(**VARIANTS[variant])
+    logits = model((random_ids((2, 7)), random_ids((2, 5))), training=False)
+    assert logits.shape == (2, 5, model.config.output_vocab_size)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_causality(variant):
+    model = tiny_model(**VARIANTS[variant])
+    source, target = random_ids((1, 6)), random_ids((1, 8))
+    base = np.asarray(model((source, target)))
+    for t in range(7):
+        changed = target.copy()
+        changed[0, t + 1:] = random_ids((8 - t - 1,))
+        logits = np.asarray(model((source, changed)))
+        np.testing.assert_allclose(logits[:, :t + 1], base[:, :t + 1], rtol=1e-5, atol=1e-5)
+        assert not np.allclose(logits[:, t + 1:], base[:, t + 1:])
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_padding_invariance(variant):
+    model = tiny_model(**VARIANTS[variant])
+    source, target = random_ids((1, 4)), random_ids((1, 3))
+    alone = np.asarray(model((source, target)))
+    batch_source = np.zeros((3, 9), "int32")
+    batch_target = np.zeros((3, 7), "int32")
+    batch_source[0, :4], batch_target[0, :3] = source[0], target[0]
+    batch_source[1:], batch_target[1:] = random_ids((2, 9)), random_ids((2, 7))
+    batched = np.asarray(model((batch_source, batch_target)))
+    np.testing.assert_allclose(batched[0, :3], alone[0], rtol=1e-5, atol=1e-5)
+
+
+def test_attention_weights_of_every_layer_and_head():
+    model = tiny_model()
+    source = np.array([[5, 6, 7, 3, 0, 0]], "int32")
+    target = np.array([[2, 8, 9, 0]], "int32")
+    maps = model.attention_weights(source, target)
+    heads, layers = model.config.num_heads, model.config.num_layers
+    expected_shapes = {"encoder_self": (1, heads, 6, 6), "decoder_self": (1, heads, 4, 4),
+                       "encoder_decoder": (1, heads, 4, 6)}
+    for kind, shape in expected_shapes.items():
+        assert len(maps[kind]) == layers
+        for weights in maps[kind]:
+            weights = np.asarray(weights)
+            assert weights.shape == shape
+            np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
+    for weights in maps["encoder_self"] + maps["encoder_decoder"]:
+        assert np.all(np.asarray(weights)[..., 4:] == 0.0)  # padded source keys
+    for weights in maps["decoder_self"]:
+        assert np.all(np.triu(np.asarray(weights)[0, 0], k=1) == 0.0)  # no look-ahead
+
+
+def test_tied_embedding_is_one_matrix():
+    model = tiny_model()
+    names = [w.path for w in model.weights if "embedding" in w.path]
+    assert len(names) == 1 and names[0].endswith("shared_embedding/embeddings")
+    untied = tiny_model(**VARIANTS["pre_norm_learned_untied"])
+    assert len([w for w in untied.weights if w.path.endswith("embeddings")]) == 2
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_keras_save_load_gives_identical_outputs(variant, tmp_path):
+    model = tiny_model(**VARIANTS[variant])
+    inputs = (random_ids((2, 6)), random_ids((2, 4)))
+    path = tmp_path / "model.keras"
+    model.save(path)
+    restored = keras.saving.load_model(path)
+    assert isinstance(restored, kt.Transformer) and restored.config == model.config
+    np.testing.assert_array_equal(np.asarray(restored(inputs)), np.asarray(model(inputs)))
+
+
+def test_get_config_from_config_round_trip():
+    model = tiny_model(norm="pre")
+    clone = kt.Transformer.from_config(model.get_config())
+    clone.set_weights(model.get_weights())
+    inputs = (random_ids((2, 6)), random_ids((2, 4)))
+    np.testing.assert_array_equal(np.asarray(clone(inputs)), np.asarray(model(inputs)))
+
+
+def test_dropout_only_in_training():
+    model = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=60, dropout=0.3))
+    inputs = (random_ids((2, 6)), random_ids((2, 4)))
+    np.testing.assert_array_equal(model(inputs, training=False), model(inputs, training=False))
+    assert not np.allclose(model(inputs, training=True), model(inputs, training=False))
+
+
+def test_decode_step_matches_teacher_forced_decoder():
+    model = tiny_model()
+    source = np.array([[5, 6, 7, 3, 0], [8, 9, 10, 11, 3]], "int32")
+    target = random_ids((2, 6))
+    full = np.asarray(model((source, target)))
+    cache = model.init_decode_cache(model.encode(source), beam_size=1, max_length=8)
+    for step in range(6):
+        logits, cache = model.decode_step(target[:, step:step + 1], step, cache, source != 0)
+        np.testing.assert_allclose(logits[:, 0], full[:, step], rtol=1e-4, atol=1e-5)
