@@ -111,6 +111,7 @@ def test_eval_keeps_order_and_truncates(demo_tokenizer: SubwordTokenizer) -> Non
     assert only_sources.numpy().tolist() == source.numpy().tolist()
 
 
+@pytest.mark.slow
 def test_multi30k_bucketing_cuts_padding(
     multi30k_train: Corpus, multi30k_tokenizer: SubwordTokenizer
 ) -> None:

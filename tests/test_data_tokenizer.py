@@ -73,7 +73,6 @@ def test_too_large_vocabulary_is_a_clear_error(tmp_path: Path) -> None:
         SubwordTokenizer.train(["a b c", "d e f"], 100000, tmp_path)
 
 
-@pytest.mark.slow
 def test_survives_saved_model_export(tmp_path: Path, demo_tokenizer: SubwordTokenizer) -> None:
     module = tf.Module()
     module.tokenizer = demo_tokenizer
