@@ -1,0 +1,85 @@
+"""Trees <-> token sequences for sequence-to-sequence parsing (Vinyals & Kaiser et al. 2015).
+
+Source: the sentence's words separated by spaces.
+Target: the bracketing with labelled opening tokens, bare closing tokens and one ``XX`` per
+word, e.g. ``(S (NP XX XX ) (VP XX (NP XX ) ) XX )``. Words and part-of-speech tags are both
+left out: EVALB scores neither, the model only has to emit the structure and one ``XX`` per
+source word, and `delinearize` puts the words (and their tags, when known) back. The ``TOP``
+root is implicit: its children are linearized and `delinearize` wraps the result in it.
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional, Sequence
+
+from keras_transformer.parsing.preprocess import ROOT_LABEL
+from keras_transformer.parsing.trees import Tree
+
+WORD = "XX"
+CLOSE = ")"
+UNKNOWN_TAG = "XX"
+# "(LABEL" opens, ")" optionally followed by a label closes, anything else is a word slot.
+_TOKEN = re.compile(r"\(([^\s()]*)|\)[^\s()]*|[^\s()]+")
+
+
+def source_text(tree: Tree) -> str:
+    """The sentence: `tree`'s words separated by single spaces."""
+    return " ".join(tree.words())
+
+
+def linearize(tree: Tree) -> str:
+    """The target sequence of a preprocessed tree (under a ``TOP`` root)."""
+    tokens: list[str] = []
+    for child in tree.children:
+        _append_tokens(child, tokens)
+    return " ".join(tokens)
+
+
+def _append_tokens(node: Tree | str, tokens: list[str]) -> None:
+    if isinstance(node, str) or node.is_preterminal:
+        tokens.append(WORD)
+        return
+    tokens.append(f"({node.label}")
+    for child in node.children:
+        _append_tokens(child, tokens)
+    tokens.append(CLOSE)
+
+
+def delinearize(
+    sequence: str, words: Sequence[str], tags: Optional[Sequence[str]] = None
+) -> Tree:
+    """A well-formed ``TOP`` tree over exactly `words`, in order, from any decoded `sequence`.
+
+    Word slots (``XX`` or any other bare token) take the next word and its tag from `tags`
+    (``XX`` when no tags are given); slots beyond the last word are dropped. Closing tokens
+    with nothing open and openings without a label are ignored, brackets still open at the
+    end are closed, words never placed go to the innermost constituent open at the end of
+    the sequence, and constituents without words are removed.
+    """
+    if tags is not None and len(tags) != len(words):
+        raise ValueError(f"got {len(tags)} tags for {len(words)} words")
+    leaves = [Tree(tag, (word,)) for word, tag in zip(words, tags or [UNKNOWN_TAG] * len(words))]
+    stack: list[tuple[str, list[Tree]]] = [(ROOT_LABEL, [])]
+    placed = 0
+    for match in _TOKEN.finditer(sequence):
+        token, label = match.group(), match.group(1)
+        if label is not None:
+            if label:
+                stack.append((label, []))
+        elif token.startswith(CLOSE):
+            if len(stack) > 1:
+                _close(stack)
+        elif placed < len(leaves):
+            stack[-1][1].append(leaves[placed])
+            placed += 1
+    stack[-1][1].extend(leaves[placed:])
+    while len(stack) > 1:
+        _close(stack)
+    return Tree(ROOT_LABEL, tuple(stack[0][1]))
+
+
+def _close(stack: list[tuple[str, list[Tree]]]) -> None:
+    """Pops the innermost open constituent into its parent, unless it has no words."""
+    label, children = stack.pop()
+    if children:
+        stack[-1][1].append(Tree(label, tuple(children)))
