@@ -1,0 +1,77 @@
+"""Translating a corpus and scoring it: sacreBLEU and chrF with signatures, and the
+lowercased tokenized BLEU used by published Multi30k results."""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import sacrebleu
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+from keras_transformer.decoding.translator import Translator
+
+
+@dataclass(frozen=True)
+class Score:
+    """A corpus score with the sacrebleu signature that makes it reproducible."""
+
+    name: str
+    value: float
+    signature: str
+
+    def __str__(self) -> str:
+        return f"{self.name} = {self.value:.2f}  ({self.signature})"
+
+
+def translate_corpus(translator: Translator, sources: Sequence[str],
+                     batch_size: int = 64) -> list[str]:
+    """Translations of `sources`, in order; sentences are batched by length for speed."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size: must be positive, got {batch_size}")
+    order = np.argsort([len(text) for text in sources], kind="stable")
+    hypotheses: list[str] = [""] * len(sources)
+    for start in range(0, len(order), batch_size):
+        indices = order[start:start + batch_size]
+        outputs = translator.translate(np.array([sources[i] for i in indices], dtype=object))
+        for index, text in zip(indices, outputs["translation"].numpy()):
+            hypotheses[index] = text.decode("utf-8")
+    return hypotheses
+
+
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> list[Score]:
+    """Detokenized, cased sacreBLEU (13a) and chrF."""
+    _check_lengths(hypotheses, references)
+    scores = []
+    for metric in (sacrebleu.BLEU(), sacrebleu.CHRF()):
+        result = metric.corpus_score(list(hypotheses), [list(references)])
+        scores.append(Score(metric.__class__.__name__, result.score,
+                            str(metric.get_signature())))
+    return scores
+
+
+def tokenized_lowercase_bleu(hypotheses: Sequence[str],
+                             tokenized_references: Sequence[str]) -> Score:
+    """BLEU of lowercased, 13a-tokenized hypotheses against already tokenized, lowercased
+    references (e.g. Multi30k's `*.lc.norm.tok.de`; their `&quot;`/`&apos;` escapes are
+    undone), scored with `--tokenize none`: the convention of published Multi30k numbers."""
+    _check_lengths(hypotheses, tokenized_references)
+    tokenize = Tokenizer13a()
+    tokenized = [tokenize(text.lower()) for text in hypotheses]
+    references = [html.unescape(text) for text in tokenized_references]
+    metric = sacrebleu.BLEU(tokenize="none", lowercase=True)
+    result = metric.corpus_score(tokenized, [references])
+    return Score("tokenized lowercase BLEU", result.score,
+                 str(metric.get_signature()) + "|hyp-tok:13a")
+
+
+def _check_lengths(hypotheses: Sequence[str], references: Sequence[str]) -> None:
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+
+
+def write_lines(path: str, lines: Sequence[str]) -> None:
+    """One line per hypothesis, UTF-8 (newlines inside a hypothesis become spaces)."""
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.writelines(line.replace("\n", " ") + "\n" for line in lines)

@@ -1,0 +1,1 @@
+"""Training support: distribution strategy, run directories, checkpoints and callbacks."""

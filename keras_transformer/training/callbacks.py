@@ -1,0 +1,174 @@
+"""Keras callbacks of a training run: stopping, checkpoints, throughput, dev BLEU, attention.
+
+An "epoch" is one evaluation interval; scalars are added to its `logs` (so `History` keeps
+them) and written to TensorBoard at the global step.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.evaluation import corpus_scores
+from keras_transformer.metrics import MaskedTokenAccuracy
+from keras_transformer.training.checkpoints import save_checkpoint
+from keras_transformer.training.summaries import write_png, write_scalar
+from keras_transformer.visualization import AttentionMap, attention_figure, figure_png
+
+
+def global_step(model: keras.Model) -> int:
+    """Optimizer updates so far; survives a restore from backup."""
+    return int(model.optimizer.iterations.numpy())
+
+
+class StopAtLimit(keras.callbacks.Callback):
+    """Stops after `max_steps` global steps or `max_minutes` of wall clock (None: no limit)."""
+
+    def __init__(self, max_steps: int | None = None, max_minutes: float | None = None):
+        super().__init__()
+        self.max_steps = max_steps
+        self.max_seconds = None if max_minutes is None else 60.0 * max_minutes
+        self._start = time.monotonic()
+
+    def on_train_begin(self, logs=None):
+        self._start = time.monotonic()
+        self._check()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._check()
+
+    def _check(self) -> None:
+        if self.max_steps is not None and global_step(self.model) >= self.max_steps:
+            self.model.stop_training = True
+        if self.max_seconds is not None and time.monotonic() - self._start >= self.max_seconds:
+            self.model.stop_training = True
+
+
+class PeriodicCheckpoint(keras.callbacks.Callback):
+    """Writes `ckpt-<step>.weights.h5` every `every_steps` steps and/or `every_minutes`
+    minutes (the paper: every 10 minutes) and at the end, keeping the newest `keep`."""
+
+    def __init__(self, directory: str | os.PathLike, every_steps: int | None,
+                 every_minutes: float | None, keep: int):
+        super().__init__()
+        if keep < 1:
+            raise ValueError(f"--keep-checkpoints: must be at least 1, got {keep}")
+        self.directory = Path(directory)
+        self.every_steps = every_steps
+        self.every_seconds = None if every_minutes is None else 60.0 * every_minutes
+        self.keep = keep
+        self._last_time = time.monotonic()
+        self._last_step = -1
+
+    def on_train_begin(self, logs=None):
+        self._last_time = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = global_step(self.model)
+        due_by_steps = self.every_steps is not None and step % self.every_steps == 0
+        due_by_time = (self.every_seconds is not None
+                       and time.monotonic() - self._last_time >= self.every_seconds)
+        if due_by_steps or due_by_time:
+            self._save(step)
+
+    def on_train_end(self, logs=None):
+        self._save(global_step(self.model))
+
+    def _save(self, step: int) -> None:
+        if step == self._last_step:
+            return
+        save_checkpoint(self.model, self.directory, step, self.keep)
+        self._last_step = step
+        self._last_time = time.monotonic()
+
+
+class TensorBoardScalars(keras.callbacks.Callback):
+    """Adds `learning_rate` and `tokens_per_second` (target tokens) to each epoch's logs and
+    writes every scalar of the logs to `writer` at the global step.
+
+    Place it after callbacks that add scalars (dev BLEU); the training time is measured up to
+    the epoch's last batch, so evaluation time does not lower the throughput.
+    """
+
+    def __init__(self, writer: tf.summary.SummaryWriter, token_metric: MaskedTokenAccuracy):
+        super().__init__()
+        self.writer = writer
+        self.token_metric = token_metric
+        self._start = self._last_batch_end = time.monotonic()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = self._last_batch_end = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._last_batch_end = time.monotonic()
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = {} if logs is None else logs
+        elapsed = max(self._last_batch_end - self._start, 1e-9)
+        logs["tokens_per_second"] = float(self.token_metric.count.numpy()) / elapsed
+        learning_rate = self.model.optimizer.learning_rate
+        logs["learning_rate"] = float(keras.ops.convert_to_numpy(learning_rate))
+        with self.writer.as_default():
+            for name, value in logs.items():
+                write_scalar(name, float(value), global_step(self.model))
+        self.writer.flush()
+
+
+class DevEvaluation(keras.callbacks.Callback):
+    """At each epoch end: dev BLEU into the logs and `bleu_curve.tsv` (step, wall-clock
+    seconds of the run, BLEU), and attention heatmaps of fixed dev pairs to TensorBoard."""
+
+    def __init__(self, translate: Callable[[Sequence[str]], list[str]],
+                 sources: Sequence[str], references: Sequence[str],
+                 attention: Callable[[str, str], list[AttentionMap]],
+                 attention_pairs: Sequence[tuple[str, str]], writer: tf.summary.SummaryWriter,
+                 curve_path: str | os.PathLike):
+        super().__init__()
+        self.translate = translate
+        self.sources = list(sources)
+        self.references = list(references)
+        self.attention = attention
+        self.attention_pairs = list(attention_pairs)
+        self.writer = writer
+        self.curve_path = Path(curve_path)
+        self._start = time.monotonic()
+        self._offset = _last_elapsed(self.curve_path)
+
+    def on_train_begin(self, logs=None):
+        self._start = time.monotonic()
+        self._offset = _last_elapsed(self.curve_path)
+
+    def on_epoch_end(self, epoch, logs=None):
+        step = global_step(self.model)
+        bleu = corpus_scores(self.translate(self.sources), self.references)[0].value
+        if logs is not None:
+            logs["dev_bleu"] = bleu
+        elapsed = self._offset + time.monotonic() - self._start
+        new_file = not self.curve_path.exists()
+        with open(self.curve_path, "a", encoding="utf-8") as curve:
+            if new_file:
+                curve.write("step\tseconds\tdev_bleu\n")
+            curve.write(f"{step}\t{elapsed:.0f}\t{bleu:.2f}\n")
+        self._write_attention(step)
+
+    def _write_attention(self, step: int) -> None:
+        with self.writer.as_default(step=step):
+            for index, (source, target) in enumerate(self.attention_pairs):
+                for attention in self.attention(source, target):
+                    png = figure_png(attention_figure(attention))
+                    height, width = tf.io.decode_png(png).shape[:2]
+                    write_png(f"attention/sentence{index}/{attention.name}", png, width,
+                              height, step)
+        self.writer.flush()
+
+
+def _last_elapsed(curve_path: Path) -> float:
+    """Wall-clock seconds recorded by the previous segments of a resumed run."""
+    if not curve_path.is_file():
+        return 0.0
+    lines = curve_path.read_text(encoding="utf-8").strip().splitlines()
+    return float(lines[-1].split("\t")[1]) if len(lines) > 1 else 0.0

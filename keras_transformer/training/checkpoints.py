@@ -1,0 +1,72 @@
+"""Weight checkpoints `ckpt-<step>.weights.h5`: atomic writes, retention, averaging.
+
+A checkpoint is written to a hidden temporary file and renamed into place, so a crash
+mid-write never leaves the newest checkpoint unreadable.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import keras
+import numpy as np
+
+_CHECKPOINT = re.compile(r"^ckpt-(\d+)\.weights\.h5$")
+
+
+def checkpoint_path(directory: str | os.PathLike, step: int) -> Path:
+    return Path(directory) / f"ckpt-{step:08d}.weights.h5"
+
+
+def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
+    """The checkpoints in `directory`, oldest (lowest step) first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [(int(match.group(1)), directory / name) for name in os.listdir(directory)
+             if (match := _CHECKPOINT.match(name))]
+    return [path for _, path in sorted(found)]
+
+
+def save_weights_atomic(model: keras.Model, path: str | os.PathLike) -> Path:
+    """`model.save_weights` to a temporary file in the same directory, then rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".weights.h5")
+    os.close(handle)
+    try:
+        model.save_weights(temporary, overwrite=True)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return path
+
+
+def save_checkpoint(model: keras.Model, directory: str | os.PathLike, step: int,
+                    keep: int) -> Path:
+    """Writes `ckpt-<step>` and deletes all but the newest `keep` checkpoints."""
+    path = save_weights_atomic(model, checkpoint_path(directory, step))
+    for old in list_checkpoints(directory)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def average_weights(model: keras.Model, paths: list[Path]) -> None:
+    """Sets `model`'s weights to the element-wise mean of the checkpoints at `paths`.
+
+    Only the model's variables are averaged (not the optimizer's), as in section 6.1.
+    """
+    if not paths:
+        raise ValueError("average: no checkpoints given")
+    totals = None
+    for path in paths:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"checkpoint: no such file {str(path)!r}")
+        model.load_weights(path)
+        weights = [np.asarray(w, dtype=np.float64) for w in model.get_weights()]
+        totals = weights if totals is None else [t + w for t, w in zip(totals, weights)]
+    model.set_weights([(total / len(paths)).astype(variable.dtype)
+                       for total, variable in zip(totals, model.get_weights())])

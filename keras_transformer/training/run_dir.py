@@ -1,0 +1,117 @@
+"""A run directory: `config.json`, `vocab/`, `checkpoints/`, `backup/`, `tensorboard/`.
+
+A directory belongs to one configuration: restarting it with another one is refused rather
+than mixing two runs' weights, optimizer state and logs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from keras_transformer.config import TransformerConfig
+
+CONFIG_FILE = "config.json"
+RUN_FILE = "run.json"
+
+
+class RunDir:
+    """Paths of one training run."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def run_path(self) -> Path:
+        """The training options (data, schedule) that must match on restart."""
+        return self.root / RUN_FILE
+
+    @property
+    def vocab(self) -> Path:
+        return self.root / "vocab"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def backup(self) -> Path:
+        return self.root / "backup"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / "tensorboard"
+
+    @property
+    def final_weights(self) -> Path:
+        return self.root / "model.weights.h5"
+
+    @property
+    def averaged_weights(self) -> Path:
+        return self.root / "averaged.weights.h5"
+
+    def check_writable(self) -> None:
+        """Creates the directory and proves a file can be written there."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.root):
+                pass
+        except OSError as error:
+            raise ValueError(f"--output-dir: cannot write to {str(self.root)!r}: "
+                             f"{error.strerror or error}") from None
+
+    def claim(self, config: TransformerConfig, run_options: dict[str, Any]) -> bool:
+        """Writes `config.json` and `run.json`, or checks them against an earlier start.
+
+        Returns True when the directory already held this run (a restart).
+        Raises ValueError naming the differing fields when it held another one.
+        """
+        self.check_writable()
+        wanted = {CONFIG_FILE: config.to_dict(), RUN_FILE: run_options}
+        existing = {name: _read_json(self.root / name) for name in wanted}
+        if all(value is None for value in existing.values()):
+            for name, value in wanted.items():
+                write_text_atomic(self.root / name, json.dumps(value, indent=2, sort_keys=True))
+            return False
+        for name, value in wanted.items():
+            differences = _differences(existing[name] or {}, value)
+            if differences:
+                raise ValueError(
+                    f"--output-dir: {str(self.root)!r} holds a run with a different "
+                    f"{name} ({'; '.join(differences)}); use a new --output-dir or the "
+                    "original options")
+        return True
+
+    def load_config(self) -> TransformerConfig:
+        if not self.config_path.is_file():
+            raise FileNotFoundError(f"run directory: no {CONFIG_FILE} in {str(self.root)!r}")
+        return TransformerConfig.from_json(self.config_path.read_text(encoding="utf-8"))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Writes via a temporary file and a rename, so readers never see half a file."""
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, encoding="utf-8",
+                                     prefix=f".{path.name}.") as handle:
+        handle.write(text)
+    os.replace(handle.name, path)
+
+
+def _read_json(path: Path) -> Any:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    keys = sorted(set(old) | set(new))
+    return [f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in keys
+            if old.get(key) != new.get(key)]

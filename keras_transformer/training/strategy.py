@@ -1,0 +1,49 @@
+"""Picks the `tf.distribute` strategy for a run (section 5.2: one machine, 8 GPUs).
+
+Call `configure_cpu_replicas` before TensorFlow touches a device; `make_strategy` afterwards.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import tensorflow as tf
+
+
+def configure_cpu_replicas(count: int) -> None:
+    """Splits the CPU into `count` logical devices so the mirrored path runs without GPUs."""
+    if count < 1:
+        raise ValueError(f"--cpu-replicas: must be at least 1, got {count}")
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+    except RuntimeError as error:
+        raise RuntimeError("--cpu-replicas: TensorFlow was initialized before the logical "
+                           f"devices could be configured ({error})") from None
+
+
+def make_strategy(cpu_replicas: int = 0) -> tf.distribute.Strategy:
+    """MultiWorkerMirroredStrategy under `TF_CONFIG`; else MirroredStrategy over the GPUs,
+    or over `cpu_replicas` logical CPUs (when > 0); else the default one-device strategy."""
+    if os.environ.get("TF_CONFIG"):
+        _check_tf_config(os.environ["TF_CONFIG"])
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if cpu_replicas > 0:
+        configure_cpu_replicas(cpu_replicas)
+        devices = [device.name for device in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(
+            devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    gpus = tf.config.list_logical_devices("GPU")
+    if gpus:
+        return tf.distribute.MirroredStrategy([device.name for device in gpus])
+    return tf.distribute.get_strategy()
+
+
+def _check_tf_config(text: str) -> None:
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"TF_CONFIG: not valid JSON ({error})") from None
+    if "cluster" not in config or "task" not in config:
+        raise ValueError("TF_CONFIG: needs 'cluster' and 'task' entries")

@@ -1,0 +1,78 @@
+"""Command-line pieces shared by the trainers: the model config and the run directory."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
+from keras_transformer.config import PRESETS, TransformerConfig
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.model import Transformer
+from keras_transformer.training.checkpoints import list_checkpoints
+from keras_transformer.training.run_dir import RunDir
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, default_preset: str) -> None:
+    """`--preset`, `--config FILE.json` and repeated `--set key=value` (applied in that order)."""
+    parser.add_argument("--preset", default=default_preset, choices=sorted(PRESETS),
+                        help=f"model/training preset (default: {default_preset})")
+    parser.add_argument("--config", metavar="FILE.json",
+                        help="JSON object of config fields overriding the preset")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override one config field (repeatable)")
+
+
+def config_from_args(args: argparse.Namespace) -> TransformerConfig:
+    """The preset, then the `--config` file's fields, then each `--set`."""
+    values: dict[str, Any] = {}
+    if args.config:
+        path = Path(args.config)
+        try:
+            values.update(json.loads(path.read_text(encoding="utf-8")))
+        except OSError as error:
+            raise ValueError(f"--config: cannot read {args.config!r}: {error.strerror}") from None
+        except (json.JSONDecodeError, TypeError, ValueError) as error:
+            raise ValueError(f"--config: {args.config!r} is not a JSON object ({error})") from None
+    for item in args.overrides:
+        key, separator, text = item.partition("=")
+        if not separator or not key:
+            raise ValueError(f"--set: expected KEY=VALUE, got {item!r}")
+        values[key.strip()] = parse_value(text)
+    try:
+        return TransformerConfig.preset(args.preset, **values)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"config: {error}") from None
+
+
+def parse_value(text: str) -> Any:
+    """`--set` values: JSON scalars (`0.1`, `4`, `true`, `null`), else the plain string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def load_run_model(run_dir: str, weights: Optional[str] = None
+                   ) -> tuple[Transformer, SubwordTokenizer]:
+    """The model of a run directory with `weights` (default: the averaged weights if any,
+    else the final weights, else the newest checkpoint) and its tokenizer."""
+    run = RunDir(run_dir)
+    config = run.load_config()
+    path = Path(weights) if weights else _default_weights(run)
+    if not path.is_file():
+        raise FileNotFoundError(f"--weights: no such file {str(path)!r}")
+    model = Transformer(config)
+    model.load_weights(path)
+    return model, SubwordTokenizer.load(run.vocab)
+
+
+def _default_weights(run: RunDir) -> Path:
+    for candidate in (run.averaged_weights, run.final_weights):
+        if candidate.is_file():
+            return candidate
+    checkpoints = list_checkpoints(run.checkpoints)
+    if not checkpoints:
+        raise FileNotFoundError(f"run directory: no weights in {str(run.root)!r}")
+    return checkpoints[-1]

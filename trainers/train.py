@@ -1,0 +1,284 @@
+"""`kt-train`: trains a Transformer with Keras `fit`, evaluates it and exports it.
+
+With no arguments this is the offline quick start: a `tiny` model on the generated demo
+corpus in `runs/demo`, evaluated on the demo test set, TensorBoard logs (with attention
+heatmaps) in `runs/demo/tensorboard`, exported to `saved_models/demo/<version>`.
+
+    kt-train --preset small --train-src train.en.gz --train-tgt train.de.gz \
+        --dev-src val.en.gz --dev-tgt val.de.gz --output-dir runs/multi30k --max-minutes 60
+    kt-train --preset base --tfds wmt14_translate/de-en --source-lang en --target-lang de
+
+A killed run restarts from its last backup when started again with the same options.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from typing import Optional, Sequence
+
+import keras
+import tensorflow as tf
+
+from trainers.common import add_config_arguments, config_from_args
+from keras_transformer.config import TransformerConfig
+from keras_transformer.data import (SubwordTokenizer, load_tfds, make_training_dataset,
+                                    read_parallel, write_demo_corpus)
+from keras_transformer.data.tokenizer import MODEL_FILENAME
+from keras_transformer.decoding.translator import Translator
+from keras_transformer.evaluation import corpus_scores, translate_corpus, write_lines
+from keras_transformer.export import export_translator
+from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity
+from keras_transformer.model import Transformer
+from keras_transformer.optimization import make_optimizer
+from keras_transformer.training.callbacks import (DevEvaluation, PeriodicCheckpoint,
+                                                  StopAtLimit, TensorBoardScalars, global_step)
+from keras_transformer.training.checkpoints import save_weights_atomic
+from keras_transformer.training.run_dir import RunDir
+from keras_transformer.training.strategy import make_strategy
+from keras_transformer.visualization import attention_maps
+
+DEFAULT_STEPS = 1500
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kt-train", description=__doc__.split("\n")[0])
+    add_config_arguments(parser, default_preset="tiny")
+    data = parser.add_argument_group("data (default: the generated demo corpus)")
+    for split in ("train", "dev", "test"):
+        for side in ("src", "tgt"):
+            data.add_argument(f"--{split}-{side}", metavar="FILE",
+                              help=f"{split} {'source' if side == 'src' else 'target'} "
+                                   "sentences, one a line (plain or .gz)")
+    data.add_argument("--tfds", metavar="NAME", help="tensorflow-datasets translation "
+                      "builder, e.g. wmt14_translate/de-en")
+    data.add_argument("--source-lang", default="en", help="tfds source language (default: en)")
+    data.add_argument("--target-lang", default="de", help="tfds target language (default: de)")
+    data.add_argument("--tfds-data-dir", help="tensorflow-datasets data directory")
+    data.add_argument("--tfds-splits", default="train,validation,test",
+                      help="tfds train,dev,test split names (default: train,validation,test)")
+    data.add_argument("--vocab-sentences", type=int, default=2_000_000,
+                      help="sentences sampled to learn the subword vocabulary")
+    run = parser.add_argument_group("run")
+    run.add_argument("--output-dir", default=os.path.join("runs", "demo"),
+                     help="run directory: config, vocab, checkpoints, logs (default: runs/demo)")
+    run.add_argument("--steps", type=int, help=f"total optimizer steps (default: "
+                     f"{DEFAULT_STEPS} unless --epochs or --max-minutes is given)")
+    run.add_argument("--epochs", type=float, help="passes over the training data instead")
+    run.add_argument("--max-minutes", type=float, help="stop after this much wall clock")
+    run.add_argument("--cpu-replicas", type=int, default=0,
+                     help="split the CPU into N logical devices and mirror over them")
+    run.add_argument("--seed", type=int, default=0, help="data order and initialization seed")
+    run.add_argument("--eval-every", type=int, default=500,
+                     help="steps between dev BLEU evaluations and attention images")
+    run.add_argument("--eval-sentences", type=int, default=200,
+                     help="dev sentences translated at each evaluation")
+    run.add_argument("--eval-beam-size", type=int, default=1,
+                     help="beam size of the periodic dev evaluation (1 = greedy)")
+    run.add_argument("--attention-sentences", type=int, default=2,
+                     help="dev pairs drawn as attention heatmaps at each evaluation")
+    run.add_argument("--checkpoint-every-steps", type=int, help="checkpoint interval in steps")
+    run.add_argument("--checkpoint-every-minutes", type=float, default=10.0,
+                     help="checkpoint interval in minutes (default: 10, as in the paper)")
+    run.add_argument("--keep-checkpoints", type=int, default=5,
+                     help="newest checkpoints kept (default: 5)")
+    run.add_argument("--backup-every", type=int, default=100,
+                     help="steps between BackupAndRestore backups (default: 100)")
+    out = parser.add_argument_group("after training")
+    out.add_argument("--test-beam-size", type=int, help="beam of the final test evaluation "
+                     "(default: the config's beam_size)")
+    out.add_argument("--export-name", help="SavedModel name (default: the output dir's name)")
+    out.add_argument("--export-dir", default="saved_models",
+                     help="SavedModel root (default: saved_models)")
+    out.add_argument("--no-export", action="store_true", help="skip the SavedModel export")
+    return parser
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """Parses and cross-checks the options; every error names its flag."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    local = {name: getattr(args, name.replace("-", "_")) for name in
+             ("train-src", "train-tgt", "dev-src", "dev-tgt", "test-src", "test-tgt")}
+    if args.tfds and any(local.values()):
+        parser.error("--tfds: cannot be combined with local files (--train-src, ...)")
+    for split in ("train", "dev", "test"):
+        if bool(local[f"{split}-src"]) != bool(local[f"{split}-tgt"]):
+            parser.error(f"--{split}-src and --{split}-tgt: give both or neither")
+    if any(local.values()) and not (local["train-src"] and local["dev-src"]):
+        parser.error("--train-src/--dev-src: local data needs at least train and dev files")
+    if args.steps is not None and args.epochs is not None:
+        parser.error("--steps and --epochs: give one, not both")
+    positive = {"steps": args.steps, "epochs": args.epochs, "max_minutes": args.max_minutes,
+                "eval_every": args.eval_every, "eval_sentences": args.eval_sentences,
+                "eval_beam_size": args.eval_beam_size, "backup_every": args.backup_every,
+                "checkpoint_every_steps": args.checkpoint_every_steps,
+                "checkpoint_every_minutes": args.checkpoint_every_minutes,
+                "keep_checkpoints": args.keep_checkpoints, "vocab_sentences": args.vocab_sentences,
+                "test_beam_size": args.test_beam_size}
+    for name, value in positive.items():
+        if value is not None and value <= 0:
+            parser.error(f"--{name.replace('_', '-')}: must be positive, got {value}")
+    for name in ("cpu_replicas", "attention_sentences"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')}: must be non-negative")
+    if args.cpu_replicas and os.environ.get("TF_CONFIG"):
+        parser.error("--cpu-replicas: cannot be combined with TF_CONFIG (multi-worker)")
+    if len(args.tfds_splits.split(",")) != 3:
+        parser.error("--tfds-splits: expected three comma-separated names train,dev,test")
+    if args.steps is None and args.epochs is None and args.max_minutes is None:
+        args.steps = DEFAULT_STEPS
+    try:
+        args.model_config = config_from_args(args)
+    except ValueError as error:
+        parser.error(str(error))
+    return args
+
+
+def run_options(args: argparse.Namespace) -> dict:
+    """The options a restart must repeat: data, vocabulary and seed (not the step budget)."""
+    names = ("train_src", "train_tgt", "dev_src", "dev_tgt", "tfds", "source_lang",
+             "target_lang", "tfds_splits", "vocab_sentences", "seed")
+    return {name: getattr(args, name) for name in names}
+
+
+def load_corpora(args: argparse.Namespace, run: RunDir) -> dict[str, tuple[list[str], list[str]]]:
+    """split -> (sources, targets) for the splits the options name (test is optional)."""
+    if args.tfds:
+        names = dict(zip(("train", "dev", "test"), args.tfds_splits.split(",")))
+        return {split: load_tfds(args.tfds, name, args.source_lang, args.target_lang,
+                                 data_dir=args.tfds_data_dir) for split, name in names.items()}
+    if args.train_src:
+        return {split: read_parallel(getattr(args, f"{split}_src"), getattr(args, f"{split}_tgt"))
+                for split in ("train", "dev", "test") if getattr(args, f"{split}_src")}
+    paths = write_demo_corpus(run.root / "demo_corpus", seed=args.seed)
+    return {split: read_parallel(*pair) for split, pair in paths.items()}
+
+
+def load_or_train_tokenizer(run: RunDir, config: TransformerConfig,
+                            train: tuple[list[str], list[str]], max_sentences: int,
+                            seed: int) -> SubwordTokenizer:
+    """The run's shared vocabulary: reloaded on restart, else learned from train."""
+    if (run.vocab / MODEL_FILENAME).is_file():
+        tokenizer = SubwordTokenizer.load(run.vocab)
+    else:
+        sources, targets = train
+        tokenizer = SubwordTokenizer.train(sources + targets, config.vocab_size, run.vocab,
+                                           max_sentences=max_sentences, seed=seed)
+    if tokenizer.vocab_size != config.vocab_size:
+        raise ValueError(f"vocab: {run.vocab} has {tokenizer.vocab_size} pieces but the config "
+                         f"says vocab_size={config.vocab_size}")
+    return tokenizer
+
+
+def step_budget(args: argparse.Namespace, train_batches: tf.data.Dataset) -> Optional[int]:
+    """Total steps: `--steps`, or `--epochs` times the batches in one pass over the data."""
+    if args.epochs is None:
+        return args.steps
+    batches_per_epoch = sum(1 for _ in train_batches)
+    return max(1, math.ceil(args.epochs * batches_per_epoch))
+
+
+def compiled_model(config: TransformerConfig) -> tuple[Transformer, MaskedTokenAccuracy]:
+    """A Transformer compiled with the paper's optimizer, schedule and loss (in scope)."""
+    model = Transformer(config)
+    accuracy = MaskedTokenAccuracy()
+    model.compile(optimizer=make_optimizer(config),
+                  loss=LabelSmoothedCrossEntropy(config.label_smoothing),
+                  metrics=[accuracy, Perplexity()])
+    return model, accuracy
+
+
+def training_callbacks(args: argparse.Namespace, run: RunDir, model_parts: tuple,
+                       dev: tuple[list[str], list[str]], max_steps: Optional[int]) -> list:
+    """Backup first (it restores before the others start); dev BLEU before the scalar
+    writer, which records it."""
+    model, accuracy, tokenizer = model_parts
+    translator = Translator(model, tokenizer, beam_size=args.eval_beam_size)
+    writer = tf.summary.create_file_writer(os.fspath(run.tensorboard))
+    sources, references = (side[:args.eval_sentences] for side in dev)
+    pairs = list(zip(*dev))[:args.attention_sentences]
+    return [
+        keras.callbacks.BackupAndRestore(os.fspath(run.backup), save_freq=args.backup_every,
+                                         double_checkpoint=True, delete_checkpoint=False),
+        StopAtLimit(max_steps, args.max_minutes),
+        keras.callbacks.TerminateOnNaN(),
+        DevEvaluation(lambda texts: translate_corpus(translator, texts), sources, references,
+                      lambda source, target: attention_maps(model, tokenizer, source, target),
+                      pairs, writer, run.root / "bleu_curve.tsv"),
+        TensorBoardScalars(writer, accuracy),
+        PeriodicCheckpoint(run.checkpoints, args.checkpoint_every_steps,
+                           args.checkpoint_every_minutes, args.keep_checkpoints),
+    ]
+
+
+def evaluate_test(args: argparse.Namespace, run: RunDir, model: Transformer,
+                  tokenizer: SubwordTokenizer, test: tuple[list[str], list[str]]) -> dict:
+    """Beam-search translation of the test set: hypotheses file and sacreBLEU/chrF."""
+    translator = Translator(model, tokenizer, beam_size=args.test_beam_size)
+    hypotheses = translate_corpus(translator, test[0])
+    hypotheses_path = run.root / "test.hyp"
+    write_lines(os.fspath(hypotheses_path), hypotheses)
+    scores = corpus_scores(hypotheses, test[1])
+    for score in scores:
+        print(f"test {score}")
+    return {"hypotheses": os.fspath(hypotheses_path),
+            **{score.name: round(score.value, 2) for score in scores}}
+
+
+def train(args: argparse.Namespace) -> dict:
+    """Runs the whole job; returns a summary (paths, steps, scores)."""
+    config, run = args.model_config, RunDir(args.output_dir)
+    strategy = make_strategy(args.cpu_replicas)
+    resumed = run.claim(config, run_options(args))
+    keras.utils.set_random_seed(args.seed)
+    corpora = load_corpora(args, run)
+    tokenizer = load_or_train_tokenizer(run, config, corpora["train"], args.vocab_sentences,
+                                        args.seed)
+    replicas = strategy.num_replicas_in_sync
+    batches = make_training_dataset(*corpora["train"], tokenizer, config.batch_tokens,
+                                    config.max_length, args.seed, batch_multiple=replicas)
+    max_steps = step_budget(args, batches)
+    with strategy.scope():
+        model, accuracy = compiled_model(config)
+    callbacks = training_callbacks(args, run, (model, accuracy, tokenizer), corpora["dev"],
+                                   max_steps)
+    epochs = math.ceil(max_steps / args.eval_every) if max_steps else 1_000_000
+    print(f"kt-train: {'resuming' if resumed else 'starting'} {run.root} on {replicas} "
+          f"replica(s), {max_steps or 'unlimited'} steps", file=sys.stderr)
+    history = model.fit(batches.repeat(), epochs=epochs, steps_per_epoch=args.eval_every,
+                        callbacks=callbacks, verbose=2)
+    if model.stop_training and not math.isfinite(history.history.get("loss", [0.0])[-1]):
+        raise TrainingError("loss became NaN; nothing exported (see the checkpoints)")
+    save_weights_atomic(model, run.final_weights)
+    summary = {"run_dir": os.fspath(run.root), "steps": global_step(model),
+               "weights": os.fspath(run.final_weights)}
+    if "test" in corpora:
+        summary["test"] = evaluate_test(args, run, model, tokenizer, corpora["test"])
+    if not args.no_export:
+        name = args.export_name or run.root.resolve().name
+        summary["export"] = export_translator(model, tokenizer, name, args.export_dir)
+    return summary
+
+
+class TrainingError(RuntimeError):
+    """Training ran but produced nothing usable."""
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        RunDir(args.output_dir).check_writable()
+        summary = train(args)
+    except (TrainingError, ValueError, FileNotFoundError) as error:
+        print(f"kt-train: error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
