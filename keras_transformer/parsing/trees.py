@@ -75,7 +75,7 @@ def read_trees(text: str, source: str = "<string>") -> list[Tree]:
                 if not stack:
                     start_line = line_number
                 label = ""
-                if position < len(tokens) and tokens[position] not in "()":
+                if position < len(tokens) and tokens[position] not in ("(", ")"):
                     label = tokens[position]
                     position += 1
                 stack.append((label, []))
