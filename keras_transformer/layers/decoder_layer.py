@@ -2,30 +2,15 @@
 import keras
 from keras import ops
 
-from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.layers.feed_forward import PositionwiseFeedForward
-from keras_transformer.layers.residual import ResidualNorm
+from keras_transformer.layers.block import TransformerBlock
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class DecoderLayer(keras.layers.Layer):
-    def __init__(self, num_heads: int, key_dim: int, value_dim: int, d_ff: int,
-                 dropout: float = 0.1, attention_dropout: float = 0.0, norm: str = "post",
-                 epsilon: float = 1e-6, **kwargs):
-        super().__init__(**kwargs)
-        self.settings = dict(num_heads=num_heads, key_dim=key_dim, value_dim=value_dim,
-                             d_ff=d_ff, dropout=dropout, attention_dropout=attention_dropout,
-                             norm=norm, epsilon=epsilon)
-        self.self_attention = MultiHeadAttention(num_heads, key_dim, value_dim,
-                                                 dropout=attention_dropout, name="self_attention")
-        self.cross_attention = MultiHeadAttention(num_heads, key_dim, value_dim,
-                                                  dropout=attention_dropout,
-                                                  name="cross_attention")
-        self.feed_forward = PositionwiseFeedForward(d_ff, name="feed_forward")
-        self.self_residual = ResidualNorm(norm, dropout, epsilon, name="self_residual")
-        self.cross_residual = ResidualNorm(norm, dropout, epsilon, name="cross_residual")
-        self.feed_forward_residual = ResidualNorm(norm, dropout, epsilon,
-                                                  name="feed_forward_residual")
+class DecoderLayer(TransformerBlock):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cross_attention = self.attention("cross_attention")
+        self.cross_residual = self.residual("cross_residual")
 
     def build(self, input_shape, encoder_shape=None) -> None:
         self.self_attention.build(input_shape)
@@ -78,9 +63,4 @@ class DecoderLayer(keras.layers.Layer):
             attention_mask=cross_mask, cache=cache, training=training,
             return_attention_scores=True)
         x = self.cross_residual(x, attended, training=training)
-        x = self.feed_forward_residual(
-            x, self.feed_forward(self.feed_forward_residual.normalize_input(x)), training=training)
-        return x, cross_weights
-
-    def get_config(self) -> dict:
-        return {**super().get_config(), **self.settings}
+        return self.feed_forward_block(x, training), cross_weights
