@@ -6,6 +6,7 @@ them) and written to TensorBoard at the global step.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -36,6 +37,7 @@ class StopAtLimit(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self._start = time.monotonic()
+        print(f"kt-train: training from global step {global_step(self.model)}", file=sys.stderr)
         self._check()
 
     def on_train_batch_end(self, batch, logs=None):

@@ -99,6 +99,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, encoding="utf-8",
                                      prefix=f".{path.name}.") as handle:
         handle.write(text)
+    os.chmod(handle.name, 0o644)
     os.replace(handle.name, path)
 
 

@@ -1,0 +1,62 @@
+"""Checkpoint files: element-wise averaging, retention of the newest K, atomic writes."""
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from keras_transformer.training.checkpoints import (average_weights, list_checkpoints,
+                                                    save_checkpoint, save_weights_atomic)
+
+CONFIG = kt.TransformerConfig.preset("tiny", vocab_size=30, d_model=16, d_ff=32, num_heads=2,
+                                     num_layers=1)
+
+
+def randomized(model, seed):
+    rng = np.random.default_rng(seed)
+    model.set_weights([rng.normal(size=w.shape).astype(w.dtype) for w in model.get_weights()])
+    return model.get_weights()
+
+
+def test_average_of_three_checkpoints_is_elementwise_mean(tmp_path):
+    model = kt.Transformer(CONFIG)
+    saved = []
+    for step in (10, 20, 30):
+        saved.append(randomized(model, step))
+        save_checkpoint(model, tmp_path, step, keep=5)
+    averaged = kt.Transformer(CONFIG)
+    average_weights(averaged, list_checkpoints(tmp_path))
+    for got, *parts in zip(averaged.get_weights(), *saved):
+        np.testing.assert_allclose(got, np.mean(parts, axis=0), rtol=1e-6, atol=1e-6)
+
+
+def test_keeps_only_newest_checkpoints_in_step_order(tmp_path):
+    model = kt.Transformer(CONFIG)
+    for step in (5, 100, 40, 7):
+        save_checkpoint(model, tmp_path, step, keep=2)
+    assert [path.name for path in list_checkpoints(tmp_path)] == [
+        "ckpt-00000040.weights.h5", "ckpt-00000100.weights.h5"]
+
+
+def test_failed_write_keeps_previous_checkpoint_readable(tmp_path, monkeypatch):
+    model = kt.Transformer(CONFIG)
+    good = randomized(model, 1)
+    path = save_weights_atomic(model, tmp_path / "ckpt-00000001.weights.h5")
+    randomized(model, 2)
+
+    def crash(filepath, overwrite=True):
+        with open(filepath, "wb") as partial:
+            partial.write(b"half a file")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(model, "save_weights", crash)
+    with pytest.raises(OSError):
+        save_weights_atomic(model, path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no temporary left
+    restored = kt.Transformer(CONFIG)
+    restored.load_weights(path)
+    for got, want in zip(restored.get_weights(), good):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_average_names_missing_checkpoint(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.weights.h5"):
+        average_weights(kt.Transformer(CONFIG), [tmp_path / "nope.weights.h5"])

@@ -1,0 +1,79 @@
+"""kt-train, kt-evaluate and kt-average-checkpoints reject bad input before any work."""
+import json
+
+import pytest
+
+import keras_transformer as kt
+from keras_transformer.training.run_dir import RunDir
+from trainers import average_checkpoints, evaluate, train
+
+
+def parse_error(capsys, parse, argv):
+    with pytest.raises(SystemExit) as exit_info:
+        parse(argv)
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--preset", "huge"], "--preset: invalid choice: 'huge'"),
+    (["--learning-rate", "1"], "unrecognized arguments: --learning-rate"),
+    (["--steps", "10", "--epochs", "1"], "--steps and --epochs"),
+    (["--tfds", "wmt14_translate/de-en", "--train-src", "a", "--train-tgt", "b"], "--tfds"),
+    (["--train-src", "a.en"], "--train-src and --train-tgt"),
+    (["--train-src", "a", "--train-tgt", "b"], "at least train and dev"),
+    (["--steps", "0"], "--steps: must be positive"),
+    (["--set", "d_modle=8"], "unknown config field(s) ['d_modle']"),
+    (["--set", "dropout"], "--set: expected KEY=VALUE"),
+    (["--set", "dropout=1.5"], "dropout: must be in [0, 1)"),
+])
+def test_train_rejects_bad_options(capsys, argv, message):
+    assert message in parse_error(capsys, train.parse_args, argv)
+
+
+def test_config_layers_preset_file_and_set(tmp_path):
+    config_file = tmp_path / "overrides.json"
+    config_file.write_text(json.dumps({"d_model": 32, "dropout": 0.3}))
+    args = train.parse_args(["--preset", "small", "--config", str(config_file),
+                             "--set", "dropout=0.2", "--set", "share_embeddings=false"])
+    assert args.model_config == kt.TransformerConfig.preset(
+        "small", d_model=32, dropout=0.2, share_embeddings=False)
+
+
+def test_config_file_errors_name_the_file(capsys, tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert "--config: " in parse_error(capsys, train.parse_args, ["--config", str(broken)])
+    assert "missing.json" in parse_error(capsys, train.parse_args,
+                                         ["--config", str(tmp_path / "missing.json")])
+
+
+def test_unwritable_output_dir_fails_before_training(capsys, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert train.main(["--output-dir", str(blocker / "run")]) == 2
+    assert "--output-dir: cannot write to" in capsys.readouterr().err
+    assert not (blocker.parent / "run").exists()
+
+
+def test_run_dir_refuses_a_different_config(tmp_path):
+    run = RunDir(tmp_path / "run")
+    config = kt.TransformerConfig.preset("tiny")
+    assert run.claim(config, {"seed": 0}) is False
+    assert run.claim(config, {"seed": 0}) is True
+    with pytest.raises(ValueError, match=r"config.json \(d_model: 64 -> 32\)"):
+        run.claim(config.replace(d_model=32), {"seed": 0})
+    with pytest.raises(ValueError, match=r"run.json \(seed: 0 -> 1\)"):
+        run.claim(config, {"seed": 1})
+    assert RunDir(tmp_path / "run").load_config() == config
+
+
+def test_evaluate_and_average_reject_bad_input(capsys, tmp_path):
+    assert "--src and --ref" in parse_error(capsys, evaluate.parse_args, [str(tmp_path)])
+    message = parse_error(capsys, evaluate.parse_args,
+                          [str(tmp_path), "--src", str(tmp_path / "x.en"), "--ref", "y"])
+    assert "--src: no such file" in message
+    assert "--last: must be at least 1" in parse_error(capsys, average_checkpoints.parse_args,
+                                                       [str(tmp_path), "--last", "0"])
+    assert average_checkpoints.main([str(tmp_path)]) == 2
+    assert "no config.json" in capsys.readouterr().err
