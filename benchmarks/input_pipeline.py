@@ -134,7 +134,8 @@ def main() -> None:
           f"{step_seconds:.3f} s/step): {train_sentences:,.0f} sentences/s, "
           f"{train_tokens:,.0f} tokens/s")
     ratio = pipe_tokens / train_tokens
-    print(f"pipeline / training = {ratio:.1f}x ({'OK' if ratio >= 10 else 'TOO SLOW'}: need >= 10x)")
+    verdict = "OK" if ratio >= 10 else "TOO SLOW"
+    print(f"pipeline / training = {ratio:.1f}x ({verdict}: need >= 10x)")
 
 
 if __name__ == "__main__":

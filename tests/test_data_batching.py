@@ -1,6 +1,5 @@
 """tf.data batching: token budgets, bucketing, filtering, determinism, eval order."""
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -16,7 +16,8 @@ from keras_transformer.data.demo_corpus import SPLIT_SIZES, english_number, germ
         (42, "forty-two", "zweiundvierzig"),
         (307, "three hundred and seven", "dreihundertsieben"),
         (1100, "one thousand one hundred", "eintausendeinhundert"),
-        (9999, "nine thousand nine hundred and ninety-nine", "neuntausendneunhundertneunundneunzig"),
+        (9999, "nine thousand nine hundred and ninety-nine",
+         "neuntausendneunhundertneunundneunzig"),
     ],
 )
 def test_number_words(number: int, english: str, german: str) -> None:

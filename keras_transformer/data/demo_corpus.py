@@ -101,7 +101,8 @@ def _sample_pair(rng: random.Random) -> tuple[str, str]:
     if number == 1:
         en_np, de_np, be = f"one {en_sg}", de_sg, "is"
     else:
-        en_np, de_np, be = f"{english_number(number)} {en_pl}", f"{german_number(number)} {de_pl}", "are"
+        en_np, be = f"{english_number(number)} {en_pl}", "are"
+        de_np = f"{german_number(number)} {de_pl}"
     return en_frame.format(n=en_np, be=be), de_frame.format(n=de_np)
 
 

@@ -5,7 +5,7 @@ tensors are int32 and padded with PAD_ID (0).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
@@ -38,7 +38,7 @@ def _truncate(ids: tf.RaggedTensor, max_tokens: int | None) -> tf.RaggedTensor:
 
 def _model_triples(
     tokenizer: SubwordTokenizer, max_length: int | None
-) -> "callable[[tf.Tensor, tf.Tensor], tuple[tf.RaggedTensor, ...]]":
+) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.RaggedTensor, ...]]:
     """Return a batch map: strings -> ragged (source, target_in, target_out).
 
     With ``max_length`` set, over-long sequences are truncated to ``max_length`` ids.

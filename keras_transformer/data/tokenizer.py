@@ -23,7 +23,7 @@ MODEL_FILENAME = "spm.model"
 
 
 class SubwordTokenizer(tf.Module):
-    """A sentencepiece model with in-graph ``tokenize`` / ``detokenize`` (pad 0 unk 1 bos 2 eos 3)."""
+    """A sentencepiece model with in-graph ``tokenize``/``detokenize``; pad 0 unk 1 bos 2 eos 3."""
 
     def __init__(self, model_proto: bytes, name: str = "subword_tokenizer") -> None:
         super().__init__(name=name)
