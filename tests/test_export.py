@@ -1,0 +1,226 @@
+"""SavedModel export: layout, signatures, op set, fresh-process loading, bad serving input."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow.python.framework import op_def_registry
+
+import keras_transformer as kt
+from keras_transformer.data import SubwordTokenizer
+from keras_transformer.decoding.translator import Translator
+from keras_transformer.export import export_translator, next_version
+from trainers import export as export_cli
+
+SETTINGS = dict(beam_size=3, alpha=0.6, max_extra=5)
+GOOD = ["The cat sits on the mat.", "A small dog runs."]
+LONG = " ".join(["The cat sits on the mat."] * 40)
+BAD_UTF8 = b"\xff\xfe caf\xc3"
+
+
+@pytest.fixture(scope="module")
+def tokenizer(demo_train, tmp_path_factory) -> SubwordTokenizer:
+    # Built here rather than shared: tf.random.set_seed elsewhere (e.g. in another module)
+    # clears TF's kernel cache, which frees tensorflow_text's kernel-owned SentencePiece
+    # resource of any tokenizer built before it.
+    sources, targets = demo_train
+    return SubwordTokenizer.train(sources + targets, 500, tmp_path_factory.mktemp("vocab"))
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return kt.Transformer(kt.TransformerConfig.preset(
+        "tiny", vocab_size=tokenizer.vocab_size, max_length=24))
+
+
+@pytest.fixture(scope="module")
+def exported(model, tokenizer, tmp_path_factory) -> str:
+    return export_translator(model, tokenizer, "demo",
+                             tmp_path_factory.mktemp("saved_models"), **SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def loaded(exported):
+    return tf.saved_model.load(exported)
+
+
+@pytest.fixture(scope="module")
+def serving(loaded):
+    return loaded.signatures["serving_default"]
+
+
+@pytest.fixture(scope="module")
+def translate_ids(loaded):
+    return loaded.signatures["translate_ids"]
+
+
+@pytest.fixture(scope="module")
+def translator(model, tokenizer) -> Translator:
+    return Translator(model, tokenizer, **SETTINGS)
+
+
+def _translate(serving, texts) -> tuple[list[bytes], np.ndarray]:
+    out = serving(text=tf.constant(texts, tf.string))
+    return out["translation"].numpy().tolist(), out["score"].numpy()
+
+
+def test_layout_uses_the_next_free_integer_version(model, tokenizer, tmp_path):
+    (tmp_path / "demo" / "7").mkdir(parents=True)
+    first = export_translator(model, tokenizer, "demo", tmp_path, beam_size=1)
+    second = export_translator(model, tokenizer, "demo", tmp_path, beam_size=1)
+    assert (os.path.basename(first), os.path.basename(second)) == ("8", "9")
+    assert sorted(os.listdir(tmp_path / "demo")) == ["7", "8", "9"]
+    assert os.path.isfile(os.path.join(first, "saved_model.pb"))
+    assert os.path.isfile(os.path.join(first, "assets", "spm.model"))
+    assert next_version(tmp_path / "missing") == 1
+
+
+def test_bad_name_is_rejected(model, tokenizer, tmp_path):
+    with pytest.raises(ValueError, match="name"):
+        export_translator(model, tokenizer, "../escape", tmp_path)
+
+
+def test_exported_equals_in_process(serving, translate_ids, translator):
+    texts = GOOD + ["", LONG]
+    exported_text, exported_scores = _translate(serving, texts)
+    local = translator.translate(tf.constant(texts))
+    assert exported_text == local["translation"].numpy().tolist()
+    np.testing.assert_allclose(exported_scores, local["score"].numpy(), atol=1e-6)
+    ids = tf.constant([[20, 21, 22, 0], [30, 0, 0, 0]], tf.int32)
+    exported_ids = translate_ids(source_ids=ids)
+    local_ids = translator.translate_ids(ids)
+    for key in ("ids", "score", "nbest_ids", "nbest_scores"):
+        np.testing.assert_allclose(exported_ids[key].numpy(), local_ids[key].numpy(), atol=1e-6)
+
+
+FRESH_PROCESS = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+serving = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+out = serving(text=tf.constant(json.loads(sys.argv[2])))
+assert not [name for name in sys.modules if name.startswith("keras_transformer")]
+print(json.dumps({"translation": [t.hex() for t in out["translation"].numpy().tolist()],
+                  "score": out["score"].numpy().tolist()}))
+"""
+
+
+@pytest.mark.slow
+def test_fresh_process_with_only_tensorflow_and_text_translates_identically(
+        exported, translator, tmp_path):
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    run = subprocess.run([sys.executable, "-c", FRESH_PROCESS, exported, json.dumps(GOOD)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    fresh = json.loads(run.stdout.strip().splitlines()[-1])
+    local = translator.translate(tf.constant(GOOD))
+    assert [bytes.fromhex(t) for t in fresh["translation"]] == \
+        local["translation"].numpy().tolist()
+    np.testing.assert_allclose(fresh["score"], local["score"].numpy(), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_saved_model_cli_lists_the_signatures(exported):
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    run = subprocess.run([cli, "show", "--dir", exported, "--all"], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    for expected in ("signature_def['serving_default']", "signature_def['translate_ids']",
+                     "inputs['text']", "outputs['translation']", "outputs['score']",
+                     "inputs['source_ids']", "outputs['ids']"):
+        assert expected in run.stdout
+
+
+def _tf_text_op_names() -> set[str]:
+    import tensorflow_text
+    libraries = glob.glob(os.path.join(os.path.dirname(tensorflow_text.__file__), "python",
+                                       "ops", "_*.so"))
+    names = set()
+    for library in libraries:
+        module = tf.load_op_library(library)
+        names |= {name for name in dir(module) if op_def_registry.get(name) is not None}
+    return names
+
+
+def test_graph_uses_only_core_and_tf_text_ops(exported):
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(exported, "saved_model.pb"), "rb") as handle:
+        proto.ParseFromString(handle.read())
+    used = set()
+    for graph in proto.meta_graphs:
+        used |= {node.op for node in graph.graph_def.node}
+        for function in graph.graph_def.library.function:
+            used |= {node.op for node in function.node_def}
+    text_ops = _tf_text_op_names()
+    assert {"SentencepieceOp", "SentencepieceTokenizeOp"} <= text_ops
+    core_ops = set(dir(tf.raw_ops))
+    unknown = sorted(used - core_ops - text_ops)
+    print("op types:", sorted(used))
+    assert not unknown, f"ops neither core TF nor TF Text: {unknown}"
+    assert used & text_ops, "tokenization is not inside the graph"
+
+
+def test_empty_string_gives_empty_translation(serving):
+    translations, scores = _translate(serving, ["", GOOD[0]])
+    assert translations[0] == b"" and scores[0] == 0.0 and translations[1] != b""
+
+
+def test_empty_batch_gives_empty_outputs(serving):
+    translations, scores = _translate(serving, [])
+    assert translations == [] and scores.shape == (0,)
+
+
+def test_long_input_is_truncated_to_max_length(serving, translate_ids, tokenizer, model):
+    translations, scores = _translate(serving, [LONG])
+    kept = tokenizer.tokenize(tf.constant([LONG]))[:, :model.config.max_length - 1]
+    assert tokenizer.tokenize(tf.constant([LONG])).row_lengths()[0] > model.config.max_length
+    by_ids = translate_ids(source_ids=kept.to_tensor())
+    np.testing.assert_allclose(scores, by_ids["score"].numpy(), atol=1e-6)
+    assert translations == tokenizer.detokenize(by_ids["ids"]).numpy().tolist()
+
+
+def test_invalid_utf8_does_not_crash(serving):
+    translations, scores = _translate(serving, [BAD_UTF8])
+    translations[0].decode("utf-8")
+    assert np.isfinite(scores).all()
+
+
+def test_mixed_batch_translates_good_sentences_as_alone(serving):
+    mixed_text, mixed_scores = _translate(serving, [GOOD[0], "", BAD_UTF8, LONG, GOOD[1]])
+    alone = [_translate(serving, [sentence]) for sentence in GOOD]
+    assert [mixed_text[0], mixed_text[4]] == [text[0] for text, _ in alone]
+    np.testing.assert_allclose([mixed_scores[0], mixed_scores[4]],
+                               [scores[0] for _, scores in alone], atol=1e-5)
+    assert mixed_text[1] == b""
+
+
+def test_translate_ids_tolerates_out_of_range_ids(translate_ids):
+    out = translate_ids(source_ids=tf.constant([[-5, 10 ** 6, 20, 0]], tf.int32))
+    assert np.isfinite(out["score"].numpy()).all()
+
+
+@pytest.mark.slow
+def test_cli_exports_a_keras_file(model, tokenizer, tmp_path, capsys):
+    model.save(tmp_path / "model.keras")
+    tokenizer.save(tmp_path / "vocabulary")
+    code = export_cli.main([str(tmp_path / "model.keras"), str(tmp_path / "vocabulary"),
+                            "--name", "cli", "--base-dir", str(tmp_path / "out"),
+                            "--beam-size", "2", "--alpha", "0.5", "--extra-length", "3"])
+    assert code == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "out" / "cli" / "1")
+
+
+def test_cli_names_bad_arguments(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        export_cli.parse_args(["m", "v", "--name", "x", "--beam-size", "0"])
+    assert "--beam-size" in capsys.readouterr().err
+    assert export_cli.main([str(tmp_path / "nothing"), str(tmp_path), "--name", "x"]) == 2
+    assert "vocabulary" in capsys.readouterr().err
