@@ -1,0 +1,110 @@
+"""Short kt-train runs: TensorBoard contents, outputs, and resuming after SIGKILL."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+from keras_transformer.data import write_demo_corpus
+from trainers import train
+
+ROOT = Path(__file__).resolve().parents[1]
+MICRO = ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
+         "--set", "num_layers=1", "--set", "batch_tokens=512", "--set", "max_length=48",
+         "--eval-sentences", "8", "--attention-sentences", "1", "--no-export"]
+SCALARS = {"loss", "token_accuracy", "perplexity", "learning_rate", "tokens_per_second",
+           "dev_bleu"}
+
+
+def local_data_args(directory: Path) -> list[str]:
+    paths = write_demo_corpus(directory)
+    return ["--train-src", paths["train"][0], "--train-tgt", paths["train"][1],
+            "--dev-src", paths["dev"][0], "--dev-tgt", paths["dev"][1]]
+
+
+def summaries(log_dir: Path) -> dict[str, list]:
+    """tag -> [(step, TensorProto)] of every event file under `log_dir`."""
+    found: dict[str, list] = {}
+    for path in log_dir.rglob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                found.setdefault(value.tag, []).append((event.step, value))
+    return found
+
+
+def final_summary(output: str) -> dict:
+    """The JSON summary kt-train prints last (after Keras' progress lines)."""
+    return json.loads(output[output.rindex("\n{\n") + 1:])
+
+
+@pytest.mark.slow
+def test_short_run_logs_scalars_and_attention_images(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert train.main(MICRO + ["--output-dir", str(run_dir), "--steps", "4",
+                               "--eval-every", "2", "--test-beam-size", "1"]) == 0
+    result = final_summary(capsys.readouterr().out)
+    assert result["steps"] == 4 and "BLEU" in result["test"]
+    found = summaries(run_dir / "tensorboard")
+    assert SCALARS <= set(found)
+    assert [step for step, _ in found["loss"]] == [2, 4]
+    learning_rates = [tf.make_ndarray(value.tensor) for _, value in found["learning_rate"]]
+    assert learning_rates[1] > learning_rates[0] > 0  # warmup: the rate rises
+    images = {tag: values for tag, values in found.items() if tag.startswith("attention/")}
+    kinds = {"encoder_self_layer0", "decoder_self_layer0", "encoder_decoder_layer0"}
+    assert {tag.rsplit("/", 1)[1] for tag in images} == kinds
+    for values in images.values():
+        assert [step for step, _ in values] == [2, 4]
+        _, value = values[0]
+        assert value.metadata.plugin_data.plugin_name == "images"
+        width, height, png = value.tensor.string_val
+        assert png.startswith(b"\x89PNG") and int(width) > 0 and int(height) > 0
+    curve = (run_dir / "bleu_curve.tsv").read_text().splitlines()
+    assert curve[0] == "step\tseconds\tdev_bleu" and [line.split("\t")[0] for line in
+                                                       curve[1:]] == ["2", "4"]
+    assert (run_dir / "model.weights.h5").is_file()
+    assert len((run_dir / "test.hyp").read_text().splitlines()) == 500
+
+
+def start_training(argv: list[str], log: Path) -> subprocess.Popen:
+    with open(log, "ab") as output:
+        return subprocess.Popen([sys.executable, "-m", "trainers.train", *argv], cwd=ROOT,
+                                stdout=output, stderr=subprocess.STDOUT)
+
+
+def starting_step(log: Path) -> int:
+    lines = [line for line in log.read_text().splitlines()
+             if line.startswith("kt-train: training from global step")]
+    return int(lines[-1].rsplit(" ", 1)[1])
+
+
+@pytest.mark.slow
+def test_sigkill_then_restart_resumes_from_backup(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = MICRO + local_data_args(tmp_path / "data") + [
+        "--output-dir", str(run_dir), "--steps", "400", "--eval-every", "1000",
+        "--backup-every", "5"]
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    first = start_training(argv, first_log)
+    backup = run_dir / "backup" / "training_metadata.json"
+    deadline = time.monotonic() + 240
+    while not backup.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    assert first.poll() is None, f"finished before it could be killed:\n{first_log.read_text()}"
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert not (run_dir / "model.weights.h5").exists()
+
+    second = start_training(argv, second_log)
+    assert second.wait(timeout=400) == 0, second_log.read_text()
+    assert starting_step(first_log) == 0
+    resumed_at = starting_step(second_log)
+    assert resumed_at >= 5 and resumed_at % 5 == 0
+    summary = final_summary(second_log.read_text())
+    assert summary["steps"] == 400
+    assert os.path.getsize(run_dir / "model.weights.h5") > 0
