@@ -39,12 +39,20 @@ def multi30k_train(multi30k: Path) -> tuple[list[str], list[str]]:
 
 
 @pytest.fixture(scope="session")
-def multi30k_tokenizer(
+def multi30k_vocab(
     multi30k_train: tuple[list[str], list[str]], tmp_path_factory: pytest.TempPathFactory
-) -> SubwordTokenizer:
-    """An 8000-piece shared vocabulary learned from Multi30k train."""
+) -> Path:
+    """Directory of an 8000-piece shared vocabulary learned once from Multi30k train."""
     sources, targets = multi30k_train
-    return SubwordTokenizer.train(sources + targets, 8000, tmp_path_factory.mktemp("vocab"))
+    directory = tmp_path_factory.mktemp("vocab")
+    SubwordTokenizer.train(sources + targets, 8000, directory)
+    return directory
+
+
+@pytest.fixture
+def multi30k_tokenizer(multi30k_vocab: Path) -> SubwordTokenizer:
+    """The Multi30k vocabulary, loaded per test (a test's seeding cannot invalidate it)."""
+    return SubwordTokenizer.load(multi30k_vocab)
 
 
 @pytest.fixture(scope="session")
@@ -54,9 +62,17 @@ def demo_train(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], lis
 
 
 @pytest.fixture(scope="session")
-def demo_tokenizer(
+def demo_vocab(
     demo_train: tuple[list[str], list[str]], tmp_path_factory: pytest.TempPathFactory
-) -> SubwordTokenizer:
-    """A 500-piece shared vocabulary learned from the demo train split."""
+) -> Path:
+    """Directory of a 500-piece shared vocabulary learned once from the demo train split."""
     sources, targets = demo_train
-    return SubwordTokenizer.train(sources + targets, 500, tmp_path_factory.mktemp("demo_vocab"))
+    directory = tmp_path_factory.mktemp("demo_vocab")
+    SubwordTokenizer.train(sources + targets, 500, directory)
+    return directory
+
+
+@pytest.fixture
+def demo_tokenizer(demo_vocab: Path) -> SubwordTokenizer:
+    """The demo vocabulary, loaded per test (a test's seeding cannot invalidate it)."""
+    return SubwordTokenizer.load(demo_vocab)

@@ -5,6 +5,10 @@ and detokenizing run as TensorFlow ops from ``tensorflow_text`` so that the same
 live inside a ``tf.data`` pipeline and an exported SavedModel. Normalization is the identity
 and whitespace is kept as is, so detokenize(tokenize(s)) == s for stripped text; characters
 never seen in training fall back to UTF-8 byte pieces instead of <unk>.
+
+Seed first: ``keras.utils.set_random_seed``/``tf.random.set_seed`` clear TensorFlow's kernel
+cache, which frees the SentencePiece resource of every tokenizer built before the call; build
+(or ``load``) tokenizers after seeding.
 """
 from __future__ import annotations
 
