@@ -41,7 +41,7 @@ from keras_transformer.training.run_dir import RunDir
 from keras_transformer.training.strategy import make_strategy
 from keras_transformer.visualization import attention_maps
 
-DEFAULT_STEPS = 1500
+DEFAULT_STEPS = 1000
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cpu-replicas", type=int, default=0,
                      help="split the CPU into N logical devices and mirror over them")
     run.add_argument("--seed", type=int, default=0, help="data order and initialization seed")
-    run.add_argument("--eval-every", type=int, default=500,
+    run.add_argument("--eval-every", type=int, default=250,
                      help="steps between dev BLEU evaluations and attention images")
     run.add_argument("--eval-sentences", type=int, default=200,
                      help="dev sentences translated at each evaluation")
