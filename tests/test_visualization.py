@@ -1,0 +1,41 @@
+"""Attention heatmaps: one map per kind and layer, token labels on both axes, PNG output."""
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from keras_transformer.visualization import KINDS, attention_figure, attention_maps, figure_png
+
+
+@pytest.fixture
+def model(demo_tokenizer):
+    config = kt.TransformerConfig.preset("tiny", vocab_size=demo_tokenizer.vocab_size,
+                                         d_model=32, d_ff=64, num_layers=2, num_heads=2)
+    return kt.Transformer(config)
+
+
+def test_maps_cover_every_layer_with_tokens_on_both_axes(model, demo_tokenizer):
+    maps = attention_maps(model, demo_tokenizer, "I have two dogs", "ich habe zwei Hunde")
+    assert [(m.kind, m.layer) for m in maps] == [(kind, layer) for kind in KINDS
+                                                 for layer in range(2)]
+    source = demo_tokenizer.id_to_piece(
+        demo_tokenizer.tokenize(np.array(["I have two dogs"]))[0].numpy().tolist())
+    target = demo_tokenizer.id_to_piece(
+        demo_tokenizer.tokenize(np.array(["ich habe zwei Hunde"]))[0].numpy().tolist())
+    by_kind = {m.kind: m for m in maps if m.layer == 0}
+    assert by_kind["encoder_self"].key_tokens == source + ["</s>"]
+    assert by_kind["decoder_self"].query_tokens == ["<s>"] + target
+    cross = by_kind["encoder_decoder"]
+    assert cross.query_tokens == ["<s>"] + target and cross.key_tokens == source + ["</s>"]
+    assert cross.weights.shape == (2, len(target) + 1, len(source) + 1)
+    np.testing.assert_allclose(cross.weights.sum(-1), 1.0, rtol=1e-5)
+    decoder_self = by_kind["decoder_self"].weights
+    assert np.all(np.triu(decoder_self[0], k=1) == 0)  # causal: no look-ahead
+
+
+def test_figure_renders_png_with_a_panel_per_head(model, demo_tokenizer):
+    attention = attention_maps(model, demo_tokenizer, "one cat", "eine Katze")[0]
+    figure = attention_figure(attention)
+    panels = [axis for axis in figure.axes if axis.get_images()]
+    assert len(panels) == 2
+    assert [label.get_text() for label in panels[0].get_xticklabels()] == attention.key_tokens
+    assert figure_png(figure).startswith(b"\x89PNG")
