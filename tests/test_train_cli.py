@@ -26,6 +26,7 @@ def parse_error(capsys, parse, argv):
     (["--set", "d_modle=8"], "unknown config field(s) ['d_modle']"),
     (["--set", "dropout"], "--set: expected KEY=VALUE"),
     (["--set", "dropout=1.5"], "dropout: must be in [0, 1)"),
+    (["--set", "dropout=high"], "--set 'dropout=high': dropout must be a float, got 'high'"),
 ])
 def test_train_rejects_bad_options(capsys, argv, message):
     assert message in parse_error(capsys, train.parse_args, argv)
@@ -44,6 +45,12 @@ def test_config_file_errors_name_the_file(capsys, tmp_path):
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
     assert "--config: " in parse_error(capsys, train.parse_args, ["--config", str(broken)])
+    broken.write_text("[1, 2]")
+    assert "is not a JSON object" in parse_error(capsys, train.parse_args,
+                                                 ["--config", str(broken)])
+    broken.write_text('{"num_layers": "six"}')
+    assert "num_layers must be a int" in parse_error(capsys, train.parse_args,
+                                                     ["--config", str(broken)])
     assert "missing.json" in parse_error(capsys, train.parse_args,
                                          ["--config", str(tmp_path / "missing.json")])
 

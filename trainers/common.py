@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Optional
@@ -30,16 +31,18 @@ def config_from_args(args: argparse.Namespace) -> TransformerConfig:
     if args.config:
         path = Path(args.config)
         try:
-            values.update(json.loads(path.read_text(encoding="utf-8")))
+            loaded = json.loads(path.read_text(encoding="utf-8"))
+            values.update({key: typed_value(key, value, f"--config {args.config!r}")
+                           for key, value in loaded.items()})
         except OSError as error:
             raise ValueError(f"--config: cannot read {args.config!r}: {error.strerror}") from None
-        except (json.JSONDecodeError, TypeError, ValueError) as error:
+        except (json.JSONDecodeError, AttributeError) as error:
             raise ValueError(f"--config: {args.config!r} is not a JSON object ({error})") from None
     for item in args.overrides:
         key, separator, text = item.partition("=")
         if not separator or not key:
             raise ValueError(f"--set: expected KEY=VALUE, got {item!r}")
-        values[key.strip()] = parse_value(text)
+        values[key.strip()] = typed_value(key.strip(), parse_value(text), f"--set {item!r}")
     try:
         return TransformerConfig.preset(args.preset, **values)
     except (TypeError, ValueError) as error:
@@ -52,6 +55,19 @@ def parse_value(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
+
+
+def typed_value(field: str, value: Any, source: str) -> Any:
+    """`value` checked against the type of the config field's default (ints widen to float)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TransformerConfig)}
+    if field not in defaults or defaults[field] is None or value is None:
+        return value  # unknown fields are reported by TransformerConfig.from_dict
+    expected = type(defaults[field])
+    if expected is float and type(value) is int:
+        return float(value)
+    if type(value) is not expected:
+        raise ValueError(f"{source}: {field} must be a {expected.__name__}, got {value!r}")
+    return value
 
 
 def load_run_model(run_dir: str, weights: Optional[str] = None
