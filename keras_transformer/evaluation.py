@@ -3,6 +3,7 @@ lowercased tokenized BLEU used by published Multi30k results."""
 from __future__ import annotations
 
 import html
+import logging
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -61,7 +62,13 @@ def tokenized_lowercase_bleu(hypotheses: Sequence[str],
     tokenized = [tokenize(text.lower()) for text in hypotheses]
     references = [html.unescape(text) for text in tokenized_references]
     metric = sacrebleu.BLEU(tokenize="none", lowercase=True)
-    result = metric.corpus_score(tokenized, [references])
+    sacrebleu_log = logging.getLogger("sacrebleu")
+    level = sacrebleu_log.level
+    sacrebleu_log.setLevel(logging.ERROR)  # its "forgot to detokenize" hint: tokenized on purpose
+    try:
+        result = metric.corpus_score(tokenized, [references])
+    finally:
+        sacrebleu_log.setLevel(level)
     return Score("tokenized lowercase BLEU", result.score,
                  str(metric.get_signature()) + "|hyp-tok:13a")
 
