@@ -11,28 +11,27 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     """Cross-entropy against `(1 - eps) * one_hot(y) + eps / vocab`, averaged over real tokens.
 
     Padding targets (id 0) contribute nothing. The average is over the target tokens of the
-    *global* batch: under a `tf.distribute` strategy each replica divides its sum by the token
-    count all-reduced across replicas (and multiplies by the replica count, which Keras divides
-    out again), so the loss and its gradients do not depend on how the batch was split.
+    *global* batch: under a `tf.distribute` strategy each replica divides its own sum by the
+    token count all-reduced across replicas, and the replicas' gradients add up to those of the
+    global mean, so neither the loss nor the update depends on how the batch was split. (The
+    reduction is always "sum": Keras rescales only mean reductions across replicas.)
     """
 
     def __init__(self, label_smoothing: float = 0.1, name: str = "label_smoothed_cross_entropy",
                  **kwargs):
-        kwargs.setdefault("reduction", "sum")
-        super().__init__(name=name, **kwargs)
+        kwargs.pop("reduction", None)
+        super().__init__(name=name, reduction="sum", **kwargs)
         self.label_smoothing = label_smoothing
 
     def call(self, y_true, y_pred):
         y_true = ops.cast(y_true, "int32")
         mask = ops.cast(ops.not_equal(y_true, PAD_ID), "float32")
         token_losses = smoothed_token_losses(y_true, y_pred, self.label_smoothing) * mask
-        replica_context = tf.distribute.get_replica_context()
         tokens = ops.sum(mask)
-        replicas = 1.0
+        replica_context = tf.distribute.get_replica_context()
         if replica_context is not None:
             tokens = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, tokens)
-            replicas = float(replica_context.num_replicas_in_sync)
-        return token_losses * (replicas / ops.maximum(tokens, 1.0))
+        return token_losses / ops.maximum(tokens, 1.0)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "label_smoothing": self.label_smoothing}

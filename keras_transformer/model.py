@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Union
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from keras_transformer.config import TransformerConfig
@@ -159,6 +160,45 @@ class Transformer(keras.Model):
             x, self_cache = layer.step(x, self_cache, cross_cache, step, cross_mask)
             new_self.append(self_cache)
         return self._logits(x), {"cross": cache["cross"], "self": new_self}
+
+    # ------------------------------------------------------------------ distributed training
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        """Builds compiled state (metrics, optimizer) from one replica's local batch.
+
+        Keras 3 all-reduces a distributed batch eagerly here only to learn its shapes, which
+        fails under MultiWorkerMirroredStrategy (a PerReplica batch cannot be converted); the
+        local shapes are all the symbolic build needs.
+        """
+        if self._distribute_strategy is None or iterator is None:
+            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+        for _, _, batches in iterator:
+            data_batch = keras.tree.map_structure(self._local_value, next(batches))
+            break
+        with self.distribute_strategy.scope():
+            self._symbolic_build(data_batch=data_batch)
+
+    def train_step(self, data):
+        return self._reducible_logs(super().train_step(data))
+
+    def test_step(self, data):
+        return self._reducible_logs(super().test_step(data))
+
+    def _reducible_logs(self, logs):
+        """Gives scalar logs a leading axis under multi-worker training.
+
+        Keras 3 reduces each step's logs across workers with `reduce("MEAN", axis=0)`, which
+        rejects scalars; with shape `[1]` the reduction returns the scalar mean.
+        """
+        strategy = self.distribute_strategy
+        if not (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+                and strategy.extended._in_multi_worker_mode()):
+            return logs
+        return keras.tree.map_structure(lambda value: ops.reshape(value, (1,)), logs)
+
+    def _local_value(self, value):
+        if isinstance(value, tf.distribute.DistributedValues):
+            return self.distribute_strategy.experimental_local_results(value)[0]
+        return value
 
     # ---------------------------------------------------------------------------- helpers
     def _embed(self, ids, embedding, positions, dropout, training):

@@ -62,9 +62,6 @@ ONE_STEP_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="keras_transformer/losses.py multiplies each replica's "
-                   "loss by the replica count, but Keras does not divide a 'sum'-reduced loss "
-                   "by it: loss and gradients come out num_replicas times too large")
 def test_eight_cpu_replicas_match_one_device():
     completed = subprocess.run([sys.executable, "-c", ONE_STEP_SCRIPT], cwd=ROOT,
                                capture_output=True, text=True, timeout=300)
@@ -87,9 +84,6 @@ def free_ports(count: int) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="Keras 3.15 Model.fit under MultiWorkerMirroredStrategy "
-                   "fails before the first step (_maybe_symbolic_build reduces a PerReplica "
-                   "batch eagerly: keras-team/keras#20585, tensorflow/tensorflow#72388)")
 def test_two_workers_train_to_completion(tmp_path):
     paths = write_demo_corpus(tmp_path / "data")
     workers = [f"localhost:{port}" for port in free_ports(2)]
