@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_transformer.decoding.constraints import (allowed_log_probs, output_buffer_length,
-                                                    output_limits)
+from keras_transformer.decoding.constraints import allowed_log_probs, prepare_search
 from keras_transformer.decoding.length_penalty import length_penalty
 from keras_transformer.decoding.loop_shapes import keep_shapes
 from keras_transformer.decoding.result import DecodeResult, make_result
@@ -31,15 +30,9 @@ def search_beams(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
     """
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size: must be a positive integer, got {beam_size!r}")
-    if alpha < 0:
-        raise ValueError(f"alpha: must be non-negative, got {alpha!r}")
-    if max_extra < 0:
-        raise ValueError(f"max_extra: must be non-negative, got {max_extra!r}")
-    source_ids = tf.cast(source_ids, tf.int32)
-    batch = tf.shape(source_ids)[0]
-    limits = output_limits(source_ids, max_extra, model.config.max_length)
+    source_ids, batch, limits, buffer_length = prepare_search(
+        source_ids, alpha, max_extra, model.config.max_length)
     best_limit_penalty = length_penalty(limits, alpha)
-    buffer_length = output_buffer_length(source_ids, max_extra, model.config.max_length)
     steps = make_steps(model, source_ids, beam_size, buffer_length, use_cache)
     positions = tf.range(buffer_length + 1)
 

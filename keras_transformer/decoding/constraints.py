@@ -4,6 +4,21 @@ import tensorflow as tf
 from keras_transformer.vocab_ids import BOS_ID, PAD_ID
 
 
+def prepare_search(source_ids, alpha: float, max_extra: int, max_length: int):
+    """Checks the shared search arguments; returns `(source_ids, batch, limits, buffer_length)`.
+
+    `limits` is `output_limits`, `buffer_length` is `output_buffer_length`.
+    """
+    if alpha < 0:
+        raise ValueError(f"alpha: must be non-negative, got {alpha!r}")
+    if max_extra < 0:
+        raise ValueError(f"max_extra: must be non-negative, got {max_extra!r}")
+    source_ids = tf.cast(source_ids, tf.int32)
+    return (source_ids, tf.shape(source_ids)[0],
+            output_limits(source_ids, max_extra, max_length),
+            output_buffer_length(source_ids, max_extra, max_length))
+
+
 def output_limits(source_ids: tf.Tensor, max_extra: int, max_length: int) -> tf.Tensor:
     """`[batch]` int32: at most `source length + max_extra` output tokens (EOS included),
     capped at `max_length` and at least 1. Source length counts non-padding ids."""

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_transformer.decoding.constraints import (allowed_log_probs, output_buffer_length,
-                                                    output_limits)
+from keras_transformer.decoding.constraints import allowed_log_probs, prepare_search
 from keras_transformer.decoding.length_penalty import length_penalty
 from keras_transformer.decoding.loop_shapes import keep_shapes
 from keras_transformer.decoding.result import DecodeResult, make_result
@@ -17,14 +16,8 @@ def search_greedy(model: Transformer, source_ids: tf.Tensor, alpha: float = 0.6,
                   max_extra: int = 50, use_cache: bool = True,
                   eos_id: int = EOS_ID) -> DecodeResult:
     """Builds greedy decoding (call it inside a `tf.function`; `greedy_decode` does)."""
-    if alpha < 0:
-        raise ValueError(f"alpha: must be non-negative, got {alpha!r}")
-    if max_extra < 0:
-        raise ValueError(f"max_extra: must be non-negative, got {max_extra!r}")
-    source_ids = tf.cast(source_ids, tf.int32)
-    batch = tf.shape(source_ids)[0]
-    limits = output_limits(source_ids, max_extra, model.config.max_length)
-    buffer_length = output_buffer_length(source_ids, max_extra, model.config.max_length)
+    source_ids, batch, limits, buffer_length = prepare_search(
+        source_ids, alpha, max_extra, model.config.max_length)
     steps = make_steps(model, source_ids, 1, buffer_length, use_cache)
     positions = tf.range(buffer_length + 1)
     sequences = tf.concat([tf.fill([batch, 1, 1], BOS_ID),
