@@ -18,6 +18,7 @@ setup(
         "sacrebleu>=2.0",
         "sentencepiece>=0.1.99",
         "matplotlib>=3.5",
+        "tensorboard>=2.16",
     ],
     extras_require={"test": ["pytest>=7"]},
     entry_points={
