@@ -128,7 +128,7 @@ class Transformer(keras.Model):
 
         `cross`: each layer's encoder keys/values, computed once per sentence and shared by
         its `beam_size` hypotheses. `self`: per-layer key/value buffers
-        `[batch * beam_size, max_length, heads, dim]`, filled one position per step; a beam
+        `[batch * beam_size, heads, max_length, dim]`, filled one position per step; a beam
         search reorders these (and only these) along axis 0 when hypotheses move.
         """
         batch = ops.shape(encoder_output)[0]
@@ -136,7 +136,7 @@ class Transformer(keras.Model):
         dtype = self.compute_dtype
 
         def buffer(dim):
-            return ops.zeros((batch * beam_size, max_length, c.num_heads, dim), dtype=dtype)
+            return ops.zeros((batch * beam_size, c.num_heads, max_length, dim), dtype=dtype)
 
         return {
             "cross": [layer.cross_attention.project_key_value(encoder_output)

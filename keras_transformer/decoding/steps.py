@@ -18,7 +18,7 @@ class CachedSteps:
     """`model.decode_step` with the key/value cache: one position per step.
 
     Encoder keys/values are projected once per sentence and shared by its hypotheses; only the
-    self-attention buffers `[batch * beam, T, heads, dim]` follow the hypotheses.
+    self-attention buffers `[batch * beam, heads, T, dim]` follow the hypotheses.
     """
 
     def __init__(self, model: Transformer, source_ids: tf.Tensor, beam_size: int,

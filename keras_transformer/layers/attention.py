@@ -45,8 +45,10 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_dense.build((None, None, heads, self.value_dim))
 
     def project_key_value(self, key_value) -> dict[str, tf.Tensor]:
-        """Keys and values of `key_value`, e.g. the encoder output, computed once per sentence."""
-        return {"key": self.key_dense(key_value), "value": self.value_dense(key_value)}
+        """Keys and values `[batch, heads, len, dim]` of `key_value`, e.g. the encoder output,
+        computed once per sentence."""
+        return {"key": _heads_first(self.key_dense(key_value)),
+                "value": _heads_first(self.value_dense(key_value))}
 
     def call(self, query, key_value=None, attention_mask=None, cache=None, cache_step=None,
              training=None, return_attention_scores: bool = False):
@@ -54,28 +56,33 @@ class MultiHeadAttention(keras.layers.Layer):
 
         `cache` without `cache_step` holds precomputed keys/values (`project_key_value`) used
         as they are; with `cache_step` it is a fixed-size self-attention buffer
-        `[batch, max_len, heads, dim]` into which this call's single position is written.
+        `[batch, heads, max_len, dim]` into which this call's single position is written.
+        Cached keys/values are stored heads first so that the score and context products are
+        plain batched matmuls (no per-step transpose of the cache).
         Returns the output, plus the updated cache when `cache_step` is given, plus the
         attention weights `[batch, heads, query_len, key_len]` when asked for.
         """
         query_heads = self.query_dense(query) * ops.cast(self.key_dim ** -0.5, query.dtype)
-        if cache is not None and cache_step is None:
-            keys, values = cache["key"], cache["value"]
-        else:
+        if cache is None:
             source = query if key_value is None else key_value
             keys, values = self.key_dense(source), self.value_dense(source)
+            scores = ops.einsum("bqhk,bthk->bhqt", query_heads, keys)
+        else:
+            keys, values = cache["key"], cache["value"]
             if cache_step is not None:
-                keys = _write_position(cache["key"], keys, cache_step)
-                values = _write_position(cache["value"], values, cache_step)
+                keys = _write_position(keys, self.key_dense(query), cache_step)
+                values = _write_position(values, self.value_dense(query), cache_step)
                 cache = {"key": keys, "value": values}
-        scores = ops.einsum("bqhk,bthk->bhqt", query_heads, keys)
+            scores = tf.linalg.matmul(_heads_first(query_heads), keys, transpose_b=True)
         if attention_mask is not None:
             mask = ops.expand_dims(ops.cast(attention_mask, "bool"), axis=1)
             scores = ops.where(mask, scores, ops.cast(MASK_PENALTY, scores.dtype))
         weights = ops.softmax(ops.cast(scores, "float32"), axis=-1)
-        attended = ops.einsum("bhqt,bthv->bqhv",
-                              ops.cast(self.dropout_layer(weights, training=training),
-                                       values.dtype), values)
+        dropped = ops.cast(self.dropout_layer(weights, training=training), values.dtype)
+        if cache is None:
+            attended = ops.einsum("bhqt,bthv->bqhv", dropped, values)
+        else:
+            attended = _heads_first(tf.linalg.matmul(dropped, values))
         outputs = (self.output_dense(attended),)
         if cache_step is not None:
             outputs += (cache,)
@@ -93,8 +100,18 @@ def _projection(heads: int, dim: int, name: str) -> keras.layers.EinsumDense:
                                     bias_axes="hk", name=name)
 
 
+def _heads_first(tensor):
+    """`[batch, len, heads, dim]` <-> `[batch, heads, len, dim]`."""
+    return tf.transpose(tensor, [0, 2, 1, 3])
+
+
 def _write_position(buffer, update, step):
-    """Writes `update` `[batch, 1, heads, dim]` at position `step` of `buffer` `[batch, T, ...]`."""
-    batch = tf.shape(buffer)[0]
-    indices = tf.stack([tf.range(batch), tf.fill([batch], tf.cast(step, tf.int32))], axis=1)
-    return tf.tensor_scatter_nd_update(buffer, indices, tf.cast(update[:, 0], buffer.dtype))
+    """Writes `update` `[batch, 1, heads, dim]` at position `step` of `buffer`
+    `[batch, heads, T, dim]`."""
+    shape = tf.shape(buffer)
+    rows = shape[0] * shape[1]
+    indices = tf.stack([tf.range(rows), tf.fill([rows], tf.cast(step, tf.int32))], axis=1)
+    flat = tf.tensor_scatter_nd_update(
+        tf.reshape(buffer, [rows, shape[2], shape[3]]), indices,
+        tf.reshape(tf.cast(_heads_first(update), buffer.dtype), [rows, shape[3]]))
+    return tf.reshape(flat, shape)

@@ -39,14 +39,14 @@ class DecoderLayer(TransformerBlock):
         """One incremental decoding position for `beam` hypotheses of each sentence.
 
         `x`: `[batch, beam, d_model]`, the hypotheses' newest positions. Self-attention runs per
-        hypothesis against `self_cache` (`[batch * beam, max_len, heads, dim]`, updated and
+        hypothesis against `self_cache` (`[batch * beam, heads, max_len, dim]`, updated and
         returned). Encoder-decoder attention treats the beam axis as the query axis, so the
-        encoder keys/values in `cross_cache` (`[batch, src_len, heads, dim]`) serve every
+        encoder keys/values in `cross_cache` (`[batch, heads, src_len, dim]`) serve every
         hypothesis of a sentence without being tiled or gathered.
         """
         batch, beam, d_model = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
         per_hypothesis = ops.reshape(x, (batch * beam, 1, d_model))
-        max_len = ops.shape(self_cache["key"])[1]
+        max_len = ops.shape(self_cache["key"])[2]
         visible = ops.reshape(ops.arange(max_len) <= step, (1, 1, max_len))
         attended, self_cache = self.self_attention(
             self.self_residual.normalize_input(per_hypothesis), attention_mask=visible,
