@@ -3,10 +3,16 @@
     kt-evaluate runs/multi30k --src test_2016_flickr.en.gz --ref test_2016_flickr.de.gz \
         --tokenized-ref tok/test_2016_flickr.lc.norm.tok.de --beam-size 5
     kt-evaluate runs/wmt14 --tfds wmt14_translate/de-en --split test
+    kt-evaluate runs/parsing --task parsing --src test.src --trees test.tree
 
 Reports detokenized, cased sacreBLEU and chrF with their signatures, writes the hypotheses
 (one a line) and, with `--tokenized-ref`, the lowercased tokenized BLEU of published
 Multi30k results. Weights: `--weights`, else the run's averaged, final or newest checkpoint.
+
+With `--task parsing` the sources are sentences and `--trees` their gold trees (the
+`<split>.src` and `<split>.tree` files of `prepare_parsing`): each decoded sequence is repaired
+into a tree over its sentence's words, the labelled bracket F1, precision and recall (EVALB
+COLLINS.prm rules) are printed, and the trees are written one a line.
 """
 from __future__ import annotations
 
@@ -22,14 +28,20 @@ from keras_transformer.data import load_tfds, read_lines, read_parallel
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.evaluation import (corpus_scores, tokenized_lowercase_bleu,
                                           translate_corpus, write_lines)
+from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="kt-evaluate", description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", help="the directory kt-train wrote")
+    parser.add_argument("--task", choices=("translation", "parsing"), default="translation",
+                        help="translation (BLEU, default) or parsing (bracket F1, needs --trees)")
     parser.add_argument("--weights", help="a .weights.h5 file (default: see above)")
     parser.add_argument("--src", help="source sentences, one a line (plain or .gz)")
     parser.add_argument("--ref", help="reference translations, line-aligned with --src")
+    parser.add_argument("--trees", help="--task parsing: gold trees, one per --src sentence")
+    parser.add_argument("--output-trees", help="--task parsing: the parsed trees, one a line "
+                        "(default: the --hypotheses path with .parsed.tree for .hyp)")
     parser.add_argument("--tfds", metavar="NAME", help="tensorflow-datasets builder instead")
     parser.add_argument("--split", default="test", help="tfds split (default: test)")
     parser.add_argument("--source-lang", default="en", help="tfds source language")
@@ -39,18 +51,31 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "tok/*.lc.norm.tok.de) for the tokenized BLEU")
     parser.add_argument("--beam-size", type=int, help="default: the config's beam_size")
     parser.add_argument("--alpha", type=float, help="default: the config's length_penalty")
+    parser.add_argument("--extra-length", type=int, help="decoded tokens allowed beyond the "
+                        "source length (default: the config's max_decode_extra)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
     parser.add_argument("--hypotheses", help="output file (default: <run_dir>/<src name>.hyp)")
     args = parser.parse_args(argv)
+    if args.task == "parsing":
+        if not args.trees:
+            parser.error("--task parsing: --trees (the gold trees of --src) is required")
+        if not args.src or args.ref or args.tfds or args.tokenized_ref:
+            parser.error("--task parsing: give --src and --trees (not --ref, --tfds or "
+                         "--tokenized-ref)")
+        args.ref = None
+    elif args.trees or args.output_trees:
+        parser.error("--trees/--output-trees: only with --task parsing")
     if args.tfds and (args.src or args.ref):
         parser.error("--tfds: cannot be combined with --src/--ref")
-    if not args.tfds and not (args.src and args.ref):
+    if args.task == "translation" and not args.tfds and not (args.src and args.ref):
         parser.error("--src and --ref (or --tfds): the test set to translate is required")
     if args.beam_size is not None and args.beam_size < 1:
         parser.error(f"--beam-size: must be at least 1, got {args.beam_size}")
+    if args.extra_length is not None and args.extra_length < 0:
+        parser.error(f"--extra-length: must be non-negative, got {args.extra_length}")
     if args.batch_size < 1:
         parser.error(f"--batch-size: must be at least 1, got {args.batch_size}")
-    for name in ("src", "ref", "tokenized_ref", "weights"):
+    for name in ("src", "ref", "trees", "tokenized_ref", "weights"):
         path = getattr(args, name)
         if path and not os.path.isfile(path):
             parser.error(f"--{name.replace('_', '-')}: no such file {path!r}")
@@ -60,7 +85,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def test_set(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
-    """(sources, references, name) from local files or a tfds split."""
+    """(sources, references, name) from local files or a tfds split; for parsing the
+    references are the gold trees."""
+    if args.task == "parsing":
+        sources = read_lines(args.src)
+        return sources, read_gold_trees(args.trees, sources, args.src), output_name(args.src)
     if args.tfds:
         sources, references = load_tfds(args.tfds, args.split, args.source_lang,
                                         args.target_lang, data_dir=args.tfds_data_dir)
@@ -68,27 +97,53 @@ def test_set(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
     sources, references = read_lines(args.src), read_lines(args.ref)
     if len(sources) != len(references):
         read_parallel(args.src, args.ref)  # raises, naming both files and counts
-    return sources, references, Path(args.src).name.removesuffix(".gz")
+    return sources, references, output_name(args.src)
+
+
+def output_name(path: str) -> str:
+    return Path(path).name.removesuffix(".gz")
+
+
+def trees_path(args: argparse.Namespace, hypotheses_path: str) -> str:
+    """--output-trees, else the hypotheses path with .parsed.tree (never the gold file)."""
+    if args.output_trees:
+        path = args.output_trees
+    else:
+        hypotheses = Path(hypotheses_path)
+        path = os.fspath(hypotheses.with_name(hypotheses.name.removesuffix(".hyp")
+                                              + ".parsed.tree"))
+    if os.path.abspath(path) == os.path.abspath(args.trees):
+        raise ValueError(f"--output-trees: {path!r} would overwrite the gold --trees file")
+    return path
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     try:
-        model, tokenizer = load_run_model(args.run_dir, args.weights)
         sources, references, name = test_set(args)
-        translator = Translator(model, tokenizer, beam_size=args.beam_size, alpha=args.alpha)
+        model, tokenizer = load_run_model(args.run_dir, args.weights)
+        output = args.hypotheses or os.path.join(args.run_dir, f"{name}.hyp")
+        outputs = {"hypotheses": output}
+        if args.task == "parsing":
+            outputs["trees"] = trees_path(args, output)
+        translator = Translator(model, tokenizer, beam_size=args.beam_size, alpha=args.alpha,
+                                max_extra=args.extra_length)
         hypotheses = translate_corpus(translator, sources, args.batch_size)
-        scores = corpus_scores(hypotheses, references)
+        if args.task == "parsing":
+            trees, scores = parse_scores(hypotheses, references)
+        else:
+            scores = corpus_scores(hypotheses, references)
         if args.tokenized_ref:
             scores.append(tokenized_lowercase_bleu(hypotheses, read_lines(args.tokenized_ref)))
     except (ValueError, FileNotFoundError) as error:
         print(f"kt-evaluate: error: {error}", file=sys.stderr)
         return 2
-    output = args.hypotheses or os.path.join(args.run_dir, f"{name}.hyp")
     write_lines(output, hypotheses)
+    if args.task == "parsing":
+        write_lines(outputs["trees"], [str(tree) for tree in trees])
     for score in scores:
         print(score)
-    print(json.dumps({"hypotheses": output, "sentences": len(sources),
+    print(json.dumps({**outputs, "sentences": len(sources),
                       **{score.name: round(score.value, 2) for score in scores},
                       "signatures": {score.name: score.signature for score in scores}}, indent=2))
     return 0

@@ -8,6 +8,10 @@ heatmaps) in `runs/demo/tensorboard`, exported to `saved_models/demo/<version>`.
         --dev-src val.en.gz --dev-tgt val.de.gz --output-dir runs/multi30k --max-minutes 60
     kt-train --preset base --tfds wmt14_translate/de-en --source-lang en --target-lang de
 
+    kt-train --preset parsing-small --task parsing --train-src train.src --train-tgt train.tgt \
+        --dev-src dev.src --dev-tgt dev.tgt --test-src test.src --test-tgt test.tgt \
+        --test-tree test.tree --output-dir runs/parsing
+
 A killed run restarts from its last backup when started again with the same options.
 """
 from __future__ import annotations
@@ -34,6 +38,7 @@ from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity
 from keras_transformer.model import Transformer
 from keras_transformer.optimization import make_optimizer
+from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
 from keras_transformer.training.callbacks import (DevEvaluation, PeriodicCheckpoint,
                                                   StopAtLimit, TensorBoardScalars, global_step)
 from keras_transformer.training.checkpoints import save_weights_atomic
@@ -47,12 +52,21 @@ DEFAULT_STEPS = 1000
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kt-train", description=__doc__.split("\n")[0])
     add_config_arguments(parser, default_preset="tiny")
+    parser.add_argument("--task", choices=("translation", "parsing"), default="translation",
+                        help="translation (default) or parsing: sources are sentences, targets "
+                             "linearized trees (prepare_parsing's files); the final test "
+                             "evaluation reports bracket F1 against --test-tree, while the "
+                             "periodic dev evaluation stays BLEU of the linearized trees, "
+                             "a cheap proxy")
     data = parser.add_argument_group("data (default: the generated demo corpus)")
     for split in ("train", "dev", "test"):
         for side in ("src", "tgt"):
             data.add_argument(f"--{split}-{side}", metavar="FILE",
                               help=f"{split} {'source' if side == 'src' else 'target'} "
                                    "sentences, one a line (plain or .gz)")
+    data.add_argument("--test-tree", metavar="FILE",
+                      help="--task parsing: gold trees of --test-src, one per sentence "
+                           "(required with --test-src)")
     data.add_argument("--tfds", metavar="NAME", help="tensorflow-datasets translation "
                       "builder, e.g. wmt14_translate/de-en")
     data.add_argument("--source-lang", default="en", help="tfds source language (default: en)")
@@ -110,6 +124,17 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             parser.error(f"--{split}-src and --{split}-tgt: give both or neither")
     if any(local.values()) and not (local["train-src"] and local["dev-src"]):
         parser.error("--train-src/--dev-src: local data needs at least train and dev files")
+    if args.task == "parsing":
+        if args.tfds or not local["train-src"]:
+            parser.error("--task parsing: needs local files (--train-src ... from "
+                         "prepare_parsing), not --tfds or the demo corpus")
+        if bool(args.test_tree) != bool(local["test-src"]):
+            parser.error("--task parsing: --test-tree and --test-src go together (the gold "
+                         "trees of the test sentences)")
+    elif args.test_tree:
+        parser.error("--test-tree: only with --task parsing")
+    if args.test_tree and not os.path.isfile(args.test_tree):
+        parser.error(f"--test-tree: no such file {args.test_tree!r}")
     if args.steps is not None and args.epochs is not None:
         parser.error("--steps and --epochs: give one, not both")
     positive = {"steps": args.steps, "epochs": args.epochs, "max_minutes": args.max_minutes,
@@ -216,17 +241,24 @@ def training_callbacks(args: argparse.Namespace, run: RunDir, model_parts: tuple
 
 
 def evaluate_test(args: argparse.Namespace, run: RunDir, model: Transformer,
-                  tokenizer: SubwordTokenizer, test: tuple[list[str], list[str]]) -> dict:
-    """Beam-search translation of the test set: hypotheses file and sacreBLEU/chrF."""
+                  tokenizer: SubwordTokenizer, test: tuple[list[str], list[str]],
+                  gold_trees: Optional[list] = None) -> dict:
+    """Beam-search translation of the test set: hypotheses file and sacreBLEU/chrF, or with
+    `gold_trees` (--task parsing) the parsed trees file and bracket F1/precision/recall."""
     translator = Translator(model, tokenizer, beam_size=args.test_beam_size)
     hypotheses = translate_corpus(translator, test[0])
     hypotheses_path = run.root / "test.hyp"
     write_lines(os.fspath(hypotheses_path), hypotheses)
-    scores = corpus_scores(hypotheses, test[1])
+    outputs = {"hypotheses": os.fspath(hypotheses_path)}
+    if gold_trees is not None:
+        trees, scores = parse_scores(hypotheses, gold_trees)
+        outputs["trees"] = os.fspath(run.root / "test.parsed.tree")
+        write_lines(outputs["trees"], [str(tree) for tree in trees])
+    else:
+        scores = corpus_scores(hypotheses, test[1])
     for score in scores:
         print(f"test {score}")
-    return {"hypotheses": os.fspath(hypotheses_path),
-            **{score.name: round(score.value, 2) for score in scores}}
+    return {**outputs, **{score.name: round(score.value, 2) for score in scores}}
 
 
 def train(args: argparse.Namespace) -> dict:
@@ -236,6 +268,8 @@ def train(args: argparse.Namespace) -> dict:
     resumed = run.claim(config, run_options(args))
     keras.utils.set_random_seed(args.seed)
     corpora = load_corpora(args, run)
+    gold_trees = (read_gold_trees(args.test_tree, corpora["test"][0], args.test_src)
+                  if args.test_tree else None)
     tokenizer = load_or_train_tokenizer(run, config, corpora["train"], args.vocab_sentences,
                                         args.seed)
     replicas = strategy.num_replicas_in_sync
@@ -257,7 +291,8 @@ def train(args: argparse.Namespace) -> dict:
     summary = {"run_dir": os.fspath(run.root), "steps": global_step(model),
                "weights": os.fspath(run.final_weights)}
     if "test" in corpora:
-        summary["test"] = evaluate_test(args, run, model, tokenizer, corpora["test"])
+        summary["test"] = evaluate_test(args, run, model, tokenizer, corpora["test"],
+                                        gold_trees)
     if not args.no_export:
         name = args.export_name or run.root.resolve().name
         summary["export"] = export_translator(model, tokenizer, name, args.export_dir)

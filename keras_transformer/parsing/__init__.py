@@ -8,4 +8,5 @@
     evalb       score_sentence / score_corpus -> BracketScore (EVALB COLLINS.prm rules)
     corpus      SPLITS, treebank_dir, read_split, parallel_text, write_parallel_files
     task        trees_from_decoded, evaluate_decoded: what a trainer's `--task parsing` calls
+    evaluate    read_gold_trees (checked against the sentences), parse_scores -> trees, F1/P/R
 """
