@@ -38,9 +38,13 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
 
 def smoothed_token_losses(y_true, logits, label_smoothing: float):
-    """Per-token `-sum_k q_k log p_k` with `q = (1 - eps) one_hot(y) + eps / vocab`."""
-    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
-    true_log_probs = ops.squeeze(
-        ops.take_along_axis(log_probs, ops.expand_dims(y_true, -1), axis=-1), -1)
-    mean_log_probs = ops.mean(log_probs, axis=-1)
-    return -((1.0 - label_smoothing) * true_log_probs + label_smoothing * mean_log_probs)
+    """Per-token `-sum_k q_k log p_k` with `q = (1 - eps) one_hot(y) + eps / vocab`.
+
+    With `log p_k = z_k - logsumexp(z)` this is `logsumexp(z) - (1 - eps) z_y - eps mean(z)`:
+    only reductions over the vocabulary, no `[batch, len, vocab]` log-probability tensor.
+    """
+    logits = ops.cast(logits, "float32")
+    true_logits = ops.squeeze(
+        ops.take_along_axis(logits, ops.expand_dims(y_true, -1), axis=-1), -1)
+    return (ops.logsumexp(logits, axis=-1) - (1.0 - label_smoothing) * true_logits
+            - label_smoothing * ops.mean(logits, axis=-1))

@@ -14,6 +14,13 @@ from keras_transformer.data import (
 )
 
 
+def train_vocab(pairs: tuple[list[str], list[str]], size: int, directory: Path) -> Path:
+    """Learns a shared vocabulary of `size` pieces from both sides of `pairs` into `directory`."""
+    sources, targets = pairs
+    SubwordTokenizer.train(sources + targets, size, directory)
+    return directory
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The read-only shared data folder; skips the test when it is absent."""
@@ -43,10 +50,7 @@ def multi30k_vocab(
     multi30k_train: tuple[list[str], list[str]], tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """Directory of an 8000-piece shared vocabulary learned once from Multi30k train."""
-    sources, targets = multi30k_train
-    directory = tmp_path_factory.mktemp("vocab")
-    SubwordTokenizer.train(sources + targets, 8000, directory)
-    return directory
+    return train_vocab(multi30k_train, 8000, tmp_path_factory.mktemp("vocab"))
 
 
 @pytest.fixture
@@ -66,10 +70,7 @@ def demo_vocab(
     demo_train: tuple[list[str], list[str]], tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """Directory of a 500-piece shared vocabulary learned once from the demo train split."""
-    sources, targets = demo_train
-    directory = tmp_path_factory.mktemp("demo_vocab")
-    SubwordTokenizer.train(sources + targets, 500, directory)
-    return directory
+    return train_vocab(demo_train, 500, tmp_path_factory.mktemp("demo_vocab"))
 
 
 @pytest.fixture
