@@ -1,6 +1,7 @@
 """Shared fixtures: the shared corpora (skipped when absent), a demo corpus, a tokenizer."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,12 @@ from keras_transformer.data import (
     shared_data_dir,
     write_demo_corpus,
 )
+
+
+def final_json(output: str) -> dict:
+    """The JSON summary a command line prints last (TensorFlow may still log after it)."""
+    summary, _ = json.JSONDecoder().raw_decode(output[output.rindex("\n{\n") + 1:])
+    return summary
 
 
 def train_vocab(pairs: tuple[list[str], list[str]], size: int, directory: Path) -> Path:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from keras_transformer.data import write_demo_corpus
+from conftest import final_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,6 +110,4 @@ def test_two_workers_train_to_completion(tmp_path):
     for process, output in zip(processes, outputs):
         assert process.returncode == 0, output[-3000:]
         assert "on 2 replica(s)" in output
-        # The summary is the last JSON object printed; TensorFlow may log lines after it.
-        summary, _ = json.JSONDecoder().raw_decode(output[output.rindex("\n{\n") + 1:])
-        assert summary["steps"] == 3
+        assert final_json(output)["steps"] == 3

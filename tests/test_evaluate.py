@@ -1,11 +1,11 @@
 """Scoring (sacreBLEU, chrF, Multi30k tokenized BLEU) and the evaluate/average command lines."""
-import json
 
 import pytest
 
 from keras_transformer.data import write_demo_corpus
 from keras_transformer.evaluation import corpus_scores, tokenized_lowercase_bleu
 from trainers import average_checkpoints, evaluate, train
+from conftest import final_json
 
 REFERENCES = ["Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
               "Zwei Hunde spielen im \"hohen\" Gras."]
@@ -34,8 +34,6 @@ def test_mismatched_lengths_are_rejected():
         corpus_scores(["x"], REFERENCES)
 
 
-def final_json(output: str) -> dict:
-    return json.loads(output[output.rindex("\n{\n") + 1:])
 
 
 @pytest.mark.slow

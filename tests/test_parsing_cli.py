@@ -1,5 +1,4 @@
 """`kt-evaluate --task parsing` and `kt-train --task parsing` on a handful of hand-made trees."""
-import json
 
 import pytest
 
@@ -7,6 +6,7 @@ from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
 from keras_transformer.parsing.linearize import linearize, source_text
 from keras_transformer.parsing.trees import read_tree, read_tree_file
 from trainers import evaluate, train
+from conftest import final_json
 
 TREES = [
     "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .)))",
@@ -31,8 +31,6 @@ def write_split(directory, name, trees):
     return paths
 
 
-def final_json(output: str) -> dict:
-    return json.loads(output[output.rindex("\n{\n") + 1:])
 
 
 def test_parse_scores_perfect_and_repaired(tmp_path):

@@ -1,5 +1,4 @@
 """Short kt-train runs: TensorBoard contents, outputs, and resuming after SIGKILL."""
-import json
 import os
 import signal
 import subprocess
@@ -12,6 +11,7 @@ import tensorflow as tf
 
 from keras_transformer.data import write_demo_corpus
 from trainers import train
+from conftest import final_json
 
 ROOT = Path(__file__).resolve().parents[1]
 MICRO = ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
@@ -37,9 +37,6 @@ def summaries(log_dir: Path) -> dict[str, list]:
     return found
 
 
-def final_summary(output: str) -> dict:
-    """The JSON summary kt-train prints last (after Keras' progress lines)."""
-    return json.loads(output[output.rindex("\n{\n") + 1:])
 
 
 @pytest.mark.slow
@@ -47,7 +44,7 @@ def test_short_run_logs_scalars_and_attention_images(tmp_path, capsys):
     run_dir = tmp_path / "run"
     assert train.main(MICRO + ["--output-dir", str(run_dir), "--steps", "4",
                                "--eval-every", "2", "--test-beam-size", "1"]) == 0
-    result = final_summary(capsys.readouterr().out)
+    result = final_json(capsys.readouterr().out)
     assert result["steps"] == 4 and "BLEU" in result["test"]
     found = summaries(run_dir / "tensorboard")
     assert SCALARS <= set(found)
@@ -105,6 +102,6 @@ def test_sigkill_then_restart_resumes_from_backup(tmp_path):
     assert starting_step(first_log) == 0
     resumed_at = starting_step(second_log)
     assert resumed_at >= 5 and resumed_at % 5 == 0
-    summary = final_summary(second_log.read_text())
+    summary = final_json(second_log.read_text())
     assert summary["steps"] == 400
     assert os.path.getsize(run_dir / "model.weights.h5") > 0
