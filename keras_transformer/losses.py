@@ -40,11 +40,28 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 def smoothed_token_losses(y_true, logits, label_smoothing: float):
     """Per-token `-sum_k q_k log p_k` with `q = (1 - eps) one_hot(y) + eps / vocab`.
 
-    With `log p_k = z_k - logsumexp(z)` this is `logsumexp(z) - (1 - eps) z_y - eps mean(z)`:
-    only reductions over the vocabulary, no `[batch, len, vocab]` log-probability tensor.
+    With `log p_k = z_k - logsumexp(z)` this is `logsumexp(z) - (1 - eps) z_y - eps mean(z)`,
+    whose gradient `softmax(z) - q` is written out: autodiff of the gather of `z_y` would
+    scatter into the whole `[batch, len, vocab]` gradient, and TensorFlow's fused
+    cross-entropy kernels are slower on CPU (benchmarks/loss_speed.py).
     """
-    logits = ops.cast(logits, "float32")
-    true_logits = ops.squeeze(
-        ops.take_along_axis(logits, ops.expand_dims(y_true, -1), axis=-1), -1)
-    return (ops.logsumexp(logits, axis=-1) - (1.0 - label_smoothing) * true_logits
-            - label_smoothing * ops.mean(logits, axis=-1))
+    y_true = tf.cast(y_true, tf.int32)
+
+    @tf.custom_gradient
+    def losses(logits):
+        log_normalizer = tf.reduce_logsumexp(logits, axis=-1)
+        true_logits = tf.gather(logits, y_true, batch_dims=y_true.shape.rank)
+        value = (log_normalizer - (1.0 - label_smoothing) * true_logits
+                 - label_smoothing * tf.reduce_mean(logits, axis=-1))
+
+        def gradient(upstream):
+            vocab = tf.shape(logits)[-1]
+            off_value = label_smoothing / tf.cast(vocab, tf.float32)
+            targets = tf.one_hot(y_true, vocab, on_value=1.0 - label_smoothing + off_value,
+                                 off_value=off_value)
+            softmax = tf.exp(logits - log_normalizer[..., None])
+            return (softmax - targets) * upstream[..., None]
+
+        return value, gradient
+
+    return losses(tf.cast(logits, tf.float32))

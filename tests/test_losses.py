@@ -55,3 +55,23 @@ def test_metrics_ignore_padding():
     perplexity.update_state(TARGETS, LOGITS)
     assert float(perplexity.result()) == pytest.approx(math.exp(hand_loss(TARGETS, LOGITS, 0.0)),
                                                        rel=1e-5)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_gradient_is_softmax_minus_smoothed_targets(eps):
+    """d loss / d logits = (softmax(z) - q) / tokens on real tokens, 0 on padding."""
+    import tensorflow as tf
+
+    logits = tf.constant(LOGITS)
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        loss = kt.LabelSmoothedCrossEntropy(eps)(TARGETS, logits)
+    gradient = tape.gradient(loss, logits).numpy()
+    tokens = int((TARGETS != 0).sum())
+    for (row, col), target in np.ndenumerate(TARGETS):
+        expected = np.zeros(LOGITS.shape[-1])
+        if target != 0:
+            q = np.full(LOGITS.shape[-1], eps / LOGITS.shape[-1])
+            q[target] += 1.0 - eps
+            expected = (np.exp(log_softmax(LOGITS[row, col])) - q) / tokens
+        np.testing.assert_allclose(gradient[row, col], expected, atol=1e-6)
