@@ -7,6 +7,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer.layers.heads_dense import HeadsDense
+
 # Added to the scores of masked keys. Finite (not -inf) so a fully masked row yields a uniform
 # distribution instead of NaN; exp(-1e9) underflows to exactly 0 in float32 and bfloat16.
 MASK_PENALTY = -1e9
@@ -37,8 +39,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.query_dense = _projection(heads, self.key_dim, "query")
         self.key_dense = _projection(heads, self.key_dim, "key")
         self.value_dense = _projection(heads, self.value_dim, "value")
-        self.output_dense = keras.layers.EinsumDense(
-            "bqhv,hvd->bqd", output_shape=(None, d_model), bias_axes="d", name="output")
+        self.output_dense = HeadsDense((d_model,), input_rank=2, name="output")
         self.query_dense.build(query_shape)
         self.key_dense.build((None, None, source_dim))
         self.value_dense.build((None, None, source_dim))
@@ -95,9 +96,8 @@ class MultiHeadAttention(keras.layers.Layer):
                 "value_dim": self.value_dim, "dropout": self.dropout}
 
 
-def _projection(heads: int, dim: int, name: str) -> keras.layers.EinsumDense:
-    return keras.layers.EinsumDense("btd,dhk->bthk", output_shape=(None, heads, dim),
-                                    bias_axes="hk", name=name)
+def _projection(heads: int, dim: int, name: str) -> HeadsDense:
+    return HeadsDense((heads, dim), name=name)
 
 
 def _heads_first(tensor):

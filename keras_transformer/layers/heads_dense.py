@@ -1,0 +1,45 @@
+"""A dense layer between per-head and model-width tensors, computed as one 2-D matmul."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class HeadsDense(keras.layers.Layer):
+    """`[..., *in_dims] -> [..., *out_dims]`: contracts the last `input_rank` axes with a kernel
+    of shape `in_dims + out_dims` and adds a bias of shape `out_dims`.
+
+    E.g. the query projection maps `[batch, len, d_model]` to `[batch, len, heads, d_k]`
+    (`input_rank=1`, `output_dims=(heads, d_k)`) and W^O maps `[batch, len, heads, d_v]` back
+    (`input_rank=2`, `output_dims=(d_model,)`). The leading axes are flattened into the rows of a
+    single matmul: an einsum with a batch axis would broadcast the kernel over the batch and
+    make its gradient a batched matmul followed by a sum over the batch.
+    """
+
+    def __init__(self, output_dims: Sequence[int], input_rank: int = 1, **kwargs):
+        super().__init__(**kwargs)
+        self.output_dims = tuple(int(dim) for dim in output_dims)
+        self.input_rank = input_rank
+
+    def build(self, input_shape) -> None:
+        input_dims = tuple(input_shape[-self.input_rank:])
+        self.kernel = self.add_weight(name="kernel", shape=input_dims + self.output_dims,
+                                      initializer="glorot_uniform")
+        self.bias = self.add_weight(name="bias", shape=self.output_dims, initializer="zeros")
+
+    def call(self, inputs):
+        in_size = math.prod(self.kernel.shape[:self.input_rank])
+        out_size = math.prod(self.output_dims)
+        leading = ops.shape(inputs)[:-self.input_rank]
+        rows = ops.reshape(inputs, (-1, in_size))
+        kernel = ops.cast(ops.reshape(self.kernel, (in_size, out_size)), rows.dtype)
+        outputs = ops.matmul(rows, kernel) + ops.cast(ops.reshape(self.bias, (-1,)), rows.dtype)
+        return ops.reshape(outputs, (*leading, *self.output_dims))
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "output_dims": self.output_dims,
+                "input_rank": self.input_rank}
