@@ -74,10 +74,13 @@ class Transformer(keras.Model):
 
     # ----------------------------------------------------------------------------- training
     def call(self, inputs, training=None):
-        source_ids, target_input_ids = inputs
+        """`(source_ids, target_input_ids)` -> logits `[batch, tgt_len, vocab]`, or with a third
+        input `positions` (`[N, 2]` (row, position) indices) the logits there only, `[N, vocab]`.
+        """
+        source_ids, target_input_ids, *positions = inputs
         encoder_output = self.encode(source_ids, training=training)
         return self.decode(target_input_ids, encoder_output, source_padding_mask(source_ids),
-                           training=training)
+                           training=training, positions=positions[0] if positions else None)
 
     def encode(self, source_ids, training=None, return_attention_scores: bool = False):
         """Encoder output `[batch, src_len, d_model]` (and per-layer self-attention weights)."""
@@ -94,10 +97,11 @@ class Transformer(keras.Model):
         return (x, weights) if return_attention_scores else x
 
     def decode(self, target_input_ids, encoder_output, source_mask, training=None,
-               return_attention_scores: bool = False):
+               return_attention_scores: bool = False, positions=None):
         """Teacher-forced logits `[batch, tgt_len, vocab]` given the encoder output.
 
-        `source_mask`: `[batch, src_len]`, True on real source tokens.
+        `source_mask`: `[batch, src_len]`, True on real source tokens. `positions`: optional
+        `[N, 2]` indices; the output projection then runs on those N positions only.
         """
         x = self._embed(target_input_ids, self.target_embedding, self.target_positions,
                         self.target_dropout, training)
@@ -110,6 +114,8 @@ class Transformer(keras.Model):
                 training=training, return_attention_scores=True)
             self_weights.append(layer_self)
             cross_weights.append(layer_cross)
+        if positions is not None:
+            x = tf.gather_nd(x, positions)
         logits = self._logits(x)
         return (logits, self_weights, cross_weights) if return_attention_scores else logits
 
@@ -178,10 +184,25 @@ class Transformer(keras.Model):
             self._symbolic_build(data_batch=data_batch)
 
     def train_step(self, data):
-        return self._reducible_logs(super().train_step(data))
+        return self._reducible_logs(super().train_step(self._at_target_tokens(data)))
 
     def test_step(self, data):
-        return self._reducible_logs(super().test_step(data))
+        return self._reducible_logs(super().test_step(self._at_target_tokens(data)))
+
+    def _at_target_tokens(self, data):
+        """`((source, target_in), target_out)` -> `((source, target_in, positions), labels)`
+        with the N real (non-padding) target positions: the output projection, the loss and
+        the metrics then work on `[N, vocab]`, not `[batch, len, vocab]` with its padding.
+        Left unchanged under XLA, which needs static shapes.
+        """
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        if self.jit_compile or y is None or len(x) != 2:
+            return data
+        positions = tf.where(ops.not_equal(y, PAD_ID))
+        if sample_weight is not None:
+            sample_weight = tf.gather_nd(sample_weight, positions)
+        return keras.utils.pack_x_y_sample_weight(
+            (*x, positions), tf.gather_nd(y, positions), sample_weight)
 
     def _reducible_logs(self, logs):
         """Gives scalar logs a leading axis under multi-worker training.

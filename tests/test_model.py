@@ -118,3 +118,28 @@ def test_decode_step_matches_teacher_forced_decoder():
     for step in range(6):
         logits, cache = model.decode_step(target[:, step:step + 1], step, cache, source != 0)
         np.testing.assert_allclose(logits[:, 0], full[:, step], rtol=1e-4, atol=1e-5)
+
+
+def test_logits_at_positions_equal_the_full_logits_there():
+    model = tiny_model()
+    source, target = random_ids((3, 6)), random_ids((3, 5))
+    positions = np.array([[0, 0], [0, 4], [2, 1], [1, 3]], dtype=np.int64)
+    full = model((source, target)).numpy()
+    at_positions = model((source, target, positions)).numpy()
+    np.testing.assert_allclose(at_positions, full[positions[:, 0], positions[:, 1]], atol=1e-5)
+
+
+def test_fit_and_evaluate_score_only_real_target_tokens():
+    """train/test steps project only the real target positions; the loss they report equals
+    the loss of the full `[batch, len, vocab]` logits, padding masked."""
+    from trainers.train import compiled_model
+
+    model, _ = compiled_model(kt.TransformerConfig.preset("tiny", vocab_size=60, dropout=0.0))
+    source, target_in, target_out = random_ids((4, 6)), random_ids((4, 5)), random_ids((4, 5))
+    target_in[1:, 3:] = target_out[1:, 3:] = kt.PAD_ID
+    expected = kt.LabelSmoothedCrossEntropy(model.config.label_smoothing)(
+        target_out, model((source, target_in)))
+    logs = model.evaluate((source, target_in), target_out, verbose=0, return_dict=True)
+    assert logs["loss"] == pytest.approx(float(expected), rel=1e-5)
+    history = model.fit((source, target_in), target_out, epochs=1, verbose=0)
+    assert history.history["loss"][0] == pytest.approx(float(expected), rel=1e-5)
