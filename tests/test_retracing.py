@@ -1,0 +1,25 @@
+"""Bucketed batches keep the number of train-step traces bounded over a long run."""
+import pytest
+
+import keras_transformer as kt
+from keras_transformer.data import make_training_dataset
+from trainers.train import compiled_model
+
+
+@pytest.mark.slow
+def test_train_step_traces_stay_bounded_over_many_bucket_shapes(demo_train, demo_tokenizer):
+    config = kt.TransformerConfig.preset("tiny", vocab_size=demo_tokenizer.vocab_size,
+                                         batch_tokens=512)
+    sources, targets = (side[:3000] for side in demo_train)
+    batches = make_training_dataset(sources, targets, demo_tokenizer, config.batch_tokens,
+                                    config.max_length, seed=0)
+    shapes = {tuple(source.shape) for (source, _), _ in batches}
+    assert len(shapes) >= 5, shapes  # Otherwise the test proves nothing.
+    model, _ = compiled_model(config)
+    traces = []
+    train_step = model.train_step
+    model.train_step = lambda data: traces.append(1) or train_step(data)
+    model.fit(batches, epochs=2, verbose=0)
+    # The first call traces twice (it creates the optimizer's variables); reduce_retracing
+    # then generalizes the shapes instead of compiling one graph per batch shape.
+    assert len(traces) <= 3, f"{len(traces)} traces for {len(shapes)} batch shapes"
