@@ -4,7 +4,8 @@ Signatures: `serving_default` (`text` -> `translation`, `score`, tokenization in
 and `translate_ids` (`source_ids` -> `ids`, `score`, `nbest_ids`, `nbest_scores`). Loading needs
 only `tensorflow` and `tensorflow_text` (`import tensorflow_text` registers its ops). The
 sentencepiece model is embedded in the graph and also shipped as the asset `spm.model` for
-clients of `translate_ids`.
+clients of `translate_ids`. The graph holds a float32 copy of the model's weights (no optimizer
+state), whatever policy the model was trained under, so any CPU or GPU serves it.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import tensorflow as tf
 from keras_transformer.data.tokenizer import MODEL_FILENAME, SubwordTokenizer
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.model import Transformer
+from keras_transformer.training.precision import float32_copy
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -34,7 +36,7 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
     if not _NAME.match(name):
         raise ValueError(f"name: {name!r} must be letters, digits, '_', '-' or '.', "
                          "not starting with a symbol")
-    translator = Translator(model, tokenizer, beam_size, alpha, max_extra)
+    translator = Translator(float32_copy(model), tokenizer, beam_size, alpha, max_extra)
     model_dir = os.path.join(os.fspath(base_dir), name)
     os.makedirs(model_dir, exist_ok=True)
     # TF Serving skips non-integer directories, so a partial export is never served.

@@ -1,18 +1,22 @@
-"""Shared fixtures: the shared corpora (skipped when absent), a demo corpus, a tokenizer."""
+"""Shared fixtures: the shared corpora (skipped when absent), a demo corpus, a tokenizer, a
+dtype policy."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
+import keras
 from keras_transformer.data import (
     SubwordTokenizer,
     read_parallel,
     shared_data_dir,
     write_demo_corpus,
 )
+from keras_transformer.training.precision import set_precision
 
 
 def final_json(output: str) -> dict:
@@ -84,3 +88,13 @@ def demo_vocab(
 def demo_tokenizer(demo_vocab: Path) -> SubwordTokenizer:
     """The demo vocabulary, loaded per test (a test's seeding cannot invalidate it)."""
     return SubwordTokenizer.load(demo_vocab)
+
+
+@pytest.fixture
+def precision(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Global dtype policy set to the test's `precision` parameter (indirect parametrization);
+    float32 again afterwards, which the other tests assume."""
+    try:
+        yield set_precision(request.param)
+    finally:
+        keras.config.set_dtype_policy("float32")

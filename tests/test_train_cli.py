@@ -27,9 +27,16 @@ def parse_error(capsys, parse, argv):
     (["--set", "dropout"], "--set: expected KEY=VALUE"),
     (["--set", "dropout=1.5"], "dropout: must be in [0, 1)"),
     (["--set", "dropout=high"], "--set 'dropout=high': dropout must be a float, got 'high'"),
+    (["--precision", "float64"], "--precision: invalid choice: 'float64'"),
 ])
 def test_train_rejects_bad_options(capsys, argv, message):
     assert message in parse_error(capsys, train.parse_args, argv)
+
+
+def test_precision_defaults_to_auto_without_xla():
+    args = train.parse_args([])
+    assert args.precision == "auto" and args.jit_compile is False
+    assert train.parse_args(["--precision", "mixed_float16", "--jit-compile"]).jit_compile
 
 
 def test_config_layers_preset_file_and_set(tmp_path):

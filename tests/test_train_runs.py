@@ -1,4 +1,5 @@
-"""Short kt-train runs: TensorBoard contents, outputs, and resuming after SIGKILL."""
+"""Short kt-train runs: TensorBoard contents, outputs, mixed precision, and resuming after
+SIGKILL."""
 import os
 import signal
 import subprocess
@@ -6,8 +7,11 @@ import sys
 import time
 from pathlib import Path
 
+import keras
 import pytest
 import tensorflow as tf
+from tensorflow.core.framework import types_pb2
+from tensorflow.core.protobuf import saved_model_pb2
 
 from keras_transformer.data import write_demo_corpus
 from trainers import train
@@ -65,6 +69,40 @@ def test_short_run_logs_scalars_and_attention_images(tmp_path, capsys):
                                                        curve[1:]] == ["2", "4"]
     assert (run_dir / "model.weights.h5").is_file()
     assert len((run_dir / "test.hyp").read_text().splitlines()) == 500
+
+
+def graph_dtypes(saved_model: Path) -> set[int]:
+    """Every dtype (`types_pb2` enum) named by a node attribute of the SavedModel's graphs."""
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((saved_model / "saved_model.pb").read_bytes())
+    found = set()
+    for graph in proto.meta_graphs:
+        nodes = [*graph.graph_def.node, *(node for function in graph.graph_def.library.function
+                                          for node in function.node_def)]
+        for node in nodes:
+            for value in node.attr.values():
+                found |= {value.type, *value.list.type}
+    return found
+
+
+def test_mixed_precision_run_exports_float32(tmp_path, capsys):
+    argv = [arg for arg in MICRO if arg != "--no-export"] + local_data_args(tmp_path / "data")
+    assert train.main(argv + ["--output-dir", str(tmp_path / "run"), "--steps", "2",
+                              "--eval-every", "2", "--precision", "mixed_bfloat16",
+                              "--export-dir", str(tmp_path / "saved_models")]) == 0
+    captured = capsys.readouterr()
+    assert "2 steps, mixed_bfloat16" in captured.err
+    result = final_json(captured.out)
+    assert result["precision"] == "mixed_bfloat16"
+    assert keras.config.dtype_policy().name == "float32"  # the run's policy was scoped
+    export = Path(result["export"])
+    checkpoint = tf.train.load_checkpoint(str(export / "variables" / "variables"))
+    variables = checkpoint.get_variable_to_dtype_map()
+    variables.pop("_CHECKPOINTABLE_OBJECT_GRAPH")
+    assert set(variables.values()) == {tf.float32}
+    assert not any("optimizer" in name for name in variables)  # the weights alone
+    dtypes = graph_dtypes(export)
+    assert types_pb2.DT_FLOAT in dtypes and types_pb2.DT_BFLOAT16 not in dtypes
 
 
 def start_training(argv: list[str], log: Path) -> subprocess.Popen:

@@ -34,7 +34,8 @@ def strip_eos(ids):
 
 
 @pytest.mark.slow
-def test_tiny_model_overfits_through_fit():
+@pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"], indirect=True)
+def test_tiny_model_overfits_through_fit(precision):
     keras.utils.set_random_seed(1)
     config = kt.TransformerConfig.preset("tiny", vocab_size=20, dropout=0.0, label_smoothing=0.0,
                                          warmup_steps=50, learning_rate_scale=0.5)

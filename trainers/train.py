@@ -42,6 +42,7 @@ from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
 from keras_transformer.training.callbacks import (DevEvaluation, PeriodicCheckpoint,
                                                   StopAtLimit, TensorBoardScalars, global_step)
 from keras_transformer.training.checkpoints import save_weights_atomic
+from keras_transformer.training.precision import CHOICES, precision_scope
 from keras_transformer.training.run_dir import RunDir
 from keras_transformer.training.strategy import make_strategy
 from keras_transformer.visualization import attention_maps
@@ -86,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cpu-replicas", type=int, default=0,
                      help="split the CPU into N logical devices and mirror over them")
     run.add_argument("--seed", type=int, default=0, help="data order and initialization seed")
+    run.add_argument("--precision", choices=CHOICES, default="auto",
+                     help="Keras dtype policy (default: auto = mixed_bfloat16 on Ampere or "
+                          "newer GPUs and on CPUs with native bf16, mixed_float16 with loss "
+                          "scaling on older GPUs, else float32); exports are float32")
+    run.add_argument("--jit-compile", action="store_true",
+                     help="XLA-compile the train step (measured slower on CPU; may help on GPU)")
     run.add_argument("--eval-every", type=int, default=250,
                      help="steps between dev BLEU evaluations and attention images")
     run.add_argument("--eval-sentences", type=int, default=200,
@@ -207,13 +214,15 @@ def step_budget(args: argparse.Namespace, train_batches: tf.data.Dataset) -> Opt
     return max(1, math.ceil(args.epochs * batches_per_epoch))
 
 
-def compiled_model(config: TransformerConfig) -> tuple[Transformer, MaskedTokenAccuracy]:
-    """A Transformer compiled with the paper's optimizer, schedule and loss (in scope)."""
+def compiled_model(config: TransformerConfig,
+                   jit_compile: bool = False) -> tuple[Transformer, MaskedTokenAccuracy]:
+    """A Transformer compiled with the paper's optimizer, schedule and loss (in scope), under
+    the global dtype policy; `jit_compile` XLA-compiles the train step."""
     model = Transformer(config)
     accuracy = MaskedTokenAccuracy()
     model.compile(optimizer=make_optimizer(config),
                   loss=LabelSmoothedCrossEntropy(config.label_smoothing),
-                  metrics=[accuracy, Perplexity()])
+                  metrics=[accuracy, Perplexity()], jit_compile=jit_compile)
     return model, accuracy
 
 
@@ -276,20 +285,21 @@ def train(args: argparse.Namespace) -> dict:
     batches = make_training_dataset(*corpora["train"], tokenizer, config.batch_tokens,
                                     config.max_length, args.seed, batch_multiple=replicas)
     max_steps = step_budget(args, batches)
-    with strategy.scope():
-        model, accuracy = compiled_model(config)
+    with strategy.scope(), precision_scope(args.precision) as precision:
+        model, accuracy = compiled_model(config, args.jit_compile)
     callbacks = training_callbacks(args, run, (model, accuracy, tokenizer), corpora["dev"],
                                    max_steps)
     epochs = math.ceil(max_steps / args.eval_every) if max_steps else 1_000_000
     print(f"kt-train: {'resuming' if resumed else 'starting'} {run.root} on {replicas} "
-          f"replica(s), {max_steps or 'unlimited'} steps", file=sys.stderr)
+          f"replica(s), {max_steps or 'unlimited'} steps, {precision}"
+          f"{', XLA' if model.jit_compile else ''}", file=sys.stderr)
     history = model.fit(batches.repeat(), epochs=epochs, steps_per_epoch=args.eval_every,
                         callbacks=callbacks, verbose=2)
     if model.stop_training and not math.isfinite(history.history.get("loss", [0.0])[-1]):
         raise TrainingError("loss became NaN; nothing exported (see the checkpoints)")
     save_weights_atomic(model, run.final_weights)
     summary = {"run_dir": os.fspath(run.root), "steps": global_step(model),
-               "weights": os.fspath(run.final_weights)}
+               "precision": precision, "weights": os.fspath(run.final_weights)}
     if "test" in corpora:
         summary["test"] = evaluate_test(args, run, model, tokenizer, corpora["test"],
                                         gold_trees)

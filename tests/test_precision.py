@@ -1,0 +1,141 @@
+"""Dtype policies: choosing one, and the model and its training under mixed precision."""
+import math
+
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+import keras
+from keras_transformer.training import precision as kt_precision
+from keras_transformer.training.precision import (POLICIES, auto_precision, float32_copy,
+                                                  local_cpu_flags, precision_scope,
+                                                  resolve_precision)
+from trainers.train import compiled_model
+from test_model import VARIANTS, random_ids, tiny_model
+from test_training import PAIRS, padded
+
+BFLOAT16 = pytest.mark.parametrize("precision", ["mixed_bfloat16"], indirect=True)
+
+
+def assert_close_to_rounding(actual, expected):
+    """Equal up to 16-bit rounding, compounded over the layers of a tiny model."""
+    np.testing.assert_allclose(actual, expected, rtol=0, atol=0.02 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_policies_pass_through(name):
+    assert resolve_precision(name) == name
+
+
+def test_unknown_policy_is_named():
+    with pytest.raises(ValueError, match=r"'float64' is not one of auto, float32, "
+                                         r"mixed_bfloat16, mixed_float16"):
+        resolve_precision("float64")
+
+
+@pytest.mark.parametrize("gpus, flags, expected", [
+    ([], {"avx2", "avx512_bf16"}, "mixed_bfloat16"),
+    ([], {"avx2", "amx_bf16"}, "mixed_bfloat16"),
+    ([], {"avx2", "avx512f"}, "float32"),
+    ([(7, 0)], {"avx512_bf16"}, "mixed_float16"),
+    ([(8, 0)], set(), "mixed_bfloat16"),
+    ([(9, 0), (7, 5)], set(), "mixed_float16"),
+])
+def test_auto_precision(gpus, flags, expected):
+    assert auto_precision(gpus, flags) == expected
+
+
+def test_auto_asks_this_machine(monkeypatch):
+    monkeypatch.setattr(kt_precision, "local_cpu_flags", lambda: {"amx_bf16"})
+    monkeypatch.setattr(kt_precision, "local_gpu_capabilities", lambda: [])
+    assert resolve_precision("auto") == "mixed_bfloat16"
+    monkeypatch.setattr(kt_precision, "local_gpu_capabilities", lambda: [(7, 5)])
+    assert resolve_precision("auto") == "mixed_float16"
+
+
+def test_cpu_flags_from_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx512_bf16\n\n"
+                       "processor\t: 1\nflags\t\t: fpu sse\nbugs\t\t: spectre_v1\n")
+    assert local_cpu_flags(str(cpuinfo)) == {"fpu", "avx512_bf16", "sse"}
+    assert local_cpu_flags(str(tmp_path / "missing")) == set()
+
+
+def test_precision_scope_restores_the_policy():
+    with pytest.raises(RuntimeError), precision_scope("mixed_float16") as policy:
+        assert policy == keras.config.dtype_policy().name == "mixed_float16"
+        raise RuntimeError
+    assert keras.config.dtype_policy().name == "float32"
+
+
+@BFLOAT16
+def test_variables_stay_float32_and_logits_are_float32(precision):
+    model = tiny_model()
+    assert model.compute_dtype == "bfloat16"
+    assert {variable.dtype for variable in model.weights} == {"float32"}
+    assert model((random_ids((2, 5)), random_ids((2, 4)))).dtype == "float32"
+
+
+@BFLOAT16
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_causality(precision, variant):
+    model = tiny_model(**VARIANTS[variant])
+    source, target = random_ids((1, 6)), random_ids((1, 8))
+    base = np.asarray(model((source, target)))
+    for t in range(7):
+        changed = target.copy()
+        changed[0, t + 1:] = random_ids((8 - t - 1,))
+        logits = np.asarray(model((source, changed)))
+        assert_close_to_rounding(logits[:, :t + 1], base[:, :t + 1])
+        assert not np.allclose(logits[:, t + 1:], base[:, t + 1:])
+
+
+@BFLOAT16
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_padding_invariance(precision, variant):
+    model = tiny_model(**VARIANTS[variant])
+    source, target = random_ids((1, 4)), random_ids((1, 3))
+    alone = np.asarray(model((source, target)))
+    batch_source, batch_target = random_ids((3, 9)), random_ids((3, 7))
+    batch_source[0], batch_target[0] = padded(source, 9)[0], padded(target, 7)[0]
+    assert_close_to_rounding(np.asarray(model((batch_source, batch_target)))[0, :3], alone[0])
+
+
+@BFLOAT16
+def test_cached_decoding_matches_full_decoding(precision):
+    model = tiny_model()
+    source = np.array([[5, 6, 7, 3, 0], [8, 9, 10, 11, 3]], "int32")
+    target = random_ids((2, 6))
+    full = np.asarray(model((source, target)))
+    cache = model.init_decode_cache(model.encode(source), beam_size=1, max_length=8)
+    for step in range(6):
+        logits, cache = model.decode_step(target[:, step:step + 1], step, cache, source != 0)
+        assert_close_to_rounding(np.asarray(logits[:, 0]), full[:, step])
+
+
+@BFLOAT16
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_float32_copy_has_the_weights_and_close_logits(precision, variant):
+    model = tiny_model(**VARIANTS[variant])
+    copy = float32_copy(model)
+    assert copy.compute_dtype == "float32" and keras.config.dtype_policy().name == precision
+    for ours, theirs in zip(model.get_weights(), copy.get_weights(), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    inputs = (random_ids((2, 7)), random_ids((2, 5)))
+    assert_close_to_rounding(np.asarray(model(inputs)), np.asarray(copy(inputs)))
+
+
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"], indirect=True)
+def test_compiled_model_trains(precision):
+    keras.utils.set_random_seed(1)
+    config = kt.TransformerConfig.preset("tiny", vocab_size=20, dropout=0.0, label_smoothing=0.0,
+                                         warmup_steps=50, learning_rate_scale=0.5)
+    model, _ = compiled_model(config)
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer) == (
+        precision == "mixed_float16")
+    source = padded([s + [kt.EOS_ID] for s, _ in PAIRS], 6)
+    target_in = padded([[kt.BOS_ID] + t for _, t in PAIRS], 6)
+    target_out = padded([t + [kt.EOS_ID] for _, t in PAIRS], 6)
+    losses = model.fit((source, target_in), target_out, batch_size=6, epochs=30,
+                       verbose=0).history["loss"]
+    assert all(map(math.isfinite, losses)) and losses[-1] < losses[0] / 2
