@@ -80,6 +80,11 @@ def test_run_dir_refuses_a_different_config(tmp_path):
     with pytest.raises(ValueError, match=r"run.json \(seed: 0 -> 1\)"):
         run.claim(config, {"seed": 1})
     assert RunDir(tmp_path / "run").load_config() == config
+    # A field an older version did not record is no difference; once recorded, it must match.
+    assert run.claim(config, {"seed": 0, "precision": "float32"}) is True
+    (tmp_path / "run" / "run.json").write_text('{"seed": 0, "precision": "float32"}')
+    with pytest.raises(ValueError, match=r"precision: 'float32' -> 'mixed_float16'"):
+        run.claim(config, {"seed": 0, "precision": "mixed_float16"})
 
 
 def test_evaluate_and_average_reject_bad_input(capsys, tmp_path):

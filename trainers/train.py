@@ -42,7 +42,7 @@ from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
 from keras_transformer.training.callbacks import (DevEvaluation, PeriodicCheckpoint,
                                                   StopAtLimit, TensorBoardScalars, global_step)
 from keras_transformer.training.checkpoints import save_weights_atomic
-from keras_transformer.training.precision import CHOICES, precision_scope
+from keras_transformer.training.precision import CHOICES, precision_scope, resolve_precision
 from keras_transformer.training.run_dir import RunDir
 from keras_transformer.training.strategy import make_strategy
 from keras_transformer.visualization import attention_maps
@@ -171,7 +171,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def run_options(args: argparse.Namespace) -> dict:
-    """The options a restart must repeat: data, vocabulary and seed (not the step budget)."""
+    """The options a restart must repeat: data, vocabulary and seed (not the step budget);
+    `train` adds the resolved precision (backups do not restore across loss scaling)."""
     names = ("train_src", "train_tgt", "dev_src", "dev_tgt", "tfds", "source_lang",
              "target_lang", "tfds_splits", "vocab_sentences", "seed")
     return {name: getattr(args, name) for name in names}
@@ -274,7 +275,8 @@ def train(args: argparse.Namespace) -> dict:
     """Runs the whole job; returns a summary (paths, steps, scores)."""
     config, run = args.model_config, RunDir(args.output_dir)
     strategy = make_strategy(args.cpu_replicas)
-    resumed = run.claim(config, run_options(args))
+    precision = resolve_precision(args.precision)
+    resumed = run.claim(config, {**run_options(args), "precision": precision})
     keras.utils.set_random_seed(args.seed)
     corpora = load_corpora(args, run)
     gold_trees = (read_gold_trees(args.test_tree, corpora["test"][0], args.test_src)
@@ -285,7 +287,7 @@ def train(args: argparse.Namespace) -> dict:
     batches = make_training_dataset(*corpora["train"], tokenizer, config.batch_tokens,
                                     config.max_length, args.seed, batch_multiple=replicas)
     max_steps = step_budget(args, batches)
-    with strategy.scope(), precision_scope(args.precision) as precision:
+    with strategy.scope(), precision_scope(precision):
         model, accuracy = compiled_model(config, args.jit_compile)
     callbacks = training_callbacks(args, run, (model, accuracy, tokenizer), corpora["dev"],
                                    max_steps)

@@ -113,6 +113,8 @@ def _read_json(path: Path) -> Any:
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Fields whose values differ; a field an older run did not record yet is not a
+    difference (so run directories of earlier versions can still be resumed)."""
     keys = sorted(set(old) | set(new))
     return [f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in keys
-            if old.get(key) != new.get(key)]
+            if key in old and old.get(key) != new.get(key)]
