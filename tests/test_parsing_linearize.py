@@ -22,6 +22,14 @@ def test_round_trip_with_tags() -> None:
     assert delinearize(TARGET, WORDS, TAGS) == TREE
 
 
+def test_words_as_leaves_round_trip() -> None:
+    target = linearize(TREE, leaves="words")
+    assert target == "(S (NP The cat ) (VP sat (PP on (NP it ) ) ) . )"
+    assert delinearize(target, WORDS, TAGS) == TREE
+    with pytest.raises(ValueError, match="leaves: 'tags'"):
+        linearize(TREE, leaves="tags")
+
+
 def test_without_tags_words_get_placeholder_tags() -> None:
     tree = delinearize(TARGET, WORDS)
     assert tree.words() == WORDS

@@ -15,6 +15,7 @@ import sys
 from typing import Optional, Sequence
 
 from keras_transformer.parsing.corpus import treebank_dir, write_parallel_files
+from keras_transformer.parsing.linearize import LEAVES
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -22,6 +23,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--treebank", help="folder of wsj_*.mrg files (default: the shared "
                                            "data's treebank/, $KT_SHARED_DATA or ../shared/data)")
     parser.add_argument("--output-dir", required=True, help="where the split files go")
+    parser.add_argument("--leaves", choices=LEAVES, default="placeholder",
+                        help="what stands for each word in the targets: XX (placeholder, as "
+                             "Vinyals & Kaiser et al.; default) or the words themselves")
     return parser.parse_args(argv)
 
 
@@ -29,7 +33,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     treebank = args.treebank or treebank_dir()
     try:
-        written = write_parallel_files(treebank, args.output_dir)
+        written = write_parallel_files(treebank, args.output_dir, args.leaves)
     except (FileNotFoundError, ValueError) as error:  # ValueError: TreeFormatError too
         print(f"prepare_parsing: error: {error}", file=sys.stderr)
         return 2

@@ -42,21 +42,22 @@ def read_split(directory: str | os.PathLike, split: str) -> list[Tree]:
             for tree in read_tree_file(path)]
 
 
-def parallel_text(trees: list[Tree]) -> tuple[list[str], list[str]]:
-    """(sentences, linearized targets) of preprocessed trees."""
-    return [source_text(tree) for tree in trees], [linearize(tree) for tree in trees]
+def parallel_text(trees: list[Tree], leaves: str = "placeholder") -> tuple[list[str], list[str]]:
+    """(sentences, linearized targets) of preprocessed trees (`leaves` as in `linearize`)."""
+    return [source_text(tree) for tree in trees], [linearize(tree, leaves) for tree in trees]
 
 
 def write_parallel_files(
-    treebank: str | os.PathLike, output_dir: str | os.PathLike
+    treebank: str | os.PathLike, output_dir: str | os.PathLike, leaves: str = "placeholder"
 ) -> dict[str, dict[str, Path]]:
-    """Writes every split's ``.src``, ``.tgt`` and ``.tree`` files; returns their paths."""
+    """Writes every split's ``.src``, ``.tgt`` (`leaves` as in `linearize`) and ``.tree``
+    files; returns their paths."""
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
     written: dict[str, dict[str, Path]] = {}
     for split in SPLITS:
         trees = read_split(treebank, split)
-        sources, targets = parallel_text(trees)
+        sources, targets = parallel_text(trees, leaves)
         columns = {"src": sources, "tgt": targets, "tree": [str(tree) for tree in trees]}
         written[split] = {}
         for suffix, lines in columns.items():

@@ -4,8 +4,10 @@ Source: the sentence's words separated by spaces.
 Target: the bracketing with labelled opening tokens, bare closing tokens and one ``XX`` per
 word, e.g. ``(S (NP XX XX ) (VP XX (NP XX ) ) XX )``. Words and part-of-speech tags are both
 left out: EVALB scores neither, the model only has to emit the structure and one ``XX`` per
-source word, and `delinearize` puts the words (and their tags, when known) back. The ``TOP``
-root is implicit: its children are linearized and `delinearize` wraps the result in it.
+source word, and `delinearize` puts the words (and their tags, when known) back. With
+``leaves="words"`` the words themselves take the ``XX`` slots (``(S (NP The cat ) ...``): a longer
+target, but one the decoder can align with the source by copying. The ``TOP`` root is implicit:
+its children are linearized and `delinearize` wraps the result in it.
 """
 from __future__ import annotations
 
@@ -27,21 +29,27 @@ def source_text(tree: Tree) -> str:
     return " ".join(tree.words())
 
 
-def linearize(tree: Tree) -> str:
-    """The target sequence of a preprocessed tree (under a ``TOP`` root)."""
+LEAVES = ("placeholder", "words")
+
+
+def linearize(tree: Tree, leaves: str = "placeholder") -> str:
+    """The target sequence of a preprocessed tree (under a ``TOP`` root); `leaves` is
+    "placeholder" (one ``XX`` per word) or "words" (the words themselves)."""
+    if leaves not in LEAVES:
+        raise ValueError(f"leaves: {leaves!r} is not one of {', '.join(LEAVES)}")
     tokens: list[str] = []
     for child in tree.children:
-        _append_tokens(child, tokens)
+        _append_tokens(child, tokens, leaves == "words")
     return " ".join(tokens)
 
 
-def _append_tokens(node: Tree | str, tokens: list[str]) -> None:
+def _append_tokens(node: Tree | str, tokens: list[str], words: bool) -> None:
     if isinstance(node, str) or node.is_preterminal:
-        tokens.append(WORD)
+        tokens.append((node if isinstance(node, str) else node.children[0]) if words else WORD)
         return
     tokens.append(f"({node.label}")
     for child in node.children:
-        _append_tokens(child, tokens)
+        _append_tokens(child, tokens, words)
     tokens.append(CLOSE)
 
 
