@@ -129,12 +129,14 @@ def test_logits_at_positions_equal_the_full_logits_there():
     np.testing.assert_allclose(at_positions, full[positions[:, 0], positions[:, 1]], atol=1e-5)
 
 
-def test_fit_and_evaluate_score_only_real_target_tokens():
-    """train/test steps project only the real target positions; the loss they report equals
-    the loss of the full `[batch, len, vocab]` logits, padding masked."""
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_fit_and_evaluate_score_only_real_target_tokens(jit_compile):
+    """train/test steps project only the real target positions (all of them under XLA); the
+    loss they report equals the loss of the full `[batch, len, vocab]` logits, padding masked."""
     from trainers.train import compiled_model
 
-    model, _ = compiled_model(kt.TransformerConfig.preset("tiny", vocab_size=60, dropout=0.0))
+    model, _ = compiled_model(kt.TransformerConfig.preset("tiny", vocab_size=60, dropout=0.0),
+                              jit_compile=jit_compile)
     source, target_in, target_out = random_ids((4, 6)), random_ids((4, 5)), random_ids((4, 5))
     target_in[1:, 3:] = target_out[1:, 3:] = kt.PAD_ID
     expected = kt.LabelSmoothedCrossEntropy(model.config.label_smoothing)(
