@@ -83,6 +83,24 @@ def test_garbage_still_gives_a_well_formed_tree_over_the_words(decoded: str) -> 
     assert tree.tags() == TAGS
 
 
+@pytest.mark.parametrize("decoded, expected", [
+    # A doubled word: its second slot stays empty, later words keep their places.
+    ("(S (NP The cat cat ) (VP sat (PP on (NP it ) ) ) . )", str(TREE)),
+    # A misspelt word still takes its own slot.
+    ("(S (NP The kat ) (VP sat (PP on (NP it ) ) ) . )", str(TREE)),
+    # A skipped word joins the constituent of the word before it.
+    ("(S (NP The cat ) (VP sat (PP (NP it ) ) ) . )",
+     "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (IN on) (PP (NP (PRP it)))) (. .)))"),
+    # Trailing words without slots go to the innermost constituent open at the end.
+    ("(S (NP The cat ) (VP sat (PP on",
+     "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (PRP it) (. .)))))"),
+])
+def test_word_leaves_are_aligned_with_the_sentence(decoded: str, expected: str) -> None:
+    tree = delinearize(decoded, WORDS, TAGS)
+    _assert_well_formed(tree)
+    assert str(tree) == expected
+
+
 def test_tags_must_match_words() -> None:
     with pytest.raises(ValueError, match="2 tags for 6 words"):
         delinearize(TARGET, WORDS, ["DT", "NN"])

@@ -11,6 +11,7 @@ its children are linearized and `delinearize` wraps the result in it.
 """
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Optional, Sequence
 
@@ -59,31 +60,60 @@ def delinearize(
     """A well-formed ``TOP`` tree over exactly `words`, in order, from any decoded `sequence`.
 
     Word slots (``XX`` or any other bare token) take the next word and its tag from `tags`
-    (``XX`` when no tags are given); slots beyond the last word are dropped. Closing tokens
-    with nothing open and openings without a label are ignored, brackets still open at the
-    end are closed, words never placed go to the innermost constituent open at the end of
-    the sequence, and constituents without words are removed.
+    (``XX`` when no tags are given); slots beyond the last word are dropped. When the slots
+    hold words (``leaves="words"``), they are first aligned with `words`, so that a misspelt,
+    doubled or skipped word costs only its own slot instead of shifting every later word:
+    a doubled word's extra slot stays empty and a skipped word joins its predecessor's
+    constituent. Closing tokens with nothing open and openings without a label are ignored,
+    brackets still open at the end are closed, words never placed go to the innermost
+    constituent open at the end of the sequence, and constituents without words are removed.
     """
     if tags is not None and len(tags) != len(words):
         raise ValueError(f"got {len(tags)} tags for {len(words)} words")
     leaves = [Tree(tag, (word,)) for word, tag in zip(words, tags or [UNKNOWN_TAG] * len(words))]
+    tokens = [(match.group(), match.group(1)) for match in _TOKEN.finditer(sequence)]
+    slots = [token for token, label in tokens if label is None and not token.startswith(CLOSE)]
+    emitted = iter(_slot_words(slots, words))
     stack: list[tuple[str, list[Tree]]] = [(ROOT_LABEL, [])]
     placed = 0
-    for match in _TOKEN.finditer(sequence):
-        token, label = match.group(), match.group(1)
+    for token, label in tokens:
         if label is not None:
             if label:
                 stack.append((label, []))
         elif token.startswith(CLOSE):
             if len(stack) > 1:
                 _close(stack)
-        elif placed < len(leaves):
-            stack[-1][1].append(leaves[placed])
-            placed += 1
+        else:
+            for index in next(emitted):
+                stack[-1][1].append(leaves[index])
+                placed = index + 1
     stack[-1][1].extend(leaves[placed:])
     while len(stack) > 1:
         _close(stack)
     return Tree(ROOT_LABEL, tuple(stack[0][1]))
+
+
+def _slot_words(slots: Sequence[str], words: Sequence[str]) -> list[list[int]]:
+    """For each decoded word slot, the indices of the words it places (increasing overall).
+
+    Placeholder slots (no slot equals a word) take one word each, in order. Otherwise the
+    slots are aligned with the words (`difflib`): matched and substituted slots take their
+    words, surplus slots none, and words without a slot go with the slot before them (words
+    after the last slot are left for the caller to place at the end).
+    """
+    if not set(slots) & set(words):
+        return [[index] if index < len(words) else [] for index in range(len(slots))]
+    placed: list[list[int]] = [[] for _ in slots]
+    matcher = difflib.SequenceMatcher(a=list(slots), b=list(words), autojunk=False)
+    for _, slot_start, slot_end, word_start, word_end in matcher.get_opcodes():
+        owners = list(range(slot_start, slot_end)) or [slot_start - 1]
+        for offset, index in enumerate(range(word_start, word_end)):
+            owner = owners[min(offset, len(owners) - 1)]
+            if owner >= 0 and (owner < len(slots) - 1 or slot_end > slot_start):
+                placed[owner].append(index)
+            elif owner < 0 and slots:
+                placed[0].append(index)
+    return placed
 
 
 def _close(stack: list[tuple[str, list[Tree]]]) -> None:
