@@ -29,8 +29,20 @@ def test_logits_shape(variant):
     assert logits.shape == (2, 5, model.config.output_vocab_size)
 
 
+PRECISIONS = pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"], indirect=True)
+
+
+def assert_equal_to_rounding(actual, expected, precision: str) -> None:
+    """Equal up to float32 rounding, or 16-bit rounding compounded over a tiny model's layers."""
+    if precision == "float32":
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_allclose(actual, expected, rtol=0, atol=0.02 * np.abs(expected).max())
+
+
+@PRECISIONS
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_causality(variant):
+def test_causality(precision, variant):
     model = tiny_model(**VARIANTS[variant])
     source, target = random_ids((1, 6)), random_ids((1, 8))
     base = np.asarray(model((source, target)))
@@ -38,12 +50,13 @@ def test_causality(variant):
         changed = target.copy()
         changed[0, t + 1:] = random_ids((8 - t - 1,))
         logits = np.asarray(model((source, changed)))
-        np.testing.assert_allclose(logits[:, :t + 1], base[:, :t + 1], rtol=1e-5, atol=1e-5)
+        assert_equal_to_rounding(logits[:, :t + 1], base[:, :t + 1], precision)
         assert not np.allclose(logits[:, t + 1:], base[:, t + 1:])
 
 
+@PRECISIONS
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_padding_invariance(variant):
+def test_padding_invariance(precision, variant):
     model = tiny_model(**VARIANTS[variant])
     source, target = random_ids((1, 4)), random_ids((1, 3))
     alone = np.asarray(model((source, target)))
@@ -52,7 +65,7 @@ def test_padding_invariance(variant):
     batch_source[0, :4], batch_target[0, :3] = source[0], target[0]
     batch_source[1:], batch_target[1:] = random_ids((2, 9)), random_ids((2, 7))
     batched = np.asarray(model((batch_source, batch_target)))
-    np.testing.assert_allclose(batched[0, :3], alone[0], rtol=1e-5, atol=1e-5)
+    assert_equal_to_rounding(batched[0, :3], alone[0], precision)
 
 
 def test_attention_weights_of_every_layer_and_head():
@@ -109,7 +122,8 @@ def test_dropout_only_in_training():
     assert not np.allclose(model(inputs, training=True), model(inputs, training=False))
 
 
-def test_decode_step_matches_teacher_forced_decoder():
+@PRECISIONS
+def test_decode_step_matches_teacher_forced_decoder(precision):
     model = tiny_model()
     source = np.array([[5, 6, 7, 3, 0], [8, 9, 10, 11, 3]], "int32")
     target = random_ids((2, 6))
@@ -117,7 +131,7 @@ def test_decode_step_matches_teacher_forced_decoder():
     cache = model.init_decode_cache(model.encode(source), beam_size=1, max_length=8)
     for step in range(6):
         logits, cache = model.decode_step(target[:, step:step + 1], step, cache, source != 0)
-        np.testing.assert_allclose(logits[:, 0], full[:, step], rtol=1e-4, atol=1e-5)
+        assert_equal_to_rounding(np.asarray(logits[:, 0]), full[:, step], precision)
 
 
 def test_logits_at_positions_equal_the_full_logits_there():
