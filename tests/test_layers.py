@@ -126,3 +126,20 @@ def test_get_config_round_trip(make, shape):
         np.testing.assert_allclose(clone(x), layer(x), rtol=1e-6)
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert type(restored) is type(layer)
+
+
+@pytest.mark.parametrize("input_shape, output_dims, input_rank, equation", [
+    ((2, 5, 12), (3, 4), 1, "btd,dhk->bthk"),
+    ((2, 5, 3, 4), (12,), 2, "bthk,hkd->btd"),
+])
+def test_heads_dense_is_the_einsum_it_replaces(input_shape, output_dims, input_rank, equation):
+    from keras_transformer.layers import HeadsDense
+
+    layer = HeadsDense(output_dims, input_rank=input_rank)
+    inputs = np.random.default_rng(0).normal(size=input_shape).astype("float32")
+    layer.build(input_shape)
+    layer.bias.assign(np.random.default_rng(1).normal(size=output_dims).astype("float32"))
+    expected = np.einsum(equation, inputs, layer.kernel.numpy()) + layer.bias.numpy()
+    np.testing.assert_allclose(layer(inputs), expected, rtol=1e-5, atol=1e-5)
+    clone = HeadsDense.from_config(layer.get_config())
+    assert (clone.output_dims, clone.input_rank) == (output_dims, input_rank)

@@ -4,10 +4,11 @@ from keras_transformer.layers.decoder_layer import DecoderLayer
 from keras_transformer.layers.embedding import ScaledEmbedding
 from keras_transformer.layers.encoder_layer import EncoderLayer
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
+from keras_transformer.layers.heads_dense import HeadsDense
 from keras_transformer.layers.positional import (LearnedPositionalEmbedding,
                                                  SinusoidalPositionalEncoding)
 from keras_transformer.layers.residual import ResidualNorm
 
-__all__ = ["DecoderLayer", "EncoderLayer", "LearnedPositionalEmbedding", "MultiHeadAttention",
-           "PositionwiseFeedForward", "ResidualNorm", "ScaledEmbedding",
+__all__ = ["DecoderLayer", "EncoderLayer", "HeadsDense", "LearnedPositionalEmbedding",
+           "MultiHeadAttention", "PositionwiseFeedForward", "ResidualNorm", "ScaledEmbedding",
            "SinusoidalPositionalEncoding"]
