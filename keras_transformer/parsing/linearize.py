@@ -106,13 +106,11 @@ def _slot_words(slots: Sequence[str], words: Sequence[str]) -> list[list[int]]:
     placed: list[list[int]] = [[] for _ in slots]
     matcher = difflib.SequenceMatcher(a=list(slots), b=list(words), autojunk=False)
     for _, slot_start, slot_end, word_start, word_end in matcher.get_opcodes():
-        owners = list(range(slot_start, slot_end)) or [slot_start - 1]
-        for offset, index in enumerate(range(word_start, word_end)):
-            owner = owners[min(offset, len(owners) - 1)]
-            if owner >= 0 and (owner < len(slots) - 1 or slot_end > slot_start):
-                placed[owner].append(index)
-            elif owner < 0 and slots:
-                placed[0].append(index)
+        if slot_end > slot_start:  # Matched or substituted: in order, extra words to the last.
+            for offset, index in enumerate(range(word_start, word_end)):
+                placed[min(slot_start + offset, slot_end - 1)].append(index)
+        elif slot_start < len(slots):  # Skipped words: with the slot before (or the first).
+            placed[max(slot_start - 1, 0)].extend(range(word_start, word_end))
     return placed
 
 
