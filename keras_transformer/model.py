@@ -129,33 +129,30 @@ class Transformer(keras.Model):
                 "encoder_decoder": encoder_decoder}
 
     # ------------------------------------------------------------------ incremental decoding
-    def init_decode_cache(self, encoder_output, beam_size: int, max_length) -> dict[str, list]:
+    def init_decode_cache(self, encoder_output, beam_size: int, max_length) -> dict[str, Any]:
         """Decoder state for `decode_step`.
 
         `cross`: each layer's encoder keys/values, computed once per sentence and shared by
         its `beam_size` hypotheses. `self`: per-layer key/value buffers
-        `[batch * beam_size, heads, max_length, dim]`, filled one position per step; a beam
-        search reorders these (and only these) along axis 0 when hypotheses move.
+        `[batch * beam_size, heads, max_length, dim]`, filled one position per step. `rows`:
+        the buffer row each hypothesis extends; a beam search sets it when hypotheses move, and
+        the next step takes those rows as it writes (one copy of the buffers per step).
         """
-        batch = ops.shape(encoder_output)[0]
-        c = self.config
-        dtype = self.compute_dtype
-
-        def buffer(dim):
-            return ops.zeros((batch * beam_size, c.num_heads, max_length, dim), dtype=dtype)
-
+        rows = ops.shape(encoder_output)[0] * beam_size
         return {
             "cross": [layer.cross_attention.project_key_value(encoder_output)
                       for layer in self.decoder_layers],
-            "self": [{"key": buffer(c.key_dim), "value": buffer(c.value_dim)}
-                     for _ in self.decoder_layers],
+            "self": [layer.self_attention.init_cache(rows, max_length, self.compute_dtype)
+                     for layer in self.decoder_layers],
+            "rows": tf.range(rows),
         }
 
     def decode_step(self, token_ids, step, cache, source_mask):
         """Logits `[batch, beam, vocab]` for the next token after `token_ids` `[batch, beam]`.
 
         `token_ids` sit at target position `step` (0 for the start token); `source_mask` is
-        `[batch, src_len]`. Returns the logits and the updated cache.
+        `[batch, src_len]`. Returns the logits and the updated cache (its buffers in the order
+        of `token_ids`).
         """
         x = self.target_embedding(token_ids)
         x = x + self.target_positions(x[:, :1], start_index=step)
@@ -163,9 +160,11 @@ class Transformer(keras.Model):
         new_self = []
         for layer, self_cache, cross_cache in zip(self.decoder_layers, cache["self"],
                                                   cache["cross"]):
-            x, self_cache = layer.step(x, self_cache, cross_cache, step, cross_mask)
+            x, self_cache = layer.step(x, self_cache, cross_cache, step, cross_mask,
+                                       cache["rows"])
             new_self.append(self_cache)
-        return self._logits(x), {"cross": cache["cross"], "self": new_self}
+        rows = tf.range(tf.shape(cache["rows"])[0])
+        return self._logits(x), {"cross": cache["cross"], "self": new_self, "rows": rows}
 
     # ------------------------------------------------------------------ distributed training
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):

@@ -4,6 +4,7 @@ import math
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend)
 from keras_transformer.layers import (DecoderLayer, EncoderLayer, LearnedPositionalEmbedding,
@@ -43,6 +44,28 @@ def test_attention_equals_scaled_dot_product_formula():
         heads.append((p / p.sum(-1, keepdims=True)) @ v)
     expected = np.einsum("hqv,hvd->qd", np.stack(heads), wo) + bo
     np.testing.assert_allclose(out[0], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_cache_step_takes_rows_and_writes_one_position_without_leaking_between_runs():
+    attention = MultiHeadAttention(num_heads=2, key_dim=3)
+    attention(np.zeros((1, 1, 4), "float32"))
+
+    @tf.function  # Static shapes: the zeroed buffers must not become a constant written into.
+    def write(query, step):
+        cache = attention.init_cache(3, 5, "float32")
+        cache = {name: buffer + tf.reshape(tf.range(3, dtype=tf.float32), [3, 1, 1, 1])
+                 for name, buffer in cache.items()}  # Row r holds r everywhere.
+        return attention(query, cache=cache, cache_step=step,
+                         cache_rows=tf.constant([2, 0, 0]))[1]["key"]
+
+    query = rng.normal(size=(3, 1, 4)).astype("float32")
+    keys = np.asarray(attention.key_dense(query)).transpose(0, 2, 1, 3)[:, :, 0]  # [3, heads, 3]
+    for step in (1, 3):
+        written = np.asarray(write(query, tf.constant(step)))
+        np.testing.assert_allclose(written[:, :, step], keys, rtol=1e-6)
+        others = np.delete(written, step, axis=2)
+        np.testing.assert_array_equal(others, np.broadcast_to([[[[2.0]]], [[[0.0]]], [[[0.0]]]],
+                                                              others.shape))
 
 
 def test_key_and_value_sizes_are_independent():

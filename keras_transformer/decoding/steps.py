@@ -18,7 +18,8 @@ class CachedSteps:
     """`model.decode_step` with the key/value cache: one position per step.
 
     Encoder keys/values are projected once per sentence and shared by its hypotheses; only the
-    self-attention buffers `[batch * beam, heads, T, dim]` follow the hypotheses.
+    self-attention buffers `[batch * beam, heads, T, dim]` follow the hypotheses: `reorder`
+    records the rows they extend, and the next step takes those rows as it writes.
     """
 
     def __init__(self, model: Transformer, source_ids: tf.Tensor, beam_size: int,
@@ -29,19 +30,19 @@ class CachedSteps:
         cache = model.init_decode_cache(model.encode(source_ids, training=False), beam_size,
                                         buffer_length)
         self.cross = cache["cross"]
-        self.initial_state: Any = cache["self"]
+        self.initial_state: Any = {"self": cache["self"], "rows": cache["rows"]}
 
     def __call__(self, sequences: tf.Tensor, step: tf.Tensor, state: Any):
         token_ids = tf.gather(sequences, step, axis=2)
         logits, cache = self.model.decode_step(token_ids, step,
-                                               {"cross": self.cross, "self": state},
+                                               {"cross": self.cross, **state},
                                                self.source_mask)
-        return logits, cache["self"]
+        return logits, {"self": cache["self"], "rows": cache["rows"]}
 
     def reorder(self, state: Any, origin: tf.Tensor) -> Any:
         batch = tf.shape(origin)[0]
         rows = tf.reshape(origin + tf.range(batch)[:, None] * self.beam_size, [-1])
-        return tf.nest.map_structure(lambda buffer: tf.gather(buffer, rows), state)
+        return {**state, "rows": rows}
 
 
 class RecomputeSteps:

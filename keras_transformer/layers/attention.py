@@ -6,6 +6,8 @@ from typing import Optional
 import keras
 import tensorflow as tf
 from keras import ops
+from tensorflow.python.framework import ops as tf_ops
+from tensorflow.python.ops import control_flow_util
 
 from keras_transformer.layers.heads_dense import HeadsDense
 
@@ -45,6 +47,18 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dense.build((None, None, source_dim))
         self.output_dense.build((None, None, heads, self.value_dim))
 
+    def init_cache(self, rows, max_length, dtype) -> dict[str, tf.Tensor]:
+        """Zeroed self-attention buffers `[rows, heads, max_length, dim]` for `cache_step`.
+
+        Built with `Empty` (stateful, so never folded into a graph constant that the in-place
+        writes of `call` would then modify across runs).
+        """
+        def buffer(dim):
+            return tf.raw_ops.Empty(shape=tf.stack([rows, self.num_heads, max_length, dim]),
+                                    dtype=dtype, init=True)
+
+        return {"key": buffer(self.key_dim), "value": buffer(self.value_dim)}
+
     def project_key_value(self, key_value) -> dict[str, tf.Tensor]:
         """Keys and values `[batch, heads, len, dim]` of `key_value`, e.g. the encoder output,
         computed once per sentence."""
@@ -52,12 +66,14 @@ class MultiHeadAttention(keras.layers.Layer):
                 "value": _heads_first(self.value_dense(key_value))}
 
     def call(self, query, key_value=None, attention_mask=None, cache=None, cache_step=None,
-             training=None, return_attention_scores: bool = False):
+             cache_rows=None, training=None, return_attention_scores: bool = False):
         """Attends `query` to `key_value` (self-attention when None).
 
         `cache` without `cache_step` holds precomputed keys/values (`project_key_value`) used
         as they are; with `cache_step` it is a fixed-size self-attention buffer
-        `[batch, heads, max_len, dim]` into which this call's single position is written.
+        `[rows, heads, max_len, dim]` from `init_cache`: the rows `cache_rows` (`[batch]`,
+        default all in order; a beam search passes the rows its hypotheses extend) are taken,
+        and this call's single position is written into them at `cache_step`.
         Cached keys/values are stored heads first so that the score and context products are
         plain batched matmuls (no per-step transpose of the cache).
         Returns the output, plus the updated cache when `cache_step` is given, plus the
@@ -71,8 +87,10 @@ class MultiHeadAttention(keras.layers.Layer):
         else:
             keys, values = cache["key"], cache["value"]
             if cache_step is not None:
-                keys = _write_position(keys, self.key_dense(query), cache_step)
-                values = _write_position(values, self.value_dense(query), cache_step)
+                if cache_rows is None:
+                    cache_rows = tf.range(tf.shape(query)[0])
+                keys = _extend_rows(keys, cache_rows, self.key_dense(query), cache_step)
+                values = _extend_rows(values, cache_rows, self.value_dense(query), cache_step)
                 cache = {"key": keys, "value": values}
             scores = tf.linalg.matmul(_heads_first(query_heads), keys, transpose_b=True)
         if attention_mask is not None:
@@ -105,13 +123,20 @@ def _heads_first(tensor):
     return tf.transpose(tensor, [0, 2, 1, 3])
 
 
-def _write_position(buffer, update, step):
-    """Writes `update` `[batch, 1, heads, dim]` at position `step` of `buffer`
-    `[batch, heads, T, dim]`."""
-    shape = tf.shape(buffer)
-    rows = shape[0] * shape[1]
-    indices = tf.stack([tf.range(rows), tf.fill([rows], tf.cast(step, tf.int32))], axis=1)
-    flat = tf.tensor_scatter_nd_update(
-        tf.reshape(buffer, [rows, shape[2], shape[3]]), indices,
-        tf.reshape(tf.cast(_heads_first(update), buffer.dtype), [rows, shape[3]]))
-    return tf.reshape(flat, shape)
+def _extend_rows(buffer, rows, update, step):
+    """`buffer[rows]` (`buffer`: `[rows, heads, T, dim]`) with `update` `[batch, 1, heads, dim]`
+    written at position `step`.
+
+    The write goes in place into the gathered copy, which nothing else holds, so a step copies
+    each buffer once (`tensor_scatter_nd_update` would copy it a second time). The gather must
+    not be foldable into a constant: `buffer` comes from `init_cache` or an earlier step.
+    """
+    taken = tf.gather(buffer, rows)
+    shape = tf.shape(taken)
+    flat = tf.reshape(taken, [-1, shape[3]])  # One row per (row, head, position).
+    indices = tf.range(shape[0] * shape[1]) * shape[2] + tf.cast(step, tf.int32)
+    values = tf.reshape(tf.cast(_heads_first(update), buffer.dtype), [-1, shape[3]])
+    if control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph()):
+        # XLA has no InplaceUpdate kernel; it updates the scatter's operand in place itself.
+        return tf.reshape(tf.tensor_scatter_nd_update(flat, indices[:, None], values), shape)
+    return tf.reshape(tf.raw_ops.InplaceUpdate(x=flat, i=indices, v=values), shape)
