@@ -137,9 +137,13 @@ class Transformer(keras.Model):
         `[batch * beam_size, heads, max_length, dim]`, filled one position per step. `rows`:
         the buffer row each hypothesis extends; a beam search sets it when hypotheses move, and
         the next step takes those rows as it writes (one copy of the buffers per step).
+        `output_kernel`: the pre-softmax projection `[d_model, vocab]`, laid out once per search
+        (a product with the transposed `[vocab, d_model]` embedding is much slower for the few
+        rows of a decoding step).
         """
         rows = ops.shape(encoder_output)[0] * beam_size
         return {
+            "output_kernel": self._output_kernel(),
             "cross": [layer.cross_attention.project_key_value(encoder_output)
                       for layer in self.decoder_layers],
             "self": [layer.self_attention.init_cache(rows, max_length, self.compute_dtype)
@@ -164,7 +168,8 @@ class Transformer(keras.Model):
                                        cache["rows"])
             new_self.append(self_cache)
         rows = tf.range(tf.shape(cache["rows"])[0])
-        return self._logits(x), {"cross": cache["cross"], "self": new_self, "rows": rows}
+        logits = self._logits(x, cache["output_kernel"])
+        return logits, {**cache, "self": new_self, "rows": rows}
 
     # ------------------------------------------------------------------ distributed training
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
@@ -225,14 +230,23 @@ class Transformer(keras.Model):
         x = embedding(ids)
         return dropout(x + positions(x), training=training)
 
-    def _logits(self, hidden):
+    def _logits(self, hidden, output_kernel=None):
+        """Float32 logits; `output_kernel` (`_output_kernel()`) replaces the layer's product."""
         if self.decoder_norm is not None:
             hidden = self.decoder_norm(hidden)
-        if self.output_projection is not None:
+        if output_kernel is not None:
+            logits = ops.matmul(hidden, ops.cast(output_kernel, hidden.dtype))
+        elif self.output_projection is not None:
             logits = self.output_projection(hidden)
         else:
             logits = self.target_embedding.logits(hidden)
         return ops.cast(logits, "float32")
+
+    def _output_kernel(self):
+        """The pre-softmax projection as a `[d_model, vocab]` tensor (a copy when tied)."""
+        if self.output_projection is not None:
+            return ops.convert_to_tensor(self.output_projection.kernel)
+        return tf.transpose(self.target_embedding.embeddings)
 
     def get_config(self) -> dict[str, Any]:
         return {"name": self.name, "config": self.config.to_dict()}

@@ -123,8 +123,9 @@ def test_dropout_only_in_training():
 
 
 @PRECISIONS
-def test_decode_step_matches_teacher_forced_decoder(precision):
-    model = tiny_model()
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_decode_step_matches_teacher_forced_decoder(precision, variant):
+    model = tiny_model(**VARIANTS[variant])
     source = np.array([[5, 6, 7, 3, 0], [8, 9, 10, 11, 3]], "int32")
     target = random_ids((2, 6))
     full = np.asarray(model((source, target)))

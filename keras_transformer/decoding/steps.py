@@ -14,6 +14,9 @@ import tensorflow as tf
 from keras_transformer.model import Transformer, source_padding_mask
 
 
+LOOP_STATE = ("self", "rows")  # The parts of `Transformer.init_decode_cache` that steps change.
+
+
 class CachedSteps:
     """`model.decode_step` with the key/value cache: one position per step.
 
@@ -29,15 +32,14 @@ class CachedSteps:
         self.source_mask = source_padding_mask(source_ids)
         cache = model.init_decode_cache(model.encode(source_ids, training=False), beam_size,
                                         buffer_length)
-        self.cross = cache["cross"]
-        self.initial_state: Any = {"self": cache["self"], "rows": cache["rows"]}
+        self.initial_state: Any = {name: cache.pop(name) for name in LOOP_STATE}
+        self.fixed = cache  # The same for every step: encoder keys/values, output kernel.
 
     def __call__(self, sequences: tf.Tensor, step: tf.Tensor, state: Any):
         token_ids = tf.gather(sequences, step, axis=2)
         logits, cache = self.model.decode_step(token_ids, step,
-                                               {"cross": self.cross, **state},
-                                               self.source_mask)
-        return logits, {"self": cache["self"], "rows": cache["rows"]}
+                                               {**self.fixed, **state}, self.source_mask)
+        return logits, {name: cache[name] for name in LOOP_STATE}
 
     def reorder(self, state: Any, origin: tf.Tensor) -> Any:
         batch = tf.shape(origin)[0]
