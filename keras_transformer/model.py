@@ -9,7 +9,7 @@ from keras import ops
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers import (DecoderLayer, EncoderLayer, LearnedPositionalEmbedding,
-                                      ScaledEmbedding, SinusoidalPositionalEncoding)
+                                      ScaledEmbedding, SinusoidalPositionalEncoding, TokenLayout)
 from keras_transformer.vocab_ids import PAD_ID
 
 
@@ -76,44 +76,62 @@ class Transformer(keras.Model):
     def call(self, inputs, training=None):
         """`(source_ids, target_input_ids)` -> logits `[batch, tgt_len, vocab]`, or with a third
         input `positions` (`[N, 2]` (row, position) indices) the logits there only, `[N, vocab]`.
+
+        With `positions` (the train and test steps pass them, except under XLA), the
+        position-wise sub-layers also run on real tokens only (`pack`): the padding of
+        bucketed batches costs no projection or feed-forward work.
         """
         source_ids, target_input_ids, *positions = inputs
-        encoder_output = self.encode(source_ids, training=training)
+        pack = bool(positions)
+        encoder_output = self.encode(source_ids, training=training, pack=pack)
         return self.decode(target_input_ids, encoder_output, source_padding_mask(source_ids),
-                           training=training, positions=positions[0] if positions else None)
+                           training=training, positions=positions[0] if positions else None,
+                           pack=pack)
 
-    def encode(self, source_ids, training=None, return_attention_scores: bool = False):
-        """Encoder output `[batch, src_len, d_model]` (and per-layer self-attention weights)."""
+    def encode(self, source_ids, training=None, return_attention_scores: bool = False,
+               pack: bool = False):
+        """Encoder output `[batch, src_len, d_model]` (and per-layer self-attention weights).
+
+        `pack`: run the layers on the real tokens only (`TokenLayout`; dynamic shapes, so not
+        under XLA); the output is the same, zeros at padding.
+        """
+        layout = TokenLayout(source_ids) if pack else None
         x = self._embed(source_ids, self.source_embedding, self.source_positions,
-                        self.source_dropout, training)
+                        self.source_dropout, training, layout)
         mask = ops.expand_dims(source_padding_mask(source_ids), 1)
         weights = []
         for layer in self.encoder_layers:
             x, layer_weights = layer(x, padding_mask=mask, training=training,
-                                     return_attention_scores=True)
+                                     return_attention_scores=True, layout=layout)
             weights.append(layer_weights)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
+        if layout is not None:
+            x = layout.unpack(x)
         return (x, weights) if return_attention_scores else x
 
     def decode(self, target_input_ids, encoder_output, source_mask, training=None,
-               return_attention_scores: bool = False, positions=None):
+               return_attention_scores: bool = False, positions=None, pack: bool = False):
         """Teacher-forced logits `[batch, tgt_len, vocab]` given the encoder output.
 
         `source_mask`: `[batch, src_len]`, True on real source tokens. `positions`: optional
-        `[N, 2]` indices; the output projection then runs on those N positions only.
+        `[N, 2]` indices; the output projection then runs on those N positions only. `pack`:
+        as in `encode`.
         """
+        layout = TokenLayout(target_input_ids) if pack else None
         x = self._embed(target_input_ids, self.target_embedding, self.target_positions,
-                        self.target_dropout, training)
+                        self.target_dropout, training, layout)
         self_mask = causal_mask(target_input_ids)
         cross_mask = ops.expand_dims(source_mask, 1)
         self_weights, cross_weights = [], []
         for layer in self.decoder_layers:
             x, (layer_self, layer_cross) = layer(
                 x, encoder_output, self_mask=self_mask, cross_mask=cross_mask,
-                training=training, return_attention_scores=True)
+                training=training, return_attention_scores=True, layout=layout)
             self_weights.append(layer_self)
             cross_weights.append(layer_cross)
+        if layout is not None:
+            x = layout.unpack(x)
         if positions is not None:
             x = tf.gather_nd(x, positions)
         logits = self._logits(x)
@@ -226,9 +244,10 @@ class Transformer(keras.Model):
         return value
 
     # ---------------------------------------------------------------------------- helpers
-    def _embed(self, ids, embedding, positions, dropout, training):
+    def _embed(self, ids, embedding, positions, dropout, training, layout=None):
         x = embedding(ids)
-        return dropout(x + positions(x), training=training)
+        x = x + positions(x)
+        return dropout(x if layout is None else layout.pack(x), training=training)
 
     def _logits(self, hidden, output_kernel=None):
         """Float32 logits; `output_kernel` (`_output_kernel()`) replaces the layer's product."""

@@ -9,7 +9,7 @@ import tensorflow as tf
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend)
 from keras_transformer.layers import (DecoderLayer, EncoderLayer, LearnedPositionalEmbedding,
                                       MultiHeadAttention, PositionwiseFeedForward, ResidualNorm,
-                                      ScaledEmbedding, SinusoidalPositionalEncoding)
+                                      ScaledEmbedding, SinusoidalPositionalEncoding, TokenLayout)
 
 rng = np.random.default_rng(0)
 
@@ -166,3 +166,12 @@ def test_heads_dense_is_the_einsum_it_replaces(input_shape, output_dims, input_r
     np.testing.assert_allclose(layer(inputs), expected, rtol=1e-5, atol=1e-5)
     clone = HeadsDense.from_config(layer.get_config())
     assert (clone.output_dims, clone.input_rank) == (output_dims, input_rank)
+
+
+def test_token_layout_packs_real_tokens_in_row_major_order_and_unpacks_with_zeros():
+    ids = np.array([[5, 6, 0, 0], [7, 0, 0, 0], [8, 9, 4, 0]], "int32")
+    values = rng.normal(size=(3, 4, 2, 5)).astype("float32")
+    layout = TokenLayout(ids)
+    packed = np.asarray(layout.pack(values))
+    np.testing.assert_array_equal(packed, values[ids != 0])
+    np.testing.assert_array_equal(layout.unpack(packed), values * (ids != 0)[:, :, None, None])

@@ -3,6 +3,8 @@ import numpy as np
 import pytest
 
 import keras
+import tensorflow as tf
+
 import keras_transformer as kt
 
 rng = np.random.default_rng(0)
@@ -142,6 +144,35 @@ def test_logits_at_positions_equal_the_full_logits_there():
     full = model((source, target)).numpy()
     at_positions = model((source, target, positions)).numpy()
     np.testing.assert_allclose(at_positions, full[positions[:, 0], positions[:, 1]], atol=1e-5)
+
+
+@PRECISIONS
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_packed_layers_equal_padded_layers_in_value_and_gradient(precision, variant):
+    """Given target positions, the layers run on real tokens only (`TokenLayout`): the logits
+    and the weight gradients are those of the padded computation."""
+    model = tiny_model(**VARIANTS[variant])
+    source, target = random_ids((3, 7)), random_ids((3, 6))
+    source[0, 4:] = source[2, 6:] = target[0, 3:] = target[1, 5:] = kt.PAD_ID
+    positions = np.argwhere(target != kt.PAD_ID)
+    projection = rng.normal(size=(len(positions), model.config.output_vocab_size))
+
+    def logits_and_gradients(inputs, pick):
+        with tf.GradientTape() as tape:
+            logits = pick(model(inputs, training=False))
+            loss = tf.reduce_sum(logits * projection.astype("float32"))
+        return logits.numpy(), tape.gradient(loss, model.trainable_variables)
+
+    padded = logits_and_gradients((source, target), lambda x: tf.gather_nd(x, positions))
+    packed = logits_and_gradients((source, target, positions), lambda x: x)
+    assert_equal_to_rounding(packed[0], padded[0], precision)
+    for packed_gradient, padded_gradient in zip(packed[1], padded[1]):
+        assert_equal_to_rounding(tf.convert_to_tensor(packed_gradient).numpy(),
+                                 tf.convert_to_tensor(padded_gradient).numpy(), precision)
+    graph = tf.function(model).get_concrete_function(
+        (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32),
+         tf.TensorSpec([None, 2], tf.int64))).graph
+    assert "ScatterNd" in {op.type for op in graph.get_operations()}  # The packed path ran.
 
 
 @pytest.mark.parametrize("jit_compile", [False, True])

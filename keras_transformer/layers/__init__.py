@@ -8,7 +8,8 @@ from keras_transformer.layers.heads_dense import HeadsDense
 from keras_transformer.layers.positional import (LearnedPositionalEmbedding,
                                                  SinusoidalPositionalEncoding)
 from keras_transformer.layers.residual import ResidualNorm
+from keras_transformer.layers.token_layout import TokenLayout
 
 __all__ = ["DecoderLayer", "EncoderLayer", "HeadsDense", "LearnedPositionalEmbedding",
            "MultiHeadAttention", "PositionwiseFeedForward", "ResidualNorm", "ScaledEmbedding",
-           "SinusoidalPositionalEncoding"]
+           "SinusoidalPositionalEncoding", "TokenLayout"]

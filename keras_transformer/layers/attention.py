@@ -66,8 +66,13 @@ class MultiHeadAttention(keras.layers.Layer):
                 "value": _heads_first(self.value_dense(key_value))}
 
     def call(self, query, key_value=None, attention_mask=None, cache=None, cache_step=None,
-             cache_rows=None, training=None, return_attention_scores: bool = False):
+             cache_rows=None, query_layout=None, training=None,
+             return_attention_scores: bool = False):
         """Attends `query` to `key_value` (self-attention when None).
+
+        With `query_layout` (a `TokenLayout`), `query` holds only its real tokens, packed
+        `[N, d_model]` (as does `key_value` when None), and so does the output: the projections
+        skip padding, and only the attention products see the padded layout.
 
         `cache` without `cache_step` holds precomputed keys/values (`project_key_value`) used
         as they are; with `cache_step` it is a fixed-size self-attention buffer
@@ -83,6 +88,10 @@ class MultiHeadAttention(keras.layers.Layer):
         if cache is None:
             source = query if key_value is None else key_value
             keys, values = self.key_dense(source), self.value_dense(source)
+            if query_layout is not None:
+                query_heads = query_layout.unpack(query_heads)
+                if key_value is None:
+                    keys, values = query_layout.unpack(keys), query_layout.unpack(values)
             scores = ops.einsum("bqhk,bthk->bhqt", query_heads, keys)
         else:
             keys, values = cache["key"], cache["value"]
@@ -100,6 +109,8 @@ class MultiHeadAttention(keras.layers.Layer):
         dropped = ops.cast(self.dropout_layer(weights, training=training), values.dtype)
         if cache is None:
             attended = ops.einsum("bhqt,bthv->bqhv", dropped, values)
+            if query_layout is not None:
+                attended = query_layout.pack(attended)
         else:
             attended = _heads_first(tf.linalg.matmul(dropped, values))
         outputs = (self.output_dense(attended),)

@@ -20,19 +20,20 @@ class DecoderLayer(TransformerBlock):
             layer.build(input_shape)
 
     def call(self, x, encoder_output, self_mask=None, cross_mask=None, training=None,
-             return_attention_scores: bool = False):
+             return_attention_scores: bool = False, layout=None):
         """Teacher-forced pass over a whole target prefix.
 
         `self_mask`: `[batch, tgt_len, tgt_len]` (causal and padding); `cross_mask`:
-        `[batch, 1, src_len]`. With `return_attention_scores`, also returns
-        `(self_weights, cross_weights)`.
+        `[batch, 1, src_len]`. With `layout` (a `TokenLayout` of the target), `x` and the output
+        are the real target tokens only, packed `[N, d_model]` (`encoder_output` stays padded).
+        With `return_attention_scores`, also returns `(self_weights, cross_weights)`.
         """
         attended, self_weights = self.self_attention(
-            self.self_residual.normalize_input(x), attention_mask=self_mask, training=training,
-            return_attention_scores=True)
+            self.self_residual.normalize_input(x), attention_mask=self_mask,
+            query_layout=layout, training=training, return_attention_scores=True)
         x = self.self_residual(x, attended, training=training)
         x, cross_weights = self._cross_and_feed_forward(
-            x, cross_mask, training, key_value=encoder_output)
+            x, cross_mask, training, key_value=encoder_output, query_layout=layout)
         return (x, (self_weights, cross_weights)) if return_attention_scores else x
 
     def step(self, x, self_cache, cross_cache, step, cross_mask, cache_rows=None):
@@ -57,10 +58,11 @@ class DecoderLayer(TransformerBlock):
             cache=cross_cache)
         return x, self_cache
 
-    def _cross_and_feed_forward(self, x, cross_mask, training, key_value=None, cache=None):
+    def _cross_and_feed_forward(self, x, cross_mask, training, key_value=None, cache=None,
+                                query_layout=None):
         attended, cross_weights = self.cross_attention(
             self.cross_residual.normalize_input(x), key_value=key_value,
-            attention_mask=cross_mask, cache=cache, training=training,
-            return_attention_scores=True)
+            attention_mask=cross_mask, cache=cache, query_layout=query_layout,
+            training=training, return_attention_scores=True)
         x = self.cross_residual(x, attended, training=training)
         return self.feed_forward_block(x, training), cross_weights

@@ -11,10 +11,12 @@ class EncoderLayer(TransformerBlock):
                       self.feed_forward_residual):
             layer.build(input_shape)
 
-    def call(self, x, padding_mask=None, training=None, return_attention_scores: bool = False):
-        """`padding_mask`: `[batch, 1, src_len]`, True on real tokens."""
+    def call(self, x, padding_mask=None, training=None, return_attention_scores: bool = False,
+             layout=None):
+        """`padding_mask`: `[batch, 1, src_len]`, True on real tokens. With `layout` (a
+        `TokenLayout`), `x` and the output are the real tokens only, packed `[N, d_model]`."""
         attended, weights = self.self_attention(
             self.self_residual.normalize_input(x), attention_mask=padding_mask,
-            training=training, return_attention_scores=True)
+            query_layout=layout, training=training, return_attention_scores=True)
         x = self.feed_forward_block(self.self_residual(x, attended, training=training), training)
         return (x, weights) if return_attention_scores else x
