@@ -1,6 +1,8 @@
 """The residual wrapper around every sub-layer: post-norm (the paper) or pre-norm."""
 import keras
 
+from keras_transformer.layers.layer_norm import layer_norm
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class ResidualNorm(keras.layers.Layer):
@@ -22,11 +24,15 @@ class ResidualNorm(keras.layers.Layer):
         self.layer_norm.build(input_shape)
 
     def normalize_input(self, x):
-        return self.layer_norm(x) if self.norm == "pre" else x
+        return self._layer_norm(x) if self.norm == "pre" else x
 
     def call(self, x, sublayer_output, training=None):
         summed = x + self.dropout_layer(sublayer_output, training=training)
-        return self.layer_norm(summed) if self.norm == "post" else summed
+        return self._layer_norm(summed) if self.norm == "post" else summed
+
+    def _layer_norm(self, x):
+        """`self.layer_norm` (its weights and output), with the gradient written out."""
+        return layer_norm(x, self.layer_norm.gamma, self.layer_norm.beta, self.epsilon)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "norm": self.norm, "dropout": self.dropout,
