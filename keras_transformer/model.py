@@ -262,10 +262,13 @@ class Transformer(keras.Model):
         return ops.cast(logits, "float32")
 
     def _output_kernel(self):
-        """The pre-softmax projection as a `[d_model, vocab]` tensor (a copy when tied)."""
+        """The pre-softmax projection as a `[d_model, vocab]` tensor in the compute dtype (a
+        copy when tied), so that decoding steps neither transpose nor cast it."""
         if self.output_projection is not None:
-            return ops.convert_to_tensor(self.output_projection.kernel)
-        return tf.transpose(self.target_embedding.embeddings)
+            kernel = self.output_projection.kernel
+        else:
+            kernel = tf.transpose(self.target_embedding.embeddings)
+        return ops.cast(kernel, self.compute_dtype)
 
     def get_config(self) -> dict[str, Any]:
         return {"name": self.name, "config": self.config.to_dict()}

@@ -41,9 +41,10 @@ class DecoderLayer(TransformerBlock):
 
         `x`: `[batch, beam, d_model]`, the hypotheses' newest positions. Self-attention runs per
         hypothesis against `self_cache` (`[batch * beam, heads, max_len, dim]`; its rows
-        `cache_rows` are taken, updated and returned). Encoder-decoder attention treats the beam axis as the query axis, so the
-        encoder keys/values in `cross_cache` (`[batch, heads, src_len, dim]`) serve every
-        hypothesis of a sentence without being tiled or gathered.
+        `cache_rows` are taken, updated and returned). Encoder-decoder attention treats the
+        beam axis as the query axis, so the encoder keys/values in `cross_cache`
+        (`[batch, heads, src_len, dim]`) serve every hypothesis of a sentence without being
+        tiled or gathered.
         """
         batch, beam, d_model = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
         per_hypothesis = ops.reshape(x, (batch * beam, 1, d_model))
