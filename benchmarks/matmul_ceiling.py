@@ -1,6 +1,7 @@
 """The MFU a training step could reach if it did nothing but its weight matmuls.
 
     python benchmarks/matmul_ceiling.py [--config base] [--source-tokens 3358] [--target-tokens 3603]
+        [--fused-projections]
 
 Runs every weight matmul of one training step of the config (forward `X W`, input gradient
 `dY W^T` and weight gradient `X^T dY` of each attention projection, feed-forward layer and the
@@ -21,15 +22,20 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def weight_matmul_shapes(config, source_tokens: int, target_tokens: int) -> list[tuple]:
-    """(rows, inputs, outputs) of every forward weight matmul of a step."""
+def weight_matmul_shapes(config, source_tokens: int, target_tokens: int,
+                         fused: bool = False) -> list[tuple]:
+    """(rows, inputs, outputs) of every forward weight matmul of a step; `fused`: Q, K and V
+    (cross-attention: K and V) as one product."""
     d, h, dk, dv = config.d_model, config.num_heads, config.key_dim, config.value_dim
-    attention = [(d, h * dk), (d, h * dk), (d, h * dv), (h * dv, d)]
+    attention = ([(d, h * (2 * dk + dv))] if fused else [(d, h * dk), (d, h * dk), (d, h * dv)])
+    attention += [(h * dv, d)]
     feed_forward = [(d, config.d_ff), (config.d_ff, d)]
     encoder = [(source_tokens, *shape) for shape in attention + feed_forward]
+    cross_key_value = ([(source_tokens, d, h * (dk + dv))] if fused
+                       else [(source_tokens, d, h * dk), (source_tokens, d, h * dv)])
     decoder = ([(target_tokens, *shape) for shape in attention + feed_forward]
-               + [(target_tokens, d, h * dk), (target_tokens, h * dv, d),   # cross Q, O
-                  (source_tokens, d, h * dk), (source_tokens, d, h * dv)])  # cross K, V
+               + [(target_tokens, d, h * dk), (target_tokens, h * dv, d)]  # cross Q, O
+               + cross_key_value)
     output = [(target_tokens, d, config.output_vocab_size)]
     return config.num_layers * (encoder + decoder) + output
 
@@ -52,6 +58,8 @@ def main(argv=None) -> None:
     parser.add_argument("--target-tokens", type=int, default=3603)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--fused-projections", action="store_true",
+                        help="Q, K, V (cross-attention: K, V) as one matmul each")
     args = parser.parse_args(argv)
     sys.path.insert(0, REPO_ROOT)
     import tensorflow as tf
@@ -59,7 +67,8 @@ def main(argv=None) -> None:
     from keras_transformer.config import TransformerConfig
 
     config = TransformerConfig.preset(args.config, vocab_size=args.vocab_size)
-    shapes = weight_matmul_shapes(config, args.source_tokens, args.target_tokens)
+    shapes = weight_matmul_shapes(config, args.source_tokens, args.target_tokens,
+                                  args.fused_projections)
     dtype = tf.as_dtype(args.dtype)
     operands = [(tf.random.normal([m, k], dtype=dtype), tf.random.normal([k, n], dtype=dtype),
                  tf.random.normal([m, n], dtype=dtype)) for m, k, n in shapes]
@@ -85,7 +94,8 @@ def main(argv=None) -> None:
     step_flops = sum(3 * 2 * m * k * n for m, k, n in shapes)
     step_rate = step_flops / seconds_of(step, args.repeats) / 1e9
     peak = 8 * 2 * size ** 3 / seconds_of(chain, args.repeats) / 1e9
-    print(f"{args.config} {args.dtype}: {len(shapes)} weight matmuls x 3, "
+    print(f"{args.config} {args.dtype}: {len(shapes)} weight matmuls x 3"
+          f"{' (fused projections)' if args.fused_projections else ''}, "
           f"{step_flops / 1e9:.1f} GFLOP per step at {args.source_tokens} source / "
           f"{args.target_tokens} target tokens")
     print(f"weight matmuls alone: {step_rate:.1f} GFLOP/s; square-chain peak: {peak:.1f} GFLOP/s; "
