@@ -3,6 +3,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer.logit_statistics import logit_statistics
 from keras_transformer.vocab_ids import PAD_ID
 
 
@@ -41,28 +42,37 @@ def smoothed_token_losses(y_true, logits, label_smoothing: float):
     """Per-token `-sum_k q_k log p_k` with `q = (1 - eps) one_hot(y) + eps / vocab`.
 
     With `log p_k = z_k - logsumexp(z)` this is `logsumexp(z) - (1 - eps) z_y - eps mean(z)`,
-    whose gradient `softmax(z) - q` is written out: autodiff of the gather of `z_y` would
-    scatter into the whole `[batch, len, vocab]` gradient, and TensorFlow's fused
-    cross-entropy kernels are slower on CPU (benchmarks/loss_speed.py).
+    whose gradient `softmax(z) - q` is written out with the forward pass's softmax
+    (`logit_statistics`, shared with the metrics): autodiff of the gather of `z_y` would
+    scatter into the whole `[tokens, vocab]` gradient, and TensorFlow's fused cross-entropy
+    kernels are slower on CPU (benchmarks/loss_speed.py).
     """
-    y_true = tf.cast(y_true, tf.int32)
+    logits = tf.cast(logits, tf.float32)
+    statistics = logit_statistics(logits)
+    cross_entropy = token_cross_entropy(y_true, logits)
 
     @tf.custom_gradient
     def losses(logits):
-        log_normalizer = tf.reduce_logsumexp(logits, axis=-1)
-        true_logits = tf.gather(logits, y_true, batch_dims=y_true.shape.rank)
-        value = log_normalizer - (1.0 - label_smoothing) * true_logits
+        value = cross_entropy
         if label_smoothing:  # A pass over [tokens, vocab] that plain cross-entropy skips.
-            value -= label_smoothing * tf.reduce_mean(logits, axis=-1)
+            value = ((1.0 - label_smoothing) * cross_entropy + label_smoothing
+                     * (statistics.log_normalizer - tf.reduce_mean(logits, axis=-1)))
 
         def gradient(upstream):
             vocab = tf.shape(logits)[-1]
             off_value = label_smoothing / tf.cast(vocab, tf.float32)
             targets = tf.one_hot(y_true, vocab, on_value=1.0 - label_smoothing + off_value,
                                  off_value=off_value)
-            softmax = tf.exp(logits - log_normalizer[..., None])
-            return (softmax - targets) * upstream[..., None]
+            return (statistics.probabilities - targets) * upstream[..., None]
 
         return value, gradient
 
-    return losses(tf.cast(logits, tf.float32))
+    return losses(logits)
+
+
+def token_cross_entropy(y_true, logits):
+    """Per-token `-log p_y` (no gradient; the loss above has one)."""
+    logits = tf.cast(logits, tf.float32)
+    y_true = tf.cast(y_true, tf.int32)
+    true_logits = tf.gather(logits, y_true, batch_dims=y_true.shape.rank)
+    return logit_statistics(logits).log_normalizer - true_logits

@@ -2,7 +2,8 @@
 import keras
 from keras import ops
 
-from keras_transformer.losses import smoothed_token_losses
+from keras_transformer.logit_statistics import logit_statistics
+from keras_transformer.losses import token_cross_entropy
 from keras_transformer.vocab_ids import PAD_ID
 
 
@@ -38,8 +39,8 @@ class MaskedTokenAccuracy(_MaskedTokenMean):
         super().__init__(name=name, **kwargs)
 
     def token_values(self, y_true, y_pred):
-        return ops.cast(ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true),
-                        "float32")
+        predictions = logit_statistics(ops.cast(y_pred, "float32")).predictions
+        return ops.cast(ops.equal(predictions, y_true), "float32")
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -50,7 +51,7 @@ class Perplexity(_MaskedTokenMean):
         super().__init__(name=name, **kwargs)
 
     def token_values(self, y_true, y_pred):
-        return smoothed_token_losses(y_true, y_pred, 0.0)
+        return token_cross_entropy(y_true, y_pred)
 
     def result(self):
         return ops.exp(self.mean())

@@ -75,3 +75,48 @@ def test_gradient_is_softmax_minus_smoothed_targets(eps):
             q[target] += 1.0 - eps
             expected = (np.exp(log_softmax(LOGITS[row, col])) - q) / tokens
         np.testing.assert_allclose(gradient[row, col], expected, atol=1e-6)
+
+
+def test_log_normalizer_is_stable_for_extreme_logits():
+    """logsumexp from the softmax at the argmax: exact where a naive exp would overflow or a
+    tiny softmax underflow (masked -1e9 logits, spreads of thousands)."""
+    import tensorflow as tf
+
+    from keras_transformer.logit_statistics import logit_statistics
+
+    rng = np.random.default_rng(0)
+    logits = np.concatenate([rng.normal(size=(3, 50)) * 3000,
+                             np.full((1, 50), -1e9), rng.normal(size=(2, 50))]).astype("float32")
+    logits[3, 7] = 0.0
+    statistics = logit_statistics(tf.constant(logits))
+    want = tf.reduce_logsumexp(tf.constant(logits, tf.float64), axis=-1).numpy()
+    np.testing.assert_allclose(statistics.log_normalizer.numpy(), want, rtol=1e-6)
+    np.testing.assert_array_equal(statistics.predictions.numpy(), logits.argmax(-1))
+    np.testing.assert_allclose(statistics.probabilities.numpy().sum(-1), 1.0, rtol=1e-6)
+
+
+def test_loss_and_metrics_share_one_softmax_and_argmax():
+    """In a traced step the loss, its gradient and both metrics read the logits' statistics
+    once: one softmax and one argmax over `[tokens, vocab]`."""
+    import tensorflow as tf
+
+    loss, accuracy, perplexity = (kt.LabelSmoothedCrossEntropy(0.1), kt.MaskedTokenAccuracy(),
+                                  kt.Perplexity())
+
+    @tf.function
+    def step(logits):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            value = loss(TARGETS, logits)
+        accuracy.update_state(TARGETS, logits)
+        perplexity.update_state(TARGETS, logits)
+        return value, tape.gradient(value, logits)
+
+    graph = step.get_concrete_function(tf.TensorSpec(LOGITS.shape, tf.float32)).graph
+    op_types = [op.type for op in graph.get_operations()]
+    assert op_types.count("Softmax") == 1 and op_types.count("ArgMax") == 1
+    value, _ = step(tf.constant(LOGITS))
+    assert float(value) == pytest.approx(hand_loss(TARGETS, LOGITS, 0.1), rel=1e-5)
+    assert float(accuracy.result()) == pytest.approx(0.75)
+    assert float(perplexity.result()) == pytest.approx(math.exp(hand_loss(TARGETS, LOGITS, 0.0)),
+                                                       rel=1e-5)
