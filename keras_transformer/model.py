@@ -8,8 +8,9 @@ import tensorflow as tf
 from keras import ops
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.layers import (DecoderLayer, EncoderLayer, LearnedPositionalEmbedding,
-                                      ScaledEmbedding, SinusoidalPositionalEncoding, TokenLayout)
+from keras_transformer.layers import (DecoderLayer, Dropout, EncoderLayer,
+                                      LearnedPositionalEmbedding, ScaledEmbedding,
+                                      SinusoidalPositionalEncoding, TokenLayout)
 from keras_transformer.vocab_ids import PAD_ID
 
 
@@ -43,8 +44,8 @@ class Transformer(keras.Model):
                                                                name="source_positions")
             self.target_positions = LearnedPositionalEmbedding(c.max_length,
                                                                name="target_positions")
-        self.source_dropout = keras.layers.Dropout(c.dropout)
-        self.target_dropout = keras.layers.Dropout(c.dropout)
+        self.source_dropout = Dropout(c.dropout)
+        self.target_dropout = Dropout(c.dropout)
         layer_args = dict(num_heads=c.num_heads, key_dim=c.key_dim, value_dim=c.value_dim,
                           d_ff=c.d_ff, dropout=c.dropout, attention_dropout=c.attention_dropout,
                           norm=c.norm, epsilon=c.layer_norm_epsilon)

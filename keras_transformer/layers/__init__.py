@@ -1,6 +1,7 @@
 """Keras layers of the Transformer, each serializable with `get_config`."""
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.decoder_layer import DecoderLayer
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import ScaledEmbedding
 from keras_transformer.layers.encoder_layer import EncoderLayer
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
@@ -10,6 +11,6 @@ from keras_transformer.layers.positional import (LearnedPositionalEmbedding,
 from keras_transformer.layers.residual import ResidualNorm
 from keras_transformer.layers.token_layout import TokenLayout
 
-__all__ = ["DecoderLayer", "EncoderLayer", "HeadsDense", "LearnedPositionalEmbedding",
+__all__ = ["DecoderLayer", "Dropout", "EncoderLayer", "HeadsDense", "LearnedPositionalEmbedding",
            "MultiHeadAttention", "PositionwiseFeedForward", "ResidualNorm", "ScaledEmbedding",
            "SinusoidalPositionalEncoding", "TokenLayout"]

@@ -9,6 +9,7 @@ from keras import ops
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.ops import control_flow_util
 
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.heads_dense import HeadsDense
 
 # Added to the scores of masked keys. Finite (not -inf) so a fully masked row yields a uniform
@@ -32,7 +33,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.key_dim = key_dim
         self.value_dim = value_dim or key_dim
         self.dropout = dropout
-        self.dropout_layer = keras.layers.Dropout(dropout)
+        self.dropout_layer = Dropout(dropout)
 
     def build(self, query_shape, key_value_shape=None) -> None:
         d_model = query_shape[-1]

@@ -1,6 +1,7 @@
 """The residual wrapper around every sub-layer: post-norm (the paper) or pre-norm."""
 import keras
 
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.layer_norm import layer_norm
 
 
@@ -18,7 +19,7 @@ class ResidualNorm(keras.layers.Layer):
         self.dropout = dropout
         self.epsilon = epsilon
         self.layer_norm = keras.layers.LayerNormalization(epsilon=epsilon, name="layer_norm")
-        self.dropout_layer = keras.layers.Dropout(dropout)
+        self.dropout_layer = Dropout(dropout)
 
     def build(self, input_shape) -> None:
         self.layer_norm.build(input_shape)
