@@ -1,12 +1,15 @@
-"""Loss + perplexity cost per training step under three formulations of the same loss.
+"""Loss + metrics cost per training step under four formulations of the same loss.
 
     PYTHONPATH=. python benchmarks/loss_speed.py [--shape 64,32,32000]
 
-Times, inside one tf.function, the label-smoothed loss with its gradient plus the unsmoothed
-pass the Perplexity metric makes, alternating the formulations: a full log-softmax, logsumexp
-with a gather of the true logit (whose gradient is a scatter over `[tokens, vocab]`), and the
-fused softmax cross-entropy kernels the library uses. Default shape: a 2,048-token batch of a
-32k vocabulary, as in the training-speed benchmark; `64,64,8000` is a `small` preset batch.
+Times, inside one tf.function, the label-smoothed loss with its gradient plus what the
+Perplexity (unsmoothed cross-entropy) and token-accuracy (argmax) metrics compute, alternating
+the formulations: a full log-softmax; logsumexp with a gather of the true logit (whose gradient
+is a scatter over `[tokens, vocab]`); the gradient `softmax(z) - q` written out but the softmax
+recomputed in the backward pass, logsumexp again for perplexity and Keras's argmax (session 3's
+library); and the library now, where all of them share one softmax and one argmax
+(`keras_transformer.logit_statistics`). Default shape: a 2,048-token batch of a 32k vocabulary;
+`1,3600,32000` is the real target tokens of a 4,096-token `base` batch.
 """
 import argparse
 import time
@@ -15,6 +18,7 @@ import tensorflow as tf
 from keras import ops
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend)
+from keras_transformer.logit_statistics import logit_statistics
 from keras_transformer.losses import smoothed_token_losses
 
 
@@ -31,13 +35,33 @@ def gathered_logsumexp_losses(y_true, logits, eps):
     return ops.logsumexp(logits, axis=-1) - (1 - eps) * true - eps * ops.mean(logits, axis=-1)
 
 
-def make_step(losses, logits, targets):
+def recomputed_softmax_losses(y_true, logits, eps):
+    """Session 3's library: logsumexp forward, `softmax(z) - q` recomputed in the gradient."""
+    @tf.custom_gradient
+    def losses(logits):
+        log_normalizer = tf.reduce_logsumexp(logits, axis=-1)
+        value = (log_normalizer - (1.0 - eps) * tf.gather(logits, y_true, batch_dims=2)
+                 - eps * tf.reduce_mean(logits, axis=-1))
+
+        def gradient(upstream):
+            vocab = logits.shape[-1]
+            targets = tf.one_hot(y_true, vocab, on_value=1.0 - eps + eps / vocab,
+                                 off_value=eps / vocab)
+            return (tf.exp(logits - log_normalizer[..., None]) - targets) * upstream[..., None]
+
+        return value, gradient
+
+    return losses(logits)
+
+
+def make_step(losses, predictions, logits, targets):
     @tf.function
     def step():
         with tf.GradientTape() as tape:
             tape.watch(logits)
             loss = tf.reduce_mean(losses(targets, logits, 0.1))
-        return tape.gradient(loss, logits), tf.reduce_mean(losses(targets, logits, 0.0))
+        accuracy = tf.reduce_mean(tf.cast(tf.equal(predictions(logits), targets), tf.float32))
+        return tape.gradient(loss, logits), tf.reduce_mean(losses(targets, logits, 0.0)), accuracy
     return step
 
 
@@ -47,9 +71,16 @@ def main(rounds: int = 4, repeats: int = 5) -> None:
     batch, length, vocab = (int(size) for size in parser.parse_args().shape.split(","))
     logits = tf.random.normal([batch, length, vocab])
     targets = tf.random.uniform([batch, length], 4, vocab, tf.int32)
-    steps = {"log_softmax + gather": make_step(log_softmax_losses, logits, targets),
-             "logsumexp + gather": make_step(gathered_logsumexp_losses, logits, targets),
-             "written-out gradient (library)": make_step(smoothed_token_losses, logits, targets)}
+    keras_argmax = lambda z: ops.cast(ops.argmax(z, axis=-1), "int32")  # noqa: E731
+    steps = {
+        "log_softmax + gather": make_step(log_softmax_losses, keras_argmax, logits, targets),
+        "logsumexp + gather": make_step(gathered_logsumexp_losses, keras_argmax, logits,
+                                        targets),
+        "written-out gradient, softmax recomputed (session 3)": make_step(
+            recomputed_softmax_losses, keras_argmax, logits, targets),
+        "shared softmax and argmax (library)": make_step(
+            smoothed_token_losses, lambda z: logit_statistics(z).predictions, logits, targets),
+    }
     for step in steps.values():
         step()
     times = {name: [] for name in steps}
