@@ -30,7 +30,7 @@ def logit_statistics(logits: tf.Tensor) -> LogitStatistics:
     """
     if tf.executing_eagerly():
         return _statistics(logits)
-    graph = logits.graph
+    graph = tf.compat.v1.get_default_graph()  # the function being traced (logits may be a capture)
     if not hasattr(graph, _MEMO_ATTRIBUTE):
         setattr(graph, _MEMO_ATTRIBUTE, {})
     memo = getattr(graph, _MEMO_ATTRIBUTE)

@@ -120,3 +120,5 @@ def test_loss_and_metrics_share_one_softmax_and_argmax():
     assert float(accuracy.result()) == pytest.approx(0.75)
     assert float(perplexity.result()) == pytest.approx(math.exp(hand_loss(TARGETS, LOGITS, 0.0)),
                                                        rel=1e-5)
+    captured = tf.constant(LOGITS)  # an eager tensor captured by a traced function
+    assert float(tf.function(lambda: loss(TARGETS, captured))()) == pytest.approx(float(value))
