@@ -47,6 +47,7 @@ def smoothed_token_losses(y_true, logits, label_smoothing: float):
     scatter into the whole `[tokens, vocab]` gradient, and TensorFlow's fused cross-entropy
     kernels are slower on CPU (benchmarks/loss_speed.py).
     """
+    y_true = tf.cast(y_true, tf.int32)
     logits = tf.cast(logits, tf.float32)
     statistics = logit_statistics(logits)
     cross_entropy = token_cross_entropy(y_true, logits)
