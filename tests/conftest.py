@@ -3,6 +3,8 @@ dtype policy."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +19,15 @@ from keras_transformer.data import (
     write_demo_corpus,
 )
 from keras_transformer.training.precision import set_precision
+
+
+def run_script_json(script: str, timeout: int = 300) -> dict:
+    """Runs `script` in a fresh Python process (its own TensorFlow devices) from the project
+    root and returns the JSON object its last output line holds."""
+    completed = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[1],
+                               capture_output=True, text=True, timeout=timeout)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 def final_json(output: str) -> dict:

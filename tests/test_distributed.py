@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from keras_transformer.data import write_demo_corpus
-from conftest import final_json
+from conftest import final_json, run_script_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,10 +64,7 @@ ONE_STEP_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_eight_cpu_replicas_match_one_device():
-    completed = subprocess.run([sys.executable, "-c", ONE_STEP_SCRIPT], cwd=ROOT,
-                               capture_output=True, text=True, timeout=300)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    result = run_script_json(ONE_STEP_SCRIPT)
     assert result["replicas"] == 8
     assert result["loss_eight"] == pytest.approx(result["loss_one"], rel=1e-5)
     assert result["max_update"] > 1e-5  # the step did change the weights

@@ -1,9 +1,5 @@
 """FusedAdam: the same updates as keras.optimizers.Adam through TensorFlow's fused kernel."""
-import json
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -12,8 +8,8 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.optimization import FusedAdam
+from conftest import run_script_json
 
-ROOT = Path(__file__).resolve().parents[1]
 SHAPES = [(50, 8), (8, 16), (16,), (3, 4, 5)]
 
 
@@ -114,10 +110,7 @@ MIRRORED_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_fused_adam_updates_every_mirrored_replica_like_keras_adam():
-    completed = subprocess.run([sys.executable, "-c", MIRRORED_SCRIPT], cwd=ROOT,
-                               capture_output=True, text=True, timeout=300)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    result = run_script_json(MIRRORED_SCRIPT)
     fused, reference = np.array(result["fused"]), np.array(result["keras"])
     assert fused.shape == reference.shape == (2, 6, 4)
     np.testing.assert_allclose(fused[0], fused[1])  # both replicas got the update
