@@ -8,7 +8,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.layers import (DecoderLayer, Dropout, EncoderLayer,
+from keras_transformer.layers import (DecoderLayer, Dropout, EncoderLayer, LayerNormalization,
                                       LearnedPositionalEmbedding, ScaledEmbedding,
                                       SinusoidalPositionalEncoding, TokenLayout)
 from keras_transformer.vocab_ids import PAD_ID
@@ -54,7 +54,7 @@ class Transformer(keras.Model):
         self.decoder_layers = [DecoderLayer(**layer_args, name=f"decoder_layer_{i}")
                                for i in range(c.num_layers)]
         # Pre-norm stacks end with a final normalization; post-norm layers already end with one.
-        final_norm = (lambda name: keras.layers.LayerNormalization(
+        final_norm = (lambda name: LayerNormalization(
             epsilon=c.layer_norm_epsilon, name=name) if c.norm == "pre" else None)
         self.encoder_norm = final_norm("encoder_norm")
         self.decoder_norm = final_norm("decoder_norm")

@@ -179,7 +179,7 @@ def test_token_layout_packs_real_tokens_in_row_major_order_and_unpacks_with_zero
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_layer_norm_matches_keras_layer_normalization_in_value_and_gradient(dtype):
-    from keras_transformer.layers.layer_norm import layer_norm
+    from keras_transformer.layers.layer_norm import LayerNormalization, layer_norm
 
     reference = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype)
     x = tf.cast(rng.normal(size=(3, 4, 8)) * 3 + 1, dtype)
@@ -188,16 +188,21 @@ def test_layer_norm_matches_keras_layer_normalization_in_value_and_gradient(dtyp
     reference.beta.assign(rng.normal(size=8))
     upstream = tf.cast(rng.normal(size=(3, 4, 8)), dtype)
 
-    def value_and_gradients(normalize):
+    def value_and_gradients(normalize, layer=reference):
         with tf.GradientTape() as tape:
             tape.watch(x)
             y = normalize(x)
             loss = tf.reduce_sum(tf.cast(y, "float32") * tf.cast(upstream, "float32"))
         return [np.asarray(tf.cast(t, "float32")) for t in
-                [y, *tape.gradient(loss, [x, reference.gamma, reference.beta])]]
+                [y, *tape.gradient(loss, [x, layer.gamma, layer.beta])]]
 
     ours = value_and_gradients(lambda v: layer_norm(v, reference.gamma, reference.beta, 1e-6))
     theirs = value_and_gradients(reference)
+    layer = LayerNormalization(epsilon=1e-6, dtype=dtype)  # the layer form, same weights
+    layer.build(x.shape)
+    layer.set_weights(reference.get_weights())
+    ours_as_layer = value_and_gradients(layer, layer)
     tolerance = 1e-5 if dtype == "float32" else 2e-2
-    for a, b in zip(ours, theirs):
+    for a, b, c in zip(ours, theirs, ours_as_layer):
         np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance * np.abs(b).max())
+        np.testing.assert_array_equal(c, a)

@@ -6,11 +6,12 @@ from keras_transformer.layers.embedding import ScaledEmbedding
 from keras_transformer.layers.encoder_layer import EncoderLayer
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 from keras_transformer.layers.heads_dense import HeadsDense
+from keras_transformer.layers.layer_norm import LayerNormalization
 from keras_transformer.layers.positional import (LearnedPositionalEmbedding,
                                                  SinusoidalPositionalEncoding)
 from keras_transformer.layers.residual import ResidualNorm
 from keras_transformer.layers.token_layout import TokenLayout
 
-__all__ = ["DecoderLayer", "Dropout", "EncoderLayer", "HeadsDense", "LearnedPositionalEmbedding",
-           "MultiHeadAttention", "PositionwiseFeedForward", "ResidualNorm", "ScaledEmbedding",
-           "SinusoidalPositionalEncoding", "TokenLayout"]
+__all__ = ["DecoderLayer", "Dropout", "EncoderLayer", "HeadsDense", "LayerNormalization",
+           "LearnedPositionalEmbedding", "MultiHeadAttention", "PositionwiseFeedForward",
+           "ResidualNorm", "ScaledEmbedding", "SinusoidalPositionalEncoding", "TokenLayout"]

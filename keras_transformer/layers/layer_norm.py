@@ -1,7 +1,19 @@
 """Layer normalization with its gradient written out (fewer passes than autodiff's)."""
 from __future__ import annotations
 
+import keras
 import tensorflow as tf
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class LayerNormalization(keras.layers.LayerNormalization):
+    """`keras.layers.LayerNormalization` (same arguments, weights and values) that runs
+    `layer_norm` in its usual form: over the last axis, centered and scaled."""
+
+    def call(self, inputs):
+        if self.axis != [-1] or not (self.center and self.scale) or self.rms_scaling:
+            return super().call(inputs)
+        return layer_norm(inputs, self.gamma, self.beta, self.epsilon)
 
 
 def layer_norm(x, gamma, beta, epsilon: float):

@@ -2,7 +2,7 @@
 import keras
 
 from keras_transformer.layers.dropout import Dropout
-from keras_transformer.layers.layer_norm import layer_norm
+from keras_transformer.layers.layer_norm import LayerNormalization
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -18,22 +18,18 @@ class ResidualNorm(keras.layers.Layer):
         self.norm = norm
         self.dropout = dropout
         self.epsilon = epsilon
-        self.layer_norm = keras.layers.LayerNormalization(epsilon=epsilon, name="layer_norm")
+        self.layer_norm = LayerNormalization(epsilon=epsilon, name="layer_norm")
         self.dropout_layer = Dropout(dropout)
 
     def build(self, input_shape) -> None:
         self.layer_norm.build(input_shape)
 
     def normalize_input(self, x):
-        return self._layer_norm(x) if self.norm == "pre" else x
+        return self.layer_norm(x) if self.norm == "pre" else x
 
     def call(self, x, sublayer_output, training=None):
         summed = x + self.dropout_layer(sublayer_output, training=training)
-        return self._layer_norm(summed) if self.norm == "post" else summed
-
-    def _layer_norm(self, x):
-        """`self.layer_norm` (its weights and output), with the gradient written out."""
-        return layer_norm(x, self.layer_norm.gamma, self.layer_norm.beta, self.epsilon)
+        return self.layer_norm(summed) if self.norm == "post" else summed
 
     def get_config(self) -> dict:
         return {**super().get_config(), "norm": self.norm, "dropout": self.dropout,
