@@ -1,7 +1,7 @@
 """The encoder-decoder Transformer (section 3) as a subclassed `keras.Model`."""
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import keras
 import tensorflow as tf
@@ -78,25 +78,28 @@ class Transformer(keras.Model):
         """`(source_ids, target_input_ids)` -> logits `[batch, tgt_len, vocab]`, or with a third
         input `positions` (`[N, 2]` (row, position) indices) the logits there only, `[N, vocab]`.
 
-        With `positions` (the train and test steps pass them, except under XLA), the
-        position-wise sub-layers also run on real tokens only (`pack`): the padding of
-        bucketed batches costs no projection or feed-forward work.
+        With `positions` (the train and test steps pass them, except under XLA), every
+        position-wise computation (embeddings, projections, feed-forward, residuals, norms,
+        dropout) also runs on the real tokens only (`TokenLayout`): the padding of bucketed
+        batches costs no work there. `positions` must then be real target input tokens.
         """
         source_ids, target_input_ids, *positions = inputs
-        pack = bool(positions)
-        encoder_output = self.encode(source_ids, training=training, pack=pack)
+        if not positions:
+            return self.decode(target_input_ids, self.encode(source_ids, training=training),
+                               source_padding_mask(source_ids), training=training)
+        source_layout = TokenLayout(source_ids)
+        encoder_output = self.encode(source_ids, training=training, layout=source_layout)
         return self.decode(target_input_ids, encoder_output, source_padding_mask(source_ids),
-                           training=training, positions=positions[0] if positions else None,
-                           pack=pack)
+                           training=training, positions=positions[0],
+                           layout=TokenLayout(target_input_ids), source_layout=source_layout)
 
     def encode(self, source_ids, training=None, return_attention_scores: bool = False,
-               pack: bool = False):
+               layout: Optional[TokenLayout] = None):
         """Encoder output `[batch, src_len, d_model]` (and per-layer self-attention weights).
 
-        `pack`: run the layers on the real tokens only (`TokenLayout`; dynamic shapes, so not
-        under XLA); the output is the same, zeros at padding.
+        With `layout` (`TokenLayout(source_ids)`; dynamic shapes, so not under XLA) the layers
+        run on the real tokens only, and the output is packed `[N, d_model]`.
         """
-        layout = TokenLayout(source_ids) if pack else None
         x = self._embed(source_ids, self.source_embedding, self.source_positions,
                         self.source_dropout, training, layout)
         mask = ops.expand_dims(source_padding_mask(source_ids), 1)
@@ -107,19 +110,19 @@ class Transformer(keras.Model):
             weights.append(layer_weights)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
-        if layout is not None:
-            x = layout.unpack(x)
         return (x, weights) if return_attention_scores else x
 
     def decode(self, target_input_ids, encoder_output, source_mask, training=None,
-               return_attention_scores: bool = False, positions=None, pack: bool = False):
+               return_attention_scores: bool = False, positions=None,
+               layout: Optional[TokenLayout] = None,
+               source_layout: Optional[TokenLayout] = None):
         """Teacher-forced logits `[batch, tgt_len, vocab]` given the encoder output.
 
         `source_mask`: `[batch, src_len]`, True on real source tokens. `positions`: optional
-        `[N, 2]` indices; the output projection then runs on those N positions only. `pack`:
-        as in `encode`.
+        `[N, 2]` indices; the output projection then runs on those N positions only. `layout`
+        (`TokenLayout(target_input_ids)`, with `positions`): the layers run on the real target
+        tokens only, as in `encode`; `source_layout`: `encoder_output` is packed by it.
         """
-        layout = TokenLayout(target_input_ids) if pack else None
         x = self._embed(target_input_ids, self.target_embedding, self.target_positions,
                         self.target_dropout, training, layout)
         self_mask = causal_mask(target_input_ids)
@@ -128,12 +131,13 @@ class Transformer(keras.Model):
         for layer in self.decoder_layers:
             x, (layer_self, layer_cross) = layer(
                 x, encoder_output, self_mask=self_mask, cross_mask=cross_mask,
-                training=training, return_attention_scores=True, layout=layout)
+                training=training, return_attention_scores=True, layout=layout,
+                source_layout=source_layout)
             self_weights.append(layer_self)
             cross_weights.append(layer_cross)
         if layout is not None:
-            x = layout.unpack(x)
-        if positions is not None:
+            x = layout.unpack(x) if positions is None else layout.select(x, positions)
+        elif positions is not None:
             x = tf.gather_nd(x, positions)
         logits = self._logits(x)
         return (logits, self_weights, cross_weights) if return_attention_scores else logits
@@ -245,10 +249,15 @@ class Transformer(keras.Model):
         return value
 
     # ---------------------------------------------------------------------------- helpers
-    def _embed(self, ids, embedding, positions, dropout, training, layout=None):
-        x = embedding(ids)
-        x = x + positions(x)
-        return dropout(x if layout is None else layout.pack(x), training=training)
+    def _embed(self, ids, embedding, position_encoding, dropout, training, layout=None):
+        """Dropout(E[ids] * sqrt(d_model) + positions): `[batch, len, d_model]`, or with `layout`
+        the real tokens only, `[N, d_model]`."""
+        if layout is None:
+            x = embedding(ids)
+            return dropout(x + position_encoding(x), training=training)
+        x = embedding(layout.pack(ids))
+        return dropout(x + position_encoding(x, positions=layout.token_positions),
+                       training=training)
 
     def _logits(self, hidden, output_kernel=None):
         """Float32 logits; `output_kernel` (`_output_kernel()`) replaces the layer's product."""

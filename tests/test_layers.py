@@ -84,12 +84,19 @@ def test_sinusoidal_encoding_matches_section_3_5():
     np.testing.assert_allclose(encoding[:, 1::2], np.cos(angle), atol=1e-5)
     shifted = SinusoidalPositionalEncoding()(np.zeros((1, 3, 16), "float32"), start_index=7)
     np.testing.assert_allclose(shifted, encoding[7:10], atol=1e-5)
+    positions = np.array([3, 0, 49, 3, 12])  # Of packed tokens [5, 16].
+    at_positions = SinusoidalPositionalEncoding()(np.zeros((5, 16), "float32"),
+                                                  positions=positions)
+    np.testing.assert_allclose(at_positions, encoding[positions], atol=1e-5)
 
 
 def test_learned_positions_index_their_table():
     layer = LearnedPositionalEmbedding(max_length=10)
     out = layer(np.zeros((2, 4, 8), "float32"), start_index=3)
     np.testing.assert_allclose(out, np.asarray(layer.table)[3:7])
+    positions = np.array([9, 0, 0, 4])
+    np.testing.assert_allclose(layer(np.zeros((4, 8), "float32"), positions=positions),
+                               np.asarray(layer.table)[positions])
 
 
 def test_embedding_is_scaled_tied_and_masks_padding():
@@ -175,6 +182,40 @@ def test_token_layout_packs_real_tokens_in_row_major_order_and_unpacks_with_zero
     packed = np.asarray(layout.pack(values))
     np.testing.assert_array_equal(packed, values[ids != 0])
     np.testing.assert_array_equal(layout.unpack(packed), values * (ids != 0)[:, :, None, None])
+    expanded = np.asarray(layout.expand(packed))
+    np.testing.assert_array_equal(expanded[ids != 0], packed)
+    for row in expanded[ids == 0]:  # Copies of real rows.
+        assert (row == packed).all(axis=(1, 2)).any()
+    select = np.array([[2, 1], [0, 0], [2, 2]])
+    np.testing.assert_array_equal(layout.select(packed, select), values[select[:, 0], select[:, 1]])
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        layout.select(packed, np.array([[1, 1]]))  # Padding.
+
+
+def test_token_layout_moves_have_exact_gradients():
+    """pack's and unpack's gradients are those of autodiff (a scatter / gather); expand's
+    padding rows are constants, so its gradient is unpack's."""
+    ids = np.array([[5, 6, 0, 0], [7, 0, 0, 0], [8, 9, 4, 0]], "int32")
+    layout = TokenLayout(ids)
+    padded = tf.constant(rng.normal(size=(3, 4, 5)), "float32")
+    packed = tf.constant(rng.normal(size=(6, 5)), "float32")
+    upstream_packed = tf.constant(rng.normal(size=(6, 5)), "float32")
+    upstream_padded = tf.constant(rng.normal(size=(3, 4, 5)), "float32")
+    positions = np.argwhere(ids != 0)
+
+    def gradient(move, x, upstream):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(move(x) * upstream)
+        return tape.gradient(loss, x).numpy()
+
+    np.testing.assert_allclose(gradient(layout.pack, padded, upstream_packed),
+                               gradient(lambda x: tf.gather_nd(x, positions), padded,
+                                        upstream_packed))
+    scatter = lambda x: tf.scatter_nd(positions, x, (3, 4, 5))  # noqa: E731
+    for move in (layout.unpack, layout.expand):
+        np.testing.assert_allclose(gradient(move, packed, upstream_padded),
+                                   gradient(scatter, packed, upstream_padded), rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -67,13 +67,14 @@ class MultiHeadAttention(keras.layers.Layer):
                 "value": _heads_first(self.value_dense(key_value))}
 
     def call(self, query, key_value=None, attention_mask=None, cache=None, cache_step=None,
-             cache_rows=None, query_layout=None, training=None,
+             cache_rows=None, query_layout=None, key_layout=None, training=None,
              return_attention_scores: bool = False):
         """Attends `query` to `key_value` (self-attention when None).
 
         With `query_layout` (a `TokenLayout`), `query` holds only its real tokens, packed
-        `[N, d_model]` (as does `key_value` when None), and so does the output: the projections
-        skip padding, and only the attention products see the padded layout.
+        `[N, d_model]` (as does `key_value` when None), and so does the output; with
+        `key_layout`, so does `key_value`. The projections skip padding; only the attention
+        products see the padded layout.
 
         `cache` without `cache_step` holds precomputed keys/values (`project_key_value`) used
         as they are; with `cache_step` it is a fixed-size self-attention buffer
@@ -89,10 +90,12 @@ class MultiHeadAttention(keras.layers.Layer):
         if cache is None:
             source = query if key_value is None else key_value
             keys, values = self.key_dense(source), self.value_dense(source)
+            if key_value is None:
+                key_layout = query_layout
             if query_layout is not None:
-                query_heads = query_layout.unpack(query_heads)
-                if key_value is None:
-                    keys, values = query_layout.unpack(keys), query_layout.unpack(values)
+                query_heads = query_layout.expand(query_heads)
+            if key_layout is not None:
+                keys, values = key_layout.expand(keys), key_layout.expand(values)
             scores = ops.einsum("bqhk,bthk->bhqt", query_heads, keys)
         else:
             keys, values = cache["key"], cache["value"]

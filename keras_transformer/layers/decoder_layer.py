@@ -20,12 +20,13 @@ class DecoderLayer(TransformerBlock):
             layer.build(input_shape)
 
     def call(self, x, encoder_output, self_mask=None, cross_mask=None, training=None,
-             return_attention_scores: bool = False, layout=None):
+             return_attention_scores: bool = False, layout=None, source_layout=None):
         """Teacher-forced pass over a whole target prefix.
 
         `self_mask`: `[batch, tgt_len, tgt_len]` (causal and padding); `cross_mask`:
         `[batch, 1, src_len]`. With `layout` (a `TokenLayout` of the target), `x` and the output
-        are the real target tokens only, packed `[N, d_model]` (`encoder_output` stays padded).
+        are the real target tokens only, packed `[N, d_model]`; with `source_layout`,
+        `encoder_output` is packed too.
         With `return_attention_scores`, also returns `(self_weights, cross_weights)`.
         """
         attended, self_weights = self.self_attention(
@@ -33,7 +34,8 @@ class DecoderLayer(TransformerBlock):
             query_layout=layout, training=training, return_attention_scores=True)
         x = self.self_residual(x, attended, training=training)
         x, cross_weights = self._cross_and_feed_forward(
-            x, cross_mask, training, key_value=encoder_output, query_layout=layout)
+            x, cross_mask, training, key_value=encoder_output, query_layout=layout,
+            key_layout=source_layout)
         return (x, (self_weights, cross_weights)) if return_attention_scores else x
 
     def step(self, x, self_cache, cross_cache, step, cross_mask, cache_rows=None):
@@ -60,10 +62,10 @@ class DecoderLayer(TransformerBlock):
         return x, self_cache
 
     def _cross_and_feed_forward(self, x, cross_mask, training, key_value=None, cache=None,
-                                query_layout=None):
+                                query_layout=None, key_layout=None):
         attended, cross_weights = self.cross_attention(
             self.cross_residual.normalize_input(x), key_value=key_value,
             attention_mask=cross_mask, cache=cache, query_layout=query_layout,
-            training=training, return_attention_scores=True)
+            key_layout=key_layout, training=training, return_attention_scores=True)
         x = self.cross_residual(x, attended, training=training)
         return self.feed_forward_block(x, training), cross_weights

@@ -10,20 +10,61 @@ class TokenLayout:
     """Where the N real tokens of a padded `[batch, len]` id tensor sit.
 
     Moves per-token tensors between the padded layout `[batch, len, ...]` that attention needs
-    and the packed layout `[N, ...]` that is enough for everything position-wise (projections,
-    feed-forward, residual, layer norm, dropout), which then does no work on padding. Tokens are
-    packed in row-major order, as `tf.where` lists them. N is dynamic: not for XLA.
+    and the packed layout `[N, ...]` that is enough for everything position-wise (embeddings,
+    projections, feed-forward, residual, layer norm, dropout), which then does no work on
+    padding. Tokens are packed in row-major order, as `tf.where` lists them. N is dynamic: not
+    for XLA. Every move is a gather (scatters are slower on CPU), and each move's gradient is
+    the opposite move.
     """
 
     def __init__(self, ids: tf.Tensor):
-        self.positions = tf.where(tf.not_equal(ids, PAD_ID))  # [N, 2] (row, position)
+        real = tf.not_equal(ids, PAD_ID)
+        self.positions = tf.where(real)  # [N, 2] (row, position)
         self.padded_shape = tf.shape(ids, out_type=tf.int64)
+        count = tf.shape(self.positions)[0]
+        # The packed row of each real position; padding gets row N (past the end, see unpack)
+        # or row 0 (see expand).
+        row = tf.reshape(tf.cumsum(tf.reshape(tf.cast(real, tf.int32), [-1])), tf.shape(ids)) - 1
+        self._row_or_end = tf.where(real, row, count)
+        self._row_or_first = tf.where(real, row, 0)
+
+    @property
+    def token_positions(self) -> tf.Tensor:
+        """`[N]`: each packed token's position in its sentence."""
+        return self.positions[:, 1]
 
     def pack(self, padded: tf.Tensor) -> tf.Tensor:
         """`[batch, len, ...]` -> `[N, ...]`."""
-        return tf.gather_nd(padded, self.positions)
+        return _move(lambda x: tf.gather_nd(x, self.positions), padded, self.unpack)
 
     def unpack(self, packed: tf.Tensor) -> tf.Tensor:
         """`[N, ...]` -> `[batch, len, ...]`, zeros at padding."""
-        shape = tf.concat([self.padded_shape, tf.shape(packed, out_type=tf.int64)[1:]], axis=0)
-        return tf.scatter_nd(self.positions, packed, shape)
+        def unpack(x):
+            return tf.gather(tf.concat([x, tf.zeros_like(x[:1])], axis=0), self._row_or_end)
+
+        return _move(unpack, packed, self.pack)
+
+    def expand(self, packed: tf.Tensor) -> tf.Tensor:
+        """`[N, ...]` -> `[batch, len, ...]` with copies of real rows at padding, which carry no
+        gradient: for consumers whose real outputs do not depend on padding rows (attention
+        with padding keys masked and padding queries dropped). Cheaper than `unpack`."""
+        return _move(lambda x: tf.gather(x, self._row_or_first), packed, self.pack)
+
+    def select(self, packed: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
+        """`pack(unpack(packed))` at other `positions` (`[M, 2]`, each a real token here) ->
+        `[M, ...]`, without the padded copy. On CPU a padding position raises an error."""
+        return tf.gather(packed, tf.gather_nd(self._row_or_end, positions))
+
+
+def _move(move, source: tf.Tensor, gradient) -> tf.Tensor:
+    """`move(source)`, with `gradient(upstream)` as its gradient (autodiff of a gather is a
+    slower segment sum or scatter)."""
+    source = tf.convert_to_tensor(source)
+    if not source.dtype.is_floating:
+        return move(source)
+
+    @tf.custom_gradient
+    def moved(x):
+        return move(x), gradient
+
+    return moved(source)
