@@ -12,8 +12,9 @@ from tensorflow.python.ops import control_flow_util
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.heads_dense import HeadsDense
 
-# Added to the scores of masked keys. Finite (not -inf) so a fully masked row yields a uniform
-# distribution instead of NaN; exp(-1e9) underflows to exactly 0 in float32 and bfloat16.
+# Added to the scores of masked keys (an addition, unlike a select, has nothing to do in the
+# backward pass). Finite (not -inf) so a fully masked row yields finite weights instead of NaN;
+# the masked weights underflow to exactly 0 in float32 and bfloat16.
 MASK_PENALTY = -1e9
 
 
@@ -109,8 +110,8 @@ class MultiHeadAttention(keras.layers.Layer):
         # on CPU than the same products as einsums over [batch, len, heads, dim].
         scores = tf.linalg.matmul(_heads_first(query_heads), keys, transpose_b=True)
         if attention_mask is not None:
-            mask = ops.expand_dims(ops.cast(attention_mask, "bool"), axis=1)
-            scores = ops.where(mask, scores, ops.cast(MASK_PENALTY, scores.dtype))
+            penalty = ops.where(ops.cast(attention_mask, "bool"), 0.0, MASK_PENALTY)
+            scores = scores + ops.expand_dims(ops.cast(penalty, scores.dtype), axis=1)
         weights = ops.softmax(ops.cast(scores, "float32"), axis=-1)
         dropped = ops.cast(self.dropout_layer(weights, training=training), values.dtype)
         attended = _heads_first(tf.linalg.matmul(dropped, values))
