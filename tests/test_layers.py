@@ -107,7 +107,7 @@ def test_embedding_is_scaled_tied_and_masks_padding():
     np.testing.assert_allclose(vectors[0, 0], table[4] * 4.0, rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(layer.compute_mask(ids)), [[True, True, False]])
     hidden = rng.normal(size=(1, 2, 16)).astype("float32")
-    np.testing.assert_allclose(layer.logits(hidden), hidden @ table.T, rtol=1e-5)
+    np.testing.assert_allclose(layer.logits(hidden), hidden @ table.T, rtol=1e-5, atol=1e-6)
 
 
 def test_feed_forward_is_relu_between_two_linear_maps():
