@@ -225,6 +225,11 @@ class Transformer(keras.Model):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         if self.jit_compile or y is None or len(x) != 2:
             return data
+        stray = ops.logical_and(ops.not_equal(y, PAD_ID), ops.equal(x[1], PAD_ID))
+        tf.debugging.assert_equal(  # The decoder computes nothing at padding.
+            tf.reduce_any(stray), False,
+            message="labels: a real (non-padding) label sits where the target input is padding; "
+                    "labels must be the target input shifted by one, padded alike")
         positions = tf.where(ops.not_equal(y, PAD_ID))
         if sample_weight is not None:
             sample_weight = tf.gather_nd(sample_weight, positions)

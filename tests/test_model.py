@@ -175,6 +175,18 @@ def test_packed_layers_equal_padded_layers_in_value_and_gradient(precision, vari
     assert "Cumsum" in {op.type for op in graph.get_operations()}  # TokenLayout ran.
 
 
+def test_fit_rejects_labels_at_padded_target_inputs():
+    """The packed decoder computes nothing at padding, so a label there is an error, not a
+    silently meaningless logit."""
+    from trainers.train import compiled_model
+
+    model, _ = compiled_model(kt.TransformerConfig.preset("tiny", vocab_size=60))
+    source, target_in, target_out = random_ids((2, 6)), random_ids((2, 5)), random_ids((2, 5))
+    target_in[1, 3:] = kt.PAD_ID
+    with pytest.raises(tf.errors.InvalidArgumentError, match="target input is padding"):
+        model.fit((source, target_in), target_out, epochs=1, verbose=0)
+
+
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_fit_and_evaluate_score_only_real_target_tokens(jit_compile):
     """train/test steps project only the real target positions (all of them under XLA); the
