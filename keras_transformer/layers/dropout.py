@@ -16,18 +16,24 @@ class Dropout(keras.layers.Dropout):
     are scaled by the exact inverse of that keep probability, so the expectation is unchanged.
     Random-number generation was two thirds of Keras's dropout time on CPU. With `noise_shape`
     the Keras implementation runs.
+
+    `call(..., shape=)` takes the inputs' shape from a tensor available before the inputs are
+    (e.g. the residual input beside a sub-layer's output): the mask's random numbers are then
+    drawn while the sub-layer still runs, not after it, off the step's critical path.
     """
 
-    def call(self, inputs, training=False):
+    def call(self, inputs, training=False, shape=None):
         if not training or self.rate == 0 or self.noise_shape is not None:
             return super().call(inputs, training=training)
         dropped = min(round(self.rate * _LEVELS), _LEVELS - 1)
-        size = tf.size(inputs)
+        if shape is None:
+            shape = tf.shape(inputs)
+        size = tf.reduce_prod(shape)
         bits = tf.random.stateless_uniform(
             [(size + 1) // 2], seed=_stateless_seed(self.seed_generator.next()),
             minval=None, maxval=None, dtype=tf.uint32)
         levels = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]
-        keep = tf.reshape(levels >= dropped, tf.shape(inputs))
+        keep = tf.reshape(levels >= dropped, shape)
         scale = tf.cast(_LEVELS / (_LEVELS - dropped), inputs.dtype)
         return tf.where(keep, inputs * scale, tf.zeros((), inputs.dtype))
 

@@ -1,5 +1,6 @@
 """The residual wrapper around every sub-layer: post-norm (the paper) or pre-norm."""
 import keras
+import tensorflow as tf
 
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.layer_norm import LayerNormalization
@@ -28,7 +29,8 @@ class ResidualNorm(keras.layers.Layer):
         return self.layer_norm(x) if self.norm == "pre" else x
 
     def call(self, x, sublayer_output, training=None):
-        summed = x + self.dropout_layer(sublayer_output, training=training)
+        # x's shape is known before the sub-layer's output: its mask is drawn meanwhile.
+        summed = x + self.dropout_layer(sublayer_output, training=training, shape=tf.shape(x))
         return self.layer_norm(summed) if self.norm == "post" else summed
 
     def get_config(self) -> dict:
