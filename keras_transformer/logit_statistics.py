@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-_MEMO_ATTRIBUTE = "_keras_transformer_logit_statistics"
+from keras_transformer.graph_memo import graph_memo
 
 
 class LogitStatistics(NamedTuple):
@@ -28,12 +28,9 @@ def logit_statistics(logits: tf.Tensor) -> LogitStatistics:
     further pass: at the argmax k, `logsumexp(z) = z_k - log softmax(z)_k`, and
     `softmax(z)_k >= 1 / vocab` never underflows.
     """
-    if tf.executing_eagerly():
+    memo = graph_memo("logit_statistics")
+    if memo is None:
         return _statistics(logits)
-    graph = tf.compat.v1.get_default_graph()  # the function being traced (logits may be a capture)
-    if not hasattr(graph, _MEMO_ATTRIBUTE):
-        setattr(graph, _MEMO_ATTRIBUTE, {})
-    memo = getattr(graph, _MEMO_ATTRIBUTE)
     key = logits.ref()
     if key not in memo:
         memo[key] = _statistics(logits)

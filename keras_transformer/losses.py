@@ -3,6 +3,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer.logit_factors import LogitFactors, factors_of
 from keras_transformer.logit_statistics import logit_statistics
 from keras_transformer.vocab_ids import PAD_ID
 
@@ -45,12 +46,17 @@ def smoothed_token_losses(y_true, logits, label_smoothing: float):
     whose gradient `softmax(z) - q` is written out with the forward pass's softmax
     (`logit_statistics`, shared with the metrics): autodiff of the gather of `z_y` would
     scatter into the whole `[tokens, vocab]` gradient, and TensorFlow's fused cross-entropy
-    kernels are slower on CPU (benchmarks/loss_speed.py).
+    kernels are slower on CPU (benchmarks/loss_speed.py). Logits from `factored_logits` (the
+    model's) are differentiated through their factors (`_losses_through_factors`).
     """
     y_true = tf.cast(y_true, tf.int32)
     logits = tf.cast(logits, tf.float32)
     statistics = logit_statistics(logits)
     cross_entropy = token_cross_entropy(y_true, logits)
+    factors = factors_of(logits)
+    if factors is not None:
+        return _losses_through_factors(y_true, cross_entropy, statistics, factors,
+                                       label_smoothing)
 
     @tf.custom_gradient
     def losses(logits):
@@ -69,6 +75,63 @@ def smoothed_token_losses(y_true, logits, label_smoothing: float):
         return value, gradient
 
     return losses(logits)
+
+
+def _losses_through_factors(y_true, cross_entropy, statistics, factors: LogitFactors,
+                            label_smoothing: float):
+    """`smoothed_token_losses` as a function of the logits' factors `hidden @ kernel`.
+
+    With `u` the upstream per-token weights, the gradient `G = u (softmax - q)` reaches the
+    factors as `G kernel^T` and `hidden^T G`. Its three terms go where they are cheapest: the
+    one-hot is subtracted from the softmax in place (`tensor_scatter_nd_sub`), `u` scales the
+    `[tokens, d_model]` operand or result of each product, and the constant `eps / vocab` is a
+    rank-one correction. The mean logit is `hidden @ mean(kernel)`. No pass over
+    `[tokens, vocab]` is left but the softmax, the argmax of the metrics and the products.
+    """
+    eps = label_smoothing
+    hidden, kernel, transposed = factors
+    vocab_axis = 0 if transposed else 1
+
+    @tf.custom_gradient
+    def losses(hidden, kernel):
+        hidden_32 = tf.cast(hidden, tf.float32)
+        mean_kernel = tf.reduce_mean(tf.cast(kernel, tf.float32), axis=vocab_axis)  # [d_model]
+        value = cross_entropy
+        if eps:
+            mean_logits = tf.reshape(tf.linalg.matvec(hidden_32, mean_kernel),
+                                     tf.shape(cross_entropy))
+            value = ((1.0 - eps) * cross_entropy
+                     + eps * (statistics.log_normalizer - mean_logits))
+
+        def gradient(upstream):
+            weights = tf.reshape(tf.cast(upstream, tf.float32), (-1, 1))  # u, [tokens, 1]
+            labels = tf.reshape(y_true, (-1,))
+            probabilities = tf.reshape(statistics.probabilities,
+                                       (tf.shape(labels)[0], kernel.shape[vocab_axis]))
+            label_indices = tf.stack([tf.range(tf.shape(labels)[0]), labels], axis=1)
+            unweighted = tf.cast(tf.tensor_scatter_nd_sub(
+                probabilities, label_indices, tf.fill(tf.shape(labels), 1.0 - eps)),
+                hidden.dtype)  # softmax - (1 - eps) one_hot
+            weighted_hidden = hidden_32 * weights
+            hidden_operand = tf.cast(weighted_hidden, hidden.dtype)
+            if transposed:
+                d_hidden = tf.linalg.matmul(unweighted, kernel)
+                d_kernel = tf.linalg.matmul(unweighted, hidden_operand, transpose_a=True)
+            else:
+                d_hidden = tf.linalg.matmul(unweighted, kernel, transpose_b=True)
+                d_kernel = tf.linalg.matmul(hidden_operand, unweighted, transpose_a=True)
+            d_hidden = tf.cast(d_hidden, tf.float32) * weights
+            if eps:  # - u eps / vocab in every column of G
+                d_hidden -= eps * weights * mean_kernel
+                vocab = tf.cast(kernel.shape[vocab_axis], tf.float32)
+                d_kernel -= tf.cast(tf.expand_dims(
+                    eps / vocab * tf.reduce_sum(weighted_hidden, axis=0), vocab_axis),
+                    d_kernel.dtype)
+            return tf.cast(d_hidden, hidden.dtype), tf.cast(d_kernel, kernel.dtype)
+
+        return value, gradient
+
+    return losses(hidden, kernel)
 
 
 def token_cross_entropy(y_true, logits):

@@ -8,6 +8,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.logit_factors import factored_logits
 from keras_transformer.layers import (DecoderLayer, Dropout, EncoderLayer, LayerNormalization,
                                       LearnedPositionalEmbedding, ScaledEmbedding,
                                       SinusoidalPositionalEncoding, TokenLayout)
@@ -265,16 +266,15 @@ class Transformer(keras.Model):
                        training=training)
 
     def _logits(self, hidden, output_kernel=None):
-        """Float32 logits; `output_kernel` (`_output_kernel()`) replaces the layer's product."""
+        """Float32 logits; `output_kernel` (`_output_kernel()`) replaces the layer's product.
+        Without it they are `factored_logits`, whose loss skips passes over them."""
         if self.decoder_norm is not None:
             hidden = self.decoder_norm(hidden)
         if output_kernel is not None:
-            logits = ops.matmul(hidden, ops.cast(output_kernel, hidden.dtype))
-        elif self.output_projection is not None:
-            logits = self.output_projection(hidden)
-        else:
-            logits = self.target_embedding.logits(hidden)
-        return ops.cast(logits, "float32")
+            return ops.cast(ops.matmul(hidden, ops.cast(output_kernel, hidden.dtype)), "float32")
+        if self.output_projection is not None:
+            return factored_logits(hidden, self.output_projection.kernel, transposed=False)
+        return self.target_embedding.logits(hidden)
 
     def _output_kernel(self):
         """The pre-softmax projection as a `[d_model, vocab]` tensor in the compute dtype (a

@@ -122,3 +122,59 @@ def test_loss_and_metrics_share_one_softmax_and_argmax():
                                                        rel=1e-5)
     captured = tf.constant(LOGITS)  # an eager tensor captured by a traced function
     assert float(tf.function(lambda: loss(TARGETS, captured))()) == pytest.approx(float(value))
+
+
+def _loss_and_factor_gradients(hidden, kernel, transposed, targets, weights, eps, factored):
+    """Weighted label-smoothed loss of `hidden @ kernel` and its gradients, in one traced step;
+    `factored=False` hides the factors from the loss (it then differentiates the logits)."""
+    import tensorflow as tf
+
+    from keras_transformer.logit_factors import factored_logits
+    from keras_transformer.losses import smoothed_token_losses
+
+    @tf.function
+    def step(hidden, kernel):
+        with tf.GradientTape() as tape:
+            tape.watch([hidden, kernel])
+            logits = factored_logits(hidden, kernel, transposed)
+            if not factored:
+                logits = tf.identity(logits)
+            loss = tf.reduce_sum(smoothed_token_losses(targets, logits, eps) * weights)
+        return (loss, *tape.gradient(loss, [hidden, kernel]))
+
+    graph = step.get_concrete_function(hidden, kernel).graph
+    over_logits = [op.type for op in graph.get_operations()  # ops on [batch, len, vocab]
+                   if any(t.shape.rank == 3 for t in op.inputs) or op.type == "OneHot"]
+    return (*step(hidden, kernel), over_logits)
+
+
+@pytest.mark.parametrize("transposed", [True, False])
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_loss_through_logit_factors_equals_loss_of_logits(transposed, eps):
+    """Differentiated through `hidden @ kernel`, the loss and its gradients equal those of the
+    logits' own gradient (and the hand loss), with non-uniform and zero token weights, and the
+    step takes no one-hot and no mean of the logits."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(1)
+    vocab, d_model = 37, 8
+    hidden = tf.constant(rng.normal(size=(2, 5, d_model)), tf.float32)
+    kernel = tf.constant(rng.normal(size=(vocab, d_model) if transposed else (d_model, vocab)),
+                         tf.float32)
+    targets = tf.constant(rng.integers(0, vocab, size=(2, 5)), tf.int32)
+    weights = tf.constant(rng.uniform(size=(2, 5)) * (rng.uniform(size=(2, 5)) > 0.2), tf.float32)
+    *fused, fused_ops = _loss_and_factor_gradients(hidden, kernel, transposed, targets, weights,
+                                                   eps, factored=True)
+    *plain, plain_ops = _loss_and_factor_gradients(hidden, kernel, transposed, targets, weights,
+                                                   eps, factored=False)
+    for got, want in zip(fused, plain):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    logits = np.einsum("btd,vd->btv", hidden.numpy(),
+                       kernel.numpy() if transposed else kernel.numpy().T)
+    hand = sum(w * hand_loss([[t]], [[z]], eps) for w, t, z in zip(
+        weights.numpy().ravel(), targets.numpy().ravel(), logits.reshape(-1, vocab)) if t)
+    hand += sum(w * hand_loss([[1]], [[np.roll(z, 1)]], eps) for w, t, z in zip(
+        weights.numpy().ravel(), targets.numpy().ravel(), logits.reshape(-1, vocab)) if not t)
+    assert float(fused[0]) == pytest.approx(hand, rel=1e-5)
+    assert "OneHot" not in fused_ops and "OneHot" in plain_ops
+    assert "Mean" not in fused_ops and ("Mean" in plain_ops or not eps)

@@ -203,3 +203,37 @@ def test_fit_and_evaluate_score_only_real_target_tokens(jit_compile):
     assert logs["loss"] == pytest.approx(float(expected), rel=1e-5)
     history = model.fit((source, target_in), target_out, epochs=1, verbose=0)
     assert history.history["loss"][0] == pytest.approx(float(expected), rel=1e-5)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_training_differentiates_the_loss_through_the_logit_factors(variant, monkeypatch):
+    """The train step's loss reaches the weights through `hidden @ kernel` (tied or not), with
+    the same gradients as through the logits, and no one-hot over `[tokens, vocab]`."""
+    from keras_transformer import losses
+    from trainers.train import compiled_model
+
+    model, _ = compiled_model(kt.TransformerConfig.preset("tiny", vocab_size=60, dropout=0.0,
+                                                          **VARIANTS[variant]))
+    source, target_in, target_out = random_ids((3, 6)), random_ids((3, 5)), random_ids((3, 5))
+    target_in[1:, 3:] = target_out[1:, 3:] = kt.PAD_ID
+    data = (tf.constant(source), tf.constant(target_in)), tf.constant(target_out)
+
+    def traced_gradients():
+        @tf.function
+        def gradients(data):
+            x, y = model._at_target_tokens(data)
+            with tf.GradientTape() as tape:
+                value = model.loss(y, model(x, training=True))
+            return tape.gradient(value, model.trainable_variables)
+        return gradients(data), gradients.get_concrete_function(data).graph
+
+    fused, fused_graph = traced_gradients()
+    step_graph = tf.function(model.train_step).get_concrete_function(data).graph
+    assert "OneHot" not in {op.type for op in step_graph.get_operations()}
+    monkeypatch.setattr(losses, "factors_of", lambda logits: None)
+    plain, plain_graph = traced_gradients()
+    for got, want in zip(fused, plain):
+        np.testing.assert_allclose(tf.convert_to_tensor(got).numpy(),
+                                   tf.convert_to_tensor(want).numpy(), rtol=1e-4, atol=1e-6)
+    assert [op.type for op in plain_graph.get_operations()].count("OneHot") == 1
+    assert "OneHot" not in {op.type for op in fused_graph.get_operations()}

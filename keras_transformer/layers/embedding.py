@@ -1,8 +1,8 @@
 """Token embedding scaled by sqrt(d_model) whose transpose is the pre-softmax projection (3.4)."""
 import keras
-import tensorflow as tf
 from keras import ops
 
+from keras_transformer.logit_factors import factored_logits
 from keras_transformer.vocab_ids import PAD_ID
 
 
@@ -32,14 +32,8 @@ class ScaledEmbedding(keras.layers.Layer):
         return ops.not_equal(ids, PAD_ID)
 
     def logits(self, hidden):
-        """The tied pre-softmax linear transformation `hidden E^T`.
-
-        One 2-D product with `transpose_b`, so that the gradient for E comes out as
-        `[vocab, d_model]` (an explicit transpose of E costs a transposed copy of that gradient).
-        """
-        rows = tf.reshape(hidden, (-1, self.d_model))
-        logits = tf.linalg.matmul(rows, ops.cast(self.embeddings, hidden.dtype), transpose_b=True)
-        return tf.reshape(logits, tf.concat([tf.shape(hidden)[:-1], [self.vocab_size]], axis=0))
+        """The tied pre-softmax linear transformation `hidden E^T`, float32 (`factored_logits`)."""
+        return factored_logits(hidden, self.embeddings, transposed=True)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}
