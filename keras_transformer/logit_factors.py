@@ -30,7 +30,9 @@ def factored_logits(hidden, kernel, transposed: bool) -> tf.Tensor:
     """Float32 logits `[..., vocab]` of `hidden [..., d_model]` and `kernel` (`[vocab, d_model]`
     when `transposed`: a tied embedding matrix, multiplied with `transpose_b` so that its
     gradient comes out as `[vocab, d_model]`, without a transposed copy), remembered with their
-    factors in the traced graph (`factors_of`)."""
+    factors in the traced graph (`factors_of`). A loss that uses the factors depends on the
+    weights directly, not through the logits: its gradient with respect to the logits tensor
+    itself is None."""
     kernel = tf.cast(ops.convert_to_tensor(kernel), hidden.dtype)
     rows = tf.reshape(hidden, (-1, tf.shape(hidden)[-1]))
     logits = tf.cast(tf.linalg.matmul(rows, kernel, transpose_b=transposed), tf.float32)

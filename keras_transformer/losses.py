@@ -82,22 +82,27 @@ def _losses_through_factors(y_true, cross_entropy, statistics, factors: LogitFac
     """`smoothed_token_losses` as a function of the logits' factors `hidden @ kernel`.
 
     With `u` the upstream per-token weights, the gradient `G = u (softmax - q)` reaches the
-    factors as `G kernel^T` and `hidden^T G`. Its three terms go where they are cheapest: the
-    one-hot is subtracted from the softmax in place (`tensor_scatter_nd_sub`), `u` scales the
-    `[tokens, d_model]` operand or result of each product, and the constant `eps / vocab` is a
-    rank-one correction. The mean logit is `hidden @ mean(kernel)`. No pass over
-    `[tokens, vocab]` is left but the softmax, the argmax of the metrics and the products.
+    factors as `G kernel^T` and `hidden^T G`. Only the softmax enters the two products; the rest
+    of `G` is applied on the `[tokens, d_model]` side: `u` scales the rows, the one-hot's
+    `(1 - eps)` is a gather of the labels' kernel rows for `hidden` and a segment sum over the
+    labels for `kernel`, and the constant `eps / vocab` a rank-one term. The mean logit is
+    `hidden @ mean(kernel)`. So no pass over `[tokens, vocab]` is left but the softmax, the
+    metrics' argmax and the products. In a reduced-precision compute dtype the softmax and
+    `u hidden` enter the products rounded (autodiff rounds `G` once): the label's probability
+    gets back what rounding took from it, since the one-hot term nearly cancels it, and the
+    gradients stay within 2x of autodiff's rounding error (tests/test_losses.py).
     """
     eps = label_smoothing
     hidden, kernel, transposed = factors
     vocab_axis = 0 if transposed else 1
+    vocab = kernel.shape[vocab_axis]
 
     @tf.custom_gradient
     def losses(hidden, kernel):
         hidden_32 = tf.cast(hidden, tf.float32)
-        mean_kernel = tf.reduce_mean(tf.cast(kernel, tf.float32), axis=vocab_axis)  # [d_model]
         value = cross_entropy
         if eps:
+            mean_kernel = tf.reduce_mean(tf.cast(kernel, tf.float32), axis=vocab_axis)
             mean_logits = tf.reshape(tf.linalg.matvec(hidden_32, mean_kernel),
                                      tf.shape(cross_entropy))
             value = ((1.0 - eps) * cross_entropy
@@ -106,32 +111,43 @@ def _losses_through_factors(y_true, cross_entropy, statistics, factors: LogitFac
         def gradient(upstream):
             weights = tf.reshape(tf.cast(upstream, tf.float32), (-1, 1))  # u, [tokens, 1]
             labels = tf.reshape(y_true, (-1,))
-            probabilities = tf.reshape(statistics.probabilities,
-                                       (tf.shape(labels)[0], kernel.shape[vocab_axis]))
-            label_indices = tf.stack([tf.range(tf.shape(labels)[0]), labels], axis=1)
-            unweighted = tf.cast(tf.tensor_scatter_nd_sub(
-                probabilities, label_indices, tf.fill(tf.shape(labels), 1.0 - eps)),
-                hidden.dtype)  # softmax - (1 - eps) one_hot
+            probabilities = tf.reshape(statistics.probabilities, (-1, vocab))
+            rounded = tf.cast(probabilities, hidden.dtype)
             weighted_hidden = hidden_32 * weights
             hidden_operand = tf.cast(weighted_hidden, hidden.dtype)
             if transposed:
-                d_hidden = tf.linalg.matmul(unweighted, kernel)
-                d_kernel = tf.linalg.matmul(unweighted, hidden_operand, transpose_a=True)
+                d_hidden = tf.linalg.matmul(rounded, kernel)
+                d_kernel = tf.linalg.matmul(rounded, hidden_operand, transpose_a=True)
+                label_rows = tf.gather(kernel, labels)
             else:
-                d_hidden = tf.linalg.matmul(unweighted, kernel, transpose_b=True)
-                d_kernel = tf.linalg.matmul(hidden_operand, unweighted, transpose_a=True)
-            d_hidden = tf.cast(d_hidden, tf.float32) * weights
-            if eps:  # - u eps / vocab in every column of G
-                d_hidden -= eps * weights * mean_kernel
-                vocab = tf.cast(kernel.shape[vocab_axis], tf.float32)
-                d_kernel -= tf.cast(tf.expand_dims(
-                    eps / vocab * tf.reduce_sum(weighted_hidden, axis=0), vocab_axis),
-                    d_kernel.dtype)
-            return tf.cast(d_hidden, hidden.dtype), tf.cast(d_kernel, kernel.dtype)
+                d_hidden = tf.linalg.matmul(rounded, kernel, transpose_b=True)
+                d_kernel = tf.linalg.matmul(hidden_operand, rounded, transpose_a=True)
+                label_rows = tf.transpose(tf.gather(kernel, labels, axis=1))
+            label_coefficients = tf.fill(tf.shape(labels), eps - 1.0)  # one-hot: -(1 - eps)
+            if rounded.dtype != probabilities.dtype:
+                label_coefficients += (_at_labels(probabilities, labels)
+                                       - tf.cast(_at_labels(rounded, labels), tf.float32))
+            d_hidden = (tf.cast(d_hidden, tf.float32)
+                        + label_coefficients[:, None] * tf.cast(label_rows, tf.float32))
+            kernel_correction = tf.math.unsorted_segment_sum(
+                label_coefficients[:, None] * weighted_hidden, labels, vocab)  # [vocab, d_model]
+            if eps:  # -eps / vocab in every column of G
+                d_hidden -= eps * mean_kernel
+                kernel_correction -= eps / vocab * tf.linalg.matvec(
+                    hidden_32, weights[:, 0], transpose_a=True)
+            if not transposed:
+                kernel_correction = tf.transpose(kernel_correction)
+            d_kernel += tf.cast(kernel_correction, d_kernel.dtype)
+            return tf.cast(d_hidden * weights, hidden.dtype), tf.cast(d_kernel, kernel.dtype)
 
         return value, gradient
 
     return losses(hidden, kernel)
+
+
+def _at_labels(values, labels):
+    """`values[t, labels[t]]` of `[tokens, vocab]` values."""
+    return tf.gather(values, labels[:, None], batch_dims=1)[:, 0]
 
 
 def token_cross_entropy(y_true, logits):
