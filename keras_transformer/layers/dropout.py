@@ -19,7 +19,8 @@ class Dropout(keras.layers.Dropout):
 
     `call(..., shape=)` takes the inputs' shape from a tensor available before the inputs are
     (e.g. the residual input beside a sub-layer's output): the mask's random numbers are then
-    drawn while the sub-layer still runs, not after it, off the step's critical path.
+    drawn while the sub-layer still runs, not after it, off the step's critical path. The mask
+    holds the kept values' scale, so that applying it (and its gradient) is one multiplication.
     """
 
     def call(self, inputs, training=False, shape=None):
@@ -33,9 +34,16 @@ class Dropout(keras.layers.Dropout):
             [(size + 1) // 2], seed=_stateless_seed(self.seed_generator.next()),
             minval=None, maxval=None, dtype=tf.uint32)
         levels = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]
-        keep = tf.reshape(levels >= dropped, shape)
-        scale = tf.cast(_LEVELS / (_LEVELS - dropped), inputs.dtype)
-        return tf.where(keep, inputs * scale, tf.zeros((), inputs.dtype))
+        scale = tf.constant(_LEVELS / (_LEVELS - dropped), inputs.dtype)
+        mask = tf.where(tf.reshape(levels >= dropped, shape), scale, tf.zeros((), inputs.dtype))
+        return _times_mask(inputs, mask)
+
+
+@tf.custom_gradient
+def _times_mask(inputs, mask):
+    """`inputs * mask`, differentiated for `inputs` only (one multiplication, where autodiff of
+    a product with dynamic shapes adds broadcast reductions)."""
+    return inputs * mask, lambda upstream: (upstream * mask, None)
 
 
 def _stateless_seed(seed: tf.Tensor) -> tf.Tensor:
