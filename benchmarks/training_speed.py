@@ -21,7 +21,7 @@ the paper's schedule (section 5.3). Method:
   with `model.fit` on a tf.data generator with None-shaped signatures. Model Garden (in
   `--model-garden-python`'s venv, via this file's `--model-garden-worker` mode, which imports
   only TensorFlow, NumPy, tf_keras and `official`): `Seq2SeqTransformer` with the same
-  dimensions, dropout, post-/pre-norm and biases, the same loss written with TF ops, tf_keras
+  dimensions, dropout and post-/pre-norm, the same loss written with TF ops, tf_keras
   Adam(0.9, 0.98, 1e-9) with the same schedule, in a `tf.function(reduce_retracing=True)`
   train step. It also updates token-accuracy and perplexity sums, as our compiled model's
   metrics do, so both steps do the same work. Model Garden shifts its `targets` right
@@ -32,6 +32,9 @@ the paper's schedule (section 5.3). Method:
   of the train step ran (it runs only while tracing), after warm-up and at the end: the first
   call traces twice (it creates the optimizer's variables), Model Garden's once more for its
   second batch shape, after which `reduce_retracing` generalizes to any shape.
+* Biases: the Model Garden's one `use_bias` switch covers attention and feed-forward layers;
+  it is `attention_bias` of our config (False, the paper's attention). So by default the
+  Model Garden model also lacks the feed-forward biases ours has (slightly less work for it).
 * MFU: `keras_transformer.flops.training_flops` (analytic matmul FLOPs, 3x forward, real
   non-padding lengths: padding is waste, not model FLOPs) per second, over the best
   GFLOP/s of a chain of 4096^2 `tf.matmul`s of the step's compute dtype (float32 or bfloat16)
@@ -209,7 +212,8 @@ def model_garden_worker(settings: dict) -> dict:
     c = settings["config"]
     layer_args = dict(num_layers=c["num_layers"], num_attention_heads=c["num_heads"],
                       intermediate_size=c["d_ff"], dropout_rate=c["dropout"],
-                      attention_dropout_rate=c["attention_dropout"], use_bias=True,
+                      attention_dropout_rate=c["attention_dropout"],
+                      use_bias=c["attention_bias"],
                       norm_first=settings["norm_first"], norm_epsilon=c["layer_norm_epsilon"])
     model = models.Seq2SeqTransformer(
         vocab_size=c["vocab_size"], embedding_width=c["d_model"], dropout_rate=c["dropout"],

@@ -28,6 +28,7 @@ class TransformerConfig:
     d_v: Optional[int] = None
     dropout: float = 0.1
     attention_dropout: float = 0.0
+    attention_bias: bool = False  # biases in W^Q, W^K, W^V, W^O; the paper's have none (3.2.2)
     label_smoothing: float = 0.1
     positional: str = "sinusoidal"
     norm: str = "post"
@@ -101,6 +102,13 @@ class TransformerConfig:
             raise ValueError(f"unknown config field(s) {unknown}; known fields: {sorted(known)}")
         return cls(**values)
 
+    @classmethod
+    def from_saved(cls, values: dict[str, Any]) -> "TransformerConfig":
+        """A config as saved with a model or run, possibly by an earlier version: a field added
+        since takes the value that rebuilds the saved model (`attention_bias`: True, as every
+        version before the field had attention biases)."""
+        return cls.from_dict({**_FIELDS_BEFORE_THEY_EXISTED, **values})
+
     def replace(self, **overrides: Any) -> "TransformerConfig":
         return self.from_dict({**self.to_dict(), **overrides})
 
@@ -112,7 +120,12 @@ class TransformerConfig:
 
     @classmethod
     def from_json(cls, text: str) -> "TransformerConfig":
-        return cls.from_dict(json.loads(text))
+        """`from_saved` of the JSON `to_json` writes."""
+        return cls.from_saved(json.loads(text))
+
+
+# What models saved before a field existed were built with.
+_FIELDS_BEFORE_THEY_EXISTED: dict[str, Any] = {"attention_bias": True}
 
 
 def _require(condition: bool, field: str, message: str) -> None:

@@ -27,7 +27,7 @@ class Transformer(keras.Model):
     def __init__(self, config: Union[TransformerConfig, dict[str, Any]], **kwargs):
         super().__init__(**kwargs)
         if isinstance(config, dict):
-            config = TransformerConfig.from_dict(config)
+            config = TransformerConfig.from_saved(config)
         self.config = config
         c = config
         self.source_embedding = ScaledEmbedding(
@@ -49,7 +49,8 @@ class Transformer(keras.Model):
         self.target_dropout = Dropout(c.dropout)
         layer_args = dict(num_heads=c.num_heads, key_dim=c.key_dim, value_dim=c.value_dim,
                           d_ff=c.d_ff, dropout=c.dropout, attention_dropout=c.attention_dropout,
-                          norm=c.norm, epsilon=c.layer_norm_epsilon)
+                          attention_bias=c.attention_bias, norm=c.norm,
+                          epsilon=c.layer_norm_epsilon)
         self.encoder_layers = [EncoderLayer(**layer_args, name=f"encoder_layer_{i}")
                                for i in range(c.num_layers)]
         self.decoder_layers = [DecoderLayer(**layer_args, name=f"decoder_layer_{i}")
@@ -291,7 +292,7 @@ class Transformer(keras.Model):
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "Transformer":
         config = dict(config)
-        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
+        return cls(TransformerConfig.from_saved(config.pop("config")), **config)
 
 
 def source_padding_mask(ids):

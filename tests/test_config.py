@@ -89,3 +89,47 @@ def test_unknown_preset_and_unknown_field_are_named():
 def test_json_round_trip():
     config = kt.TransformerConfig.preset("small", positional="learned", norm="pre")
     assert kt.TransformerConfig.from_json(config.to_json()) == config
+
+
+def test_attention_projections_have_no_bias_as_in_the_paper_unless_asked():
+    """W^Q, W^K, W^V, W^O are matrices only (3.2.2); `attention_bias=True` adds d_k, d_k, d_v
+    per head and d_model biases to each of the 3N attention layers."""
+    config = kt.TransformerConfig.preset("tiny", vocab_size=60)
+    plain = kt.Transformer(config)
+    biased = kt.Transformer(config.replace(attention_bias=True))
+    names = [w.path for w in plain.weights]
+    assert not any("attention" in name and name.endswith("bias") for name in names)
+    per_layer = config.num_heads * (2 * config.key_dim + config.value_dim) + config.d_model
+    assert (biased.count_params() - plain.count_params()
+            == 3 * config.num_layers * per_layer)
+
+
+def test_configs_saved_before_attention_bias_existed_rebuild_their_model(tmp_path):
+    """A saved config without the field (every earlier version had attention biases) loads
+    with them, so its weights still fit; a new config's default is the paper's."""
+    import zipfile
+
+    import keras
+    import numpy as np
+
+    saved = kt.TransformerConfig.preset("tiny", vocab_size=60, attention_bias=True).to_dict()
+    del saved["attention_bias"]
+    assert kt.TransformerConfig.from_saved(saved).attention_bias is True
+    assert kt.TransformerConfig.from_dict(saved).attention_bias is False
+    old_json = kt.TransformerConfig.from_saved(saved).to_json().replace(
+        '"attention_bias": true,', "")
+    assert kt.TransformerConfig.from_json(old_json).attention_bias is True
+    model = kt.Transformer(saved)
+    ids = np.array([[5, 6, 7, 0]], "int32")
+    path, old_path = tmp_path / "new.keras", tmp_path / "old.keras"
+    model.save(path)
+    with zipfile.ZipFile(path) as new_file, zipfile.ZipFile(old_path, "w") as old_file:
+        for item in new_file.infolist():  # the same file as written before the field existed
+            data = new_file.read(item)
+            if item.filename == "config.json":
+                data = data.replace(b'"attention_bias": true, ', b"")
+                assert b"attention_bias" not in data
+            old_file.writestr(item, data)
+    restored = keras.saving.load_model(old_path)
+    assert restored.config.attention_bias is True
+    np.testing.assert_allclose(restored((ids, ids)), model((ids, ids)), atol=1e-6)

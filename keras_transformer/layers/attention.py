@@ -28,22 +28,25 @@ class MultiHeadAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads: int, key_dim: int, value_dim: Optional[int] = None,
-                 dropout: float = 0.0, **kwargs):
+                 dropout: float = 0.0, use_bias: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.key_dim = key_dim
         self.value_dim = value_dim or key_dim
         self.dropout = dropout
+        self.use_bias = use_bias
         self.dropout_layer = Dropout(dropout)
 
     def build(self, query_shape, key_value_shape=None) -> None:
         d_model = query_shape[-1]
         source_dim = (key_value_shape or query_shape)[-1]
         heads = self.num_heads
-        self.query_dense = _projection(heads, self.key_dim, "query")
-        self.key_dense = _projection(heads, self.key_dim, "key")
-        self.value_dense = _projection(heads, self.value_dim, "value")
-        self.output_dense = HeadsDense((d_model,), input_rank=2, name="output")
+        self.query_dense = HeadsDense((heads, self.key_dim), use_bias=self.use_bias, name="query")
+        self.key_dense = HeadsDense((heads, self.key_dim), use_bias=self.use_bias, name="key")
+        self.value_dense = HeadsDense((heads, self.value_dim), use_bias=self.use_bias,
+                                      name="value")
+        self.output_dense = HeadsDense((d_model,), input_rank=2, use_bias=self.use_bias,
+                                       name="output")
         self.query_dense.build(query_shape)
         self.key_dense.build((None, None, source_dim))
         self.value_dense.build((None, None, source_dim))
@@ -126,11 +129,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def get_config(self) -> dict:
         return {**super().get_config(), "num_heads": self.num_heads, "key_dim": self.key_dim,
-                "value_dim": self.value_dim, "dropout": self.dropout}
-
-
-def _projection(heads: int, dim: int, name: str) -> HeadsDense:
-    return HeadsDense((heads, dim), name=name)
+                "value_dim": self.value_dim, "dropout": self.dropout, "use_bias": self.use_bias}
 
 
 def _heads_first(tensor):

@@ -10,12 +10,13 @@ class TransformerBlock(keras.layers.Layer):
     """Base of `EncoderLayer` and `DecoderLayer`: holds their settings and common sub-layers."""
 
     def __init__(self, num_heads: int, key_dim: int, value_dim: int, d_ff: int,
-                 dropout: float = 0.1, attention_dropout: float = 0.0, norm: str = "post",
-                 epsilon: float = 1e-6, **kwargs):
+                 dropout: float = 0.1, attention_dropout: float = 0.0,
+                 attention_bias: bool = True, norm: str = "post", epsilon: float = 1e-6,
+                 **kwargs):
         super().__init__(**kwargs)
         self.settings = dict(num_heads=num_heads, key_dim=key_dim, value_dim=value_dim,
                              d_ff=d_ff, dropout=dropout, attention_dropout=attention_dropout,
-                             norm=norm, epsilon=epsilon)
+                             attention_bias=attention_bias, norm=norm, epsilon=epsilon)
         self.self_attention = self.attention("self_attention")
         self.self_residual = self.residual("self_residual")
         self.feed_forward = PositionwiseFeedForward(d_ff, name="feed_forward")
@@ -24,7 +25,8 @@ class TransformerBlock(keras.layers.Layer):
     def attention(self, name: str) -> MultiHeadAttention:
         s = self.settings
         return MultiHeadAttention(s["num_heads"], s["key_dim"], s["value_dim"],
-                                  dropout=s["attention_dropout"], name=name)
+                                  dropout=s["attention_dropout"], use_bias=s["attention_bias"],
+                                  name=name)
 
     def residual(self, name: str) -> ResidualNorm:
         return ResidualNorm(self.settings["norm"], self.settings["dropout"],

@@ -11,7 +11,7 @@ from keras import ops
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class HeadsDense(keras.layers.Layer):
     """`[..., *in_dims] -> [..., *out_dims]`: contracts the last `input_rank` axes with a kernel
-    of shape `in_dims + out_dims` and adds a bias of shape `out_dims`.
+    of shape `in_dims + out_dims` and adds a bias of shape `out_dims` (unless `use_bias=False`).
 
     E.g. the query projection maps `[batch, len, d_model]` to `[batch, len, heads, d_k]`
     (`input_rank=1`, `output_dims=(heads, d_k)`) and W^O maps `[batch, len, heads, d_v]` back
@@ -20,16 +20,19 @@ class HeadsDense(keras.layers.Layer):
     make its gradient a batched matmul followed by a sum over the batch.
     """
 
-    def __init__(self, output_dims: Sequence[int], input_rank: int = 1, **kwargs):
+    def __init__(self, output_dims: Sequence[int], input_rank: int = 1, use_bias: bool = True,
+                 **kwargs):
         super().__init__(**kwargs)
         self.output_dims = tuple(int(dim) for dim in output_dims)
         self.input_rank = input_rank
+        self.use_bias = use_bias
 
     def build(self, input_shape) -> None:
         input_dims = tuple(input_shape[-self.input_rank:])
         self.kernel = self.add_weight(name="kernel", shape=input_dims + self.output_dims,
                                       initializer="glorot_uniform")
-        self.bias = self.add_weight(name="bias", shape=self.output_dims, initializer="zeros")
+        self.bias = (self.add_weight(name="bias", shape=self.output_dims, initializer="zeros")
+                     if self.use_bias else None)
 
     def call(self, inputs):
         in_size = math.prod(self.kernel.shape[:self.input_rank])
@@ -37,9 +40,11 @@ class HeadsDense(keras.layers.Layer):
         leading = ops.shape(inputs)[:-self.input_rank]
         rows = ops.reshape(inputs, (-1, in_size))
         kernel = ops.cast(ops.reshape(self.kernel, (in_size, out_size)), rows.dtype)
-        outputs = ops.matmul(rows, kernel) + ops.cast(ops.reshape(self.bias, (-1,)), rows.dtype)
+        outputs = ops.matmul(rows, kernel)
+        if self.bias is not None:
+            outputs += ops.cast(ops.reshape(self.bias, (-1,)), rows.dtype)
         return ops.reshape(outputs, (*leading, *self.output_dims))
 
     def get_config(self) -> dict:
         return {**super().get_config(), "output_dims": self.output_dims,
-                "input_rank": self.input_rank}
+                "input_rank": self.input_rank, "use_bias": self.use_bias}
