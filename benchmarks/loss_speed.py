@@ -1,15 +1,18 @@
-"""Loss + metrics cost per training step under four formulations of the same loss.
+"""Loss + metrics cost per training step under five formulations of the same loss.
 
-    PYTHONPATH=. python benchmarks/loss_speed.py [--shape 64,32,32000]
+    PYTHONPATH=. python benchmarks/loss_speed.py [--shape 64,32,32000] [--d-model 512]
 
-Times, inside one tf.function, the label-smoothed loss with its gradient plus what the
-Perplexity (unsmoothed cross-entropy) and token-accuracy (argmax) metrics compute, alternating
-the formulations: a full log-softmax; logsumexp with a gather of the true logit (whose gradient
-is a scatter over `[tokens, vocab]`); the gradient `softmax(z) - q` written out but the softmax
-recomputed in the backward pass, logsumexp again for perplexity and Keras's argmax (session 3's
-library); and the library now, where all of them share one softmax and one argmax
-(`keras_transformer.logit_statistics`). Default shape: a 2,048-token batch of a 32k vocabulary;
-`1,3600,32000` is the real target tokens of a 4,096-token `base` batch.
+Times, inside one tf.function, the tied output projection `hidden @ E^T` and the label-smoothed
+loss with their gradients (for `hidden` and `E`) plus what the Perplexity (unsmoothed
+cross-entropy) and token-accuracy (argmax) metrics compute, alternating the formulations: a
+full log-softmax; logsumexp with a gather of the true logit (whose gradient is a scatter over
+`[tokens, vocab]`); the gradient `softmax(z) - q` written out but the softmax recomputed in the
+backward pass, logsumexp again for perplexity and Keras's argmax (session 3's library); one
+softmax and one argmax shared by all of them (`keras_transformer.logit_statistics`, sessions
+4-5); and the library now, which also differentiates through the factors `hidden @ E^T`
+(`keras_transformer.logit_factors`) instead of materializing the gradient of the logits.
+Default shape: a 2,048-token batch of a 32k vocabulary; `1,3600,32000` is the real target
+tokens of a 4,096-token `base` batch.
 """
 import argparse
 import time
@@ -18,6 +21,7 @@ import tensorflow as tf
 from keras import ops
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend)
+from keras_transformer.logit_factors import factored_logits
 from keras_transformer.logit_statistics import logit_statistics
 from keras_transformer.losses import smoothed_token_losses
 
@@ -54,32 +58,43 @@ def recomputed_softmax_losses(y_true, logits, eps):
     return losses(logits)
 
 
-def make_step(losses, predictions, logits, targets):
+def make_step(losses, predictions, hidden, table, targets, factored=False):
+    """A traced step; unless `factored`, the loss sees the logits only (not their factors)."""
     @tf.function
     def step():
         with tf.GradientTape() as tape:
-            tape.watch(logits)
+            tape.watch([hidden, table])
+            logits = factored_logits(hidden, table, transposed=True)
+            if not factored:
+                logits = tf.identity(logits)
             loss = tf.reduce_mean(losses(targets, logits, 0.1))
         accuracy = tf.reduce_mean(tf.cast(tf.equal(predictions(logits), targets), tf.float32))
-        return tape.gradient(loss, logits), tf.reduce_mean(losses(targets, logits, 0.0)), accuracy
+        return (tape.gradient(loss, [hidden, table]), tf.reduce_mean(losses(targets, logits, 0.0)),
+                accuracy)
     return step
 
 
 def main(rounds: int = 4, repeats: int = 5) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shape", default="64,32,32000", help="batch,length,vocab")
-    batch, length, vocab = (int(size) for size in parser.parse_args().shape.split(","))
-    logits = tf.random.normal([batch, length, vocab])
+    parser.add_argument("--d-model", type=int, default=512)
+    args = parser.parse_args()
+    batch, length, vocab = (int(size) for size in args.shape.split(","))
+    hidden = tf.random.normal([batch, length, args.d_model])
+    table = tf.random.normal([vocab, args.d_model], stddev=args.d_model ** -0.5)
     targets = tf.random.uniform([batch, length], 4, vocab, tf.int32)
     keras_argmax = lambda z: ops.cast(ops.argmax(z, axis=-1), "int32")  # noqa: E731
+    shared_argmax = lambda z: logit_statistics(z).predictions  # noqa: E731
+    data = (hidden, table, targets)
     steps = {
-        "log_softmax + gather": make_step(log_softmax_losses, keras_argmax, logits, targets),
-        "logsumexp + gather": make_step(gathered_logsumexp_losses, keras_argmax, logits,
-                                        targets),
+        "log_softmax + gather": make_step(log_softmax_losses, keras_argmax, *data),
+        "logsumexp + gather": make_step(gathered_logsumexp_losses, keras_argmax, *data),
         "written-out gradient, softmax recomputed (session 3)": make_step(
-            recomputed_softmax_losses, keras_argmax, logits, targets),
-        "shared softmax and argmax (library)": make_step(
-            smoothed_token_losses, lambda z: logit_statistics(z).predictions, logits, targets),
+            recomputed_softmax_losses, keras_argmax, *data),
+        "shared softmax and argmax (sessions 4-5)": make_step(
+            smoothed_token_losses, shared_argmax, *data),
+        "through the logit factors (library)": make_step(
+            smoothed_token_losses, shared_argmax, *data, factored=True),
     }
     for step in steps.values():
         step()
@@ -90,7 +105,7 @@ def main(rounds: int = 4, repeats: int = 5) -> None:
             for _ in range(repeats):
                 step()
             times[name].append((time.perf_counter() - start) / repeats * 1000)
-    print(f"logits {[batch, length, vocab]}")
+    print(f"logits {[batch, length, vocab]}, d_model {args.d_model}")
     for name, values in times.items():
         print(f"{name}: median {sorted(values)[len(values) // 2]:.1f} ms per step "
               f"(rounds: {', '.join(f'{v:.0f}' for v in values)})")

@@ -5,9 +5,10 @@ The `[tokens, vocab]` logits are the largest tensor of a training step. Their gr
 label-smoothed cross-entropy is `u * (softmax(z) - (1 - eps) one_hot(y) - eps / vocab)` (`u` the
 per-token weight of the loss): a one-hot, a subtraction and a scaling, each one more pass over
 that tensor, and the smoothing's mean logit one more in the forward pass. Given the factors,
-`losses.smoothed_token_losses` scales the `[tokens, d_model]` side of each product instead,
-applies the constant `eps / vocab` as a rank-one term, computes the mean logit as
-`hidden @ mean(kernel)` and subtracts the one-hot from the softmax in place.
+`losses.smoothed_token_losses` multiplies the softmax itself into the two products and applies
+the rest on the `[tokens, d_model]` side: `u` scales rows, the one-hot is a gather of the
+labels' kernel rows (and a segment sum over the labels for the kernel), `eps / vocab` a rank-one
+term, and the mean logit is `hidden @ mean(kernel)`.
 """
 from __future__ import annotations
 
