@@ -38,7 +38,9 @@ the paper's schedule (section 5.3). Method:
 * MFU: `keras_transformer.flops.training_flops` (analytic matmul FLOPs, 3x forward, real
   non-padding lengths: padding is waste, not model FLOPs) per second, over the best
   GFLOP/s of a chain of 4096^2 `tf.matmul`s of the step's compute dtype (float32 or bfloat16)
-  measured in a subprocess with the same (default) TensorFlow thread settings.
+  measured in a subprocess with the same (default) TensorFlow thread settings right before
+  each measurement (this VM's speed drifts by 10-20% within a run; a peak taken once at the
+  start misstated later rows' MFU). Both systems' rows get their own peak.
 
 Caveats: CPU timings are sensitive to other load on the machine; the timed sequence is short
 (a few dozen batches), so throughput depends on its mix of lengths (the same for both
@@ -377,14 +379,7 @@ def measure_all(args, workdir: str) -> dict:
     from keras_transformer.flops import training_flops
 
     data = make_batches(args, workdir)
-    peaks = {}
-    for precision in args.precisions:
-        dtype = PEAK_DTYPES[precision]
-        if dtype not in peaks:
-            peaks[dtype] = run_subprocess(sys.executable, "peak-worker", {
-                "dtype": dtype, "size": args.peak_size, "seconds": args.peak_seconds,
-                "repeats": 3}, workdir)
-            print(f"matmul peak {dtype}: {peaks[dtype]}", file=sys.stderr, flush=True)
+    peaks: dict[str, list] = {}
     rows = []
     for name in args.configs:
         config = TransformerConfig.preset(name, vocab_size=args.vocab_size)
@@ -395,17 +390,26 @@ def measure_all(args, workdir: str) -> dict:
                             "precision": precision, "jit_compile": args.jit_compile,
                             "seed": args.seed, "config": config.to_dict()}
                 for system in SYSTEMS:
+                    if system != "ours" and not args.model_garden_python:
+                        continue
+                    # This VM's speed drifts by 10-20% within a run: each measurement's MFU
+                    # is against the peak measured right before it.
+                    dtype = PEAK_DTYPES[precision]
+                    peak = run_subprocess(sys.executable, "peak-worker", {
+                        "dtype": dtype, "size": args.peak_size, "seconds": args.peak_seconds,
+                        "repeats": 3}, workdir)
+                    peaks.setdefault(dtype, []).append(peak)
+                    print(f"matmul peak {dtype}: {peak}", file=sys.stderr, flush=True)
                     if system == "ours":
                         result = run_subprocess(sys.executable, "ours-worker", settings, workdir)
-                    elif args.model_garden_python:
+                    else:
                         result = run_model_garden(args.model_garden_python, settings, config,
                                                   workdir)
-                    else:
-                        continue
                     row = {"config": name, "batch_tokens": batch_tokens,
-                           "precision": precision, "system": system, **result}
+                           "precision": precision, "system": system,
+                           "peak_gflops": peak.get("gflops"), **result}
                     if "error" not in result:
-                        peak = peaks[PEAK_DTYPES[precision]].get("gflops")
+                        peak = row["peak_gflops"]
                         seconds = result["seconds"]
                         row.update({
                             "target_tokens_per_second": batches["target_tokens"] / seconds,
@@ -421,7 +425,8 @@ def measure_all(args, workdir: str) -> dict:
 
 
 HEADER = (f"{'config':<6} {'batch':>6} {'precision':<14} {'system':<13} {'tgt tok/s':>10} "
-          f"{'src tok/s':>10} {'s/step':>8} {'MFU %':>6} {'RSS MiB':>8} {'traces':>7}")
+          f"{'src tok/s':>10} {'s/step':>8} {'peak':>6} {'MFU %':>6} {'RSS MiB':>8} "
+          f"{'traces':>7}")
 
 
 def format_row(row: dict) -> str:
@@ -431,17 +436,19 @@ def format_row(row: dict) -> str:
     if "error" in row:
         return f"{head} FAILED: {row['error'].splitlines()[-1][:200]}"
     mfu = f"{100 * row['mfu']:6.2f}" if row["mfu"] is not None else f"{'-':>6}"
+    peak = f"{row['peak_gflops']:6.1f}" if row.get("peak_gflops") else f"{'-':>6}"
     traces = f"{row['traces_after_warmup']}/{row['traces_end']}"
     return (f"{head} {row['target_tokens_per_second']:10.1f} "
-            f"{row['source_tokens_per_second']:10.1f} {row['seconds_per_step']:8.3f} {mfu} "
+            f"{row['source_tokens_per_second']:10.1f} {row['seconds_per_step']:8.3f} {peak} {mfu} "
             f"{row['peak_rss_mib']:8.0f} {traces:>7}")
 
 
 def print_report(command: str, summary: dict) -> None:
     print(f"command: {command}")
-    for dtype, peak in summary["peaks"].items():
-        print(f"matmul peak {dtype}: " + (f"{peak['gflops']:.1f} GFLOP/s" if "gflops" in peak
-                                          else f"FAILED {peak['error']}"))
+    for dtype, measured in summary["peaks"].items():
+        values = [peak["gflops"] for peak in measured if "gflops" in peak]
+        print(f"matmul peak {dtype}: {min(values, default=0):.1f}-{max(values, default=0):.1f} "
+              f"GFLOP/s over {len(values)} of {len(measured)} measurements (one before each row)")
     for batch_tokens, info in summary["data"].items():
         print(f"batch {batch_tokens}: {summary['settings']['steps']} timed steps "
               f"({info['epoch_batches']} batches per epoch), {info['warmup']} warm-up shapes, "
