@@ -409,14 +409,15 @@ def measure_all(args, workdir: str) -> dict:
                            "precision": precision, "system": system,
                            "peak_gflops": peak.get("gflops"), **result}
                     if "error" not in result:
-                        peak = row["peak_gflops"]
+                        peak_gflops = row["peak_gflops"]
                         seconds = result["seconds"]
                         row.update({
                             "target_tokens_per_second": batches["target_tokens"] / seconds,
                             "source_tokens_per_second": batches["source_tokens"] / seconds,
                             "seconds_per_step": seconds / result["steps"],
                             "model_tflops_per_second": flops / seconds / 1e12,
-                            "mfu": flops / seconds / (peak * 1e9) if peak else None})
+                            "mfu": (flops / seconds / (peak_gflops * 1e9)
+                                    if peak_gflops else None)})
                     rows.append(row)
                     print(f"done: {format_row(row)}", file=sys.stderr, flush=True)
     for batches in data.values():

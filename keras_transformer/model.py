@@ -291,8 +291,7 @@ class Transformer(keras.Model):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "Transformer":
-        config = dict(config)
-        return cls(TransformerConfig.from_saved(config.pop("config")), **config)
+        return cls(**config)  # `__init__` reads a saved config dict with `from_saved`
 
 
 def source_padding_mask(ids):
