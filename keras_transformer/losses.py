@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_transformer.logit_factors import LogitFactors, factors_of
 from keras_transformer.logit_statistics import logit_statistics
+from keras_transformer.reductions import sum_of_rows
 from keras_transformer.vocab_ids import PAD_ID
 
 
@@ -102,7 +103,9 @@ def _losses_through_factors(y_true, cross_entropy, statistics, factors: LogitFac
         hidden_32 = tf.cast(hidden, tf.float32)
         value = cross_entropy
         if eps:
-            mean_kernel = tf.reduce_mean(tf.cast(kernel, tf.float32), axis=vocab_axis)
+            kernel_32 = tf.cast(kernel, tf.float32)
+            mean_kernel = (sum_of_rows(kernel_32) if transposed
+                           else tf.reduce_sum(kernel_32, axis=1)) / vocab
             mean_logits = tf.reshape(tf.linalg.matvec(hidden_32, mean_kernel),
                                      tf.shape(cross_entropy))
             value = ((1.0 - eps) * cross_entropy

@@ -4,6 +4,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from keras_transformer.reductions import sum_of_rows
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class LayerNormalization(keras.layers.LayerNormalization):
@@ -40,16 +42,10 @@ def layer_norm(x, gamma, beta, epsilon: float):
             dx = inv * (scaled - tf.reduce_mean(scaled, axis=-1, keepdims=True)
                         - normalized * tf.reduce_mean(scaled * normalized, axis=-1,
                                                       keepdims=True))
-            return (tf.cast(dx, dtype), _sum_of_rows(upstream * normalized),
-                    _sum_of_rows(upstream))
+            return (tf.cast(dx, dtype), sum_of_rows(upstream * normalized),
+                    sum_of_rows(upstream))
 
         return tf.cast(normalized * gamma + beta, dtype), gradient
 
     return normalize(x, tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32))
 
-
-def _sum_of_rows(values):
-    """Sum over all but the last axis, as a matrix-vector product: about twice as fast on CPU
-    as `reduce_sum` over the leading axes (a column reduction)."""
-    rows = tf.reshape(values, (-1, tf.shape(values)[-1]))
-    return tf.linalg.matvec(rows, tf.ones(tf.shape(rows)[:1], rows.dtype), transpose_a=True)
