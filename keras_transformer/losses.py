@@ -95,8 +95,7 @@ def _losses_through_factors(y_true, cross_entropy, statistics, factors: LogitFac
     """
     eps = label_smoothing
     hidden, kernel, transposed = factors
-    vocab_axis = 0 if transposed else 1
-    vocab = kernel.shape[vocab_axis]
+    vocab = kernel.shape[0 if transposed else 1]
 
     @tf.custom_gradient
     def losses(hidden, kernel):

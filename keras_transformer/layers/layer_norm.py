@@ -48,4 +48,3 @@ def layer_norm(x, gamma, beta, epsilon: float):
         return tf.cast(normalized * gamma + beta, dtype), gradient
 
     return normalize(x, tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32))
-
