@@ -5,12 +5,13 @@
 
 Runs every weight matmul of one training step of the config (forward `X W`, input gradient
 `dY W^T` and weight gradient `X^T dY` of each attention projection, feed-forward layer and the
-output projection) on random data, at the row counts of real (non-padding) tokens, in one
-`tf.function`, and reports their FLOP rate against a large square matmul chain (the peak that
-`training_speed.py` divides by). The attention score/context products (<3% of `base` FLOPs at
-these lengths), and everything that is not a matmul, are left out, so the result bounds from
-above what any implementation's MFU can be at these shapes on this machine. The default token
-counts are the mean real tokens per batch of `training_speed.py`'s 4,096-token batches.
+output projection, the gradients in the operand layouts of `heads_dense.linear`) on random data,
+at the row counts of real (non-padding) tokens, in one `tf.function`, and reports their FLOP
+rate against a large square matmul chain (the peak that `training_speed.py` divides by). The
+attention score/context products (<3% of `base` FLOPs at these lengths), and everything that is
+not a matmul, are left out, so the result bounds from above what any implementation's MFU can be
+at these shapes on this machine. The default token counts are the mean real tokens per batch of
+`training_speed.py`'s 4,096-token batches.
 """
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ def main(argv=None) -> None:
     import tensorflow as tf
 
     from keras_transformer.config import TransformerConfig
+    from keras_transformer.layers.heads_dense import input_gradient, kernel_gradient
 
     config = TransformerConfig.preset(args.config, vocab_size=args.vocab_size)
     shapes = weight_matmul_shapes(config, args.source_tokens, args.target_tokens,
@@ -77,8 +79,7 @@ def main(argv=None) -> None:
     def step():
         outputs = []
         for x, w, dy in operands:
-            outputs += [tf.matmul(x, w), tf.matmul(dy, w, transpose_b=True),
-                        tf.matmul(x, dy, transpose_a=True)]
+            outputs += [tf.matmul(x, w), input_gradient(dy, w), kernel_gradient(x, dy)]
         return outputs
 
     size = 4096

@@ -175,6 +175,52 @@ def test_heads_dense_is_the_einsum_it_replaces(input_shape, output_dims, input_r
     assert (clone.output_dims, clone.input_rank) == (output_dims, input_rank)
 
 
+@pytest.mark.parametrize("in_size, out_size", [(6, 6), (4, 10), (10, 4)])
+@pytest.mark.parametrize("with_bias, relu", [(True, True), (True, False), (False, False)])
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-5), ("bfloat16", 2e-2)])
+def test_linear_values_and_gradients_equal_autodiff(in_size, out_size, with_bias, relu, graph,
+                                                    dtype, tolerance):
+    """Every layout branch of the written-out gradient (square, wide, tall kernels; float32's
+    layouts and bfloat16's), eager and in a tf.function (where the graph optimizer rewrites
+    transposes)."""
+    from keras_transformer.layers.heads_dense import linear
+
+    draws = np.random.default_rng(in_size * out_size)
+    constant = lambda *shape: tf.constant(draws.normal(size=shape), dtype)  # noqa: E731
+    rows, kernel = constant(7, in_size), constant(in_size, out_size)
+    upstream = constant(7, out_size)
+    bias = constant(out_size) if with_bias else None
+
+    def reference(rows, kernel, bias):
+        outputs = rows @ kernel + (0.0 if bias is None else bias)
+        return tf.nn.relu(outputs) if relu else outputs
+
+    def values_and_gradients(function):
+        def run():
+            operands = [rows, kernel] + ([bias] if with_bias else [])
+            with tf.GradientTape() as tape:
+                tape.watch(operands)
+                outputs = function(rows, kernel, bias)
+            return [outputs] + tape.gradient(outputs, operands, output_gradients=upstream)
+        return tf.function(run)() if graph else run()
+
+    ours = values_and_gradients(lambda r, k, b: linear(r, k, b, relu=relu))
+    expected = values_and_gradients(reference)
+    assert len(ours) == len(expected) == 3 + with_bias
+    for got, want in zip(ours, expected):
+        assert got.dtype == want.dtype == dtype
+        np.testing.assert_allclose(tf.cast(got, "float32"), tf.cast(want, "float32"),
+                                   rtol=tolerance, atol=tolerance)
+
+
+def test_heads_dense_rejects_unknown_activation():
+    from keras_transformer.layers import HeadsDense
+
+    with pytest.raises(ValueError, match="activation"):
+        HeadsDense((4,), activation="gelu")
+
+
 def test_token_layout_packs_real_tokens_in_row_major_order_and_unpacks_with_zeros():
     ids = np.array([[5, 6, 0, 0], [7, 0, 0, 0], [8, 9, 4, 0]], "int32")
     values = rng.normal(size=(3, 4, 2, 5)).astype("float32")

@@ -1,6 +1,8 @@
 """Position-wise feed-forward network, eq. (2): FFN(x) = max(0, x W1 + b1) W2 + b2."""
 import keras
 
+from keras_transformer.layers.heads_dense import HeadsDense
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PositionwiseFeedForward(keras.layers.Layer):
@@ -11,8 +13,8 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.d_ff = d_ff
 
     def build(self, input_shape) -> None:
-        self.inner = keras.layers.Dense(self.d_ff, activation="relu", name="inner")
-        self.outer = keras.layers.Dense(input_shape[-1], name="outer")
+        self.inner = HeadsDense((self.d_ff,), activation="relu", name="inner")
+        self.outer = HeadsDense((input_shape[-1],), name="outer")
         self.inner.build(input_shape)
         self.outer.build(tuple(input_shape[:-1]) + (self.d_ff,))
 
