@@ -39,8 +39,10 @@ the paper's schedule (section 5.3). Method:
   non-padding lengths: padding is waste, not model FLOPs) per second, over the best
   GFLOP/s of a chain of 4096^2 `tf.matmul`s of the step's compute dtype (float32 or bfloat16)
   measured in a subprocess with the same (default) TensorFlow thread settings right before
-  each measurement (this VM's speed drifts by 10-20% within a run; a peak taken once at the
-  start misstated later rows' MFU). Both systems' rows get their own peak.
+  and right after each measurement; a row's peak is the mean of the two (this VM's speed
+  drifts by 10-20% within a run: a peak taken once at the start misstated later rows' MFU,
+  and one taken only before a row still missed drifts during it). Consecutive rows of the
+  same dtype share the peak between them.
 
 Caveats: CPU timings are sensitive to other load on the machine; the timed sequence is short
 (a few dozen batches), so throughput depends on its mix of lengths (the same for both
@@ -380,7 +382,17 @@ def measure_all(args, workdir: str) -> dict:
 
     data = make_batches(args, workdir)
     peaks: dict[str, list] = {}
+
+    def measure_peak(dtype: str) -> dict:
+        peak = run_subprocess(sys.executable, "peak-worker", {
+            "dtype": dtype, "size": args.peak_size, "seconds": args.peak_seconds,
+            "repeats": 3}, workdir)
+        peaks.setdefault(dtype, []).append(peak)
+        print(f"matmul peak {dtype}: {peak}", file=sys.stderr, flush=True)
+        return peak
+
     rows = []
+    last_peak: tuple[str, dict] | None = None  # (dtype, peak) of the latest measurement
     for name in args.configs:
         config = TransformerConfig.preset(name, vocab_size=args.vocab_size)
         for batch_tokens, batches in data.items():
@@ -393,21 +405,23 @@ def measure_all(args, workdir: str) -> dict:
                     if system != "ours" and not args.model_garden_python:
                         continue
                     # This VM's speed drifts by 10-20% within a run: each measurement's MFU
-                    # is against the peak measured right before it.
+                    # is against the mean of the peaks measured right before and after it.
                     dtype = PEAK_DTYPES[precision]
-                    peak = run_subprocess(sys.executable, "peak-worker", {
-                        "dtype": dtype, "size": args.peak_size, "seconds": args.peak_seconds,
-                        "repeats": 3}, workdir)
-                    peaks.setdefault(dtype, []).append(peak)
-                    print(f"matmul peak {dtype}: {peak}", file=sys.stderr, flush=True)
+                    before = (last_peak[1] if last_peak and last_peak[0] == dtype
+                              else measure_peak(dtype))
                     if system == "ours":
                         result = run_subprocess(sys.executable, "ours-worker", settings, workdir)
                     else:
                         result = run_model_garden(args.model_garden_python, settings, config,
                                                   workdir)
+                    after = measure_peak(dtype)
+                    last_peak = (dtype, after)
+                    bracket = [peak["gflops"] for peak in (before, after) if "gflops" in peak]
                     row = {"config": name, "batch_tokens": batch_tokens,
                            "precision": precision, "system": system,
-                           "peak_gflops": peak.get("gflops"), **result}
+                           "peak_gflops": sum(bracket) / len(bracket) if bracket else None,
+                           "peak_gflops_before_after": [before.get("gflops"),
+                                                        after.get("gflops")], **result}
                     if "error" not in result:
                         peak_gflops = row["peak_gflops"]
                         seconds = result["seconds"]
@@ -449,7 +463,7 @@ def print_report(command: str, summary: dict) -> None:
     for dtype, measured in summary["peaks"].items():
         values = [peak["gflops"] for peak in measured if "gflops" in peak]
         print(f"matmul peak {dtype}: {min(values, default=0):.1f}-{max(values, default=0):.1f} "
-              f"GFLOP/s over {len(values)} of {len(measured)} measurements (one before each row)")
+              f"GFLOP/s over {len(values)} of {len(measured)} measurements (before and after each row)")
     for batch_tokens, info in summary["data"].items():
         print(f"batch {batch_tokens}: {summary['settings']['steps']} timed steps "
               f"({info['epoch_batches']} batches per epoch), {info['warmup']} warm-up shapes, "
