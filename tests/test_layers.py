@@ -228,10 +228,12 @@ def test_token_layout_packs_real_tokens_in_row_major_order_and_unpacks_with_zero
     packed = np.asarray(layout.pack(values))
     np.testing.assert_array_equal(packed, values[ids != 0])
     np.testing.assert_array_equal(layout.unpack(packed), values * (ids != 0)[:, :, None, None])
-    expanded = np.asarray(layout.expand(packed))
+    expanded = np.asarray(layout.expand_heads(packed)).transpose(0, 2, 1, 3)  # Heads first.
     np.testing.assert_array_equal(expanded[ids != 0], packed)
     for row in expanded[ids == 0]:  # Copies of real rows.
         assert (row == packed).all(axis=(1, 2)).any()
+    heads_first = values.transpose(0, 2, 1, 3)
+    np.testing.assert_array_equal(layout.pack_heads(heads_first), packed)
     select = np.array([[2, 1], [0, 0], [2, 2]])
     np.testing.assert_array_equal(layout.select(packed, select), values[select[:, 0], select[:, 1]])
     with pytest.raises(tf.errors.InvalidArgumentError):
@@ -239,8 +241,9 @@ def test_token_layout_packs_real_tokens_in_row_major_order_and_unpacks_with_zero
 
 
 def test_token_layout_moves_have_exact_gradients():
-    """pack's and unpack's gradients are those of autodiff (a scatter / gather); expand's
-    padding rows are constants, so its gradient is unpack's."""
+    """pack's and unpack's gradients are those of autodiff (a scatter / gather); expand_heads's
+    padding rows are constants, so its gradient is a scatter of the real rows; pack_heads's
+    is a scatter too (zeros at padding), not expand_heads."""
     ids = np.array([[5, 6, 0, 0], [7, 0, 0, 0], [8, 9, 4, 0]], "int32")
     layout = TokenLayout(ids)
     padded = tf.constant(rng.normal(size=(3, 4, 5)), "float32")
@@ -259,9 +262,25 @@ def test_token_layout_moves_have_exact_gradients():
                                gradient(lambda x: tf.gather_nd(x, positions), padded,
                                         upstream_packed))
     scatter = lambda x: tf.scatter_nd(positions, x, (3, 4, 5))  # noqa: E731
-    for move in (layout.unpack, layout.expand):
-        np.testing.assert_allclose(gradient(move, packed, upstream_padded),
-                                   gradient(scatter, packed, upstream_padded), rtol=1e-6)
+    np.testing.assert_allclose(gradient(layout.unpack, packed, upstream_padded),
+                               gradient(scatter, packed, upstream_padded), rtol=1e-6)
+
+    # The heads-first moves, with 2 heads of dim 5: [6, 2, 5] <-> [3, 2, 4, 5].
+    def heads_first(x):
+        return tf.transpose(x, [0, 2, 1, 3])
+
+    packed_heads = tf.stack([packed, -packed], axis=1)
+    padded_heads = heads_first(tf.stack([padded, 2 * padded], axis=2))
+    upstream_packed_heads = tf.stack([upstream_packed, -upstream_packed], axis=1)
+    upstream_padded_heads = heads_first(tf.stack([upstream_padded, 3 * upstream_padded], axis=2))
+    scatter_heads = lambda x: heads_first(tf.scatter_nd(positions, x, (3, 4, 2, 5)))  # noqa: E731
+    np.testing.assert_allclose(
+        gradient(layout.expand_heads, packed_heads, upstream_padded_heads),
+        gradient(scatter_heads, packed_heads, upstream_padded_heads), rtol=1e-6)
+    pack_heads = lambda x: tf.gather_nd(heads_first(x), positions)  # noqa: E731
+    np.testing.assert_allclose(
+        gradient(layout.pack_heads, padded_heads, upstream_packed_heads),
+        gradient(pack_heads, padded_heads, upstream_packed_heads), rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

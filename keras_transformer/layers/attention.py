@@ -1,7 +1,7 @@
 """Multi-head scaled dot-product attention (section 3.2) with an incremental key/value cache."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import keras
 import tensorflow as tf
@@ -96,11 +96,7 @@ class MultiHeadAttention(keras.layers.Layer):
             keys, values = self.key_dense(source), self.value_dense(source)
             if key_value is None:
                 key_layout = query_layout
-            if query_layout is not None:
-                query_heads = query_layout.expand(query_heads)
-            if key_layout is not None:
-                keys, values = key_layout.expand(keys), key_layout.expand(values)
-            keys, values = _heads_first(keys), _heads_first(values)
+            keys, values = _heads_first(keys, key_layout), _heads_first(values, key_layout)
         else:
             keys, values = cache["key"], cache["value"]
             if cache_step is not None:
@@ -109,17 +105,11 @@ class MultiHeadAttention(keras.layers.Layer):
                 keys = _extend_rows(keys, cache_rows, self.key_dense(query), cache_step)
                 values = _extend_rows(values, cache_rows, self.value_dense(query), cache_step)
                 cache = {"key": keys, "value": values}
-        # Heads first, then plain batched matmuls: forward and backward run about 1.7x faster
-        # on CPU than the same products as einsums over [batch, len, heads, dim].
-        scores = tf.linalg.matmul(_heads_first(query_heads), keys, transpose_b=True)
-        if attention_mask is not None:
-            penalty = ops.where(ops.cast(attention_mask, "bool"), 0.0, MASK_PENALTY)
-            scores = scores + ops.expand_dims(ops.cast(penalty, scores.dtype), axis=1)
-        weights = ops.softmax(ops.cast(scores, "float32"), axis=-1)
-        dropped = ops.cast(self.dropout_layer(weights, training=training), values.dtype)
-        attended = _heads_first(tf.linalg.matmul(dropped, values))
-        if query_layout is not None:
-            attended = query_layout.pack(attended)
+        attended, weights = scaled_dot_product(
+            _heads_first(query_heads, query_layout), keys, values, attention_mask,
+            dropout=lambda weights: self.dropout_layer(weights, training=training))
+        attended = (_transpose_heads(attended) if query_layout is None
+                    else query_layout.pack_heads(attended))
         outputs = (self.output_dense(attended),)
         if cache_step is not None:
             outputs += (cache,)
@@ -132,9 +122,36 @@ class MultiHeadAttention(keras.layers.Layer):
                 "value_dim": self.value_dim, "dropout": self.dropout, "use_bias": self.use_bias}
 
 
-def _heads_first(tensor):
+def scaled_dot_product(query, keys, values, attention_mask=None,
+                       dropout: Optional[Callable] = None):
+    """softmax(Q K^T + mask penalty) V for all heads, heads first: `[batch, heads, len, dim]`.
+
+    `query` is already scaled by d_k^-0.5; `attention_mask` as in `MultiHeadAttention`;
+    `dropout` is applied to the weights. The softmax is in float32. Returns the context
+    `[batch, heads, query_len, d_v]` and the weights `[batch, heads, query_len, key_len]`.
+
+    Heads first, the products are plain batched matmuls: forward and backward run 1.3-1.4x
+    faster on CPU than `keras.ops.dot_product_attention`'s einsums over
+    `[batch, len, heads, dim]` (`benchmarks/attention_speed.py`).
+    """
+    scores = tf.linalg.matmul(query, keys, transpose_b=True)
+    if attention_mask is not None:
+        penalty = ops.where(ops.cast(attention_mask, "bool"), 0.0, MASK_PENALTY)
+        scores = scores + ops.expand_dims(ops.cast(penalty, scores.dtype), axis=1)
+    weights = ops.softmax(ops.cast(scores, "float32"), axis=-1)
+    dropped = weights if dropout is None else dropout(weights)
+    return tf.linalg.matmul(ops.cast(dropped, values.dtype), values), weights
+
+
+def _transpose_heads(tensor):
     """`[batch, len, heads, dim]` <-> `[batch, heads, len, dim]`."""
     return tf.transpose(tensor, [0, 2, 1, 3])
+
+
+def _heads_first(tensor, layout=None):
+    """`[batch, len, heads, dim]`, or packed `[N, heads, dim]` with its `layout` (a
+    `TokenLayout`), -> `[batch, heads, len, dim]`."""
+    return _transpose_heads(tensor) if layout is None else layout.expand_heads(tensor)
 
 
 def _extend_rows(buffer, rows, update, step):
@@ -149,7 +166,7 @@ def _extend_rows(buffer, rows, update, step):
     shape = tf.shape(taken)
     flat = tf.reshape(taken, [-1, shape[3]])  # One row per (row, head, position).
     indices = tf.range(shape[0] * shape[1]) * shape[2] + tf.cast(step, tf.int32)
-    values = tf.reshape(tf.cast(_heads_first(update), buffer.dtype), [-1, shape[3]])
+    values = tf.reshape(tf.cast(_transpose_heads(update), buffer.dtype), [-1, shape[3]])
     if control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph()):
         # XLA has no InplaceUpdate kernel; it updates the scatter's operand in place itself.
         return tf.reshape(tf.tensor_scatter_nd_update(flat, indices[:, None], values), shape)

@@ -44,11 +44,31 @@ class TokenLayout:
 
         return _move(unpack, packed, self.pack)
 
-    def expand(self, packed: tf.Tensor) -> tf.Tensor:
-        """`[N, ...]` -> `[batch, len, ...]` with copies of real rows at padding, which carry no
-        gradient: for consumers whose real outputs do not depend on padding rows (attention
-        with padding keys masked and padding queries dropped). Cheaper than `unpack`."""
-        return _move(lambda x: tf.gather(x, self._row_or_first), packed, self.pack)
+    def expand_heads(self, packed: tf.Tensor) -> tf.Tensor:
+        """`[N, heads, dim]` -> `[batch, heads, len, dim]`, heads first as attention's batched
+        matmuls want them, with copies of real rows at padding, which carry no gradient: for
+        consumers whose real outputs do not depend on padding rows (attention with padding keys
+        masked and padding queries dropped). The move and the transpose are one gather."""
+        return _move(lambda x: _gather_heads(x, self._row_or_first), packed, self.pack_heads)
+
+    def pack_heads(self, padded: tf.Tensor) -> tf.Tensor:
+        """`[batch, heads, len, dim]` -> `[N, heads, dim]`, as one gather."""
+        def pack(x):
+            heads, dim = x.shape[1], x.shape[3]
+            rows, positions = self.positions[:, :1], self.positions[:, 1:]
+            flat_rows = ((rows * heads + tf.range(heads, dtype=tf.int64)) * self.padded_shape[1]
+                         + positions)  # [N, heads] rows of x as [batch * heads * len, dim]
+            return tf.gather(tf.reshape(x, [-1, dim]), flat_rows)
+
+        return _move(pack, padded, self._unpack_heads)
+
+    def _unpack_heads(self, packed: tf.Tensor) -> tf.Tensor:
+        """`[N, heads, dim]` -> `[batch, heads, len, dim]`, zeros at padding (`pack_heads`'s
+        gradient)."""
+        def unpack(x):
+            return _gather_heads(tf.concat([x, tf.zeros_like(x[:1])], axis=0), self._row_or_end)
+
+        return _move(unpack, packed, self.pack_heads)
 
     def select(self, packed: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
         """`pack(unpack(packed))` at other `positions` (`[M, 2]`, each a real token here) ->
@@ -68,3 +88,11 @@ def _move(move, source: tf.Tensor, gradient) -> tf.Tensor:
         return move(x), gradient
 
     return moved(source)
+
+
+def _gather_heads(packed: tf.Tensor, packed_row: tf.Tensor) -> tf.Tensor:
+    """`packed[packed_row[b, t], h]` at `[b, h, t]`: `[rows, heads, dim]` ->
+    `[batch, heads, len, dim]`."""
+    heads, dim = packed.shape[1], packed.shape[2]
+    flat_rows = packed_row[:, None, :] * heads + tf.range(heads)[:, None]
+    return tf.gather(tf.reshape(packed, [-1, dim]), flat_rows)
