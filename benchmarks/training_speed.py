@@ -37,7 +37,9 @@ the paper's schedule (section 5.3). Method:
   Model Garden model also lacks the feed-forward biases ours has (slightly less work for it).
 * MFU: `keras_transformer.flops.training_flops` (analytic matmul FLOPs, 3x forward, real
   non-padding lengths: padding is waste, not model FLOPs) per second, over the best
-  GFLOP/s of a chain of 4096^2 `tf.matmul`s of the step's compute dtype (float32 or bfloat16)
+  GFLOP/s of a chain of square `tf.matmul`s of the step's compute dtype (float32 or bfloat16),
+  best over `--peak-sizes` (1024^2, 2048^2, 4096^2 by default; until session 9 only 4096^2,
+  which on an AVX2-only machine is slower than smaller sizes and understated the peak),
   measured in a subprocess with the same (default) TensorFlow thread settings right before
   and right after each measurement; a row's peak is the mean of the two (this VM's speed
   drifts by 10-20% within a run: a peak taken once at the start misstated later rows' MFU,
@@ -103,9 +105,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "(default: $KT_SHARED_DATA/wmt14/newstest2014)")
     parser.add_argument("--model-garden-python", default="/work/bench-venv/bin/python",
                         help="python of a venv with tf-models-official ('' to skip)")
-    parser.add_argument("--peak-size", type=int, default=4096, help="matmul size of the peak")
-    parser.add_argument("--peak-seconds", type=float, default=3.0,
-                        help="seconds per timed repeat of the matmul peak")
+    parser.add_argument("--peak-sizes", type=_csv(int), default=[1024, 2048, 4096],
+                        help="square matmul sizes tried for the peak (the best counts)")
+    parser.add_argument("--peak-seconds", type=float, default=1.5,
+                        help="seconds per timed repeat of the matmul peak, per size")
     parser.add_argument("--json", metavar="PATH", help="also write the JSON summary here")
     parser.add_argument("--workdir", help="keep the vocabulary and batch .npz files here "
                                           "(default: a temporary directory)")
@@ -277,29 +280,38 @@ def model_garden_worker(settings: dict) -> dict:
 
 
 def peak_worker(settings: dict) -> dict:
-    """Best GFLOP/s of a chain of square matmuls x <- x @ b in one tf.function."""
+    """Best GFLOP/s over `sizes` of a chain of square matmuls x <- x @ b in one tf.function.
+
+    Several sizes, because which one runs fastest depends on the machine: on a 2-core AVX2
+    EPYC a 4096^2 chain ran at 85 GFLOP/s where 1024^2-2048^2 ran at 120-150."""
     import tensorflow as tf
 
-    n, dtype = settings["size"], tf.as_dtype(settings["dtype"])
-    x = tf.cast(tf.random.normal([n, n]), dtype)
-    b = tf.cast(tf.random.normal([n, n], stddev=n ** -0.5), dtype)  # keeps |x| about constant
+    dtype = tf.as_dtype(settings["dtype"])
 
-    @tf.function
-    def chain(x, iterations):
-        for _ in tf.range(iterations):
-            x = tf.matmul(x, b)
-        return tf.reduce_sum(tf.cast(x[:1], tf.float32))
+    def measure(n: int) -> float:
+        x = tf.cast(tf.random.normal([n, n]), dtype)
+        b = tf.cast(tf.random.normal([n, n], stddev=n ** -0.5), dtype)  # keeps |x| constant
 
-    def seconds(iterations: int) -> float:
-        begin = time.perf_counter()
-        chain(x, tf.constant(iterations)).numpy()
-        return time.perf_counter() - begin
+        @tf.function
+        def chain(x, iterations):
+            for _ in tf.range(iterations):
+                x = tf.matmul(x, b)
+            return tf.reduce_sum(tf.cast(x[:1], tf.float32))
 
-    seconds(1)
-    iterations = max(2, math.ceil(settings["seconds"] / seconds(1)))
-    best = min(seconds(iterations) for _ in range(settings["repeats"]))
-    return {"gflops": 2 * n ** 3 * iterations / best / 1e9, "iterations": iterations,
-            "seconds": best}
+        def seconds(iterations: int) -> float:
+            begin = time.perf_counter()
+            chain(x, tf.constant(iterations)).numpy()
+            return time.perf_counter() - begin
+
+        seconds(1)
+        iterations = max(2, math.ceil(settings["seconds"] / seconds(1)))
+        best = min(seconds(iterations) for _ in range(settings["repeats"]))
+        return 2 * n ** 3 * iterations / best / 1e9
+
+    by_size = {n: measure(n) for n in settings["sizes"]}
+    size = max(by_size, key=by_size.get)
+    return {"gflops": by_size[size], "size": size,
+            "gflops_by_size": {str(n): round(g, 1) for n, g in by_size.items()}}
 
 
 WORKERS = {"ours_worker": ours_worker, "model_garden_worker": model_garden_worker,
@@ -385,7 +397,7 @@ def measure_all(args, workdir: str) -> dict:
 
     def measure_peak(dtype: str) -> dict:
         peak = run_subprocess(sys.executable, "peak-worker", {
-            "dtype": dtype, "size": args.peak_size, "seconds": args.peak_seconds,
+            "dtype": dtype, "sizes": args.peak_sizes, "seconds": args.peak_seconds,
             "repeats": 3}, workdir)
         peaks.setdefault(dtype, []).append(peak)
         print(f"matmul peak {dtype}: {peak}", file=sys.stderr, flush=True)
