@@ -7,7 +7,7 @@ Runs every weight matmul of one training step of the config (forward `X W`, inpu
 `dY W^T` and weight gradient `X^T dY` of each attention projection, feed-forward layer and the
 output projection, the gradients in the operand layouts of `heads_dense.linear`) on random data,
 at the row counts of real (non-padding) tokens, in one `tf.function`, and reports their FLOP
-rate against a large square matmul chain (the peak that `training_speed.py` divides by). The
+rate against the best of square matmul chains (the peak that `training_speed.py` divides by). The
 attention score/context products (<3% of `base` FLOPs at these lengths), and everything that is
 not a matmul, are left out, so the result bounds from above what any implementation's MFU can be
 at these shapes on this machine. The default token counts are the mean real tokens per batch of
@@ -21,6 +21,9 @@ import sys
 import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from training_speed import peak_worker  # noqa: E402  (the same peak as training_speed)
 
 
 def weight_matmul_shapes(config, source_tokens: int, target_tokens: int,
@@ -61,6 +64,9 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--fused-projections", action="store_true",
                         help="Q, K, V (cross-attention: K, V) as one matmul each")
+    parser.add_argument("--peak-sizes", default=[1024, 2048, 4096],
+                        type=lambda text: [int(size) for size in text.split(",")],
+                        help="square matmul sizes tried for the peak (the best counts)")
     args = parser.parse_args(argv)
     sys.path.insert(0, REPO_ROOT)
     import tensorflow as tf
@@ -82,25 +88,17 @@ def main(argv=None) -> None:
             outputs += [tf.matmul(x, w), input_gradient(dy, w), kernel_gradient(x, dy)]
         return outputs
 
-    size = 4096
-    square = tf.random.normal([size, size], dtype=dtype) * 0.01
-
-    @tf.function
-    def chain():
-        x = square
-        for _ in range(8):
-            x = tf.matmul(x, square)
-        return x
-
     step_flops = sum(3 * 2 * m * k * n for m, k, n in shapes)
     step_rate = step_flops / seconds_of(step, args.repeats) / 1e9
-    peak = 8 * 2 * size ** 3 / seconds_of(chain, args.repeats) / 1e9
+    peak = peak_worker({"dtype": args.dtype, "sizes": args.peak_sizes, "seconds": 1.5,
+                        "repeats": args.repeats})
     print(f"{args.config} {args.dtype}: {len(shapes)} weight matmuls x 3"
           f"{' (fused projections)' if args.fused_projections else ''}, "
           f"{step_flops / 1e9:.1f} GFLOP per step at {args.source_tokens} source / "
           f"{args.target_tokens} target tokens")
-    print(f"weight matmuls alone: {step_rate:.1f} GFLOP/s; square-chain peak: {peak:.1f} GFLOP/s; "
-          f"ceiling MFU {100 * step_rate / peak:.1f}%")
+    print(f"weight matmuls alone: {step_rate:.1f} GFLOP/s; square-chain peak: "
+          f"{peak['gflops']:.1f} GFLOP/s ({peak['size']}^2; by size {peak['gflops_by_size']}); "
+          f"ceiling MFU {100 * step_rate / peak['gflops']:.1f}%")
 
 
 if __name__ == "__main__":
