@@ -23,7 +23,7 @@ class TokenLayout:
         self.padded_shape = tf.shape(ids, out_type=tf.int64)
         count = tf.shape(self.positions)[0]
         # The packed row of each real position; padding gets row N (past the end, see unpack)
-        # or row 0 (see expand).
+        # or row 0 (see expand_heads).
         row = tf.reshape(tf.cumsum(tf.reshape(tf.cast(real, tf.int32), [-1])), tf.shape(ids)) - 1
         self._row_or_end = tf.where(real, row, count)
         self._row_or_first = tf.where(real, row, 0)
