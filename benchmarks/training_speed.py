@@ -38,8 +38,8 @@ the paper's schedule (section 5.3). Method:
 * MFU: `keras_transformer.flops.training_flops` (analytic matmul FLOPs, 3x forward, real
   non-padding lengths: padding is waste, not model FLOPs) per second, over the best
   GFLOP/s of a chain of square `tf.matmul`s of the step's compute dtype (float32 or bfloat16),
-  best over `--peak-sizes` (1024^2, 2048^2, 4096^2 by default; until session 9 only 4096^2,
-  which on an AVX2-only machine is slower than smaller sizes and understated the peak),
+  best over `--peak-sizes` (1024^2, 2048^2, 4096^2 by default: on an AVX2-only machine the
+  4096^2 chain is memory-bound and runs slower than the smaller ones),
   measured in a subprocess with the same (default) TensorFlow thread settings right before
   and right after each measurement; a row's peak is the mean of the two (this VM's speed
   drifts by 10-20% within a run: a peak taken once at the start misstated later rows' MFU,
