@@ -10,17 +10,20 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["keras_transformer", "keras_transformer.*", "trainers"]),
+    # CI tests both ends of each range: the newest releases and ci/oldest-constraints.txt.
+    # TensorFlow and Keras are capped at the newest tested minor release: the fast kernels and
+    # keras_transformer/compat.py use private APIs checked on these versions only.
     install_requires=[
-        "tensorflow>=2.16",
-        "keras>=3.0",
-        "tensorflow-text>=2.16",
-        "tensorflow-datasets>=4.9",
-        "sacrebleu>=2.0",
-        "sentencepiece>=0.1.99",
-        "matplotlib>=3.5",
-        "tensorboard>=2.16",
+        "tensorflow>=2.20,<2.22",
+        "keras>=3.10,<3.16",
+        "tensorflow-text>=2.20,<2.22",
+        "tensorflow-datasets>=4.9.9",
+        "sacrebleu>=2.4",
+        "sentencepiece>=0.2.0",
+        "matplotlib>=3.9",
+        "tensorboard>=2.20",
     ],
-    extras_require={"test": ["pytest>=7"]},
+    extras_require={"test": ["pytest>=8.0"]},
     entry_points={
         "console_scripts": [
             "kt-train=trainers.train:main",

@@ -2,8 +2,7 @@
 import keras
 from keras import ops
 
-from keras_transformer.logit_statistics import logit_statistics
-from keras_transformer.losses import token_cross_entropy
+from keras_transformer import kernels
 from keras_transformer.vocab_ids import PAD_ID
 
 
@@ -39,7 +38,7 @@ class MaskedTokenAccuracy(_MaskedTokenMean):
         super().__init__(name=name, **kwargs)
 
     def token_values(self, y_true, y_pred):
-        predictions = logit_statistics(ops.cast(y_pred, "float32")).predictions
+        predictions = kernels.logit_statistics(ops.cast(y_pred, "float32")).predictions
         return ops.cast(ops.equal(predictions, y_true), "float32")
 
 
@@ -51,7 +50,7 @@ class Perplexity(_MaskedTokenMean):
         super().__init__(name=name, **kwargs)
 
     def token_values(self, y_true, y_pred):
-        return token_cross_entropy(y_true, y_pred)
+        return kernels.token_cross_entropy(y_true, ops.cast(y_pred, "float32"))
 
     def result(self):
         return ops.exp(self.mean())

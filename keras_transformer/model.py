@@ -1,27 +1,31 @@
 """The encoder-decoder Transformer (section 3) as a subclassed `keras.Model`."""
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer import kernels
 from keras_transformer.config import TransformerConfig
-from keras_transformer.logit_factors import factored_logits
+from keras_transformer.fit_steps import FitSteps
+from keras_transformer.kernels import PADDED
 from keras_transformer.layers import (DecoderLayer, Dropout, EncoderLayer, LayerNormalization,
                                       LearnedPositionalEmbedding, ScaledEmbedding,
-                                      SinusoidalPositionalEncoding, TokenLayout)
+                                      SinusoidalPositionalEncoding)
+from keras_transformer.logit_factors import LogitFactors, factor_logits
 from keras_transformer.vocab_ids import PAD_ID
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Transformer(keras.Model):
+class Transformer(FitSteps, keras.Model):
     """`model((source_ids, target_input_ids))` -> logits `[batch, target_len, vocab]`.
 
     Ids are int32 with 0 as padding. `encode`/`decode` expose the two halves for inference,
     `decode_step` with `init_decode_cache` runs the decoder one position at a time, and
-    `attention_weights` returns every layer's and head's attention distributions.
+    `attention_weights` returns every layer's and head's attention distributions. Training
+    with `fit`/`evaluate` goes through `FitSteps`.
     """
 
     def __init__(self, config: Union[TransformerConfig, dict[str, Any]], **kwargs):
@@ -78,29 +82,38 @@ class Transformer(keras.Model):
     # ----------------------------------------------------------------------------- training
     def call(self, inputs, training=None):
         """`(source_ids, target_input_ids)` -> logits `[batch, tgt_len, vocab]`, or with a third
-        input `positions` (`[N, 2]` (row, position) indices) the logits there only, `[N, vocab]`.
+        input `positions` (`[N, 2]` (row, position) indices) the logits there only, `[N, vocab]`
+        (see `logit_factors`)."""
+        return self.logit_factors(inputs, training=training).logits
 
-        With `positions` (the train and test steps pass them, except under XLA), every
-        position-wise computation (embeddings, projections, feed-forward, residuals, norms,
-        dropout) also runs on the real tokens only (`TokenLayout`): the padding of bucketed
-        batches costs no work there. `positions` must then be real target input tokens.
+    def logit_factors(self, inputs, training=None) -> LogitFactors:
+        """`call`'s logits with their factors `hidden @ kernel` (for a loss that differentiates
+        through them).
+
+        With `positions` (the train and test steps pass them), every position-wise computation
+        (embeddings, projections, feed-forward, residuals, norms, dropout) runs in
+        `kernels.token_layout`: with fast kernels on the real tokens only, so that the padding
+        of bucketed batches costs no work there. `positions` must then be real target input
+        tokens.
         """
         source_ids, target_input_ids, *positions = inputs
-        if not positions:
-            return self.decode(target_input_ids, self.encode(source_ids, training=training),
-                               source_padding_mask(source_ids), training=training)
-        source_layout = TokenLayout(source_ids)
+        source_layout = target_layout = PADDED
+        if positions:
+            source_layout = kernels.token_layout(source_ids)
+            target_layout = kernels.token_layout(target_input_ids)
         encoder_output = self.encode(source_ids, training=training, layout=source_layout)
-        return self.decode(target_input_ids, encoder_output, source_padding_mask(source_ids),
-                           training=training, positions=positions[0],
-                           layout=TokenLayout(target_input_ids), source_layout=source_layout)
+        factors, _, _ = self._decode_factors(
+            target_input_ids, encoder_output, source_padding_mask(source_ids), training,
+            positions=positions[0] if positions else None, layout=target_layout,
+            source_layout=source_layout)
+        return factors
 
     def encode(self, source_ids, training=None, return_attention_scores: bool = False,
-               layout: Optional[TokenLayout] = None):
+               layout=PADDED):
         """Encoder output `[batch, src_len, d_model]` (and per-layer self-attention weights).
 
-        With `layout` (`TokenLayout(source_ids)`; dynamic shapes, so not under XLA) the layers
-        run on the real tokens only, and the output is packed `[N, d_model]`.
+        With `layout` a `kernels.TokenLayout(source_ids)` (dynamic shapes, so not under XLA)
+        the layers run on the real tokens only, and the output is packed `[N, d_model]`.
         """
         x = self._embed(source_ids, self.source_embedding, self.source_positions,
                         self.source_dropout, training, layout)
@@ -115,15 +128,25 @@ class Transformer(keras.Model):
         return (x, weights) if return_attention_scores else x
 
     def decode(self, target_input_ids, encoder_output, source_mask, training=None,
-               return_attention_scores: bool = False, positions=None,
-               layout: Optional[TokenLayout] = None,
-               source_layout: Optional[TokenLayout] = None):
-        """Teacher-forced logits `[batch, tgt_len, vocab]` given the encoder output.
+               return_attention_scores: bool = False):
+        """Teacher-forced logits `[batch, tgt_len, vocab]` given the encoder output
+        `[batch, src_len, d_model]` (and per-layer self and encoder-decoder attention weights).
 
-        `source_mask`: `[batch, src_len]`, True on real source tokens. `positions`: optional
-        `[N, 2]` indices; the output projection then runs on those N positions only. `layout`
-        (`TokenLayout(target_input_ids)`, with `positions`): the layers run on the real target
-        tokens only, as in `encode`; `source_layout`: `encoder_output` is packed by it.
+        `source_mask`: `[batch, src_len]`, True on real source tokens.
+        """
+        factors, self_weights, cross_weights = self._decode_factors(
+            target_input_ids, encoder_output, source_mask, training)
+        if return_attention_scores:
+            return factors.logits, self_weights, cross_weights
+        return factors.logits
+
+    def _decode_factors(self, target_input_ids, encoder_output, source_mask, training,
+                        positions=None, layout=PADDED, source_layout=PADDED):
+        """`decode`'s logits as `LogitFactors`, and the attention weights.
+
+        `positions`: optional `[N, 2]` indices; the output projection then runs on those N
+        positions only. `layout`: the target's layout, `source_layout` that of
+        `encoder_output`.
         """
         x = self._embed(target_input_ids, self.target_embedding, self.target_positions,
                         self.target_dropout, training, layout)
@@ -137,12 +160,8 @@ class Transformer(keras.Model):
                 source_layout=source_layout)
             self_weights.append(layer_self)
             cross_weights.append(layer_cross)
-        if layout is not None:
-            x = layout.unpack(x) if positions is None else layout.select(x, positions)
-        elif positions is not None:
-            x = tf.gather_nd(x, positions)
-        logits = self._logits(x)
-        return (logits, self_weights, cross_weights) if return_attention_scores else logits
+        x = layout.unpack(x) if positions is None else layout.select(x, positions)
+        return self._output_factors(x), self_weights, cross_weights
 
     def attention_weights(self, source_ids, target_input_ids) -> dict[str, list]:
         """Every layer's attention, each `[batch, heads, query_len, key_len]`, at inference."""
@@ -193,88 +212,25 @@ class Transformer(keras.Model):
                                        cache["rows"])
             new_self.append(self_cache)
         rows = tf.range(tf.shape(cache["rows"])[0])
-        logits = self._logits(x, cache["output_kernel"])
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        logits = ops.cast(ops.matmul(x, ops.cast(cache["output_kernel"], x.dtype)), "float32")
         return logits, {**cache, "self": new_self, "rows": rows}
 
-    # ------------------------------------------------------------------ distributed training
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        """Builds compiled state (metrics, optimizer) from one replica's local batch.
-
-        Keras 3 all-reduces a distributed batch eagerly here only to learn its shapes, which
-        fails under MultiWorkerMirroredStrategy (a PerReplica batch cannot be converted); the
-        local shapes are all the symbolic build needs.
-        """
-        if self._distribute_strategy is None or iterator is None:
-            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
-        for _, _, batches in iterator:
-            data_batch = keras.tree.map_structure(self._local_value, next(batches))
-            break
-        with self.distribute_strategy.scope():
-            self._symbolic_build(data_batch=data_batch)
-
-    def train_step(self, data):
-        return self._reducible_logs(super().train_step(self._at_target_tokens(data)))
-
-    def test_step(self, data):
-        return self._reducible_logs(super().test_step(self._at_target_tokens(data)))
-
-    def _at_target_tokens(self, data):
-        """`((source, target_in), target_out)` -> `((source, target_in, positions), labels)`
-        with the N real (non-padding) target positions: the output projection, the loss and
-        the metrics then work on `[N, vocab]`, not `[batch, len, vocab]` with its padding.
-        Left unchanged under XLA, which needs static shapes.
-        """
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        if self.jit_compile or y is None or len(x) != 2:
-            return data
-        stray = ops.logical_and(ops.not_equal(y, PAD_ID), ops.equal(x[1], PAD_ID))
-        tf.debugging.assert_equal(  # The decoder computes nothing at padding.
-            tf.reduce_any(stray), False,
-            message="labels: a real (non-padding) label sits where the target input is padding; "
-                    "labels must be the target input shifted by one, padded alike")
-        positions = tf.where(ops.not_equal(y, PAD_ID))
-        if sample_weight is not None:
-            sample_weight = tf.gather_nd(sample_weight, positions)
-        return keras.utils.pack_x_y_sample_weight(
-            (*x, positions), tf.gather_nd(y, positions), sample_weight)
-
-    def _reducible_logs(self, logs):
-        """Gives scalar logs a leading axis under multi-worker training.
-
-        Keras 3 reduces each step's logs across workers with `reduce("MEAN", axis=0)`, which
-        rejects scalars; with shape `[1]` the reduction returns the scalar mean.
-        """
-        strategy = self.distribute_strategy
-        if not (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-                and strategy.extended._in_multi_worker_mode()):
-            return logs
-        return keras.tree.map_structure(lambda value: ops.reshape(value, (1,)), logs)
-
-    def _local_value(self, value):
-        if isinstance(value, tf.distribute.DistributedValues):
-            return self.distribute_strategy.experimental_local_results(value)[0]
-        return value
-
     # ---------------------------------------------------------------------------- helpers
-    def _embed(self, ids, embedding, position_encoding, dropout, training, layout=None):
-        """Dropout(E[ids] * sqrt(d_model) + positions): `[batch, len, d_model]`, or with `layout`
-        the real tokens only, `[N, d_model]`."""
-        if layout is None:
-            x = embedding(ids)
-            return dropout(x + position_encoding(x), training=training)
+    def _embed(self, ids, embedding, position_encoding, dropout, training, layout):
+        """Dropout(E[ids] * sqrt(d_model) + positions) in `layout`: `[batch, len, d_model]`, or
+        with a `TokenLayout` the real tokens only, `[N, d_model]`."""
         x = embedding(layout.pack(ids))
         return dropout(x + position_encoding(x, positions=layout.token_positions),
                        training=training)
 
-    def _logits(self, hidden, output_kernel=None):
-        """Float32 logits; `output_kernel` (`_output_kernel()`) replaces the layer's product.
-        Without it they are `factored_logits`, whose loss skips passes over them."""
+    def _output_factors(self, hidden) -> LogitFactors:
+        """Float32 logits of the decoder output `hidden`, with their factors."""
         if self.decoder_norm is not None:
             hidden = self.decoder_norm(hidden)
-        if output_kernel is not None:
-            return ops.cast(ops.matmul(hidden, ops.cast(output_kernel, hidden.dtype)), "float32")
         if self.output_projection is not None:
-            return factored_logits(hidden, self.output_projection.kernel, transposed=False)
+            return factor_logits(hidden, self.output_projection.kernel, transposed=False)
         return self.target_embedding.logits(hidden)
 
     def _output_kernel(self):

@@ -3,6 +3,7 @@ dtype policy."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,15 +11,19 @@ from pathlib import Path
 
 import pytest
 
-import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
-import keras
-from keras_transformer.data import (
+# The kernel set under test (CI runs the suite with each); fast unless KT_KERNELS says otherwise,
+# so that no test waits for the auto probe. Child processes inherit it.
+os.environ.setdefault("KT_KERNELS", "fast")
+
+import keras_transformer  # noqa: F401,E402  (selects the TensorFlow backend before keras loads)
+import keras  # noqa: E402
+from keras_transformer.data import (  # noqa: E402
     SubwordTokenizer,
     read_parallel,
     shared_data_dir,
     write_demo_corpus,
 )
-from keras_transformer.training.precision import set_precision
+from keras_transformer.training.precision import set_precision  # noqa: E402
 
 
 def run_script_json(script: str, timeout: int = 300) -> dict:

@@ -82,7 +82,7 @@ def test_log_normalizer_is_stable_for_extreme_logits():
     tiny softmax underflow (masked -1e9 logits, spreads of thousands)."""
     import tensorflow as tf
 
-    from keras_transformer.logit_statistics import logit_statistics
+    from keras_transformer.kernels.statistics import fast as logit_statistics
 
     rng = np.random.default_rng(0)
     logits = np.concatenate([rng.normal(size=(3, 50)) * 3000,
@@ -95,10 +95,14 @@ def test_log_normalizer_is_stable_for_extreme_logits():
     np.testing.assert_allclose(statistics.probabilities.numpy().sum(-1), 1.0, rtol=1e-6)
 
 
-def test_loss_and_metrics_share_one_softmax_and_argmax():
-    """In a traced step the loss, its gradient and both metrics read the logits' statistics
-    once: one softmax and one argmax over `[tokens, vocab]`."""
+@pytest.mark.parametrize("kernel_set, passes", [("fast", 1), ("reference", 2)])
+def test_loss_and_metrics_share_one_softmax_and_argmax(kernel_set, passes):
+    """In a traced step with fast kernels the loss, its gradient and both metrics read the
+    logits' statistics once: one softmax and one argmax over `[tokens, vocab]` (reference:
+    one set for the loss's autodiff, one per metric)."""
     import tensorflow as tf
+
+    from keras_transformer.kernels import kernels_scope
 
     loss, accuracy, perplexity = (kt.LabelSmoothedCrossEntropy(0.1), kt.MaskedTokenAccuracy(),
                                   kt.Perplexity())
@@ -112,10 +116,11 @@ def test_loss_and_metrics_share_one_softmax_and_argmax():
         perplexity.update_state(TARGETS, logits)
         return value, tape.gradient(value, logits)
 
-    graph = step.get_concrete_function(tf.TensorSpec(LOGITS.shape, tf.float32)).graph
+    with kernels_scope(kernel_set):
+        graph = step.get_concrete_function(tf.TensorSpec(LOGITS.shape, tf.float32)).graph
+        value, _ = step(tf.constant(LOGITS))
     op_types = [op.type for op in graph.get_operations()]
-    assert op_types.count("Softmax") == 1 and op_types.count("ArgMax") == 1
-    value, _ = step(tf.constant(LOGITS))
+    assert op_types.count("Softmax") == passes and op_types.count("ArgMax") == passes
     assert float(value) == pytest.approx(hand_loss(TARGETS, LOGITS, 0.1), rel=1e-5)
     assert float(accuracy.result()) == pytest.approx(0.75)
     assert float(perplexity.result()) == pytest.approx(math.exp(hand_loss(TARGETS, LOGITS, 0.0)),
@@ -129,17 +134,17 @@ def _loss_and_factor_gradients(hidden, kernel, transposed, targets, weights, eps
     `factored=False` hides the factors from the loss (it then differentiates the logits)."""
     import tensorflow as tf
 
-    from keras_transformer.logit_factors import factored_logits
-    from keras_transformer.losses import smoothed_token_losses
+    from keras_transformer.kernels import cross_entropy
+    from keras_transformer.logit_factors import factor_logits
 
     @tf.function
     def step(hidden, kernel):
         with tf.GradientTape() as tape:
             tape.watch([hidden, kernel])
-            logits = factored_logits(hidden, kernel, transposed)
-            if not factored:
-                logits = tf.identity(logits)
-            loss = tf.reduce_sum(smoothed_token_losses(targets, logits, eps) * weights)
+            factors = factor_logits(hidden, kernel, transposed)
+            losses = (cross_entropy.fast_through_factors(targets, factors, eps) if factored
+                      else cross_entropy.fast(targets, factors.logits, eps))
+            loss = tf.reduce_sum(tf.reshape(losses, tf.shape(weights)) * weights)
         return (loss, *tape.gradient(loss, [hidden, kernel]))
 
     graph = step.get_concrete_function(hidden, kernel).graph

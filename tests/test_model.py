@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer import kernels
 
 rng = np.random.default_rng(0)
 VARIANTS = {
@@ -172,7 +173,8 @@ def test_packed_layers_equal_padded_layers_in_value_and_gradient(precision, vari
     graph = tf.function(model).get_concrete_function(
         (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32),
          tf.TensorSpec([None, 2], tf.int64))).graph
-    assert "Cumsum" in {op.type for op in graph.get_operations()}  # TokenLayout ran.
+    # With fast kernels the TokenLayout ran (with reference ones both computations are padded).
+    assert ("Cumsum" in {op.type for op in graph.get_operations()}) == kernels.packs_tokens()
 
 
 def test_fit_rejects_labels_at_padded_target_inputs():
@@ -206,10 +208,11 @@ def test_fit_and_evaluate_score_only_real_target_tokens(jit_compile):
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_training_differentiates_the_loss_through_the_logit_factors(variant, monkeypatch):
-    """The train step's loss reaches the weights through `hidden @ kernel` (tied or not), with
-    the same gradients as through the logits, and no one-hot over `[tokens, vocab]`."""
-    from keras_transformer import losses
+def test_training_differentiates_the_loss_through_the_logit_factors(variant):
+    """With fast kernels the train step's loss reaches the weights through `hidden @ kernel`
+    (tied or not) and only the real target tokens, with no one-hot over `[tokens, vocab]`; the
+    gradients are those of the reference kernels' padded, autodiff step."""
+    from keras_transformer.kernels import kernels_scope
     from trainers.train import compiled_model
 
     model, _ = compiled_model(kt.TransformerConfig.preset("tiny", vocab_size=60, dropout=0.0,
@@ -218,22 +221,24 @@ def test_training_differentiates_the_loss_through_the_logit_factors(variant, mon
     target_in[1:, 3:] = target_out[1:, 3:] = kt.PAD_ID
     data = (tf.constant(source), tf.constant(target_in)), tf.constant(target_out)
 
-    def traced_gradients():
+    def traced_gradients(kernel_set):
         @tf.function
         def gradients(data):
-            x, y = model._at_target_tokens(data)
+            x, y, _ = model._at_target_tokens(data)
             with tf.GradientTape() as tape:
-                value = model.loss(y, model(x, training=True))
+                value = model.compute_loss(x=x, y=y, y_pred=model.logit_factors(x, training=True))
             return tape.gradient(value, model.trainable_variables)
-        return gradients(data), gradients.get_concrete_function(data).graph
 
-    fused, fused_graph = traced_gradients()
-    step_graph = tf.function(model.train_step).get_concrete_function(data).graph
+        with kernels_scope(kernel_set):
+            return gradients(data), gradients.get_concrete_function(data).graph
+
+    fast, fast_graph = traced_gradients("fast")
+    reference, reference_graph = traced_gradients("reference")
+    with kernels_scope("fast"):
+        step_graph = tf.function(model.train_step).get_concrete_function(data).graph
     assert "OneHot" not in {op.type for op in step_graph.get_operations()}
-    monkeypatch.setattr(losses, "factors_of", lambda logits: None)
-    plain, plain_graph = traced_gradients()
-    for got, want in zip(fused, plain):
+    for got, want in zip(fast, reference):
         np.testing.assert_allclose(tf.convert_to_tensor(got).numpy(),
                                    tf.convert_to_tensor(want).numpy(), rtol=1e-4, atol=1e-6)
-    assert [op.type for op in plain_graph.get_operations()].count("OneHot") == 1
-    assert "OneHot" not in {op.type for op in fused_graph.get_operations()}
+    assert "Cumsum" in {op.type for op in fast_graph.get_operations()}  # TokenLayout ran
+    assert "Cumsum" not in {op.type for op in reference_graph.get_operations()}

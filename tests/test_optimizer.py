@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.optimization import FusedAdam
+from keras_transformer.kernels import kernels_scope
+from keras_transformer.kernels.optimizers import FusedAdam
 from conftest import run_script_json
 
 SHAPES = [(50, 8), (8, 16), (16,), (3, 4, 5)]
@@ -70,7 +71,11 @@ def test_fused_adam_serializes_and_refuses_amsgrad():
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(optimizer))
     assert type(restored) is FusedAdam
     assert (restored.beta_2, restored.epsilon, restored.clipnorm) == (0.98, 1e-9, 1.0)
-    assert isinstance(kt.make_optimizer(kt.TransformerConfig.preset("tiny")), FusedAdam)
+    with kernels_scope("fast"):
+        assert isinstance(kt.make_optimizer(kt.TransformerConfig.preset("tiny")), FusedAdam)
+    with kernels_scope("reference"):
+        optimizer = kt.make_optimizer(kt.TransformerConfig.preset("tiny"))
+        assert type(optimizer) is keras.optimizers.Adam
     with pytest.raises(ValueError, match="amsgrad"):
         FusedAdam(1e-3, amsgrad=True)
 
@@ -81,7 +86,7 @@ MIRRORED_SCRIPT = textwrap.dedent("""
     from keras_transformer.training.strategy import make_strategy
     strategy = make_strategy(cpu_replicas=2)
     import keras, tensorflow as tf
-    from keras_transformer.optimization import FusedAdam
+    from keras_transformer.kernels.optimizers import FusedAdam
 
     def replica_values(optimizer_class):
         rng = np.random.default_rng(0)

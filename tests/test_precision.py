@@ -6,9 +6,7 @@ import pytest
 
 import keras_transformer as kt
 import keras
-from keras_transformer.training import precision as kt_precision
-from keras_transformer.training.precision import (POLICIES, auto_precision, float32_copy,
-                                                  local_cpu_flags, precision_scope,
+from keras_transformer.training.precision import (POLICIES, float32_copy, precision_scope,
                                                   resolve_precision)
 from trainers.train import compiled_model
 from test_model import VARIANTS, assert_equal_to_rounding, random_ids, tiny_model
@@ -30,34 +28,6 @@ def test_unknown_policy_is_named():
     with pytest.raises(ValueError, match=r"'float64' is not one of auto, float32, "
                                          r"mixed_bfloat16, mixed_float16"):
         resolve_precision("float64")
-
-
-@pytest.mark.parametrize("gpus, flags, expected", [
-    ([], {"avx2", "avx512_bf16"}, "mixed_bfloat16"),
-    ([], {"avx2", "amx_bf16"}, "mixed_bfloat16"),
-    ([], {"avx2", "avx512f"}, "float32"),
-    ([(7, 0)], {"avx512_bf16"}, "mixed_float16"),
-    ([(8, 0)], set(), "mixed_bfloat16"),
-    ([(9, 0), (7, 5)], set(), "mixed_float16"),
-])
-def test_auto_precision(gpus, flags, expected):
-    assert auto_precision(gpus, flags) == expected
-
-
-def test_auto_asks_this_machine(monkeypatch):
-    monkeypatch.setattr(kt_precision, "local_cpu_flags", lambda: {"amx_bf16"})
-    monkeypatch.setattr(kt_precision, "local_gpu_capabilities", lambda: [])
-    assert resolve_precision("auto") == "mixed_bfloat16"
-    monkeypatch.setattr(kt_precision, "local_gpu_capabilities", lambda: [(7, 5)])
-    assert resolve_precision("auto") == "mixed_float16"
-
-
-def test_cpu_flags_from_cpuinfo(tmp_path):
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx512_bf16\n\n"
-                       "processor\t: 1\nflags\t\t: fpu sse\nbugs\t\t: spectre_v1\n")
-    assert local_cpu_flags(str(cpuinfo)) == {"fpu", "avx512_bf16", "sse"}
-    assert local_cpu_flags(str(tmp_path / "missing")) == set()
 
 
 def test_precision_scope_restores_the_policy():

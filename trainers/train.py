@@ -42,7 +42,9 @@ from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
 from keras_transformer.training.callbacks import (DevEvaluation, PeriodicCheckpoint,
                                                   StopAtLimit, TensorBoardScalars, global_step)
 from keras_transformer.training.checkpoints import save_weights_atomic
-from keras_transformer.training.precision import CHOICES, precision_scope, resolve_precision
+from keras_transformer import kernels
+from keras_transformer.probes import choose_kernels, choose_precision
+from keras_transformer.training.precision import CHOICES, precision_scope
 from keras_transformer.training.run_dir import RunDir
 from keras_transformer.training.strategy import make_strategy
 from keras_transformer.visualization import attention_maps
@@ -88,9 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="split the CPU into N logical devices and mirror over them")
     run.add_argument("--seed", type=int, default=0, help="data order and initialization seed")
     run.add_argument("--precision", choices=CHOICES, default="auto",
-                     help="Keras dtype policy (default: auto = mixed_bfloat16 on Ampere or "
-                          "newer GPUs and on CPUs with native bf16, mixed_float16 with loss "
-                          "scaling on older GPUs, else float32); exports are float32")
+                     help="Keras dtype policy (default: auto = a reduced precision where its "
+                          "matmuls measure at least 1.25x float32's on this machine, else "
+                          "float32; the figures are printed and kept in the run directory); "
+                          "exports are float32")
+    run.add_argument("--kernels", choices=kernels.CHOICES, default="auto",
+                     help="fast (the package's speed tricks), reference (their plain "
+                          "Keras/TensorFlow twins), or auto (default: the faster of the two "
+                          "measured on this machine at the model's sizes)")
     run.add_argument("--jit-compile", action="store_true",
                      help="XLA-compile the train step (measured slower on CPU; may help on GPU)")
     run.add_argument("--eval-every", type=int, default=250,
@@ -172,7 +179,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 def run_options(args: argparse.Namespace) -> dict:
     """The options a restart must repeat: data, vocabulary and seed (not the step budget);
-    `train` adds the resolved precision (backups do not restore across loss scaling)."""
+    `train` adds the resolved precision and kernel set (backups do not restore across loss
+    scaling)."""
     names = ("train_src", "train_tgt", "dev_src", "dev_tgt", "tfds", "source_lang",
              "target_lang", "tfds_splits", "vocab_sentences", "seed")
     return {name: getattr(args, name) for name in names}
@@ -271,12 +279,43 @@ def evaluate_test(args: argparse.Namespace, run: RunDir, model: Transformer,
     return {**outputs, **{score.name: round(score.value, 2) for score in scores}}
 
 
+def hardware_choices(args: argparse.Namespace, config: TransformerConfig,
+                     recorded: dict) -> tuple[str, str]:
+    """The precision and kernel set of the run: as given; for auto, as an earlier start of the
+    run recorded them, else measured here (`probes`), printed with the figures and kept in the
+    run directory's `hardware.json`."""
+    choices, measured = {}, {}
+    probe_tokens = min(config.batch_tokens, 2048)
+    probes = {
+        "precision": lambda: choose_precision(config.d_model, config.d_ff, probe_tokens),
+        "kernels": lambda: choose_kernels(config.d_model, config.d_ff, config.num_heads,
+                                          probe_tokens, config.output_vocab_size),
+    }
+    for name, probe in probes.items():
+        wanted = getattr(args, name)
+        if wanted != "auto":
+            choices[name] = wanted
+        elif name in recorded:
+            choices[name] = recorded[name]
+        else:
+            with precision_scope(choices.get("precision", "float32")):
+                measured[name] = probe()
+            choices[name] = measured[name].choice
+            print(f"kt-train: {name} {measured[name].describe()}", file=sys.stderr)
+    if measured:
+        RunDir(args.output_dir).write_json(
+            "hardware.json", {name: result.to_dict() for name, result in measured.items()})
+    return choices["precision"], choices["kernels"]
+
+
 def train(args: argparse.Namespace) -> dict:
     """Runs the whole job; returns a summary (paths, steps, scores)."""
     config, run = args.model_config, RunDir(args.output_dir)
     strategy = make_strategy(args.cpu_replicas)
-    precision = resolve_precision(args.precision)
-    resumed = run.claim(config, {**run_options(args), "precision": precision})
+    precision, kernel_set = hardware_choices(args, config, run.recorded_options())
+    kernels.set_kernels(kernel_set)
+    resumed = run.claim(config, {**run_options(args), "precision": precision,
+                                 "kernels": kernel_set})
     keras.utils.set_random_seed(args.seed)
     corpora = load_corpora(args, run)
     gold_trees = (read_gold_trees(args.test_tree, corpora["test"][0], args.test_src)
@@ -293,7 +332,7 @@ def train(args: argparse.Namespace) -> dict:
                                    max_steps)
     epochs = math.ceil(max_steps / args.eval_every) if max_steps else 1_000_000
     print(f"kt-train: {'resuming' if resumed else 'starting'} {run.root} on {replicas} "
-          f"replica(s), {max_steps or 'unlimited'} steps, {precision}"
+          f"replica(s), {max_steps or 'unlimited'} steps, {precision}, {kernel_set} kernels"
           f"{', XLA' if model.jit_compile else ''}", file=sys.stderr)
     history = model.fit(batches.repeat(), epochs=epochs, steps_per_epoch=args.eval_every,
                         callbacks=callbacks, verbose=2)
@@ -301,7 +340,8 @@ def train(args: argparse.Namespace) -> dict:
         raise TrainingError("loss became NaN; nothing exported (see the checkpoints)")
     save_weights_atomic(model, run.final_weights)
     summary = {"run_dir": os.fspath(run.root), "steps": global_step(model),
-               "precision": precision, "weights": os.fspath(run.final_weights)}
+               "precision": precision, "kernels": kernel_set,
+               "weights": os.fspath(run.final_weights)}
     if "test" in corpora:
         summary["test"] = evaluate_test(args, run, model, tokenizer, corpora["test"],
                                         gold_trees)

@@ -10,8 +10,7 @@ from keras_transformer.layers.layer_norm import LayerNormalization
 from keras_transformer.layers.positional import (LearnedPositionalEmbedding,
                                                  SinusoidalPositionalEncoding)
 from keras_transformer.layers.residual import ResidualNorm
-from keras_transformer.layers.token_layout import TokenLayout
 
 __all__ = ["DecoderLayer", "Dropout", "EncoderLayer", "HeadsDense", "LayerNormalization",
            "LearnedPositionalEmbedding", "MultiHeadAttention", "PositionwiseFeedForward",
-           "ResidualNorm", "ScaledEmbedding", "SinusoidalPositionalEncoding", "TokenLayout"]
+           "ResidualNorm", "ScaledEmbedding", "SinusoidalPositionalEncoding"]

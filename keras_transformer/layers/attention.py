@@ -6,9 +6,9 @@ from typing import Callable, Optional
 import keras
 import tensorflow as tf
 from keras import ops
-from tensorflow.python.framework import ops as tf_ops
-from tensorflow.python.ops import control_flow_util
 
+from keras_transformer import kernels
+from keras_transformer.kernels import PADDED
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.heads_dense import HeadsDense
 
@@ -53,32 +53,28 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_dense.build((None, None, heads, self.value_dim))
 
     def init_cache(self, rows, max_length, dtype) -> dict[str, tf.Tensor]:
-        """Zeroed self-attention buffers `[rows, heads, max_length, dim]` for `cache_step`.
-
-        Built with `Empty` (stateful, so never folded into a graph constant that the in-place
-        writes of `call` would then modify across runs).
-        """
+        """Zeroed self-attention buffers `[rows, heads, max_length, dim]` for `cache_step`."""
         def buffer(dim):
-            return tf.raw_ops.Empty(shape=tf.stack([rows, self.num_heads, max_length, dim]),
-                                    dtype=dtype, init=True)
+            return kernels.decode_buffer(tf.stack([rows, self.num_heads, max_length, dim]),
+                                         dtype)
 
         return {"key": buffer(self.key_dim), "value": buffer(self.value_dim)}
 
     def project_key_value(self, key_value) -> dict[str, tf.Tensor]:
         """Keys and values `[batch, heads, len, dim]` of `key_value`, e.g. the encoder output,
         computed once per sentence."""
-        return {"key": _heads_first(self.key_dense(key_value)),
-                "value": _heads_first(self.value_dense(key_value))}
+        return {"key": PADDED.expand_heads(self.key_dense(key_value)),
+                "value": PADDED.expand_heads(self.value_dense(key_value))}
 
     def call(self, query, key_value=None, attention_mask=None, cache=None, cache_step=None,
-             cache_rows=None, query_layout=None, key_layout=None, training=None,
+             cache_rows=None, query_layout=PADDED, key_layout=PADDED, training=None,
              return_attention_scores: bool = False):
         """Attends `query` to `key_value` (self-attention when None).
 
-        With `query_layout` (a `TokenLayout`), `query` holds only its real tokens, packed
-        `[N, d_model]` (as does `key_value` when None), and so does the output; with
-        `key_layout`, so does `key_value`. The projections skip padding; only the attention
-        products see the padded layout.
+        `query` (and the output) are in `query_layout`, `key_value` in `key_layout` (for
+        self-attention, `query_layout`): `kernels.PADDED` (`[batch, len, d_model]`) or a
+        `kernels.TokenLayout` (the real tokens only, packed `[N, d_model]`, so that the
+        projections skip padding; only the attention products see the padded layout).
 
         `cache` without `cache_step` holds precomputed keys/values (`project_key_value`) used
         as they are; with `cache_step` it is a fixed-size self-attention buffer
@@ -93,24 +89,23 @@ class MultiHeadAttention(keras.layers.Layer):
         query_heads = self.query_dense(query) * ops.cast(self.key_dim ** -0.5, query.dtype)
         if cache is None:
             source = query if key_value is None else key_value
-            keys, values = self.key_dense(source), self.value_dense(source)
             if key_value is None:
                 key_layout = query_layout
-            keys, values = _heads_first(keys, key_layout), _heads_first(values, key_layout)
+            keys = key_layout.expand_heads(self.key_dense(source))
+            values = key_layout.expand_heads(self.value_dense(source))
         else:
             keys, values = cache["key"], cache["value"]
             if cache_step is not None:
                 if cache_rows is None:
                     cache_rows = tf.range(tf.shape(query)[0])
-                keys = _extend_rows(keys, cache_rows, self.key_dense(query), cache_step)
-                values = _extend_rows(values, cache_rows, self.value_dense(query), cache_step)
+                keys = kernels.extend_rows(keys, cache_rows, self.key_dense(query), cache_step)
+                values = kernels.extend_rows(values, cache_rows, self.value_dense(query),
+                                             cache_step)
                 cache = {"key": keys, "value": values}
         attended, weights = scaled_dot_product(
-            _heads_first(query_heads, query_layout), keys, values, attention_mask,
+            query_layout.expand_heads(query_heads), keys, values, attention_mask,
             dropout=lambda weights: self.dropout_layer(weights, training=training))
-        attended = (_transpose_heads(attended) if query_layout is None
-                    else query_layout.pack_heads(attended))
-        outputs = (self.output_dense(attended),)
+        outputs = (self.output_dense(query_layout.pack_heads(attended)),)
         if cache_step is not None:
             outputs += (cache,)
         if return_attention_scores:
@@ -142,32 +137,3 @@ def scaled_dot_product(query, keys, values, attention_mask=None,
     dropped = weights if dropout is None else dropout(weights)
     return tf.linalg.matmul(ops.cast(dropped, values.dtype), values), weights
 
-
-def _transpose_heads(tensor):
-    """`[batch, len, heads, dim]` <-> `[batch, heads, len, dim]`."""
-    return tf.transpose(tensor, [0, 2, 1, 3])
-
-
-def _heads_first(tensor, layout=None):
-    """`[batch, len, heads, dim]`, or packed `[N, heads, dim]` with its `layout` (a
-    `TokenLayout`), -> `[batch, heads, len, dim]`."""
-    return _transpose_heads(tensor) if layout is None else layout.expand_heads(tensor)
-
-
-def _extend_rows(buffer, rows, update, step):
-    """`buffer[rows]` (`buffer`: `[rows, heads, T, dim]`) with `update` `[batch, 1, heads, dim]`
-    written at position `step`.
-
-    The write goes in place into the gathered copy, which nothing else holds, so a step copies
-    each buffer once (`tensor_scatter_nd_update` would copy it a second time). The gather must
-    not be foldable into a constant: `buffer` comes from `init_cache` or an earlier step.
-    """
-    taken = tf.gather(buffer, rows)
-    shape = tf.shape(taken)
-    flat = tf.reshape(taken, [-1, shape[3]])  # One row per (row, head, position).
-    indices = tf.range(shape[0] * shape[1]) * shape[2] + tf.cast(step, tf.int32)
-    values = tf.reshape(tf.cast(_transpose_heads(update), buffer.dtype), [-1, shape[3]])
-    if control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph()):
-        # XLA has no InplaceUpdate kernel; it updates the scatter's operand in place itself.
-        return tf.reshape(tf.tensor_scatter_nd_update(flat, indices[:, None], values), shape)
-    return tf.reshape(tf.raw_ops.InplaceUpdate(x=flat, i=indices, v=values), shape)

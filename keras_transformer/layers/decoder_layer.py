@@ -2,6 +2,7 @@
 import keras
 from keras import ops
 
+from keras_transformer.kernels import PADDED
 from keras_transformer.layers.block import TransformerBlock
 
 
@@ -20,13 +21,13 @@ class DecoderLayer(TransformerBlock):
             layer.build(input_shape)
 
     def call(self, x, encoder_output, self_mask=None, cross_mask=None, training=None,
-             return_attention_scores: bool = False, layout=None, source_layout=None):
+             return_attention_scores: bool = False, layout=PADDED, source_layout=PADDED):
         """Teacher-forced pass over a whole target prefix.
 
         `self_mask`: `[batch, tgt_len, tgt_len]` (causal and padding); `cross_mask`:
-        `[batch, 1, src_len]`. With `layout` (a `TokenLayout` of the target), `x` and the output
-        are the real target tokens only, packed `[N, d_model]`; with `source_layout`,
-        `encoder_output` is packed too.
+        `[batch, 1, src_len]`. `x` and the output are in `layout` (`kernels.PADDED`, or a
+        `kernels.TokenLayout` of the target: the real tokens only, packed `[N, d_model]`),
+        `encoder_output` in `source_layout`.
         With `return_attention_scores`, also returns `(self_weights, cross_weights)`.
         """
         attended, self_weights = self.self_attention(
@@ -62,7 +63,7 @@ class DecoderLayer(TransformerBlock):
         return x, self_cache
 
     def _cross_and_feed_forward(self, x, cross_mask, training, key_value=None, cache=None,
-                                query_layout=None, key_layout=None):
+                                query_layout=PADDED, key_layout=PADDED):
         attended, cross_weights = self.cross_attention(
             self.cross_residual.normalize_input(x), key_value=key_value,
             attention_mask=cross_mask, cache=cache, query_layout=query_layout,

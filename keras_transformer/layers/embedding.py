@@ -2,7 +2,7 @@
 import keras
 from keras import ops
 
-from keras_transformer.logit_factors import factored_logits
+from keras_transformer.logit_factors import LogitFactors, factor_logits
 from keras_transformer.vocab_ids import PAD_ID
 
 
@@ -31,9 +31,10 @@ class ScaledEmbedding(keras.layers.Layer):
     def compute_mask(self, ids, mask=None):
         return ops.not_equal(ids, PAD_ID)
 
-    def logits(self, hidden):
-        """The tied pre-softmax linear transformation `hidden E^T`, float32 (`factored_logits`)."""
-        return factored_logits(hidden, self.embeddings, transposed=True)
+    def logits(self, hidden) -> LogitFactors:
+        """The tied pre-softmax linear transformation `hidden E^T`: float32 logits with their
+        factors."""
+        return factor_logits(hidden, self.embeddings, transposed=True)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}

@@ -1,6 +1,7 @@
 """One encoder layer: self-attention then feed-forward, each in a residual block (3.1)."""
 import keras
 
+from keras_transformer.kernels import PADDED
 from keras_transformer.layers.block import TransformerBlock
 
 
@@ -12,9 +13,10 @@ class EncoderLayer(TransformerBlock):
             layer.build(input_shape)
 
     def call(self, x, padding_mask=None, training=None, return_attention_scores: bool = False,
-             layout=None):
-        """`padding_mask`: `[batch, 1, src_len]`, True on real tokens. With `layout` (a
-        `TokenLayout`), `x` and the output are the real tokens only, packed `[N, d_model]`."""
+             layout=PADDED):
+        """`padding_mask`: `[batch, 1, src_len]`, True on real tokens. `x` and the output are
+        in `layout` (`kernels.PADDED`, or a `kernels.TokenLayout`: the real tokens only, packed
+        `[N, d_model]`)."""
         attended, weights = self.self_attention(
             self.self_residual.normalize_input(x), attention_mask=padding_mask,
             query_layout=layout, training=training, return_attention_scores=True)

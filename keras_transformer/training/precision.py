@@ -8,49 +8,22 @@ itself (`auto_scale_loss=True`, keyed on the model's dtype policy), so nothing e
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator
 
 import keras
-import tensorflow as tf
 
 from keras_transformer.model import Transformer
+from keras_transformer.probes import choose_precision
 
 POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 CHOICES = ("auto", *POLICIES)
-CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
-def auto_precision(gpu_capabilities: Sequence[tuple[int, ...]], cpu_flags: Collection[str]) -> str:
-    """The fastest correct policy for these devices: with GPUs, bfloat16 when all are Ampere
-    (compute capability 8.0) or newer, else float16 (with loss scaling); on CPU, bfloat16 when
-    the CPU has native bf16 instructions, else float32."""
-    if gpu_capabilities:
-        return ("mixed_bfloat16" if all(cc >= (8, 0) for cc in gpu_capabilities)
-                else "mixed_float16")
-    return "mixed_bfloat16" if CPU_BF16_FLAGS & set(cpu_flags) else "float32"
-
-
-def local_gpu_capabilities() -> list[tuple[int, ...]]:
-    """Compute capability of every visible GPU ((0, 0) when TensorFlow does not report one)."""
-    return [tuple(tf.config.experimental.get_device_details(gpu).get("compute_capability",
-                                                                     (0, 0)))
-            for gpu in tf.config.list_physical_devices("GPU")]
-
-
-def local_cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
-    """The CPU feature flags Linux lists in `cpuinfo` (empty elsewhere)."""
-    try:
-        with open(cpuinfo, encoding="utf-8") as handle:
-            return {flag for line in handle if line.startswith("flags")
-                    for flag in line.split(":", 1)[1].split()}
-    except OSError:
-        return set()
-
-
-def resolve_precision(name: str) -> str:
-    """`name` when it is a policy in `POLICIES`; for "auto", `auto_precision` of this machine."""
+def resolve_precision(name: str, **probe_sizes) -> str:
+    """`name` when it is a policy in `POLICIES`; for "auto", the policy that
+    `probes.choose_precision(**probe_sizes)` measures fastest on this machine."""
     if name == "auto":
-        return auto_precision(local_gpu_capabilities(), local_cpu_flags())
+        return choose_precision(**probe_sizes).choice
     if name not in POLICIES:
         raise ValueError(f"precision: {name!r} is not one of {', '.join(CHOICES)}")
     return name

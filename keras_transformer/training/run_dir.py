@@ -88,6 +88,15 @@ class RunDir:
                     "original options")
         return True
 
+    def recorded_options(self) -> dict[str, Any]:
+        """The run options an earlier start recorded (`claim`), or {} for a new run."""
+        return _read_json(self.root / RUN_FILE) or {}
+
+    def write_json(self, name: str, value: Any) -> None:
+        """Writes `value` as `name` in the run directory, atomically."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(self.root / name, json.dumps(value, indent=2, sort_keys=True))
+
     def load_config(self) -> TransformerConfig:
         if not self.config_path.is_file():
             raise FileNotFoundError(f"run directory: no {CONFIG_FILE} in {str(self.root)!r}")

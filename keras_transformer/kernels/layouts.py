@@ -1,20 +1,63 @@
-"""Real tokens only: position-wise sub-layers can skip the padding of a bucketed batch."""
+"""Where a batch's tokens sit while the position-wise sub-layers run.
+
+A layout moves per-token tensors between the form the position-wise computations (embeddings,
+projections, feed-forward, residual, layer norm, dropout) get and the padded heads-first form
+`[batch, heads, len, dim]` that attention's batched matmuls need. The reference layout keeps the
+padded `[batch, len, ...]` form throughout; the fast `TokenLayout` packs the N real tokens of a
+bucketed batch into `[N, ...]`, so that nothing position-wise works on padding.
+"""
 from __future__ import annotations
+
+from typing import Optional
 
 import tensorflow as tf
 
 from keras_transformer.vocab_ids import PAD_ID
 
 
-class TokenLayout:
-    """Where the N real tokens of a padded `[batch, len]` id tensor sit.
+class PaddedLayout:
+    """Tokens stay `[batch, len, ...]`: every move is the identity or a transpose."""
 
-    Moves per-token tensors between the padded layout `[batch, len, ...]` that attention needs
-    and the packed layout `[N, ...]` that is enough for everything position-wise (embeddings,
-    projections, feed-forward, residual, layer norm, dropout), which then does no work on
-    padding. Tokens are packed in row-major order, as `tf.where` lists them. N is dynamic: not
-    for XLA. Every move is a gather (scatters are slower on CPU), and each move's gradient is
-    the opposite move.
+    token_positions: Optional[tf.Tensor] = None  # positions are the second axis
+
+    def pack(self, padded: tf.Tensor) -> tf.Tensor:
+        return padded
+
+    def unpack(self, tokens: tf.Tensor) -> tf.Tensor:
+        return tokens
+
+    def expand_heads(self, tokens: tf.Tensor) -> tf.Tensor:
+        """`[batch, len, heads, dim]` -> `[batch, heads, len, dim]`."""
+        return tf.transpose(tokens, [0, 2, 1, 3])
+
+    def pack_heads(self, padded: tf.Tensor) -> tf.Tensor:
+        """`[batch, heads, len, dim]` -> `[batch, len, heads, dim]`."""
+        return tf.transpose(padded, [0, 2, 1, 3])
+
+    def select(self, tokens: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
+        """`tokens` at `positions` (`[M, 2]` (row, position) indices) -> `[M, ...]`."""
+        return tf.gather_nd(tokens, positions)
+
+
+PADDED = PaddedLayout()
+
+
+def reference(ids: tf.Tensor) -> PaddedLayout:
+    """The padded layout (the same for every batch)."""
+    return PADDED
+
+
+def fast(ids: tf.Tensor) -> "TokenLayout":
+    """The packed layout of `ids`' real tokens."""
+    return TokenLayout(ids)
+
+
+class TokenLayout:
+    """The N real tokens of a padded `[batch, len]` id tensor, packed `[N, ...]`.
+
+    Tokens are packed in row-major order, as `tf.where` lists them. N is dynamic: not for XLA.
+    Every move is a gather (scatters are slower on CPU), and each move's gradient is the
+    opposite move. Same methods as `PaddedLayout`.
     """
 
     def __init__(self, ids: tf.Tensor):

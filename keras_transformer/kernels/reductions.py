@@ -1,4 +1,5 @@
-"""Reductions that TensorFlow's CPU kernels compute faster in another form."""
+"""A reduction that TensorFlow's CPU kernels compute faster in another form (used by the fast
+kernels' written-out gradients)."""
 import tensorflow as tf
 
 

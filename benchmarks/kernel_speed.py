@@ -1,0 +1,202 @@
+"""What each fast kernel buys over its reference twin, and whole training steps of the two sets
+(and of another checkout of the code, e.g. the one before a change) in the same run.
+
+    PYTHONPATH=. python benchmarks/kernel_speed.py [--config base] [--tokens 4096] \
+        [--vocab-size 32000] [--repeats 7] [--steps 6] [--before-tree /tmp/before]
+
+Kernels: each timed in a `tf.function` doing what a training step does with it (forward and
+backward; a decoding step's cache write; an optimizer update), at the config's sizes on
+`--tokens` tokens, fast and reference alternated, best of `--repeats`. Whole steps: each
+(tree, kernel set) in its own subprocess: `trainers.train.compiled_model(config)` trained with
+`train_on_batch` (forward, loss, backward, Adam, metrics) on the same synthetic batches of
+32-token rows with a quarter of the positions padding, `--steps` timed steps after one warm-up
+step; target tokens/s of the best step. A `--before-tree` worker runs that checkout's code
+(which may not read `KT_KERNELS`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+LENGTH = 32
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default="base")
+    parser.add_argument("--tokens", type=int, default=4096, help="positions per side and batch")
+    parser.add_argument("--vocab-size", type=int, default=32000)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=6, help="timed whole steps per worker")
+    parser.add_argument("--precision", default="float32")
+    parser.add_argument("--before-tree", help="another checkout whose whole step to time too")
+    parser.add_argument("--step-worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.step_worker:
+        print(json.dumps(whole_step(json.loads(args.step_worker))))
+        return
+    settings = {"config": args.config, "tokens": args.tokens, "vocab_size": args.vocab_size,
+                "steps": args.steps, "precision": args.precision}
+    print(f"kernels at {args.config} sizes, {args.tokens} tokens, {args.precision}")
+    print("| kernel | reference ms | fast ms | reference / fast |\n| --- | ---: | ---: | ---: |")
+    for name, reference_ms, fast_ms in kernel_rows(settings, args.repeats):
+        print(f"| {name} | {reference_ms:.2f} | {fast_ms:.2f} | {reference_ms / fast_ms:.2f}x |")
+    print("\n| whole step | target tok/s |\n| --- | ---: |")
+    runs = [("reference kernels", ROOT, "reference"), ("fast kernels", ROOT, "fast")]
+    if args.before_tree:
+        runs.append((f"before ({args.before_tree})", Path(args.before_tree), "fast"))
+    for label, tree, kernel_set in runs:
+        result = run_worker(tree, kernel_set, settings)
+        print(f"| {label} | {result['target_tokens_per_second']:.1f} |")
+
+
+def run_worker(tree: Path, kernel_set: str, settings: dict) -> dict:
+    environment = {**os.environ, "KT_KERNELS": kernel_set, "PYTHONPATH": str(tree)}
+    completed = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--step-worker", json.dumps(settings)],
+        cwd=tree, env=environment, capture_output=True, text=True, check=False)
+    if completed.returncode:
+        raise RuntimeError(completed.stderr[-3000:])
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def batch(rows: int, vocab: int, seed: int) -> np.ndarray:
+    """`[rows, LENGTH]` ids, each row 50-100% real tokens (about a quarter padding)."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(4, vocab, size=(rows, LENGTH)).astype("int32")
+    lengths = rng.integers(LENGTH // 2, LENGTH + 1, size=rows)
+    ids[np.arange(LENGTH)[None, :] >= lengths[:, None]] = 0
+    return ids
+
+
+def whole_step(settings: dict) -> dict:
+    """Target tokens/s of this tree's compiled model trained with `train_on_batch`."""
+    import keras
+    import keras_transformer as kt
+    from keras_transformer.training.precision import set_precision
+    from trainers.train import compiled_model
+
+    set_precision(settings["precision"])
+    config = kt.TransformerConfig.preset(settings["config"], vocab_size=settings["vocab_size"])
+    keras.utils.set_random_seed(0)
+    model, _ = compiled_model(config)
+    rows = settings["tokens"] // LENGTH
+    source, target = batch(rows, config.vocab_size, 1), batch(rows, config.vocab_size, 2)
+    target_in = np.concatenate([np.full((rows, 1), kt.BOS_ID, "int32"), target[:, :-1]], 1)
+    target_in[target == 0] = 0
+    model.train_on_batch((source, target_in), target)
+    best = float("inf")
+    for _ in range(settings["steps"]):
+        start = time.perf_counter()
+        model.train_on_batch((source, target_in), target)
+        best = min(best, time.perf_counter() - start)
+    return {"target_tokens_per_second": int((target != 0).sum()) / best}
+
+
+def kernel_rows(settings: dict, repeats: int):
+    """(kernel, reference ms, fast ms) for each kernel of the interface."""
+    import keras
+    import tensorflow as tf
+    import keras_transformer as kt
+    from keras_transformer.kernels import (cross_entropy, decode_cache, layouts, matmul,
+                                           normalization, optimizers, random_masks,
+                                           statistics)
+    from keras_transformer.logit_factors import factor_logits
+    from keras_transformer.training.precision import set_precision
+
+    set_precision(settings["precision"])
+    config = kt.TransformerConfig.preset(settings["config"], vocab_size=settings["vocab_size"])
+    dtype = keras.config.dtype_policy().compute_dtype
+    tokens, d, rng = settings["tokens"], config.d_model, np.random.default_rng(0)
+    normal = lambda *shape: tf.constant(rng.normal(size=shape) * 0.05, dtype)  # noqa: E731
+    x, w, b = normal(tokens, d), normal(d, config.d_ff), normal(config.d_ff)
+    gamma, beta = normal(d) + 1, normal(d)
+    seed = keras.random.SeedGenerator(0)
+
+    def backward(function, *operands):
+        def run():
+            with tf.GradientTape() as tape:
+                tape.watch(operands)
+                value = function(*operands)
+            return tape.gradient(tf.reduce_sum(tf.cast(value, tf.float32)), operands)
+        return run
+
+    ids = tf.constant(batch(tokens // LENGTH, config.vocab_size, 0))
+    padded = normal(tokens // LENGTH, LENGTH, config.num_heads, config.key_dim)
+
+    def layout_round_trip(implementation):
+        def run(values):  # pack -> heads first -> pack, as a layer's attention does
+            layout = implementation(ids)
+            return layout.pack_heads(layout.expand_heads(layout.pack(values)))
+        return run
+
+    hidden, embedding = normal(tokens, d), normal(config.vocab_size, d)
+    labels = tf.constant(rng.integers(4, config.vocab_size, size=tokens), tf.int32)
+    buffer = normal(128, config.num_heads, 80, config.key_dim)
+    rows, update = tf.range(128), normal(128, 1, config.num_heads, config.key_dim)
+
+    def loss_and_metrics(statistics_of, loss):
+        def run(hidden, embedding):
+            factors = factor_logits(hidden, embedding, True)
+            value = loss(labels, factors, config.label_smoothing)
+            return (tf.reduce_sum(value)
+                    + tf.cast(tf.reduce_sum(statistics_of(factors.logits).predictions), tf.float32)
+                    + tf.reduce_sum(statistics_of(factors.logits).log_normalizer))
+        return run
+
+    variables = [keras.Variable(rng.normal(size=(d, config.d_ff)).astype("float32"))
+                 for _ in range(8)]
+    gradients = [tf.constant(rng.normal(size=(d, config.d_ff)), tf.float32) for _ in variables]
+
+    def adam_step(make):
+        optimizer = make(learning_rate=1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+        optimizer.build(variables)
+        return lambda: optimizer.apply(gradients, variables)
+
+    cases = {
+        "linear (FFN inner, ReLU)": lambda m: backward(
+            lambda x, w, b: m.matmul_kernel(x, w, b, True), x, w, b),
+        "layer_norm": lambda m: backward(lambda x: m.norm(x, gamma, beta, 1e-6), x),
+        "dropout": lambda m: backward(lambda x: m.dropout(x, 0.1, seed), x),
+        "token layout (attention moves)": lambda m: backward(m.layout, padded),
+        "decode cache write (beam 4 x 32)": lambda m: (
+            lambda: m.extend(buffer, rows, update, 7)),
+        "loss + 2 metrics through factors": lambda m: backward(m.loss, hidden, embedding),
+        "adam (8 x d_model x d_ff)": lambda m: m.adam,
+    }
+    implementations = {}
+    for name in ("reference", "fast"):
+        implementations[name] = type("Set", (), dict(
+            matmul_kernel=staticmethod(getattr(matmul, name)),
+            norm=staticmethod(getattr(normalization, name)),
+            dropout=staticmethod(getattr(random_masks, name)),
+            layout=staticmethod(layout_round_trip(getattr(layouts, name))),
+            extend=staticmethod(getattr(decode_cache, f"{name}_extend_rows")),
+            loss=staticmethod(loss_and_metrics(getattr(statistics, name), getattr(
+                cross_entropy, f"{name}_through_factors"))),
+            adam=adam_step(getattr(optimizers, name))))
+    for label, make in cases.items():
+        functions = {name: tf.function(make(implementation))
+                     for name, implementation in implementations.items()}
+        for function in functions.values():
+            function()
+        best = {name: float("inf") for name in functions}
+        for _ in range(repeats):
+            for name, function in functions.items():
+                start = time.perf_counter()
+                tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t,
+                                      function())
+                best[name] = min(best[name], time.perf_counter() - start)
+        yield label, 1e3 * best["reference"], 1e3 * best["fast"]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Every use of a private Keras or TensorFlow API, in one place.
+
+Each was checked on the versions in `CHECKED_ON` (the ends of setup.py's declared range, both
+tested in CI). Where a newer release lacks one, the caller gets a `CompatibilityError` naming
+those versions, or falls back to a public path where one exists (said at each function).
+"""
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+CHECKED_ON = "TensorFlow 2.20-2.21 with Keras 3.10-3.15"
+
+
+class CompatibilityError(RuntimeError):
+    """A private API this package relies on is missing from the installed Keras/TensorFlow."""
+
+
+def private_attribute(owner, name: str):
+    """`owner.name`, or a `CompatibilityError` naming the versions it was checked on."""
+    try:
+        return getattr(owner, name)
+    except AttributeError:
+        raise CompatibilityError(
+            f"{type(owner).__name__ if not isinstance(owner, type) else owner.__name__}.{name} "
+            f"is missing from Keras {keras.__version__} / TensorFlow {tf.__version__}; "
+            f"keras-transformer was checked on {CHECKED_ON}") from None
+
+
+def has_private_attribute(owner, name: str) -> bool:
+    """Whether `owner.name` exists (for fast kernels that fall back to a public twin)."""
+    return hasattr(owner, name)
+
+
+def in_xla_context() -> bool:
+    """Whether the graph being built is compiled by XLA (`jit_compile=True`) or sits inside
+    such a graph. TensorFlow's `control_flow_util` is private; without it, True (callers then
+    take the ops that run under XLA and everywhere else)."""
+    try:
+        from tensorflow.python.framework import ops as tf_ops
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:
+        return True
+    return control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph())
+
+
+def in_multi_worker_mode(strategy: tf.distribute.Strategy) -> bool:
+    """Whether `strategy` is a `MultiWorkerMirroredStrategy` spanning several workers."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return False
+    return private_attribute(strategy.extended, "_in_multi_worker_mode")()
+
+
+def loss_tracker(model: keras.Model) -> keras.metrics.Metric:
+    """The `Mean` metric that `Model.fit` reports as "loss" (a custom `train_step` that
+    computes the loss itself updates it, as Keras's own `train_step` does)."""
+    return private_attribute(model, "_loss_tracker")
+
+
+class LocalBatchSymbolicBuild:
+    """A `keras.Model` mixin: compiled state (metrics, optimizer) is built from one replica's
+    local batch.
+
+    Keras 3 all-reduces a distributed batch eagerly in `Model._maybe_symbolic_build` only to
+    learn its shapes, which fails under `MultiWorkerMirroredStrategy` (a PerReplica batch
+    cannot be converted); the local shapes are all `_symbolic_build` needs.
+    """
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        parent = private_attribute(super(), "_maybe_symbolic_build")
+        strategy = private_attribute(self, "_distribute_strategy")
+        if strategy is None or iterator is None:
+            return parent(iterator=iterator, data_batch=data_batch)
+        for _, _, batches in iterator:
+            data_batch = keras.tree.map_structure(self._first_local_value, next(batches))
+            break
+        with self.distribute_strategy.scope():
+            private_attribute(self, "_symbolic_build")(data_batch=data_batch)
+
+    def _first_local_value(self, value):
+        if isinstance(value, tf.distribute.DistributedValues):
+            return self.distribute_strategy.experimental_local_results(value)[0]
+        return value

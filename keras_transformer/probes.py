@@ -1,0 +1,194 @@
+"""Hardware choices made by measuring this machine: the mixed-precision policy and the kernel
+set.
+
+Each probe times the candidates at the model's sizes for a few seconds, picks the fastest (a
+reduced precision only when clearly faster), and caches the result per machine, TensorFlow
+version and sizes in `$KT_CACHE_DIR/probes.json` (default `~/.cache/keras_transformer`), so a
+machine is measured once. Device names and CPU flags only key the cache; they never decide.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+
+# A reduced precision must beat float32 matmuls by this factor: its step-level gain is
+# smaller, and its rounding is a cost.
+REDUCED_PRECISION_MARGIN = 1.25
+POLICY_OF_DTYPE = {"float32": "float32", "bfloat16": "mixed_bfloat16",
+                   "float16": "mixed_float16"}
+
+
+@dataclass
+class ProbeResult:
+    """What a probe chose, and the figures it chose from (larger is faster)."""
+    choice: str
+    figures: dict[str, float]
+    unit: str
+    cached: bool = field(default=False, compare=False)
+
+    def describe(self) -> str:
+        figures = ", ".join(f"{name} {value:,.1f}" for name, value in self.figures.items())
+        return (f"{self.choice} (measured {self.unit}: {figures}"
+                f"{'; cached' if self.cached else ''})")
+
+    def to_dict(self) -> dict:
+        return {"choice": self.choice, "figures": self.figures, "unit": self.unit}
+
+
+def choose_precision(d_model: int = 512, d_ff: int = 2048, tokens: int = 2048,
+                     measure: Optional[Callable[[str], float]] = None,
+                     dtypes: Optional[list[str]] = None) -> ProbeResult:
+    """The Keras dtype policy for training: `mixed_bfloat16` or `mixed_float16` when that
+    dtype's matmuls (`[tokens, d_model] @ [d_model, d_ff]`, forward and backward shapes) run at
+    least `REDUCED_PRECISION_MARGIN` times as fast as float32's here, else `float32`.
+    `dtypes` default: float32 and bfloat16, and float16 on GPUs only (on CPUs it is
+    emulated). `measure(dtype)` -> GFLOP/s replaces the timing (for tests)."""
+    if dtypes is None:
+        dtypes = ["float32", "bfloat16"] + (["float16"] if tf.config.list_physical_devices("GPU")
+                                            else [])
+
+    def probe():
+        timing = measure or (lambda dtype: _matmul_gflops(dtype, tokens, d_model, d_ff))
+        figures = {}
+        for dtype in dtypes:
+            try:
+                figures[dtype] = timing(dtype)
+            except (tf.errors.OpError, TypeError, ValueError):
+                pass  # no kernel for this dtype here
+        best = max(figures, key=figures.get)
+        if figures[best] < REDUCED_PRECISION_MARGIN * figures["float32"]:
+            best = "float32"
+        return ProbeResult(POLICY_OF_DTYPE[best], figures, "GFLOP/s")
+
+    return _cached(f"precision|{'/'.join(dtypes)}|{d_model}x{d_ff}x{tokens}", probe,
+                   measure is None)
+
+
+def choose_kernels(d_model: int = 512, d_ff: int = 2048, num_heads: int = 8,
+                   tokens: int = 2048, vocab_size: int = 8000,
+                   measure: Optional[Callable[[str], float]] = None) -> ProbeResult:
+    """The kernel set for training: the faster of `fast` and `reference` for a one-layer
+    Transformer's training step (forward, loss, gradients) at these sizes on a bucketed batch
+    of about `tokens` target tokens, in the current dtype policy; `reference` on a tie.
+    `measure(kernel_set)` -> steps/s replaces the timing (for tests)."""
+    import keras
+    policy = keras.config.dtype_policy().name
+
+    def probe():
+        timing = measure or (lambda name: _training_steps_per_second(
+            name, d_model, d_ff, num_heads, tokens, vocab_size))
+        figures = {name: timing(name) for name in ("reference", "fast")}
+        choice = "fast" if figures["fast"] > figures["reference"] else "reference"
+        return ProbeResult(choice, figures, "training steps/s")
+
+    return _cached(f"kernels|{policy}|{d_model}x{d_ff}x{num_heads}x{tokens}x{vocab_size}",
+                   probe, measure is None)
+
+
+def cache_path() -> Path:
+    """Where probe results are kept."""
+    root = os.environ.get("KT_CACHE_DIR") or Path.home() / ".cache" / "keras_transformer"
+    return Path(root) / "probes.json"
+
+
+def _machine_key() -> str:
+    """This machine as the cache knows it: CPU model, core count, accelerators, TensorFlow."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            cpu = next((line.split(":", 1)[1].strip() for line in handle
+                        if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    devices = ",".join(sorted(device.name for device in tf.config.list_physical_devices()))
+    return f"{cpu}|{os.cpu_count()} cores|{devices}|tf {tf.__version__}"
+
+
+def _cached(key: str, probe: Callable[[], ProbeResult], use_cache: bool) -> ProbeResult:
+    if not use_cache:
+        return probe()
+    path, key = cache_path(), f"{_machine_key()}|{key}"
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        entries = {}
+    if key in entries:
+        return ProbeResult(**entries[key], cached=True)
+    result = probe()
+    entries[key] = result.to_dict()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".tmp{os.getpid()}")
+        temporary.write_text(json.dumps(entries, indent=1), encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError:
+        pass  # an unwritable cache only costs a new measurement next time
+    return result
+
+
+def _best_rate(run: Callable[[], object], work: float, repeats: int = 5) -> float:
+    """`work` per second of the fastest of `repeats` runs of `run` after one warm-up."""
+    run()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return work / best
+
+
+def _matmul_gflops(dtype: str, tokens: int, d_model: int, d_ff: int) -> float:
+    """GFLOP/s of the three products of a dense layer's training step in `dtype`."""
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(tokens, d_model)), dtype)
+    w = tf.constant(rng.normal(size=(d_model, d_ff)) * 0.05, dtype)
+    g = tf.constant(rng.normal(size=(tokens, d_ff)), dtype)
+
+    @tf.function
+    def step():
+        return (tf.reduce_sum(tf.matmul(x, w)[:1, :1])
+                + tf.reduce_sum(tf.matmul(g, w, transpose_b=True)[:1, :1])
+                + tf.reduce_sum(tf.matmul(x, g, transpose_a=True)[:1, :1]))
+
+    return _best_rate(lambda: step().numpy(), 3 * 2 * tokens * d_model * d_ff / 1e9)
+
+
+def _training_steps_per_second(kernel_set: str, d_model: int, d_ff: int, num_heads: int,
+                               tokens: int, vocab_size: int) -> float:
+    """Training steps per second (no optimizer update) of a one-layer Transformer under
+    `kernel_set`, on a batch of 32-token sentences a quarter of whose positions are padding."""
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.kernels import kernels_scope
+    from keras_transformer.losses import LabelSmoothedCrossEntropy
+    from keras_transformer.model import Transformer
+
+    length = 32
+    rows = max(1, tokens * 4 // 3 // length)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(4, vocab_size, size=(rows, length)).astype("int32")
+    lengths = rng.integers(length // 2, length + 1, size=rows)
+    ids[np.arange(length)[None, :] >= lengths[:, None]] = 0
+    source, target_in, target_out = tf.constant(ids), tf.constant(ids), tf.constant(ids)
+    with kernels_scope(kernel_set):
+        config = TransformerConfig.preset(
+            "base", num_layers=1, d_model=d_model, d_ff=d_ff, num_heads=num_heads,
+            vocab_size=vocab_size)
+        model = Transformer(config)
+        model.compile(loss=LabelSmoothedCrossEntropy(config.label_smoothing))
+        x, y, _ = model._at_target_tokens(((source, target_in), target_out))
+
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                loss = model.compute_loss(x=x, y=y, y_pred=model.logit_factors(x, training=True))
+            return tape.gradient(loss, model.trainable_variables)[0]
+
+        return _best_rate(lambda: step().numpy(), 1.0, repeats=3)
