@@ -61,19 +61,22 @@ class FitSteps(compat.LocalBatchSymbolicBuild):
             loss * ops.cast(replicas, loss.dtype), sample_weight=tf.shape(x[0])[0])
 
     def _at_target_tokens(self, data):
-        """`((source, target_in), target_out)` -> `(x, y, sample_weight)`; with packed tokens
-        (`kernels.packs_tokens`) `x` gains the N real target positions `[N, 2]` and `y` is the
-        labels there: the output projection, the loss and the metrics then work on
-        `[N, vocab]`, not `[batch, len, vocab]` with its padding.
+        """`((source, target_in), target_out)` -> `(x, y, sample_weight)`: `x` gains the N
+        real target positions `[N, 2]` and `y` is the labels there, so that the output
+        projection, the loss and the metrics work on `[N, vocab]`, not `[batch, len, vocab]`
+        with its padding. Unchanged under XLA (static shapes) and with reference kernels (the
+        plain padded computation, padding masked in the loss).
         """
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        if not kernels.packs_tokens() or y is None or len(x) != 2:
+        if compat.in_xla_context() or y is None or len(x) != 2:
             return x, y, sample_weight
         stray = ops.logical_and(ops.not_equal(y, PAD_ID), ops.equal(x[1], PAD_ID))
-        tf.debugging.assert_equal(  # The packed decoder computes nothing at padding.
+        tf.debugging.assert_equal(  # Meaningless logits (and none at all with packed tokens).
             tf.reduce_any(stray), False,
             message="labels: a real (non-padding) label sits where the target input is padding; "
                     "labels must be the target input shifted by one, padded alike")
+        if not kernels.packs_tokens():
+            return x, y, sample_weight
         positions = tf.where(ops.not_equal(y, PAD_ID))
         if sample_weight is not None:
             sample_weight = tf.gather_nd(sample_weight, positions)

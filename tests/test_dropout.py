@@ -12,6 +12,11 @@ from keras_transformer.layers import Dropout
 SHAPE = (300, 501)  # odd size: the last 32-bit random word gives one mask only
 
 
+def effective_rate(rate: float) -> float:
+    """The drop probability applied: fast kernels round the rate to a multiple of 2^-16."""
+    return round(rate * 65536) / 65536 if kernels.active() == "fast" else rate
+
+
 def test_inference_and_zero_rate_are_the_identity():
     x = tf.random.normal(SHAPE)
     np.testing.assert_array_equal(Dropout(0.3)(x, training=False), x)
@@ -22,8 +27,7 @@ def test_inference_and_zero_rate_are_the_identity():
 def test_drops_the_rate_and_keeps_the_expectation(rate):
     out = Dropout(rate, seed=1)(tf.ones(SHAPE), training=True).numpy()
     dropped = out == 0
-    # Fast kernels round the rate to a multiple of 2^-16.
-    effective = round(rate * 65536) / 65536 if kernels.active() == "fast" else rate
+    effective = effective_rate(rate)
     sigma = (effective * (1 - effective) / out.size) ** 0.5
     assert abs(dropped.mean() - rate) < 4 * sigma
     np.testing.assert_allclose(out[~dropped], 1 / (1 - effective), rtol=1e-6)
@@ -54,7 +58,7 @@ def test_seeded_layers_repeat_and_the_gradient_follows_the_mask():
         total = tf.reduce_sum(out)
     gradient = tape.gradient(total, x).numpy()
     kept = out.numpy() != 0
-    np.testing.assert_allclose(gradient[kept], 65536 / (65536 - round(0.2 * 65536)), rtol=1e-6)
+    np.testing.assert_allclose(gradient[kept], 1 / (1 - effective_rate(0.2)), rtol=1e-6)
     assert (gradient[~kept] == 0).all()
 
 

@@ -94,10 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "matmuls measure at least 1.25x float32's on this machine, else "
                           "float32; the figures are printed and kept in the run directory); "
                           "exports are float32")
-    run.add_argument("--kernels", choices=kernels.CHOICES, default="auto",
+    run.add_argument("--kernels", choices=kernels.CHOICES,
+                     default=os.environ.get(kernels.selection.ENVIRONMENT_VARIABLE, "auto"),
                      help="fast (the package's speed tricks), reference (their plain "
-                          "Keras/TensorFlow twins), or auto (default: the faster of the two "
-                          "measured on this machine at the model's sizes)")
+                          "Keras/TensorFlow twins), or auto (the faster of the two measured on "
+                          "this machine at the model's sizes); default: $KT_KERNELS, else auto")
     run.add_argument("--jit-compile", action="store_true",
                      help="XLA-compile the train step (measured slower on CPU; may help on GPU)")
     run.add_argument("--eval-every", type=int, default=250,
