@@ -91,6 +91,7 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
     from keras_transformer.data import SubwordTokenizer
     from keras_transformer.decoding import beam_search
     from keras_transformer.export import export_translator
+    from keras_transformer.search_settings import SearchSettings
 
     with open(args.data, encoding="utf-8") as handle:
         texts = [line.strip() for line in handle if line.strip()]
@@ -104,8 +105,10 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
     embeddings = model.source_embedding.embeddings
     embeddings.assign(tf.tensor_scatter_nd_update(embeddings, [[EOS_ID]],
                                                   tf.zeros([1, embeddings.shape[1]])))
+    settings = SearchSettings(args.beam_size, length_penalty=0.6,
+                              max_decode_extra=args.extra_length)
     path = export_translator(model, tokenizer, "bench", os.path.join(workdir, "saved_models"),
-                             beam_size=args.beam_size, alpha=0.6, max_extra=args.extra_length)
+                             settings)
     loaded = tf.saved_model.load(path)
     translate_ids = loaded.signatures["translate_ids"]
     check = translate_ids(source_ids=tf.constant(ids[:2]))["ids"].numpy()

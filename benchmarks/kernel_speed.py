@@ -6,7 +6,9 @@
 
 Kernels: each timed in a `tf.function` doing what a training step does with it (forward and
 backward; a decoding step's cache write; an optimizer update), at the config's sizes on
-`--tokens` tokens, fast and reference alternated, best of `--repeats`. Whole steps: each
+`--tokens` tokens, fast and reference alternated, best of `--repeats`; the token layout through
+a whole encoder layer (its moves cost more than the padded layout's transposes; what they buy is
+the position-wise work skipped on padding), with the other kernels fast. Whole steps: each
 (tree, kernel set) in its own subprocess: `trainers.train.compiled_model(config)` trained with
 `train_on_batch` (forward, loss, backward, Adam, metrics) on the same synthetic batches of
 32-token rows with a quarter of the positions padding, `--steps` timed steps after one warm-up
@@ -106,55 +108,72 @@ def kernel_rows(settings: dict, repeats: int):
     import keras
     import tensorflow as tf
     import keras_transformer as kt
+    from keras_transformer import kernels
     from keras_transformer.kernels import (cross_entropy, decode_cache, layouts, matmul,
                                            normalization, optimizers, random_masks,
                                            statistics)
+    from keras_transformer.layers import EncoderLayer
     from keras_transformer.logit_factors import factor_logits
     from keras_transformer.training.precision import set_precision
 
     set_precision(settings["precision"])
+    kernels.set_kernels("fast")  # for the encoder layer's kernels other than the layout
     config = kt.TransformerConfig.preset(settings["config"], vocab_size=settings["vocab_size"])
     dtype = keras.config.dtype_policy().compute_dtype
     tokens, d, rng = settings["tokens"], config.d_model, np.random.default_rng(0)
-    normal = lambda *shape: tf.constant(rng.normal(size=shape) * 0.05, dtype)  # noqa: E731
+    # Variables, not constants: the graph optimizer would fold a computation on constants.
+    normal = lambda *shape: tf.Variable(tf.constant(rng.normal(size=shape) * 0.05, dtype))  # noqa: E731
     x, w, b = normal(tokens, d), normal(d, config.d_ff), normal(config.d_ff)
-    gamma, beta = normal(d) + 1, normal(d)
+    gamma, beta = normal(d), normal(d)
     seed = keras.random.SeedGenerator(0)
 
-    def backward(function, *operands):
+    def backward(function, *variables):
         def run():
+            operands = [tf.convert_to_tensor(variable) for variable in variables]
             with tf.GradientTape() as tape:
                 tape.watch(operands)
-                value = function(*operands)
-            return tape.gradient(tf.reduce_sum(tf.cast(value, tf.float32)), operands)
+                value = tf.reduce_sum(tf.cast(function(*operands), tf.float32))
+            gradients = tape.gradient(value, operands)
+            assert all(gradient is not None for gradient in gradients)
+            return gradients
         return run
 
-    ids = tf.constant(batch(tokens // LENGTH, config.vocab_size, 0))
-    padded = normal(tokens // LENGTH, LENGTH, config.num_heads, config.key_dim)
+    ids = tf.Variable(batch(tokens // LENGTH, config.vocab_size, 0))
+    padded_x = normal(tokens // LENGTH, LENGTH, d)
+    layer = EncoderLayer(config.num_heads, config.key_dim, config.value_dim, config.d_ff,
+                         dropout=0.0, attention_bias=False)
+    layer.build((None, None, d))
 
-    def layout_round_trip(implementation):
-        def run(values):  # pack -> heads first -> pack, as a layer's attention does
-            layout = implementation(ids)
-            return layout.pack_heads(layout.expand_heads(layout.pack(values)))
+    def encoder_layer(make_layout):
+        def run(values):  # one encoder layer in the layout, as the model runs it
+            layout = make_layout(tf.convert_to_tensor(ids))
+            mask = tf.not_equal(ids, 0)[:, None, :]
+            return layout.unpack(layer(layout.pack(values), padding_mask=mask, layout=layout))
         return run
 
     hidden, embedding = normal(tokens, d), normal(config.vocab_size, d)
-    labels = tf.constant(rng.integers(4, config.vocab_size, size=tokens), tf.int32)
+    labels = tf.Variable(rng.integers(4, config.vocab_size, size=tokens).astype("int32"))
     buffer = normal(128, config.num_heads, 80, config.key_dim)
-    rows, update = tf.range(128), normal(128, 1, config.num_heads, config.key_dim)
+    rows = tf.Variable(tf.range(128))
+    update = normal(128, 1, config.num_heads, config.key_dim)
 
     def loss_and_metrics(statistics_of, loss):
-        def run(hidden, embedding):
-            factors = factor_logits(hidden, embedding, True)
-            value = loss(labels, factors, config.label_smoothing)
-            return (tf.reduce_sum(value)
-                    + tf.cast(tf.reduce_sum(statistics_of(factors.logits).predictions), tf.float32)
-                    + tf.reduce_sum(statistics_of(factors.logits).log_normalizer))
+        def run():  # the loss and its gradients, then what the two metrics read
+            operands = [tf.convert_to_tensor(hidden), tf.convert_to_tensor(embedding)]
+            with tf.GradientTape() as tape:
+                tape.watch(operands)
+                factors = factor_logits(*operands, True)
+                value = tf.reduce_sum(loss(labels, factors, config.label_smoothing))
+            gradients = tape.gradient(value, operands)
+            accuracy = statistics_of(factors.logits).predictions
+            perplexity = statistics_of(factors.logits).log_normalizer
+            return gradients, accuracy, perplexity
         return run
 
     variables = [keras.Variable(rng.normal(size=(d, config.d_ff)).astype("float32"))
                  for _ in range(8)]
-    gradients = [tf.constant(rng.normal(size=(d, config.d_ff)), tf.float32) for _ in variables]
+    gradients = [tf.Variable(rng.normal(size=(d, config.d_ff)).astype("float32"))
+                 for _ in variables]
 
     def adam_step(make):
         optimizer = make(learning_rate=1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
@@ -162,27 +181,26 @@ def kernel_rows(settings: dict, repeats: int):
         return lambda: optimizer.apply(gradients, variables)
 
     cases = {
-        "linear (FFN inner, ReLU)": lambda m: backward(
-            lambda x, w, b: m.matmul_kernel(x, w, b, True), x, w, b),
-        "layer_norm": lambda m: backward(lambda x: m.norm(x, gamma, beta, 1e-6), x),
-        "dropout": lambda m: backward(lambda x: m.dropout(x, 0.1, seed), x),
-        "token layout (attention moves)": lambda m: backward(m.layout, padded),
-        "decode cache write (beam 4 x 32)": lambda m: (
-            lambda: m.extend(buffer, rows, update, 7)),
-        "loss + 2 metrics through factors": lambda m: backward(m.loss, hidden, embedding),
-        "adam (8 x d_model x d_ff)": lambda m: m.adam,
+        "linear (FFN inner, ReLU)": lambda k: backward(
+            lambda x, w, b: k["linear"](x, w, b, True), x, w, b),
+        "layer_norm": lambda k: backward(lambda x: k["layer_norm"](x, gamma, beta, 1e-6), x),
+        "dropout": lambda k: backward(lambda x: k["dropout"](x, 0.1, seed), x),
+        "encoder layer in the token layout": lambda k: backward(k["layer"], padded_x),
+        "decode cache write (beam 4 x 32)": lambda k: (
+            lambda: k["extend_rows"](tf.convert_to_tensor(buffer), tf.convert_to_tensor(rows),
+                                     tf.convert_to_tensor(update), 7)),
+        "loss through factors + 2 metrics": lambda k: k["loss"],
+        "adam (8 x d_model x d_ff)": lambda k: k["adam"],
     }
-    implementations = {}
-    for name in ("reference", "fast"):
-        implementations[name] = type("Set", (), dict(
-            matmul_kernel=staticmethod(getattr(matmul, name)),
-            norm=staticmethod(getattr(normalization, name)),
-            dropout=staticmethod(getattr(random_masks, name)),
-            layout=staticmethod(layout_round_trip(getattr(layouts, name))),
-            extend=staticmethod(getattr(decode_cache, f"{name}_extend_rows")),
-            loss=staticmethod(loss_and_metrics(getattr(statistics, name), getattr(
-                cross_entropy, f"{name}_through_factors"))),
-            adam=adam_step(getattr(optimizers, name))))
+    implementations = {name: {
+        "linear": getattr(matmul, name), "layer_norm": getattr(normalization, name),
+        "dropout": getattr(random_masks, name),
+        "layer": encoder_layer(getattr(layouts, name)),
+        "extend_rows": getattr(decode_cache, f"{name}_extend_rows"),
+        "loss": loss_and_metrics(getattr(statistics, name),
+                                 getattr(cross_entropy, f"{name}_through_factors")),
+        "adam": adam_step(getattr(optimizers, name)),
+    } for name in ("reference", "fast")}
     for label, make in cases.items():
         functions = {name: tf.function(make(implementation))
                      for name, implementation in implementations.items()}

@@ -10,8 +10,9 @@ from keras_transformer.losses import LabelSmoothedCrossEntropy  # noqa: E402
 from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity  # noqa: E402
 from keras_transformer.model import Transformer  # noqa: E402
 from keras_transformer.optimization import TransformerSchedule, make_optimizer  # noqa: E402
+from keras_transformer.search_settings import SearchSettings  # noqa: E402
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 
 __all__ = ["BOS_ID", "EOS_ID", "LabelSmoothedCrossEntropy", "MaskedTokenAccuracy", "PAD_ID",
-           "PRESETS", "Perplexity", "Transformer", "TransformerConfig", "TransformerSchedule",
-           "UNK_ID", "make_optimizer"]
+           "PRESETS", "Perplexity", "SearchSettings", "Transformer", "TransformerConfig",
+           "TransformerSchedule", "UNK_ID", "make_optimizer"]

@@ -5,6 +5,8 @@ import dataclasses
 import json
 from typing import Any, Optional
 
+from keras_transformer.search_settings import SearchSettings
+
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 NORM_KINDS = ("post", "pre")
 
@@ -40,14 +42,14 @@ class TransformerConfig:
     warmup_steps: int = 4000
     learning_rate_scale: float = 1.0
     batch_tokens: int = 25000
-    # Decoding (section 6.1).
+    # Decoding (section 6.1): the model's default `SearchSettings`.
     beam_size: int = 4
     length_penalty: float = 0.6
     max_decode_extra: int = 50
 
     def __post_init__(self) -> None:
         positive_ints = ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads",
-                         "max_length", "warmup_steps", "batch_tokens", "beam_size")
+                         "max_length", "warmup_steps", "batch_tokens")
         for name in positive_ints:
             _require(isinstance(getattr(self, name), int) and getattr(self, name) > 0,
                      name, "must be a positive integer")
@@ -58,8 +60,7 @@ class TransformerConfig:
         for name in ("dropout", "attention_dropout", "label_smoothing"):
             _require(0.0 <= getattr(self, name) < 1.0, name, "must be in [0, 1)")
         _require(self.learning_rate_scale > 0, "learning_rate_scale", "must be positive")
-        _require(self.length_penalty >= 0, "length_penalty", "must be non-negative")
-        _require(self.max_decode_extra >= 0, "max_decode_extra", "must be non-negative")
+        SearchSettings.of(self)  # validates beam_size, length_penalty, max_decode_extra
         _require(self.layer_norm_epsilon > 0, "layer_norm_epsilon", "must be positive")
         _require(self.positional in POSITIONAL_KINDS, "positional", f"must be one of {POSITIONAL_KINDS}")
         _require(self.norm in NORM_KINDS, "norm", f"must be one of {NORM_KINDS}")

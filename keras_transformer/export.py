@@ -20,6 +20,7 @@ import tensorflow as tf
 from keras_transformer.data.tokenizer import MODEL_FILENAME, SubwordTokenizer
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.model import Transformer
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.training.precision import float32_copy
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -27,16 +28,15 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str,
                       base_dir: str | os.PathLike = "saved_models",
-                      beam_size: Optional[int] = None, alpha: Optional[float] = None,
-                      max_extra: Optional[int] = None) -> str:
+                      settings: Optional[SearchSettings] = None) -> str:
     """Saves a `Translator` as the next free version of `<base_dir>/<name>`; returns its path.
 
-    Search settings default to `model.config`'s and are fixed in the exported graph.
+    `settings` (default: `model.config`'s) are fixed in the exported graph.
     """
     if not _NAME.match(name):
         raise ValueError(f"name: {name!r} must be letters, digits, '_', '-' or '.', "
                          "not starting with a symbol")
-    translator = Translator(float32_copy(model), tokenizer, beam_size, alpha, max_extra)
+    translator = Translator(float32_copy(model), tokenizer, settings)
     model_dir = os.path.join(os.fspath(base_dir), name)
     os.makedirs(model_dir, exist_ok=True)
     # TF Serving skips non-integer directories, so a partial export is never served.

@@ -60,3 +60,31 @@ def test_failed_write_keeps_previous_checkpoint_readable(tmp_path, monkeypatch):
 def test_average_names_missing_checkpoint(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.weights.h5"):
         average_weights(kt.Transformer(CONFIG), [tmp_path / "nope.weights.h5"])
+
+
+def test_evaluate_and_export_take_the_same_default_weights(tmp_path):
+    """One rule for both command lines: averaged, else final, else the newest checkpoint."""
+    from keras_transformer.training.run_dir import RunDir
+    from trainers.common import run_model
+    from trainers.export import load_model
+
+    run = RunDir(tmp_path)
+    run.write_json("config.json", CONFIG.to_dict())
+    model = kt.Transformer(CONFIG)
+    with pytest.raises(FileNotFoundError, match="no weights"):
+        run.default_weights()
+    weights = {}
+    for name, seed in (("checkpoint", 1), ("newer checkpoint", 2), ("final", 3),
+                       ("averaged", 4)):
+        weights[name] = randomized(model, seed)
+        if name.endswith("checkpoint"):
+            save_checkpoint(model, run.checkpoints, seed, keep=5)
+        else:
+            save_weights_atomic(model, getattr(run, f"{name}_weights"))
+    for expected, remove in (("averaged", None), ("final", "averaged"),
+                             ("newer checkpoint", "final")):
+        if remove:
+            getattr(run, f"{remove}_weights").unlink()
+        for loaded in (run_model(str(tmp_path)), load_model(str(tmp_path))):
+            for got, want in zip(loaded.get_weights(), weights[expected]):
+                np.testing.assert_array_equal(got, want)

@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.decoding import (beam_search, greedy_decode, length_penalty,
+from keras_transformer.decoding import (beam_search, greedy_decode, length_divisor,
                                         score_hypotheses)
 from keras_transformer.vocab_ids import EOS_ID, PAD_ID
 
@@ -20,15 +20,15 @@ def model():
     return kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=50))
 
 
-def test_length_penalty_is_gnmt():
-    np.testing.assert_allclose(length_penalty([1, 7], 0.6).numpy(),
+def test_length_divisor_is_gnmt():
+    np.testing.assert_allclose(length_divisor([1, 7], 0.6).numpy(),
                                [1.0, 2.0 ** 0.6], rtol=1e-6)
-    np.testing.assert_allclose(length_penalty([9], 0.0).numpy(), [1.0])
+    np.testing.assert_allclose(length_divisor([9], 0.0).numpy(), [1.0])
 
 
 def test_beam_one_equals_greedy(model):
-    greedy = greedy_decode(model, SOURCES, max_extra=EXTRA)
-    beam = beam_search(model, SOURCES, beam_size=1, max_extra=EXTRA)
+    greedy = greedy_decode(model, SOURCES, max_decode_extra=EXTRA)
+    beam = beam_search(model, SOURCES, beam_size=1, max_decode_extra=EXTRA)
     np.testing.assert_array_equal(greedy.ids.numpy(), beam.ids.numpy())
     np.testing.assert_array_equal(greedy.lengths.numpy(), beam.lengths.numpy())
     np.testing.assert_array_equal(greedy.scores.numpy(), beam.scores.numpy())
@@ -36,30 +36,30 @@ def test_beam_one_equals_greedy(model):
 
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_cache_matches_full_recomputation(model, beam_size):
-    cached = beam_search(model, SOURCES, beam_size=beam_size, max_extra=EXTRA)
-    recomputed = beam_search(model, SOURCES, beam_size=beam_size, max_extra=EXTRA,
+    cached = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA)
+    recomputed = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
                              use_cache=False)
     np.testing.assert_array_equal(cached.ids.numpy(), recomputed.ids.numpy())
     np.testing.assert_allclose(cached.scores.numpy(), recomputed.scores.numpy(), atol=1e-5)
 
 
 def test_greedy_cache_matches_full_recomputation(model):
-    cached = greedy_decode(model, SOURCES, max_extra=EXTRA)
-    recomputed = greedy_decode(model, SOURCES, max_extra=EXTRA, use_cache=False)
+    cached = greedy_decode(model, SOURCES, max_decode_extra=EXTRA)
+    recomputed = greedy_decode(model, SOURCES, max_decode_extra=EXTRA, use_cache=False)
     np.testing.assert_array_equal(cached.ids.numpy(), recomputed.ids.numpy())
     np.testing.assert_allclose(cached.scores.numpy(), recomputed.scores.numpy(), atol=1e-5)
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
 def test_scores_equal_teacher_forced_log_probs(model, alpha):
-    result = beam_search(model, SOURCES, beam_size=3, alpha=alpha, max_extra=EXTRA)
+    result = beam_search(model, SOURCES, beam_size=3, length_penalty=alpha, max_decode_extra=EXTRA)
     for rank in range(3):
         forced = score_hypotheses(model, SOURCES, result.ids[:, rank], alpha)
         np.testing.assert_allclose(result.scores[:, rank].numpy(), forced.numpy(), atol=1e-4)
 
 
 def test_nbest_is_sorted_padded_and_within_limits(model):
-    result = beam_search(model, SOURCES, beam_size=4, max_extra=EXTRA)
+    result = beam_search(model, SOURCES, beam_size=4, max_decode_extra=EXTRA)
     scores, ids, lengths = result.scores.numpy(), result.ids.numpy(), result.lengths.numpy()
     assert ids.shape[:2] == (4, 4) and np.all(np.isfinite(scores))
     assert np.all(np.diff(scores, axis=1) <= 0)
@@ -75,7 +75,7 @@ def test_nbest_is_sorted_padded_and_within_limits(model):
 
 
 def test_disabled_eos_runs_every_sentence_to_its_limit(model):
-    result = beam_search(model, SOURCES, beam_size=2, max_extra=EXTRA, eos_id=-1)
+    result = beam_search(model, SOURCES, beam_size=2, max_decode_extra=EXTRA, eos_id=-1)
     limits = (SOURCES != PAD_ID).sum(axis=1) + EXTRA
     np.testing.assert_array_equal(result.lengths.numpy(), np.stack([limits, limits], axis=1))
 
@@ -83,15 +83,15 @@ def test_disabled_eos_runs_every_sentence_to_its_limit(model):
 def test_output_is_capped_at_max_length():
     short = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=50, max_length=8,
                                                        positional="learned"))
-    result = greedy_decode(short, SOURCES, max_extra=50, eos_id=-1)
+    result = greedy_decode(short, SOURCES, max_decode_extra=50, eos_id=-1)
     assert result.lengths.numpy().max() == 8
 
 
 def test_sentence_result_does_not_depend_on_its_batch(model):
-    together = beam_search(model, SOURCES, beam_size=4, max_extra=EXTRA)
+    together = beam_search(model, SOURCES, beam_size=4, max_decode_extra=EXTRA)
     for sentence, source in enumerate(SOURCES):
         alone = beam_search(model, source[None, :(source != PAD_ID).sum()], beam_size=4,
-                            max_extra=EXTRA)
+                            max_decode_extra=EXTRA)
         width = alone.ids.shape[2]
         np.testing.assert_array_equal(together.ids[sentence, :, :width].numpy(),
                                       alone.ids[0].numpy())
@@ -106,15 +106,15 @@ def test_empty_batch(model, decode):
 
 
 def test_xla_matches_graph(model):
-    plain = beam_search(model, SOURCES, beam_size=4, max_extra=EXTRA)
-    xla = beam_search(model, SOURCES, beam_size=4, max_extra=EXTRA, jit_compile=True)
+    plain = beam_search(model, SOURCES, beam_size=4, max_decode_extra=EXTRA)
+    xla = beam_search(model, SOURCES, beam_size=4, max_decode_extra=EXTRA, jit_compile=True)
     np.testing.assert_array_equal(plain.ids.numpy(), xla.ids.numpy())
     np.testing.assert_allclose(plain.scores.numpy(), xla.scores.numpy(), atol=1e-4)
 
 
 @pytest.mark.parametrize("kwargs, field", [({"beam_size": 0}, "beam_size"),
-                                           ({"alpha": -1.0}, "alpha"),
-                                           ({"max_extra": -1}, "max_extra"),
+                                           ({"length_penalty": -1.0}, "length_penalty"),
+                                           ({"max_decode_extra": -1}, "max_decode_extra"),
                                            ({"jit_compile": True, "use_cache": False},
                                             "jit_compile")])
 def test_bad_arguments_are_named(model, kwargs, field):

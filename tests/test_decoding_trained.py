@@ -37,8 +37,8 @@ def trained():
 @pytest.mark.slow
 def test_beam_never_scores_worse_than_greedy(trained):
     source, _, target_out = reversal_data(64, np.random.default_rng(1))
-    greedy = greedy_decode(trained, source, alpha=ALPHA, max_extra=4)
-    beam = beam_search(trained, source, beam_size=4, alpha=ALPHA, max_extra=4)
+    greedy = greedy_decode(trained, source, length_penalty=ALPHA, max_decode_extra=4)
+    beam = beam_search(trained, source, beam_size=4, length_penalty=ALPHA, max_decode_extra=4)
     greedy_scores = score_hypotheses(trained, source, greedy.ids[:, 0], ALPHA).numpy()
     beam_scores = score_hypotheses(trained, source, beam.ids[:, 0], ALPHA).numpy()
     assert np.all(beam_scores >= greedy_scores - 1e-5)
@@ -52,7 +52,7 @@ def test_beam_never_scores_worse_than_greedy(trained):
 @pytest.mark.slow
 def test_cached_beam_equals_recomputation_on_trained_model(trained):
     source, _, _ = reversal_data(16, np.random.default_rng(2))
-    cached = beam_search(trained, source, beam_size=4, max_extra=4)
-    recomputed = beam_search(trained, source, beam_size=4, max_extra=4, use_cache=False)
+    cached = beam_search(trained, source, beam_size=4, max_decode_extra=4)
+    recomputed = beam_search(trained, source, beam_size=4, max_decode_extra=4, use_cache=False)
     np.testing.assert_array_equal(cached.ids.numpy(), recomputed.ids.numpy())
     np.testing.assert_allclose(cached.scores.numpy(), recomputed.scores.numpy(), atol=1e-5)

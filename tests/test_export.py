@@ -17,9 +17,10 @@ import keras_transformer as kt
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.export import export_translator, next_version
+from keras_transformer.search_settings import SearchSettings
 from trainers import export as export_cli
 
-SETTINGS = dict(beam_size=3, alpha=0.6, max_extra=5)
+SETTINGS = SearchSettings(beam_size=3, length_penalty=0.6, max_decode_extra=5)
 GOOD = ["The cat sits on the mat.", "A small dog runs."]
 LONG = " ".join(["The cat sits on the mat."] * 40)
 BAD_UTF8 = b"\xff\xfe caf\xc3"
@@ -43,7 +44,7 @@ def model(tokenizer):
 @pytest.fixture(scope="module")
 def exported(model, tokenizer, tmp_path_factory) -> str:
     return export_translator(model, tokenizer, "demo",
-                             tmp_path_factory.mktemp("saved_models"), **SETTINGS)
+                             tmp_path_factory.mktemp("saved_models"), SETTINGS)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +64,7 @@ def translate_ids(loaded):
 
 @pytest.fixture(scope="module")
 def translator(model, tokenizer) -> Translator:
-    return Translator(model, tokenizer, **SETTINGS)
+    return Translator(model, tokenizer, SETTINGS)
 
 
 def _translate(serving, texts) -> tuple[list[bytes], np.ndarray]:
@@ -73,8 +74,8 @@ def _translate(serving, texts) -> tuple[list[bytes], np.ndarray]:
 
 def test_layout_uses_the_next_free_integer_version(model, tokenizer, tmp_path):
     (tmp_path / "demo" / "7").mkdir(parents=True)
-    first = export_translator(model, tokenizer, "demo", tmp_path, beam_size=1)
-    second = export_translator(model, tokenizer, "demo", tmp_path, beam_size=1)
+    first = export_translator(model, tokenizer, "demo", tmp_path, SearchSettings(beam_size=1))
+    second = export_translator(model, tokenizer, "demo", tmp_path, SearchSettings(beam_size=1))
     assert (os.path.basename(first), os.path.basename(second)) == ("8", "9")
     assert sorted(os.listdir(tmp_path / "demo")) == ["7", "8", "9"]
     assert os.path.isfile(os.path.join(first, "saved_model.pb"))
@@ -213,14 +214,25 @@ def test_cli_exports_a_keras_file(model, tokenizer, tmp_path, capsys):
     tokenizer.save(tmp_path / "vocabulary")
     code = export_cli.main([str(tmp_path / "model.keras"), str(tmp_path / "vocabulary"),
                             "--name", "cli", "--base-dir", str(tmp_path / "out"),
-                            "--beam-size", "2", "--alpha", "0.5", "--extra-length", "3"])
+                            "--beam-size", "2", "--length-penalty", "0.5",
+                            "--max-decode-extra", "3"])
     assert code == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "out" / "cli" / "1")
 
 
 def test_cli_names_bad_arguments(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        export_cli.parse_args(["m", "v", "--name", "x", "--beam-size", "0"])
-    assert "--beam-size" in capsys.readouterr().err
+    from keras_transformer import TransformerConfig
+    from trainers.common import search_settings
+
+    config = TransformerConfig.preset("tiny")
+    args = export_cli.parse_args(["m", "v", "--name", "x", "--beam-size", "0"])
+    with pytest.raises(ValueError, match="--beam-size: must be a positive integer, got 0"):
+        search_settings(args, config)
+    earlier_spelling = export_cli.parse_args(["m", "v", "--name", "x", "--alpha", "-1",
+                                              "--extra-length", "7"])
+    with pytest.raises(ValueError, match="--length-penalty: must be a non-negative number"):
+        search_settings(earlier_spelling, config)
+    assert search_settings(export_cli.parse_args(["m", "v", "--name", "x", "--extra-length",
+                                                  "7"]), config).max_decode_extra == 7
     assert export_cli.main([str(tmp_path / "nothing"), str(tmp_path), "--name", "x"]) == 2
     assert "vocabulary" in capsys.readouterr().err

@@ -11,7 +11,7 @@ import keras_transformer  # noqa: F401  (selects the TensorFlow backend before k
 from keras_transformer.config import PRESETS, TransformerConfig
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.model import Transformer
-from keras_transformer.training.checkpoints import list_checkpoints
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.training.run_dir import RunDir
 
 
@@ -70,25 +70,50 @@ def typed_value(field: str, value: Any, source: str) -> Any:
     return value
 
 
-def load_run_model(run_dir: str, weights: Optional[str] = None
-                   ) -> tuple[Transformer, SubwordTokenizer]:
-    """The model of a run directory with `weights` (default: the averaged weights if any,
-    else the final weights, else the newest checkpoint) and its tokenizer."""
+def run_model(run_dir: str, weights: Optional[str] = None) -> Transformer:
+    """The model of a run directory with `weights` (default: `RunDir.default_weights`)."""
     run = RunDir(run_dir)
     config = run.load_config()
-    path = Path(weights) if weights else _default_weights(run)
+    path = Path(weights) if weights else run.default_weights()
     if not path.is_file():
         raise FileNotFoundError(f"--weights: no such file {str(path)!r}")
     model = Transformer(config)
     model.load_weights(path)
-    return model, SubwordTokenizer.load(run.vocab)
+    return model
 
 
-def _default_weights(run: RunDir) -> Path:
-    for candidate in (run.averaged_weights, run.final_weights):
-        if candidate.is_file():
-            return candidate
-    checkpoints = list_checkpoints(run.checkpoints)
-    if not checkpoints:
-        raise FileNotFoundError(f"run directory: no weights in {str(run.root)!r}")
-    return checkpoints[-1]
+def load_run_model(run_dir: str, weights: Optional[str] = None
+                   ) -> tuple[Transformer, SubwordTokenizer]:
+    """`run_model` and the run's tokenizer."""
+    return run_model(run_dir, weights), SubwordTokenizer.load(RunDir(run_dir).vocab)
+
+
+# Each search setting's one command-line name, and the spelling earlier versions accepted.
+_SEARCH_FLAGS = {"beam_size": ("--beam-size", None),
+                 "length_penalty": ("--length-penalty", "--alpha"),
+                 "max_decode_extra": ("--max-decode-extra", "--extra-length")}
+
+
+def add_search_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--beam-size`, `--length-penalty` and `--max-decode-extra` (`SearchSettings`), each
+    defaulting to the model config's; `what` says what they apply to."""
+    types = {"beam_size": int, "length_penalty": float, "max_decode_extra": int}
+    helps = {"beam_size": "beam size (1 = greedy)",
+             "length_penalty": "length penalty alpha",
+             "max_decode_extra": "output tokens allowed beyond the source length"}
+    for field, (flag, old_flag) in _SEARCH_FLAGS.items():
+        parser.add_argument(flag, dest=field, type=types[field],
+                            help=f"{helps[field]} {what} (default: the config's {field})")
+        if old_flag:
+            parser.add_argument(old_flag, dest=field, type=types[field], help=argparse.SUPPRESS)
+
+
+def search_settings(args: argparse.Namespace, config: TransformerConfig) -> SearchSettings:
+    """The `SearchSettings` of `add_search_arguments`' flags over `config`'s; a bad value is a
+    ValueError naming its flag."""
+    try:
+        return SearchSettings.of(config, args.beam_size, args.length_penalty,
+                                 args.max_decode_extra)
+    except ValueError as error:
+        field, message = str(error).split(": ", 1)
+        raise ValueError(f"{_SEARCH_FLAGS[field][0]}: {message}") from None

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from trainers.common import load_run_model
+from trainers.common import add_search_arguments, load_run_model, search_settings
 from keras_transformer.data import load_tfds, read_lines, read_parallel
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.evaluation import (corpus_scores, tokenized_lowercase_bleu,
@@ -49,10 +49,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--tfds-data-dir", help="tensorflow-datasets data directory")
     parser.add_argument("--tokenized-ref", help="lowercased tokenized references (Multi30k "
                         "tok/*.lc.norm.tok.de) for the tokenized BLEU")
-    parser.add_argument("--beam-size", type=int, help="default: the config's beam_size")
-    parser.add_argument("--alpha", type=float, help="default: the config's length_penalty")
-    parser.add_argument("--extra-length", type=int, help="decoded tokens allowed beyond the "
-                        "source length (default: the config's max_decode_extra)")
+    add_search_arguments(parser, "of the search")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
     parser.add_argument("--hypotheses", help="output file (default: <run_dir>/<src name>.hyp)")
     args = parser.parse_args(argv)
@@ -69,10 +66,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error("--tfds: cannot be combined with --src/--ref")
     if args.task == "translation" and not args.tfds and not (args.src and args.ref):
         parser.error("--src and --ref (or --tfds): the test set to translate is required")
-    if args.beam_size is not None and args.beam_size < 1:
-        parser.error(f"--beam-size: must be at least 1, got {args.beam_size}")
-    if args.extra_length is not None and args.extra_length < 0:
-        parser.error(f"--extra-length: must be non-negative, got {args.extra_length}")
     if args.batch_size < 1:
         parser.error(f"--batch-size: must be at least 1, got {args.batch_size}")
     for name in ("src", "ref", "trees", "tokenized_ref", "weights"):
@@ -126,8 +119,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         outputs = {"hypotheses": output}
         if args.task == "parsing":
             outputs["trees"] = trees_path(args, output)
-        translator = Translator(model, tokenizer, beam_size=args.beam_size, alpha=args.alpha,
-                                max_extra=args.extra_length)
+        translator = Translator(model, tokenizer, search_settings(args, model.config))
         hypotheses = translate_corpus(translator, sources, args.batch_size)
         if args.task == "parsing":
             trees, scores = parse_scores(hypotheses, references)

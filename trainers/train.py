@@ -44,6 +44,7 @@ from keras_transformer.training.callbacks import (DevEvaluation, PeriodicCheckpo
 from keras_transformer.training.checkpoints import save_weights_atomic
 from keras_transformer import kernels
 from keras_transformer.probes import choose_kernels, choose_precision
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.training.precision import CHOICES, precision_scope
 from keras_transformer.training.run_dir import RunDir
 from keras_transformer.training.strategy import make_strategy
@@ -241,7 +242,8 @@ def training_callbacks(args: argparse.Namespace, run: RunDir, model_parts: tuple
     """Backup first (it restores before the others start); dev BLEU before the scalar
     writer, which records it."""
     model, accuracy, tokenizer = model_parts
-    translator = Translator(model, tokenizer, beam_size=args.eval_beam_size)
+    translator = Translator(model, tokenizer,
+                            SearchSettings.of(model.config, beam_size=args.eval_beam_size))
     writer = tf.summary.create_file_writer(os.fspath(run.tensorboard))
     sources, references = (side[:args.eval_sentences] for side in dev)
     pairs = list(zip(*dev))[:args.attention_sentences]
@@ -264,7 +266,8 @@ def evaluate_test(args: argparse.Namespace, run: RunDir, model: Transformer,
                   gold_trees: Optional[list] = None) -> dict:
     """Beam-search translation of the test set: hypotheses file and sacreBLEU/chrF, or with
     `gold_trees` (--task parsing) the parsed trees file and bracket F1/precision/recall."""
-    translator = Translator(model, tokenizer, beam_size=args.test_beam_size)
+    translator = Translator(model, tokenizer,
+                            SearchSettings.of(model.config, beam_size=args.test_beam_size))
     hypotheses = translate_corpus(translator, test[0])
     hypotheses_path = run.root / "test.hyp"
     write_lines(os.fspath(hypotheses_path), hypotheses)

@@ -10,29 +10,30 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_transformer.decoding.constraints import allowed_log_probs, prepare_search
-from keras_transformer.decoding.length_penalty import length_penalty
+from keras_transformer.decoding.length_penalty import length_divisor
 from keras_transformer.decoding.loop_shapes import keep_shapes
 from keras_transformer.decoding.result import DecodeResult, make_result
 from keras_transformer.decoding.steps import make_steps
 from keras_transformer.model import Transformer
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = -float("inf")
 
 
 def search_beams(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
-                 alpha: float = 0.6, max_extra: int = 50, use_cache: bool = True,
-                 eos_id: int = EOS_ID) -> DecodeResult:
+                 length_penalty: float = 0.6, max_decode_extra: int = 50,
+                 use_cache: bool = True, eos_id: int = EOS_ID) -> DecodeResult:
     """Builds the search (call it inside a `tf.function`; `beam_search` does).
 
     `source_ids`: `[batch, src_len]` int32, EOS-terminated, right-padded with PAD.
     `eos_id=-1` disables end of sentence (every hypothesis runs to its length limit).
     """
-    if not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size: must be a positive integer, got {beam_size!r}")
+    settings = SearchSettings(beam_size, length_penalty, max_decode_extra)
+    alpha = settings.length_penalty
     source_ids, batch, limits, buffer_length = prepare_search(
-        source_ids, alpha, max_extra, model.config.max_length)
-    best_limit_penalty = length_penalty(limits, alpha)
+        source_ids, settings, model.config.max_length)
+    best_limit_penalty = length_divisor(limits, alpha)
     steps = make_steps(model, source_ids, beam_size, buffer_length, use_cache)
     positions = tf.range(buffer_length + 1)
 
@@ -57,7 +58,7 @@ def search_beams(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
         length = step + 1
         ends = tf.logical_or(tf.equal(tokens, eos_id), (length >= limits)[:, None])
         ends = tf.logical_and(ends, tf.logical_not(done)[:, None])
-        new_scores = tf.where(ends, top_log_probs / length_penalty(length, alpha), NEG_INF)
+        new_scores = tf.where(ends, top_log_probs / length_divisor(length, alpha), NEG_INF)
         finished = _merge_finished(finished, sequences, new_scores, length, beam_size)
         alive_log_probs = tf.where(tf.logical_or(ends, done[:, None]), NEG_INF, top_log_probs)
         # Log-probs only fall and the penalty grows with length, so the best an alive
@@ -92,18 +93,20 @@ _search_graph = tf.function(search_beams, reduce_retracing=True, autograph=False
 _search_graph_xla = tf.function(search_beams, reduce_retracing=True, autograph=False, jit_compile=True)
 
 
-def beam_search(model: Transformer, source_ids, beam_size: int = 4, alpha: float = 0.6,
-                max_extra: int = 50, use_cache: bool = True, eos_id: int = EOS_ID,
+def beam_search(model: Transformer, source_ids, beam_size: int = 4,
+                length_penalty: float = 0.6, max_decode_extra: int = 50,
+                use_cache: bool = True, eos_id: int = EOS_ID,
                 jit_compile: bool = False) -> DecodeResult:
     """n-best (`beam_size`) translations of `source_ids` `[batch, src_len]` in one graph.
 
-    At most `source length + max_extra` tokens (EOS included, capped at
+    At most `source length + max_decode_extra` tokens (EOS included, capped at
     `model.config.max_length`) are generated per sentence. `use_cache=False` recomputes the
     whole decoder every step (a slow reference). `jit_compile` compiles the search with XLA
     (cached decoding only).
     """
     if jit_compile and not use_cache:
         raise ValueError("jit_compile: needs use_cache=True (recomputation has dynamic shapes)")
+    settings = SearchSettings(beam_size, length_penalty, max_decode_extra)  # named errors
     search = _search_graph_xla if jit_compile else _search_graph
-    return search(model, tf.convert_to_tensor(source_ids, tf.int32), beam_size, float(alpha),
-                  int(max_extra), use_cache, eos_id)
+    return search(model, tf.convert_to_tensor(source_ids, tf.int32), settings.beam_size,
+                  float(settings.length_penalty), settings.max_decode_extra, use_cache, eos_id)

@@ -1,35 +1,32 @@
 """What a decoder may output: per-sentence length limits and the ids it may never emit."""
 import tensorflow as tf
 
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.vocab_ids import BOS_ID, PAD_ID
 
 
-def prepare_search(source_ids, alpha: float, max_extra: int, max_length: int):
-    """Checks the shared search arguments; returns `(source_ids, batch, limits, buffer_length)`.
+def prepare_search(source_ids, settings: SearchSettings, max_length: int):
+    """Returns `(source_ids, batch, limits, buffer_length)` for a search with `settings`.
 
     `limits` is `output_limits`, `buffer_length` is `output_buffer_length`.
     """
-    if alpha < 0:
-        raise ValueError(f"alpha: must be non-negative, got {alpha!r}")
-    if max_extra < 0:
-        raise ValueError(f"max_extra: must be non-negative, got {max_extra!r}")
     source_ids = tf.cast(source_ids, tf.int32)
     return (source_ids, tf.shape(source_ids)[0],
-            output_limits(source_ids, max_extra, max_length),
-            output_buffer_length(source_ids, max_extra, max_length))
+            output_limits(source_ids, settings.max_decode_extra, max_length),
+            output_buffer_length(source_ids, settings.max_decode_extra, max_length))
 
 
-def output_limits(source_ids: tf.Tensor, max_extra: int, max_length: int) -> tf.Tensor:
-    """`[batch]` int32: at most `source length + max_extra` output tokens (EOS included),
+def output_limits(source_ids: tf.Tensor, max_decode_extra: int, max_length: int) -> tf.Tensor:
+    """`[batch]` int32: at most `source length + max_decode_extra` output tokens (EOS included),
     capped at `max_length` and at least 1. Source length counts non-padding ids."""
     source_lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.int32), axis=1)
-    return tf.clip_by_value(source_lengths + max_extra, 1, max_length)
+    return tf.clip_by_value(source_lengths + max_decode_extra, 1, max_length)
 
 
-def output_buffer_length(source_ids: tf.Tensor, max_extra: int, max_length: int) -> tf.Tensor:
+def output_buffer_length(source_ids: tf.Tensor, max_decode_extra: int, max_length: int) -> tf.Tensor:
     """Scalar int32 bound on every `output_limits` entry, derived from the padded source
     shape only (so that it is a compile-time constant under XLA)."""
-    return tf.clip_by_value(tf.shape(source_ids)[1] + max_extra, 1, max_length)
+    return tf.clip_by_value(tf.shape(source_ids)[1] + max_decode_extra, 1, max_length)
 
 
 def allowed_log_probs(logits: tf.Tensor) -> tf.Tensor:

@@ -4,20 +4,22 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_transformer.decoding.constraints import allowed_log_probs, prepare_search
-from keras_transformer.decoding.length_penalty import length_penalty
+from keras_transformer.decoding.length_penalty import length_divisor
 from keras_transformer.decoding.loop_shapes import keep_shapes
 from keras_transformer.decoding.result import DecodeResult, make_result
 from keras_transformer.decoding.steps import make_steps
 from keras_transformer.model import Transformer
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
 
 
-def search_greedy(model: Transformer, source_ids: tf.Tensor, alpha: float = 0.6,
-                  max_extra: int = 50, use_cache: bool = True,
+def search_greedy(model: Transformer, source_ids: tf.Tensor, length_penalty: float = 0.6,
+                  max_decode_extra: int = 50, use_cache: bool = True,
                   eos_id: int = EOS_ID) -> DecodeResult:
     """Builds greedy decoding (call it inside a `tf.function`; `greedy_decode` does)."""
+    settings = SearchSettings(1, length_penalty, max_decode_extra)
     source_ids, batch, limits, buffer_length = prepare_search(
-        source_ids, alpha, max_extra, model.config.max_length)
+        source_ids, settings, model.config.max_length)
     steps = make_steps(model, source_ids, 1, buffer_length, use_cache)
     positions = tf.range(buffer_length + 1)
     sequences = tf.concat([tf.fill([batch, 1, 1], BOS_ID),
@@ -45,18 +47,21 @@ def search_greedy(model: Transformer, source_ids: tf.Tensor, alpha: float = 0.6,
                  tf.zeros([batch], tf.bool), steps.initial_state)
     _, sequences, log_prob_sums, lengths, _, _ = tf.while_loop(
         not_done, body, loop_vars, maximum_iterations=buffer_length)
-    scores = log_prob_sums / length_penalty(lengths, alpha)
+    scores = log_prob_sums / length_divisor(lengths, settings.length_penalty)
     return make_result(sequences, scores[:, None], lengths[:, None])
 
 
 _greedy_graph = tf.function(search_greedy, reduce_retracing=True, autograph=False)
 
 
-def greedy_decode(model: Transformer, source_ids, alpha: float = 0.6, max_extra: int = 50,
-                  use_cache: bool = True, eos_id: int = EOS_ID) -> DecodeResult:
+def greedy_decode(model: Transformer, source_ids, length_penalty: float = 0.6,
+                  max_decode_extra: int = 50, use_cache: bool = True,
+                  eos_id: int = EOS_ID) -> DecodeResult:
     """The most likely next token at every step, for `source_ids` `[batch, src_len]`.
 
-    Returns a `DecodeResult` with n = 1, scored like `beam_search` (length penalty `alpha`).
+    Returns a `DecodeResult` with n = 1, scored like `beam_search` (`length_penalty` alpha).
     """
-    return _greedy_graph(model, tf.convert_to_tensor(source_ids, tf.int32), float(alpha),
-                         int(max_extra), use_cache, eos_id)
+    settings = SearchSettings(1, length_penalty, max_decode_extra)  # named errors, eagerly
+    return _greedy_graph(model, tf.convert_to_tensor(source_ids, tf.int32),
+                         float(settings.length_penalty), settings.max_decode_extra, use_cache,
+                         eos_id)

@@ -8,7 +8,7 @@ class DecodeResult(NamedTuple):
     """n-best hypotheses per sentence, best first.
 
     ids: `[batch, n, length]` int32 without BOS; EOS (when emitted) then PAD.
-    scores: `[batch, n]` float32, sum of token log-probs / `length_penalty(lengths, alpha)`;
+    scores: `[batch, n]` float32, sum of token log-probs / `length_divisor(lengths, alpha)`;
         -inf for slots left empty.
     lengths: `[batch, n]` int32, emitted tokens including EOS.
     """

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_transformer.decoding.length_penalty import length_penalty
+from keras_transformer.decoding.length_penalty import length_divisor
 from keras_transformer.model import Transformer, source_padding_mask
 from keras_transformer.vocab_ids import BOS_ID, PAD_ID
 
@@ -11,7 +11,7 @@ from keras_transformer.vocab_ids import BOS_ID, PAD_ID
 def score_hypotheses(model: Transformer, source_ids, hypothesis_ids, alpha: float = 0.6
                      ) -> tf.Tensor:
     """`[batch]` sum of log p(y_t | y_<t, x) over each hypothesis' tokens (EOS included,
-    PAD excluded) divided by `length_penalty(length, alpha)`, from one `model.decode` pass.
+    PAD excluded) divided by `length_divisor(length, alpha)`, from one `model.decode` pass.
 
     `hypothesis_ids`: `[batch, length]` without BOS, right-padded with PAD.
     """
@@ -23,4 +23,4 @@ def score_hypotheses(model: Transformer, source_ids, hypothesis_ids, alpha: floa
     log_probs = tf.gather(tf.nn.log_softmax(tf.cast(logits, tf.float32)), targets, batch_dims=2)
     real = tf.not_equal(targets, PAD_ID)
     total = tf.reduce_sum(tf.where(real, log_probs, 0.0), axis=1)
-    return total / length_penalty(tf.reduce_sum(tf.cast(real, tf.int32), axis=1), alpha)
+    return total / length_divisor(tf.reduce_sum(tf.cast(real, tf.int32), axis=1), alpha)

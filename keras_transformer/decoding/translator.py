@@ -14,34 +14,26 @@ from keras_transformer.decoding.beam_search import search_beams
 from keras_transformer.decoding.greedy import search_greedy
 from keras_transformer.decoding.result import DecodeResult
 from keras_transformer.model import Transformer
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 class Translator(tf.Module):
-    """Translates with fixed search settings (beam size 1 runs the greedy fast path).
+    """Translates with fixed `SearchSettings` (beam size 1 runs the greedy fast path).
 
-    Defaults come from `model.config` (`beam_size`, `length_penalty`, `max_decode_extra`).
+    `settings` default to `model.config`'s (`SearchSettings.of(model.config)`).
     Inputs are truncated to `model.config.max_length - 1` subword ids (plus EOS); invalid UTF-8
     is decoded with U+FFFD replacements; out-of-vocabulary ids become UNK; PAD/BOS/EOS ids in a
     source are dropped; an empty source gets an empty translation with score 0.
     """
 
     def __init__(self, model: Transformer, tokenizer: SubwordTokenizer,
-                 beam_size: Optional[int] = None, alpha: Optional[float] = None,
-                 max_extra: Optional[int] = None, name: str = "translator"):
+                 settings: Optional[SearchSettings] = None, name: str = "translator"):
         super().__init__(name=name)
         config = model.config
         self.model = model
         self.tokenizer = tokenizer
-        self.beam_size = config.beam_size if beam_size is None else beam_size
-        self.alpha = config.length_penalty if alpha is None else alpha
-        self.max_extra = config.max_decode_extra if max_extra is None else max_extra
-        if not isinstance(self.beam_size, int) or self.beam_size < 1:
-            raise ValueError(f"beam_size: must be a positive integer, got {self.beam_size!r}")
-        if self.alpha < 0:
-            raise ValueError(f"alpha: must be non-negative, got {self.alpha!r}")
-        if not isinstance(self.max_extra, int) or self.max_extra < 0:
-            raise ValueError(f"max_extra: must be a non-negative integer, got {self.max_extra!r}")
+        self.settings = SearchSettings.of(config) if settings is None else settings
         if tokenizer.vocab_size != config.vocab_size:
             raise ValueError(f"tokenizer: vocabulary of {tokenizer.vocab_size} ids, but the "
                              f"model expects vocab_size={config.vocab_size}")
@@ -78,6 +70,9 @@ class Translator(tf.Module):
                 "nbest_scores": scores}
 
     def _search(self, source_ids: tf.Tensor) -> DecodeResult:
-        if self.beam_size == 1:
-            return search_greedy(self.model, source_ids, self.alpha, self.max_extra)
-        return search_beams(self.model, source_ids, self.beam_size, self.alpha, self.max_extra)
+        settings = self.settings
+        if settings.beam_size == 1:
+            return search_greedy(self.model, source_ids, settings.length_penalty,
+                                 settings.max_decode_extra)
+        return search_beams(self.model, source_ids, settings.beam_size,
+                            settings.length_penalty, settings.max_decode_extra)

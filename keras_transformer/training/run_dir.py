@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.training.checkpoints import list_checkpoints
 
 CONFIG_FILE = "config.json"
 RUN_FILE = "run.json"
@@ -55,6 +56,17 @@ class RunDir:
     @property
     def averaged_weights(self) -> Path:
         return self.root / "averaged.weights.h5"
+
+    def default_weights(self) -> Path:
+        """The weights evaluation and export use unless told otherwise: the averaged weights
+        if any, else the final weights, else the newest checkpoint."""
+        for candidate in (self.averaged_weights, self.final_weights):
+            if candidate.is_file():
+                return candidate
+        checkpoints = list_checkpoints(self.checkpoints)
+        if not checkpoints:
+            raise FileNotFoundError(f"run directory: no weights in {str(self.root)!r}")
+        return checkpoints[-1]
 
     def check_writable(self) -> None:
         """Creates the directory and proves a file can be written there."""
