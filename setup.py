@@ -23,7 +23,7 @@ setup(
         "matplotlib>=3.9",
         "tensorboard>=2.20",
     ],
-    extras_require={"test": ["pytest>=8.0"]},
+    extras_require={"test": ["pytest>=8.0", "ruff>=0.6"]},
     entry_points={
         "console_scripts": [
             "kt-train=trainers.train:main",

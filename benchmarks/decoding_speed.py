@@ -105,10 +105,9 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
     embeddings = model.source_embedding.embeddings
     embeddings.assign(tf.tensor_scatter_nd_update(embeddings, [[EOS_ID]],
                                                   tf.zeros([1, embeddings.shape[1]])))
-    settings = SearchSettings(args.beam_size, length_penalty=0.6,
-                              max_decode_extra=args.extra_length)
+    search = SearchSettings(args.beam_size, length_penalty=0.6, max_decode_extra=args.extra_length)
     path = export_translator(model, tokenizer, "bench", os.path.join(workdir, "saved_models"),
-                             settings)
+                             search)
     loaded = tf.saved_model.load(path)
     translate_ids = loaded.signatures["translate_ids"]
     check = translate_ids(source_ids=tf.constant(ids[:2]))["ids"].numpy()

@@ -75,7 +75,7 @@ def test_token_layout_packs_real_tokens_in_row_major_order_and_unpacks_with_zero
 
 
 def test_token_layout_moves_have_exact_gradients():
-    """pack's and unpack's gradients are those of autodiff (a scatter / gather); expand_heads's
+    """Pack's and unpack's gradients are those of autodiff (a scatter / gather); expand_heads's
     padding rows are constants, so its gradient is a scatter of the real rows; pack_heads's
     is a scatter too (zeros at padding), not expand_heads."""
     ids = np.array([[5, 6, 0, 0], [7, 0, 0, 0], [8, 9, 4, 0]], "int32")

@@ -59,7 +59,7 @@ def test_metrics_ignore_padding():
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])
 def test_gradient_is_softmax_minus_smoothed_targets(eps):
-    """d loss / d logits = (softmax(z) - q) / tokens on real tokens, 0 on padding."""
+    """D loss / d logits = (softmax(z) - q) / tokens on real tokens, 0 on padding."""
     import tensorflow as tf
 
     logits = tf.constant(LOGITS)
@@ -78,7 +78,7 @@ def test_gradient_is_softmax_minus_smoothed_targets(eps):
 
 
 def test_log_normalizer_is_stable_for_extreme_logits():
-    """logsumexp from the softmax at the argmax: exact where a naive exp would overflow or a
+    """Logsumexp from the softmax at the argmax: exact where a naive exp would overflow or a
     tiny softmax underflow (masked -1e9 logits, spreads of thousands)."""
     import tensorflow as tf
 

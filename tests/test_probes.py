@@ -76,3 +76,18 @@ def test_a_dtype_without_kernels_is_skipped():
 
     result = probes.choose_precision(measure=measure)
     assert result.choice == "float32" and result.figures == {"float32": 100.0}
+
+
+def test_auto_resolves_eagerly_when_first_needed_while_tracing(monkeypatch):
+    """The first kernel call of a program may come while a function is traced: the probe then
+    still measures eagerly."""
+    import tensorflow as tf
+
+    def measure(name, *sizes):
+        assert tf.executing_eagerly()
+        return {"fast": 2.0, "reference": 1.0}[name]
+
+    monkeypatch.setattr(probes, "_training_steps_per_second", measure)
+    monkeypatch.setenv("KT_KERNELS", "auto")
+    monkeypatch.setattr(kernels.selection, "_active", None)
+    assert tf.function(lambda: tf.constant(kernels.active() == "fast"))().numpy()

@@ -32,7 +32,7 @@ def local_data_args(directory: Path) -> list[str]:
 
 
 def summaries(log_dir: Path) -> dict[str, list]:
-    """tag -> [(step, TensorProto)] of every event file under `log_dir`."""
+    """Tag -> [(step, TensorProto)] of every event file under `log_dir`."""
     found: dict[str, list] = {}
     for path in log_dir.rglob("events.out.tfevents.*"):
         for event in tf.compat.v1.train.summary_iterator(str(path)):

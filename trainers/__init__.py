@@ -1,0 +1,2 @@
+"""The command lines (kt-train, kt-evaluate, kt-average-checkpoints, kt-export, ...): thin
+layers over the library."""

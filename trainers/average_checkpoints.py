@@ -19,6 +19,7 @@ from keras_transformer.training.run_dir import RunDir
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
     parser = argparse.ArgumentParser(prog="kt-average-checkpoints",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", help="the directory kt-train wrote")
@@ -34,6 +35,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs the command line; returns its exit status (2 on a user error)."""
     args = parse_args(argv)
     run = RunDir(args.run_dir)
     try:

@@ -32,6 +32,7 @@ from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
     parser = argparse.ArgumentParser(prog="kt-evaluate", description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", help="the directory kt-train wrote")
     parser.add_argument("--task", choices=("translation", "parsing"), default="translation",
@@ -94,6 +95,7 @@ def test_set(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
 
 
 def output_name(path: str) -> str:
+    """The file name of `path` without a `.gz` suffix."""
     return Path(path).name.removesuffix(".gz")
 
 
@@ -111,6 +113,7 @@ def trees_path(args: argparse.Namespace, hypotheses_path: str) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs the command line; returns its exit status (2 on a user error)."""
     args = parse_args(argv)
     try:
         sources, references, name = test_set(args)

@@ -26,6 +26,7 @@ from trainers.common import add_search_arguments, run_model, search_settings
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
     parser = argparse.ArgumentParser(prog="kt-export", description=__doc__.split("\n")[0])
     parser.add_argument("model", help="a .keras file, or a checkpoint directory")
     parser.add_argument("vocabulary", help="directory with the tokenizer's spm.model")
@@ -64,6 +65,7 @@ def _checked(model: keras.Model, path: str) -> Transformer:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs the command line; returns its exit status (2 on a user error)."""
     args = parse_args(argv)
     try:
         tokenizer = SubwordTokenizer.load(args.vocabulary)

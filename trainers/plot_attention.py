@@ -20,6 +20,7 @@ from keras_transformer.visualization import attention_figure, attention_maps, fi
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
     parser = argparse.ArgumentParser(prog="kt-plot-attention", description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", help="the directory kt-train wrote")
     parser.add_argument("source", help="source sentence")
@@ -33,6 +34,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs the command line; returns its exit status (2 on a user error)."""
     args = parse_args(argv)
     try:
         model, tokenizer = load_run_model(args.run_dir, args.weights)

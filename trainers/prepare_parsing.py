@@ -19,6 +19,7 @@ from keras_transformer.parsing.linearize import LEAVES
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
     parser = argparse.ArgumentParser(prog="prepare_parsing", description=__doc__.split("\n")[0])
     parser.add_argument("--treebank", help="folder of wsj_*.mrg files (default: the shared "
                                            "data's treebank/, $KT_SHARED_DATA or ../shared/data)")
@@ -30,6 +31,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs the command line; returns its exit status (2 on a user error)."""
     args = parse_args(argv)
     treebank = args.treebank or treebank_dir()
     try:

@@ -54,6 +54,7 @@ DEFAULT_STEPS = 1000
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line's argument parser."""
     parser = argparse.ArgumentParser(prog="kt-train", description=__doc__.split("\n")[0])
     add_config_arguments(parser, default_preset="tiny")
     parser.add_argument("--task", choices=("translation", "parsing"), default="translation",
@@ -189,7 +190,7 @@ def run_options(args: argparse.Namespace) -> dict:
 
 
 def load_corpora(args: argparse.Namespace, run: RunDir) -> dict[str, tuple[list[str], list[str]]]:
-    """split -> (sources, targets) for the splits the options name (test is optional)."""
+    """Split -> (sources, targets) for the splits the options name (test is optional)."""
     if args.tfds:
         names = dict(zip(("train", "dev", "test"), args.tfds_splits.split(",")))
         return {split: load_tfds(args.tfds, name, args.source_lang, args.target_lang,
@@ -360,6 +361,7 @@ class TrainingError(RuntimeError):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs the command line; returns its exit status (2 on a user error)."""
     args = parse_args(argv)
     try:
         RunDir(args.output_dir).check_writable()

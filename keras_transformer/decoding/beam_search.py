@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from keras_transformer.decoding.constraints import allowed_log_probs, prepare_search
 from keras_transformer.decoding.length_penalty import length_divisor
-from keras_transformer.decoding.loop_shapes import keep_shapes
+from keras_transformer.decoding.loop import search_loop
 from keras_transformer.decoding.result import DecodeResult, make_result
 from keras_transformer.decoding.steps import make_steps
 from keras_transformer.model import Transformer
@@ -44,10 +44,8 @@ def search_beams(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
     finished = (sequences, tf.fill([batch, beam_size], NEG_INF),
                 tf.zeros([batch, beam_size], tf.int32))
 
-    def body(*loop_vars):
-        return keep_shapes(advance(*loop_vars), loop_vars)
-
-    def advance(step, sequences, alive_log_probs, finished, done, state):
+    def advance(step, carried, done):
+        sequences, alive_log_probs, finished, state = carried
         logits, state = steps(sequences, step, state)
         totals = alive_log_probs[:, :, None] + allowed_log_probs(logits)
         vocab = tf.shape(totals)[2]
@@ -66,15 +64,11 @@ def search_beams(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
         best_alive = tf.reduce_max(alive_log_probs, axis=1)
         hopeless = best_alive / best_limit_penalty < tf.reduce_min(finished[1], axis=1)
         done = done | hopeless | tf.equal(best_alive, NEG_INF)
-        return step + 1, sequences, alive_log_probs, finished, done, steps.reorder(state, origin)
+        return (sequences, alive_log_probs, finished, steps.reorder(state, origin)), done
 
-    def not_done(step, sequences, alive_log_probs, finished, done, state):
-        return tf.logical_and(step < buffer_length, tf.logical_not(tf.reduce_all(done)))
-
-    loop_vars = (tf.constant(0), sequences, alive_log_probs, finished,
-                 tf.zeros([batch], tf.bool), steps.initial_state)
-    _, _, _, (sequences, scores, lengths), _, _ = tf.while_loop(
-        not_done, body, loop_vars, maximum_iterations=buffer_length)
+    carried = (sequences, alive_log_probs, finished, steps.initial_state)
+    _, _, (sequences, scores, lengths), _ = search_loop(
+        advance, carried, tf.zeros([batch], tf.bool), buffer_length)
     return make_result(sequences, scores, lengths)
 
 

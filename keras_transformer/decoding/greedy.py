@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from keras_transformer.decoding.constraints import allowed_log_probs, prepare_search
 from keras_transformer.decoding.length_penalty import length_divisor
-from keras_transformer.decoding.loop_shapes import keep_shapes
+from keras_transformer.decoding.loop import search_loop
 from keras_transformer.decoding.result import DecodeResult, make_result
 from keras_transformer.decoding.steps import make_steps
 from keras_transformer.model import Transformer
@@ -25,10 +25,8 @@ def search_greedy(model: Transformer, source_ids: tf.Tensor, length_penalty: flo
     sequences = tf.concat([tf.fill([batch, 1, 1], BOS_ID),
                            tf.fill([batch, 1, buffer_length], PAD_ID)], axis=2)
 
-    def body(*loop_vars):
-        return keep_shapes(advance(*loop_vars), loop_vars)
-
-    def advance(step, sequences, log_prob_sums, lengths, done, state):
+    def advance(step, carried, done):
+        sequences, log_prob_sums, lengths, state = carried
         logits, state = steps(sequences, step, state)
         log_probs = allowed_log_probs(logits)[:, 0]
         tokens = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
@@ -38,15 +36,11 @@ def search_greedy(model: Transformer, source_ids: tf.Tensor, length_penalty: flo
         log_prob_sums = tf.where(done, log_prob_sums, log_prob_sums + token_log_probs)
         lengths = tf.where(done, lengths, step + 1)
         done = done | tf.equal(tokens, eos_id) | (step + 1 >= limits)
-        return step + 1, sequences, log_prob_sums, lengths, done, state
+        return (sequences, log_prob_sums, lengths, state), done
 
-    def not_done(step, sequences, log_prob_sums, lengths, done, state):
-        return tf.logical_and(step < buffer_length, tf.logical_not(tf.reduce_all(done)))
-
-    loop_vars = (tf.constant(0), sequences, tf.zeros([batch]), tf.zeros([batch], tf.int32),
-                 tf.zeros([batch], tf.bool), steps.initial_state)
-    _, sequences, log_prob_sums, lengths, _, _ = tf.while_loop(
-        not_done, body, loop_vars, maximum_iterations=buffer_length)
+    carried = (sequences, tf.zeros([batch]), tf.zeros([batch], tf.int32), steps.initial_state)
+    sequences, log_prob_sums, lengths, _ = search_loop(advance, carried,
+                                                       tf.zeros([batch], tf.bool), buffer_length)
     scores = log_prob_sums / length_divisor(lengths, settings.length_penalty)
     return make_result(sequences, scores[:, None], lengths[:, None])
 

@@ -7,9 +7,12 @@ building and running a model. `KT_KERNELS` (fast, reference or auto) gives the d
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 from collections.abc import Iterator
+
+import tensorflow as tf
 
 FAST = "fast"
 REFERENCE = "reference"
@@ -29,10 +32,16 @@ def validate(name: str, source: str = "kernels") -> str:
 
 def active() -> str:
     """The kernel set in force: the last `set_kernels`, else `KT_KERNELS` (default auto),
-    resolving auto by the probe at its default sizes on first use."""
-    global _active
+    resolving auto by the probe at its default sizes on first use. When that first use comes
+    while a function is traced, the probe runs in a thread of its own, which executes eagerly
+    (`tf.init_scope` would pause the gradient tapes the probe needs)."""
     if _active is None:
-        set_kernels(validate(os.environ.get(ENVIRONMENT_VARIABLE, "auto"), ENVIRONMENT_VARIABLE))
+        name = validate(os.environ.get(ENVIRONMENT_VARIABLE, "auto"), ENVIRONMENT_VARIABLE)
+        if tf.executing_eagerly():
+            set_kernels(name)
+        else:
+            with concurrent.futures.ThreadPoolExecutor(1) as executor:
+                executor.submit(set_kernels, name).result()
     return _active
 
 

@@ -8,6 +8,10 @@ from keras_transformer.layers.block import TransformerBlock
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class DecoderLayer(TransformerBlock):
+    """Masked self-attention, encoder-decoder attention, then the position-wise feed-forward
+    network, each in a residual block (`TransformerBlock`'s settings); `step` runs one position
+    with a key/value cache."""
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.cross_attention = self.attention("cross_attention")

@@ -7,6 +7,9 @@ from keras_transformer.layers.block import TransformerBlock
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class EncoderLayer(TransformerBlock):
+    """Self-attention over the source, then the position-wise feed-forward network, each in a
+    residual block (`TransformerBlock`'s settings)."""
+
     def build(self, input_shape) -> None:
         for layer in (self.self_attention, self.feed_forward, self.self_residual,
                       self.feed_forward_residual):

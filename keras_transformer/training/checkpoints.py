@@ -17,6 +17,7 @@ _CHECKPOINT = re.compile(r"^ckpt-(\d+)\.weights\.h5$")
 
 
 def checkpoint_path(directory: str | os.PathLike, step: int) -> Path:
+    """Where the checkpoint of `step` goes in `directory` (step-sortable names)."""
     return Path(directory) / f"ckpt-{step:08d}.weights.h5"
 
 
