@@ -79,10 +79,12 @@ def training_rate(
     batches: list[tuple], vocab_size: int, steps: int, warmup: int
 ) -> tuple[float, float, float]:
     """(sentences/s, tokens/s, s/step) of `small` model training steps on ``batches``."""
-    config = keras_transformer.TransformerConfig.preset("small", vocab_size=vocab_size)
-    model = keras_transformer.Transformer(config)
-    model.compile(optimizer=keras_transformer.make_optimizer(config),
-                  loss=keras_transformer.LabelSmoothedCrossEntropy(config.label_smoothing))
+    recipe = keras_transformer.Recipe.preset("small", vocab_size=vocab_size)
+    model = keras_transformer.Transformer(recipe.architecture)
+    model.compile(optimizer=keras_transformer.make_optimizer(recipe.architecture.d_model,
+                                                             recipe.training),
+                  loss=keras_transformer.LabelSmoothedCrossEntropy(
+                      recipe.training.label_smoothing))
     total = warmup + steps
     schedule = [batches[i % len(batches)] for i in range(total)]
     dataset = tf.data.Dataset.from_generator(

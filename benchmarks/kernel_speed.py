@@ -9,7 +9,7 @@ backward; a decoding step's cache write; an optimizer update), at the config's s
 `--tokens` tokens, fast and reference alternated, best of `--repeats`; the token layout through
 a whole encoder layer (its moves cost more than the padded layout's transposes; what they buy is
 the position-wise work skipped on padding), with the other kernels fast. Whole steps: each
-(tree, kernel set) in its own subprocess: `trainers.train.compiled_model(config)` trained with
+(tree, kernel set) in its own subprocess: `trainers.train.compiled_model(recipe)` trained with
 `train_on_batch` (forward, loss, backward, Adam, metrics) on the same synthetic batches of
 32-token rows with a quarter of the positions padding, `--steps` timed steps after one warm-up
 step; target tokens/s of the best step. A `--before-tree` worker runs that checkout's code
@@ -87,9 +87,11 @@ def whole_step(settings: dict) -> dict:
     from trainers.train import compiled_model
 
     set_precision(settings["precision"])
-    config = kt.TransformerConfig.preset(settings["config"], vocab_size=settings["vocab_size"])
+    # Trees from before the recipe split build the model from the flat config.
+    settings_of = getattr(kt, "Recipe", kt.TransformerConfig).preset
     keras.utils.set_random_seed(0)
-    model, _ = compiled_model(config)
+    model, _ = compiled_model(settings_of(settings["config"], vocab_size=settings["vocab_size"]))
+    config = model.config
     rows = settings["tokens"] // LENGTH
     source, target = batch(rows, config.vocab_size, 1), batch(rows, config.vocab_size, 2)
     target_in = np.concatenate([np.full((rows, 1), kt.BOS_ID, "int32"), target[:, :-1]], 1)
@@ -163,7 +165,7 @@ def kernel_rows(settings: dict, repeats: int):
             with tf.GradientTape() as tape:
                 tape.watch(operands)
                 factors = factor_logits(*operands, True)
-                value = tf.reduce_sum(loss(labels, factors, config.label_smoothing))
+                value = tf.reduce_sum(loss(labels, factors, 0.1))  # the paper's eps_ls
             gradients = tape.gradient(value, operands)
             accuracy = statistics_of(factors.logits).predictions
             perplexity = statistics_of(factors.logits).log_normalizer

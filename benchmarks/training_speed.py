@@ -87,7 +87,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     shared = os.environ.get("KT_SHARED_DATA", "/work/shared/data")
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--configs", type=_csv(str), default=["small", "base"],
-                        help="comma-separated TransformerConfig presets (default: small,base)")
+                        help="comma-separated presets (default: small,base)")
     parser.add_argument("--batch-tokens", type=_csv(int), default=[4096, 8192],
                         help="comma-separated token budgets per side and batch")
     parser.add_argument("--precisions", type=_csv(str), default=["float32"],
@@ -173,16 +173,19 @@ def ours_worker(settings: dict) -> dict:
     sys.path.insert(0, REPO_ROOT)
     import keras_transformer  # noqa: F401  (selects the TensorFlow backend)
     import keras
-    from keras_transformer.config import TransformerConfig
+    try:
+        from keras_transformer.recipe import Recipe as Settings
+    except ImportError:  # a --before-tree from before the recipe split took the flat config
+        from keras_transformer.config import TransformerConfig as Settings
     from trainers.train import compiled_model
 
     keras.utils.set_random_seed(settings["seed"])
     keras.mixed_precision.set_global_policy(settings["precision"])
-    config = TransformerConfig.from_dict(settings["config"])
+    recipe = Settings.from_dict(settings["config"])
     if "jit_compile" in inspect.signature(compiled_model).parameters:
-        model, _ = compiled_model(config, jit_compile=settings["jit_compile"])
+        model, _ = compiled_model(recipe, jit_compile=settings["jit_compile"])
     else:  # compiled_model without the keyword: same compile, then set the flag.
-        model, _ = compiled_model(config)
+        model, _ = compiled_model(recipe)
         model.jit_compile = settings["jit_compile"]
     traces = [0]
     train_step = model.train_step
@@ -389,8 +392,8 @@ def make_batches(args, workdir: str) -> dict[int, dict]:
 
 def measure_all(args, workdir: str) -> dict:
     sys.path.insert(0, REPO_ROOT)
-    from keras_transformer.config import TransformerConfig
     from keras_transformer.flops import training_flops
+    from keras_transformer.recipe import Recipe
 
     data = make_batches(args, workdir)
     peaks: dict[str, list] = {}
@@ -406,13 +409,14 @@ def measure_all(args, workdir: str) -> dict:
     rows = []
     last_peak: tuple[str, dict] | None = None  # (dtype, peak) of the latest measurement
     for name in args.configs:
-        config = TransformerConfig.preset(name, vocab_size=args.vocab_size)
+        recipe = Recipe.preset(name, vocab_size=args.vocab_size)
+        config = recipe.architecture
         for batch_tokens, batches in data.items():
             flops = training_flops(config, *batches["lengths"])
             for precision in args.precisions:
                 settings = {"npz": batches["npz"], "warmup": batches["warmup"],
                             "precision": precision, "jit_compile": args.jit_compile,
-                            "seed": args.seed, "config": config.to_dict()}
+                            "seed": args.seed, "config": recipe.to_dict()}
                 for system in SYSTEMS:
                     if system != "ours" and not args.model_garden_python:
                         continue

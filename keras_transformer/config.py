@@ -1,11 +1,13 @@
-"""Typed model/training configuration with the paper's presets (Table 3)."""
+"""The architecture of a Transformer: what `Transformer(config)` builds and saves with it."""
 from __future__ import annotations
 
 import dataclasses
 import json
 from typing import Any, Optional
 
+from keras_transformer.presets import preset_fields
 from keras_transformer.search_settings import SearchSettings
+from keras_transformer.training_settings import TrainingSettings
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 NORM_KINDS = ("post", "pre")
@@ -13,11 +15,11 @@ NORM_KINDS = ("post", "pre")
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-    """Every hyper-parameter of a Transformer run.
+    """The architecture's hyper-parameters, with the paper's names (section 3, Table 3).
 
-    Model fields follow the paper's names (section 3, Table 3); `d_k`/`d_v` default to
-    `d_model // num_heads`. Training and decoding defaults (sections 5.3, 5.4, 6.1) live here
-    too so that one object describes a reproducible run.
+    `d_k`/`d_v` default to `d_model // num_heads`. How the model is trained
+    (`TrainingSettings`) and searched (`SearchSettings`) are separate objects; a `Recipe`
+    holds all three.
     """
 
     vocab_size: int = 37000
@@ -31,25 +33,16 @@ class TransformerConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     attention_bias: bool = False  # biases in W^Q, W^K, W^V, W^O; the paper's have none (3.2.2)
-    label_smoothing: float = 0.1
     positional: str = "sinusoidal"
     norm: str = "post"
     share_embeddings: bool = True
     tie_output: bool = True
     max_length: int = 256
     layer_norm_epsilon: float = 1e-6
-    # Training (section 5).
-    warmup_steps: int = 4000
-    learning_rate_scale: float = 1.0
-    batch_tokens: int = 25000
-    # Decoding (section 6.1): the model's default `SearchSettings`.
-    beam_size: int = 4
-    length_penalty: float = 0.6
-    max_decode_extra: int = 50
 
     def __post_init__(self) -> None:
         positive_ints = ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads",
-                         "max_length", "warmup_steps", "batch_tokens")
+                         "max_length")
         for name in positive_ints:
             _require(isinstance(getattr(self, name), int) and getattr(self, name) > 0,
                      name, "must be a positive integer")
@@ -57,10 +50,8 @@ class TransformerConfig:
             value = getattr(self, name)
             _require(value is None or (isinstance(value, int) and value > 0),
                      name, "must be a positive integer or None")
-        for name in ("dropout", "attention_dropout", "label_smoothing"):
+        for name in ("dropout", "attention_dropout"):
             _require(0.0 <= getattr(self, name) < 1.0, name, "must be in [0, 1)")
-        _require(self.learning_rate_scale > 0, "learning_rate_scale", "must be positive")
-        SearchSettings.of(self)  # validates beam_size, length_penalty, max_decode_extra
         _require(self.layer_norm_epsilon > 0, "layer_norm_epsilon", "must be positive")
         _require(self.positional in POSITIONAL_KINDS, "positional", f"must be one of {POSITIONAL_KINDS}")
         _require(self.norm in NORM_KINDS, "norm", f"must be one of {NORM_KINDS}")
@@ -89,26 +80,35 @@ class TransformerConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "TransformerConfig":
-        """A named preset (`tiny`, `small`, `base`, `big`, `parsing`, ...) with field overrides."""
-        if name not in PRESETS:
-            raise ValueError(f"preset: unknown preset {name!r}; choose from {sorted(PRESETS)}")
-        return cls.from_dict({**PRESETS[name], **overrides})
+        """The architecture of a named preset (`tiny`, `small`, `base`, `big`, `parsing`, ...)
+        with field overrides; `Recipe.preset` gives its training and search settings too."""
+        values = preset_fields(name)
+        return cls.from_dict({**{key: values[key] for key in values if key in _FIELDS},
+                              **overrides})
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TransformerConfig":
-        """Builds a config, naming any unknown field."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
+        """Builds a config, naming any unknown field (and the object a training or search
+        setting belongs to)."""
+        unknown = sorted(set(values) - _FIELDS)
         if unknown:
-            raise ValueError(f"unknown config field(s) {unknown}; known fields: {sorted(known)}")
+            elsewhere = [f"{name} is a {_SETTINGS_OWNERS[name]} field" for name in unknown
+                         if name in _SETTINGS_OWNERS]
+            raise ValueError(f"unknown config field(s) {unknown}"
+                             + (f" ({'; '.join(elsewhere)}, not an architecture field)"
+                                if elsewhere else "")
+                             + f"; known fields: {sorted(_FIELDS)}")
         return cls(**values)
 
     @classmethod
     def from_saved(cls, values: dict[str, Any]) -> "TransformerConfig":
         """A config as saved with a model or run, possibly by an earlier version: a field added
         since takes the value that rebuilds the saved model (`attention_bias`: True, as every
-        version before the field had attention biases)."""
-        return cls.from_dict({**_FIELDS_BEFORE_THEY_EXISTED, **values})
+        version before the field had attention biases), and the training and search settings
+        that earlier versions kept in the same object are left out."""
+        architecture = {key: value for key, value in values.items()
+                        if key not in _SETTINGS_OWNERS}
+        return cls.from_dict({**_FIELDS_BEFORE_THEY_EXISTED, **architecture})
 
     def replace(self, **overrides: Any) -> "TransformerConfig":
         return self.from_dict({**self.to_dict(), **overrides})
@@ -125,34 +125,15 @@ class TransformerConfig:
         return cls.from_saved(json.loads(text))
 
 
+_FIELDS = {field.name for field in dataclasses.fields(TransformerConfig)}
 # What models saved before a field existed were built with.
 _FIELDS_BEFORE_THEY_EXISTED: dict[str, Any] = {"attention_bias": True}
+# The settings that earlier versions kept in `TransformerConfig`, by the class that owns them.
+_SETTINGS_OWNERS = {field.name: owner.__name__ for owner in (TrainingSettings, SearchSettings)
+                    for field in dataclasses.fields(owner)}
 
 
 def _require(condition: bool, field: str, message: str) -> None:
     if not condition:
         raise ValueError(f"{field}: {message}")
 
-
-PRESETS: dict[str, dict[str, Any]] = {
-    # The paper's models (Table 3, rows "base" and "big").
-    "base": {},
-    "big": {"d_model": 1024, "d_ff": 4096, "num_heads": 16, "dropout": 0.3},
-    # Section 6.3: English constituency parsing (4 layers, d_model 1024, beam 21, alpha 0.3).
-    "parsing": {"num_layers": 4, "d_model": 1024, "d_ff": 4096, "num_heads": 16,
-                "max_length": 1024, "beam_size": 21, "length_penalty": 0.3,
-                "max_decode_extra": 300},
-    # CPU-sized parsing for the 3.9k-tree WSJ sample: smaller beam so CPU decoding stays cheap;
-    # peak learning rate halved (1e-3): at 2e-3 the decoder collapsed to one tree for every input.
-    "parsing-small": {"vocab_size": 4000, "num_layers": 3, "d_model": 256, "d_ff": 1024,
-                      "num_heads": 4, "dropout": 0.2, "warmup_steps": 1000,
-                      "learning_rate_scale": 0.5, "batch_tokens": 4096,
-                      "max_length": 256, "beam_size": 8, "length_penalty": 0.3,
-                      "max_decode_extra": 300},
-    # CPU-sized presets: `small` for Multi30k-sized corpora, `tiny` for tests and the demo.
-    "small": {"vocab_size": 8000, "num_layers": 3, "d_model": 256, "d_ff": 1024,
-              "num_heads": 4, "dropout": 0.2, "warmup_steps": 2000, "batch_tokens": 4096,
-              "max_length": 128},
-    "tiny": {"vocab_size": 1000, "num_layers": 2, "d_model": 64, "d_ff": 256, "num_heads": 4,
-             "dropout": 0.1, "warmup_steps": 400, "batch_tokens": 2048, "max_length": 64},
-}

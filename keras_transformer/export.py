@@ -31,7 +31,7 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
                       settings: Optional[SearchSettings] = None) -> str:
     """Saves a `Translator` as the next free version of `<base_dir>/<name>`; returns its path.
 
-    `settings` (default: `model.config`'s) are fixed in the exported graph.
+    `settings` (default: the paper's, `SearchSettings()`) are fixed in the exported graph.
     """
     if not _NAME.match(name):
         raise ValueError(f"name: {name!r} must be letters, digits, '_', '-' or '.', "

@@ -3,7 +3,7 @@ import keras
 from keras import ops
 
 from keras_transformer import kernels
-from keras_transformer.config import TransformerConfig
+from keras_transformer.training_settings import TrainingSettings
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -30,8 +30,9 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
 
 
-def make_optimizer(config: TransformerConfig) -> keras.optimizers.Adam:
-    """Adam(beta1=0.9, beta2=0.98, epsilon=1e-9) driven by `TransformerSchedule`, from the
-    kernel interface (with fast kernels, `kernels.adam.FusedAdam`)."""
-    schedule = TransformerSchedule(config.d_model, config.warmup_steps, config.learning_rate_scale)
+def make_optimizer(d_model: int, training: TrainingSettings = TrainingSettings()
+                   ) -> keras.optimizers.Adam:
+    """Adam(beta1=0.9, beta2=0.98, epsilon=1e-9) driven by `TransformerSchedule` for a model of
+    width `d_model`, from the kernel interface (with fast kernels, `kernels.adam.FusedAdam`)."""
+    schedule = TransformerSchedule(d_model, training.warmup_steps, training.learning_rate_scale)
     return kernels.adam(learning_rate=schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)

@@ -9,8 +9,8 @@ from typing import Any, Optional
 class SearchSettings:
     """Beam size, length penalty alpha (GNMT's `((5 + length) / 6)^alpha`) and how many output
     tokens may exceed the source length. The paper: beam 4, alpha 0.6, +50; parsing (6.3):
-    beam 21, alpha 0.3, +300. The same names are `TransformerConfig` fields (a model's
-    defaults) and the command lines' `--beam-size`, `--length-penalty`, `--max-decode-extra`.
+    beam 21, alpha 0.3, +300. The same names are a `Recipe`'s search fields and the command
+    lines' `--beam-size`, `--length-penalty`, `--max-decode-extra`.
     """
 
     beam_size: int = 4
@@ -29,11 +29,11 @@ class SearchSettings:
                              f"{self.max_decode_extra!r}")
 
     @classmethod
-    def of(cls, defaults: Any, beam_size: Optional[int] = None,
+    def of(cls, defaults: "SearchSettings", beam_size: Optional[int] = None,
            length_penalty: Optional[float] = None,
            max_decode_extra: Optional[int] = None) -> "SearchSettings":
-        """`defaults`' settings (a `TransformerConfig` or `SearchSettings`), each replaced by
-        the argument of the same name unless that is None."""
+        """`defaults`, each setting replaced by the argument of the same name unless that is
+        None."""
         given = {"beam_size": beam_size, "length_penalty": length_penalty,
                  "max_decode_extra": max_decode_extra}
         return cls(**{name: getattr(defaults, name) if value is None else value

@@ -85,6 +85,22 @@ def test_evaluate_and_export_take_the_same_default_weights(tmp_path):
                              ("newer checkpoint", "final")):
         if remove:
             getattr(run, f"{remove}_weights").unlink()
-        for loaded in (run_model(str(tmp_path)), load_model(str(tmp_path))):
+        for loaded in (run_model(str(tmp_path)), load_model(str(tmp_path))[0]):
             for got, want in zip(loaded.get_weights(), weights[expected]):
                 np.testing.assert_array_equal(got, want)
+
+
+def test_export_of_a_run_directory_takes_the_recipes_search_settings(tmp_path):
+    """kt-export fixes a run's own search settings (e.g. the parsing presets' beam and +300
+    output tokens) unless flags override them; a .keras file gets the paper's."""
+    from keras_transformer.training.run_dir import RunDir
+    from trainers.export import load_model
+
+    recipe = kt.Recipe(architecture=CONFIG, search=kt.SearchSettings(3, 0.3, 300))
+    run = RunDir(tmp_path / "run")
+    run.write_json("config.json", recipe.to_dict())
+    model = kt.Transformer(CONFIG)
+    save_weights_atomic(model, run.final_weights)
+    assert load_model(str(run.root))[1] == kt.SearchSettings(3, 0.3, 300)
+    model.save(tmp_path / "model.keras")
+    assert load_model(str(tmp_path / "model.keras"))[1] == kt.SearchSettings()

@@ -1,4 +1,4 @@
-"""Presets, validation and the parameter counts of Table 3."""
+"""Presets, recipes, validation and the parameter counts of Table 3."""
 import pytest
 
 import keras_transformer as kt
@@ -38,14 +38,20 @@ def test_table3_rows_b_and_c_match_counts_and_ordering():
 
 
 def test_paper_presets_hold_the_papers_values():
-    base, big = kt.TransformerConfig.preset("base"), kt.TransformerConfig.preset("big")
-    assert (base.num_layers, base.d_model, base.d_ff, base.num_heads, base.key_dim,
-            base.value_dim, base.dropout, base.label_smoothing) == (6, 512, 2048, 8, 64, 64, 0.1, 0.1)
+    base, big = kt.Recipe.preset("base"), kt.TransformerConfig.preset("big")
+    assert (base.training.average_last, kt.Recipe.preset("big").training.average_last) == (5, 20)
+    assert base.architecture == kt.TransformerConfig.preset("base") == kt.TransformerConfig()
+    model = base.architecture
+    assert (model.num_layers, model.d_model, model.d_ff, model.num_heads, model.key_dim,
+            model.value_dim, model.dropout) == (6, 512, 2048, 8, 64, 64, 0.1)
+    assert base.training == kt.TrainingSettings(label_smoothing=0.1, warmup_steps=4000,
+                                                learning_rate_scale=1.0, batch_tokens=25000,
+                                                average_last=5)
     assert (big.d_model, big.d_ff, big.num_heads, big.dropout) == (1024, 4096, 16, 0.3)
-    assert (base.beam_size, base.length_penalty, base.max_decode_extra) == (4, 0.6, 50)
-    parsing = kt.TransformerConfig.preset("parsing")
-    assert (parsing.num_layers, parsing.d_model, parsing.beam_size, parsing.length_penalty,
-            parsing.max_decode_extra) == (4, 1024, 21, 0.3, 300)
+    assert base.search == kt.SearchSettings(beam_size=4, length_penalty=0.6, max_decode_extra=50)
+    parsing = kt.Recipe.preset("parsing")
+    assert (parsing.architecture.num_layers, parsing.architecture.d_model) == (4, 1024)
+    assert parsing.search == kt.SearchSettings(21, 0.3, 300)
 
 
 @pytest.mark.parametrize("overrides", [
@@ -54,9 +60,11 @@ def test_paper_presets_hold_the_papers_values():
     {"positional": "learned"},  # (E)
 ])
 def test_table3_rows_a_d_e_are_expressible(overrides):
-    config = kt.TransformerConfig.preset("base", **overrides)
+    recipe = kt.Recipe.preset("base", **overrides)
     for field, value in overrides.items():
-        assert getattr(config, field) == value
+        part = recipe.training if field == "label_smoothing" else recipe.architecture
+        assert getattr(part, field) == value
+    assert recipe.to_dict() == {**kt.Recipe().to_dict(), **overrides}
 
 
 @pytest.mark.parametrize("overrides, field", [
@@ -66,12 +74,41 @@ def test_table3_rows_a_d_e_are_expressible(overrides):
     ({"positional": "rotary"}, "positional"),
     ({"norm": "sandwich"}, "norm"),
     ({"label_smoothing": 1.0}, "label_smoothing"),
+    ({"warmup_steps": 0}, "warmup_steps"),
+    ({"learning_rate_scale": 0.0}, "learning_rate_scale"),
+    ({"batch_tokens": 1.5}, "batch_tokens"),
+    ({"average_last": -1}, "average_last"),
+    ({"beam_size": 0}, "beam_size"),
     ({"d_k": 0}, "d_k"),
     ({"target_vocab_size": 500}, "target_vocab_size"),
 ])
-def test_invalid_configs_name_the_field(overrides, field):
+def test_invalid_recipes_name_the_field(overrides, field):
     with pytest.raises(ValueError, match=field):
-        kt.TransformerConfig.preset("base", **overrides)
+        kt.Recipe.preset("base", **overrides)
+
+
+def test_each_setting_has_one_home():
+    """A training or search setting given to the architecture is named with its owner."""
+    with pytest.raises(ValueError, match="warmup_steps is a TrainingSettings field"):
+        kt.TransformerConfig.preset("base", warmup_steps=100)
+    with pytest.raises(ValueError, match="beam_size is a SearchSettings field"):
+        kt.TransformerConfig.from_dict({"beam_size": 3})
+    fields = [list(part.__dataclass_fields__) for part in
+              (kt.TransformerConfig, kt.TrainingSettings, kt.SearchSettings)]
+    assert sum(map(len, fields)) == len(set().union(*fields)) == len(kt.Recipe().to_dict())
+
+
+def test_recipe_round_trips_and_splits_run_configs_of_earlier_versions():
+    recipe = kt.Recipe.preset("parsing-small", warmup_steps=123, beam_size=3)
+    assert kt.Recipe.from_saved(recipe.to_dict()) == recipe
+    assert recipe.replace(d_model=128).architecture.d_model == 128
+    # A run directory's config.json of before the split: one flat object, no attention_bias.
+    earlier = recipe.to_dict()
+    del earlier["attention_bias"]
+    restored = kt.Recipe.from_saved(earlier)
+    assert restored.architecture.attention_bias is True
+    assert (restored.training, restored.search) == (recipe.training, recipe.search)
+    assert kt.TransformerConfig.from_saved(earlier) == restored.architecture
 
 
 def test_d_model_not_divisible_by_heads_is_fine_with_explicit_head_sizes():
@@ -84,6 +121,8 @@ def test_unknown_preset_and_unknown_field_are_named():
         kt.TransformerConfig.preset("huge")
     with pytest.raises(ValueError, match="d_hidden"):
         kt.TransformerConfig.preset("base", d_hidden=3)
+    with pytest.raises(ValueError, match="d_hidden"):
+        kt.Recipe.preset("base", d_hidden=3)
 
 
 def test_json_round_trip():

@@ -25,10 +25,10 @@ def reversal_data(count: int, rng: np.random.Generator):
 @pytest.fixture(scope="module")
 def trained():
     keras.utils.set_random_seed(0)  # Deterministic weights: the assertions below are exact.
-    config = kt.TransformerConfig.preset("tiny", vocab_size=20, warmup_steps=100)
-    model = kt.Transformer(config)
-    model.compile(optimizer=kt.make_optimizer(config),
-                  loss=kt.LabelSmoothedCrossEntropy(config.label_smoothing))
+    recipe = kt.Recipe.preset("tiny", vocab_size=20, warmup_steps=100)
+    model = kt.Transformer(recipe.architecture)
+    model.compile(optimizer=kt.make_optimizer(recipe.architecture.d_model, recipe.training),
+                  loss=kt.LabelSmoothedCrossEntropy(recipe.training.label_smoothing))
     source, target_in, target_out = reversal_data(4096, np.random.default_rng(0))
     model.fit((source, target_in), target_out, batch_size=64, epochs=6, verbose=0)
     return model

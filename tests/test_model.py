@@ -182,7 +182,7 @@ def test_fit_rejects_labels_at_padded_target_inputs():
     silently meaningless logit."""
     from trainers.train import compiled_model
 
-    model, _ = compiled_model(kt.TransformerConfig.preset("tiny", vocab_size=60))
+    model, _ = compiled_model(kt.Recipe.preset("tiny", vocab_size=60))
     source, target_in, target_out = random_ids((2, 6)), random_ids((2, 5)), random_ids((2, 5))
     target_in[1, 3:] = kt.PAD_ID
     with pytest.raises(tf.errors.InvalidArgumentError, match="target input is padding"):
@@ -195,11 +195,11 @@ def test_fit_and_evaluate_score_only_real_target_tokens(jit_compile):
     loss they report equals the loss of the full `[batch, len, vocab]` logits, padding masked."""
     from trainers.train import compiled_model
 
-    model, _ = compiled_model(kt.TransformerConfig.preset("tiny", vocab_size=60, dropout=0.0),
+    model, _ = compiled_model(kt.Recipe.preset("tiny", vocab_size=60, dropout=0.0),
                               jit_compile=jit_compile)
     source, target_in, target_out = random_ids((4, 6)), random_ids((4, 5)), random_ids((4, 5))
     target_in[1:, 3:] = target_out[1:, 3:] = kt.PAD_ID
-    expected = kt.LabelSmoothedCrossEntropy(model.config.label_smoothing)(
+    expected = kt.LabelSmoothedCrossEntropy(kt.TrainingSettings().label_smoothing)(
         target_out, model((source, target_in)))
     logs = model.evaluate((source, target_in), target_out, verbose=0, return_dict=True)
     assert logs["loss"] == pytest.approx(float(expected), rel=1e-5)
@@ -215,8 +215,8 @@ def test_training_differentiates_the_loss_through_the_logit_factors(variant):
     from keras_transformer.kernels import kernels_scope
     from trainers.train import compiled_model
 
-    model, _ = compiled_model(kt.TransformerConfig.preset("tiny", vocab_size=60, dropout=0.0,
-                                                          **VARIANTS[variant]))
+    model, _ = compiled_model(kt.Recipe.preset("tiny", vocab_size=60, dropout=0.0,
+                                               **VARIANTS[variant]))
     source, target_in, target_out = random_ids((3, 6)), random_ids((3, 5)), random_ids((3, 5))
     target_in[1:, 3:] = target_out[1:, 3:] = kt.PAD_ID
     data = (tf.constant(source), tf.constant(target_in)), tf.constant(target_out)

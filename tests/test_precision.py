@@ -60,9 +60,9 @@ def test_float32_copy_has_the_weights_and_close_logits(precision, variant):
 @pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"], indirect=True)
 def test_compiled_model_trains(precision):
     keras.utils.set_random_seed(1)
-    config = kt.TransformerConfig.preset("tiny", vocab_size=20, dropout=0.0, label_smoothing=0.0,
-                                         warmup_steps=50, learning_rate_scale=0.5)
-    model, _ = compiled_model(config)
+    recipe = kt.Recipe.preset("tiny", vocab_size=20, dropout=0.0, label_smoothing=0.0,
+                              warmup_steps=50, learning_rate_scale=0.5)
+    model, _ = compiled_model(recipe)
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer) == (
         precision == "mixed_float16")
     source = padded([s + [kt.EOS_ID] for s, _ in PAIRS], 6)

@@ -8,14 +8,13 @@ from trainers.train import compiled_model
 
 @pytest.mark.slow
 def test_train_step_traces_stay_bounded_over_many_bucket_shapes(demo_train, demo_tokenizer):
-    config = kt.TransformerConfig.preset("tiny", vocab_size=demo_tokenizer.vocab_size,
-                                         batch_tokens=512)
+    recipe = kt.Recipe.preset("tiny", vocab_size=demo_tokenizer.vocab_size, batch_tokens=512)
     sources, targets = (side[:3000] for side in demo_train)
-    batches = make_training_dataset(sources, targets, demo_tokenizer, config.batch_tokens,
-                                    config.max_length, seed=0)
+    batches = make_training_dataset(sources, targets, demo_tokenizer, recipe.training.batch_tokens,
+                                    recipe.architecture.max_length, seed=0)
     shapes = {tuple(source.shape) for (source, _), _ in batches}
     assert len(shapes) >= 5, shapes  # Otherwise the test proves nothing.
-    model, _ = compiled_model(config)
+    model, _ = compiled_model(recipe)
     traces = []
     train_step = model.train_step
     model.train_step = lambda data: traces.append(1) or train_step(data)

@@ -31,7 +31,7 @@ def test_schedule_serializes():
 
 
 def test_optimizer_uses_paper_adam_settings():
-    optimizer = kt.make_optimizer(kt.TransformerConfig.preset("tiny"))
+    optimizer = kt.make_optimizer(64, kt.Recipe.preset("tiny").training)
     assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
     assert isinstance(optimizer._learning_rate, kt.TransformerSchedule)
 

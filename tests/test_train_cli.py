@@ -23,7 +23,7 @@ def parse_error(capsys, parse, argv):
     (["--train-src", "a.en"], "--train-src and --train-tgt"),
     (["--train-src", "a", "--train-tgt", "b"], "at least train and dev"),
     (["--steps", "0"], "--steps: must be positive"),
-    (["--set", "d_modle=8"], "unknown config field(s) ['d_modle']"),
+    (["--set", "d_modle=8"], "unknown field(s) ['d_modle']"),
     (["--set", "dropout"], "--set: expected KEY=VALUE"),
     (["--set", "dropout=1.5"], "dropout: must be in [0, 1)"),
     (["--set", "dropout=high"], "--set 'dropout=high': dropout must be a float, got 'high'"),
@@ -43,9 +43,11 @@ def test_config_layers_preset_file_and_set(tmp_path):
     config_file = tmp_path / "overrides.json"
     config_file.write_text(json.dumps({"d_model": 32, "dropout": 0.3}))
     args = train.parse_args(["--preset", "small", "--config", str(config_file),
-                             "--set", "dropout=0.2", "--set", "share_embeddings=false"])
-    assert args.model_config == kt.TransformerConfig.preset(
-        "small", d_model=32, dropout=0.2, share_embeddings=False)
+                             "--set", "dropout=0.2", "--set", "share_embeddings=false",
+                             "--set", "warmup_steps=100", "--set", "length_penalty=1"])
+    assert args.recipe == kt.Recipe.preset(
+        "small", d_model=32, dropout=0.2, share_embeddings=False, warmup_steps=100,
+        length_penalty=1.0)
 
 
 def test_config_file_errors_name_the_file(capsys, tmp_path):
@@ -72,14 +74,14 @@ def test_unwritable_output_dir_fails_before_training(capsys, tmp_path):
 
 def test_run_dir_refuses_a_different_config(tmp_path):
     run = RunDir(tmp_path / "run")
-    config = kt.TransformerConfig.preset("tiny")
+    config = kt.Recipe.preset("tiny")
     assert run.claim(config, {"seed": 0}) is False
     assert run.claim(config, {"seed": 0}) is True
     with pytest.raises(ValueError, match=r"config.json \(d_model: 64 -> 32\)"):
         run.claim(config.replace(d_model=32), {"seed": 0})
     with pytest.raises(ValueError, match=r"run.json \(seed: 0 -> 1\)"):
         run.claim(config, {"seed": 1})
-    assert RunDir(tmp_path / "run").load_config() == config
+    assert RunDir(tmp_path / "run").load_recipe() == config
     # A field an older version did not record is no difference; once recorded, it must match.
     assert run.claim(config, {"seed": 0, "precision": "float32"}) is True
     (tmp_path / "run" / "run.json").write_text('{"seed": 0, "precision": "float32"}')

@@ -37,14 +37,14 @@ def strip_eos(ids):
 @pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"], indirect=True)
 def test_tiny_model_overfits_through_fit(precision):
     keras.utils.set_random_seed(1)
-    config = kt.TransformerConfig.preset("tiny", vocab_size=20, dropout=0.0, label_smoothing=0.0,
-                                         warmup_steps=50, learning_rate_scale=0.5)
+    recipe = kt.Recipe.preset("tiny", vocab_size=20, dropout=0.0, label_smoothing=0.0,
+                              warmup_steps=50, learning_rate_scale=0.5)
     source = padded([s + [kt.EOS_ID] for s, _ in PAIRS], 6)
     target_in = padded([[kt.BOS_ID] + t for _, t in PAIRS], 6)
     target_out = padded([t + [kt.EOS_ID] for _, t in PAIRS], 6)
-    model = kt.Transformer(config)
-    model.compile(optimizer=kt.make_optimizer(config),
-                  loss=kt.LabelSmoothedCrossEntropy(config.label_smoothing),
+    model = kt.Transformer(recipe.architecture)
+    model.compile(optimizer=kt.make_optimizer(recipe.architecture.d_model, recipe.training),
+                  loss=kt.LabelSmoothedCrossEntropy(recipe.training.label_smoothing),
                   metrics=[kt.MaskedTokenAccuracy(), kt.Perplexity()])
     history = model.fit((source, target_in), target_out, batch_size=6, epochs=150, verbose=0)
     assert history.history["loss"][-1] < 0.05 < history.history["loss"][0]

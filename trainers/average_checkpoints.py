@@ -39,7 +39,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     run = RunDir(args.run_dir)
     try:
-        config = run.load_config()
+        config = run.load_recipe().architecture
         checkpoints = list_checkpoints(run.checkpoints)
         if len(checkpoints) < args.last:
             raise ValueError(f"--last {args.last}: only {len(checkpoints)} checkpoint(s) in "

@@ -1,31 +1,32 @@
-"""Command-line pieces shared by the trainers: the model config and the run directory."""
+"""Command-line pieces shared by the trainers: the recipe, search settings and run directory."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Optional
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
-from keras_transformer.config import PRESETS, TransformerConfig
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.model import Transformer
+from keras_transformer.presets import PRESETS
+from keras_transformer.recipe import Recipe
 from keras_transformer.search_settings import SearchSettings
 from keras_transformer.training.run_dir import RunDir
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, default_preset: str) -> None:
+def add_recipe_arguments(parser: argparse.ArgumentParser, default_preset: str) -> None:
     """`--preset`, `--config FILE.json` and repeated `--set key=value` (applied in that order)."""
     parser.add_argument("--preset", default=default_preset, choices=sorted(PRESETS),
-                        help=f"model/training preset (default: {default_preset})")
+                        help=f"named recipe: architecture, training and search settings "
+                             f"(default: {default_preset})")
     parser.add_argument("--config", metavar="FILE.json",
-                        help="JSON object of config fields overriding the preset")
+                        help="JSON object of recipe fields overriding the preset")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE", help="override one config field (repeatable)")
+                        metavar="KEY=VALUE", help="override one recipe field (repeatable)")
 
 
-def config_from_args(args: argparse.Namespace) -> TransformerConfig:
+def recipe_from_args(args: argparse.Namespace) -> Recipe:
     """The preset, then the `--config` file's fields, then each `--set`."""
     values: dict[str, Any] = {}
     if args.config:
@@ -44,7 +45,7 @@ def config_from_args(args: argparse.Namespace) -> TransformerConfig:
             raise ValueError(f"--set: expected KEY=VALUE, got {item!r}")
         values[key.strip()] = typed_value(key.strip(), parse_value(text), f"--set {item!r}")
     try:
-        return TransformerConfig.preset(args.preset, **values)
+        return Recipe.preset(args.preset, **values)
     except (TypeError, ValueError) as error:
         raise ValueError(f"config: {error}") from None
 
@@ -58,11 +59,14 @@ def parse_value(text: str) -> Any:
 
 
 def typed_value(field: str, value: Any, source: str) -> Any:
-    """`value` checked against the type of the config field's default (ints widen to float)."""
-    defaults = {f.name: f.default for f in dataclasses.fields(TransformerConfig)}
-    if field not in defaults or defaults[field] is None or value is None:
-        return value  # unknown fields are reported by TransformerConfig.from_dict
-    expected = type(defaults[field])
+    """`value` checked against the type of the recipe field's default (ints widen to float)."""
+    try:
+        default = Recipe.field_default(field)
+    except KeyError:
+        return value  # unknown fields are reported by Recipe.from_dict
+    if default is None or value is None:
+        return value
+    expected = type(default)
     if expected is float and type(value) is int:
         return float(value)
     if type(value) is not expected:
@@ -73,7 +77,7 @@ def typed_value(field: str, value: Any, source: str) -> Any:
 def run_model(run_dir: str, weights: Optional[str] = None) -> Transformer:
     """The model of a run directory with `weights` (default: `RunDir.default_weights`)."""
     run = RunDir(run_dir)
-    config = run.load_config()
+    config = run.load_recipe().architecture
     path = Path(weights) if weights else run.default_weights()
     if not path.is_file():
         raise FileNotFoundError(f"--weights: no such file {str(path)!r}")
@@ -96,23 +100,23 @@ _SEARCH_FLAGS = {"beam_size": ("--beam-size", None),
 
 def add_search_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     """`--beam-size`, `--length-penalty` and `--max-decode-extra` (`SearchSettings`), each
-    defaulting to the model config's; `what` says what they apply to."""
+    defaulting to the run's recipe's; `what` says what they apply to."""
     types = {"beam_size": int, "length_penalty": float, "max_decode_extra": int}
     helps = {"beam_size": "beam size (1 = greedy)",
              "length_penalty": "length penalty alpha",
              "max_decode_extra": "output tokens allowed beyond the source length"}
     for field, (flag, old_flag) in _SEARCH_FLAGS.items():
         parser.add_argument(flag, dest=field, type=types[field],
-                            help=f"{helps[field]} {what} (default: the config's {field})")
+                            help=f"{helps[field]} {what} (default: the recipe's {field})")
         if old_flag:
             parser.add_argument(old_flag, dest=field, type=types[field], help=argparse.SUPPRESS)
 
 
-def search_settings(args: argparse.Namespace, config: TransformerConfig) -> SearchSettings:
-    """The `SearchSettings` of `add_search_arguments`' flags over `config`'s; a bad value is a
+def search_settings(args: argparse.Namespace, defaults: SearchSettings) -> SearchSettings:
+    """The `SearchSettings` of `add_search_arguments`' flags over `defaults`; a bad value is a
     ValueError naming its flag."""
     try:
-        return SearchSettings.of(config, args.beam_size, args.length_penalty,
+        return SearchSettings.of(defaults, args.beam_size, args.length_penalty,
                                  args.max_decode_extra)
     except ValueError as error:
         field, message = str(error).split(": ", 1)

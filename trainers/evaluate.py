@@ -29,6 +29,7 @@ from keras_transformer.decoding.translator import Translator
 from keras_transformer.evaluation import (corpus_scores, tokenized_lowercase_bleu,
                                           translate_corpus, write_lines)
 from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
+from keras_transformer.training.run_dir import RunDir
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -122,7 +123,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         outputs = {"hypotheses": output}
         if args.task == "parsing":
             outputs["trees"] = trees_path(args, output)
-        translator = Translator(model, tokenizer, search_settings(args, model.config))
+        translator = Translator(model, tokenizer,
+                                search_settings(args, RunDir(args.run_dir).load_recipe().search))
         hypotheses = translate_corpus(translator, sources, args.batch_size)
         if args.task == "parsing":
             trees, scores = parse_scores(hypotheses, references)

@@ -4,9 +4,11 @@
     kt-export runs/demo runs/demo/vocab --name demo
 
 The model is a `.keras` file, or a directory holding one (the newest is used), or a run
-directory holding `config.json` (a `TransformerConfig`) and weights: `--weights`, else the same
+directory holding `config.json` (its `Recipe`) and weights: `--weights`, else the same
 default as `kt-evaluate` (the averaged weights, else the final weights, else the newest
 checkpoint). The vocabulary directory is the one `SubwordTokenizer.save` wrote (`spm.model`).
+The search settings fixed in the export are the flags', else a run directory's recipe's, else
+the paper's (beam 4, alpha 0.6, +50).
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ import keras
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.export import export_translator
 from keras_transformer.model import Transformer
+from keras_transformer.search_settings import SearchSettings
+from keras_transformer.training.run_dir import RunDir
 from trainers.common import add_search_arguments, run_model, search_settings
 
 
@@ -39,19 +43,21 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def load_model(path: str, weights: Optional[str] = None) -> Transformer:
-    """The `Transformer` saved at `path` (see the module docstring for accepted layouts)."""
+def load_model(path: str, weights: Optional[str] = None
+               ) -> tuple[Transformer, SearchSettings]:
+    """The `Transformer` saved at `path` (see the module docstring for accepted layouts) and
+    its default search settings (a run's recipe's; the paper's for a .keras file)."""
     if os.path.isfile(path):
-        return _checked(keras.saving.load_model(path), path)
+        return _checked(keras.saving.load_model(path), path), SearchSettings()
     if not os.path.isdir(path):
         raise FileNotFoundError(f"model: no such file or directory: {path!r}")
     archives = _newest(glob.glob(os.path.join(path, "*.keras")))
     if archives and not weights:
-        return _checked(keras.saving.load_model(archives), archives)
+        return _checked(keras.saving.load_model(archives), archives), SearchSettings()
     if not os.path.isfile(os.path.join(path, "config.json")):
         raise FileNotFoundError(f"model: {path!r} holds neither a .keras file nor a run's "
                                 "config.json")
-    return run_model(path, weights)
+    return run_model(path, weights), RunDir(path).load_recipe().search
 
 
 def _newest(paths: list[str]) -> Optional[str]:
@@ -69,9 +75,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     try:
         tokenizer = SubwordTokenizer.load(args.vocabulary)
-        model = load_model(args.model, args.weights)
+        model, defaults = load_model(args.model, args.weights)
         path = export_translator(model, tokenizer, args.name, args.base_dir,
-                                 search_settings(args, model.config))
+                                 search_settings(args, defaults))
     except (FileNotFoundError, ValueError) as error:
         print(f"kt-export: error: {error}", file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 from trainers.common import load_run_model
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.evaluation import translate_corpus
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.visualization import attention_figure, attention_maps, figure_png
 
 
@@ -42,7 +43,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ValueError, FileNotFoundError, OSError) as error:
         print(f"kt-plot-attention: error: {error}", file=sys.stderr)
         return 2
-    target = args.target or translate_corpus(Translator(model, tokenizer, beam_size=1),
+    target = args.target or translate_corpus(Translator(model, tokenizer, SearchSettings(beam_size=1)),
                                              [args.source])[0]
     print(f"target: {target}")
     for attention in attention_maps(model, tokenizer, args.source, target):

@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 import keras
 import tensorflow as tf
 
-from trainers.common import add_config_arguments, config_from_args
+from trainers.common import add_recipe_arguments, recipe_from_args
 from keras_transformer.config import TransformerConfig
 from keras_transformer.data import (SubwordTokenizer, load_tfds, make_training_dataset,
                                     read_parallel, write_demo_corpus)
@@ -38,6 +38,7 @@ from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity
 from keras_transformer.model import Transformer
 from keras_transformer.optimization import make_optimizer
+from keras_transformer.recipe import Recipe
 from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
 from keras_transformer.training.callbacks import (DevEvaluation, PeriodicCheckpoint,
                                                   StopAtLimit, TensorBoardScalars, global_step)
@@ -56,7 +57,7 @@ DEFAULT_STEPS = 1000
 def build_parser() -> argparse.ArgumentParser:
     """The command line's argument parser."""
     parser = argparse.ArgumentParser(prog="kt-train", description=__doc__.split("\n")[0])
-    add_config_arguments(parser, default_preset="tiny")
+    add_recipe_arguments(parser, default_preset="tiny")
     parser.add_argument("--task", choices=("translation", "parsing"), default="translation",
                         help="translation (default) or parsing: sources are sentences, targets "
                              "linearized trees (prepare_parsing's files); the final test "
@@ -120,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="steps between BackupAndRestore backups (default: 100)")
     out = parser.add_argument_group("after training")
     out.add_argument("--test-beam-size", type=int, help="beam of the final test evaluation "
-                     "(default: the config's beam_size)")
+                     "(default: the recipe's beam_size)")
     out.add_argument("--export-name", help="SavedModel name (default: the output dir's name)")
     out.add_argument("--export-dir", default="saved_models",
                      help="SavedModel root (default: saved_models)")
@@ -174,7 +175,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.steps is None and args.epochs is None and args.max_minutes is None:
         args.steps = DEFAULT_STEPS
     try:
-        args.model_config = config_from_args(args)
+        args.recipe = recipe_from_args(args)
     except ValueError as error:
         parser.error(str(error))
     return args
@@ -226,14 +227,14 @@ def step_budget(args: argparse.Namespace, train_batches: tf.data.Dataset) -> Opt
     return max(1, math.ceil(args.epochs * batches_per_epoch))
 
 
-def compiled_model(config: TransformerConfig,
+def compiled_model(recipe: Recipe,
                    jit_compile: bool = False) -> tuple[Transformer, MaskedTokenAccuracy]:
     """A Transformer compiled with the paper's optimizer, schedule and loss (in scope), under
     the global dtype policy; `jit_compile` XLA-compiles the train step."""
-    model = Transformer(config)
+    model = Transformer(recipe.architecture)
     accuracy = MaskedTokenAccuracy()
-    model.compile(optimizer=make_optimizer(config),
-                  loss=LabelSmoothedCrossEntropy(config.label_smoothing),
+    model.compile(optimizer=make_optimizer(recipe.architecture.d_model, recipe.training),
+                  loss=LabelSmoothedCrossEntropy(recipe.training.label_smoothing),
                   metrics=[accuracy, Perplexity()], jit_compile=jit_compile)
     return model, accuracy
 
@@ -244,7 +245,7 @@ def training_callbacks(args: argparse.Namespace, run: RunDir, model_parts: tuple
     writer, which records it."""
     model, accuracy, tokenizer = model_parts
     translator = Translator(model, tokenizer,
-                            SearchSettings.of(model.config, beam_size=args.eval_beam_size))
+                            SearchSettings.of(args.recipe.search, beam_size=args.eval_beam_size))
     writer = tf.summary.create_file_writer(os.fspath(run.tensorboard))
     sources, references = (side[:args.eval_sentences] for side in dev)
     pairs = list(zip(*dev))[:args.attention_sentences]
@@ -268,7 +269,7 @@ def evaluate_test(args: argparse.Namespace, run: RunDir, model: Transformer,
     """Beam-search translation of the test set: hypotheses file and sacreBLEU/chrF, or with
     `gold_trees` (--task parsing) the parsed trees file and bracket F1/precision/recall."""
     translator = Translator(model, tokenizer,
-                            SearchSettings.of(model.config, beam_size=args.test_beam_size))
+                            SearchSettings.of(args.recipe.search, beam_size=args.test_beam_size))
     hypotheses = translate_corpus(translator, test[0])
     hypotheses_path = run.root / "test.hyp"
     write_lines(os.fspath(hypotheses_path), hypotheses)
@@ -284,13 +285,14 @@ def evaluate_test(args: argparse.Namespace, run: RunDir, model: Transformer,
     return {**outputs, **{score.name: round(score.value, 2) for score in scores}}
 
 
-def hardware_choices(args: argparse.Namespace, config: TransformerConfig,
+def hardware_choices(args: argparse.Namespace, recipe: Recipe,
                      recorded: dict) -> tuple[str, str]:
     """The precision and kernel set of the run: as given; for auto, as an earlier start of the
     run recorded them, else measured here (`probes`), printed with the figures and kept in the
     run directory's `hardware.json`."""
     choices, measured = {}, {}
-    probe_tokens = min(config.batch_tokens, 2048)
+    config = recipe.architecture
+    probe_tokens = min(recipe.training.batch_tokens, 2048)
     probes = {
         "precision": lambda: choose_precision(config.d_model, config.d_ff, probe_tokens),
         "kernels": lambda: choose_kernels(config.d_model, config.d_ff, config.num_heads,
@@ -315,11 +317,12 @@ def hardware_choices(args: argparse.Namespace, config: TransformerConfig,
 
 def train(args: argparse.Namespace) -> dict:
     """Runs the whole job; returns a summary (paths, steps, scores)."""
-    config, run = args.model_config, RunDir(args.output_dir)
+    recipe, run = args.recipe, RunDir(args.output_dir)
+    config = recipe.architecture
     strategy = make_strategy(args.cpu_replicas)
-    precision, kernel_set = hardware_choices(args, config, run.recorded_options())
+    precision, kernel_set = hardware_choices(args, recipe, run.recorded_options())
     kernels.set_kernels(kernel_set)
-    resumed = run.claim(config, {**run_options(args), "precision": precision,
+    resumed = run.claim(recipe, {**run_options(args), "precision": precision,
                                  "kernels": kernel_set})
     keras.utils.set_random_seed(args.seed)
     corpora = load_corpora(args, run)
@@ -328,11 +331,11 @@ def train(args: argparse.Namespace) -> dict:
     tokenizer = load_or_train_tokenizer(run, config, corpora["train"], args.vocab_sentences,
                                         args.seed)
     replicas = strategy.num_replicas_in_sync
-    batches = make_training_dataset(*corpora["train"], tokenizer, config.batch_tokens,
+    batches = make_training_dataset(*corpora["train"], tokenizer, recipe.training.batch_tokens,
                                     config.max_length, args.seed, batch_multiple=replicas)
     max_steps = step_budget(args, batches)
     with strategy.scope(), precision_scope(precision):
-        model, accuracy = compiled_model(config, args.jit_compile)
+        model, accuracy = compiled_model(recipe, args.jit_compile)
     callbacks = training_callbacks(args, run, (model, accuracy, tokenizer), corpora["dev"],
                                    max_steps)
     epochs = math.ceil(max_steps / args.eval_every) if max_steps else 1_000_000
@@ -352,7 +355,8 @@ def train(args: argparse.Namespace) -> dict:
                                         gold_trees)
     if not args.no_export:
         name = args.export_name or run.root.resolve().name
-        summary["export"] = export_translator(model, tokenizer, name, args.export_dir)
+        summary["export"] = export_translator(model, tokenizer, name, args.export_dir,
+                                              recipe.search)
     return summary
 
 

@@ -21,7 +21,7 @@ from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 class Translator(tf.Module):
     """Translates with fixed `SearchSettings` (beam size 1 runs the greedy fast path).
 
-    `settings` default to `model.config`'s (`SearchSettings.of(model.config)`).
+    `settings` default to the paper's (`SearchSettings()`: beam 4, alpha 0.6, +50).
     Inputs are truncated to `model.config.max_length - 1` subword ids (plus EOS); invalid UTF-8
     is decoded with U+FFFD replacements; out-of-vocabulary ids become UNK; PAD/BOS/EOS ids in a
     source are dropped; an empty source gets an empty translation with score 0.
@@ -33,7 +33,7 @@ class Translator(tf.Module):
         config = model.config
         self.model = model
         self.tokenizer = tokenizer
-        self.settings = SearchSettings.of(config) if settings is None else settings
+        self.settings = SearchSettings() if settings is None else settings
         if tokenizer.vocab_size != config.vocab_size:
             raise ValueError(f"tokenizer: vocabulary of {tokenizer.vocab_size} ids, but the "
                              f"model expects vocab_size={config.vocab_size}")

@@ -1,4 +1,4 @@
-"""A run directory: `config.json`, `vocab/`, `checkpoints/`, `backup/`, `tensorboard/`.
+"""A run directory: `config.json` (the `Recipe`), `vocab/`, `checkpoints/`, `backup/`, `tensorboard/`.
 
 A directory belongs to one configuration: restarting it with another one is refused rather
 than mixing two runs' weights, optimizer state and logs.
@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from keras_transformer.config import TransformerConfig
+from keras_transformer.recipe import Recipe
 from keras_transformer.training.checkpoints import list_checkpoints
 
 CONFIG_FILE = "config.json"
@@ -78,14 +78,14 @@ class RunDir:
             raise ValueError(f"--output-dir: cannot write to {str(self.root)!r}: "
                              f"{error.strerror or error}") from None
 
-    def claim(self, config: TransformerConfig, run_options: dict[str, Any]) -> bool:
+    def claim(self, recipe: Recipe, run_options: dict[str, Any]) -> bool:
         """Writes `config.json` and `run.json`, or checks them against an earlier start.
 
         Returns True when the directory already held this run (a restart).
         Raises ValueError naming the differing fields when it held another one.
         """
         self.check_writable()
-        wanted = {CONFIG_FILE: config.to_dict(), RUN_FILE: run_options}
+        wanted = {CONFIG_FILE: recipe.to_dict(), RUN_FILE: run_options}
         existing = {name: _read_json(self.root / name) for name in wanted}
         if all(value is None for value in existing.values()):
             for name, value in wanted.items():
@@ -109,10 +109,11 @@ class RunDir:
         self.root.mkdir(parents=True, exist_ok=True)
         write_text_atomic(self.root / name, json.dumps(value, indent=2, sort_keys=True))
 
-    def load_config(self) -> TransformerConfig:
+    def load_recipe(self) -> Recipe:
+        """The run's recipe (`config.json`, as written by this or an earlier version)."""
         if not self.config_path.is_file():
             raise FileNotFoundError(f"run directory: no {CONFIG_FILE} in {str(self.root)!r}")
-        return TransformerConfig.from_json(self.config_path.read_text(encoding="utf-8"))
+        return Recipe.from_saved(_read_json(self.config_path))
 
 
 def write_text_atomic(path: Path, text: str) -> None:
