@@ -4,8 +4,10 @@ Signatures: `serving_default` (`text` -> `translation`, `score`, tokenization in
 and `translate_ids` (`source_ids` -> `ids`, `score`, `nbest_ids`, `nbest_scores`). Loading needs
 only `tensorflow` and `tensorflow_text` (`import tensorflow_text` registers its ops). The
 sentencepiece model is embedded in the graph and also shipped as the asset `spm.model` for
-clients of `translate_ids`. The graph holds a float32 copy of the model's weights (no optimizer
-state), whatever policy the model was trained under, so any CPU or GPU serves it.
+clients of `translate_ids`. The graph holds a copy of the model's weights (no optimizer state),
+whatever policy the model was trained under: float32 by default, which any CPU or GPU serves;
+`dtype="bfloat16"` stores and computes in bfloat16 (half the size; faster only where this
+hardware's bfloat16 matmuls are, `probes.choose_serving_dtype` measures it).
 """
 from __future__ import annotations
 
@@ -21,22 +23,23 @@ from keras_transformer.data.tokenizer import MODEL_FILENAME, SubwordTokenizer
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.model import Transformer
 from keras_transformer.search_settings import SearchSettings
-from keras_transformer.training.precision import float32_copy
+from keras_transformer.training.precision import serving_copy
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str,
                       base_dir: str | os.PathLike = "saved_models",
-                      settings: Optional[SearchSettings] = None) -> str:
+                      settings: Optional[SearchSettings] = None, dtype: str = "float32") -> str:
     """Saves a `Translator` as the next free version of `<base_dir>/<name>`; returns its path.
 
-    `settings` (default: the paper's, `SearchSettings()`) are fixed in the exported graph.
+    `settings` (default: the paper's, `SearchSettings()`) are fixed in the exported graph;
+    `dtype` (one of `training.precision.SERVING_DTYPES`) is what its weights are stored and computed in.
     """
     if not _NAME.match(name):
         raise ValueError(f"name: {name!r} must be letters, digits, '_', '-' or '.', "
                          "not starting with a symbol")
-    translator = Translator(float32_copy(model), tokenizer, settings)
+    translator = Translator(serving_copy(model, dtype), tokenizer, settings)
     model_dir = os.path.join(os.fspath(base_dir), name)
     os.makedirs(model_dir, exist_ok=True)
     # TF Serving skips non-integer directories, so a partial export is never served.

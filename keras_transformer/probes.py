@@ -72,6 +72,17 @@ def choose_precision(d_model: int = 512, d_ff: int = 2048, tokens: int = 2048,
                    measure is None)
 
 
+def choose_serving_dtype(d_model: int = 512, d_ff: int = 2048, rows: int = 128,
+                         measure: Optional[Callable[[str], float]] = None) -> ProbeResult:
+    """What an export should store and compute in: "bfloat16" when bfloat16 matmuls of a
+    decoding step's size (`rows` = batch x beam hypotheses) run at least
+    `REDUCED_PRECISION_MARGIN` times as fast as float32's here, else "float32" (the same
+    measurement as `choose_precision`, at decoding's sizes)."""
+    result = choose_precision(d_model, d_ff, rows, measure, dtypes=["float32", "bfloat16"])
+    dtype = {policy: dtype for dtype, policy in POLICY_OF_DTYPE.items()}[result.choice]
+    return ProbeResult(dtype, result.figures, result.unit, result.cached)
+
+
 def choose_kernels(d_model: int = 512, d_ff: int = 2048, num_heads: int = 8,
                    tokens: int = 2048, vocab_size: int = 8000,
                    measure: Optional[Callable[[str], float]] = None) -> ProbeResult:

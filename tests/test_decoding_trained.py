@@ -56,3 +56,19 @@ def test_cached_beam_equals_recomputation_on_trained_model(trained):
     recomputed = beam_search(trained, source, beam_size=4, max_decode_extra=4, use_cache=False)
     np.testing.assert_array_equal(cached.ids.numpy(), recomputed.ids.numpy())
     np.testing.assert_allclose(cached.scores.numpy(), recomputed.scores.numpy(), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_bfloat16_serving_copy_translates_like_float32(trained):
+    """A bfloat16 export's model (weights rounded once, layer norm/softmax/logits float32)
+    finds the same best hypotheses as float32 on the learned task, with close scores."""
+    from keras_transformer.training.precision import serving_copy
+
+    source, _, _ = reversal_data(64, np.random.default_rng(3))
+    exact = beam_search(serving_copy(trained, "float32"), source, beam_size=4, max_decode_extra=4)
+    rounded = beam_search(serving_copy(trained, "bfloat16"), source, beam_size=4,
+                          max_decode_extra=4)
+    agree = np.all(exact.ids[:, 0].numpy() == rounded.ids[:, 0].numpy(), axis=1)
+    assert agree.mean() >= 0.95
+    np.testing.assert_allclose(rounded.scores[:, 0].numpy()[agree],
+                               exact.scores[:, 0].numpy()[agree], atol=0.05)

@@ -6,7 +6,7 @@ import pytest
 
 import keras_transformer as kt
 import keras
-from keras_transformer.training.precision import (POLICIES, float32_copy, precision_scope,
+from keras_transformer.training.precision import (POLICIES, precision_scope, serving_copy,
                                                   resolve_precision)
 from trainers.train import compiled_model
 from test_model import VARIANTS, assert_equal_to_rounding, random_ids, tiny_model
@@ -47,9 +47,9 @@ def test_variables_stay_float32_and_logits_are_float32(precision):
 
 @BFLOAT16
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_float32_copy_has_the_weights_and_close_logits(precision, variant):
+def test_float32_serving_copy_has_the_weights_and_close_logits(precision, variant):
     model = tiny_model(**VARIANTS[variant])
-    copy = float32_copy(model)
+    copy = serving_copy(model)
     assert copy.compute_dtype == "float32" and keras.config.dtype_policy().name == precision
     for ours, theirs in zip(model.get_weights(), copy.get_weights(), strict=True):
         np.testing.assert_array_equal(ours, theirs)

@@ -91,3 +91,14 @@ def test_auto_resolves_eagerly_when_first_needed_while_tracing(monkeypatch):
     monkeypatch.setenv("KT_KERNELS", "auto")
     monkeypatch.setattr(kernels.selection, "_active", None)
     assert tf.function(lambda: tf.constant(kernels.active() == "fast"))().numpy()
+
+
+@pytest.mark.parametrize("figures, expected", [
+    ({"float32": 300.0, "bfloat16": 160.0}, "float32"),
+    ({"float32": 150.0, "bfloat16": 390.0}, "bfloat16"),
+    ({"float32": 200.0, "bfloat16": 230.0}, "float32"),
+])
+def test_serving_dtype_follows_the_measured_matmul_speed(figures, expected):
+    """Never float16, even where it would measure fastest (e.g. on a GPU)."""
+    result = probes.choose_serving_dtype(measure=lambda dtype: {**figures, "float16": 1e4}[dtype])
+    assert (result.choice, result.figures) == (expected, figures)

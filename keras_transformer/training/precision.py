@@ -1,4 +1,4 @@
-"""Mixed precision: choosing the Keras dtype policy, and float32 copies for export.
+"""Mixed precision: choosing the Keras dtype policy, and the copies an export serves.
 
 Under `mixed_bfloat16` and `mixed_float16` layers compute in 16 bits while variables stay
 float32; the Transformer casts its logits to float32 and its attention softmax runs in float32.
@@ -17,6 +17,9 @@ from keras_transformer.probes import choose_precision
 
 POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 CHOICES = ("auto", *POLICIES)
+# What an export may store and compute in: bfloat16 has float32's range, so inference needs no
+# loss-scale-like care; float16 does not.
+SERVING_DTYPES = ("float32", "bfloat16")
 
 
 def resolve_precision(name: str, **probe_sizes) -> str:
@@ -42,17 +45,30 @@ def set_precision(name: str) -> str:
 @contextlib.contextmanager
 def precision_scope(name: str) -> Iterator[str]:
     """`set_precision(name)` for the block (yielding the policy), then the previous policy."""
+    policy = resolve_precision(name)
+    with _policy_scope(policy):
+        yield policy
+
+
+@contextlib.contextmanager
+def _policy_scope(policy: str) -> Iterator[None]:
     previous = keras.config.dtype_policy()
     try:
-        yield set_precision(name)
+        keras.config.set_dtype_policy(policy)
+        yield
     finally:
         keras.config.set_dtype_policy(previous)
 
 
-def float32_copy(model: Transformer) -> Transformer:
-    """A new `Transformer` with `model`'s weights (float32 under every policy) computing in
-    float32, whatever the global policy: a portable export, free of optimizer state."""
-    with precision_scope("float32"):
+def serving_copy(model: Transformer, dtype: str = "float32") -> Transformer:
+    """A new `Transformer` with `model`'s weights, free of optimizer state, whatever the global
+    policy: stored and computed in float32 (portable), or in bfloat16 (weights rounded once;
+    layer norm, attention softmax and logits still in float32 as under `mixed_bfloat16`, so
+    it computes what a `mixed_bfloat16` model does without casting its weights every step).
+    """
+    if dtype not in SERVING_DTYPES:
+        raise ValueError(f"dtype: {dtype!r} is not one of {', '.join(SERVING_DTYPES)}")
+    with _policy_scope(dtype):
         copy = Transformer(model.config)
     copy.set_weights(model.get_weights())
     return copy
