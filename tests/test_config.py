@@ -172,3 +172,16 @@ def test_configs_saved_before_attention_bias_existed_rebuild_their_model(tmp_pat
     restored = keras.saving.load_model(old_path)
     assert restored.config.attention_bias is True
     np.testing.assert_allclose(restored((ids, ids)), model((ids, ids)), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(kt.PRESETS))
+def test_every_preset_is_a_valid_recipe_that_round_trips(name):
+    recipe = kt.Recipe.preset(name)
+    assert kt.Recipe.from_saved(recipe.to_dict()) == recipe
+    assert recipe.architecture == kt.TransformerConfig.preset(name)
+
+
+def test_multi30k_recipe_is_small_with_the_tuned_training_and_search():
+    tuned, small = kt.Recipe.preset("multi30k"), kt.Recipe.preset("small")
+    assert tuned.architecture.replace(dropout=0.2, attention_dropout=0.0) == small.architecture
+    assert tuned.search.beam_size == 5 and tuned.training.warmup_steps < small.training.warmup_steps
