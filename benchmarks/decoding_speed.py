@@ -40,6 +40,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--throughput-batches", type=int, default=2)
     parser.add_argument("--latency-sentences", type=int, default=8)
     parser.add_argument("--uncached-batches", type=int, default=1)
+    parser.add_argument("--export-dtypes", default="float32",
+                        help="comma-separated dtypes to export and time (float32, bfloat16); "
+                             "ratios are against the first")
     parser.add_argument("--model-garden-python", default="/work/bench-venv/bin/python",
                         help="python of a venv with tf-models-official ('' to skip)")
     parser.add_argument("--model-garden-worker", nargs=2, metavar=("IDS_NPY", "SETTINGS_JSON"),
@@ -106,15 +109,16 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
     embeddings.assign(tf.tensor_scatter_nd_update(embeddings, [[EOS_ID]],
                                                   tf.zeros([1, embeddings.shape[1]])))
     search = SearchSettings(args.beam_size, length_penalty=0.6, max_decode_extra=args.extra_length)
-    path = export_translator(model, tokenizer, "bench", os.path.join(workdir, "saved_models"),
-                             search)
-    loaded = tf.saved_model.load(path)
-    translate_ids = loaded.signatures["translate_ids"]
-    check = translate_ids(source_ids=tf.constant(ids[:2]))["ids"].numpy()
-    assert check.shape[1] == settings["output_tokens"] and not (check == EOS_ID).any(), check
-
-    results = {"exported": measure(lambda batch: translate_ids(source_ids=tf.constant(batch)),
-                                   ids, settings)}
+    results = {}
+    for dtype in args.export_dtypes.split(","):
+        path = export_translator(model, tokenizer, dtype, os.path.join(workdir, "saved_models"),
+                                 search, dtype)
+        translate_ids = tf.saved_model.load(path).signatures["translate_ids"]
+        check = translate_ids(source_ids=tf.constant(ids[:2]))["ids"].numpy()
+        assert check.shape[1] == settings["output_tokens"] and not (check == EOS_ID).any(), check
+        name = "exported" if dtype == "float32" else f"exported_{dtype}"
+        results[name] = measure(
+            lambda batch, run=translate_ids: run(source_ids=tf.constant(batch)), ids, settings)
     if args.uncached_batches > 0:  # 0 skips the slow recomputing reference
         uncached = dict(settings, throughput_batches=args.uncached_batches, latency_sentences=0)
         results["uncached"] = measure(
@@ -175,11 +179,12 @@ def main(argv=None) -> None:
             results["model_garden"] = run_model_garden(args.model_garden_python, ids,
                                                        settings, workdir)
     print(json.dumps({"settings": settings, "results": results}, indent=2))
-    exported = results["exported"]["tokens_per_second"]
+    first = next(iter(results))
+    exported = results[first]["tokens_per_second"]
     for name, result in results.items():
         latency = result["latency_seconds"]
         print(f"{name:>13}: {result['tokens_per_second']:8.1f} target tokens/s at batch "
-              f"{args.batch_size}, x{exported / result['tokens_per_second']:.2f} for exported"
+              f"{args.batch_size}, x{exported / result['tokens_per_second']:.2f} for {first}"
               + (f"; batch-1 latency {latency:.3f} s" if latency else ""))
 
 
