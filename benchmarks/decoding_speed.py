@@ -1,7 +1,14 @@
-"""Beam-search decoding speed on CPU: our exported SavedModel vs our uncached decoder vs the
-TF Model Garden `Seq2SeqTransformer`, on newstest2014 English sources.
+"""Beam-search decoding speed on CPU: our exported SavedModel (float32, and with
+`--export-dtypes` bfloat16) vs our uncached decoder vs CTranslate2 (float32 and int8) vs the TF
+Model Garden `Seq2SeqTransformer`, on newstest2014 English sources.
 
-    python benchmarks/decoding_speed.py [--data PATH] [--model-garden-python PYTHON]
+    python benchmarks/decoding_speed.py [--data PATH] [--model-garden-python PYTHON] \
+        [--ctranslate2-python PYTHON] [--export-dtypes float32,bfloat16]
+
+CTranslate2 runs OUR model: its weights are copied into a post-norm `TransformerSpec` (fused
+q/k/v, our sinusoidal table as its position encodings, the tied embedding as its projection),
+quantized by CTranslate2 itself, and the first sentences' output ids are compared with the
+export's (equal in float32: the same function is timed).
 
 Both models have `base` dimensions with random weights, and the end-of-sentence embedding row
 is zeroed so that EOS (logit 0, far below the best of thousands of random logits) is never
@@ -32,6 +39,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--data", default=os.path.join(shared, "wmt14", "newstest2014.en"),
                         help="English sources (default: $KT_SHARED_DATA/wmt14/newstest2014.en)")
     parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--vocab-data", help="comma-separated files to learn the vocabulary "
+                        "from (default: --data); more text reaches the paper's 32k-ish sizes")
     parser.add_argument("--source-tokens", type=int, default=16,
                         help="source length in subwords, EOS included")
     parser.add_argument("--extra-length", type=int, default=16)
@@ -45,7 +54,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "ratios are against the first")
     parser.add_argument("--model-garden-python", default="/work/bench-venv/bin/python",
                         help="python of a venv with tf-models-official ('' to skip)")
+    parser.add_argument("--ctranslate2-python", default="/work/ct2-venv/bin/python",
+                        help="python of a venv with ctranslate2 ('' to skip)")
+    parser.add_argument("--ctranslate2-types", default="float32,int8",
+                        help="CTranslate2 quantizations to time (comma-separated)")
     parser.add_argument("--model-garden-worker", nargs=2, metavar=("IDS_NPY", "SETTINGS_JSON"),
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--ctranslate2-worker", nargs=3,
+                        metavar=("WEIGHTS_NPZ", "IDS_NPY", "SETTINGS_JSON"),
                         help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -96,8 +112,10 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
     from keras_transformer.export import export_translator
     from keras_transformer.search_settings import SearchSettings
 
-    with open(args.data, encoding="utf-8") as handle:
-        texts = [line.strip() for line in handle if line.strip()]
+    texts = []
+    for path in (args.vocab_data or args.data).split(","):
+        with open(path, encoding="utf-8") as handle:
+            texts += [line.strip() for line in handle if line.strip()]
     tokenizer = SubwordTokenizer.train(texts, args.vocab_size, os.path.join(workdir, "vocab"))
     count = max(settings["batch_size"] * settings["throughput_batches"],
                 settings["latency_sentences"])
@@ -117,14 +135,137 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
         check = translate_ids(source_ids=tf.constant(ids[:2]))["ids"].numpy()
         assert check.shape[1] == settings["output_tokens"] and not (check == EOS_ID).any(), check
         name = "exported" if dtype == "float32" else f"exported_{dtype}"
-        results[name] = measure(
-            lambda batch, run=translate_ids: run(source_ids=tf.constant(batch)), ids, settings)
+        results[name] = {**measure(lambda batch, run=translate_ids: run(
+            source_ids=tf.constant(batch)), ids, settings), "first_ids": check.tolist()}
     if args.uncached_batches > 0:  # 0 skips the slow recomputing reference
         uncached = dict(settings, throughput_batches=args.uncached_batches, latency_sentences=0)
         results["uncached"] = measure(
             lambda batch: beam_search(model, batch, args.beam_size, 0.6, args.extra_length,
                                       use_cache=False), ids, uncached)
+    if args.ctranslate2_python:
+        results.update(run_ctranslate2(args.ctranslate2_python, model, ids, settings, workdir,
+                                       args.ctranslate2_types.split(",")))
     return results, ids
+
+
+def ctranslate2_weights(model, max_positions: int) -> dict[str, np.ndarray]:
+    """Our model's weights under CTranslate2 `TransformerSpec` paths (`encoder.layer.0...`,
+    linear weights `[out, in]`, self-attention q/k/v fused, cross-attention k/v fused), with our
+    sinusoidal table as its position encodings, so both compute the same function."""
+    import keras_transformer as kt
+
+    config = model.config
+    d_model = config.d_model
+
+    def linear(dense) -> np.ndarray:  # HeadsDense kernel [in, ...] -> [out, in]
+        kernel = dense.kernel.numpy()
+        in_size = d_model if kernel.shape[0] == d_model else int(np.prod(kernel.shape[:-1]))
+        return kernel.reshape(in_size, -1).T
+
+    def norm(prefix: str, residual) -> dict:
+        layer_norm = residual.layer_norm
+        return {f"{prefix}.layer_norm.gamma": layer_norm.gamma.numpy(),
+                f"{prefix}.layer_norm.beta": layer_norm.beta.numpy()}
+
+    def feed_forward(prefix: str, layer) -> dict:
+        ffn = layer.feed_forward
+        return {f"{prefix}.ffn.linear_0.weight": linear(ffn.inner),
+                f"{prefix}.ffn.linear_0.bias": ffn.inner.bias.numpy(),
+                f"{prefix}.ffn.linear_1.weight": linear(ffn.outer),
+                f"{prefix}.ffn.linear_1.bias": ffn.outer.bias.numpy(),
+                **norm(f"{prefix}.ffn", layer.feed_forward_residual)}
+
+    def self_attention(prefix: str, layer) -> dict:
+        attention = layer.self_attention
+        fused = np.concatenate([linear(attention.query_dense), linear(attention.key_dense),
+                                linear(attention.value_dense)])
+        return {f"{prefix}.self_attention.linear.0.weight": fused,
+                f"{prefix}.self_attention.linear.1.weight": linear(attention.output_dense),
+                **norm(f"{prefix}.self_attention", layer.self_residual)}
+
+    embeddings = model.source_embedding.embeddings.numpy()
+    positions = np.asarray(kt.layers.SinusoidalPositionalEncoding()(
+        np.zeros((1, max_positions, d_model), np.float32))).reshape(max_positions, d_model)
+    weights = {"encoder.embeddings.0.weight": embeddings, "decoder.embeddings.weight": embeddings,
+               "decoder.projection.weight": embeddings,
+               "encoder.position_encodings.encodings": positions,
+               "decoder.position_encodings.encodings": positions}
+    for index, layer in enumerate(model.encoder_layers):
+        prefix = f"encoder.layer.{index}"
+        weights.update({**self_attention(prefix, layer), **feed_forward(prefix, layer)})
+    for index, layer in enumerate(model.decoder_layers):
+        prefix, cross = f"decoder.layer.{index}", layer.cross_attention
+        weights.update({
+            **self_attention(prefix, layer), **feed_forward(prefix, layer),
+            f"{prefix}.attention.linear.0.weight": linear(cross.query_dense),
+            f"{prefix}.attention.linear.1.weight": np.concatenate(
+                [linear(cross.key_dense), linear(cross.value_dense)]),
+            f"{prefix}.attention.linear.2.weight": linear(cross.output_dense),
+            **norm(f"{prefix}.attention", layer.cross_residual)})
+    return weights
+
+
+def ctranslate2_worker(weights_path: str, ids_path: str, settings_json: str) -> None:
+    """Runs in the CTranslate2 venv: builds a post-norm `TransformerSpec` from our weights, then
+    for each quantization prints its `measure` result and the first sentences' ids as JSON."""
+    import ctranslate2
+    from ctranslate2.specs import transformer_spec
+
+    settings, ids = json.loads(settings_json), np.load(ids_path)
+    weights = dict(np.load(weights_path))
+    vocabulary = ["<blank>", "<unk>", "<s>", "</s>"] + [
+        f"t{index}" for index in range(4, settings["vocab_size"])]
+    results = {}
+    for quantization in settings["ctranslate2_types"]:
+        spec = transformer_spec.TransformerSpec.from_config(
+            settings["num_layers"], settings["num_heads"], pre_norm=False)
+        for path, value in weights.items():
+            *parents, leaf = path.split(".")
+            node = spec
+            for part in parents:
+                node = node[int(part)] if part.isdigit() else getattr(node, part)
+            setattr(node, leaf, value)
+        spec.config.layer_norm_epsilon = settings["layer_norm_epsilon"]
+        spec.register_source_vocabulary(vocabulary)
+        spec.register_target_vocabulary(vocabulary)
+        spec.validate()
+        spec.optimize(quantization=quantization)
+        with tempfile.TemporaryDirectory() as directory:
+            spec.save(directory)
+            translator = ctranslate2.Translator(directory, device="cpu", inter_threads=1,
+                                                intra_threads=os.cpu_count())
+
+        def translate(batch, translator=translator):
+            return translator.translate_batch(
+                [[vocabulary[token] for token in row] for row in batch.tolist()],
+                beam_size=settings["beam_size"], length_penalty=0.6,
+                max_decoding_length=settings["output_tokens"],
+                min_decoding_length=settings["output_tokens"])
+
+        first = [[vocabulary.index(token) for token in result.hypotheses[0]]
+                 for result in translate(ids[:2])]
+        results[f"ctranslate2_{quantization}"] = {**measure(translate, ids, settings),
+                                                  "first_ids": first}
+    print(json.dumps(results))
+
+
+def run_ctranslate2(python: str, model, ids: np.ndarray, settings: dict, workdir: str,
+                    types: list[str]) -> dict:
+    """CTranslate2 timings from `ctranslate2_worker` in the venv of `python`."""
+    config = model.config
+    weights_path, ids_path = (os.path.join(workdir, name) for name in ("ct2.npz", "ids.npy"))
+    np.savez(weights_path, **ctranslate2_weights(model, model.config.max_length))
+    np.save(ids_path, ids)
+    worker = {**settings, "ctranslate2_types": types, "num_layers": config.num_layers,
+              "num_heads": config.num_heads, "layer_norm_epsilon": config.layer_norm_epsilon}
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    run = subprocess.run([python, os.path.abspath(__file__), "--ctranslate2-worker",
+                          weights_path, ids_path, json.dumps(worker)], capture_output=True,
+                         text=True, env=env, cwd=workdir, check=False)
+    if run.returncode != 0:
+        raise RuntimeError(f"CTranslate2 worker failed:\n{run.stderr[-3000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def model_garden_worker(ids_path: str, settings_json: str) -> None:
@@ -169,6 +310,9 @@ def main(argv=None) -> None:
     if args.model_garden_worker:
         model_garden_worker(*args.model_garden_worker)
         return
+    if args.ctranslate2_worker:
+        ctranslate2_worker(*args.ctranslate2_worker)
+        return
     settings = {"batch_size": args.batch_size, "throughput_batches": args.throughput_batches,
                 "latency_sentences": args.latency_sentences, "beam_size": args.beam_size,
                 "extra_length": args.extra_length, "vocab_size": args.vocab_size,
@@ -183,9 +327,11 @@ def main(argv=None) -> None:
     exported = results[first]["tokens_per_second"]
     for name, result in results.items():
         latency = result["latency_seconds"]
-        print(f"{name:>13}: {result['tokens_per_second']:8.1f} target tokens/s at batch "
+        same = ("" if "first_ids" not in result else
+                f"; first sentences' ids {'equal' if result['first_ids'] == results[first]['first_ids'] else 'differ from'} {first}'s")
+        print(f"{name:>20}: {result['tokens_per_second']:8.1f} target tokens/s at batch "
               f"{args.batch_size}, x{exported / result['tokens_per_second']:.2f} for {first}"
-              + (f"; batch-1 latency {latency:.3f} s" if latency else ""))
+              + (f"; batch-1 latency {latency:.3f} s" if latency else "") + same)
 
 
 if __name__ == "__main__":
