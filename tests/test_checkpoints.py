@@ -104,3 +104,27 @@ def test_export_of_a_run_directory_takes_the_recipes_search_settings(tmp_path):
     assert load_model(str(run.root))[1] == kt.SearchSettings(3, 0.3, 300)
     model.save(tmp_path / "model.keras")
     assert load_model(str(tmp_path / "model.keras"))[1] == kt.SearchSettings()
+
+
+@pytest.mark.parametrize("average_last, expected", [(2, "averaged"), (1, "error")])
+def test_average_checkpoints_defaults_to_the_recipes_average_last(tmp_path, average_last,
+                                                                   expected):
+    from keras_transformer.training.run_dir import RunDir
+    from trainers import average_checkpoints
+
+    run = RunDir(tmp_path)
+    run.write_json("config.json", kt.Recipe(
+        architecture=CONFIG, training=kt.TrainingSettings(average_last=average_last)).to_dict())
+    model = kt.Transformer(CONFIG)
+    saved = []
+    for step in (10, 20, 30):
+        saved.append(randomized(model, step))
+        save_checkpoint(model, run.checkpoints, step, keep=5)
+    code = average_checkpoints.main([str(tmp_path)])
+    if expected == "error":
+        assert code == 2 and not run.averaged_weights.exists()
+        return
+    assert code == 0
+    model.load_weights(run.averaged_weights)
+    for got, *parts in zip(model.get_weights(), *saved[-2:]):
+        np.testing.assert_allclose(got, np.mean(parts, axis=0), rtol=1e-6, atol=1e-6)

@@ -1,6 +1,7 @@
 """`kt-average-checkpoints`: averages a run's newest K checkpoints (section 6.1).
 
-    kt-average-checkpoints runs/multi30k --last 5
+    kt-average-checkpoints runs/multi30k            # the recipe's average_last (5; big: 20)
+    kt-average-checkpoints runs/multi30k --last 3
 
 Writes `<run_dir>/averaged.weights.h5` (or `--output`), which `kt-evaluate` and `kt-export`
 then use by default.
@@ -23,11 +24,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="kt-average-checkpoints",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", help="the directory kt-train wrote")
-    parser.add_argument("--last", type=int, default=5,
-                        help="how many of the newest checkpoints (paper: 5 base, 20 big)")
+    parser.add_argument("--last", type=int,
+                        help="how many of the newest checkpoints (default: the run's recipe's "
+                             "average_last; paper: 5 base, 20 big)")
     parser.add_argument("--output", help="default: <run_dir>/averaged.weights.h5")
     args = parser.parse_args(argv)
-    if args.last < 1:
+    if args.last is not None and args.last < 1:
         parser.error(f"--last: must be at least 1, got {args.last}")
     if args.output and not args.output.endswith(".weights.h5"):
         parser.error(f"--output: must end in .weights.h5, got {args.output!r}")
@@ -39,18 +41,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     run = RunDir(args.run_dir)
     try:
-        config = run.load_recipe().architecture
+        recipe = run.load_recipe()
+        last = args.last or recipe.training.average_last
+        if last < 2:
+            raise ValueError(f"--last: the recipe's average_last is {last} (no averaging); "
+                             "give --last K to average K checkpoints")
         checkpoints = list_checkpoints(run.checkpoints)
-        if len(checkpoints) < args.last:
-            raise ValueError(f"--last {args.last}: only {len(checkpoints)} checkpoint(s) in "
+        if len(checkpoints) < last:
+            raise ValueError(f"--last {last}: only {len(checkpoints)} checkpoint(s) in "
                              f"{str(run.checkpoints)!r}")
-        model = Transformer(config)
-        average_weights(model, checkpoints[-args.last:])
+        model = Transformer(recipe.architecture)
+        average_weights(model, checkpoints[-last:])
         output = save_weights_atomic(model, args.output or run.averaged_weights)
     except (ValueError, FileNotFoundError) as error:
         print(f"kt-average-checkpoints: error: {error}", file=sys.stderr)
         return 2
-    print(f"averaged {', '.join(path.name for path in checkpoints[-args.last:])} -> "
+    print(f"averaged {', '.join(path.name for path in checkpoints[-last:])} -> "
           f"{os.fspath(output)}")
     return 0
 
