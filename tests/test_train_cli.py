@@ -1,5 +1,9 @@
 """kt-train, kt-evaluate and kt-average-checkpoints reject bad input before any work."""
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +102,18 @@ def test_evaluate_and_average_reject_bad_input(capsys, tmp_path):
                                                        [str(tmp_path), "--last", "0"])
     assert average_checkpoints.main([str(tmp_path)]) == 2
     assert "no config.json" in capsys.readouterr().err
+
+
+def test_command_lines_start_quietly_unless_verbose(tmp_path):
+    """TensorFlow's C++ start-up lines (oneDNN, CUDA stubs, absl) are hidden by default."""
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    runs = {flag: subprocess.run([sys.executable, "-m", "trainers.train", "--help", *flag],
+                                 cwd=tmp_path, env=env, capture_output=True, text=True,
+                                 timeout=300) for flag in ((), ("--verbose",))}
+    assert all(run.returncode == 0 and "usage: kt-train" in run.stdout for run in runs.values())
+    assert runs[()].stderr == ""
+    # Where TensorFlow prints start-up lines at all, --verbose keeps them.
+    assert all(line.startswith(("WARNING: All log messages", "I0000", "E0000", "W0000",
+                                "To enable the following"))
+               for line in runs[("--verbose",)].stderr.splitlines())

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import keras
@@ -46,10 +47,24 @@ def summaries(log_dir: Path) -> dict[str, list]:
 @pytest.mark.slow
 def test_short_run_logs_scalars_and_attention_images(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    assert train.main(MICRO + ["--output-dir", str(run_dir), "--steps", "4",
-                               "--eval-every", "2", "--test-beam-size", "1"]) == 0
-    result = final_json(capsys.readouterr().out)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert train.main(MICRO + ["--output-dir", str(run_dir), "--steps", "4",
+                                   "--eval-every", "2", "--test-beam-size", "1",
+                                   "--progress-seconds", "0"]) == 0
+    assert not [warning for warning in caught if "shuffle" in str(warning.message)]
+    captured = capsys.readouterr()
+    result = final_json(captured.out)
     assert result["steps"] == 4 and "BLEU" in result["test"]
+    # Progress: a line per step (--progress-seconds 0) with the budget and an ETA, a line per
+    # evaluation, and none of Keras' "Epoch 1/2" lines.
+    progress = [line for line in captured.err.splitlines() if "target tok/s" in line]
+    assert [line.split(",")[0] for line in progress[:4]] == [
+        f"kt-train: step {step}/4 ({25 * step}%)" for step in (1, 2, 3, 4)]
+    assert all("ETA" in line and "elapsed" in line for line in progress)
+    evaluations = [line for line in captured.err.splitlines() if "dev_bleu" in line]
+    assert [line.split(":")[1].strip() for line in evaluations] == ["step 2", "step 4"]
+    assert "Epoch" not in captured.out + captured.err
     found = summaries(run_dir / "tensorboard")
     assert SCALARS <= set(found)
     assert [step for step, _ in found["loss"]] == [2, 4]

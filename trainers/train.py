@@ -47,6 +47,7 @@ from keras_transformer import kernels
 from keras_transformer.probes import choose_kernels, choose_precision
 from keras_transformer.search_settings import SearchSettings
 from keras_transformer.training.precision import CHOICES, precision_scope
+from keras_transformer.training.progress import ProgressLines
 from keras_transformer.training.run_dir import RunDir
 from keras_transformer.training.strategy import make_strategy
 from keras_transformer.visualization import attention_maps
@@ -119,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="newest checkpoints kept (default: 5)")
     run.add_argument("--backup-every", type=int, default=100,
                      help="steps between BackupAndRestore backups (default: 100)")
+    run.add_argument("--progress-seconds", type=float, default=30.0,
+                     help="seconds between progress lines (step, loss, tok/s, ETA; default 30)")
+    run.add_argument("--verbose", action="store_true",
+                     help="keep TensorFlow's C++ start-up and log lines (hidden by default)")
     out = parser.add_argument_group("after training")
     out.add_argument("--test-beam-size", type=int, help="beam of the final test evaluation "
                      "(default: the recipe's beam_size)")
@@ -165,7 +170,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     for name, value in positive.items():
         if value is not None and value <= 0:
             parser.error(f"--{name.replace('_', '-')}: must be positive, got {value}")
-    for name in ("cpu_replicas", "attention_sentences"):
+    for name in ("cpu_replicas", "attention_sentences", "progress_seconds"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')}: must be non-negative")
     if args.cpu_replicas and os.environ.get("TF_CONFIG"):
@@ -258,6 +263,7 @@ def training_callbacks(args: argparse.Namespace, run: RunDir, model_parts: tuple
                       lambda source, target: attention_maps(model, tokenizer, source, target),
                       pairs, writer, run.root / "bleu_curve.tsv"),
         TensorBoardScalars(writer, accuracy),
+        ProgressLines(max_steps, args.max_minutes, accuracy, args.progress_seconds),
         PeriodicCheckpoint(run.checkpoints, args.checkpoint_every_steps,
                            args.checkpoint_every_minutes, args.keep_checkpoints),
     ]
@@ -343,7 +349,7 @@ def train(args: argparse.Namespace) -> dict:
           f"replica(s), {max_steps or 'unlimited'} steps, {precision}, {kernel_set} kernels"
           f"{', XLA' if model.jit_compile else ''}", file=sys.stderr)
     history = model.fit(batches.repeat(), epochs=epochs, steps_per_epoch=args.eval_every,
-                        callbacks=callbacks, verbose=2)
+                        callbacks=callbacks, verbose=0, shuffle=False)
     if model.stop_training and not math.isfinite(history.history.get("loss", [0.0])[-1]):
         raise TrainingError("loss became NaN; nothing exported (see the checkpoints)")
     save_weights_atomic(model, run.final_weights)

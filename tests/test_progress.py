@@ -1,0 +1,50 @@
+"""Progress lines: ETA against the step budget or the time limit, whichever ends first."""
+import io
+from types import SimpleNamespace
+
+import pytest
+import tensorflow as tf
+
+from keras_transformer.training.progress import ProgressLines, duration
+
+
+class FakeClock:
+    """A clock the test moves."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.mark.parametrize("max_steps, max_minutes, expected_eta", [
+    (1000, None, "ETA 15m00s"),      # 100 steps in 100 s: 900 steps left
+    (None, 10.0, "ETA 8m20s"),       # 600 s allowed, 100 s gone
+    (1000, 5.0, "ETA 3m20s"),        # the time limit comes first
+    (None, None, None),              # unbounded: no ETA
+])
+def test_eta_follows_the_budget_that_ends_first(max_steps, max_minutes, expected_eta):
+    clock, stream = FakeClock(), io.StringIO()
+    tokens = SimpleNamespace(count=tf.Variable(0.0))
+    progress = ProgressLines(max_steps, max_minutes, tokens, every_seconds=30, stream=stream,
+                             clock=clock)
+    iterations = tf.Variable(0, dtype=tf.int64)
+    progress.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=iterations)))
+    progress.on_train_begin()
+    progress.on_epoch_begin(0)
+    for step in range(1, 101):
+        clock.now, _ = float(step), iterations.assign(step)
+        tokens.count.assign_add(50.0)
+        progress.on_train_batch_end(step, {"loss": 2.5})
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3  # at 30, 60 and 90 s
+    assert "50 target tok/s" in lines[-1] and "elapsed 1m30s" in lines[-1]
+    progress.on_train_end({"loss": 2.5})
+    last = stream.getvalue().splitlines()[-1]
+    assert last.startswith("kt-train: step 100")
+    assert (expected_eta in last) if expected_eta else "ETA" not in last
+
+
+def test_duration_reads_like_a_clock():
+    assert [duration(s) for s in (5, 250, 3720)] == ["5s", "4m10s", "1h02m"]
