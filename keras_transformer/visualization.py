@@ -16,6 +16,11 @@ from keras_transformer.model import Transformer  # noqa: E402
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID  # noqa: E402
 
 KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
+# Legible at the size TensorBoard shows an image (about 500 px wide): 16-pixel token cells and
+# 10-pixel labels at DPI dots per inch.
+DPI = 80
+CELL_INCHES = 0.2
+LABEL_POINTS = 9
 
 
 @dataclass(frozen=True)
@@ -51,25 +56,32 @@ def attention_maps(model: Transformer, tokenizer: SubwordTokenizer, source: str,
             for kind in KINDS for layer, layer_weights in enumerate(weights[kind])]
 
 
-def attention_figure(attention: AttentionMap) -> plt.Figure:
-    """One heatmap per head, side by side; queries on the y axis, keys on the x axis."""
-    heads = attention.weights.shape[0]
-    columns = min(heads, 4)
-    rows = -(-heads // columns)
-    size = 0.22 * max(len(attention.key_tokens), len(attention.query_tokens)) + 1.5
-    figure, axes = plt.subplots(rows, columns, figsize=(columns * size, rows * size),
+def attention_figure(attention: AttentionMap, average_heads: bool = False) -> plt.Figure:
+    """One heatmap per head, four to a row, or with `average_heads` one heatmap of the heads'
+    mean (what TensorBoard shows: one panel stays legible at its display size); queries on
+    the y axis, keys on the x axis."""
+    panels = attention.weights.mean(axis=0, keepdims=True) if average_heads else attention.weights
+    columns = min(len(panels), 4)
+    rows = -(-len(panels) // columns)
+    # Cells plus room for the longest labels (about 0.1 inch a character).
+    labels = max(len(token) for token in attention.key_tokens + attention.query_tokens)
+    width = CELL_INCHES * len(attention.key_tokens) + 0.1 * labels + 0.4
+    height = CELL_INCHES * len(attention.query_tokens) + 0.1 * labels + 0.6
+    figure, axes = plt.subplots(rows, columns, figsize=(columns * width, rows * height),
                                 squeeze=False)
     for head, axis in enumerate(axes.flat):
-        if head >= heads:
+        if head >= len(panels):
             axis.axis("off")
             continue
-        axis.imshow(attention.weights[head], cmap="viridis", vmin=0.0, vmax=1.0)
-        axis.set_title(f"head {head}", fontsize=8)
+        axis.imshow(panels[head], cmap="viridis", vmin=0.0, vmax=1.0)
+        axis.set_title(f"mean of {len(attention.weights)} heads" if average_heads
+                       else f"head {head}", fontsize=LABEL_POINTS)
         axis.set_xticks(range(len(attention.key_tokens)))
-        axis.set_xticklabels(attention.key_tokens, rotation=90, fontsize=6)
+        axis.set_xticklabels(attention.key_tokens, rotation=90, fontsize=LABEL_POINTS)
         axis.set_yticks(range(len(attention.query_tokens)))
-        axis.set_yticklabels(attention.query_tokens, fontsize=6)
-    figure.suptitle(f"{attention.kind} attention, layer {attention.layer}", fontsize=9)
+        axis.set_yticklabels(attention.query_tokens, fontsize=LABEL_POINTS)
+    figure.suptitle(f"{attention.kind} attention, layer {attention.layer}",
+                    fontsize=LABEL_POINTS + 1)
     figure.tight_layout()
     return figure
 
@@ -77,6 +89,6 @@ def attention_figure(attention: AttentionMap) -> plt.Figure:
 def figure_png(figure: plt.Figure) -> bytes:
     """The figure as PNG bytes; the figure is closed."""
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=80)
+    figure.savefig(buffer, format="png", dpi=DPI)
     plt.close(figure)
     return buffer.getvalue()

@@ -1,6 +1,7 @@
 """Attention heatmaps: one map per kind and layer, token labels on both axes, PNG output."""
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.visualization import KINDS, attention_figure, attention_maps, figure_png
@@ -39,3 +40,22 @@ def test_figure_renders_png_with_a_panel_per_head(model, demo_tokenizer):
     assert len(panels) == 2
     assert [label.get_text() for label in panels[0].get_xticklabels()] == attention.key_tokens
     assert figure_png(figure).startswith(b"\x89PNG")
+
+
+def test_tensorboard_figure_is_one_legible_panel(model, demo_tokenizer):
+    """The heads' mean in one panel, about TensorBoard's display width for a 20-token
+    sentence, with token labels at least 10 pixels tall and no taller than their cells."""
+    from keras_transformer.visualization import CELL_INCHES, DPI, LABEL_POINTS
+
+    source = "I have forty-two apples and she has seventeen green pears today"
+    attention = attention_maps(model, demo_tokenizer, source, "ich habe Äpfel")[0]
+    assert len(attention.key_tokens) >= 12
+    figure = attention_figure(attention, average_heads=True)
+    panels = [axis for axis in figure.axes if axis.get_images()]
+    assert len(panels) == 1
+    np.testing.assert_allclose(panels[0].get_images()[0].get_array(),
+                               attention.weights.mean(axis=0), rtol=1e-6)
+    label_pixels = LABEL_POINTS * DPI / 72
+    assert 10 <= label_pixels <= CELL_INCHES * DPI
+    width, height = tf.io.decode_png(figure_png(figure)).shape[1::-1]
+    assert 200 <= width <= 700 and height <= 700

@@ -161,7 +161,7 @@ class DevEvaluation(keras.callbacks.Callback):
         with self.writer.as_default(step=step):
             for index, (source, target) in enumerate(self.attention_pairs):
                 for attention in self.attention(source, target):
-                    png = figure_png(attention_figure(attention))
+                    png = figure_png(attention_figure(attention, average_heads=True))
                     height, width = tf.io.decode_png(png).shape[:2]
                     write_png(f"attention/sentence{index}/{attention.name}", png, width,
                               height, step)
