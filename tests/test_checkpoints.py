@@ -128,3 +128,47 @@ def test_average_checkpoints_defaults_to_the_recipes_average_last(tmp_path, aver
     model.load_weights(run.averaged_weights)
     for got, *parts in zip(model.get_weights(), *saved[-2:]):
         np.testing.assert_allclose(got, np.mean(parts, axis=0), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("average_wins", [True, False])
+def test_run_result_keeps_the_better_of_average_and_final_on_dev(tmp_path, average_wins):
+    """The end of kt-train: the last checkpoints are averaged, both are scored on dev, the
+    better one stays in the model and in result.json, and evaluation/export default to it."""
+    from keras_transformer.training.run_dir import RunDir
+    from keras_transformer.training.run_result import keep_better_of_average_and_final
+
+    run = RunDir(tmp_path)
+    model = kt.Transformer(CONFIG)
+    saved = []
+    for step in (10, 20, 30):
+        saved.append(randomized(model, step))
+        save_checkpoint(model, run.checkpoints, step, keep=5)
+    save_weights_atomic(model, run.final_weights)
+    average = [np.mean(parts, axis=0) for parts in zip(*saved[-2:])]
+    sign = 1.0 if average_wins else -1.0  # "BLEU" rises (or falls) as weights near the average
+
+    def dev_bleu():
+        return -sign * float(np.abs(model.get_weights()[0] - average[0]).sum())
+
+    result = keep_better_of_average_and_final(model, run, 2, dev_bleu)
+    assert result["averaged"] == ["ckpt-00000020.weights.h5", "ckpt-00000030.weights.h5"]
+    assert set(result["dev_bleu"]) == {"final", "averaged"}
+    expected = average if average_wins else saved[-1]
+    for got, want in zip(model.get_weights(), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    chosen = run.averaged_weights if average_wins else run.final_weights
+    assert result["weights"] == str(chosen) and run.default_weights() == chosen
+    assert run.averaged_weights.is_file()
+
+
+def test_run_result_without_enough_checkpoints_is_the_final_weights(tmp_path):
+    from keras_transformer.training.run_dir import RunDir
+    from keras_transformer.training.run_result import keep_better_of_average_and_final
+
+    run = RunDir(tmp_path)
+    model = kt.Transformer(CONFIG)
+    save_checkpoint(model, run.checkpoints, 5, keep=5)
+    save_weights_atomic(model, run.final_weights)
+    result = keep_better_of_average_and_final(model, run, 5, lambda: 12.345)
+    assert result["dev_bleu"] == {"final": 12.35} and result["averaged"] == []
+    assert not run.averaged_weights.exists() and run.default_weights() == run.final_weights

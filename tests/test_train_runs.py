@@ -56,6 +56,9 @@ def test_short_run_logs_scalars_and_attention_images(tmp_path, capsys):
     captured = capsys.readouterr()
     result = final_json(captured.out)
     assert result["steps"] == 4 and "BLEU" in result["test"]
+    # One checkpoint (at the end): nothing to average; the result is the final weights.
+    assert result["weights"] == str(run_dir / "model.weights.h5") and result["averaged"] == []
+    assert set(result["dev_bleu"]) == {"final"}
     # Progress: a line per step (--progress-seconds 0) with the budget and an ETA, a line per
     # evaluation, and none of Keras' "Epoch 1/2" lines.
     progress = [line for line in captured.err.splitlines() if "target tok/s" in line]

@@ -21,7 +21,7 @@ import json
 import math
 import os
 import sys
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import keras
 import tensorflow as tf
@@ -49,6 +49,7 @@ from keras_transformer.search_settings import SearchSettings
 from keras_transformer.training.precision import CHOICES, precision_scope
 from keras_transformer.training.progress import ProgressLines
 from keras_transformer.training.run_dir import RunDir
+from keras_transformer.training.run_result import keep_better_of_average_and_final
 from keras_transformer.training.strategy import make_strategy
 from keras_transformer.visualization import attention_maps
 
@@ -244,13 +245,19 @@ def compiled_model(recipe: Recipe,
     return model, accuracy
 
 
+def dev_translation(args: argparse.Namespace, model: Transformer,
+                    tokenizer: SubwordTokenizer) -> Callable[[Sequence[str]], list[str]]:
+    """How dev sentences are translated: `--eval-beam-size` (greedy by default)."""
+    translator = Translator(model, tokenizer,
+                            SearchSettings.of(args.recipe.search, beam_size=args.eval_beam_size))
+    return lambda texts: translate_corpus(translator, texts)
+
+
 def training_callbacks(args: argparse.Namespace, run: RunDir, model_parts: tuple,
                        dev: tuple[list[str], list[str]], max_steps: Optional[int]) -> list:
     """Backup first (it restores before the others start); dev BLEU before the scalar
     writer, which records it."""
     model, accuracy, tokenizer = model_parts
-    translator = Translator(model, tokenizer,
-                            SearchSettings.of(args.recipe.search, beam_size=args.eval_beam_size))
     writer = tf.summary.create_file_writer(os.fspath(run.tensorboard))
     sources, references = (side[:args.eval_sentences] for side in dev)
     pairs = list(zip(*dev))[:args.attention_sentences]
@@ -259,7 +266,7 @@ def training_callbacks(args: argparse.Namespace, run: RunDir, model_parts: tuple
                                          double_checkpoint=True, delete_checkpoint=False),
         StopAtLimit(max_steps, args.max_minutes),
         keras.callbacks.TerminateOnNaN(),
-        DevEvaluation(lambda texts: translate_corpus(translator, texts), sources, references,
+        DevEvaluation(dev_translation(args, model, tokenizer), sources, references,
                       lambda source, target: attention_maps(model, tokenizer, source, target),
                       pairs, writer, run.root / "bleu_curve.tsv"),
         TensorBoardScalars(writer, accuracy),
@@ -353,9 +360,15 @@ def train(args: argparse.Namespace) -> dict:
     if model.stop_training and not math.isfinite(history.history.get("loss", [0.0])[-1]):
         raise TrainingError("loss became NaN; nothing exported (see the checkpoints)")
     save_weights_atomic(model, run.final_weights)
+    translate_dev = dev_translation(args, model, tokenizer)
+    sources, references = corpora["dev"]
+    result = keep_better_of_average_and_final(
+        model, run, recipe.training.average_last,
+        lambda: corpus_scores(translate_dev(sources), references)[0].value)
+    print(f"kt-train: result {result['weights']} (dev BLEU {result['dev_bleu']})",
+          file=sys.stderr)
     summary = {"run_dir": os.fspath(run.root), "steps": global_step(model),
-               "precision": precision, "kernels": kernel_set,
-               "weights": os.fspath(run.final_weights)}
+               "precision": precision, "kernels": kernel_set, **result}
     if "test" in corpora:
         summary["test"] = evaluate_test(args, run, model, tokenizer, corpora["test"],
                                         gold_trees)

@@ -16,6 +16,7 @@ from keras_transformer.training.checkpoints import list_checkpoints
 
 CONFIG_FILE = "config.json"
 RUN_FILE = "run.json"
+RESULT_FILE = "result.json"  # which weights a finished run chose (`training.run_result`)
 
 
 class RunDir:
@@ -58,8 +59,12 @@ class RunDir:
         return self.root / "averaged.weights.h5"
 
     def default_weights(self) -> Path:
-        """The weights evaluation and export use unless told otherwise: the averaged weights
-        if any, else the final weights, else the newest checkpoint."""
+        """The weights evaluation and export use unless told otherwise: the run's result as
+        `result.json` records it (the better on dev of the averaged and the final weights),
+        else the averaged weights if any, else the final weights, else the newest checkpoint."""
+        recorded = (_read_json(self.root / RESULT_FILE) or {}).get("weights")
+        if recorded and (self.root / recorded).is_file():
+            return self.root / recorded
         for candidate in (self.averaged_weights, self.final_weights):
             if candidate.is_file():
                 return candidate
