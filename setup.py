@@ -30,6 +30,7 @@ setup(
             "kt-evaluate=trainers.evaluate:main",
             "kt-average-checkpoints=trainers.average_checkpoints:main",
             "kt-export=trainers.export:main",
+            "kt-translate=trainers.translate:main",
         ]
     },
 )

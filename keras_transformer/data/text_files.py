@@ -4,6 +4,7 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import sys
 from typing import IO
 
 _LOG = logging.getLogger(__name__)
@@ -37,6 +38,25 @@ def read_lines(path: str | os.PathLike) -> list[str]:
                     f"{path}:{number}: not valid UTF-8 (byte {error.start}: {error.reason})"
                 ) from None
     return lines
+
+
+def read_raw_lines(path: str | os.PathLike) -> tuple[list[bytes], list[int]]:
+    """Every line of ``path`` (plain or .gz; "-" is standard input) as bytes without its line
+    ending, and the 1-based numbers of the lines that are not valid UTF-8 (kept, not dropped,
+    so that outputs stay aligned with the input)."""
+    path = os.fspath(path)
+    if path == "-":
+        lines = sys.stdin.buffer.read().splitlines()
+    else:
+        with _open_binary(path) as handle:
+            lines = handle.read().splitlines()
+    invalid = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            invalid.append(number)
+    return lines, invalid
 
 
 def read_parallel(

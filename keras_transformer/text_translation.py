@@ -1,0 +1,100 @@
+"""Translating many lines of text with an export or an in-process `Translator`: the same
+calls for both, n-best lists as text, batches sorted by length under a budget."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.decoding.translator import Translator
+from keras_transformer.vocab_ids import PAD_ID
+
+
+def export_version(path: str | os.PathLike) -> Path:
+    """`path` if it is a SavedModel directory, else its newest integer version (TF Serving's
+    `NAME/VERSION/` layout); FileNotFoundError naming `path` otherwise."""
+    path = Path(path)
+    if (path / "saved_model.pb").is_file():
+        return path
+    versions = sorted((int(entry.name), entry) for entry in path.glob("*")
+                      if entry.name.isdigit() and (entry / "saved_model.pb").is_file())
+    if not versions:
+        raise FileNotFoundError(f"model: {str(path)!r} is neither a SavedModel directory nor "
+                                "a directory of numbered SavedModel versions")
+    return versions[-1][1]
+
+
+class TextTranslator:
+    """Best and n-best translations of strings, through `translate_text` (`[batch]` strings ->
+    `translation`, `score`) and `translate_ids` (`[batch, len]` ids -> `nbest_ids`,
+    `nbest_scores`) with `tokenizer` for the n-best lists' text; `owner` is kept alive for
+    them (a loaded SavedModel, or the `Translator` whose methods they are)."""
+
+    def __init__(self, translate_text: Callable[[tf.Tensor], dict],
+                 translate_ids: Callable[[tf.Tensor], dict], tokenizer: SubwordTokenizer,
+                 owner: object = None):
+        self._owner = owner
+        self._translate_text = translate_text
+        self._translate_ids = translate_ids
+        self.tokenizer = tokenizer
+        self.beam_size = int(translate_ids(tf.constant([[PAD_ID]], tf.int32))
+                             ["nbest_ids"].shape[1])
+
+    @classmethod
+    def from_export(cls, path: str | os.PathLike) -> "TextTranslator":
+        """The SavedModel of `export_version(path)` (its search settings are fixed)."""
+        version = export_version(path)
+        loaded = tf.saved_model.load(os.fspath(version))
+        signatures = loaded.signatures
+        return cls(lambda text: signatures["serving_default"](text=text),
+                   lambda ids: signatures["translate_ids"](source_ids=ids),
+                   SubwordTokenizer.load(version / "assets"), loaded)
+
+    @classmethod
+    def from_translator(cls, translator: Translator) -> "TextTranslator":
+        """An in-process `Translator` (what its export would compute)."""
+        return cls(translator.translate, translator.translate_ids, translator.tokenizer,
+                   translator)
+
+    def best(self, texts: Sequence[bytes]) -> tuple[list[bytes], list[float]]:
+        """The best translation (UTF-8) and score of each text; invalid UTF-8 is decoded with
+        U+FFFD replacements, an empty text gets an empty translation."""
+        outputs = self._translate_text(tf.constant(list(texts), tf.string))
+        return outputs["translation"].numpy().tolist(), outputs["score"].numpy().tolist()
+
+    def nbest(self, texts: Sequence[bytes], k: int) -> list[list[tuple[bytes, float]]]:
+        """The `k` best (translation, score) pairs of each text, best first."""
+        if not 1 <= k <= self.beam_size:
+            raise ValueError(f"--nbest: {k} is not between 1 and the beam size "
+                             f"{self.beam_size}")
+        valid = tf.strings.unicode_transcode(tf.constant(list(texts), tf.string), "UTF-8",
+                                             "UTF-8", errors="replace")
+        ids = self.tokenizer.tokenize(valid).to_tensor(default_value=PAD_ID)
+        if ids.shape[1] == 0:  # every text empty
+            ids = tf.fill([len(texts), 1], PAD_ID)
+        outputs = self._translate_ids(tf.cast(ids, tf.int32))
+        hypotheses = outputs["nbest_ids"][:, :k]
+        words = self.tokenizer.detokenize(tf.reshape(hypotheses, [-1, hypotheses.shape[-1]]))
+        words = np.reshape(words.numpy(), [len(texts), k])
+        scores = outputs["nbest_scores"][:, :k].numpy()
+        return [list(zip(row.tolist(), row_scores.tolist()))
+                for row, row_scores in zip(words, scores)]
+
+
+def length_batches(lengths: Sequence[int], batch_size: int,
+                   batch_tokens: int) -> Iterator[list[int]]:
+    """Indices of texts in batches sorted by length: at most `batch_size` texts and, padded
+    to the batch's longest, at most `batch_tokens` tokens (a longer text goes alone)."""
+    batch: list[int] = []
+    for index in np.argsort(lengths, kind="stable").tolist():
+        if batch and (len(batch) == batch_size
+                      or (len(batch) + 1) * max(lengths[index], 1) > batch_tokens):
+            yield batch
+            batch = []
+        batch.append(index)
+    if batch:
+        yield batch

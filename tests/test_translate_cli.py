@@ -1,0 +1,116 @@
+"""kt-translate: one output line per input line, in order, through an export or a run."""
+import io
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.export import export_translator
+from keras_transformer.text_translation import export_version, length_batches
+from trainers import translate
+
+LINES = [b"I have forty-two apples", b"", b"\xff\xfe caf\xc3 broken", b"She sees three dogs",
+         b" ".join([b"seventeen green pears"] * 40), b"one cat"]
+
+
+@pytest.fixture(scope="module")
+def export_dir(demo_vocab, tmp_path_factory):
+    tokenizer = SubwordTokenizer.load(demo_vocab)
+    model = kt.Transformer(kt.TransformerConfig.preset(
+        "tiny", vocab_size=tokenizer.vocab_size, max_length=24, num_layers=1))
+    base = tmp_path_factory.mktemp("exports")
+    export_translator(model, tokenizer, "demo", base, kt.SearchSettings(beam_size=1))
+    export_translator(model, tokenizer, "demo", base, kt.SearchSettings(beam_size=3,
+                                                                        max_decode_extra=5))
+    return base / "demo"
+
+
+@pytest.fixture
+def input_file(tmp_path):
+    path = tmp_path / "input.en"
+    path.write_bytes(b"\n".join(LINES) + b"\r\n")
+    return path
+
+
+def run(argv, capsys) -> tuple[int, list[str], str]:
+    stdout = io.StringIO()
+    code = translate.main(argv, stdout=stdout)
+    return code, stdout.getvalue().split("\n")[:-1], capsys.readouterr().err
+
+
+def test_every_line_gets_its_own_translation_in_order(export_dir, input_file, capsys):
+    code, outputs, err = run([str(export_dir), str(input_file), "--batch-size", "2"], capsys)
+    assert code == 0 and len(outputs) == len(LINES)
+    serving = tf.saved_model.load(str(export_dir / "2")).signatures["serving_default"]
+    for line, output in zip(LINES, outputs):  # each as the export translates it alone
+        alone = serving(text=tf.constant([line]))["translation"].numpy()[0].decode("utf-8")
+        assert output == alone
+    assert outputs[1] == ""
+    assert f"{input_file}:3: not valid UTF-8" in err and "6/6 sentences" in err
+
+
+def test_nbest_lists_k_hypotheses_per_line_best_first(export_dir, input_file, capsys):
+    _, best, _ = run([str(export_dir), str(input_file)], capsys)
+    code, outputs, _ = run([str(export_dir), str(input_file), "--nbest", "3", "--quiet"], capsys)
+    assert code == 0 and len(outputs) == 3 * len(LINES)
+    rows = [line.split(" ||| ") for line in outputs]
+    assert [int(index) for index, _, _ in rows] == [i for i in range(len(LINES)) for _ in "abc"]
+    assert [text for _, text, _ in rows[::3]] == best
+    scores = np.array([float(score) for _, _, score in rows]).reshape(len(LINES), 3)
+    assert np.all(np.diff(scores, axis=1) <= 1e-4)
+    code, _, err = run([str(export_dir), str(input_file), "--nbest", "4"], capsys)
+    assert code == 2 and "--nbest: 4 exceeds the beam size 3" in err
+
+
+def test_exports_keep_their_search_settings_and_errors_name_paths(export_dir, input_file,
+                                                                  tmp_path, capsys):
+    code, _, err = run([str(export_dir), str(input_file), "--beam-size", "5"], capsys)
+    assert code == 2 and "--beam-size: an export's weights and search settings are fixed" in err
+    code, _, err = run([str(tmp_path / "nowhere"), str(input_file)], capsys)
+    assert code == 2 and "nowhere" in err
+    code, _, err = run([str(export_dir), str(tmp_path / "missing.en")], capsys)
+    assert code == 2 and "missing.en" in err
+    assert export_version(export_dir) == export_dir / "2"
+    assert export_version(export_dir / "1") == export_dir / "1"
+
+
+def test_several_inputs_go_to_their_own_outputs(export_dir, input_file, tmp_path, capsys):
+    other = tmp_path / "other.en"
+    other.write_text("one cat\n\n")
+    outputs = [tmp_path / "out" / "a.de", tmp_path / "out" / "b.de"]
+    code, stdout, _ = run([str(export_dir / "1"), str(input_file), str(other), "--output",
+                           *map(str, outputs), "--quiet"], capsys)
+    assert code == 0 and stdout == []
+    assert [len(path.read_text(encoding="utf-8").splitlines()) for path in outputs] == [6, 2]
+    with pytest.raises(SystemExit):
+        translate.parse_args([str(export_dir), str(input_file), "--output", "a", "b"])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_length_batches_cover_every_text_once_within_budget(seed):
+    lengths = np.random.default_rng(seed).integers(0, 60, size=50).tolist()
+    batches = list(length_batches(lengths, batch_size=8, batch_tokens=100))
+    assert sorted(i for batch in batches for i in batch) == list(range(50))
+    for batch in batches:
+        longest = max(max(lengths[i] for i in batch), 1)
+        assert len(batch) <= 8 and (len(batch) == 1 or len(batch) * longest <= 100)
+
+
+def test_run_directories_translate_in_process_with_search_flags(demo_vocab, input_file,
+                                                                tmp_path, capsys):
+    import shutil
+
+    from keras_transformer.training.checkpoints import save_weights_atomic
+    from keras_transformer.training.run_dir import RunDir
+
+    recipe = kt.Recipe.preset("tiny", vocab_size=SubwordTokenizer.load(demo_vocab).vocab_size,
+                              num_layers=1, max_length=24, beam_size=1)
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.write_json("config.json", recipe.to_dict())
+    shutil.copytree(demo_vocab, run_dir.vocab)
+    save_weights_atomic(kt.Transformer(recipe.architecture), run_dir.final_weights)
+    code, outputs, _ = run([str(run_dir.root), str(input_file), "--beam-size", "2", "--nbest",
+                            "2", "--max-decode-extra", "3"], capsys)
+    assert code == 0 and len(outputs) == 2 * len(LINES)

@@ -1,0 +1,141 @@
+"""`kt-translate`: translates text files (or standard input) with an export or a run directory.
+
+    kt-translate saved_models/demo input.en > output.de        # the newest version of an export
+    kt-translate saved_models/demo/3 a.en b.en --output a.de b.de
+    kt-translate runs/demo - --beam-size 8 --nbest 3 < input.en  # a run: search flags allowed
+
+One output line per input line, in order: an empty line gives an empty line, a line that is not
+valid UTF-8 is translated with U+FFFD replacements (with a warning naming file and line), and a
+line longer than the model's `max_length` is translated from its first `max_length - 1`
+subwords. With `--nbest K` each input line gives K lines `INDEX ||| TRANSLATION ||| SCORE`
+(INDEX: the 0-based line number in its file), best first. An export's search settings are fixed
+in its graph: to change them, export again (`kt-export --beam-size ...`).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence, TextIO
+
+from keras_transformer.data.text_files import read_raw_lines
+from keras_transformer.decoding.translator import Translator
+from keras_transformer.text_translation import TextTranslator, length_batches
+from keras_transformer.training.run_dir import RunDir
+from trainers.common import add_search_arguments, load_run_model, search_settings
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
+    parser = argparse.ArgumentParser(prog="kt-translate", description=__doc__.split("\n")[0])
+    parser.add_argument("model", help="an export (NAME/ for its newest version, or NAME/N/) or "
+                        "a kt-train run directory")
+    parser.add_argument("inputs", nargs="*", default=["-"],
+                        help="text files, one sentence a line, plain or .gz (default: - = stdin)")
+    parser.add_argument("--output", nargs="+", metavar="FILE",
+                        help="one output file per input (default: standard output)")
+    parser.add_argument("--nbest", type=int, default=0, metavar="K",
+                        help="K best translations per line as INDEX ||| TEXT ||| SCORE")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    parser.add_argument("--batch-tokens", type=int, default=6000,
+                        help="at most this many padded words per batch (default: 6000)")
+    parser.add_argument("--weights", help="with a run directory: a .weights.h5 file")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_search_arguments(parser, "(run directories only: an export's are fixed)")
+    args = parser.parse_args(argv)
+    if args.output and len(args.output) != len(args.inputs):
+        parser.error(f"--output: {len(args.output)} file(s) for {len(args.inputs)} input(s)")
+    for name in ("batch_size", "batch_tokens"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')}: must be positive")
+    if args.nbest < 0:
+        parser.error("--nbest: must be positive")
+    return args
+
+
+def load_translator(args: argparse.Namespace) -> TextTranslator:
+    """An export as saved, or a run directory's model with its recipe's search settings (the
+    search flags override them)."""
+    searching = [flag for flag, value in (("--beam-size", args.beam_size),
+                                          ("--length-penalty", args.length_penalty),
+                                          ("--max-decode-extra", args.max_decode_extra))
+                 if value is not None]
+    if (Path(args.model) / "config.json").is_file():
+        model, tokenizer = load_run_model(args.model, args.weights)
+        settings = search_settings(args, RunDir(args.model).load_recipe().search)
+        return TextTranslator.from_translator(Translator(model, tokenizer, settings))
+    if searching or args.weights:
+        given = " and ".join(searching + (["--weights"] if args.weights else []))
+        raise ValueError(f"{given}: an export's weights and search settings are fixed when it "
+                         f"is written; export again (kt-export ... --beam-size K) or translate "
+                         f"from the run directory")
+    return TextTranslator.from_export(args.model)
+
+
+def translate_lines(translator: TextTranslator, lines: list[bytes], args: argparse.Namespace,
+                    progress: Progress) -> list[str]:
+    """The output lines (without newlines) for `lines`, in their order."""
+    outputs: list[str] = [""] * len(lines)
+    lengths = [len(line.split()) for line in lines]
+    for batch in length_batches(lengths, args.batch_size, args.batch_tokens):
+        texts = [lines[index] for index in batch]
+        if args.nbest:
+            for index, hypotheses in zip(batch, translator.nbest(texts, args.nbest)):
+                outputs[index] = "\n".join(
+                    f"{index} ||| {text.decode('utf-8')} ||| {score:.4f}"
+                    for text, score in hypotheses)
+        else:
+            for index, text in zip(batch, translator.best(texts)[0]):
+                outputs[index] = text.decode("utf-8")
+        progress.advance(len(batch))
+    return outputs
+
+
+class Progress:
+    """`kt-translate: N/TOTAL sentences, X sentences/s` on stderr every few seconds."""
+
+    def __init__(self, total: int, quiet: bool, every_seconds: float = 5.0):
+        self.total, self.quiet, self.every_seconds = total, quiet, every_seconds
+        self.done, self._start = 0, time.monotonic()
+        self._last = self._start
+
+    def advance(self, count: int) -> None:
+        self.done += count
+        now = time.monotonic()
+        if not self.quiet and (now - self._last >= self.every_seconds or self.done == self.total):
+            self._last = now
+            rate = self.done / max(now - self._start, 1e-9)
+            print(f"kt-translate: {self.done:,}/{self.total:,} sentences, {rate:,.1f} "
+                  "sentences/s", file=sys.stderr, flush=True)
+
+
+def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) -> int:
+    """Runs the command line; returns its exit status (2 on a user error)."""
+    args = parse_args(argv)
+    try:
+        inputs = [read_raw_lines(path) for path in args.inputs]
+        translator = load_translator(args)
+        if args.nbest > translator.beam_size:
+            raise ValueError(f"--nbest: {args.nbest} exceeds the beam size "
+                             f"{translator.beam_size}")
+    except (ValueError, FileNotFoundError, OSError) as error:
+        print(f"kt-translate: error: {error}", file=sys.stderr)
+        return 2
+    progress = Progress(sum(len(lines) for lines, _ in inputs), args.quiet)
+    for position, (path, (lines, invalid)) in enumerate(zip(args.inputs, inputs)):
+        for number in invalid:
+            print(f"kt-translate: warning: {path}:{number}: not valid UTF-8, translated with "
+                  "U+FFFD replacements", file=sys.stderr)
+        text = "".join(line + "\n" for line in translate_lines(translator, lines, args,
+                                                                progress))
+        if args.output:
+            Path(args.output[position]).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.output[position]).write_text(text, encoding="utf-8")
+        else:
+            (stdout or sys.stdout).write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
