@@ -1,0 +1,71 @@
+"""Exports load and translate on stock TF Serving 2.20's runtime: a Python with exactly
+tensorflow 2.20 and tensorflow-text 2.20 (`KT_STOCK_RUNTIME_PYTHON`; .ci/run points it at its
+oldest-versions venv), importing nothing of this package, gives the in-process outputs for
+every kind of export the package writes."""
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.export import export_translator
+
+STOCK_PYTHON = os.environ.get("KT_STOCK_RUNTIME_PYTHON")
+TEXTS = ["I have forty-two apples", "", "She sees three dogs today"]
+IDS = [[20, 21, 22, 0], [30, 0, 0, 0]]
+KINDS = {"float32-beam3": ("float32", 3), "float32-greedy": ("float32", 1),
+         "bfloat16-beam3": ("bfloat16", 3)}
+
+LOAD_AND_TRANSLATE = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+texts, ids = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+outputs = {"tf": tf.__version__, "text": tensorflow_text.__version__}
+for name, path in json.loads(sys.argv[1]).items():
+    signatures = tf.saved_model.load(path).signatures
+    best = signatures["serving_default"](text=tf.constant(texts))
+    nbest = signatures["translate_ids"](source_ids=tf.constant(ids, tf.int32))
+    outputs[name] = {"translation": [t.hex() for t in best["translation"].numpy().tolist()],
+                     "score": best["score"].numpy().tolist(),
+                     "nbest_ids": nbest["nbest_ids"].numpy().tolist(),
+                     "nbest_scores": nbest["nbest_scores"].numpy().tolist()}
+assert not [name for name in sys.modules if name.startswith("keras_transformer")]
+print(json.dumps(outputs))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not STOCK_PYTHON, reason="KT_STOCK_RUNTIME_PYTHON (a Python with exactly "
+                    "tensorflow 2.20 + tensorflow-text 2.20) is not set")
+def test_every_export_kind_translates_identically_on_the_stock_runtime(demo_vocab, tmp_path):
+    tokenizer = SubwordTokenizer.load(demo_vocab)
+    model = kt.Transformer(kt.TransformerConfig.preset(
+        "tiny", vocab_size=tokenizer.vocab_size, max_length=24, num_layers=1))
+    exports = {name: export_translator(model, tokenizer, name, tmp_path,
+                                       kt.SearchSettings(beam_size=beam, max_decode_extra=5),
+                                       dtype)
+               for name, (dtype, beam) in KINDS.items()}
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    run = subprocess.run([STOCK_PYTHON, "-c", LOAD_AND_TRANSLATE, json.dumps(exports),
+                          json.dumps(TEXTS), json.dumps(IDS)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    stock = json.loads(run.stdout.strip().splitlines()[-1])
+    assert stock["tf"].startswith("2.20.") and stock["text"].startswith("2.20.")
+    for name, path in exports.items():
+        signatures = tf.saved_model.load(path).signatures
+        best = signatures["serving_default"](text=tf.constant(TEXTS))
+        nbest = signatures["translate_ids"](source_ids=tf.constant(IDS, tf.int32))
+        theirs = stock[name]
+        assert [bytes.fromhex(t) for t in theirs["translation"]] == \
+            best["translation"].numpy().tolist(), name
+        np.testing.assert_array_equal(theirs["nbest_ids"], nbest["nbest_ids"].numpy())
+        np.testing.assert_allclose(theirs["score"], best["score"].numpy(), atol=1e-4)
+        np.testing.assert_allclose(theirs["nbest_scores"], nbest["nbest_scores"].numpy(),
+                                   atol=1e-4)
