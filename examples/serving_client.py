@@ -1,0 +1,64 @@
+"""Requests for a keras-transformer export served by TF Serving, built from the export's own
+signature definitions: REST JSON bodies and gRPC `PredictRequest`s for each signature.
+
+    python examples/serving_client.py saved_models/demo/1 "I have forty-two apples"
+
+prints the REST request bodies (`POST http://HOST:8501/v1/models/NAME:predict`) for
+`serving_default` and `translate_ids`. With `tensorflow-serving-api` installed,
+`grpc_request` builds the gRPC request for `PredictionService/Predict` (port 8500).
+Needs only tensorflow and tensorflow_text.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the export uses)
+
+
+def signature_inputs(saved_model_dir: str) -> dict[str, dict[str, tf.TensorSpec]]:
+    """Signature name -> its input name -> `TensorSpec` (dtype and shape), as saved."""
+    loaded = tf.saved_model.load(saved_model_dir)
+    return {name: dict(function.structured_input_signature[1])
+            for name, function in loaded.signatures.items()}
+
+
+def rest_request(signature: str, specs: dict[str, tf.TensorSpec],
+                 values: dict[str, Any]) -> dict:
+    """The JSON body of a REST predict call in TF Serving's columnar ("inputs") format, each
+    value converted to its input's dtype (strings as UTF-8 text)."""
+    inputs = {}
+    for name, spec in specs.items():
+        tensor = tf.constant(values[name], dtype=spec.dtype)
+        inputs[name] = ([item.decode("utf-8") for item in tensor.numpy().tolist()]
+                        if spec.dtype == tf.string else tensor.numpy().tolist())
+    return {"signature_name": signature, "inputs": inputs}
+
+
+def grpc_request(model_name: str, signature: str, specs: dict[str, tf.TensorSpec],
+                 values: dict[str, Any]):
+    """A `PredictRequest` for `PredictionService/Predict` (needs tensorflow-serving-api)."""
+    from tensorflow_serving.apis import predict_pb2
+
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = model_name
+    request.model_spec.signature_name = signature
+    for name, spec in specs.items():
+        request.inputs[name].CopyFrom(tf.make_tensor_proto(values[name], dtype=spec.dtype))
+    return request
+
+
+def main(argv: list[str]) -> None:
+    """Prints the REST bodies of both signatures for the texts given."""
+    saved_model_dir, *texts = argv
+    specs = signature_inputs(saved_model_dir)
+    print(json.dumps(rest_request("serving_default", specs["serving_default"],
+                                  {"text": texts}), ensure_ascii=False))
+    print(json.dumps(rest_request("translate_ids", specs["translate_ids"],
+                                  {"source_ids": [[20, 21, 22, 0], [30, 0, 0, 0]]})))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
