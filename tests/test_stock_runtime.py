@@ -22,18 +22,22 @@ KINDS = {"float32-beam3": ("float32", 3), "float32-greedy": ("float32", 1),
 
 LOAD_AND_TRANSLATE = """
 import json, sys
+import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
-texts, ids = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+inputs = {"text": tf.constant(json.loads(sys.argv[2])),
+          "source_ids": tf.constant(json.loads(sys.argv[3]), tf.int32)}
+def plain(array):
+    return ([item.hex() for item in array.ravel().tolist()] if array.dtype == object
+            else array.tolist())
 outputs = {"tf": tf.__version__, "text": tensorflow_text.__version__}
 for name, path in json.loads(sys.argv[1]).items():
     signatures = tf.saved_model.load(path).signatures
-    best = signatures["serving_default"](text=tf.constant(texts))
-    nbest = signatures["translate_ids"](source_ids=tf.constant(ids, tf.int32))
-    outputs[name] = {"translation": [t.hex() for t in best["translation"].numpy().tolist()],
-                     "score": best["score"].numpy().tolist(),
-                     "nbest_ids": nbest["nbest_ids"].numpy().tolist(),
-                     "nbest_scores": nbest["nbest_scores"].numpy().tolist()}
+    outputs[name] = {}
+    for signature, function in signatures.items():
+        arguments = {key: inputs[key] for key in function.structured_input_signature[1]}
+        outputs[name][signature] = {key: plain(value.numpy())
+                                    for key, value in function(**arguments).items()}
 assert not [name for name in sys.modules if name.startswith("keras_transformer")]
 print(json.dumps(outputs))
 """
@@ -58,14 +62,16 @@ def test_every_export_kind_translates_identically_on_the_stock_runtime(demo_voca
     assert run.returncode == 0, run.stderr[-3000:]
     stock = json.loads(run.stdout.strip().splitlines()[-1])
     assert stock["tf"].startswith("2.20.") and stock["text"].startswith("2.20.")
+    inputs = {"text": tf.constant(TEXTS), "source_ids": tf.constant(IDS, tf.int32)}
     for name, path in exports.items():
         signatures = tf.saved_model.load(path).signatures
-        best = signatures["serving_default"](text=tf.constant(TEXTS))
-        nbest = signatures["translate_ids"](source_ids=tf.constant(IDS, tf.int32))
-        theirs = stock[name]
-        assert [bytes.fromhex(t) for t in theirs["translation"]] == \
-            best["translation"].numpy().tolist(), name
-        np.testing.assert_array_equal(theirs["nbest_ids"], nbest["nbest_ids"].numpy())
-        np.testing.assert_allclose(theirs["score"], best["score"].numpy(), atol=1e-4)
-        np.testing.assert_allclose(theirs["nbest_scores"], nbest["nbest_scores"].numpy(),
-                                   atol=1e-4)
+        assert set(stock[name]) == set(signatures) == {
+            "serving_default", "translate_ids", "translate_nbest", "translate_with_alignment"}
+        for signature, function in signatures.items():
+            arguments = {key: inputs[key] for key in function.structured_input_signature[1]}
+            for key, value in function(**arguments).items():
+                ours, theirs = value.numpy(), stock[name][signature][key]
+                if ours.dtype == object:
+                    assert [bytes.fromhex(t) for t in theirs] == ours.ravel().tolist(), key
+                else:
+                    np.testing.assert_allclose(theirs, ours, atol=1e-4, err_msg=key)

@@ -139,9 +139,13 @@ class SubwordTokenizer(tf.Module):
         kept = tf.ragged.boolean_mask(ids, before_eos & (ids != PAD_ID) & (ids != BOS_ID))
         return self._sp.detokenize(kept)
 
+    def pieces(self, ids: tf.Tensor) -> tf.Tensor:
+        """The piece text (e.g. b'▁Hund') of each id of a dense tensor, in the graph."""
+        return self._sp.id_to_string(tf.cast(ids, tf.int32))
+
     def id_to_piece(self, ids: Sequence[int] | tf.Tensor) -> list[str]:
         """Return the piece text of each id (for attention plots), e.g. '▁Hund'."""
-        pieces = self._sp.id_to_string(tf.convert_to_tensor(ids, dtype=tf.int32))
+        pieces = self.pieces(tf.convert_to_tensor(ids, dtype=tf.int32))
         return [piece.decode("utf-8") for piece in pieces.numpy().tolist()]
 
     @staticmethod

@@ -1,0 +1,91 @@
+"""The export's n-best and alignment signatures: consistent with the best-translation ones, and
+(on the trained demo model) meaningful."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.decoding.translator import Translator
+from keras_transformer.export import export_translator
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXTS = ["I have forty-two apples", "", "She sees three dogs today", "one cat"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(demo_vocab):
+    return SubwordTokenizer.load(demo_vocab)
+
+
+@pytest.fixture(scope="module")
+def signatures(tokenizer, tmp_path_factory):
+    model = kt.Transformer(kt.TransformerConfig.preset(
+        "tiny", vocab_size=tokenizer.vocab_size, max_length=24, num_layers=2))
+    path = export_translator(model, tokenizer, "demo", tmp_path_factory.mktemp("exports"),
+                             kt.SearchSettings(beam_size=3, max_decode_extra=5))
+    return tf.saved_model.load(path).signatures
+
+
+def test_nbest_text_lists_the_beam_best_first(signatures):
+    nbest = signatures["translate_nbest"](text=tf.constant(TEXTS))
+    best = signatures["serving_default"](text=tf.constant(TEXTS))
+    assert nbest["nbest_translations"].shape == (len(TEXTS), 3)
+    assert nbest["nbest_translations"][:, 0].numpy().tolist() == \
+        best["translation"].numpy().tolist()
+    scores = nbest["nbest_scores"].numpy()
+    np.testing.assert_allclose(scores[:, 0], best["score"].numpy(), atol=1e-6)
+    assert np.all(np.diff(scores, axis=1) <= 1e-6)
+
+
+def test_alignment_covers_each_target_piece_with_a_source_piece(signatures, tokenizer):
+    out = signatures["translate_with_alignment"](text=tf.constant(TEXTS))
+    best = signatures["serving_default"](text=tf.constant(TEXTS))
+    assert out["translation"].numpy().tolist() == best["translation"].numpy().tolist()
+    np.testing.assert_allclose(out["score"].numpy(), best["score"].numpy(), atol=1e-6)
+    for row, text in enumerate(TEXTS):
+        source = [p for p in out["source_pieces"][row].numpy().tolist() if p]
+        target = out["target_pieces"][row].numpy().tolist()
+        alignment = out["alignment"][row].numpy()
+        expected = tokenizer.id_to_piece(tokenizer.tokenize(tf.constant([text]))[0].numpy())
+        assert [p.decode() for p in source] == expected + ["</s>"]
+        real = np.array([bool(piece) for piece in target])
+        assert np.all(alignment[~real] == -1)
+        assert np.all((alignment[real] >= 0) & (alignment[real] < len(source)))
+        # The pieces are those of the best hypothesis `translate_ids` finds.
+        source_ids = tokenizer.tokenize(tf.constant([text])).to_tensor()
+        if text:
+            ids = signatures["translate_ids"](source_ids=tf.cast(source_ids, tf.int32))["ids"]
+            ids = [i for i in ids[0].numpy().tolist() if i != kt.PAD_ID]
+            assert [p.decode() for p in np.array(target)[real]] == tokenizer.id_to_piece(ids)
+
+
+def test_alignment_layer_is_checked(tokenizer):
+    model = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size))
+    with pytest.raises(ValueError, match="alignment_layer: 2 is not a layer"):
+        Translator(model, tokenizer, alignment_layer=2)
+
+
+@pytest.mark.slow
+def test_trained_demo_model_aligns_number_words_with_their_source(tokenizer):
+    """The README's main job trains `runs/demo` (CI runs it before the tests): the German
+    number word of its translation aligns with the English number's pieces, the noun with
+    the noun."""
+    from trainers.common import load_run_model
+
+    run = ROOT / "runs" / "demo"
+    if not (run / "model.weights.h5").is_file():
+        pytest.skip(f"{run} holds no trained model (the README's main job writes it)")
+    model, run_tokenizer = load_run_model(str(run))
+    translator = Translator(model, run_tokenizer, kt.SearchSettings(beam_size=4))
+    out = translator.translate_with_alignment(tf.constant(["I have forty-two apples"]))
+    assert out["translation"].numpy()[0].decode() == "ich habe zweiundvierzig Äpfel"
+    source = [p.decode() for p in out["source_pieces"][0].numpy()]
+    aligned = {piece.decode(): source[index] for piece, index in
+               zip(out["target_pieces"][0].numpy(), out["alignment"][0].numpy()) if piece}
+    number = [piece for piece in aligned if "zweiundvierzig" in piece]
+    assert number and all(aligned[piece].strip("\u2581-") in ("forty", "two")
+                          for piece in number)
+    assert aligned["\u2581Äpfel"].startswith("\u2581apple")
