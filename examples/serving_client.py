@@ -3,8 +3,8 @@ signature definitions: REST JSON bodies and gRPC `PredictRequest`s for each sign
 
     python examples/serving_client.py saved_models/demo/1 "I have forty-two apples"
 
-prints the REST request bodies (`POST http://HOST:8501/v1/models/NAME:predict`) for
-`serving_default` and `translate_ids`. With `tensorflow-serving-api` installed,
+prints the REST request body (`POST http://HOST:8501/v1/models/NAME:predict`) of each
+signature: the texts for those taking `text`, example ids for `translate_ids`. With `tensorflow-serving-api` installed,
 `grpc_request` builds the gRPC request for `PredictionService/Predict` (port 8500).
 Needs only tensorflow and tensorflow_text.
 """
@@ -51,13 +51,12 @@ def grpc_request(model_name: str, signature: str, specs: dict[str, tf.TensorSpec
 
 
 def main(argv: list[str]) -> None:
-    """Prints the REST bodies of both signatures for the texts given."""
+    """Prints the REST body of each signature for the texts given."""
     saved_model_dir, *texts = argv
-    specs = signature_inputs(saved_model_dir)
-    print(json.dumps(rest_request("serving_default", specs["serving_default"],
-                                  {"text": texts}), ensure_ascii=False))
-    print(json.dumps(rest_request("translate_ids", specs["translate_ids"],
-                                  {"source_ids": [[20, 21, 22, 0], [30, 0, 0, 0]]})))
+    examples = {"text": texts, "source_ids": [[20, 21, 22, 0], [30, 0, 0, 0]]}
+    for name, specs in signature_inputs(saved_model_dir).items():
+        values = {key: examples[key] for key in specs}
+        print(json.dumps(rest_request(name, specs, values), ensure_ascii=False))
 
 
 if __name__ == "__main__":

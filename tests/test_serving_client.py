@@ -42,10 +42,12 @@ def served(signature, specs, inputs):
 def test_rest_requests_get_the_direct_answers(export):
     client = load_client()
     specs = client.signature_inputs(export)
-    assert set(specs) == {"serving_default", "translate_ids"}
+    assert set(specs) == {"serving_default", "translate_ids", "translate_nbest",
+                          "translate_with_alignment"}
     signatures = tf.saved_model.load(export).signatures
-    for name, values in (("serving_default", {"text": TEXTS}),
-                         ("translate_ids", {"source_ids": IDS})):
+    examples = {"text": TEXTS, "source_ids": IDS}
+    for name in specs:
+        values = {key: examples[key] for key in specs[name]}
         body = client.rest_request(name, specs[name], values)
         assert body["signature_name"] == name and set(body["inputs"]) == set(values)
         answer = served(signatures[name], specs[name], body["inputs"])
