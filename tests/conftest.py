@@ -37,6 +37,7 @@ def run_script_json(script: str, timeout: int = 300) -> dict:
 
 def final_json(output: str) -> dict:
     """The JSON summary a command line prints last (TensorFlow may still log after it)."""
+    output = "\n" + output  # the summary may be the only output
     summary, _ = json.JSONDecoder().raw_decode(output[output.rindex("\n{\n") + 1:])
     return summary
 
