@@ -4,12 +4,14 @@ signature definitions: REST JSON bodies and gRPC `PredictRequest`s for each sign
     python examples/serving_client.py saved_models/demo/1 "I have forty-two apples"
 
 prints the REST request body (`POST http://HOST:8501/v1/models/NAME:predict`) of each
-signature: the texts for those taking `text`, example ids for `translate_ids`. With `tensorflow-serving-api` installed,
+signature: the texts for those taking `text`, `--prefix` (default "") for
+`translate_with_prefix`, example ids for `translate_ids`. With `tensorflow-serving-api` installed,
 `grpc_request` builds the gRPC request for `PredictionService/Predict` (port 8500).
 Needs only tensorflow and tensorflow_text.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from typing import Any
@@ -51,9 +53,16 @@ def grpc_request(model_name: str, signature: str, specs: dict[str, tf.TensorSpec
 
 
 def main(argv: list[str]) -> None:
-    """Prints the REST body of each signature for the texts given."""
-    saved_model_dir, *texts = argv
-    examples = {"text": texts, "source_ids": [[20, 21, 22, 0], [30, 0, 0, 0]]}
+    """Prints the REST body of each signature for the texts given (`--prefix P`: the start
+    that `translate_with_prefix` forces on each translation, default none)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("saved_model_dir")
+    parser.add_argument("texts", nargs="+")
+    parser.add_argument("--prefix", default="")
+    args = parser.parse_args(argv)
+    examples = {"text": args.texts, "prefix": [args.prefix] * len(args.texts),
+                "source_ids": [[20, 21, 22, 0], [30, 0, 0, 0]]}
+    saved_model_dir = args.saved_model_dir
     for name, specs in signature_inputs(saved_model_dir).items():
         values = {key: examples[key] for key in specs}
         print(json.dumps(rest_request(name, specs, values), ensure_ascii=False))

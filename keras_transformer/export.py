@@ -2,9 +2,10 @@
 
 Signatures: `serving_default` (`text` -> `translation`, `score`, tokenization inside the graph),
 `translate_ids` (`source_ids` -> `ids`, `score`, `nbest_ids`, `nbest_scores`),
-`translate_nbest` (`text` -> `nbest_translations`, `nbest_scores`) and
-`translate_with_alignment` (`text` -> `translation`, `score`, `target_pieces`, `source_pieces`,
-`alignment`); see `Translator`. Loading needs
+`translate_nbest` (`text` -> `nbest_translations`, `nbest_scores`), `translate_with_prefix`
+(`text`, `prefix` -> `translation`, `score`) and `translate_with_alignment` (`text` ->
+`translation`, `score`, `target_pieces`, `source_pieces`, `alignment`); see `Translator`.
+Loading needs
 only `tensorflow` and `tensorflow_text` (`import tensorflow_text` registers its ops). The
 sentencepiece model is embedded in the graph and also shipped as the asset `spm.model` for
 clients of `translate_ids`. The graph holds a copy of the model's weights (no optimizer state),
@@ -57,6 +58,7 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
             "serving_default": translator.translate,
             "translate_ids": translator.translate_ids,
             "translate_nbest": translator.translate_nbest,
+            "translate_with_prefix": translator.translate_with_prefix,
             "translate_with_alignment": translator.translate_with_alignment})
         return _publish(saved, model_dir)
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -30,16 +30,19 @@ def export_version(path: str | os.PathLike) -> Path:
 
 class TextTranslator:
     """Best and n-best translations of strings, through `translate_text` (`[batch]` strings ->
-    `translation`, `score`) and `translate_ids` (`[batch, len]` ids -> `nbest_ids`,
-    `nbest_scores`) with `tokenizer` for the n-best lists' text; `owner` is kept alive for
-    them (a loaded SavedModel, or the `Translator` whose methods they are)."""
+    `translation`, `score`), `translate_ids` (`[batch, len]` ids -> `nbest_ids`,
+    `nbest_scores`) with `tokenizer` for the n-best lists' text, and `translate_prefixed`
+    (texts and prefixes -> `translation`, `score`; None for exports older than it); `owner`
+    is kept alive for them (a loaded SavedModel, or the `Translator` whose methods they are)."""
 
     def __init__(self, translate_text: Callable[[tf.Tensor], dict],
                  translate_ids: Callable[[tf.Tensor], dict], tokenizer: SubwordTokenizer,
-                 owner: object = None):
+                 owner: object = None,
+                 translate_prefixed: Optional[Callable[[tf.Tensor, tf.Tensor], dict]] = None):
         self._owner = owner
         self._translate_text = translate_text
         self._translate_ids = translate_ids
+        self._translate_prefixed = translate_prefixed
         self.tokenizer = tokenizer
         self.beam_size = int(translate_ids(tf.constant([[PAD_ID]], tf.int32))
                              ["nbest_ids"].shape[1])
@@ -50,20 +53,36 @@ class TextTranslator:
         version = export_version(path)
         loaded = tf.saved_model.load(os.fspath(version))
         signatures = loaded.signatures
+        prefixed = signatures.get("translate_with_prefix")
         return cls(lambda text: signatures["serving_default"](text=text),
                    lambda ids: signatures["translate_ids"](source_ids=ids),
-                   SubwordTokenizer.load(version / "assets"), loaded)
+                   SubwordTokenizer.load(version / "assets"), loaded,
+                   prefixed and (lambda text, prefix: prefixed(text=text, prefix=prefix)))
 
     @classmethod
     def from_translator(cls, translator: Translator) -> "TextTranslator":
         """An in-process `Translator` (what its export would compute)."""
         return cls(translator.translate, translator.translate_ids, translator.tokenizer,
-                   translator)
+                   translator, translator.translate_with_prefix)
 
-    def best(self, texts: Sequence[bytes]) -> tuple[list[bytes], list[float]]:
-        """The best translation (UTF-8) and score of each text; invalid UTF-8 is decoded with
-        U+FFFD replacements, an empty text gets an empty translation."""
-        outputs = self._translate_text(tf.constant(list(texts), tf.string))
+    @property
+    def takes_prefixes(self) -> bool:
+        """Whether `best` can force prefixes (exports written before that signature cannot)."""
+        return self._translate_prefixed is not None
+
+    def best(self, texts: Sequence[bytes], prefixes: Optional[Sequence[bytes]] = None
+             ) -> tuple[list[bytes], list[float]]:
+        """The best translation (UTF-8) and score of each text, starting with its prefix when
+        `prefixes` are given (b"" leaves a text free); invalid UTF-8 is decoded with U+FFFD
+        replacements, an empty text gets an empty translation."""
+        texts = tf.constant(list(texts), tf.string)
+        if prefixes is None:
+            outputs = self._translate_text(texts)
+        elif self._translate_prefixed is None:
+            raise ValueError("prefixes: this export has no translate_with_prefix signature; "
+                             "export it again with this version")
+        else:
+            outputs = self._translate_prefixed(texts, tf.constant(list(prefixes), tf.string))
         return outputs["translation"].numpy().tolist(), outputs["score"].numpy().tolist()
 
     def nbest(self, texts: Sequence[bytes], k: int) -> list[list[tuple[bytes, float]]]:

@@ -120,3 +120,53 @@ def test_xla_matches_graph(model):
 def test_bad_arguments_are_named(model, kwargs, field):
     with pytest.raises(ValueError, match=field):
         beam_search(model, SOURCES, **kwargs)
+
+
+# A prefix per sentence: two ids, none, one, and longer than the source's limit allows (6).
+PREFIXES = np.array([[20, 21, 0, 0, 0, 0, 0, 0],
+                     [0, 0, 0, 0, 0, 0, 0, 0],
+                     [22, 0, 0, 0, 0, 0, 0, 0],
+                     [23, 24, 25, 26, 27, 28, 29, 30]], np.int32)
+
+
+@pytest.mark.parametrize("decode, kwargs", [(beam_search, {"beam_size": 3}), (greedy_decode, {})])
+def test_prefix_starts_every_hypothesis_and_scores_as_teacher_forcing(model, decode, kwargs):
+    result = decode(model, SOURCES, max_decode_extra=2, prefix_ids=PREFIXES, **kwargs)
+    ids, lengths = result.ids.numpy(), result.lengths.numpy()
+    for sentence, prefix in enumerate(PREFIXES):
+        prefix = prefix[prefix != PAD_ID]
+        # Room is made for the prefix and one more token, beyond the source's own limit.
+        assert np.all(lengths[sentence] > len(prefix))
+        for rank in range(ids.shape[1]):
+            np.testing.assert_array_equal(ids[sentence, rank, :len(prefix)], prefix)
+    for rank in range(ids.shape[1]):
+        forced = score_hypotheses(model, SOURCES, result.ids[:, rank], 0.6)
+        np.testing.assert_allclose(result.scores[:, rank].numpy(), forced.numpy(), atol=1e-4)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_prefix_cache_matches_full_recomputation(model, beam_size):
+    cached = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
+                         prefix_ids=PREFIXES)
+    recomputed = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
+                             prefix_ids=PREFIXES, use_cache=False)
+    np.testing.assert_array_equal(cached.ids.numpy(), recomputed.ids.numpy())
+    np.testing.assert_allclose(cached.scores.numpy(), recomputed.scores.numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("decode, kwargs", [(beam_search, {"beam_size": 3}), (greedy_decode, {})])
+def test_empty_prefix_changes_nothing(model, decode, kwargs):
+    free = decode(model, SOURCES, max_decode_extra=EXTRA, **kwargs)
+    empty = decode(model, SOURCES, max_decode_extra=EXTRA, prefix_ids=np.zeros([4, 3], np.int32),
+                   **kwargs)
+    np.testing.assert_array_equal(free.ids.numpy(), empty.ids.numpy())
+    np.testing.assert_allclose(free.scores.numpy(), empty.scores.numpy(), atol=1e-6)
+
+
+def test_greedy_forced_onto_its_own_start_finds_the_same_output(model):
+    free = greedy_decode(model, SOURCES, max_decode_extra=EXTRA)
+    own = free.ids.numpy()[:, 0, :2]
+    own = np.where(np.cumsum(own == EOS_ID, axis=1) > 0, PAD_ID, own)  # never force an EOS
+    forced = greedy_decode(model, SOURCES, max_decode_extra=EXTRA, prefix_ids=own)
+    np.testing.assert_array_equal(forced.ids.numpy(), free.ids.numpy())
+    np.testing.assert_allclose(forced.scores.numpy(), free.scores.numpy(), atol=1e-6)

@@ -1,6 +1,7 @@
 """examples/serving_client.py: the REST and gRPC requests it builds carry tensors that the export
 answers as a direct call does, once mapped the way TF Serving maps them."""
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -43,9 +44,9 @@ def test_rest_requests_get_the_direct_answers(export):
     client = load_client()
     specs = client.signature_inputs(export)
     assert set(specs) == {"serving_default", "translate_ids", "translate_nbest",
-                          "translate_with_alignment"}
+                          "translate_with_prefix", "translate_with_alignment"}
     signatures = tf.saved_model.load(export).signatures
-    examples = {"text": TEXTS, "source_ids": IDS}
+    examples = {"text": TEXTS, "prefix": ["ich habe", "", "zwei"], "source_ids": IDS}
     for name in specs:
         values = {key: examples[key] for key in specs[name]}
         body = client.rest_request(name, specs[name], values)
@@ -64,3 +65,12 @@ def test_grpc_requests_carry_the_same_tensors(export):
                                   {"text": TEXTS})
     assert request.model_spec.signature_name == "serving_default"
     assert [t.decode() for t in tf.make_ndarray(request.inputs["text"]).tolist()] == TEXTS
+
+
+def test_command_line_prints_one_rest_body_per_signature(export, capsys):
+    load_client().main([export, "I have forty-two apples", "one cat", "--prefix", "ich"])
+    bodies = {body["signature_name"]: body["inputs"]
+              for body in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert set(bodies) == set(load_client().signature_inputs(export))
+    assert bodies["serving_default"] == {"text": ["I have forty-two apples", "one cat"]}
+    assert bodies["translate_with_prefix"]["prefix"] == ["ich", "ich"]

@@ -25,7 +25,8 @@ import json, sys
 import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
-inputs = {"text": tf.constant(json.loads(sys.argv[2])),
+texts = json.loads(sys.argv[2])
+inputs = {"text": tf.constant(texts), "prefix": tf.constant(texts[::-1]),
           "source_ids": tf.constant(json.loads(sys.argv[3]), tf.int32)}
 def plain(array):
     return ([item.hex() for item in array.ravel().tolist()] if array.dtype == object
@@ -62,11 +63,13 @@ def test_every_export_kind_translates_identically_on_the_stock_runtime(demo_voca
     assert run.returncode == 0, run.stderr[-3000:]
     stock = json.loads(run.stdout.strip().splitlines()[-1])
     assert stock["tf"].startswith("2.20.") and stock["text"].startswith("2.20.")
-    inputs = {"text": tf.constant(TEXTS), "source_ids": tf.constant(IDS, tf.int32)}
+    inputs = {"text": tf.constant(TEXTS), "prefix": tf.constant(TEXTS[::-1]),
+              "source_ids": tf.constant(IDS, tf.int32)}
     for name, path in exports.items():
         signatures = tf.saved_model.load(path).signatures
         assert set(stock[name]) == set(signatures) == {
-            "serving_default", "translate_ids", "translate_nbest", "translate_with_alignment"}
+            "serving_default", "translate_ids", "translate_nbest", "translate_with_prefix",
+            "translate_with_alignment"}
         for signature, function in signatures.items():
             arguments = {key: inputs[key] for key in function.structured_input_signature[1]}
             for key, value in function(**arguments).items():

@@ -88,6 +88,28 @@ def test_several_inputs_go_to_their_own_outputs(export_dir, input_file, tmp_path
         translate.parse_args([str(export_dir), str(input_file), "--output", "a", "b"])
 
 
+def test_prefix_files_start_each_line_s_translation(export_dir, input_file, tmp_path, capsys):
+    prefixes = tmp_path / "prefixes.de"
+    prefixes.write_bytes(b"ich habe\n\nzwei\n\nsieben\n\n")  # 6 lines, as the input
+    code, outputs, _ = run([str(export_dir), str(input_file), "--prefix", str(prefixes),
+                            "--batch-size", "2", "--quiet"], capsys)
+    _, free, _ = run([str(export_dir), str(input_file), "--quiet"], capsys)
+    assert code == 0 and len(outputs) == len(LINES)
+    for line, prefix, output, unforced in zip(LINES, prefixes.read_bytes().split(b"\n"),
+                                              outputs, free):
+        if not line:
+            assert output == ""
+        elif prefix:
+            assert output.startswith(prefix.decode()), (prefix, output)
+        else:
+            assert output == unforced
+    prefixes.write_bytes(b"ich habe\n")
+    code, _, err = run([str(export_dir), str(input_file), "--prefix", str(prefixes)], capsys)
+    assert code == 2 and f"--prefix: {prefixes} has 1 lines but {input_file} has 6" in err
+    with pytest.raises(SystemExit):
+        translate.parse_args([str(export_dir), str(input_file), "--prefix", "p", "--nbest", "2"])
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_length_batches_cover_every_text_once_within_budget(seed):
     lengths = np.random.default_rng(seed).integers(0, 60, size=50).tolist()

@@ -8,7 +8,9 @@ One output line per input line, in order: an empty line gives an empty line, a l
 valid UTF-8 is translated with U+FFFD replacements (with a warning naming file and line), and a
 line longer than the model's `max_length` is translated from its first `max_length - 1`
 subwords. With `--nbest K` each input line gives K lines `INDEX ||| TRANSLATION ||| SCORE`
-(INDEX: the 0-based line number in its file), best first. An export's search settings are fixed
+(INDEX: the 0-based line number in its file), best first. With `--prefix FILE` (one per input,
+line for line) each translation starts with its prefix line (the target text typed so far; an
+empty line leaves the sentence free). An export's search settings are fixed
 in its graph: to change them, export again (`kt-export --beam-size ...`).
 """
 from __future__ import annotations
@@ -37,6 +39,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="one output file per input (default: standard output)")
     parser.add_argument("--nbest", type=int, default=0, metavar="K",
                         help="K best translations per line as INDEX ||| TEXT ||| SCORE")
+    parser.add_argument("--prefix", nargs="+", metavar="FILE",
+                        help="one file per input: line N is the start forced on the "
+                        "translation of input line N")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
     parser.add_argument("--batch-tokens", type=int, default=6000,
                         help="at most this many padded words per batch (default: 6000)")
@@ -44,8 +49,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_search_arguments(parser, "(run directories only: an export's are fixed)")
     args = parser.parse_args(argv)
-    if args.output and len(args.output) != len(args.inputs):
-        parser.error(f"--output: {len(args.output)} file(s) for {len(args.inputs)} input(s)")
+    for name in ("output", "prefix"):
+        files = getattr(args, name)
+        if files and len(files) != len(args.inputs):
+            parser.error(f"--{name}: {len(files)} file(s) for {len(args.inputs)} input(s)")
+    if args.prefix and args.nbest:
+        parser.error("--prefix: not with --nbest (prefixes give the best translation only)")
     for name in ("batch_size", "batch_tokens"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: must be positive")
@@ -74,8 +83,9 @@ def load_translator(args: argparse.Namespace) -> TextTranslator:
 
 
 def translate_lines(translator: TextTranslator, lines: list[bytes], args: argparse.Namespace,
-                    progress: Progress) -> list[str]:
-    """The output lines (without newlines) for `lines`, in their order."""
+                    progress: Progress, prefixes: Optional[list[bytes]] = None) -> list[str]:
+    """The output lines (without newlines) for `lines` (each starting with its line of
+    `prefixes`, when given), in their order."""
     outputs: list[str] = [""] * len(lines)
     lengths = [len(line.split()) for line in lines]
     for batch in length_batches(lengths, args.batch_size, args.batch_tokens):
@@ -86,10 +96,27 @@ def translate_lines(translator: TextTranslator, lines: list[bytes], args: argpar
                     f"{index} ||| {text.decode('utf-8')} ||| {score:.4f}"
                     for text, score in hypotheses)
         else:
-            for index, text in zip(batch, translator.best(texts)[0]):
+            batch_prefixes = None if prefixes is None else [prefixes[index] for index in batch]
+            for index, text in zip(batch, translator.best(texts, batch_prefixes)[0]):
                 outputs[index] = text.decode("utf-8")
         progress.advance(len(batch))
     return outputs
+
+
+def read_prefixes(args: argparse.Namespace, inputs: list[tuple[list[bytes], list[int]]]
+                  ) -> list[Optional[list[bytes]]]:
+    """Each input's prefix lines (None without `--prefix`); ValueError naming both files when
+    a prefix file's line count differs from its input's."""
+    if not args.prefix:
+        return [None] * len(inputs)
+    prefixes = []
+    for input_path, path, (lines, _) in zip(args.inputs, args.prefix, inputs):
+        prefix_lines, _ = read_raw_lines(path)
+        if len(prefix_lines) != len(lines):
+            raise ValueError(f"--prefix: {path} has {len(prefix_lines)} lines but {input_path} "
+                             f"has {len(lines)}")
+        prefixes.append(prefix_lines)
+    return prefixes
 
 
 class Progress:
@@ -115,10 +142,14 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) 
     args = parse_args(argv)
     try:
         inputs = [read_raw_lines(path) for path in args.inputs]
+        prefixes = read_prefixes(args, inputs)
         translator = load_translator(args)
         if args.nbest > translator.beam_size:
             raise ValueError(f"--nbest: {args.nbest} exceeds the beam size "
                              f"{translator.beam_size}")
+        if args.prefix and not translator.takes_prefixes:
+            raise ValueError(f"--prefix: {args.model} has no translate_with_prefix signature "
+                             "(exported by an older version); export it again")
     except (ValueError, FileNotFoundError, OSError) as error:
         print(f"kt-translate: error: {error}", file=sys.stderr)
         return 2
@@ -128,7 +159,7 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) 
             print(f"kt-translate: warning: {path}:{number}: not valid UTF-8, translated with "
                   "U+FFFD replacements", file=sys.stderr)
         text = "".join(line + "\n" for line in translate_lines(translator, lines, args,
-                                                                progress))
+                                                                progress, prefixes[position]))
         if args.output:
             Path(args.output[position]).parent.mkdir(parents=True, exist_ok=True)
             Path(args.output[position]).write_text(text, encoding="utf-8")

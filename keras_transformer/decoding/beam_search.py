@@ -7,9 +7,12 @@ beat its worst finished one, and the loop stops when every sentence has.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import tensorflow as tf
 
-from keras_transformer.decoding.constraints import allowed_log_probs, prepare_search
+from keras_transformer.decoding.constraints import (allowed_log_probs, force_prefix,
+                                                   prefix_tensor, prepare_search)
 from keras_transformer.decoding.length_penalty import length_divisor
 from keras_transformer.decoding.loop import search_loop
 from keras_transformer.decoding.result import DecodeResult, make_result
@@ -23,16 +26,18 @@ NEG_INF = -float("inf")
 
 def search_beams(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
                  length_penalty: float = 0.6, max_decode_extra: int = 50,
-                 use_cache: bool = True, eos_id: int = EOS_ID) -> DecodeResult:
+                 use_cache: bool = True, eos_id: int = EOS_ID,
+                 prefix_ids: Optional[tf.Tensor] = None) -> DecodeResult:
     """Builds the search (call it inside a `tf.function`; `beam_search` does).
 
     `source_ids`: `[batch, src_len]` int32, EOS-terminated, right-padded with PAD.
     `eos_id=-1` disables end of sentence (every hypothesis runs to its length limit).
+    `prefix_ids`: optional `[batch, P]` target ids every hypothesis starts with (PAD-padded).
     """
     settings = SearchSettings(beam_size, length_penalty, max_decode_extra)
     alpha = settings.length_penalty
     source_ids, batch, limits, buffer_length = prepare_search(
-        source_ids, settings, model.config.max_length)
+        source_ids, settings, model.config.max_length, prefix_ids)
     best_limit_penalty = length_divisor(limits, alpha)
     steps = make_steps(model, source_ids, beam_size, buffer_length, use_cache)
     positions = tf.range(buffer_length + 1)
@@ -47,7 +52,8 @@ def search_beams(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
     def advance(step, carried, done):
         sequences, alive_log_probs, finished, state = carried
         logits, state = steps(sequences, step, state)
-        totals = alive_log_probs[:, :, None] + allowed_log_probs(logits)
+        totals = alive_log_probs[:, :, None] + force_prefix(allowed_log_probs(logits),
+                                                            prefix_ids, step)
         vocab = tf.shape(totals)[2]
         top_log_probs, flat = tf.math.top_k(tf.reshape(totals, [batch, -1]), k=beam_size)
         origin, tokens = flat // vocab, flat % vocab
@@ -90,17 +96,19 @@ _search_graph_xla = tf.function(search_beams, reduce_retracing=True, autograph=F
 def beam_search(model: Transformer, source_ids, beam_size: int = 4,
                 length_penalty: float = 0.6, max_decode_extra: int = 50,
                 use_cache: bool = True, eos_id: int = EOS_ID,
-                jit_compile: bool = False) -> DecodeResult:
+                jit_compile: bool = False, prefix_ids=None) -> DecodeResult:
     """n-best (`beam_size`) translations of `source_ids` `[batch, src_len]` in one graph.
 
     At most `source length + max_decode_extra` tokens (EOS included, capped at
     `model.config.max_length`) are generated per sentence. `use_cache=False` recomputes the
     whole decoder every step (a slow reference). `jit_compile` compiles the search with XLA
-    (cached decoding only).
+    (cached decoding only). `prefix_ids` `[batch, P]` (PAD-padded) forces each sentence's
+    output to start with its row's ids.
     """
     if jit_compile and not use_cache:
         raise ValueError("jit_compile: needs use_cache=True (recomputation has dynamic shapes)")
     settings = SearchSettings(beam_size, length_penalty, max_decode_extra)  # named errors
     search = _search_graph_xla if jit_compile else _search_graph
     return search(model, tf.convert_to_tensor(source_ids, tf.int32), settings.beam_size,
-                  float(settings.length_penalty), settings.max_decode_extra, use_cache, eos_id)
+                  float(settings.length_penalty), settings.max_decode_extra, use_cache, eos_id,
+                  prefix_tensor(prefix_ids))

@@ -1,19 +1,31 @@
-"""What a decoder may output: per-sentence length limits and the ids it may never emit."""
+"""What a decoder may output: per-sentence length limits, the ids it may never emit, and a
+target prefix it must start with."""
+from __future__ import annotations
+
+from typing import Optional
+
 import tensorflow as tf
 
 from keras_transformer.search_settings import SearchSettings
 from keras_transformer.vocab_ids import BOS_ID, PAD_ID
 
 
-def prepare_search(source_ids, settings: SearchSettings, max_length: int):
+def prepare_search(source_ids, settings: SearchSettings, max_length: int,
+                   prefix_ids: Optional[tf.Tensor] = None):
     """Returns `(source_ids, batch, limits, buffer_length)` for a search with `settings`.
 
-    `limits` is `output_limits`, `buffer_length` is `output_buffer_length`.
+    `limits` is `output_limits`, `buffer_length` is `output_buffer_length`; with `prefix_ids`
+    both leave room for the prefix and at least one token after it (within `max_length`).
     """
     source_ids = tf.cast(source_ids, tf.int32)
-    return (source_ids, tf.shape(source_ids)[0],
-            output_limits(source_ids, settings.max_decode_extra, max_length),
-            output_buffer_length(source_ids, settings.max_decode_extra, max_length))
+    limits = output_limits(source_ids, settings.max_decode_extra, max_length)
+    buffer_length = output_buffer_length(source_ids, settings.max_decode_extra, max_length)
+    if prefix_ids is not None:
+        prefix_lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefix_ids, PAD_ID), tf.int32), 1)
+        limits = tf.minimum(tf.maximum(limits, prefix_lengths + 1), max_length)
+        buffer_length = tf.minimum(tf.maximum(buffer_length, tf.shape(prefix_ids)[1] + 1),
+                                   max_length)
+    return source_ids, tf.shape(source_ids)[0], limits, buffer_length
 
 
 def output_limits(source_ids: tf.Tensor, max_decode_extra: int, max_length: int) -> tf.Tensor:
@@ -40,3 +52,25 @@ def allowed_log_probs(logits: tf.Tensor) -> tf.Tensor:
     banned = tf.reduce_any(
         tf.equal(tf.range(vocab)[:, None], tf.constant([[PAD_ID, BOS_ID]])), axis=1)
     return tf.where(banned, tf.constant(-float("inf"), tf.float32), log_probs)
+
+
+def force_prefix(log_probs: tf.Tensor, prefix_ids: Optional[tf.Tensor],
+                 step: tf.Tensor) -> tf.Tensor:
+    """`log_probs` `[batch, beam, vocab]` with every id but the prefix's at `step` set to -inf
+    in sentences whose prefix is that long (the prefix token keeps the model's log-prob).
+
+    `prefix_ids`: `[batch, P]` int32 target ids the output must start with, right-padded with
+    PAD (a sentence with no prefix is all PAD); None leaves `log_probs` as they are.
+    """
+    if prefix_ids is None:
+        return log_probs
+    prefix_ids = tf.cast(prefix_ids, tf.int32)
+    padded = tf.pad(prefix_ids, [[0, 0], [0, 1]], constant_values=PAD_ID)
+    forced = tf.gather(padded, tf.minimum(step, tf.shape(prefix_ids)[1]), axis=1)[:, None, None]
+    others = tf.not_equal(tf.range(tf.shape(log_probs)[-1]), forced)
+    return tf.where(others & tf.not_equal(forced, PAD_ID), -float("inf"), log_probs)
+
+
+def prefix_tensor(prefix_ids) -> Optional[tf.Tensor]:
+    """`prefix_ids` as an int32 tensor (None stays None: no prefix, no extra work per step)."""
+    return None if prefix_ids is None else tf.convert_to_tensor(prefix_ids, tf.int32)

@@ -23,8 +23,10 @@ class Translator(tf.Module):
 
     Signatures: `translate` (text -> best translation and score), `translate_ids` (ids -> best
     and n-best ids and scores), `translate_nbest` (text -> every hypothesis of the beam as text
-    with its score, best first) and `translate_with_alignment` (text -> best translation, its
-    subword pieces and, for each, the source piece it attends to most: encoder-decoder attention
+    with its score, best first), `translate_with_prefix` (text and the start of its
+    translation -> the best translation that starts so) and `translate_with_alignment` (text
+    -> best translation, its subword pieces and, for each, the source piece it attends to
+    most: encoder-decoder attention
     of decoder layer `alignment_layer`, averaged over its heads, when that piece is predicted
     (the hypothesis teacher-forced). Default layer: the second-to-last for 4 or more layers
     (Garg et al. 2019), else the last (on the 2-layer demo model the last aligned 8 of 12
@@ -58,8 +60,7 @@ class Translator(tf.Module):
                  autograph=False)
     def translate(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `translation` `[batch]` strings and `score` `[batch]`."""
-        valid = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
-        best = self._translate_ragged(self.tokenizer.tokenize(valid))
+        best = self._translate_ragged(self._pieces(text))
         return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"]}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")],
@@ -67,8 +68,7 @@ class Translator(tf.Module):
     def translate_nbest(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `nbest_translations` `[batch, beam]` strings and `nbest_scores`
         `[batch, beam]`, best first."""
-        valid = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
-        result = self._translate_ragged(self.tokenizer.tokenize(valid))
+        result = self._translate_ragged(self._pieces(text))
         ids = result["nbest_ids"]
         shape = tf.shape(ids)
         texts = self.tokenizer.detokenize(tf.reshape(ids, [-1, shape[2]]))
@@ -82,8 +82,7 @@ class Translator(tf.Module):
         hypothesis' subwords up to its EOS, "" after), `source_pieces` `[batch, S]` (the
         source's subwords and EOS, "" after) and `alignment` `[batch, T]` int32: for each
         target piece the index of the source piece it is aligned to (-1 after the end)."""
-        valid = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
-        source_ids, empty = self._source_ids(self.tokenizer.tokenize(valid))
+        source_ids, empty = self._source_ids(self._pieces(text))
         best = self._translate_source(source_ids, empty)
         ids = best["ids"]
         target_in = tf.concat([tf.fill([tf.shape(ids)[0], 1], BOS_ID), ids[:, :-1]], axis=1)
@@ -98,6 +97,20 @@ class Translator(tf.Module):
                                           self.tokenizer.pieces(source_ids), ""),
                 "alignment": alignment}
 
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text"),
+                                  tf.TensorSpec([None], tf.string, name="prefix")],
+                 autograph=False)
+    def translate_with_prefix(self, text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`text` and `prefix` `[batch]` -> `translation` `[batch]` starting with that row's
+        `prefix` (the target text typed so far; "" leaves the row free) and its `score`.
+
+        The prefix is tokenized like any target text and forced on every hypothesis; the
+        search continues after it as usual (an empty source still gets "")."""
+        best = self._translate_source(*self._source_ids(self._pieces(text)),
+                                      prefix_ids=self._clean(self._pieces(prefix)).to_tensor(
+                                          default_value=PAD_ID))
+        return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"]}
+
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")],
                  autograph=False)
     def translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -109,30 +122,40 @@ class Translator(tf.Module):
     def _translate_ragged(self, pieces: tf.RaggedTensor) -> dict[str, tf.Tensor]:
         return self._translate_source(*self._source_ids(pieces))
 
-    def _source_ids(self, pieces: tf.RaggedTensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """The search's input: out-of-vocabulary ids as UNK, special ids dropped, at most
-        `max_length - 1` pieces plus EOS, 0-padded; and `[batch, 1]` True for empty sources."""
+    def _pieces(self, text: tf.Tensor) -> tf.RaggedTensor:
+        """Subword ids of `text` `[batch]`, invalid UTF-8 decoded with U+FFFD replacements."""
+        valid = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
+        return self.tokenizer.tokenize(valid)
+
+    def _clean(self, pieces: tf.RaggedTensor) -> tf.RaggedTensor:
+        """Out-of-vocabulary ids as UNK, special ids dropped, at most `max_length - 1` ids."""
         config = self.model.config
         pieces = tf.ragged.map_flat_values(
             lambda ids: tf.where((ids < 0) | (ids >= config.vocab_size), UNK_ID, ids), pieces)
-        pieces = tf.ragged.boolean_mask(pieces, (pieces != PAD_ID) & (pieces != BOS_ID)
-                                        & (pieces != EOS_ID))[:, :config.max_length - 1]
+        return tf.ragged.boolean_mask(pieces, (pieces != PAD_ID) & (pieces != BOS_ID)
+                                      & (pieces != EOS_ID))[:, :config.max_length - 1]
+
+    def _source_ids(self, pieces: tf.RaggedTensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """The search's input: `_clean` pieces plus EOS, 0-padded; and `[batch, 1]` True for
+        empty sources."""
+        pieces = self._clean(pieces)
         eos = tf.fill([pieces.nrows(), 1], EOS_ID)
         source_ids = tf.concat([pieces, eos], axis=1).to_tensor(default_value=PAD_ID)
         return source_ids, tf.equal(pieces.row_lengths(), 0)[:, None]
 
-    def _translate_source(self, source_ids: tf.Tensor, empty: tf.Tensor
-                          ) -> dict[str, tf.Tensor]:
-        result = self._search(source_ids)
+    def _translate_source(self, source_ids: tf.Tensor, empty: tf.Tensor,
+                          prefix_ids: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
+        result = self._search(source_ids, prefix_ids)
         ids = tf.where(empty[:, :, None], PAD_ID, result.ids)
         scores = tf.where(empty, 0.0, result.scores)
         return {"ids": ids[:, 0], "score": scores[:, 0], "nbest_ids": ids,
                 "nbest_scores": scores}
 
-    def _search(self, source_ids: tf.Tensor) -> DecodeResult:
+    def _search(self, source_ids: tf.Tensor, prefix_ids: Optional[tf.Tensor]) -> DecodeResult:
         settings = self.settings
         if settings.beam_size == 1:
             return search_greedy(self.model, source_ids, settings.length_penalty,
-                                 settings.max_decode_extra)
+                                 settings.max_decode_extra, prefix_ids=prefix_ids)
         return search_beams(self.model, source_ids, settings.beam_size,
-                            settings.length_penalty, settings.max_decode_extra)
+                            settings.length_penalty, settings.max_decode_extra,
+                            prefix_ids=prefix_ids)
