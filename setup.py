@@ -23,7 +23,9 @@ setup(
         "matplotlib>=3.9",
         "tensorboard>=2.20",
     ],
-    extras_require={"test": ["pytest>=8.0", "ruff>=0.6"]},
+    # tensorflow-serving-api: the gRPC requests of examples/serving_client.py are tested.
+    extras_require={"test": ["pytest>=8.0", "ruff>=0.6",
+                             "tensorflow-serving-api>=2.20,<2.22"]},
     entry_points={
         "console_scripts": [
             "kt-train=trainers.train:main",

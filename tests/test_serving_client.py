@@ -15,6 +15,7 @@ from keras_transformer.export import export_translator
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = ["I have forty-two apples", "", "caf\u00e9 \u00fcber alles"]
 IDS = [[20, 21, 22, 0], [30, 0, 0, 0]]
+EXAMPLES = {"text": TEXTS, "prefix": ["ich habe", "", "zwei"], "source_ids": IDS}
 
 
 def load_client():
@@ -46,9 +47,8 @@ def test_rest_requests_get_the_direct_answers(export):
     assert set(specs) == {"serving_default", "translate_ids", "translate_nbest",
                           "translate_with_prefix", "translate_with_alignment"}
     signatures = tf.saved_model.load(export).signatures
-    examples = {"text": TEXTS, "prefix": ["ich habe", "", "zwei"], "source_ids": IDS}
     for name in specs:
-        values = {key: examples[key] for key in specs[name]}
+        values = {key: EXAMPLES[key] for key in specs[name]}
         body = client.rest_request(name, specs[name], values)
         assert body["signature_name"] == name and set(body["inputs"]) == set(values)
         answer = served(signatures[name], specs[name], body["inputs"])
@@ -57,14 +57,21 @@ def test_rest_requests_get_the_direct_answers(export):
             np.testing.assert_array_equal(answer[key].numpy(), direct[key].numpy())
 
 
-def test_grpc_requests_carry_the_same_tensors(export):
+def test_grpc_requests_get_the_direct_answers(export):
     pytest.importorskip("tensorflow_serving.apis", reason="tensorflow-serving-api not installed")
     client = load_client()
     specs = client.signature_inputs(export)
-    request = client.grpc_request("demo", "serving_default", specs["serving_default"],
-                                  {"text": TEXTS})
-    assert request.model_spec.signature_name == "serving_default"
-    assert [t.decode() for t in tf.make_ndarray(request.inputs["text"]).tolist()] == TEXTS
+    signatures = tf.saved_model.load(export).signatures
+    for name in specs:
+        values = {key: EXAMPLES[key] for key in specs[name]}
+        request = client.grpc_request("demo", name, specs[name], values)
+        assert request.model_spec.name == "demo" and request.model_spec.signature_name == name
+        # The server turns each TensorProto back into a tensor and calls the signature.
+        received = {key: tf.make_ndarray(proto) for key, proto in request.inputs.items()}
+        answer = served(signatures[name], specs[name], received)
+        direct = signatures[name](**{key: tf.constant(value) for key, value in values.items()})
+        for key in direct:
+            np.testing.assert_array_equal(answer[key].numpy(), direct[key].numpy())
 
 
 def test_command_line_prints_one_rest_body_per_signature(export, capsys):
