@@ -27,7 +27,7 @@ class FakeClock:
 def test_eta_follows_the_budget_that_ends_first(max_steps, max_minutes, expected_eta):
     clock, stream = FakeClock(), io.StringIO()
     tokens = SimpleNamespace(count=tf.Variable(0.0))
-    progress = ProgressLines(max_steps, max_minutes, tokens, every_seconds=30, stream=stream,
+    progress = ProgressLines(max_steps, max_minutes, tokens, 1000, every_seconds=30, stream=stream,
                              clock=clock)
     iterations = tf.Variable(0, dtype=tf.int64)
     progress.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=iterations)))

@@ -143,9 +143,10 @@ def test_sigkill_then_restart_resumes_from_backup(tmp_path):
         "--backup-every", "5"]
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
     first = start_training(argv, first_log)
-    backup = run_dir / "backup" / "training_metadata.json"
+    backup = run_dir / "backup"
     deadline = time.monotonic() + 240
-    while not backup.exists() and first.poll() is None and time.monotonic() < deadline:
+    while (not list(backup.glob("step-*.json")) and first.poll() is None
+           and time.monotonic() < deadline):
         time.sleep(0.2)
     time.sleep(1.0)
     assert first.poll() is None, f"finished before it could be killed:\n{first_log.read_text()}"

@@ -12,6 +12,7 @@ from keras_transformer.model import Transformer
 from keras_transformer.presets import PRESETS
 from keras_transformer.recipe import Recipe
 from keras_transformer.search_settings import SearchSettings
+from keras_transformer.training.checkpoints import load_weights_file
 from keras_transformer.training.run_dir import RunDir
 
 
@@ -82,7 +83,7 @@ def run_model(run_dir: str, weights: Optional[str] = None) -> Transformer:
     if not path.is_file():
         raise FileNotFoundError(f"--weights: no such file {str(path)!r}")
     model = Transformer(config)
-    model.load_weights(path)
+    load_weights_file(model, path)
     return model
 
 

@@ -12,7 +12,8 @@ heatmaps) in `runs/demo/tensorboard`, exported to `saved_models/demo/<version>`.
         --dev-src dev.src --dev-tgt dev.tgt --test-src test.src --test-tgt test.tgt \
         --test-tree test.tree --output-dir runs/parsing
 
-A killed run restarts from its last backup when started again with the same options.
+A killed run restarts from its last backup when started again with the same options: weights,
+optimizer state, dropout seeds and its place in the data (`keras_transformer.training.backup`).
 """
 from __future__ import annotations
 
@@ -40,7 +41,10 @@ from keras_transformer.model import Transformer
 from keras_transformer.optimization import make_optimizer
 from keras_transformer.recipe import Recipe
 from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
-from keras_transformer.training.callbacks import (DevEvaluation, PeriodicCheckpoint,
+from keras_transformer.training.backup import BackupError, restore_latest
+from keras_transformer.training.batch_log import log_batches
+from keras_transformer.training.callbacks import (DevEvaluation, PeriodicBackup,
+                                                  PeriodicCheckpoint, epoch_steps,
                                                   StopAtLimit, TensorBoardScalars, global_step)
 from keras_transformer.training.checkpoints import save_weights_atomic
 from keras_transformer import kernels
@@ -120,7 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--keep-checkpoints", type=int, default=5,
                      help="newest checkpoints kept (default: 5)")
     run.add_argument("--backup-every", type=int, default=100,
-                     help="steps between BackupAndRestore backups (default: 100)")
+                     help="steps between backups a killed run resumes from (default: 100)")
+    run.add_argument("--log-batches", action="store_true",
+                     help="append each training batch's step and a digest of its ids to "
+                          "batches.tsv in the run directory (to audit resumed runs)")
     run.add_argument("--progress-seconds", type=float, default=30.0,
                      help="seconds between progress lines (step, loss, tok/s, ETA; default 30)")
     run.add_argument("--verbose", action="store_true",
@@ -255,22 +262,22 @@ def dev_translation(args: argparse.Namespace, model: Transformer,
 
 def training_callbacks(args: argparse.Namespace, run: RunDir, model_parts: tuple,
                        dev: tuple[list[str], list[str]], max_steps: Optional[int]) -> list:
-    """Backup first (it restores before the others start); dev BLEU before the scalar
-    writer, which records it."""
+    """Backups after the NaN check (a diverged step is not backed up); dev BLEU before the
+    scalar writer, which records it."""
     model, accuracy, tokenizer = model_parts
     writer = tf.summary.create_file_writer(os.fspath(run.tensorboard))
     sources, references = (side[:args.eval_sentences] for side in dev)
     pairs = list(zip(*dev))[:args.attention_sentences]
     return [
-        keras.callbacks.BackupAndRestore(os.fspath(run.backup), save_freq=args.backup_every,
-                                         double_checkpoint=True, delete_checkpoint=False),
         StopAtLimit(max_steps, args.max_minutes),
         keras.callbacks.TerminateOnNaN(),
+        PeriodicBackup(run.backup, args.backup_every),
         DevEvaluation(dev_translation(args, model, tokenizer), sources, references,
                       lambda source, target: attention_maps(model, tokenizer, source, target),
-                      pairs, writer, run.root / "bleu_curve.tsv"),
-        TensorBoardScalars(writer, accuracy),
-        ProgressLines(max_steps, args.max_minutes, accuracy, args.progress_seconds),
+                      pairs, writer, run.root / "bleu_curve.tsv", args.eval_every),
+        TensorBoardScalars(writer, accuracy, args.eval_every),
+        ProgressLines(max_steps, args.max_minutes, accuracy, args.eval_every,
+                      args.progress_seconds),
         PeriodicCheckpoint(run.checkpoints, args.checkpoint_every_steps,
                            args.checkpoint_every_minutes, args.keep_checkpoints),
     ]
@@ -349,16 +356,29 @@ def train(args: argparse.Namespace) -> dict:
     max_steps = step_budget(args, batches)
     with strategy.scope(), precision_scope(precision):
         model, accuracy = compiled_model(recipe, args.jit_compile)
+        restored = restore_latest(model, run.backup, run.checkpoints)
     callbacks = training_callbacks(args, run, (model, accuracy, tokenizer), corpora["dev"],
                                    max_steps)
-    epochs = math.ceil(max_steps / args.eval_every) if max_steps else 1_000_000
     print(f"kt-train: {'resuming' if resumed else 'starting'} {run.root} on {replicas} "
           f"replica(s), {max_steps or 'unlimited'} steps, {precision}, {kernel_set} kernels"
           f"{', XLA' if model.jit_compile else ''}", file=sys.stderr)
-    history = model.fit(batches.repeat(), epochs=epochs, steps_per_epoch=args.eval_every,
-                        callbacks=callbacks, verbose=0, shuffle=False)
+    if restored.source:
+        print(f"kt-train: restored step {restored.step} from {restored.source}"
+              + ("" if restored.exact else " (a checkpoint: no dropout seeds, so later dropout "
+                 "masks differ from an uninterrupted run's)"), file=sys.stderr)
+    # The data resumes where the restored step left it: the same stream, its first batches
+    # skipped.
+    batches = batches.repeat().skip(restored.step)
+    if args.log_batches:
+        batches = log_batches(batches, run.root / "batches.tsv", restored.step + 1)
+    unit = epoch_steps(args.eval_every, args.backup_every)
+    epochs = math.ceil(max_steps / unit) if max_steps else 1_000_000_000
+    history = model.fit(batches, epochs=epochs, initial_epoch=restored.step // unit,
+                        steps_per_epoch=unit, callbacks=callbacks, verbose=0, shuffle=False)
     if model.stop_training and not math.isfinite(history.history.get("loss", [0.0])[-1]):
-        raise TrainingError("loss became NaN; nothing exported (see the checkpoints)")
+        raise TrainingError(f"loss became NaN at step {global_step(model)}; nothing exported; "
+                            "the same command resumes from the newest backup with finite "
+                            "weights (lower the learning rate to avoid diverging again)")
     save_weights_atomic(model, run.final_weights)
     translate_dev = dev_translation(args, model, tokenizer)
     sources, references = corpora["dev"]
@@ -389,9 +409,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         RunDir(args.output_dir).check_writable()
         summary = train(args)
-    except (TrainingError, ValueError, FileNotFoundError) as error:
+    except (TrainingError, BackupError, ValueError, FileNotFoundError) as error:
         print(f"kt-train: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # e.g. a full disk while writing the final weights or the export
+        print(f"kt-train: error: {error.filename or args.output_dir}: {error.strerror or error}; "
+              "the backups and checkpoints written so far are intact: run the same command "
+              "again once this is fixed", file=sys.stderr)
+        return 1
     print(json.dumps(summary, indent=2))
     return 0
 

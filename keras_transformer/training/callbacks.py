@@ -1,10 +1,14 @@
-"""Keras callbacks of a training run: stopping, checkpoints, throughput, dev BLEU, attention.
+"""Keras callbacks of a training run: stopping, backups, checkpoints, throughput, dev BLEU,
+attention.
 
-An "epoch" is one evaluation interval; scalars are added to its `logs` (so `History` keeps
-them) and written to TensorBoard at the global step.
+An "epoch" is the interval between two backups (or a divisor of it, see `epoch_steps`), so
+that a run resumed from a backup starts at an epoch boundary; evaluations happen at the ends of
+epochs that cross a multiple of the evaluation interval (`EvaluationDue`), where scalars are
+added to the `logs` (so `History` keeps them) and written to TensorBoard at the global step.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -16,6 +20,7 @@ import tensorflow as tf
 
 from keras_transformer.evaluation import corpus_scores
 from keras_transformer.metrics import MaskedTokenAccuracy
+from keras_transformer.training.backup import weights_are_finite, write_backup
 from keras_transformer.training.checkpoints import save_checkpoint
 from keras_transformer.training.summaries import write_png, write_scalar
 from keras_transformer.visualization import AttentionMap, attention_figure, figure_png
@@ -24,6 +29,60 @@ from keras_transformer.visualization import AttentionMap, attention_figure, figu
 def global_step(model: keras.Model) -> int:
     """Optimizer updates so far; survives a restore from backup."""
     return int(model.optimizer.iterations.numpy())
+
+
+def epoch_steps(eval_every: int, backup_every: int) -> int:
+    """Steps per Keras epoch: the largest interval that divides both the evaluation and the
+    backup interval, so that both fall on epoch ends."""
+    return math.gcd(eval_every, backup_every)
+
+
+class EvaluationDue:
+    """Tells, at an epoch end, whether the run has crossed a multiple of `eval_every` steps
+    since the previous epoch end (or is stopping): the epochs whose ends evaluate and log."""
+
+    def __init__(self, eval_every: int):
+        self.eval_every = eval_every
+        self._last_step: int | None = None
+
+    def __call__(self, model: keras.Model) -> bool:
+        """Call once per epoch end (the answer depends on the previous call)."""
+        step = global_step(model)
+        last, self._last_step = self._last_step, step
+        if last is None:
+            return True
+        return step // self.eval_every > last // self.eval_every or bool(model.stop_training)
+
+    def start(self, model: keras.Model) -> None:
+        """Counts from the step training starts at (call at `on_train_begin`)."""
+        self._last_step = global_step(model)
+
+
+class PeriodicBackup(keras.callbacks.Callback):
+    """Writes a backup (`training.backup`) every `every_steps` global steps, unless the loss or
+    the weights are not finite; a failed write (e.g. a full disk) is reported and training goes on with the
+    earlier backups intact."""
+
+    def __init__(self, directory: str | os.PathLike, every_steps: int):
+        super().__init__()
+        self.directory = Path(directory)
+        self.every_steps = every_steps
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = global_step(self.model)
+        loss = (logs or {}).get("loss")
+        if step % self.every_steps or (loss is not None and not math.isfinite(float(loss))):
+            return
+        if not weights_are_finite(self.model):
+            print(f"kt-train: warning: step {step} left non-finite weights; not backed up",
+                  file=sys.stderr, flush=True)
+            return
+        try:
+            write_backup(self.model, self.directory, step)
+        except OSError as error:
+            print(f"kt-train: warning: backup of step {step} not written to {self.directory} "
+                  f"({error.strerror or error}); the earlier backups are kept, training goes "
+                  "on", file=sys.stderr, flush=True)
 
 
 class StopAtLimit(keras.callbacks.Callback):
@@ -83,24 +142,35 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
     def _save(self, step: int) -> None:
         if step == self._last_step:
             return
-        save_checkpoint(self.model, self.directory, step, self.keep)
+        try:
+            save_checkpoint(self.model, self.directory, step, self.keep)
+        except OSError as error:
+            print(f"kt-train: warning: checkpoint of step {step} not written to "
+                  f"{self.directory} ({error.strerror or error}); the earlier checkpoints are "
+                  "kept, training goes on", file=sys.stderr, flush=True)
         self._last_step = step
         self._last_time = time.monotonic()
 
 
 class TensorBoardScalars(keras.callbacks.Callback):
-    """Adds `learning_rate` and `tokens_per_second` (target tokens) to each epoch's logs and
-    writes every scalar of the logs to `writer` at the global step.
+    """At each evaluation (`EvaluationDue`), adds `learning_rate` and `tokens_per_second`
+    (target tokens of the epoch just ended) to the logs and writes every scalar of the logs to
+    `writer` at the global step.
 
     Place it after callbacks that add scalars (dev BLEU); the training time is measured up to
     the epoch's last batch, so evaluation time does not lower the throughput.
     """
 
-    def __init__(self, writer: tf.summary.SummaryWriter, token_metric: MaskedTokenAccuracy):
+    def __init__(self, writer: tf.summary.SummaryWriter, token_metric: MaskedTokenAccuracy,
+                 eval_every: int):
         super().__init__()
         self.writer = writer
         self.token_metric = token_metric
+        self._due = EvaluationDue(eval_every)
         self._start = self._last_batch_end = time.monotonic()
+
+    def on_train_begin(self, logs=None):
+        self._due.start(self.model)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._start = self._last_batch_end = time.monotonic()
@@ -109,6 +179,8 @@ class TensorBoardScalars(keras.callbacks.Callback):
         self._last_batch_end = time.monotonic()
 
     def on_epoch_end(self, epoch, logs=None):
+        if not self._due(self.model):
+            return
         logs = {} if logs is None else logs
         elapsed = max(self._last_batch_end - self._start, 1e-9)
         logs["tokens_per_second"] = float(self.token_metric.count.numpy()) / elapsed
@@ -121,15 +193,16 @@ class TensorBoardScalars(keras.callbacks.Callback):
 
 
 class DevEvaluation(keras.callbacks.Callback):
-    """At each epoch end: dev BLEU into the logs and `bleu_curve.tsv` (step, wall-clock
+    """At each evaluation (`EvaluationDue`): dev BLEU into the logs and `bleu_curve.tsv` (step, wall-clock
     seconds of the run, BLEU), and attention heatmaps of fixed dev pairs to TensorBoard."""
 
     def __init__(self, translate: Callable[[Sequence[str]], list[str]],
                  sources: Sequence[str], references: Sequence[str],
                  attention: Callable[[str, str], list[AttentionMap]],
                  attention_pairs: Sequence[tuple[str, str]], writer: tf.summary.SummaryWriter,
-                 curve_path: str | os.PathLike):
+                 curve_path: str | os.PathLike, eval_every: int):
         super().__init__()
+        self._due = EvaluationDue(eval_every)
         self.translate = translate
         self.sources = list(sources)
         self.references = list(references)
@@ -141,10 +214,13 @@ class DevEvaluation(keras.callbacks.Callback):
         self._offset = _last_elapsed(self.curve_path)
 
     def on_train_begin(self, logs=None):
+        self._due.start(self.model)
         self._start = time.monotonic()
         self._offset = _last_elapsed(self.curve_path)
 
     def on_epoch_end(self, epoch, logs=None):
+        if not self._due(self.model):
+            return
         step = global_step(self.model)
         bleu = corpus_scores(self.translate(self.sources), self.references)[0].value
         if logs is not None:

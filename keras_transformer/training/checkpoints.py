@@ -55,6 +55,21 @@ def save_checkpoint(model: keras.Model, directory: str | os.PathLike, step: int,
     return path
 
 
+def load_weights_file(model: keras.Model, path: str | os.PathLike) -> None:
+    """`model.load_weights(path)` (the optimizer's state too when `model` is compiled);
+    FileNotFoundError or ValueError naming `path` when it is missing or cannot be read as this
+    model's weights (truncated, garbled, or another model's)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"weights: no such file {str(path)!r}")
+    try:
+        model.load_weights(path)
+    except Exception as error:  # noqa: BLE001 - h5py and Keras raise many kinds for a bad file
+        reason = " ".join(str(error).split())[:200] or type(error).__name__
+        raise ValueError(f"weights: cannot read {str(path)!r} ({reason}); the file may be "
+                         "truncated or garbled, or belong to another model") from None
+
+
 def average_weights(model: keras.Model, paths: list[Path]) -> None:
     """Sets `model`'s weights to the element-wise mean of the checkpoints at `paths`.
 
@@ -64,9 +79,7 @@ def average_weights(model: keras.Model, paths: list[Path]) -> None:
         raise ValueError("average: no checkpoints given")
     totals = None
     for path in paths:
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"checkpoint: no such file {str(path)!r}")
-        model.load_weights(path)
+        load_weights_file(model, path)
         weights = [np.asarray(w, dtype=np.float64) for w in model.get_weights()]
         totals = weights if totals is None else [t + w for t, w in zip(totals, weights)]
     model.set_weights([(total / len(paths)).astype(variable.dtype)

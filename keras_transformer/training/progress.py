@@ -8,7 +8,7 @@ from typing import Callable, Optional, TextIO
 import keras
 
 from keras_transformer.metrics import MaskedTokenAccuracy
-from keras_transformer.training.callbacks import global_step
+from keras_transformer.training.callbacks import EvaluationDue, global_step
 
 
 def duration(seconds: float) -> str:
@@ -25,15 +25,16 @@ class ProgressLines(keras.callbacks.Callback):
     """Every `every_seconds` of wall clock (and when the run stops): one plain line with the
     global step (of `max_steps`), the epoch's running loss, target tokens/s since the last line,
     the elapsed time and the ETA against `max_steps` or `max_minutes`, whichever ends first.
-    At each evaluation (an "epoch" end): the epoch's logs (dev BLEU, loss, metrics, learning
-    rate). Place it after the callbacks that add to the logs.
+    At each evaluation (`EvaluationDue`): the logs (dev BLEU, the last epoch's loss and
+    metrics, learning rate). Place it after the callbacks that add to the logs.
     """
 
     def __init__(self, max_steps: Optional[int], max_minutes: Optional[float],
-                 token_metric: MaskedTokenAccuracy, every_seconds: float = 30.0,
-                 stream: Optional[TextIO] = None,
+                 token_metric: MaskedTokenAccuracy, eval_every: int,
+                 every_seconds: float = 30.0, stream: Optional[TextIO] = None,
                  clock: Callable[[], float] = time.monotonic):
         super().__init__()
+        self._due = EvaluationDue(eval_every)
         self.max_steps = max_steps
         self.max_seconds = None if max_minutes is None else 60.0 * max_minutes
         self.token_metric = token_metric
@@ -42,6 +43,7 @@ class ProgressLines(keras.callbacks.Callback):
         self.clock = clock
 
     def on_train_begin(self, logs=None):
+        self._due.start(self.model)
         self._start = self._last_time = self.clock()
         self._first_step = self._last_step = global_step(self.model)
         self._last_tokens = 0.0
@@ -56,6 +58,8 @@ class ProgressLines(keras.callbacks.Callback):
             self._report((logs or {}).get("loss"))
 
     def on_epoch_end(self, epoch, logs=None):
+        if not self._due(self.model):
+            return
         step = global_step(self.model)
         values = ", ".join(f"{name} {_number(value)}" for name, value in (logs or {}).items())
         self._print(f"step {step}: {values}")

@@ -8,7 +8,7 @@ from typing import Callable
 import keras
 
 from keras_transformer.training.checkpoints import (average_weights, list_checkpoints,
-                                                    save_weights_atomic)
+                                                    load_weights_file, save_weights_atomic)
 from keras_transformer.training.run_dir import RESULT_FILE, RunDir
 
 
@@ -31,7 +31,7 @@ def keep_better_of_average_and_final(model: keras.Model, run: RunDir, average_la
         if scores["averaged"] > scores["final"]:
             chosen = run.averaged_weights
         else:
-            model.load_weights(run.final_weights)
+            load_weights_file(model, run.final_weights)
     result = {"weights": chosen.name, "dev_bleu": scores,
               "averaged": [path.name for path in averaged] if len(averaged) >= 2 else [],
               "average_last": average_last}

@@ -1,0 +1,354 @@
+"""Training that loses nothing beyond the last backup: torn, garbled and missing backups and
+checkpoints, failed writes (a full disk), non-finite weights, loss-scale overflow, and runs
+killed with SIGKILL at many moments."""
+import errno
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from conftest import final_json
+from keras_transformer.data import SubwordTokenizer
+from keras_transformer.training.backup import (BackupError, list_backups, restore_latest,
+                                               write_backup)
+from keras_transformer.training.batch_log import read_batch_log
+from keras_transformer.training.checkpoints import save_checkpoint
+from keras_transformer.training.precision import precision_scope
+from keras_transformer.training.run_dir import RunDir
+from trainers import average_checkpoints, evaluate, export, train
+from trainers.train import compiled_model
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = kt.Recipe.preset("tiny", vocab_size=50, num_layers=1, max_length=16)
+BATCH = np.random.default_rng(0).integers(3, 50, size=(4, 8)).astype("int32")
+
+
+def trained(steps: int) -> keras.Model:
+    """A compiled tiny model after `steps` training steps (optimizer and seeds advanced)."""
+    model, _ = compiled_model(RECIPE)
+    for _ in range(steps):
+        model.train_on_batch((BATCH, BATCH), BATCH)
+    return model
+
+
+def fresh() -> keras.Model:
+    return compiled_model(RECIPE)[0]
+
+
+def same_variables(a: keras.Model, b: keras.Model) -> bool:
+    return all(np.array_equal(x.numpy(), y.numpy()) for x, y in
+               zip(a.variables + a.optimizer.variables, b.variables + b.optimizer.variables))
+
+
+def corrupt(path: Path, how: str) -> None:
+    """Damages `path` as a crash or a bad disk would."""
+    if how == "zero-byte":
+        path.write_bytes(b"")
+    elif how == "truncated":
+        path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 3])
+    elif how == "garbled":  # same size, bytes changed in the middle (h5py may still open it)
+        data = bytearray(path.read_bytes())
+        middle = len(data) // 2
+        data[middle:middle + 64] = bytes(64)
+        path.write_bytes(bytes(data))
+    elif how == "missing":
+        path.unlink()
+
+
+@pytest.fixture
+def three_states(tmp_path):
+    """Backups at steps 2 and 3, a checkpoint at step 1, and the model at step 3."""
+    backup, checkpoints = tmp_path / "backup", tmp_path / "checkpoints"
+    model = trained(1)
+    save_checkpoint(model, checkpoints, 1, keep=5)
+    for step in (2, 3):
+        model.train_on_batch((BATCH, BATCH), BATCH)
+        write_backup(model, backup, step)
+    return backup, checkpoints, model
+
+
+def test_backup_restores_weights_optimizer_step_and_dropout_seeds_exactly(three_states):
+    backup, checkpoints, model = three_states
+    restored_model = fresh()
+    restored = restore_latest(restored_model, backup, checkpoints)
+    assert restored.step == 3 and restored.exact and restored.source.name.startswith("step-")
+    assert same_variables(model, restored_model)
+    # The next step draws the same dropout masks: the same loss to the last bit.
+    assert (model.train_on_batch((BATCH, BATCH), BATCH)
+            == restored_model.train_on_batch((BATCH, BATCH), BATCH))
+
+
+@pytest.mark.parametrize("how", ["zero-byte", "truncated", "garbled", "missing"])
+def test_a_damaged_newest_backup_falls_back_to_the_one_before(three_states, how):
+    backup, checkpoints, _ = three_states
+    newest = backup / "step-00000003.weights.h5"
+    corrupt(newest, how)
+    warnings = []
+    restored = restore_latest(fresh(), backup, checkpoints, warn=warnings.append)
+    assert restored.step == 2 and restored.exact
+    assert len(warnings) == 1 and "step-00000003" in warnings[0]
+
+
+def test_damaged_backups_fall_back_to_a_checkpoint_then_fail_naming_every_file(three_states):
+    backup, checkpoints, _ = three_states
+    corrupt(backup / "step-00000003.weights.h5", "truncated")
+    (backup / "step-00000002.json").write_text("{not json")
+    warnings = []
+    restored = restore_latest(fresh(), backup, checkpoints, warn=warnings.append)
+    assert restored.step == 1 and not restored.exact
+    assert restored.source == checkpoints / "ckpt-00000001.weights.h5"
+    assert any("step-00000002.json" in warning for warning in warnings)
+    corrupt(checkpoints / "ckpt-00000001.weights.h5", "zero-byte")
+    with pytest.raises(BackupError) as raised:
+        restore_latest(fresh(), backup, checkpoints, warn=lambda _: None)
+    for name in ("step-00000003", "step-00000002.json", "ckpt-00000001.weights.h5"):
+        assert name in str(raised.value)
+    assert restore_latest(fresh(), backup.parent / "none", checkpoints.parent / "none").step == 0
+
+
+def test_backups_with_non_finite_weights_are_refused(three_states):
+    backup, checkpoints, model = three_states
+    model.trainable_weights[0].assign(np.full(model.trainable_weights[0].shape, np.nan))
+    write_backup(model, backup, 4)
+    warnings = []
+    assert restore_latest(fresh(), backup, checkpoints, warn=warnings.append).step == 3
+    assert "not all finite" in warnings[0]
+
+
+def test_a_failed_write_keeps_the_earlier_backups(three_states, monkeypatch):
+    """A disk that fills up mid-write: the partial file goes, the earlier backups stay."""
+    backup, checkpoints, model = three_states
+
+    def full_disk(self, filepath, overwrite=True):
+        Path(filepath).write_bytes(b"\x89HDF\r\n partial")
+        raise OSError(errno.ENOSPC, "No space left on device", filepath)
+
+    monkeypatch.setattr(keras.Model, "save_weights", full_disk)
+    with pytest.raises(OSError):
+        write_backup(model, backup, 4)
+    assert [mark.name for mark in list_backups(backup)] == ["step-00000002.json",
+                                                           "step-00000003.json"]
+    assert not list(backup.glob(".tmp-*")) and not (backup / "step-00000004.weights.h5").exists()
+    monkeypatch.undo()
+    assert restore_latest(fresh(), backup, checkpoints).step == 3
+
+
+def test_loss_scale_skips_an_overflowing_step_and_recovers():
+    """mixed_float16: an infinite gradient leaves the weights alone and halves the scale; the
+    next finite step trains."""
+    with precision_scope("mixed_float16"):
+        model, _ = compiled_model(RECIPE)
+    optimizer = model.optimizer
+    assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    optimizer.build(model.trainable_variables)
+    before = [variable.numpy() for variable in model.trainable_variables]
+    scale = float(optimizer.dynamic_scale.numpy())
+    overflow = [np.full(v.shape, np.inf, v.dtype) for v in model.trainable_variables]
+    optimizer.apply(overflow, model.trainable_variables)
+    assert float(optimizer.dynamic_scale.numpy()) == scale / 2
+    assert all(np.array_equal(b, v.numpy()) for b, v in zip(before, model.trainable_variables))
+    finite = [np.full(v.shape, 0.5, v.dtype) for v in model.trainable_variables]
+    optimizer.apply(finite, model.trainable_variables)
+    assert not np.array_equal(before[0], model.trainable_variables[0].numpy())
+    assert all(np.all(np.isfinite(v.numpy())) for v in model.trainable_variables)
+
+
+def test_tools_name_an_unreadable_weights_file(tmp_path, demo_vocab, capsys):
+    import shutil
+
+    recipe = kt.Recipe.preset("tiny", vocab_size=SubwordTokenizer.load(demo_vocab).vocab_size,
+                              num_layers=1, max_length=24)
+    run = RunDir(tmp_path / "run")
+    run.write_json("config.json", recipe.to_dict())
+    shutil.copytree(demo_vocab, run.vocab)
+    model = kt.Transformer(recipe.architecture)
+    for step in (1, 2):
+        save_checkpoint(model, run.checkpoints, step, keep=5)
+    corrupt(run.checkpoints / "ckpt-00000002.weights.h5", "truncated")
+    assert average_checkpoints.main([str(run.root), "--last", "2"]) == 2
+    assert "ckpt-00000002.weights.h5" in capsys.readouterr().err
+    bad = run.checkpoints / "ckpt-00000002.weights.h5"
+    source = tmp_path / "x.en"
+    source.write_text("one cat\n")
+    assert evaluate.main([str(run.root), "--weights", str(bad), "--src", str(source),
+                          "--ref", str(source)]) == 2
+    assert str(bad) in capsys.readouterr().err
+    assert export.main([str(run.root), str(run.vocab), "--name", "x", "--weights", str(bad),
+                        "--base-dir", str(tmp_path / "exports")]) == 2
+    assert str(bad) in capsys.readouterr().err
+
+
+# --- whole runs -------------------------------------------------------------------------------
+
+MICRO = ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
+         "--set", "num_layers=1", "--set", "batch_tokens=512", "--set", "max_length=48",
+         "--eval-sentences", "8", "--attention-sentences", "1", "--no-export",
+         "--precision", "float32", "--kernels", "fast", "--progress-seconds", "0"]
+
+
+def run_args(data: dict, run_dir: Path, *extra: str) -> list[str]:
+    return MICRO + ["--train-src", data["train"][0], "--train-tgt", data["train"][1],
+                    "--dev-src", data["dev"][0], "--dev-tgt", data["dev"][1],
+                    "--output-dir", str(run_dir), *extra]
+
+
+def start(argv: list[str], log: Path) -> subprocess.Popen:
+    with open(log, "ab") as output:
+        return subprocess.Popen([sys.executable, "-m", "trainers.train", *argv], cwd=ROOT,
+                                stdout=output, stderr=subprocess.STDOUT)
+
+
+def wait_for(condition, process: subprocess.Popen, seconds: float = 240.0,
+             every: float = 0.0005) -> bool:
+    """Polls `condition()` until it holds (True), or the process ends or time runs out."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and process.poll() is None:
+        if condition():
+            return True
+        time.sleep(every)
+    return False
+
+
+def final_weights(run_dir: Path) -> list[np.ndarray]:
+    """The trainable weights a finished run saved."""
+    model = kt.Transformer(RunDir(run_dir).load_recipe().architecture)
+    model.load_weights(run_dir / "model.weights.h5")
+    return [variable.numpy() for variable in model.trainable_weights]
+
+
+@pytest.mark.slow
+def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path):
+    """SIGKILL at seven moments (during backup and checkpoint writes, during a dev evaluation,
+    at random times); restarted with the same command each time, the run ends at the same step
+    as an uninterrupted one, every step trained on the same batch, with the same weights."""
+    from keras_transformer.data import write_demo_corpus
+
+    steps = 96
+    data = write_demo_corpus(tmp_path / "data")
+    extra = ("--steps", str(steps), "--eval-every", "12", "--backup-every", "4",
+             "--checkpoint-every-steps", "6", "--keep-checkpoints", "3", "--log-batches")
+    reference_dir, killed_dir = tmp_path / "uninterrupted", tmp_path / "killed"
+    reference = start(run_args(data, reference_dir, *extra), tmp_path / "reference.log")
+    assert reference.wait(timeout=600) == 0, (tmp_path / "reference.log").read_text()[-3000:]
+
+    log = tmp_path / "killed.log"
+    argv = run_args(data, killed_dir, *extra)
+    backup, checkpoints = killed_dir / "backup", killed_dir / "checkpoints"
+    rng = random.Random(7)
+
+    def partial_writes() -> bool:
+        return any(directory.is_dir() and any(name.startswith(".tmp-")
+                                              for name in os.listdir(directory))
+                   for directory in (backup, checkpoints))
+
+    def writing(directory: Path):
+        return lambda: directory.is_dir() and any(name.startswith(".tmp-")
+                                                  for name in os.listdir(directory))
+
+    def evaluating(seen: set):
+        # An evaluation step's backup is written just before the evaluation starts.
+        return lambda: any(int(mark.name[5:13]) % 12 == 0 and mark.name not in seen
+                           for mark in list_backups(backup))
+
+    moments = ["backup write", "checkpoint write", "evaluation", "backup write",
+               "random", "random", "random"]
+    kills, torn = 0, 0
+    for moment in moments:
+        starts = log.read_text(errors="replace").count("training from global step") \
+            if log.exists() else 0
+        seen = {mark.name for mark in list_backups(backup)}
+        process = start(argv, log)
+        wait_for(lambda: log.read_text(errors="replace").count("training from global step")
+                 > starts, process)
+        if moment == "random":
+            time.sleep(rng.uniform(0.2, 3.0))
+        elif moment == "evaluation":
+            wait_for(evaluating(seen), process)
+            time.sleep(0.2)
+        else:
+            wait_for(writing(backup if moment == "backup write" else checkpoints), process)
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            kills += 1
+        process.wait()
+        torn += partial_writes()
+    last = start(argv, log)
+    assert last.wait(timeout=600) == 0, log.read_text()[-3000:]
+    assert kills >= 5 and torn >= 1, (kills, torn, log.read_text()[-3000:])
+    assert final_json(log.read_text())["steps"] == steps
+    expected = read_batch_log(reference_dir / "batches.tsv")
+    trained_on = read_batch_log(killed_dir / "batches.tsv")
+    assert ([trained_on[step] for step in range(1, steps + 1)]
+            == [expected[step] for step in range(1, steps + 1)])
+    for ours, theirs in zip(final_weights(killed_dir), final_weights(reference_dir)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_diverged_run_stops_and_resumes_from_its_last_finite_backup(tmp_path, capsys):
+    from keras_transformer.data import write_demo_corpus
+
+    argv = run_args(write_demo_corpus(tmp_path / "data"), tmp_path / "run", "--steps", "40",
+                    "--eval-every", "20", "--backup-every", "1", "--set",
+                    "learning_rate_scale=1e6", "--set", "warmup_steps=1")
+    assert train.main(argv) == 2
+    error = capsys.readouterr().err
+    assert "loss became NaN at step" in error
+    diverged = int(error.split("loss became NaN at step ")[1].split(";")[0])
+    marks = list_backups(tmp_path / "run" / "backup")
+    assert marks and int(marks[-1].name[5:13]) < diverged  # no backup of a diverged step
+    assert train.main(argv) == 2  # the same learning rate diverges again, from there
+    restored = int(capsys.readouterr().err.split("restored step ")[1].split(" ")[0])
+    assert restored == int(marks[-1].name[5:13])
+
+
+@pytest.mark.slow
+def test_a_full_disk_costs_backups_not_the_run(tmp_path, monkeypatch, capsys):
+    """Writes fail (ENOSPC) while the disk is full: backups and checkpoints are skipped with a
+    warning and training goes on; a full disk at the end stops the run with a message, and
+    the same command finishes it from the last backup once there is space."""
+    from keras_transformer.data import write_demo_corpus
+
+    real_save = keras.Model.save_weights
+    full = {"from_step": 7, "to_step": 13}
+
+    def save_weights(self, filepath, overwrite=True):
+        step = int(self.optimizer.iterations.numpy()) if self.optimizer else 0
+        if full["from_step"] <= step <= full["to_step"]:
+            Path(filepath).write_bytes(b"\x89HDF\r\n partial")
+            raise OSError(errno.ENOSPC, "No space left on device", str(filepath))
+        return real_save(self, filepath, overwrite=overwrite)
+
+    monkeypatch.setattr(keras.Model, "save_weights", save_weights)
+    argv = run_args(write_demo_corpus(tmp_path / "data"), tmp_path / "run", "--steps", "24",
+                    "--eval-every", "12", "--backup-every", "4", "--checkpoint-every-steps",
+                    "6", "--keep-checkpoints", "10")
+    assert train.main(argv) == 0
+    error = capsys.readouterr().err
+    for step in (8, 12):
+        assert f"backup of step {step} not written" in error
+    assert "checkpoint of step 12 not written" in error
+    run = tmp_path / "run"
+    assert [mark.name for mark in list_backups(run / "backup")] == ["step-00000020.json",
+                                                                   "step-00000024.json"]
+    assert sorted(path.name for path in (run / "checkpoints").iterdir()) == [
+        "ckpt-00000006.weights.h5", "ckpt-00000018.weights.h5", "ckpt-00000024.weights.h5"]
+
+    # The disk fills up again at the very end: no final weights, a clear error, exit 1.
+    full.update(from_step=30, to_step=10**9)
+    argv[argv.index("24")] = "32"
+    assert train.main(argv) == 1
+    error = capsys.readouterr().err
+    assert "No space left on device" in error and "run the same command again" in error
+    full.update(from_step=10**9)
+    assert train.main(argv) == 0
+    error = capsys.readouterr().err
+    assert "restored step 28" in error
