@@ -5,10 +5,14 @@ import gzip
 import logging
 import os
 import sys
+import zlib
+from collections.abc import Iterator
+from contextlib import nullcontext
 from typing import IO
 
 _LOG = logging.getLogger(__name__)
 _GZIP_MAGIC = b"\x1f\x8b"
+_GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
 
 
 def _open_binary(path: str) -> IO[bytes]:
@@ -20,17 +24,34 @@ def _open_binary(path: str) -> IO[bytes]:
     return gzip.open(path, "rb") if gzipped else open(path, "rb")
 
 
+def _numbered_lines(path: str, handle: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    """Each line of ``handle`` (opened from ``path``) with its 1-based number, line ending kept.
+
+    Only LF ends a line (a lone CR is content, as for ``wc -l`` and sacrebleu). Corrupt or
+    truncated gzip data raises ValueError naming the file and the last line read.
+    """
+    number = 0
+    try:
+        for number, raw in enumerate(handle, start=1):
+            yield number, raw
+    except _GZIP_ERRORS as error:
+        raise ValueError(
+            f"{path}: corrupt or truncated gzip data after line {number} ({error})"
+        ) from None
+
+
 def read_lines(path: str | os.PathLike) -> list[str]:
     """Return every line of ``path`` (plain or .gz), stripped of surrounding whitespace.
 
     Empty lines are kept so that the result stays aligned with other files (e.g. references).
-    Raises FileNotFoundError for a missing file and ValueError naming the file and the
-    1-based line number of the first line that is not valid UTF-8.
+    Raises FileNotFoundError for a missing file, ValueError naming the file and the 1-based
+    line number of the first line that is not valid UTF-8, and ValueError naming the file for
+    corrupt gzip data.
     """
     path = os.fspath(path)
     lines = []
     with _open_binary(path) as handle:
-        for number, raw in enumerate(handle, start=1):
+        for number, raw in _numbered_lines(path, handle):
             try:
                 lines.append(raw.decode("utf-8").strip())
             except UnicodeDecodeError as error:
@@ -43,13 +64,14 @@ def read_lines(path: str | os.PathLike) -> list[str]:
 def read_raw_lines(path: str | os.PathLike) -> tuple[list[bytes], list[int]]:
     """Every line of ``path`` (plain or .gz; "-" is standard input) as bytes without its line
     ending, and the 1-based numbers of the lines that are not valid UTF-8 (kept, not dropped,
-    so that outputs stay aligned with the input)."""
+    so that outputs stay aligned with the input).
+
+    Lines are those of ``read_lines``: LF or CR LF ends one, a lone CR is content.
+    """
     path = os.fspath(path)
-    if path == "-":
-        lines = sys.stdin.buffer.read().splitlines()
-    else:
-        with _open_binary(path) as handle:
-            lines = handle.read().splitlines()
+    with nullcontext(sys.stdin.buffer) if path == "-" else _open_binary(path) as handle:
+        lines = [raw[:-2] if raw.endswith(b"\r\n") else raw.removesuffix(b"\n")
+                 for _, raw in _numbered_lines(path, handle)]
     invalid = []
     for number, line in enumerate(lines, start=1):
         try:

@@ -71,7 +71,8 @@ class Translator(tf.Module):
         result = self._translate_ragged(self._pieces(text))
         ids = result["nbest_ids"]
         shape = tf.shape(ids)
-        texts = self.tokenizer.detokenize(tf.reshape(ids, [-1, shape[2]]))
+        # Not [-1, len]: for an empty batch, [0, beam, 0] ids would reshape to [beam, 0].
+        texts = self.tokenizer.detokenize(tf.reshape(ids, [shape[0] * shape[1], shape[2]]))
         return {"nbest_translations": tf.reshape(texts, shape[:2]),
                 "nbest_scores": result["nbest_scores"]}
 
@@ -88,6 +89,9 @@ class Translator(tf.Module):
         target_in = tf.concat([tf.fill([tf.shape(ids)[0], 1], BOS_ID), ids[:, :-1]], axis=1)
         attention = self.model.attention_weights(source_ids, target_in)["encoder_decoder"]
         heads_mean = tf.reduce_mean(attention[self.alignment_layer], axis=1)  # [b, T, S]
+        # A column of -1 (below any attention weight) keeps argmax defined for an empty batch,
+        # whose source has no column.
+        heads_mean = tf.pad(heads_mean, [[0, 0], [0, 0], [0, 1]], constant_values=-1.0)
         target_real = ids != PAD_ID
         alignment = tf.where(target_real, tf.argmax(heads_mean, axis=-1, output_type=tf.int32),
                              -1)
