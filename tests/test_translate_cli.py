@@ -110,6 +110,28 @@ def test_prefix_files_start_each_line_s_translation(export_dir, input_file, tmp_
         translate.parse_args([str(export_dir), str(input_file), "--prefix", "p", "--nbest", "2"])
 
 
+class LineBreakingTranslator:
+    """Translates every line to text with the line breaks a byte-level vocabulary can emit."""
+    beam_size, takes_prefixes = 2, True
+
+    def best(self, texts, prefixes=None):
+        return [b"a\nb\r\nc " + text for text in texts], None
+
+    def nbest(self, texts, k):
+        return [[(b"x\ny", -1.0), (b"z\r", -2.0)][:k] for _ in texts]
+
+
+def test_line_breaks_inside_translations_never_shift_lines(input_file, tmp_path, capsys,
+                                                          monkeypatch):
+    monkeypatch.setattr(translate, "load_translator", lambda args: LineBreakingTranslator())
+    code, outputs, _ = run([str(tmp_path), str(input_file), "--quiet"], capsys)
+    assert code == 0 and len(outputs) == len(LINES)
+    assert outputs[0] == "a b  c I have forty-two apples"
+    code, outputs, _ = run([str(tmp_path), str(input_file), "--nbest", "2", "--quiet"], capsys)
+    assert code == 0 and len(outputs) == 2 * len(LINES)
+    assert outputs[:2] == ["0 ||| x y ||| -1.0000", "0 ||| z  ||| -2.0000"]
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_length_batches_cover_every_text_once_within_budget(seed):
     lengths = np.random.default_rng(seed).integers(0, 60, size=50).tolist()

@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from typing import Callable, Optional, Sequence
 
@@ -41,8 +42,8 @@ from keras_transformer.model import Transformer
 from keras_transformer.optimization import make_optimizer
 from keras_transformer.recipe import Recipe
 from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
-from keras_transformer.training.backup import BackupError, restore_latest
-from keras_transformer.training.batch_log import log_batches
+from keras_transformer.training.backup import BackupError, newest_step, restore_latest
+from keras_transformer.training.batch_stream import per_replica_tokens, training_batches
 from keras_transformer.training.callbacks import (DevEvaluation, PeriodicBackup,
                                                   PeriodicCheckpoint, epoch_steps,
                                                   StopAtLimit, TensorBoardScalars, global_step)
@@ -54,7 +55,7 @@ from keras_transformer.training.precision import CHOICES, precision_scope
 from keras_transformer.training.progress import ProgressLines
 from keras_transformer.training.run_dir import RunDir
 from keras_transformer.training.run_result import keep_better_of_average_and_final
-from keras_transformer.training.strategy import make_strategy
+from keras_transformer.training.strategy import make_strategy, smallest_across_workers
 from keras_transformer.visualization import attention_maps
 
 DEFAULT_STEPS = 1000
@@ -232,12 +233,14 @@ def load_or_train_tokenizer(run: RunDir, config: TransformerConfig,
     return tokenizer
 
 
-def step_budget(args: argparse.Namespace, train_batches: tf.data.Dataset) -> Optional[int]:
-    """Total steps: `--steps`, or `--epochs` times the batches in one pass over the data."""
+def step_budget(args: argparse.Namespace, train_batches: tf.data.Dataset,
+                replicas: int) -> Optional[int]:
+    """Total steps: `--steps`, or `--epochs` times the steps of one pass over the data (its
+    per-replica batches over the replicas)."""
     if args.epochs is None:
         return args.steps
     batches_per_epoch = sum(1 for _ in train_batches)
-    return max(1, math.ceil(args.epochs * batches_per_epoch))
+    return max(1, math.ceil(args.epochs * batches_per_epoch / replicas))
 
 
 def compiled_model(recipe: Recipe,
@@ -351,12 +354,21 @@ def train(args: argparse.Namespace) -> dict:
     tokenizer = load_or_train_tokenizer(run, config, corpora["train"], args.vocab_sentences,
                                         args.seed)
     replicas = strategy.num_replicas_in_sync
-    batches = make_training_dataset(*corpora["train"], tokenizer, recipe.training.batch_tokens,
-                                    config.max_length, args.seed, batch_multiple=replicas)
-    max_steps = step_budget(args, batches)
+
+    def one_pass() -> tf.data.Dataset:  # of per-replica batches (`batch_stream`)
+        return make_training_dataset(*corpora["train"], tokenizer,
+                                     per_replica_tokens(recipe.training.batch_tokens, replicas),
+                                     config.max_length, args.seed)
+
+    max_steps = step_budget(args, one_pass(), replicas)
     with strategy.scope(), precision_scope(precision):
         model, accuracy = compiled_model(recipe, args.jit_compile)
-        restored = restore_latest(model, run.backup, run.checkpoints)
+        # Every worker of a cluster resumes from the same step: the newest all of them have.
+        agreed = smallest_across_workers(strategy, newest_step(run.backup, run.checkpoints))
+        restored = restore_latest(model, run.backup, run.checkpoints, at_most=agreed)
+        if smallest_across_workers(strategy, restored.step) != restored.step:
+            raise TrainingError(f"the workers restored different steps (this one {restored.step}"
+                                f"); give them the same backups, or move the newer ones away")
     callbacks = training_callbacks(args, run, (model, accuracy, tokenizer), corpora["dev"],
                                    max_steps)
     print(f"kt-train: {'resuming' if resumed else 'starting'} {run.root} on {replicas} "
@@ -368,13 +380,19 @@ def train(args: argparse.Namespace) -> dict:
                  "masks differ from an uninterrupted run's)"), file=sys.stderr)
     # The data resumes where the restored step left it: the same stream, its first batches
     # skipped.
-    batches = batches.repeat().skip(restored.step)
-    if args.log_batches:
-        batches = log_batches(batches, run.root / "batches.tsv", restored.step + 1)
+    batches = training_batches(strategy, lambda: one_pass().repeat(), restored.step,
+                               run.root / "batches.tsv" if args.log_batches else None)
     unit = epoch_steps(args.eval_every, args.backup_every)
     epochs = math.ceil(max_steps / unit) if max_steps else 1_000_000_000
-    history = model.fit(batches, epochs=epochs, initial_epoch=restored.step // unit,
-                        steps_per_epoch=unit, callbacks=callbacks, verbose=0, shuffle=False)
+    try:
+        history = model.fit(batches, epochs=epochs, initial_epoch=restored.step // unit,
+                            steps_per_epoch=unit, callbacks=callbacks, verbose=0,
+                            shuffle=False)
+    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError) as error:
+        reason = " ".join(re.sub(r"\{\{.*?\}\}", "", str(error)).split())[:240]
+        raise TrainingError(f"another worker of the cluster stopped ({reason}); start every "
+                            "worker again with the same command: they resume from their "
+                            "newest common backup") from None
     if model.stop_training and not math.isfinite(history.history.get("loss", [0.0])[-1]):
         raise TrainingError(f"loss became NaN at step {global_step(model)}; nothing exported; "
                             "the same command resumes from the newest backup with finite "

@@ -82,6 +82,12 @@ def load_translator(args: argparse.Namespace) -> TextTranslator:
     return TextTranslator.from_export(args.model)
 
 
+def output_line(text: bytes) -> str:
+    """A translation as one output line: line breaks a byte-level vocabulary can produce
+    (LF, CR) become spaces, so that output line N stays input line N's translation."""
+    return text.decode("utf-8", errors="replace").replace("\r", " ").replace("\n", " ")
+
+
 def translate_lines(translator: TextTranslator, lines: list[bytes], args: argparse.Namespace,
                     progress: Progress, prefixes: Optional[list[bytes]] = None) -> list[str]:
     """The output lines (without newlines) for `lines` (each starting with its line of
@@ -93,12 +99,12 @@ def translate_lines(translator: TextTranslator, lines: list[bytes], args: argpar
         if args.nbest:
             for index, hypotheses in zip(batch, translator.nbest(texts, args.nbest)):
                 outputs[index] = "\n".join(
-                    f"{index} ||| {text.decode('utf-8')} ||| {score:.4f}"
+                    f"{index} ||| {output_line(text)} ||| {score:.4f}"
                     for text, score in hypotheses)
         else:
             batch_prefixes = None if prefixes is None else [prefixes[index] for index in batch]
             for index, text in zip(batch, translator.best(texts, batch_prefixes)[0]):
-                outputs[index] = text.decode("utf-8")
+                outputs[index] = output_line(text)
         progress.advance(len(batch))
     return outputs
 

@@ -79,19 +79,29 @@ def list_backups(directory: str | os.PathLike) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
+def newest_step(backup_dir: str | os.PathLike, checkpoint_dir: str | os.PathLike) -> int:
+    """The newest step a backup or checkpoint file name claims (0 when there is none); what
+    workers agree on before restoring (`strategy.smallest_across_workers`)."""
+    steps = [_step_of(path) for path in list_backups(backup_dir) + list_checkpoints(checkpoint_dir)]
+    return max(steps, default=0)
+
+
 def restore_latest(model: keras.Model, backup_dir: str | os.PathLike,
                    checkpoint_dir: str | os.PathLike,
-                   warn: Callable[[str], None] = lambda text: print(text, file=sys.stderr)
-                   ) -> Restored:
-    """Loads the newest restorable state into `model` (compiled and built) and returns where it
-    came from; `Restored(0, None, True)` when there is nothing to restore. Raises BackupError
-    naming every file tried when files exist but none can be restored."""
+                   warn: Callable[[str], None] = lambda text: print(text, file=sys.stderr),
+                   at_most: Optional[int] = None) -> Restored:
+    """Loads the newest restorable state (of a step <= `at_most`, when given; Keras's legacy
+    backup files, whose step is only known once loaded, always qualify) into `model`
+    (compiled and built) and returns where it came from; `Restored(0, None, True)` when there
+    is nothing to restore. Raises BackupError naming every file tried when files exist but
+    none can be restored."""
     backup_dir, tried = Path(backup_dir), []
     remove_partial_writes(backup_dir, checkpoint_dir)
-    candidates = ([(mark, True) for mark in reversed(list_backups(backup_dir))]
-                  + [(backup_dir / name, False) for name in _LEGACY
-                     if (backup_dir / name).is_file()]
-                  + [(path, False) for path in reversed(list_checkpoints(checkpoint_dir))])
+    legacy = [(backup_dir / name, False) for name in _LEGACY if (backup_dir / name).is_file()]
+    candidates = [(path, is_mark) for path, is_mark in
+                  [(mark, True) for mark in reversed(list_backups(backup_dir))] + legacy
+                  + [(path, False) for path in reversed(list_checkpoints(checkpoint_dir))]
+                  if at_most is None or _step_of(path) <= at_most]
     if not candidates:
         return Restored(0, None, True)
     if not model.optimizer.built:
@@ -111,6 +121,13 @@ def restore_latest(model: keras.Model, backup_dir: str | os.PathLike,
                 variable.assign(value)
     raise BackupError("no backup or checkpoint can be restored (" + "; ".join(tried) + "); "
                       "move them out of the run directory to start it again from step 0")
+
+
+def _step_of(path: Path) -> int:
+    """The step in a backup's or checkpoint's file name (`step-N.json`, `ckpt-N.weights.h5`);
+    -1 for Keras's legacy backup files, whose step is only known once loaded."""
+    digits = path.name.split("-")[-1].split(".")[0]
+    return int(digits) if digits.isdigit() else -1
 
 
 def _load_mark(model: keras.Model, mark_path: Path) -> Path:
