@@ -83,14 +83,10 @@ def write(path: Path, data: bytes, gzipped: bool) -> Path:
 
 
 def invalid_lines(contents: list[bytes]) -> list[int]:
-    """The 1-based numbers of the `contents` that are not valid UTF-8."""
-    numbers = []
-    for number, content in enumerate(contents, start=1):
-        try:
-            content.decode("utf-8")
-        except UnicodeDecodeError:
-            numbers.append(number)
-    return numbers
+    """The 1-based numbers of the `contents` that are not valid UTF-8 (those that do not survive
+    a decode with replacements and an encode unchanged)."""
+    return [number for number, content in enumerate(contents, start=1)
+            if content.decode("utf-8", errors="replace").encode("utf-8") != content]
 
 
 def check_readers(path: Path, contents: list[bytes], case: object) -> None:

@@ -25,8 +25,8 @@ from typing import Callable, Optional
 import keras
 import numpy as np
 
-from keras_transformer.training.checkpoints import (list_checkpoints, load_weights_file,
-                                                    save_weights_atomic)
+from keras_transformer.training.checkpoints import (files_by_step, list_checkpoints,
+                                                    load_weights_file, save_weights_atomic)
 from keras_transformer.training.run_dir import write_text_atomic
 
 KEEP = 2
@@ -71,12 +71,7 @@ def write_backup(model: keras.Model, directory: str | os.PathLike, step: int) ->
 
 def list_backups(directory: str | os.PathLike) -> list[Path]:
     """The backups' JSON marks in `directory`, oldest first."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    found = [(int(match.group(1)), directory / name) for name in os.listdir(directory)
-             if (match := _BACKUP.match(name))]
-    return [path for _, path in sorted(found)]
+    return files_by_step(directory, _BACKUP)
 
 
 def newest_step(backup_dir: str | os.PathLike, checkpoint_dir: str | os.PathLike) -> int:

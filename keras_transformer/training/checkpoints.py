@@ -21,14 +21,20 @@ def checkpoint_path(directory: str | os.PathLike, step: int) -> Path:
     return Path(directory) / f"ckpt-{step:08d}.weights.h5"
 
 
-def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
-    """The checkpoints in `directory`, oldest (lowest step) first."""
+def files_by_step(directory: str | os.PathLike, pattern: re.Pattern) -> list[Path]:
+    """The files in `directory` whose names match `pattern` (group 1: the step), lowest step
+    first; none when `directory` does not exist."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
     found = [(int(match.group(1)), directory / name) for name in os.listdir(directory)
-             if (match := _CHECKPOINT.match(name))]
+             if (match := pattern.match(name))]
     return [path for _, path in sorted(found)]
+
+
+def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
+    """The checkpoints in `directory`, oldest (lowest step) first."""
+    return files_by_step(directory, _CHECKPOINT)
 
 
 def save_weights_atomic(model: keras.Model, path: str | os.PathLike) -> Path:
