@@ -3,7 +3,7 @@
 Model Garden `Seq2SeqTransformer`, on newstest2014 English sources.
 
     python benchmarks/decoding_speed.py [--data PATH] [--model-garden-python PYTHON] \
-        [--ctranslate2-python PYTHON] [--export-dtypes float32,bfloat16]
+        [--ctranslate2-python PYTHON] [--export-dtypes float32,bfloat16] [--profile]
 
 CTranslate2 runs OUR model: its weights are copied into a post-norm `TransformerSpec` (fused
 q/k/v, our sinusoidal table as its position encodings, the tied embedding as its projection),
@@ -58,6 +58,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="python of a venv with ctranslate2 ('' to skip)")
     parser.add_argument("--ctranslate2-types", default="float32,int8",
                         help="CTranslate2 quantizations to time (comma-separated)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile one batch of each export: op time by model part")
     parser.add_argument("--model-garden-worker", nargs=2, metavar=("IDS_NPY", "SETTINGS_JSON"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--ctranslate2-worker", nargs=3,
@@ -137,6 +139,9 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
         name = "exported" if dtype == "float32" else f"exported_{dtype}"
         results[name] = {**measure(lambda batch, run=translate_ids: run(
             source_ids=tf.constant(batch)), ids, settings), "first_ids": check.tolist()}
+        if args.profile:
+            results[name]["profile"] = op_time_by_part(
+                lambda run=translate_ids: run(source_ids=tf.constant(ids[:args.batch_size])))
     if args.uncached_batches > 0:  # 0 skips the slow recomputing reference
         uncached = dict(settings, throughput_batches=args.uncached_batches, latency_sentences=0)
         results["uncached"] = measure(
@@ -146,6 +151,61 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
         results.update(run_ctranslate2(args.ctranslate2_python, model, ids, settings, workdir,
                                        args.ctranslate2_types.split(",")))
     return results, ids
+
+
+# Ops whose events span the ops they run (the decoding loop, function calls): not counted.
+_CONTAINERS = {"While", "StatelessWhile", "StatefulPartitionedCall", "PartitionedCall", "If",
+               "StatelessIf"}
+
+
+def part_of(scope: str, op_type: str) -> str:
+    """The part of the model or search an op of a decoding graph belongs to, by its name scope."""
+    if "encoder" in scope:
+        return "encoder (once per batch)"
+    for layer, part in (("self_attention", "decoder self-attention"),
+                        ("cross_attention", "decoder cross-attention"),
+                        ("feed_forward", "decoder feed-forward"), ("norm", "layer norms")):
+        if layer in scope:
+            return part + (" (cache reorder)" if op_type == "GatherV2" and layer ==
+                           "self_attention" else "")
+    if "MatMul" in op_type:
+        return "output projection (logits)"
+    if op_type in ("LogSoftmax", "TopKV2"):
+        return f"search: {op_type}"
+    return f"search: {op_type}" if op_type in ("GatherV2", "SelectV2") else "search: other"
+
+
+def op_time_by_part(call) -> dict[str, float]:
+    """Shares of the op time of `call()` (run once before, untimed) under the TF profiler, by
+    `part_of`; summed over both compute threads, so shares, not wall-clock."""
+    import collections
+    import glob
+
+    import tensorflow as tf
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    call()
+    with tempfile.TemporaryDirectory() as logdir:
+        tf.profiler.experimental.start(logdir)
+        call()
+        tf.profiler.experimental.stop()
+        space = xplane_pb2.XSpace()
+        with open(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)[0], "rb") as handle:
+            space.ParseFromString(handle.read())
+    picoseconds = collections.Counter()
+    for plane in space.planes:
+        for line in plane.lines:
+            if not line.name.startswith("tf_Compute"):
+                continue
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                if ":" not in name or "::" in name:  # ops are "scope/op:OpType"; the
+                    continue                             # executor's are "ExecutorState::.."
+                scope, op_type = name.rsplit(":", 1)
+                if op_type not in _CONTAINERS:
+                    picoseconds[part_of(scope, op_type)] += event.duration_ps
+    total = sum(picoseconds.values())
+    return {part: round(100 * value / total, 1) for part, value in picoseconds.most_common()}
 
 
 def ctranslate2_weights(model, max_positions: int) -> dict[str, np.ndarray]:
