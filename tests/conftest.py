@@ -42,6 +42,16 @@ def final_json(output: str) -> dict:
     return summary
 
 
+def final_weights(run_dir: Path) -> list:
+    """The trainable weights (numpy arrays) a finished kt-train run saved in `run_dir`."""
+    import keras_transformer as kt
+    from keras_transformer.training.run_dir import RunDir
+
+    model = kt.Transformer(RunDir(run_dir).load_recipe().architecture)
+    model.load_weights(run_dir / "model.weights.h5")
+    return [variable.numpy() for variable in model.trainable_weights]
+
+
 def train_vocab(pairs: tuple[list[str], list[str]], size: int, directory: Path) -> Path:
     """Learns a shared vocabulary of `size` pieces from both sides of `pairs` into `directory`."""
     sources, targets = pairs

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from keras_transformer.data import write_demo_corpus
-from conftest import final_json, run_script_json
+from conftest import final_json, final_weights, run_script_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,16 +83,6 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def worker_weights(run_dir: Path) -> list:
-    """The trainable weights a finished run saved."""
-    import keras_transformer as kt
-    from keras_transformer.training.run_dir import RunDir
-
-    model = kt.Transformer(RunDir(run_dir).load_recipe().architecture)
-    model.load_weights(run_dir / "model.weights.h5")
-    return [variable.numpy() for variable in model.trainable_weights]
-
-
 @pytest.mark.slow
 def test_two_workers_agree_fail_together_and_resume_together(tmp_path):
     """Two MultiWorkerMirroredStrategy processes: a worker killed mid-run makes the other stop
@@ -145,7 +135,7 @@ def test_two_workers_agree_fail_together_and_resume_together(tmp_path):
     resumed = [int(output.split("restored step ")[1].split(" ")[0]) for output in outputs]
     assert resumed[0] == resumed[1] > 0 and resumed[0] % 3 == 0
     assert all(final_json(output)["steps"] == steps for output in outputs)
-    for ours, theirs in zip(*map(worker_weights, [tmp_path / "worker0", tmp_path / "worker1"])):
+    for ours, theirs in zip(*map(final_weights, [tmp_path / "worker0", tmp_path / "worker1"])):
         np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
 
     # One process with two replicas trains on the same global batches to the same weights.
@@ -161,6 +151,6 @@ def test_two_workers_agree_fail_together_and_resume_together(tmp_path):
     # The cluster's all-reduce sums the gradients in another order than one process does; over
     # 60 Adam steps that moves a few rarely-updated weights by up to ~5e-5 (measured; a run
     # with another seed differs in 99.9% of the weights, by up to 0.97).
-    for ours, theirs in zip(worker_weights(tmp_path / "worker0"),
-                            worker_weights(tmp_path / "single")):
+    for ours, theirs in zip(final_weights(tmp_path / "worker0"),
+                            final_weights(tmp_path / "single")):
         np.testing.assert_allclose(ours, theirs, rtol=1e-3, atol=1e-4)

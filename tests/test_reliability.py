@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from conftest import final_json
+from conftest import final_json, final_weights
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.training.backup import (BackupError, list_backups, restore_latest,
                                                write_backup)
@@ -236,13 +236,6 @@ def wait_for(condition, process: subprocess.Popen, seconds: float = 240.0,
             return True
         time.sleep(every)
     return False
-
-
-def final_weights(run_dir: Path) -> list[np.ndarray]:
-    """The trainable weights a finished run saved."""
-    model = kt.Transformer(RunDir(run_dir).load_recipe().architecture)
-    model.load_weights(run_dir / "model.weights.h5")
-    return [variable.numpy() for variable in model.trainable_weights]
 
 
 @pytest.mark.slow

@@ -49,20 +49,18 @@ def _check_tf_config(text: str) -> None:
         raise ValueError("TF_CONFIG: needs 'cluster' and 'task' entries")
 
 
-def worker_shard(strategy: tf.distribute.Strategy) -> tuple[int, int]:
-    """`(workers, index)`: how many workers train together and which one this is ((1, 0)
-    outside a multi-worker cluster)."""
+def worker_count(strategy: tf.distribute.Strategy) -> int:
+    """How many workers train together (1 outside a multi-worker cluster)."""
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not resolver.cluster_spec().as_dict():
-        return 1, 0
-    return resolver.cluster_spec().num_tasks("worker"), int(resolver.task_id)
+        return 1
+    return resolver.cluster_spec().num_tasks("worker")
 
 
 def smallest_across_workers(strategy: tf.distribute.Strategy, value: int) -> int:
     """The smallest of every worker's `value` (a collective: every worker must call it)."""
-    if worker_shard(strategy)[0] == 1:
+    if worker_count(strategy) == 1:
         return value
     values = strategy.experimental_distribute_values_from_function(
         lambda context: tf.constant([value], tf.int64))
     return int(tf.reduce_min(strategy.gather(values, axis=0)).numpy())
-
