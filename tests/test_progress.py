@@ -46,5 +46,33 @@ def test_eta_follows_the_budget_that_ends_first(max_steps, max_minutes, expected
     assert (expected_eta in last) if expected_eta else "ETA" not in last
 
 
+def test_lines_span_epochs_shorter_than_their_interval():
+    """Keras restarts the token count every epoch (a backup interval, often shorter than the
+    line interval) and evaluations pause training between epochs: lines still come every 30 s
+    of training, with the rate over the tokens of every epoch since the last line."""
+    clock, stream = FakeClock(), io.StringIO()
+    tokens = SimpleNamespace(count=tf.Variable(0.0))
+    progress = ProgressLines(None, None, tokens, 1000, every_seconds=30, stream=stream,
+                             clock=clock)
+    iterations = tf.Variable(0, dtype=tf.int64)
+    progress.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=iterations)))
+    progress.on_train_begin()
+    progress.model.stop_training = False
+    for epoch in range(10):  # 10 steps of 1 s each, then a 100 s evaluation
+        tokens.count.assign(0.0)
+        progress.on_epoch_begin(epoch)
+        for _ in range(10):
+            clock.now += 1.0
+            iterations.assign_add(1)
+            tokens.count.assign_add(50.0)
+            progress.on_train_batch_end(0, {"loss": 2.5})
+        progress.on_epoch_end(epoch)
+        clock.now += 100.0
+    lines = stream.getvalue().splitlines()
+    assert [line.split(",")[0] for line in lines] == [
+        "kt-train: step 30", "kt-train: step 60", "kt-train: step 90"]
+    assert all("50 target tok/s" in line for line in lines)
+
+
 def test_duration_reads_like_a_clock():
     assert [duration(s) for s in (5, 250, 3720)] == ["5s", "4m10s", "1h02m"]

@@ -44,20 +44,26 @@ class ProgressLines(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self._due.start(self.model)
-        self._start = self._last_time = self.clock()
+        self._start = self._last_time = self._last_batch_end = self.clock()
         self._first_step = self._last_step = global_step(self.model)
-        self._last_tokens = 0.0
+        # Keras restarts the token count with each epoch's metrics: ended epochs are summed.
+        self._ended_epochs_tokens = self._last_tokens = 0.0
+        self._in_epoch = False
 
     def on_epoch_begin(self, epoch, logs=None):
-        # The token count restarts with the epoch's metrics; the evaluation before is not
-        # training time.
-        self._last_time, self._last_tokens = self.clock(), 0.0
+        # Epochs are short (a backup or evaluation interval), so lines span them: the time
+        # between the last batch and now (evaluations, backups) is not training time.
+        self._last_time += self.clock() - self._last_batch_end
+        self._in_epoch = True
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.clock() - self._last_time >= self.every_seconds:
+        self._last_batch_end = self.clock()
+        if self._last_batch_end - self._last_time >= self.every_seconds:
             self._report((logs or {}).get("loss"))
 
     def on_epoch_end(self, epoch, logs=None):
+        self._ended_epochs_tokens = self._tokens()
+        self._in_epoch = False
         if not self._due(self.model):
             return
         step = global_step(self.model)
@@ -71,7 +77,7 @@ class ProgressLines(keras.callbacks.Callback):
     def _report(self, loss) -> None:
         now, step = self.clock(), global_step(self.model)
         self._last_step = step
-        tokens = float(self.token_metric.count.numpy())
+        tokens = self._tokens()
         rate = (tokens - self._last_tokens) / max(now - self._last_time, 1e-9)
         self._last_time, self._last_tokens = now, tokens
         elapsed = now - self._start
@@ -84,6 +90,11 @@ class ProgressLines(keras.callbacks.Callback):
         if eta is not None:
             parts.append(f"ETA {duration(eta)}")
         self._print(", ".join(parts))
+
+    def _tokens(self) -> float:
+        """Target tokens trained on since the run (this process) started."""
+        epoch = float(self.token_metric.count.numpy()) if self._in_epoch else 0.0
+        return self._ended_epochs_tokens + epoch
 
     def _eta(self, step: int, elapsed: float) -> Optional[float]:
         """Seconds left: to the step budget at this process's pace, or to the time limit."""
