@@ -166,7 +166,7 @@ def part_of(scope: str, op_type: str) -> str:
                         ("cross_attention", "decoder cross-attention"),
                         ("feed_forward", "decoder feed-forward"), ("norm", "layer norms")):
         if layer in scope:
-            return part + (" (cache reorder)" if op_type == "GatherV2" and layer ==
+            return part + (" (cache gathers)" if op_type == "GatherV2" and layer ==
                            "self_attention" else "")
     if "MatMul" in op_type:
         return "output projection (logits)"

@@ -177,10 +177,11 @@ class Transformer(FitSteps, keras.Model):
         """Decoder state for `decode_step`.
 
         `cross`: each layer's encoder keys/values, computed once per sentence and shared by
-        its `beam_size` hypotheses. `self`: per-layer key/value buffers
-        `[batch * beam_size, heads, max_length, dim]`, filled one position per step. `rows`:
-        the buffer row each hypothesis extends; a beam search sets it when hypotheses move, and
-        the next step takes those rows as it writes (one copy of the buffers per step).
+        its `beam_size` hypotheses. `self`: per-layer key/value caches of `batch * beam_size`
+        rows and `max_length` positions (`kernels.decode_buffer`), filled one position per
+        step. `ancestors` `[batch * beam_size, max_length]`: the cache row holding each
+        position of each hypothesis (its own row to begin with; a beam search gathers the
+        rows of the parents its hypotheses extend, `decode_step` sets the newest position).
         `output_kernel`: the pre-softmax projection `[d_model, vocab]`, laid out once per search
         (a product with the transposed `[vocab, d_model]` embedding is much slower for the few
         rows of a decoding step).
@@ -192,30 +193,31 @@ class Transformer(FitSteps, keras.Model):
                       for layer in self.decoder_layers],
             "self": [layer.self_attention.init_cache(rows, max_length, self.compute_dtype)
                      for layer in self.decoder_layers],
-            "rows": tf.range(rows),
+            "ancestors": tf.tile(tf.range(rows)[:, None], tf.stack([1, max_length])),
         }
 
     def decode_step(self, token_ids, step, cache, source_mask):
         """Logits `[batch, beam, vocab]` for the next token after `token_ids` `[batch, beam]`.
 
         `token_ids` sit at target position `step` (0 for the start token); `source_mask` is
-        `[batch, src_len]`. Returns the logits and the updated cache (its buffers in the order
-        of `token_ids`).
+        `[batch, src_len]`. Returns the logits and the updated cache (each hypothesis's
+        position `step` written into its own row).
         """
         x = self.target_embedding(token_ids)
         x = x + self.target_positions(x[:, :1], start_index=step)
         cross_mask = ops.expand_dims(source_mask, 1)
+        ancestors = cache["ancestors"]
+        rows, max_length = tf.shape(ancestors)[0], tf.shape(ancestors)[1]
+        ancestors = tf.where(tf.range(max_length) == step, tf.range(rows)[:, None], ancestors)
         new_self = []
         for layer, self_cache, cross_cache in zip(self.decoder_layers, cache["self"],
                                                   cache["cross"]):
-            x, self_cache = layer.step(x, self_cache, cross_cache, step, cross_mask,
-                                       cache["rows"])
+            x, self_cache = layer.step(x, self_cache, cross_cache, step, cross_mask, ancestors)
             new_self.append(self_cache)
-        rows = tf.range(tf.shape(cache["rows"])[0])
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         logits = ops.cast(ops.matmul(x, ops.cast(cache["output_kernel"], x.dtype)), "float32")
-        return logits, {**cache, "self": new_self, "rows": rows}
+        return logits, {**cache, "self": new_self, "ancestors": ancestors}
 
     # ---------------------------------------------------------------------------- helpers
     def _embed(self, ids, embedding, position_encoding, dropout, training, layout):

@@ -183,23 +183,36 @@ def test_dropout_drops_the_rate_keeps_the_expectation_and_routes_the_gradient(ke
     np.testing.assert_allclose(gradient, 2 * y.numpy())
 
 
-def test_decode_cache_writes_agree():
-    buffer_shape = tf.constant([3, 2, 5, 4])
-    for make in (decode_cache.fast_buffer, decode_cache.reference_buffer):
-        np.testing.assert_array_equal(make(buffer_shape, tf.float32), np.zeros((3, 2, 5, 4)))
-    buffer = tf.constant(rng.normal(size=(3, 2, 5, 4)), "float32")
-    rows, update = tf.constant([2, 2, 0]), tf.constant(rng.normal(size=(3, 1, 2, 4)), "float32")
+@pytest.mark.parametrize("kernel_set, jit_compile", [
+    ("reference", False), ("fast", False), ("fast", True)])
+def test_decode_cache_gives_each_hypothesis_its_history(kernel_set, jit_compile):
+    """Five steps of a beam search over 4 rows, each step's hypotheses extending random
+    parents: each row sees, at positions 0 .. step, what its line of ancestors wrote."""
+    rows, heads, max_len, dim = 4, 2, 5, 3
+    updates = rng.normal(size=(max_len, rows, 1, heads, dim)).astype("float32")
+    parents = rng.integers(0, rows, size=(max_len, rows)).astype("int32")
+    make_buffer = getattr(decode_cache, f"{kernel_set}_buffer")
+    extend = getattr(decode_cache, f"{kernel_set}_extend_cache")
 
-    @tf.function
-    def both(buffer):  # in a graph, where the fast write is in place
-        return (decode_cache.fast_extend_rows(buffer, rows, update, 3),
-                decode_cache.reference_extend_rows(buffer, rows, update, 3))
+    @tf.function(jit_compile=jit_compile)
+    def search():
+        buffer = make_buffer(tf.constant([rows, heads, max_len, dim]), tf.float32)
+        ancestors = tf.tile(tf.range(rows)[:, None], [1, max_len])
+        seen = []
+        for step in range(max_len):
+            if step:
+                ancestors = tf.gather(ancestors, parents[step])
+            ancestors = tf.where(tf.range(max_len) == step, tf.range(rows)[:, None], ancestors)
+            buffer, visible = extend(buffer, ancestors, updates[step], tf.constant(step))
+            seen.append(visible[:, :, :step + 1])
+        return seen
 
-    fast, reference = both(buffer)
-    np.testing.assert_array_equal(fast, reference)
-    expected = buffer.numpy()[[2, 2, 0]]
-    expected[:, :, 3] = update.numpy()[:, 0]
-    np.testing.assert_array_equal(reference, expected)
+    histories = [[] for _ in range(rows)]
+    for step, visible in enumerate(search()):
+        if step:
+            histories = [histories[parent] for parent in parents[step]]
+        histories = [history + [updates[step, row, 0]] for row, history in enumerate(histories)]
+        np.testing.assert_array_equal(visible, np.stack(histories).transpose(0, 2, 1, 3))
 
 
 def test_logit_statistics_agree():

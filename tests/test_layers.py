@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend)
+from keras_transformer.kernels import KERNEL_SETS, kernels_scope
 from keras_transformer.layers import (DecoderLayer, EncoderLayer, LearnedPositionalEmbedding,
                                       MultiHeadAttention, PositionwiseFeedForward, ResidualNorm,
                                       ScaledEmbedding, SinusoidalPositionalEncoding)
@@ -46,26 +47,29 @@ def test_attention_equals_scaled_dot_product_formula():
     np.testing.assert_allclose(out[0], expected, rtol=1e-4, atol=1e-5)
 
 
-def test_cache_step_takes_rows_and_writes_one_position_without_leaking_between_runs():
+@pytest.mark.parametrize("kernel_set", KERNEL_SETS)
+def test_cached_steps_equal_causal_self_attention_and_do_not_leak_between_runs(kernel_set):
     attention = MultiHeadAttention(num_heads=2, key_dim=3)
     attention(np.zeros((1, 1, 4), "float32"))
+    rows, length = 3, 4
 
-    @tf.function  # Static shapes: the zeroed buffers must not become a constant written into.
-    def write(query, step):
-        cache = attention.init_cache(3, 5, "float32")
-        cache = {name: buffer + tf.reshape(tf.range(3, dtype=tf.float32), [3, 1, 1, 1])
-                 for name, buffer in cache.items()}  # Row r holds r everywhere.
-        return attention(query, cache=cache, cache_step=step,
-                         cache_rows=tf.constant([2, 0, 0]))[1]["key"]
+    @tf.function  # In a graph, where the fast cache is written in place: each run starts afresh.
+    def one_position_a_step(queries):
+        cache = attention.init_cache(rows, length, "float32")
+        ancestors = tf.tile(tf.range(rows)[:, None], [1, length])  # each row its own history
+        outputs = []
+        for step in range(length):
+            output, cache = attention(queries[:, step:step + 1], cache=cache,
+                                      cache_step=tf.constant(step), cache_ancestors=ancestors)
+            outputs.append(output)
+        return tf.concat(outputs, axis=1)
 
-    query = rng.normal(size=(3, 1, 4)).astype("float32")
-    keys = np.asarray(attention.key_dense(query)).transpose(0, 2, 1, 3)[:, :, 0]  # [3, heads, 3]
-    for step in (1, 3):
-        written = np.asarray(write(query, tf.constant(step)))
-        np.testing.assert_allclose(written[:, :, step], keys, rtol=1e-6)
-        others = np.delete(written, step, axis=2)
-        np.testing.assert_array_equal(others, np.broadcast_to([[[[2.0]]], [[[0.0]]], [[[0.0]]]],
-                                                              others.shape))
+    with kernels_scope(kernel_set):
+        for _ in range(2):
+            queries = rng.normal(size=(rows, length, 4)).astype("float32")
+            causal = attention(queries, attention_mask=np.tril(np.ones((1, length, length), bool)))
+            np.testing.assert_allclose(one_position_a_step(queries), causal, rtol=1e-5,
+                                       atol=1e-6)
 
 
 def test_key_and_value_sizes_are_independent():

@@ -18,6 +18,19 @@ class FakeClock:
         return self.now
 
 
+def started_progress(max_steps, max_minutes):
+    """A started `ProgressLines` (every 30 s) on a fake clock, token count and step counter."""
+    clock, stream = FakeClock(), io.StringIO()
+    tokens = SimpleNamespace(count=tf.Variable(0.0))
+    progress = ProgressLines(max_steps, max_minutes, tokens, 1000, every_seconds=30, stream=stream,
+                             clock=clock)
+    iterations = tf.Variable(0, dtype=tf.int64)
+    progress.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=iterations),
+                                       stop_training=False))
+    progress.on_train_begin()
+    return progress, clock, stream, tokens, iterations
+
+
 @pytest.mark.parametrize("max_steps, max_minutes, expected_eta", [
     (1000, None, "ETA 15m00s"),      # 100 steps in 100 s: 900 steps left
     (None, 10.0, "ETA 8m20s"),       # 600 s allowed, 100 s gone
@@ -25,13 +38,7 @@ class FakeClock:
     (None, None, None),              # unbounded: no ETA
 ])
 def test_eta_follows_the_budget_that_ends_first(max_steps, max_minutes, expected_eta):
-    clock, stream = FakeClock(), io.StringIO()
-    tokens = SimpleNamespace(count=tf.Variable(0.0))
-    progress = ProgressLines(max_steps, max_minutes, tokens, 1000, every_seconds=30, stream=stream,
-                             clock=clock)
-    iterations = tf.Variable(0, dtype=tf.int64)
-    progress.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=iterations)))
-    progress.on_train_begin()
+    progress, clock, stream, tokens, iterations = started_progress(max_steps, max_minutes)
     progress.on_epoch_begin(0)
     for step in range(1, 101):
         clock.now, _ = float(step), iterations.assign(step)
@@ -50,14 +57,7 @@ def test_lines_span_epochs_shorter_than_their_interval():
     """Keras restarts the token count every epoch (a backup interval, often shorter than the
     line interval) and evaluations pause training between epochs: lines still come every 30 s
     of training, with the rate over the tokens of every epoch since the last line."""
-    clock, stream = FakeClock(), io.StringIO()
-    tokens = SimpleNamespace(count=tf.Variable(0.0))
-    progress = ProgressLines(None, None, tokens, 1000, every_seconds=30, stream=stream,
-                             clock=clock)
-    iterations = tf.Variable(0, dtype=tf.int64)
-    progress.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=iterations)))
-    progress.on_train_begin()
-    progress.model.stop_training = False
+    progress, clock, stream, tokens, iterations = started_progress(None, None)
     for epoch in range(10):  # 10 steps of 1 s each, then a 100 s evaluation
         tokens.count.assign(0.0)
         progress.on_epoch_begin(epoch)

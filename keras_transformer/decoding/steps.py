@@ -14,15 +14,15 @@ import tensorflow as tf
 from keras_transformer.model import Transformer, source_padding_mask
 
 
-LOOP_STATE = ("self", "rows")  # The parts of `Transformer.init_decode_cache` that steps change.
+LOOP_STATE = ("self", "ancestors")  # The parts of `Transformer.init_decode_cache` that steps change.
 
 
 class CachedSteps:
     """`model.decode_step` with the key/value cache: one position per step.
 
-    Encoder keys/values are projected once per sentence and shared by its hypotheses; only the
-    self-attention buffers `[batch * beam, heads, T, dim]` follow the hypotheses: `reorder`
-    records the rows they extend, and the next step takes those rows as it writes.
+    Encoder keys/values are projected once per sentence and shared by its hypotheses; the
+    self-attention caches stay where they were written: `reorder` gives each hypothesis the
+    ancestors (cache rows of its positions) of the parent it extends.
     """
 
     def __init__(self, model: Transformer, source_ids: tf.Tensor, beam_size: int,
@@ -43,8 +43,8 @@ class CachedSteps:
 
     def reorder(self, state: Any, origin: tf.Tensor) -> Any:
         batch = tf.shape(origin)[0]
-        rows = tf.reshape(origin + tf.range(batch)[:, None] * self.beam_size, [-1])
-        return {**state, "rows": rows}
+        parents = tf.reshape(origin + tf.range(batch)[:, None] * self.beam_size, [-1])
+        return {**state, "ancestors": tf.gather(state["ancestors"], parents)}
 
 
 class RecomputeSteps:

@@ -15,7 +15,7 @@ raw ops, packed tokens, a fused optimizer update), chosen with `KT_KERNELS`, `se
 | `layer_norm` | the formula, autodiff | closed-form backward pass |
 | `dropout` | `keras.random.dropout` | 16-bit masks, drawn off the critical path |
 | `token_layout` | padded `[batch, len, ...]` | real tokens only, packed `[N, ...]` |
-| `decode_buffer`, `extend_rows` | zeros, scatter update | `Empty`, in-place update |
+| `decode_buffer`, `extend_cache` | buffer reordered whole each step, scatter write | never reordered: in-place write, each row's history gathered |
 | `adam` | `keras.optimizers.Adam` | `FusedAdam` (one `ResourceApplyAdam` per variable) |
 | `logit_statistics` | computed per caller | shared within a traced step |
 | `smoothed_cross_entropy(_through_factors)` | autodiff | written-out gradient, through `hidden @ kernel` |
@@ -41,7 +41,7 @@ from keras_transformer.logit_factors import LogitFactors
 
 __all__ = ["CHOICES", "FAST", "KERNEL_SETS", "LogitStatistics", "PADDED", "PaddedLayout",
            "REFERENCE", "TokenLayout", "active", "adam", "decode_buffer", "dropout",
-           "extend_rows", "kernels_scope", "layer_norm", "linear", "logit_statistics",
+           "extend_cache", "kernels_scope", "layer_norm", "linear", "logit_statistics",
            "packs_tokens", "set_kernels", "smoothed_cross_entropy",
            "smoothed_cross_entropy_through_factors", "token_cross_entropy", "token_layout"]
 
@@ -83,14 +83,19 @@ def packs_tokens() -> bool:
 
 
 def decode_buffer(shape: tf.Tensor, dtype) -> tf.Tensor:
-    """A zeroed key/value buffer for incremental decoding, written by `extend_rows`."""
+    """An empty key/value cache for incremental decoding of `shape`
+    `[rows, heads, max_len, dim]` (laid out as the kernel set needs), written by
+    `extend_cache`."""
     return _chosen(_decode_cache, "_buffer")(shape, dtype)
 
 
-def extend_rows(buffer: tf.Tensor, rows: tf.Tensor, update: tf.Tensor, step) -> tf.Tensor:
-    """`buffer[rows]` (`buffer`: `[rows, heads, max_len, dim]`) with `update`
-    `[batch, 1, heads, dim]` written at position `step`."""
-    return _chosen(_decode_cache, "_extend_rows")(buffer, rows, update, step)
+def extend_cache(buffer: tf.Tensor, ancestors: tf.Tensor, update: tf.Tensor,
+                 step) -> tuple[tf.Tensor, tf.Tensor]:
+    """`(buffer, visible)`: `buffer` with `update` `[rows, 1, heads, dim]` written as position
+    `step` of each row, and what each row attends to, `[rows, heads, length, dim]`: its
+    positions `0 .. step`, position `j` from row `ancestors[row, j]`, then (if `length` >
+    `step + 1`) positions the attention must mask."""
+    return _chosen(_decode_cache, "_extend_cache")(buffer, ancestors, update, step)
 
 
 def adam(**adam_arguments) -> keras.optimizers.Adam:

@@ -53,7 +53,8 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_dense.build((None, None, heads, self.value_dim))
 
     def init_cache(self, rows, max_length, dtype) -> dict[str, tf.Tensor]:
-        """Zeroed self-attention buffers `[rows, heads, max_length, dim]` for `cache_step`."""
+        """Empty self-attention caches for `cache_step`, of at most `max_length` positions
+        (`kernels.decode_buffer`)."""
         def buffer(dim):
             return kernels.decode_buffer(tf.stack([rows, self.num_heads, max_length, dim]),
                                          dtype)
@@ -67,7 +68,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 "value": PADDED.expand_heads(self.value_dense(key_value))}
 
     def call(self, query, key_value=None, attention_mask=None, cache=None, cache_step=None,
-             cache_rows=None, query_layout=PADDED, key_layout=PADDED, training=None,
+             cache_ancestors=None, query_layout=PADDED, key_layout=PADDED, training=None,
              return_attention_scores: bool = False):
         """Attends `query` to `key_value` (self-attention when None).
 
@@ -77,10 +78,11 @@ class MultiHeadAttention(keras.layers.Layer):
         projections skip padding; only the attention products see the padded layout).
 
         `cache` without `cache_step` holds precomputed keys/values (`project_key_value`) used
-        as they are; with `cache_step` it is a fixed-size self-attention buffer
-        `[rows, heads, max_len, dim]` from `init_cache`: the rows `cache_rows` (`[batch]`,
-        default all in order; a beam search passes the rows its hypotheses extend) are taken,
-        and this call's single position is written into them at `cache_step`.
+        as they are; with `cache_step` it is a self-attention cache from `init_cache`:
+        this call's single position is written into it as position `cache_step` of each
+        query row, which then attends to its positions `0 .. cache_step`, position `j` from
+        the row `cache_ancestors[row, j]` (`[rows, max_len]`; a beam search follows there the
+        parents its hypotheses extend) (`kernels.extend_cache`).
         Keys and values are laid out heads first (cached ones are stored so, with no per-step
         transpose), so that the score and context products are plain batched matmuls.
         Returns the output, plus the updated cache when `cache_step` is given, plus the
@@ -96,12 +98,16 @@ class MultiHeadAttention(keras.layers.Layer):
         else:
             keys, values = cache["key"], cache["value"]
             if cache_step is not None:
-                if cache_rows is None:
-                    cache_rows = tf.range(tf.shape(query)[0])
-                keys = kernels.extend_rows(keys, cache_rows, self.key_dense(query), cache_step)
-                values = kernels.extend_rows(values, cache_rows, self.value_dense(query),
-                                             cache_step)
-                cache = {"key": keys, "value": values}
+                if cache_ancestors is None:
+                    raise ValueError("cache_ancestors: needed with cache_step")
+                key_buffer, keys = kernels.extend_cache(keys, cache_ancestors,
+                                                        self.key_dense(query), cache_step)
+                value_buffer, values = kernels.extend_cache(values, cache_ancestors,
+                                                            self.value_dense(query), cache_step)
+                cache = {"key": key_buffer, "value": value_buffer}
+                if attention_mask is None:  # The positions written so far, not those after.
+                    length = tf.shape(keys)[2]
+                    attention_mask = tf.reshape(tf.range(length) <= cache_step, [1, 1, length])
         attended, weights = scaled_dot_product(
             query_layout.expand_heads(query_heads), keys, values, attention_mask,
             dropout=lambda weights: self.dropout_layer(weights, training=training))

@@ -43,23 +43,22 @@ class DecoderLayer(TransformerBlock):
             key_layout=source_layout)
         return (x, (self_weights, cross_weights)) if return_attention_scores else x
 
-    def step(self, x, self_cache, cross_cache, step, cross_mask, cache_rows=None):
+    def step(self, x, self_cache, cross_cache, step, cross_mask, ancestors):
         """One incremental decoding position for `beam` hypotheses of each sentence.
 
         `x`: `[batch, beam, d_model]`, the hypotheses' newest positions. Self-attention runs per
-        hypothesis against `self_cache` (`[batch * beam, heads, max_len, dim]`; its rows
-        `cache_rows` are taken, updated and returned). Encoder-decoder attention treats the
+        hypothesis against `self_cache` (from `init_cache`; updated and returned), its
+        positions in the cache rows `ancestors` `[batch * beam, max_len]`. Encoder-decoder
+        attention treats the
         beam axis as the query axis, so the encoder keys/values in `cross_cache`
         (`[batch, heads, src_len, dim]`) serve every hypothesis of a sentence without being
         tiled or gathered.
         """
         batch, beam, d_model = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
         per_hypothesis = ops.reshape(x, (batch * beam, 1, d_model))
-        max_len = ops.shape(self_cache["key"])[2]
-        visible = ops.reshape(ops.arange(max_len) <= step, (1, 1, max_len))
         attended, self_cache = self.self_attention(
-            self.self_residual.normalize_input(per_hypothesis), attention_mask=visible,
-            cache=self_cache, cache_step=step, cache_rows=cache_rows)
+            self.self_residual.normalize_input(per_hypothesis), cache=self_cache,
+            cache_step=step, cache_ancestors=ancestors)
         per_hypothesis = self.self_residual(per_hypothesis, attended)
         x, _ = self._cross_and_feed_forward(
             ops.reshape(per_hypothesis, (batch, beam, d_model)), cross_mask, None,
