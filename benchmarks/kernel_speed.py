@@ -155,9 +155,22 @@ def kernel_rows(settings: dict, repeats: int):
 
     hidden, embedding = normal(tokens, d), normal(config.vocab_size, d)
     labels = tf.Variable(rng.integers(4, config.vocab_size, size=tokens).astype("int32"))
-    buffer = normal(128, config.num_heads, 80, config.key_dim)
-    rows = tf.Variable(tf.range(128))
-    update = normal(128, 1, config.num_heads, config.key_dim)
+    # A decoding step at position 40 of 80 (beam 4 x batch 32), each set's buffer in its layout,
+    # and what the attention then does with the keys it returns (scores and context).
+    buffers = {name: tf.Variable(getattr(decode_cache, f"{name}_buffer")(
+        tf.constant([128, config.num_heads, 80, config.key_dim]), dtype))
+        for name in ("reference", "fast")}
+    ancestors = tf.Variable(tf.random.stateless_uniform([128, 80], [0, 1], 0, 128, tf.int32))
+    update, query = (normal(128, 1, config.num_heads, config.key_dim) for _ in range(2))
+
+    def decode_cache_step(buffer, extend_cache):
+        def run():
+            _, keys = extend_cache(tf.convert_to_tensor(buffer), tf.convert_to_tensor(ancestors),
+                                   tf.convert_to_tensor(update), 40)
+            query_heads = tf.transpose(tf.convert_to_tensor(query), [0, 2, 1, 3])
+            scores = tf.linalg.matmul(query_heads, keys, transpose_b=True)
+            return tf.linalg.matmul(tf.nn.softmax(scores), keys)
+        return run
 
     def loss_and_metrics(statistics_of, loss):
         def run():  # the loss and its gradients, then what the two metrics read
@@ -188,9 +201,7 @@ def kernel_rows(settings: dict, repeats: int):
         "layer_norm": lambda k: backward(lambda x: k["layer_norm"](x, gamma, beta, 1e-6), x),
         "dropout": lambda k: backward(lambda x: k["dropout"](x, 0.1, seed), x),
         "encoder layer in the token layout": lambda k: backward(k["layer"], padded_x),
-        "decode cache write (beam 4 x 32)": lambda k: (
-            lambda: k["extend_rows"](tf.convert_to_tensor(buffer), tf.convert_to_tensor(rows),
-                                     tf.convert_to_tensor(update), 7)),
+        "decode cache step (beam 4 x 32, position 40 of 80)": lambda k: k["decode_cache"],
         "loss through factors + 2 metrics": lambda k: k["loss"],
         "adam (8 x d_model x d_ff)": lambda k: k["adam"],
     }
@@ -198,7 +209,8 @@ def kernel_rows(settings: dict, repeats: int):
         "linear": getattr(matmul, name), "layer_norm": getattr(normalization, name),
         "dropout": getattr(random_masks, name),
         "layer": encoder_layer(getattr(layouts, name)),
-        "extend_rows": getattr(decode_cache, f"{name}_extend_rows"),
+        "decode_cache": decode_cache_step(buffers[name],
+                                          getattr(decode_cache, f"{name}_extend_cache")),
         "loss": loss_and_metrics(getattr(statistics, name),
                                  getattr(cross_entropy, f"{name}_through_factors")),
         "adam": adam_step(getattr(optimizers, name)),
