@@ -14,7 +14,8 @@ import tensorflow as tf
 from keras_transformer.model import Transformer, source_padding_mask
 
 
-LOOP_STATE = ("self", "ancestors")  # The parts of `Transformer.init_decode_cache` that steps change.
+# The parts of `Transformer.init_decode_cache` that steps change.
+LOOP_STATE = ("self", "ancestors")
 
 
 class CachedSteps:

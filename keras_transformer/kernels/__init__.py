@@ -15,7 +15,7 @@ raw ops, packed tokens, a fused optimizer update), chosen with `KT_KERNELS`, `se
 | `layer_norm` | the formula, autodiff | closed-form backward pass |
 | `dropout` | `keras.random.dropout` | 16-bit masks, drawn off the critical path |
 | `token_layout` | padded `[batch, len, ...]` | real tokens only, packed `[N, ...]` |
-| `decode_buffer`, `extend_cache` | buffer reordered whole each step, scatter write | never reordered: in-place write, each row's history gathered |
+| `decode_buffer`, `extend_cache` | buffer reordered whole each step | never reordered, written in place |
 | `adam` | `keras.optimizers.Adam` | `FusedAdam` (one `ResourceApplyAdam` per variable) |
 | `logit_statistics` | computed per caller | shared within a traced step |
 | `smoothed_cross_entropy(_through_factors)` | autodiff | written-out gradient, through `hidden @ kernel` |

@@ -49,10 +49,9 @@ class DecoderLayer(TransformerBlock):
         `x`: `[batch, beam, d_model]`, the hypotheses' newest positions. Self-attention runs per
         hypothesis against `self_cache` (from `init_cache`; updated and returned), its
         positions in the cache rows `ancestors` `[batch * beam, max_len]`. Encoder-decoder
-        attention treats the
-        beam axis as the query axis, so the encoder keys/values in `cross_cache`
-        (`[batch, heads, src_len, dim]`) serve every hypothesis of a sentence without being
-        tiled or gathered.
+        attention treats the beam axis as the query axis, so the encoder keys/values in
+        `cross_cache` (`[batch, heads, src_len, dim]`) serve every hypothesis of a sentence
+        without being tiled or gathered.
         """
         batch, beam, d_model = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
         per_hypothesis = ops.reshape(x, (batch * beam, 1, d_model))
