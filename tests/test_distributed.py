@@ -97,20 +97,24 @@ def test_two_workers_agree_fail_together_and_resume_together(tmp_path):
     steps = 60
     common = ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
               "--set", "num_layers=1", "--set", "batch_tokens=512", "--set", "max_length=48",
-              "--precision", "float32", "--kernels", "fast", "--progress-seconds", "1",
+              "--precision", "float32", "--kernels", "fast",
               "--train-src", paths["train"][0], "--train-tgt", paths["train"][1],
               "--dev-src", paths["dev"][0], "--dev-tgt", paths["dev"][1],
               "--steps", str(steps), "--eval-every", "30", "--eval-sentences", "4",
               "--backup-every", "3", "--log-batches", "--no-export"]
     workers = [f"localhost:{port}" for port in free_ports(2)]
     logs = [tmp_path / f"worker{index}.log" for index in range(2)]
+    # Progress lines on different clocks (one every step, almost none) must not make the
+    # workers' collectives differ.
+    progress = ["0.001", "1000"]
 
     def start(index: int) -> subprocess.Popen:
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         with open(logs[index], "a") as log:
             return subprocess.Popen(
                 [sys.executable, "-m", "trainers.train", *common, "--output-dir",
-                 str(tmp_path / f"worker{index}")], cwd=ROOT, stdout=log,
+                 str(tmp_path / f"worker{index}"), "--progress-seconds", progress[index]],
+                cwd=ROOT, stdout=log,
                 stderr=subprocess.STDOUT, env={**os.environ, "TF_CONFIG": json.dumps(tf_config)})
 
     processes = [start(0), start(1)]

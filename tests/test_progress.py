@@ -5,6 +5,7 @@ from types import SimpleNamespace
 import pytest
 import tensorflow as tf
 
+from keras_transformer.metrics import MaskedTokenAccuracy
 from keras_transformer.training.progress import ProgressLines, duration
 
 
@@ -21,11 +22,12 @@ class FakeClock:
 def started_progress(max_steps, max_minutes):
     """A started `ProgressLines` (every 30 s) on a fake clock, token count and step counter."""
     clock, stream = FakeClock(), io.StringIO()
-    tokens = SimpleNamespace(count=tf.Variable(0.0))
+    tokens = MaskedTokenAccuracy()
     progress = ProgressLines(max_steps, max_minutes, tokens, 1000, every_seconds=30, stream=stream,
                              clock=clock)
     iterations = tf.Variable(0, dtype=tf.int64)
     progress.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=iterations),
+                                       distribute_strategy=tf.distribute.get_strategy(),
                                        stop_training=False))
     progress.on_train_begin()
     return progress, clock, stream, tokens, iterations

@@ -9,6 +9,7 @@ import keras
 
 from keras_transformer.metrics import MaskedTokenAccuracy
 from keras_transformer.training.callbacks import EvaluationDue, global_step
+from keras_transformer.training.strategy import local_sum
 
 
 def duration(seconds: float) -> str:
@@ -23,8 +24,8 @@ def duration(seconds: float) -> str:
 
 class ProgressLines(keras.callbacks.Callback):
     """Every `every_seconds` of wall clock (and when the run stops): one plain line with the
-    global step (of `max_steps`), the epoch's running loss, target tokens/s since the last line,
-    the elapsed time and the ETA against `max_steps` or `max_minutes`, whichever ends first.
+    global step (of `max_steps`), the epoch's running loss, target tokens/s since the last line
+    (of this process's replicas: in a multi-worker cluster, this worker's), the elapsed time and the ETA against `max_steps` or `max_minutes`, whichever ends first.
     At each evaluation (`EvaluationDue`): the logs (dev BLEU, the last epoch's loss and
     metrics, learning rate). Place it after the callbacks that add to the logs.
     """
@@ -92,8 +93,10 @@ class ProgressLines(keras.callbacks.Callback):
         self._print(", ".join(parts))
 
     def _tokens(self) -> float:
-        """Target tokens trained on since the run (this process) started."""
-        epoch = float(self.token_metric.count.numpy()) if self._in_epoch else 0.0
+        """Target tokens this process's replicas trained on since it started."""
+        if not self._in_epoch:
+            return self._ended_epochs_tokens
+        epoch = local_sum(self.model.distribute_strategy, self.token_metric.count)
         return self._ended_epochs_tokens + epoch
 
     def _eta(self, step: int, elapsed: float) -> Optional[float]:

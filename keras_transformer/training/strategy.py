@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 
+import keras
 import tensorflow as tf
 
 
@@ -64,3 +65,11 @@ def smallest_across_workers(strategy: tf.distribute.Strategy, value: int) -> int
     values = strategy.experimental_distribute_values_from_function(
         lambda context: tf.constant([value], tf.int64))
     return int(tf.reduce_min(strategy.gather(values, axis=0)).numpy())
+
+
+def local_sum(strategy: tf.distribute.Strategy, variable: keras.Variable) -> float:
+    """The sum of a summed metric variable over this process's replicas, read without talking
+    to other workers: reading it whole all-reduces across the cluster, a collective every worker
+    must issue in the same order, so what reads on its own clock (progress lines) reads this."""
+    return float(sum(part.numpy().sum() for part in
+                     strategy.experimental_local_results(variable.value)))
