@@ -111,7 +111,8 @@ def cache_path() -> Path:
 
 
 def _machine_key() -> str:
-    """This machine as the cache knows it: CPU model, core count, accelerators, TensorFlow."""
+    """This machine as the cache knows it: CPU model, the cores this process may run on (a
+    run pinned with `taskset` is measured apart), accelerators, TensorFlow."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
@@ -120,7 +121,9 @@ def _machine_key() -> str:
     except OSError:
         pass
     devices = ",".join(sorted(device.name for device in tf.config.list_physical_devices()))
-    return f"{cpu}|{os.cpu_count()} cores|{devices}|tf {tf.__version__}"
+    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+             else os.cpu_count())
+    return f"{cpu}|{cores} cores|{devices}|tf {tf.__version__}"
 
 
 def _cached(key: str, probe: Callable[[], ProbeResult], use_cache: bool) -> ProbeResult:

@@ -125,3 +125,13 @@ def precision(request: pytest.FixtureRequest) -> Iterator[str]:
         yield set_precision(request.param)
     finally:
         keras.config.set_dtype_policy("float32")
+
+
+class FakeClock:
+    """A clock the test moves."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now

@@ -1,4 +1,5 @@
 """Subword tokenizer: lossless round trip, determinism, reload, in-graph use."""
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,21 @@ def test_unseen_characters_survive_through_bytes(demo_tokenizer: SubwordTokenize
     ids = demo_tokenizer.tokenize(tf.constant(texts))
     assert UNK_ID not in ids.flat_values.numpy()
     assert _decode(demo_tokenizer.detokenize(ids)) == texts
+
+
+@pytest.mark.parametrize("level, shown, vocab_size", [("0", True, 290), ("3", False, 291)])
+def test_sentencepiece_info_line_follows_tensorflow_log_level(
+        capfd, monkeypatch, tmp_path: Path, level: str, shown: bool, vocab_size: int) -> None:
+    """Parsing a new model logs "normalizer.cc(51) LOG(INFO) precompiled_charsmap is empty ..."
+    to stderr (once per model and process: each case trains its own): hidden where
+    TensorFlow's INFO lines are (the command lines' quiet start), other output kept."""
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", level)
+    texts = [f"sentence number {i} about {i * 7 % 13} things" for i in range(300)]
+    capfd.readouterr()
+    print("kept", file=sys.stderr)
+    SubwordTokenizer.train(texts, vocab_size, tmp_path)
+    err = capfd.readouterr().err
+    assert "kept" in err and ("LOG(INFO)" in err) == shown
 
 
 def test_reload_gives_identical_ids(tmp_path: Path, demo_tokenizer: SubwordTokenizer) -> None:

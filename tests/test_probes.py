@@ -102,3 +102,12 @@ def test_serving_dtype_follows_the_measured_matmul_speed(figures, expected):
     """Never float16, even where it would measure fastest (e.g. on a GPU)."""
     result = probes.choose_serving_dtype(measure=lambda dtype: {**figures, "float16": 1e4}[dtype])
     assert (result.choice, result.figures) == (expected, figures)
+
+
+def test_a_process_pinned_to_fewer_cores_is_measured_apart(monkeypatch):
+    keys = []
+    for cores in ({0, 1}, {0}, {1}):
+        monkeypatch.setattr(probes.os, "sched_getaffinity", lambda pid, cores=cores: cores,
+                            raising=False)
+        keys.append(probes._machine_key())
+    assert keys[0] != keys[1] == keys[2]

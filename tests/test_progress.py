@@ -7,16 +7,7 @@ import tensorflow as tf
 
 from keras_transformer.metrics import MaskedTokenAccuracy
 from keras_transformer.training.progress import ProgressLines, duration
-
-
-class FakeClock:
-    """A clock the test moves."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
+from conftest import FakeClock
 
 
 def started_progress(max_steps, max_minutes):

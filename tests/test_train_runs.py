@@ -1,5 +1,6 @@
 """Short kt-train runs: TensorBoard contents, outputs, mixed precision, and resuming after
 SIGKILL."""
+import json
 import os
 import signal
 import subprocess
@@ -124,9 +125,11 @@ def test_mixed_precision_run_exports_float32(tmp_path, capsys):
 
 
 def start_training(argv: list[str], log: Path) -> subprocess.Popen:
+    """kt-train in a subprocess, output to `log`, with the quiet start a user gets."""
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
     with open(log, "ab") as output:
         return subprocess.Popen([sys.executable, "-m", "trainers.train", *argv], cwd=ROOT,
-                                stdout=output, stderr=subprocess.STDOUT)
+                                stdout=output, stderr=subprocess.STDOUT, env=env)
 
 
 def starting_step(log: Path) -> int:
@@ -161,4 +164,9 @@ def test_sigkill_then_restart_resumes_from_backup(tmp_path):
     assert resumed_at >= 5 and resumed_at % 5 == 0
     summary = final_json(second_log.read_text())
     assert summary["steps"] == 400
+    # A quiet run: its own lines and the summary, nothing from TensorFlow, sentencepiece or
+    # Python warnings.
+    others = [line for line in second_log.read_text().splitlines()
+              if not line.startswith("kt-train: ")]
+    assert json.loads("\n".join(others)) == summary, "\n".join(others)
     assert os.path.getsize(run_dir / "model.weights.h5") > 0

@@ -55,7 +55,8 @@ from keras_transformer.training.precision import CHOICES, precision_scope
 from keras_transformer.training.progress import ProgressLines
 from keras_transformer.training.run_dir import RunDir
 from keras_transformer.training.run_result import keep_better_of_average_and_final
-from keras_transformer.training.strategy import make_strategy, smallest_across_workers
+from keras_transformer.training.strategy import (any_across_workers, make_strategy,
+                                                 smallest_across_workers, worker_count)
 from keras_transformer.visualization import attention_maps
 
 DEFAULT_STEPS = 1000
@@ -268,11 +269,14 @@ def training_callbacks(args: argparse.Namespace, run: RunDir, model_parts: tuple
     """Backups after the NaN check (a diverged step is not backed up); dev BLEU before the
     scalar writer, which records it."""
     model, accuracy, tokenizer = model_parts
+    strategy = model.distribute_strategy
+    any_worker = (None if worker_count(strategy) == 1
+                  else lambda flag: any_across_workers(strategy, flag))
     writer = tf.summary.create_file_writer(os.fspath(run.tensorboard))
     sources, references = (side[:args.eval_sentences] for side in dev)
     pairs = list(zip(*dev))[:args.attention_sentences]
     return [
-        StopAtLimit(max_steps, args.max_minutes),
+        StopAtLimit(max_steps, args.max_minutes, any_worker),
         keras.callbacks.TerminateOnNaN(),
         PeriodicBackup(run.backup, args.backup_every),
         DevEvaluation(dev_translation(args, model, tokenizer), sources, references,

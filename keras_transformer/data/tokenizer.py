@@ -12,10 +12,14 @@ cache, which frees the SentencePiece resource of every tokenizer built before th
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import random
-from collections.abc import Iterable, Sequence
+import re
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 
 import sentencepiece
 import tensorflow as tf
@@ -24,6 +28,9 @@ import tensorflow_text as tf_text
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 MODEL_FILENAME = "spm.model"
+# What sentencepiece's C++ code logs at INFO level straight to stderr, e.g.
+# "normalizer.cc(51) LOG(INFO) precompiled_charsmap is empty. use identity normalization."
+NATIVE_INFO_LINE = re.compile(r"^\S+\.cc\(\d+\) LOG\(INFO\) ")
 
 
 class SubwordTokenizer(tf.Module):
@@ -33,7 +40,8 @@ class SubwordTokenizer(tf.Module):
         super().__init__(name=name)
         self._check_special_ids(model_proto)
         self._proto = model_proto
-        self._sp = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.int32)
+        with native_info_lines_hidden():
+            self._sp = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.int32)
         self._vocab_size = int(self._sp.vocab_size())
 
     @classmethod
@@ -157,3 +165,25 @@ class SubwordTokenizer(tf.Module):
                 f"sentencepiece model has pad/unk/bos/eos ids {found}, expected "
                 f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}"
             )
+
+
+@contextlib.contextmanager
+def native_info_lines_hidden() -> Iterator[None]:
+    """Drops the INFO lines C++ code writes to the process's stderr meanwhile (sentencepiece
+    logs one when it parses a model) when TensorFlow's are off too (`TF_CPP_MIN_LOG_LEVEL` set
+    and not 0, as the command lines set it unless `--verbose`); other output passes."""
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") in ("", "0"):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            lines = captured.read().decode("utf-8", "replace").splitlines(keepends=True)
+            sys.stderr.write("".join(line for line in lines if not NATIVE_INFO_LINE.match(line)))

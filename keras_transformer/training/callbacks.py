@@ -86,27 +86,45 @@ class PeriodicBackup(keras.callbacks.Callback):
 
 
 class StopAtLimit(keras.callbacks.Callback):
-    """Stops after `max_steps` global steps or `max_minutes` of wall clock (None: no limit)."""
+    """Stops after `max_steps` global steps or `max_minutes` of wall clock (None: no limit).
 
-    def __init__(self, max_steps: int | None = None, max_minutes: float | None = None):
+    Alone, a process reads its clock after every batch. In a cluster, `any_worker` (a
+    collective, see `strategy.any_across_workers`) tells at each epoch end whether any
+    worker's time is up, so that all stop after the same step rather than one leaving the
+    others waiting for it.
+    """
+
+    def __init__(self, max_steps: int | None = None, max_minutes: float | None = None,
+                 any_worker: Callable[[bool], bool] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         super().__init__()
         self.max_steps = max_steps
         self.max_seconds = None if max_minutes is None else 60.0 * max_minutes
-        self._start = time.monotonic()
+        self.any_worker = any_worker
+        self.clock = clock
+        self._start = clock()
 
     def on_train_begin(self, logs=None):
-        self._start = time.monotonic()
+        self._start = self.clock()
         print(f"kt-train: training from global step {global_step(self.model)}", file=sys.stderr)
-        self._check()
+        self._check_steps()
 
     def on_train_batch_end(self, batch, logs=None):
-        self._check()
+        self._check_steps()
+        if self.any_worker is None and self._out_of_time():
+            self.model.stop_training = True
 
-    def _check(self) -> None:
+    def on_epoch_end(self, epoch, logs=None):
+        if self.any_worker is not None and self.max_seconds is not None:
+            if self.any_worker(self._out_of_time()):
+                self.model.stop_training = True
+
+    def _check_steps(self) -> None:
         if self.max_steps is not None and global_step(self.model) >= self.max_steps:
             self.model.stop_training = True
-        if self.max_seconds is not None and time.monotonic() - self._start >= self.max_seconds:
-            self.model.stop_training = True
+
+    def _out_of_time(self) -> bool:
+        return self.max_seconds is not None and self.clock() - self._start >= self.max_seconds
 
 
 class PeriodicCheckpoint(keras.callbacks.Callback):

@@ -67,6 +67,11 @@ def smallest_across_workers(strategy: tf.distribute.Strategy, value: int) -> int
     return int(tf.reduce_min(strategy.gather(values, axis=0)).numpy())
 
 
+def any_across_workers(strategy: tf.distribute.Strategy, flag: bool) -> bool:
+    """Whether any worker's `flag` is set (a collective: every worker must call it)."""
+    return smallest_across_workers(strategy, 0 if flag else 1) == 0
+
+
 def local_sum(strategy: tf.distribute.Strategy, variable: keras.Variable) -> float:
     """The sum of a summed metric variable over this process's replicas, read without talking
     to other workers: reading it whole all-reduces across the cluster, a collective every worker
