@@ -25,7 +25,8 @@ def duration(seconds: float) -> str:
 class ProgressLines(keras.callbacks.Callback):
     """Every `every_seconds` of wall clock (and when the run stops): one plain line with the
     global step (of `max_steps`), the epoch's running loss, target tokens/s since the last line
-    (of this process's replicas: in a multi-worker cluster, this worker's), the elapsed time and the ETA against `max_steps` or `max_minutes`, whichever ends first.
+    (of this process's replicas: in a multi-worker cluster, this worker's), the elapsed time
+    and the ETA against `max_steps` or `max_minutes`, whichever ends first.
     At each evaluation (`EvaluationDue`): the logs (dev BLEU, the last epoch's loss and
     metrics, learning rate). Place it after the callbacks that add to the logs.
     """
