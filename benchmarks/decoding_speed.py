@@ -3,7 +3,8 @@
 Model Garden `Seq2SeqTransformer`, on newstest2014 English sources.
 
     python benchmarks/decoding_speed.py [--data PATH] [--model-garden-python PYTHON] \
-        [--ctranslate2-python PYTHON] [--export-dtypes float32,bfloat16] [--profile]
+        [--ctranslate2-python PYTHON] [--export-dtypes float32,bfloat16] [--profile] \
+        [--shortlist 1000,20 --shortlist-data SRC,TGT[,SRC,TGT...]]
 
 CTranslate2 runs OUR model: its weights are copied into a post-norm `TransformerSpec` (fused
 q/k/v, our sinusoidal table as its position encodings, the tied embedding as its projection),
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -58,6 +60,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="python of a venv with ctranslate2 ('' to skip)")
     parser.add_argument("--ctranslate2-types", default="float32,int8",
                         help="CTranslate2 quantizations to time (comma-separated)")
+    parser.add_argument("--shortlist", metavar="FREQUENT,PER_SOURCE",
+                        help="also time each export with a vocabulary shortlist of these sizes "
+                             "(`kt-export --shortlist`)")
+    parser.add_argument("--shortlist-data", metavar="SRC,TGT[,SRC,TGT...]",
+                        help="line-aligned parallel files the shortlist is learned from")
     parser.add_argument("--profile", action="store_true",
                         help="also profile one batch of each export: op time by model part")
     parser.add_argument("--model-garden-worker", nargs=2, metavar=("IDS_NPY", "SETTINGS_JSON"),
@@ -129,14 +136,22 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
     embeddings.assign(tf.tensor_scatter_nd_update(embeddings, [[EOS_ID]],
                                                   tf.zeros([1, embeddings.shape[1]])))
     search = SearchSettings(args.beam_size, length_penalty=0.6, max_decode_extra=args.extra_length)
+    shortlists = {"": None}
+    if args.shortlist:
+        shortlists["_shortlist"] = learned_shortlist(args, tokenizer)
+        size = settings["batch_size"]
+        settings["shortlist_ids_per_batch"] = statistics.mean(
+            int(tf.size(shortlists["_shortlist"].target_ids(ids[start:start + size])))
+            for start in range(0, size * settings["throughput_batches"], size))
     results = {}
-    for dtype in args.export_dtypes.split(","):
+    for dtype, suffix in [(dtype, suffix) for dtype in args.export_dtypes.split(",")
+                          for suffix in shortlists]:
         path = export_translator(model, tokenizer, dtype, os.path.join(workdir, "saved_models"),
-                                 search, dtype)
+                                 search, dtype, shortlists[suffix])
         translate_ids = tf.saved_model.load(path).signatures["translate_ids"]
         check = translate_ids(source_ids=tf.constant(ids[:2]))["ids"].numpy()
         assert check.shape[1] == settings["output_tokens"] and not (check == EOS_ID).any(), check
-        name = "exported" if dtype == "float32" else f"exported_{dtype}"
+        name = ("exported" if dtype == "float32" else f"exported_{dtype}") + suffix
         results[name] = {**measure(lambda batch, run=translate_ids: run(
             source_ids=tf.constant(batch)), ids, settings), "first_ids": check.tolist()}
         if args.profile:
@@ -149,8 +164,28 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
                                       use_cache=False), ids, uncached)
     if args.ctranslate2_python:
         results.update(run_ctranslate2(args.ctranslate2_python, model, ids, settings, workdir,
-                                       args.ctranslate2_types.split(",")))
+                                       args.ctranslate2_types.split(","),
+                                       shortlists.get("_shortlist")))
     return results, ids
+
+
+def learned_shortlist(args: argparse.Namespace, tokenizer):
+    """`--shortlist` learned from `--shortlist-data`."""
+    import tensorflow as tf
+
+    from keras_transformer.data.text_files import read_parallel
+    from keras_transformer.decoding.shortlist import build_shortlist
+    from trainers.export import shortlist_sizes
+
+    paths = args.shortlist_data.split(",")
+    sources, targets = [], []
+    for source_path, target_path in zip(paths[::2], paths[1::2]):
+        more_sources, more_targets = read_parallel(source_path, target_path)
+        sources, targets = sources + more_sources, targets + more_targets
+    sources, targets = (tokenizer.tokenize(tf.constant(side)).to_list()
+                        for side in (sources, targets))
+    return build_shortlist(sources, targets, tokenizer.vocab_size,
+                           *shortlist_sizes(args.shortlist))
 
 
 # Ops whose events span the ops they run (the decoding loop, function calls): not counted.
@@ -276,7 +311,9 @@ def ctranslate2_worker(weights_path: str, ids_path: str, settings_json: str) -> 
     vocabulary = ["<blank>", "<unk>", "<s>", "</s>"] + [
         f"t{index}" for index in range(4, settings["vocab_size"])]
     results = {}
-    for quantization in settings["ctranslate2_types"]:
+    vmaps = [False, True] if settings.get("vmap") else [False]
+    for quantization, use_vmap in [(kind, vmap) for kind in settings["ctranslate2_types"]
+                                   for vmap in vmaps]:
         spec = transformer_spec.TransformerSpec.from_config(
             settings["num_layers"], settings["num_heads"], pre_norm=False)
         for path, value in weights.items():
@@ -292,32 +329,38 @@ def ctranslate2_worker(weights_path: str, ids_path: str, settings_json: str) -> 
         spec.optimize(quantization=quantization)
         with tempfile.TemporaryDirectory() as directory:
             spec.save(directory)
+            if use_vmap:
+                shutil.copy(settings["vmap"], os.path.join(directory, "vmap.txt"))
             translator = ctranslate2.Translator(directory, device="cpu", inter_threads=1,
                                                 intra_threads=os.cpu_count())
 
-        def translate(batch, translator=translator):
+        def translate(batch, translator=translator, use_vmap=use_vmap):
             return translator.translate_batch(
                 [[vocabulary[token] for token in row] for row in batch.tolist()],
                 beam_size=settings["beam_size"], length_penalty=0.6,
                 max_decoding_length=settings["output_tokens"],
-                min_decoding_length=settings["output_tokens"])
+                min_decoding_length=settings["output_tokens"], use_vmap=use_vmap)
 
         first = [[vocabulary.index(token) for token in result.hypotheses[0]]
                  for result in translate(ids[:2])]
-        results[f"ctranslate2_{quantization}"] = {**measure(translate, ids, settings),
-                                                  "first_ids": first}
+        name = f"ctranslate2_{quantization}" + ("_vmap" if use_vmap else "")
+        results[name] = {**measure(translate, ids, settings), "first_ids": first}
     print(json.dumps(results))
 
 
 def run_ctranslate2(python: str, model, ids: np.ndarray, settings: dict, workdir: str,
-                    types: list[str]) -> dict:
-    """CTranslate2 timings from `ctranslate2_worker` in the venv of `python`."""
+                    types: list[str], shortlist=None) -> dict:
+    """CTranslate2 timings from `ctranslate2_worker` in the venv of `python`; with our
+    `shortlist`, also with the same table as its vocabulary map (`use_vmap`)."""
     config = model.config
     weights_path, ids_path = (os.path.join(workdir, name) for name in ("ct2.npz", "ids.npy"))
     np.savez(weights_path, **ctranslate2_weights(model, model.config.max_length))
     np.save(ids_path, ids)
     worker = {**settings, "ctranslate2_types": types, "num_layers": config.num_layers,
               "num_heads": config.num_heads, "layer_norm_epsilon": config.layer_norm_epsilon}
+    if shortlist is not None:
+        worker["vmap"] = os.path.join(workdir, "vmap.txt")
+        write_vmap(shortlist, worker["vmap"])
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     run = subprocess.run([python, os.path.abspath(__file__), "--ctranslate2-worker",
@@ -326,6 +369,19 @@ def run_ctranslate2(python: str, model, ids: np.ndarray, settings: dict, workdir
     if run.returncode != 0:
         raise RuntimeError(f"CTranslate2 worker failed:\n{run.stderr[-3000:]}")
     return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def write_vmap(shortlist, path: str) -> None:
+    """Our shortlist as a CTranslate2 vocabulary map over the worker's `t<id>` tokens: the
+    frequent ids under the empty n-gram, then each source id's candidates (PAD fill dropped)."""
+    def tokens(ids) -> str:
+        return " ".join(f"t{token}" for token in ids if token > EOS_ID)
+
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(f"\t{tokens(shortlist.frequent_ids.numpy())}\n")
+        for source, candidates in enumerate(shortlist.candidates.numpy()):
+            if source > EOS_ID and candidates.any():
+                handle.write(f"t{source}\t{tokens(candidates)}\n")
 
 
 def model_garden_worker(ids_path: str, settings_json: str) -> None:

@@ -2,13 +2,15 @@
 SavedModel itself (what TF Serving runs), against the float32 export.
 
     python benchmarks/export_quality.py RUN_DIR --src test.en --ref test.de \
-        [--tokenized-ref test.lc.tok.de] [--dtypes float32,bfloat16] [--beam-size 5]
+        [--tokenized-ref test.lc.tok.de] [--dtypes float32,bfloat16] [--beam-size 5] \
+        [--shortlists 1000,20 500,10]
 
 For each dtype: `export_translator` with the run's default weights and recipe's search settings
 (flags override them), load the SavedModel, translate the test set in length-sorted batches
 (`keras_transformer.evaluation.translate_corpus`), and report sacreBLEU, chrF, the tokenized
 lowercased BLEU when `--tokenized-ref` is given, the wall clock, and how many lines equal the
-float32 export's.
+first variant's. `--shortlists` adds, for each dtype, an export with each vocabulary shortlist
+(`kt-export --shortlist`, learned from the run's training files).
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--ref", required=True, help="test references, line-aligned")
     parser.add_argument("--tokenized-ref", help="lowercased tokenized references (Multi30k tok/)")
     parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--shortlists", nargs="*", default=[], metavar="FREQUENT,PER_SOURCE")
     parser.add_argument("--beam-size", type=int)
     parser.add_argument("--batch-size", type=int, default=64)
     return parser.parse_args(argv)
@@ -56,15 +59,20 @@ def main(argv=None) -> None:
     from keras_transformer.search_settings import SearchSettings
     from keras_transformer.training.run_dir import RunDir
     from trainers.common import load_run_model
+    from trainers.export import learn_shortlist
 
     sources, references = read_parallel(args.src, args.ref)
     tokenized = read_lines(args.tokenized_ref) if args.tokenized_ref else None
     model, tokenizer = load_run_model(args.run_dir)
     settings = SearchSettings.of(RunDir(args.run_dir).load_recipe().search, args.beam_size)
+    shortlists = {sizes: learn_shortlist(sizes, None, args.run_dir, tokenizer)
+                  for sizes in [None, *args.shortlists]}
     rows, baseline = [], None
     with tempfile.TemporaryDirectory() as workdir:
-        for dtype in args.dtypes.split(","):
-            path = export_translator(model, tokenizer, dtype, workdir, settings, dtype)
+        for dtype, sizes in [(dtype, sizes) for dtype in args.dtypes.split(",")
+                             for sizes in shortlists]:
+            path = export_translator(model, tokenizer, "variant", workdir, settings, dtype,
+                                     shortlists[sizes])
             translator = ExportedTranslator(path)
             translate_corpus(translator, sources[:args.batch_size], args.batch_size)  # warm-up
             start = time.perf_counter()
@@ -74,7 +82,8 @@ def main(argv=None) -> None:
             if tokenized is not None:
                 scores.append(tokenized_lowercase_bleu(hypotheses, tokenized))
             baseline = baseline or hypotheses
-            rows.append({"dtype": dtype, "seconds": round(seconds, 1),
+            rows.append({"variant": dtype + (f" + shortlist {sizes}" if sizes else ""),
+                         "seconds": round(seconds, 1),
                          "sentences_per_second": round(len(sources) / seconds, 1),
                          "same_as_first": sum(a == b for a, b in zip(hypotheses, baseline)),
                          **{score.name: round(score.value, 2) for score in scores},
@@ -82,10 +91,10 @@ def main(argv=None) -> None:
     print(json.dumps({"run_dir": args.run_dir, "search": vars(settings),
                       "sentences": len(sources), "rows": rows}, indent=2))
     for row in rows:
-        print(f"{row['dtype']:>9}: BLEU {row['BLEU']:.2f}, chrF {row['CHRF']:.2f}"
+        print(f"{row['variant']:>30}: BLEU {row['BLEU']:.2f}, chrF {row['CHRF']:.2f}"
               + (f", tokenized {row['tokenized lowercase BLEU']:.2f}" if tokenized else "")
               + f"; {row['sentences_per_second']} sentences/s; "
-              f"{row['same_as_first']}/{len(sources)} lines equal to {rows[0]['dtype']}'s")
+              f"{row['same_as_first']}/{len(sources)} lines equal to {rows[0]['variant']}'s")
 
 
 if __name__ == "__main__":

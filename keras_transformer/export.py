@@ -11,7 +11,9 @@ sentencepiece model is embedded in the graph and also shipped as the asset `spm.
 clients of `translate_ids`. The graph holds a copy of the model's weights (no optimizer state),
 whatever policy the model was trained under: float32 by default, which any CPU or GPU serves;
 `dtype="bfloat16"` stores and computes in bfloat16 (half the size; faster only where this
-hardware's bfloat16 matmuls are, `probes.choose_serving_dtype` measures it).
+hardware's bfloat16 matmuls are, `probes.choose_serving_dtype` measures it). With a
+`VocabularyShortlist` the graph also holds its tables and each batch's search scores only the
+target ids it gives (`decoding.shortlist`).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from typing import Optional
 import tensorflow as tf
 
 from keras_transformer.data.tokenizer import MODEL_FILENAME, SubwordTokenizer
+from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.model import Transformer
 from keras_transformer.search_settings import SearchSettings
@@ -34,16 +37,19 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str,
                       base_dir: str | os.PathLike = "saved_models",
-                      settings: Optional[SearchSettings] = None, dtype: str = "float32") -> str:
+                      settings: Optional[SearchSettings] = None, dtype: str = "float32",
+                      shortlist: Optional[VocabularyShortlist] = None) -> str:
     """Saves a `Translator` as the next free version of `<base_dir>/<name>`; returns its path.
 
     `settings` (default: the paper's, `SearchSettings()`) are fixed in the exported graph;
     `dtype` (one of `training.precision.SERVING_DTYPES`) is what its weights are stored and computed in.
+    `shortlist`: restricts each batch's search to the target ids it gives (None: none).
     """
     if not _NAME.match(name):
         raise ValueError(f"name: {name!r} must be letters, digits, '_', '-' or '.', "
                          "not starting with a symbol")
-    translator = Translator(serving_copy(model, dtype), tokenizer, settings)
+    translator = Translator(serving_copy(model, dtype), tokenizer, settings,
+                            shortlist=shortlist)
     model_dir = os.path.join(os.fspath(base_dir), name)
     os.makedirs(model_dir, exist_ok=True)
     # TF Serving skips non-integer directories, so a partial export is never served.

@@ -240,3 +240,60 @@ def test_cli_names_bad_arguments(tmp_path, capsys):
                                                   "7"]), config).max_decode_extra == 7
     assert export_cli.main([str(tmp_path / "nothing"), str(tmp_path), "--name", "x"]) == 2
     assert "vocabulary" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_shortlist_export_emits_only_listed_ids(model, tokenizer, demo_train, tmp_path,
+                                                    capsys):
+    """`--shortlist 0,3`: only EOS and 3 candidates per source piece of the batch (PAD-filled)
+    can be emitted."""
+    model.save(tmp_path / "model.keras")
+    tokenizer.save(tmp_path / "vocabulary")
+    for side, lines in zip(("src", "tgt"), demo_train):
+        (tmp_path / f"train.{side}").write_text("\n".join(lines[:300]) + "\n", encoding="utf-8")
+    code = export_cli.main([str(tmp_path / "model.keras"), str(tmp_path / "vocabulary"),
+                            "--name", "listed", "--base-dir", str(tmp_path / "out"),
+                            "--shortlist", "0,3", "--shortlist-data", str(tmp_path / "train.src"),
+                            str(tmp_path / "train.tgt"), "--beam-size", "2"])
+    assert code == 0, capsys.readouterr().err
+    loaded = tf.saved_model.load(capsys.readouterr().out.strip())
+    candidates = loaded.shortlist.candidates.numpy()
+    sources = tokenizer.tokenize(tf.constant(GOOD)).to_tensor().numpy()
+    out = loaded.signatures["translate_ids"](source_ids=tf.constant(sources, tf.int32))
+    allowed = set(candidates[sources].ravel().tolist()) | {0, 3}
+    assert len(allowed) < tokenizer.vocab_size / 10
+    assert set(out["nbest_ids"].numpy().ravel().tolist()) <= allowed
+
+
+def test_cli_names_bad_shortlist_arguments(model, tokenizer, tmp_path, capsys):
+    model.save(tmp_path / "model.keras")
+    tokenizer.save(tmp_path / "vocabulary")
+    common = [str(tmp_path / "model.keras"), str(tmp_path / "vocabulary"), "--name", "x",
+              "--base-dir", str(tmp_path / "out")]
+    assert export_cli.main(common + ["--shortlist", "1000"]) == 2
+    assert "--shortlist: expected FREQUENT,PER_SOURCE" in capsys.readouterr().err
+    assert export_cli.main(common + ["--shortlist", "10,0"]) == 2
+    assert "PER_SOURCE >= 1" in capsys.readouterr().err
+    assert export_cli.main(common + ["--shortlist", "10,2"]) == 2
+    assert "--shortlist-data: needed" in capsys.readouterr().err
+    (tmp_path / "a.src").write_text("one\ntwo\n", encoding="utf-8")
+    (tmp_path / "a.tgt").write_text("eins\n", encoding="utf-8")
+    assert export_cli.main(common + ["--shortlist", "10,2", "--shortlist-data",
+                                     str(tmp_path / "a.src"), str(tmp_path / "a.tgt")]) == 2
+    assert "differ in line count" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        export_cli.parse_args(common + ["--shortlist-data", "a", "b"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_shortlist_data_defaults_to_the_files_a_run_trained_on(tmp_path):
+    run = tmp_path / "run"
+    (run / "demo_corpus").mkdir(parents=True)
+    assert export_cli._training_files(str(run)) is None
+    assert export_cli._training_files(str(tmp_path / "model.keras")) is None
+    for lang in ("en", "de"):
+        (run / "demo_corpus" / f"train.{lang}").write_text("x\n", encoding="utf-8")
+    assert export_cli._training_files(str(run)) == [
+        str(run / "demo_corpus" / "train.en"), str(run / "demo_corpus" / "train.de")]
+    (run / "run.json").write_text(json.dumps({"train_src": "a.en", "train_tgt": "a.de"}))
+    assert export_cli._training_files(str(run)) == ["a.en", "a.de"]

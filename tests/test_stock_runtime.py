@@ -12,13 +12,14 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.decoding.shortlist import build_shortlist
 from keras_transformer.export import export_translator
 
 STOCK_PYTHON = os.environ.get("KT_STOCK_RUNTIME_PYTHON")
 TEXTS = ["I have forty-two apples", "", "She sees three dogs today"]
 IDS = [[20, 21, 22, 0], [30, 0, 0, 0]]
-KINDS = {"float32-beam3": ("float32", 3), "float32-greedy": ("float32", 1),
-         "bfloat16-beam3": ("bfloat16", 3)}
+KINDS = {"float32-beam3": ("float32", 3, False), "float32-greedy": ("float32", 1, False),
+         "bfloat16-beam3": ("bfloat16", 3, False), "shortlist-beam3": ("float32", 3, True)}
 
 LOAD_AND_TRANSLATE = """
 import json, sys
@@ -47,14 +48,18 @@ print(json.dumps(outputs))
 @pytest.mark.slow
 @pytest.mark.skipif(not STOCK_PYTHON, reason="KT_STOCK_RUNTIME_PYTHON (a Python with exactly "
                     "tensorflow 2.20 + tensorflow-text 2.20) is not set")
-def test_every_export_kind_translates_identically_on_the_stock_runtime(demo_vocab, tmp_path):
+def test_every_export_kind_translates_identically_on_the_stock_runtime(demo_vocab, demo_train,
+                                                                       tmp_path):
     tokenizer = SubwordTokenizer.load(demo_vocab)
     model = kt.Transformer(kt.TransformerConfig.preset(
         "tiny", vocab_size=tokenizer.vocab_size, max_length=24, num_layers=1))
+    sources, targets = (tokenizer.tokenize(tf.constant(side[:200])).to_list()
+                        for side in demo_train)
+    shortlist = build_shortlist(sources, targets, tokenizer.vocab_size, 20, 5)
     exports = {name: export_translator(model, tokenizer, name, tmp_path,
                                        kt.SearchSettings(beam_size=beam, max_decode_extra=5),
-                                       dtype)
-               for name, (dtype, beam) in KINDS.items()}
+                                       dtype, shortlist if listed else None)
+               for name, (dtype, beam, listed) in KINDS.items()}
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
     run = subprocess.run([STOCK_PYTHON, "-c", LOAD_AND_TRANSLATE, json.dumps(exports),

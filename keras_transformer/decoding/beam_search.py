@@ -11,11 +11,12 @@ from typing import Optional
 
 import tensorflow as tf
 
-from keras_transformer.decoding.constraints import (allowed_log_probs, force_prefix,
-                                                   prefix_tensor, prepare_search)
+from keras_transformer.decoding.constraints import (allowed_log_probs, emitted_ids,
+                                                   force_prefix, prefix_tensor, prepare_search)
 from keras_transformer.decoding.length_penalty import length_divisor
 from keras_transformer.decoding.loop import search_loop
 from keras_transformer.decoding.result import DecodeResult, make_result
+from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.decoding.steps import make_steps
 from keras_transformer.model import Transformer
 from keras_transformer.search_settings import SearchSettings
@@ -27,19 +28,22 @@ NEG_INF = -float("inf")
 def search_beams(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
                  length_penalty: float = 0.6, max_decode_extra: int = 50,
                  use_cache: bool = True, eos_id: int = EOS_ID,
-                 prefix_ids: Optional[tf.Tensor] = None) -> DecodeResult:
+                 prefix_ids: Optional[tf.Tensor] = None,
+                 shortlist: Optional[VocabularyShortlist] = None) -> DecodeResult:
     """Builds the search (call it inside a `tf.function`; `beam_search` does).
 
     `source_ids`: `[batch, src_len]` int32, EOS-terminated, right-padded with PAD.
     `eos_id=-1` disables end of sentence (every hypothesis runs to its length limit).
     `prefix_ids`: optional `[batch, P]` target ids every hypothesis starts with (PAD-padded).
+    `shortlist`: score only the batch's `shortlist.target_ids` (None: the whole vocabulary).
     """
     settings = SearchSettings(beam_size, length_penalty, max_decode_extra)
     alpha = settings.length_penalty
     source_ids, batch, limits, buffer_length = prepare_search(
         source_ids, settings, model.config.max_length, prefix_ids)
     best_limit_penalty = length_divisor(limits, alpha)
-    steps = make_steps(model, source_ids, beam_size, buffer_length, use_cache)
+    target_ids = None if shortlist is None else shortlist.target_ids(source_ids, prefix_ids)
+    steps = make_steps(model, source_ids, beam_size, buffer_length, use_cache, target_ids)
     positions = tf.range(buffer_length + 1)
 
     sequences = tf.concat([tf.fill([batch, beam_size, 1], BOS_ID),
@@ -52,11 +56,11 @@ def search_beams(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
     def advance(step, carried, done):
         sequences, alive_log_probs, finished, state = carried
         logits, state = steps(sequences, step, state)
-        totals = alive_log_probs[:, :, None] + force_prefix(allowed_log_probs(logits),
-                                                            prefix_ids, step)
+        totals = alive_log_probs[:, :, None] + force_prefix(
+            allowed_log_probs(logits, target_ids), prefix_ids, step, target_ids)
         vocab = tf.shape(totals)[2]
         top_log_probs, flat = tf.math.top_k(tf.reshape(totals, [batch, -1]), k=beam_size)
-        origin, tokens = flat // vocab, flat % vocab
+        origin, tokens = flat // vocab, emitted_ids(flat % vocab, target_ids)
         sequences = tf.where(positions == step + 1, tokens[:, :, None],
                              tf.gather(sequences, origin, batch_dims=1))
         length = step + 1
@@ -96,19 +100,23 @@ _search_graph_xla = tf.function(search_beams, reduce_retracing=True, autograph=F
 def beam_search(model: Transformer, source_ids, beam_size: int = 4,
                 length_penalty: float = 0.6, max_decode_extra: int = 50,
                 use_cache: bool = True, eos_id: int = EOS_ID,
-                jit_compile: bool = False, prefix_ids=None) -> DecodeResult:
+                jit_compile: bool = False, prefix_ids=None,
+                shortlist: Optional[VocabularyShortlist] = None) -> DecodeResult:
     """n-best (`beam_size`) translations of `source_ids` `[batch, src_len]` in one graph.
 
     At most `source length + max_decode_extra` tokens (EOS included, capped at
     `model.config.max_length`) are generated per sentence. `use_cache=False` recomputes the
     whole decoder every step (a slow reference). `jit_compile` compiles the search with XLA
     (cached decoding only). `prefix_ids` `[batch, P]` (PAD-padded) forces each sentence's
-    output to start with its row's ids.
+    output to start with its row's ids. `shortlist` restricts each batch's search to its
+    `target_ids` (see `decoding.shortlist`).
     """
     if jit_compile and not use_cache:
         raise ValueError("jit_compile: needs use_cache=True (recomputation has dynamic shapes)")
+    if jit_compile and shortlist is not None:
+        raise ValueError("jit_compile: not with a shortlist (its size depends on the batch)")
     settings = SearchSettings(beam_size, length_penalty, max_decode_extra)  # named errors
     search = _search_graph_xla if jit_compile else _search_graph
     return search(model, tf.convert_to_tensor(source_ids, tf.int32), settings.beam_size,
                   float(settings.length_penalty), settings.max_decode_extra, use_cache, eos_id,
-                  prefix_tensor(prefix_ids))
+                  prefix_tensor(prefix_ids), shortlist)

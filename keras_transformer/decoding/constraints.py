@@ -41,33 +41,44 @@ def output_buffer_length(source_ids: tf.Tensor, max_decode_extra: int, max_lengt
     return tf.clip_by_value(tf.shape(source_ids)[1] + max_decode_extra, 1, max_length)
 
 
-def allowed_log_probs(logits: tf.Tensor) -> tf.Tensor:
+def scored_ids(logits: tf.Tensor, target_ids: Optional[tf.Tensor]) -> tf.Tensor:
+    """The target id each entry of `logits`' last axis scores: `target_ids` (a shortlist's,
+    see `decoding.shortlist`), or with None the whole vocabulary, `range(vocab)`."""
+    return tf.range(tf.shape(logits)[-1]) if target_ids is None else target_ids
+
+
+def emitted_ids(indices: tf.Tensor, target_ids: Optional[tf.Tensor]) -> tf.Tensor:
+    """The target ids of `indices` into the scored axis (see `scored_ids`)."""
+    return indices if target_ids is None else tf.gather(target_ids, indices)
+
+
+def allowed_log_probs(logits: tf.Tensor, target_ids: Optional[tf.Tensor] = None) -> tf.Tensor:
     """Log-softmax over the last axis with PAD and BOS set to -inf (never generated).
 
-    The normalization is over the full vocabulary, so the log-probability of an emitted token
-    is exactly the model's (the one teacher forcing gives).
+    Over the full vocabulary (`target_ids` None) the log-probability of an emitted token is
+    exactly the model's (the one teacher forcing gives); over a shortlist, it is renormalized.
     """
     log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-    vocab = tf.shape(log_probs)[-1]
-    banned = tf.reduce_any(
-        tf.equal(tf.range(vocab)[:, None], tf.constant([[PAD_ID, BOS_ID]])), axis=1)
+    banned = tf.reduce_any(tf.equal(scored_ids(logits, target_ids)[:, None],
+                                    tf.constant([[PAD_ID, BOS_ID]])), axis=1)
     return tf.where(banned, tf.constant(-float("inf"), tf.float32), log_probs)
 
 
 def force_prefix(log_probs: tf.Tensor, prefix_ids: Optional[tf.Tensor],
-                 step: tf.Tensor) -> tf.Tensor:
+                 step: tf.Tensor, target_ids: Optional[tf.Tensor] = None) -> tf.Tensor:
     """`log_probs` `[batch, beam, vocab]` with every id but the prefix's at `step` set to -inf
     in sentences whose prefix is that long (the prefix token keeps the model's log-prob).
 
     `prefix_ids`: `[batch, P]` int32 target ids the output must start with, right-padded with
     PAD (a sentence with no prefix is all PAD); None leaves `log_probs` as they are.
+    `target_ids`: the ids `log_probs` score (see `scored_ids`).
     """
     if prefix_ids is None:
         return log_probs
     prefix_ids = tf.cast(prefix_ids, tf.int32)
     padded = tf.pad(prefix_ids, [[0, 0], [0, 1]], constant_values=PAD_ID)
     forced = tf.gather(padded, tf.minimum(step, tf.shape(prefix_ids)[1]), axis=1)[:, None, None]
-    others = tf.not_equal(tf.range(tf.shape(log_probs)[-1]), forced)
+    others = tf.not_equal(scored_ids(log_probs, target_ids), forced)
     return tf.where(others & tf.not_equal(forced, PAD_ID), -float("inf"), log_probs)
 
 

@@ -13,6 +13,7 @@ from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.beam_search import search_beams
 from keras_transformer.decoding.greedy import search_greedy
 from keras_transformer.decoding.result import DecodeResult
+from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.model import Transformer
 from keras_transformer.search_settings import SearchSettings
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -32,7 +33,9 @@ class Translator(tf.Module):
     (Garg et al. 2019), else the last (on the 2-layer demo model the last aligned 8 of 12
     target words with their source words, the first 5).
 
-    `settings` default to the paper's (`SearchSettings()`: beam 4, alpha 0.6, +50).
+    `settings` default to the paper's (`SearchSettings()`: beam 4, alpha 0.6, +50). With a
+    `shortlist`, each batch's search scores only its `shortlist.target_ids` (faster at large
+    vocabularies; translations approximate the full vocabulary's, see `decoding.shortlist`).
     Inputs are truncated to `model.config.max_length - 1` subword ids (plus EOS); invalid UTF-8
     is decoded with U+FFFD replacements; out-of-vocabulary ids become UNK; PAD/BOS/EOS ids in a
     source are dropped; an empty source gets an empty translation with score 0.
@@ -40,7 +43,8 @@ class Translator(tf.Module):
 
     def __init__(self, model: Transformer, tokenizer: SubwordTokenizer,
                  settings: Optional[SearchSettings] = None, name: str = "translator",
-                 alignment_layer: Optional[int] = None):
+                 alignment_layer: Optional[int] = None,
+                 shortlist: Optional[VocabularyShortlist] = None):
         super().__init__(name=name)
         config = model.config
         self.model = model
@@ -55,6 +59,10 @@ class Translator(tf.Module):
         if tokenizer.vocab_size != config.vocab_size:
             raise ValueError(f"tokenizer: vocabulary of {tokenizer.vocab_size} ids, but the "
                              f"model expects vocab_size={config.vocab_size}")
+        if shortlist is not None and shortlist.vocab_size != config.vocab_size:
+            raise ValueError(f"shortlist: built for a vocabulary of {shortlist.vocab_size} ids, "
+                             f"but the model has vocab_size={config.vocab_size}")
+        self.shortlist = shortlist
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")],
                  autograph=False)
@@ -159,7 +167,8 @@ class Translator(tf.Module):
         settings = self.settings
         if settings.beam_size == 1:
             return search_greedy(self.model, source_ids, settings.length_penalty,
-                                 settings.max_decode_extra, prefix_ids=prefix_ids)
+                                 settings.max_decode_extra, prefix_ids=prefix_ids,
+                                 shortlist=self.shortlist)
         return search_beams(self.model, source_ids, settings.beam_size,
                             settings.length_penalty, settings.max_decode_extra,
-                            prefix_ids=prefix_ids)
+                            prefix_ids=prefix_ids, shortlist=self.shortlist)

@@ -1,0 +1,116 @@
+"""Vocabulary shortlists: what they hold, and searches over them against the full vocabulary."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.decoding import beam_search, greedy_decode
+from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
+from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+VOCAB = 50
+EXTRA = 6
+SOURCES = np.array([[5, 6, 7, 8, 9, 3],
+                    [10, 11, 3, 0, 0, 0],
+                    [12, 13, 14, 15, 3, 0]], np.int32)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=VOCAB))
+
+
+def whole_vocabulary() -> VocabularyShortlist:
+    return VocabularyShortlist(np.arange(VOCAB), np.zeros([VOCAB, 1]))
+
+
+def narrow(per_source_ids: dict[int, list[int]], frequent=(UNK_ID,)) -> VocabularyShortlist:
+    candidates = np.zeros([VOCAB, 2], np.int32)
+    for source, targets in per_source_ids.items():
+        candidates[source, :len(targets)] = targets
+    return VocabularyShortlist(frequent, candidates)
+
+
+def test_build_ranks_specific_translations_first_and_counts_frequent_tokens():
+    # Source 5 always comes with target 20; 6 with 21; target 30 is in every sentence (common,
+    # so not specific to any source); 40 appears once, beside 5.
+    sources = [[5, 6], [5], [6], [5, 7], [6, 7]]
+    targets = [[20, 21, 30, 30], [20, 30, 40], [21, 30], [20, 30], [21, 30]]
+    shortlist = build_shortlist(sources, targets, VOCAB, frequent=1, per_source=2)
+    candidates = shortlist.candidates.numpy()
+    # Dice(5, 20) = 2*3/(3+3) = 1 > Dice(5, 30) = 2*3/(3+5) > Dice(5, 40) = 2*1/(3+1) = 0.5.
+    assert candidates[5].tolist() == [20, 30]
+    assert candidates[6].tolist() == [21, 30]
+    assert candidates[9].tolist() == [PAD_ID, PAD_ID]  # never seen
+    assert shortlist.frequent_ids.numpy().tolist() == [30]  # 6 tokens, the most
+
+
+def test_build_names_the_pair_with_an_id_beyond_the_vocabulary():
+    with pytest.raises(ValueError, match="pair 2: ids beyond the vocabulary of 50"):
+        build_shortlist([[5], [5, 50]], [[6], [7]], VOCAB, frequent=1, per_source=1)
+    with pytest.raises(ValueError, match="per_source >= 1"):
+        build_shortlist([[5]], [[6]], VOCAB, frequent=1, per_source=0)
+
+
+def test_target_ids_union_the_batch_candidates_eos_pad_and_prefix():
+    shortlist = narrow({5: [20, 21], 10: [22, BOS_ID]}, frequent=(UNK_ID,))
+    ids = shortlist.target_ids(tf.constant([[5, 3, 0], [10, 5, 3]]),
+                               prefix_ids=tf.constant([[33, 0], [0, 0]])).numpy()
+    assert ids.tolist() == sorted({PAD_ID, UNK_ID, BOS_ID, EOS_ID, 20, 21, 22, 33})
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_whole_vocabulary_shortlist_searches_exactly_like_none(model, beam_size):
+    full = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA)
+    listed = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
+                         shortlist=whole_vocabulary())
+    np.testing.assert_array_equal(full.ids.numpy(), listed.ids.numpy())
+    np.testing.assert_allclose(full.scores.numpy(), listed.scores.numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_narrow_shortlist_emits_only_its_ids_and_cache_equals_recomputation(model, beam_size):
+    shortlist = narrow({5: [20, 21], 10: [22, 23], 12: [24, 25]})
+    allowed = set(shortlist.target_ids(tf.constant(SOURCES)).numpy().tolist()) | {PAD_ID}
+    cached = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
+                         shortlist=shortlist)
+    recomputed = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
+                             shortlist=shortlist, use_cache=False)
+    assert set(np.unique(cached.ids.numpy()).tolist()) <= allowed
+    np.testing.assert_array_equal(cached.ids.numpy(), recomputed.ids.numpy())
+    np.testing.assert_allclose(cached.scores.numpy(), recomputed.scores.numpy(), atol=1e-5)
+    greedy = greedy_decode(model, SOURCES, max_decode_extra=EXTRA, shortlist=shortlist)
+    if beam_size == 1:
+        np.testing.assert_array_equal(greedy.ids.numpy(), cached.ids.numpy())
+
+
+def test_narrow_shortlist_renormalizes_over_its_ids(model):
+    """With EOS and one token listed, a hypothesis' score is the teacher-forced sum of
+    log-softmax over those two ids' and PAD's logits (length penalty off)."""
+    shortlist = VocabularyShortlist([20], np.zeros([VOCAB, 1]))
+    result = greedy_decode(model, SOURCES[:1], length_penalty=0.0, max_decode_extra=EXTRA,
+                           shortlist=shortlist)
+    length = int(result.lengths.numpy()[0, 0])
+    emitted = result.ids.numpy()[0, 0, :length]
+    assert set(emitted.tolist()) <= {EOS_ID, 20}
+    inputs = np.concatenate([[BOS_ID], emitted[:-1]])[None].astype(np.int32)
+    logits = model.decode(inputs, model.encode(SOURCES[:1]), tf.constant(SOURCES[:1] != 0))
+    listed = tf.nn.log_softmax(tf.gather(logits[0], [PAD_ID, EOS_ID, 20], axis=-1)).numpy()
+    expected = sum(listed[t, 1 if token == EOS_ID else 2] for t, token in enumerate(emitted))
+    np.testing.assert_allclose(result.scores.numpy()[0, 0], expected, atol=1e-4)
+
+
+def test_shortlist_with_prefix_keeps_the_prefix(model):
+    shortlist = narrow({5: [20, 21]})
+    result = beam_search(model, SOURCES, beam_size=2, max_decode_extra=EXTRA,
+                         shortlist=shortlist, prefix_ids=tf.constant([[40, 41]] * 3))
+    np.testing.assert_array_equal(result.ids.numpy()[:, :, :2], [[[40, 41]] * 2] * 3)
+
+
+def test_bad_tables_and_xla_are_refused(model):
+    with pytest.raises(ValueError, match=r"frequent_ids: ids must lie in \[0, 50\)"):
+        VocabularyShortlist([50], np.zeros([VOCAB, 1]))
+    with pytest.raises(ValueError, match="candidates: expected a"):
+        VocabularyShortlist([1], np.zeros([VOCAB]))
+    with pytest.raises(ValueError, match="jit_compile: not with a shortlist"):
+        beam_search(model, SOURCES, jit_compile=True, shortlist=whole_vocabulary())
