@@ -4,7 +4,7 @@ Model Garden `Seq2SeqTransformer`, on newstest2014 English sources.
 
     python benchmarks/decoding_speed.py [--data PATH] [--model-garden-python PYTHON] \
         [--ctranslate2-python PYTHON] [--export-dtypes float32,bfloat16] [--profile] \
-        [--shortlist 1000,20 --shortlist-data SRC,TGT[,SRC,TGT...]]
+        [--shortlists 1000,20 1000,50 --shortlist-data SRC,TGT[,SRC,TGT...]]
 
 CTranslate2 runs OUR model: its weights are copied into a post-norm `TransformerSpec` (fused
 q/k/v, our sinusoidal table as its position encodings, the tied embedding as its projection),
@@ -60,9 +60,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="python of a venv with ctranslate2 ('' to skip)")
     parser.add_argument("--ctranslate2-types", default="float32,int8",
                         help="CTranslate2 quantizations to time (comma-separated)")
-    parser.add_argument("--shortlist", metavar="FREQUENT,PER_SOURCE",
-                        help="also time each export with a vocabulary shortlist of these sizes "
-                             "(`kt-export --shortlist`)")
+    parser.add_argument("--shortlists", nargs="*", default=[], metavar="FREQUENT,PER_SOURCE",
+                        help="also time each export with a vocabulary shortlist of each of "
+                             "these sizes (`kt-export --shortlist`)")
     parser.add_argument("--shortlist-data", metavar="SRC,TGT[,SRC,TGT...]",
                         help="line-aligned parallel files the shortlist is learned from")
     parser.add_argument("--profile", action="store_true",
@@ -137,11 +137,12 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
                                                   tf.zeros([1, embeddings.shape[1]])))
     search = SearchSettings(args.beam_size, length_penalty=0.6, max_decode_extra=args.extra_length)
     shortlists = {"": None}
-    if args.shortlist:
-        shortlists["_shortlist"] = learned_shortlist(args, tokenizer)
+    for sizes in args.shortlists:
+        suffix = "_shortlist_" + sizes.replace(",", "_")
+        shortlists[suffix] = learned_shortlist(args, tokenizer, sizes)
         size = settings["batch_size"]
-        settings["shortlist_ids_per_batch"] = statistics.mean(
-            int(tf.size(shortlists["_shortlist"].target_ids(ids[start:start + size])))
+        settings["ids_per_batch" + suffix] = statistics.mean(
+            int(tf.size(shortlists[suffix].target_ids(ids[start:start + size])))
             for start in range(0, size * settings["throughput_batches"], size))
     results = {}
     for dtype, suffix in [(dtype, suffix) for dtype in args.export_dtypes.split(",")
@@ -165,12 +166,12 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
     if args.ctranslate2_python:
         results.update(run_ctranslate2(args.ctranslate2_python, model, ids, settings, workdir,
                                        args.ctranslate2_types.split(","),
-                                       shortlists.get("_shortlist")))
+                                       list(shortlists.values())[-1]))
     return results, ids
 
 
-def learned_shortlist(args: argparse.Namespace, tokenizer):
-    """`--shortlist` learned from `--shortlist-data`."""
+def learned_shortlist(args: argparse.Namespace, tokenizer, sizes: str):
+    """A shortlist of `sizes` learned from `--shortlist-data`."""
     import tensorflow as tf
 
     from keras_transformer.data.text_files import read_parallel
@@ -185,7 +186,7 @@ def learned_shortlist(args: argparse.Namespace, tokenizer):
     sources, targets = (tokenizer.tokenize(tf.constant(side)).to_list()
                         for side in (sources, targets))
     return build_shortlist(sources, targets, tokenizer.vocab_size,
-                           *shortlist_sizes(args.shortlist))
+                           *shortlist_sizes(sizes))
 
 
 # Ops whose events span the ops they run (the decoding loop, function calls): not counted.
@@ -351,7 +352,8 @@ def ctranslate2_worker(weights_path: str, ids_path: str, settings_json: str) -> 
 def run_ctranslate2(python: str, model, ids: np.ndarray, settings: dict, workdir: str,
                     types: list[str], shortlist=None) -> dict:
     """CTranslate2 timings from `ctranslate2_worker` in the venv of `python`; with our
-    `shortlist`, also with the same table as its vocabulary map (`use_vmap`)."""
+    `shortlist` (the last of `--shortlists`), also with the same table as its vocabulary map
+    (`use_vmap`)."""
     config = model.config
     weights_path, ids_path = (os.path.join(workdir, name) for name in ("ct2.npz", "ids.npy"))
     np.savez(weights_path, **ctranslate2_weights(model, model.config.max_length))
