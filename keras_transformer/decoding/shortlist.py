@@ -65,8 +65,9 @@ def build_shortlist(source_ids: Iterable[Sequence[int]], target_ids: Iterable[Se
                     vocab_size: int, frequent: int, per_source: int) -> VocabularyShortlist:
     """A `VocabularyShortlist` from line-aligned id sequences of a parallel corpus: the
     `frequent` most common target ids (by token count) and, per source id, the `per_source`
-    target ids of highest Dice coefficient 2 c(s, t) / (c(s) + c(t)), where c counts the
-    sentence pairs whose source holds s, whose target holds t, or both."""
+    target ids of highest Dice coefficient 2 c(s, t) / (c(s) + c(t)): c(s, t) counts the
+    sentence pairs whose source holds s and whose target holds t, c(s) those whose source
+    holds s, c(t) those whose target holds t."""
     if frequent < 0 or per_source < 1:
         raise ValueError(f"shortlist: needs frequent >= 0 and per_source >= 1, got "
                          f"{frequent} and {per_source}")
