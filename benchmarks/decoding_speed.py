@@ -120,6 +120,7 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
     from keras_transformer.decoding import beam_search
     from keras_transformer.export import export_translator
     from keras_transformer.search_settings import SearchSettings
+    from trainers.export import learn_shortlist
 
     texts = []
     for path in (args.vocab_data or args.data).split(","):
@@ -139,7 +140,8 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
     shortlists = {"": None}
     for sizes in args.shortlists:
         suffix = "_shortlist_" + sizes.replace(",", "_")
-        shortlists[suffix] = learned_shortlist(args, tokenizer, sizes)
+        shortlists[suffix] = learn_shortlist(sizes, args.shortlist_data.split(","), "",
+                                             tokenizer)
         size = settings["batch_size"]
         settings["ids_per_batch" + suffix] = statistics.mean(
             int(tf.size(shortlists[suffix].target_ids(ids[start:start + size])))
@@ -168,25 +170,6 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
                                        args.ctranslate2_types.split(","),
                                        list(shortlists.values())[-1]))
     return results, ids
-
-
-def learned_shortlist(args: argparse.Namespace, tokenizer, sizes: str):
-    """A shortlist of `sizes` learned from `--shortlist-data`."""
-    import tensorflow as tf
-
-    from keras_transformer.data.text_files import read_parallel
-    from keras_transformer.decoding.shortlist import build_shortlist
-    from trainers.export import shortlist_sizes
-
-    paths = args.shortlist_data.split(",")
-    sources, targets = [], []
-    for source_path, target_path in zip(paths[::2], paths[1::2]):
-        more_sources, more_targets = read_parallel(source_path, target_path)
-        sources, targets = sources + more_sources, targets + more_targets
-    sources, targets = (tokenizer.tokenize(tf.constant(side)).to_list()
-                        for side in (sources, targets))
-    return build_shortlist(sources, targets, tokenizer.vocab_size,
-                           *shortlist_sizes(sizes))
 
 
 # Ops whose events span the ops they run (the decoding loop, function calls): not counted.

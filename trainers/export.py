@@ -87,8 +87,8 @@ def shortlist_sizes(text: str) -> tuple[int, int]:
 def learn_shortlist(sizes: Optional[str], data: Optional[Sequence[str]], model_path: str,
                     tokenizer: SubwordTokenizer) -> Optional[VocabularyShortlist]:
     """The shortlist of `--shortlist` `sizes` ("FREQUENT,PER_SOURCE"; None: no shortlist)
-    learned from the parallel files `data` (SRC, TGT), by default those the run directory
-    `model_path` was trained from."""
+    learned from the parallel files `data` (SRC, TGT[, SRC, TGT ...]), by default those the run
+    directory `model_path` was trained from."""
     if not sizes:
         return None
     frequent, per_source = shortlist_sizes(sizes)
@@ -96,9 +96,12 @@ def learn_shortlist(sizes: Optional[str], data: Optional[Sequence[str]], model_p
     if not data:
         raise ValueError("--shortlist-data: needed (the model is not a run directory trained "
                          "from --train-src/--train-tgt files or on the demo corpus)")
-    sources, targets = read_parallel(*data)
+    sources, targets = [], []
+    for source_path, target_path in zip(data[::2], data[1::2]):
+        more_sources, more_targets = read_parallel(source_path, target_path)
+        sources, targets = sources + more_sources, targets + more_targets
     sources, targets = sources[:SHORTLIST_SENTENCES], targets[:SHORTLIST_SENTENCES]
-    print(f"kt-export: shortlist from {len(sources):,} pairs of {data[0]} / {data[1]}",
+    print(f"kt-export: shortlist from {len(sources):,} pairs of {', '.join(data)}",
           file=sys.stderr)
     return build_shortlist(_ids(tokenizer, sources), _ids(tokenizer, targets),
                            tokenizer.vocab_size, frequent, per_source)
