@@ -28,11 +28,11 @@ setup(
                              "tensorflow-serving-api>=2.20,<2.22"]},
     entry_points={
         "console_scripts": [
-            "kt-train=trainers.train:main",
-            "kt-evaluate=trainers.evaluate:main",
-            "kt-average-checkpoints=trainers.average_checkpoints:main",
-            "kt-export=trainers.export:main",
-            "kt-translate=trainers.translate:main",
+            "kt-train=trainers.launch:train",
+            "kt-evaluate=trainers.launch:evaluate",
+            "kt-average-checkpoints=trainers.launch:average_checkpoints",
+            "kt-export=trainers.launch:export",
+            "kt-translate=trainers.launch:translate",
         ]
     },
 )

@@ -47,6 +47,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="source length in subwords, EOS included")
     parser.add_argument("--extra-length", type=int, default=16)
     parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--kernels", choices=("fast", "reference"), default="fast",
+                        help="our kernel set (default: fast)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--throughput-batches", type=int, default=2)
     parser.add_argument("--latency-sentences", type=int, default=8)
@@ -116,6 +118,7 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
     import tensorflow as tf
 
     import keras_transformer as kt
+    from keras_transformer import kernels
     from keras_transformer.data import SubwordTokenizer
     from keras_transformer.decoding import beam_search
     from keras_transformer.export import export_translator
@@ -127,6 +130,7 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
         with open(path, encoding="utf-8") as handle:
             texts += [line.strip() for line in handle if line.strip()]
     tokenizer = SubwordTokenizer.train(texts, args.vocab_size, os.path.join(workdir, "vocab"))
+    kernels.set_kernels(args.kernels)
     count = max(settings["batch_size"] * settings["throughput_batches"],
                 settings["latency_sentences"])
     ids = source_ids(args.data, tokenizer, count, args.source_tokens)

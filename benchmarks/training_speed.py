@@ -93,6 +93,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--precisions", type=_csv(str), default=["float32"],
                         help=f"comma-separated Keras dtype policies from {PRECISIONS}")
     parser.add_argument("--jit-compile", action="store_true", help="XLA-compile both steps")
+    parser.add_argument("--kernels", choices=("fast", "reference"), default="fast",
+                        help="our kernel set, through KT_KERNELS (default: fast)")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per measurement")
     parser.add_argument("--vocab-size", type=int, default=32000, help="model vocabulary")
     parser.add_argument("--tokenizer-size", type=int, default=8000,
@@ -324,7 +326,7 @@ WORKERS = {"ours_worker": ours_worker, "model_garden_worker": model_garden_worke
 # ---------------------------------------------------------------------------- main process
 def run_subprocess(python: str, mode: str, settings: dict, workdir: str) -> dict:
     """Runs this file's `mode` worker; its last stdout line is JSON. Errors become a dict."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KT_KERNELS=settings.get("kernels", "fast"))
     if mode == "model-garden-worker":
         env.pop("PYTHONPATH", None)
     run = subprocess.run([python, os.path.abspath(__file__), f"--{mode}", json.dumps(settings)],
@@ -416,7 +418,8 @@ def measure_all(args, workdir: str) -> dict:
             for precision in args.precisions:
                 settings = {"npz": batches["npz"], "warmup": batches["warmup"],
                             "precision": precision, "jit_compile": args.jit_compile,
-                            "seed": args.seed, "config": recipe.to_dict()}
+                            "kernels": args.kernels, "seed": args.seed,
+                            "config": recipe.to_dict()}
                 for system in SYSTEMS:
                     if system != "ours" and not args.model_garden_python:
                         continue

@@ -112,7 +112,7 @@ def test_two_workers_agree_fail_together_and_resume_together(tmp_path):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         with open(logs[index], "a") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", "trainers.train", *common, "--output-dir",
+                [sys.executable, "-m", "trainers", "train", *common, "--output-dir",
                  str(tmp_path / f"worker{index}"), "--progress-seconds", progress[index]],
                 cwd=ROOT, stdout=log,
                 stderr=subprocess.STDOUT, env={**os.environ, "TF_CONFIG": json.dumps(tf_config)})
@@ -143,7 +143,7 @@ def test_two_workers_agree_fail_together_and_resume_together(tmp_path):
         np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
 
     # One process with two replicas trains on the same global batches to the same weights.
-    single = subprocess.run([sys.executable, "-m", "trainers.train", *common, "--cpu-replicas",
+    single = subprocess.run([sys.executable, "-m", "trainers", "train", *common, "--cpu-replicas",
                              "2", "--output-dir", str(tmp_path / "single")], cwd=ROOT,
                             capture_output=True, text=True, timeout=600)
     assert single.returncode == 0, single.stderr[-3000:]

@@ -5,7 +5,9 @@ import json
 import pytest
 
 from keras_transformer import kernels, probes
+from keras_transformer.config import TransformerConfig
 from keras_transformer.training.precision import resolve_precision
+from trainers.common import set_up_kernels
 
 
 @pytest.fixture(autouse=True)
@@ -43,14 +45,43 @@ def test_kernel_set_follows_the_measured_step_speed(figures, expected):
     assert probes.choose_kernels(measure=figures.get).choice == expected
 
 
-def test_auto_resolves_through_the_probe(monkeypatch):
-    monkeypatch.setattr(probes, "_matmul_gflops",
-                        lambda dtype, *sizes: {"float32": 300.0, "bfloat16": 150.0}[dtype])
-    assert resolve_precision("auto", d_model=64, d_ff=128, tokens=64) == "float32"
-    monkeypatch.setattr(probes, "_training_steps_per_second", lambda name, *sizes: {
-        "fast": 1.0, "reference": 5.0}[name])
-    with kernels.kernels_scope("auto") as chosen:
-        assert chosen == kernels.active() == "reference"
+def no_measuring(*args, **kwargs):
+    raise AssertionError("measured")
+
+
+def test_the_library_never_measures(monkeypatch):
+    """Unset or auto, `KT_KERNELS` gives the reference set without a probe; "auto" is
+    refused where a set or policy must be given."""
+    monkeypatch.setattr(probes, "_training_steps_per_second", no_measuring)
+    monkeypatch.setattr(probes, "_matmul_gflops", no_measuring)
+    for environment in (None, "auto"):
+        if environment is None:
+            monkeypatch.delenv("KT_KERNELS", raising=False)
+        else:
+            monkeypatch.setenv("KT_KERNELS", environment)
+        monkeypatch.setattr(kernels.selection, "_active", None)
+        assert kernels.active() == "reference"
+    with pytest.raises(ValueError, match="chosen by a run's set-up"):
+        kernels.set_kernels("auto")
+    with pytest.raises(ValueError, match="chosen by a run's set-up"):
+        resolve_precision("auto")
+
+
+def test_a_commands_set_up_resolves_auto(monkeypatch, capsys):
+    """`set_up_kernels`: a named set as it is, else the run's recorded one, else measured at
+    the model's sizes (printed)."""
+    sizes = []
+    monkeypatch.setattr(probes, "_training_steps_per_second", lambda name, *given: (
+        sizes.append(given), {"fast": 1.0, "reference": 5.0}[name])[1])
+    config = TransformerConfig.preset("tiny", vocab_size=60)
+    with kernels.kernels_scope("fast"):
+        assert set_up_kernels(config, requested="auto") == kernels.active() == "reference"
+        assert sizes[0][:3] == (config.d_model, config.d_ff, config.num_heads)
+        assert "kt: kernels reference (measured" in capsys.readouterr().err
+        assert set_up_kernels(config, recorded="fast", requested="auto") == "fast"
+        assert set_up_kernels(config, recorded="fast", requested="reference") == "reference"
+        monkeypatch.setenv("KT_KERNELS", "fast")
+        assert set_up_kernels(config) == kernels.active() == "fast"
 
 
 @pytest.mark.slow
@@ -76,21 +107,6 @@ def test_a_dtype_without_kernels_is_skipped():
 
     result = probes.choose_precision(measure=measure)
     assert result.choice == "float32" and result.figures == {"float32": 100.0}
-
-
-def test_auto_resolves_eagerly_when_first_needed_while_tracing(monkeypatch):
-    """The first kernel call of a program may come while a function is traced: the probe then
-    still measures eagerly."""
-    import tensorflow as tf
-
-    def measure(name, *sizes):
-        assert tf.executing_eagerly()
-        return {"fast": 2.0, "reference": 1.0}[name]
-
-    monkeypatch.setattr(probes, "_training_steps_per_second", measure)
-    monkeypatch.setenv("KT_KERNELS", "auto")
-    monkeypatch.setattr(kernels.selection, "_active", None)
-    assert tf.function(lambda: tf.constant(kernels.active() == "fast"))().numpy()
 
 
 @pytest.mark.parametrize("figures, expected", [

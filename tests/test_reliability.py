@@ -223,7 +223,7 @@ def run_args(data: dict, run_dir: Path, *extra: str) -> list[str]:
 
 def start(argv: list[str], log: Path) -> subprocess.Popen:
     with open(log, "ab") as output:
-        return subprocess.Popen([sys.executable, "-m", "trainers.train", *argv], cwd=ROOT,
+        return subprocess.Popen([sys.executable, "-m", "trainers", "train", *argv], cwd=ROOT,
                                 stdout=output, stderr=subprocess.STDOUT)
 
 

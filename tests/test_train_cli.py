@@ -109,7 +109,7 @@ def test_command_lines_start_quietly_unless_verbose(tmp_path):
     """TensorFlow's C++ start-up lines (oneDNN, CUDA stubs, absl) are hidden by default."""
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
-    runs = {flag: subprocess.run([sys.executable, "-m", "trainers.train", "--help", *flag],
+    runs = {flag: subprocess.run([sys.executable, "-m", "trainers", "train", "--help", *flag],
                                  cwd=tmp_path, env=env, capture_output=True, text=True,
                                  timeout=300) for flag in ((), ("--verbose",))}
     assert all(run.returncode == 0 and "usage: kt-train" in run.stdout for run in runs.values())

@@ -128,7 +128,7 @@ def start_training(argv: list[str], log: Path) -> subprocess.Popen:
     """kt-train in a subprocess, output to `log`, with the quiet start a user gets."""
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
     with open(log, "ab") as output:
-        return subprocess.Popen([sys.executable, "-m", "trainers.train", *argv], cwd=ROOT,
+        return subprocess.Popen([sys.executable, "-m", "trainers", "train", *argv], cwd=ROOT,
                                 stdout=output, stderr=subprocess.STDOUT, env=env)
 
 

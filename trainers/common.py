@@ -3,13 +3,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
+from keras_transformer import kernels
+from keras_transformer.config import TransformerConfig
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.model import Transformer
 from keras_transformer.presets import PRESETS
+from keras_transformer.probes import choose_kernels
 from keras_transformer.recipe import Recipe
 from keras_transformer.search_settings import SearchSettings
 from keras_transformer.training.checkpoints import load_weights_file
@@ -75,10 +80,30 @@ def typed_value(field: str, value: Any, source: str) -> Any:
     return value
 
 
+def set_up_kernels(config: TransformerConfig, recorded: Optional[str] = None,
+                   requested: Optional[str] = None, command: str = "kt") -> str:
+    """Selects the kernel set a command builds `config`'s model with, and returns it:
+    `requested` (default `$KT_KERNELS`, else auto); for auto, the set a run `recorded`, else
+    the faster of the two timed here at `config`'s sizes (`probes.choose_kernels`, cached per
+    machine), which is printed on stderr with its figures, prefixed by `command`."""
+    requested = kernels.selection.validate(
+        requested or os.environ.get(kernels.selection.ENVIRONMENT_VARIABLE, "auto"))
+    if requested != "auto":
+        return kernels.set_kernels(requested)
+    if recorded in kernels.KERNEL_SETS:
+        return kernels.set_kernels(recorded)
+    result = choose_kernels(config.d_model, config.d_ff, config.num_heads,
+                            vocab_size=config.output_vocab_size)
+    print(f"{command}: kernels {result.describe()}", file=sys.stderr)
+    return kernels.set_kernels(result.choice)
+
+
 def run_model(run_dir: str, weights: Optional[str] = None) -> Transformer:
-    """The model of a run directory with `weights` (default: `RunDir.default_weights`)."""
+    """The model of a run directory with `weights` (default: `RunDir.default_weights`), built
+    with the kernel set the run trained with (`set_up_kernels`)."""
     run = RunDir(run_dir)
     config = run.load_recipe().architecture
+    set_up_kernels(config, run.recorded_options().get("kernels"))
     path = Path(weights) if weights else run.default_weights()
     if not path.is_file():
         raise FileNotFoundError(f"--weights: no such file {str(path)!r}")

@@ -38,7 +38,7 @@ from keras_transformer.probes import choose_serving_dtype
 from keras_transformer.search_settings import SearchSettings
 from keras_transformer.training.precision import SERVING_DTYPES
 from keras_transformer.training.run_dir import RunDir
-from trainers.common import add_search_arguments, run_model, search_settings
+from trainers.common import add_search_arguments, run_model, search_settings, set_up_kernels
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -161,8 +161,11 @@ def _newest(paths: list[str]) -> Optional[str]:
 
 
 def _checked(model: keras.Model, path: str) -> Transformer:
+    """`model` if it is a `Transformer` (a ValueError naming `path` if not), its kernel set
+    selected (`set_up_kernels`)."""
     if not isinstance(model, Transformer):
         raise ValueError(f"model: {path!r} holds a {type(model).__name__}, not a Transformer")
+    set_up_kernels(model.config, command="kt-export")
     return model
 
 

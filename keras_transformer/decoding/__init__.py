@@ -1,11 +1,10 @@
-"""Inference: beam search and greedy decoding in one graph each, and scoring helpers."""
-from keras_transformer.decoding.beam_search import beam_search, search_beams
-from keras_transformer.decoding.greedy import greedy_decode, search_greedy
-from keras_transformer.decoding.length_penalty import length_divisor
-from keras_transformer.decoding.result import DecodeResult
-from keras_transformer.decoding.scoring import score_hypotheses
+"""Searching with a Transformer: beam search and greedy decoding in one graph each, teacher-
+forced scoring, vocabulary shortlists, and the `Translator` that exports take. The searches
+themselves are model-agnostic: `keras_transformer.search`."""
 from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
+from keras_transformer.decoding.transformer_search import (beam_search, decode, greedy_decode,
+                                                           score_hypotheses)
+from keras_transformer.search import DecodeResult, length_divisor
 
-__all__ = ["DecodeResult", "VocabularyShortlist", "beam_search", "build_shortlist",
-           "greedy_decode", "length_divisor", "score_hypotheses", "search_beams",
-           "search_greedy"]
+__all__ = ["DecodeResult", "VocabularyShortlist", "beam_search", "build_shortlist", "decode",
+           "greedy_decode", "length_divisor", "score_hypotheses"]

@@ -10,11 +10,10 @@ from typing import Optional
 import tensorflow as tf
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.decoding.beam_search import search_beams
-from keras_transformer.decoding.greedy import search_greedy
-from keras_transformer.decoding.result import DecodeResult
 from keras_transformer.decoding.shortlist import VocabularyShortlist
+from keras_transformer.decoding.transformer_search import decode
 from keras_transformer.model import Transformer
+from keras_transformer.search import DecodeResult
 from keras_transformer.search_settings import SearchSettings
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -165,10 +164,6 @@ class Translator(tf.Module):
 
     def _search(self, source_ids: tf.Tensor, prefix_ids: Optional[tf.Tensor]) -> DecodeResult:
         settings = self.settings
-        if settings.beam_size == 1:
-            return search_greedy(self.model, source_ids, settings.length_penalty,
-                                 settings.max_decode_extra, prefix_ids=prefix_ids,
-                                 shortlist=self.shortlist)
-        return search_beams(self.model, source_ids, settings.beam_size,
-                            settings.length_penalty, settings.max_decode_extra,
-                            prefix_ids=prefix_ids, shortlist=self.shortlist)
+        return decode(self.model, source_ids, settings.beam_size, settings.length_penalty,
+                      settings.max_decode_extra, prefix_ids=prefix_ids,
+                      shortlist=self.shortlist)

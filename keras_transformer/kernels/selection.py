@@ -1,18 +1,16 @@
 """Which kernel set runs: `fast` (the speed tricks) or `reference` (their plain twins).
 
 The choice is global, like Keras's dtype policy, and read when a layer is traced: set it before
-building and running a model. `KT_KERNELS` (fast, reference or auto) gives the default;
-`set_kernels` and `kernels_scope` change it in code. "auto" is resolved by a measured probe
-(`keras_transformer.probes`), never by looking at device names or CPU flags.
+building and running a model. `KT_KERNELS` (fast or reference) gives the default, else the
+reference set; `set_kernels` and `kernels_scope` change it in code. The library never measures:
+"auto", the command lines' default, is resolved where a run is set up, by timing both sets on
+the machine (`keras_transformer.probes.choose_kernels`), never from device names or CPU flags.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import os
 from collections.abc import Iterator
-
-import tensorflow as tf
 
 FAST = "fast"
 REFERENCE = "reference"
@@ -31,27 +29,20 @@ def validate(name: str, source: str = "kernels") -> str:
 
 
 def active() -> str:
-    """The kernel set in force: the last `set_kernels`, else `KT_KERNELS` (default auto),
-    resolving auto by the probe at its default sizes on first use. When that first use comes
-    while a function is traced, the probe runs in a thread of its own, which executes eagerly
-    (`tf.init_scope` would pause the gradient tapes the probe needs)."""
+    """The kernel set in force: the last `set_kernels`, else `KT_KERNELS` when it names a set,
+    else the reference set (also for `KT_KERNELS=auto`, which only a run's set-up resolves)."""
     if _active is None:
-        name = validate(os.environ.get(ENVIRONMENT_VARIABLE, "auto"), ENVIRONMENT_VARIABLE)
-        if tf.executing_eagerly():
-            set_kernels(name)
-        else:
-            with concurrent.futures.ThreadPoolExecutor(1) as executor:
-                executor.submit(set_kernels, name).result()
+        name = validate(os.environ.get(ENVIRONMENT_VARIABLE, REFERENCE), ENVIRONMENT_VARIABLE)
+        set_kernels(REFERENCE if name == "auto" else name)
     return _active
 
 
-def set_kernels(name: str, **probe_sizes) -> str:
-    """Selects the kernel set `name` (fast, reference, or auto: the faster of the two measured
-    on this machine at `probe_sizes`, see `probes.choose_kernels`) and returns it."""
+def set_kernels(name: str) -> str:
+    """Selects the kernel set `name` (fast or reference) and returns it."""
     global _active
-    if validate(name) == "auto":
-        from keras_transformer.probes import choose_kernels
-        name = choose_kernels(**probe_sizes).choice
+    if validate(name) not in KERNEL_SETS:
+        raise ValueError(f"kernels: {name!r} is chosen by a run's set-up "
+                         "(keras_transformer.probes.choose_kernels); give fast or reference")
     _active = name
     return name
 

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import keras
 
 from keras_transformer.model import Transformer
-from keras_transformer.probes import choose_precision
 
 POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 CHOICES = ("auto", *POLICIES)
@@ -22,11 +21,14 @@ CHOICES = ("auto", *POLICIES)
 SERVING_DTYPES = ("float32", "bfloat16")
 
 
-def resolve_precision(name: str, **probe_sizes) -> str:
-    """`name` when it is a policy in `POLICIES`; for "auto", the policy that
-    `probes.choose_precision(**probe_sizes)` measures fastest on this machine."""
+def resolve_precision(name: str) -> str:
+    """`name` when it is a policy in `POLICIES`, else a ValueError naming the choices ("auto"
+    is resolved where a run is set up: the command lines measure it with
+    `probes.choose_precision`; the library never measures)."""
     if name == "auto":
-        return choose_precision(**probe_sizes).choice
+        raise ValueError("precision: 'auto' is chosen by a run's set-up "
+                         "(keras_transformer.probes.choose_precision); give a policy here, "
+                         f"one of {', '.join(POLICIES)}")
     if name not in POLICIES:
         raise ValueError(f"precision: {name!r} is not one of {', '.join(CHOICES)}")
     return name

@@ -1,0 +1,206 @@
+"""Searching with a `Transformer`: its step function for `keras_transformer.search`, the
+output length limits of section 6.1 (source length + `max_decode_extra`), and teacher-forced
+scoring on the searches' scale.
+
+`beam_search(model, source_ids, ...)` and `greedy_decode(model, ...)` are one graph each;
+`decode(model, source_ids, ...)` builds the same search inside a caller's `tf.function` (the
+exported `Translator`'s).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import tensorflow as tf
+
+from keras_transformer import search
+from keras_transformer.decoding.shortlist import VocabularyShortlist
+from keras_transformer.model import Transformer, source_padding_mask
+from keras_transformer.search import DecodeResult, length_divisor
+from keras_transformer.search_settings import SearchSettings
+from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
+
+
+def decode(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
+           length_penalty: float = 0.6, max_decode_extra: int = 50, use_cache: bool = True,
+           eos_id: int = EOS_ID, prefix_ids: Optional[tf.Tensor] = None,
+           shortlist: Optional[VocabularyShortlist] = None,
+           greedy: Optional[bool] = None) -> DecodeResult:
+    """Builds a search over `source_ids` (call it inside a `tf.function`).
+
+    Args:
+        model: the Transformer.
+        source_ids: `[batch, src_len]` int32, EOS-terminated, right-padded with PAD.
+        beam_size, length_penalty, max_decode_extra: as `SearchSettings`.
+        use_cache: False recomputes the whole decoder at every position (the reference).
+        eos_id: -1 disables end of sentence (every hypothesis runs to its length limit).
+        prefix_ids: optional `[batch, P]` target ids every hypothesis starts with (PAD-padded).
+        shortlist: score only its `target_ids` for this batch (None: the whole vocabulary).
+        greedy: the greedy search (default: when `beam_size` is 1).
+
+    Returns:
+        The n-best `DecodeResult`.
+    """
+    settings = SearchSettings(beam_size, length_penalty, max_decode_extra)
+    source_ids = tf.cast(source_ids, tf.int32)
+    limits, buffer_length = output_limits(source_ids, settings.max_decode_extra,
+                                          model.config.max_length, prefix_ids)
+    vocabulary_ids = None if shortlist is None else shortlist.target_ids(source_ids, prefix_ids)
+    greedy = settings.beam_size == 1 if greedy is None else greedy
+    rows_per_sentence = 1 if greedy else settings.beam_size
+    build = cached_step if use_cache else recomputed_step
+    step, state, reorder = build(model, source_ids, rows_per_sentence, buffer_length,
+                                 vocabulary_ids)
+    common = dict(length_penalty=settings.length_penalty, eos_id=eos_id,
+                  prefix_ids=prefix_ids, vocabulary_ids=vocabulary_ids)
+    if greedy:
+        return search.greedy_search(step, state, limits, buffer_length, **common)
+    return search.beam_search(step, state, limits, buffer_length, settings.beam_size,
+                              reorder=reorder, **common)
+
+
+_decode_graph = tf.function(decode, reduce_retracing=True, autograph=False)
+_decode_graph_xla = tf.function(decode, reduce_retracing=True, autograph=False,
+                                jit_compile=True)
+
+
+def beam_search(model: Transformer, source_ids, beam_size: int = 4,
+                length_penalty: float = 0.6, max_decode_extra: int = 50,
+                use_cache: bool = True, eos_id: int = EOS_ID, jit_compile: bool = False,
+                prefix_ids=None, shortlist: Optional[VocabularyShortlist] = None
+                ) -> DecodeResult:
+    """The `beam_size` best translations of `source_ids` `[batch, src_len]`, in one graph.
+
+    Arguments as `decode`'s; at most `source length + max_decode_extra` tokens (EOS included,
+    capped at `model.config.max_length`) per sentence. `jit_compile` compiles the search with
+    XLA (cached decoding without a shortlist only).
+    """
+    return _run(model, source_ids, False, beam_size, length_penalty, max_decode_extra,
+                use_cache, eos_id, jit_compile, prefix_ids, shortlist)
+
+
+def greedy_decode(model: Transformer, source_ids, length_penalty: float = 0.6,
+                  max_decode_extra: int = 50, use_cache: bool = True, eos_id: int = EOS_ID,
+                  prefix_ids=None, shortlist: Optional[VocabularyShortlist] = None
+                  ) -> DecodeResult:
+    """The most likely next token at every step (n = 1), scored like `beam_search`; arguments
+    as `decode`'s."""
+    return _run(model, source_ids, True, 1, length_penalty, max_decode_extra, use_cache,
+                eos_id, False, prefix_ids, shortlist)
+
+
+def _run(model, source_ids, greedy: bool, beam_size, length_penalty, max_decode_extra,
+         use_cache, eos_id, jit_compile, prefix_ids, shortlist) -> DecodeResult:
+    """Checks the arguments eagerly (named errors) and runs the search's graph."""
+    if jit_compile and not use_cache:
+        raise ValueError("jit_compile: needs use_cache=True (recomputation has dynamic shapes)")
+    if jit_compile and shortlist is not None:
+        raise ValueError("jit_compile: not with a shortlist (its size depends on the batch)")
+    settings = SearchSettings(beam_size, length_penalty, max_decode_extra)
+    graph = _decode_graph_xla if jit_compile else _decode_graph
+    prefix_ids = None if prefix_ids is None else tf.convert_to_tensor(prefix_ids, tf.int32)
+    return graph(model, tf.convert_to_tensor(source_ids, tf.int32), settings.beam_size,
+                 float(settings.length_penalty), settings.max_decode_extra, use_cache, eos_id,
+                 prefix_ids, shortlist, greedy)
+
+
+def output_limits(source_ids: tf.Tensor, max_decode_extra: int, max_length: int,
+                  prefix_ids: Optional[tf.Tensor] = None) -> tuple[tf.Tensor, tf.Tensor]:
+    """`(limits, buffer_length)`: `[batch]` int32, at most `source length + max_decode_extra`
+    output tokens (EOS included; the source length counts non-padding ids), capped at
+    `max_length` and at least 1; and a scalar bound on every limit from the padded source
+    shape only (a compile-time constant under XLA). With `prefix_ids` both leave room for the
+    prefix and at least one token after it (within `max_length`)."""
+    source_lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.int32), axis=1)
+    limits = tf.clip_by_value(source_lengths + max_decode_extra, 1, max_length)
+    buffer_length = tf.clip_by_value(tf.shape(source_ids)[1] + max_decode_extra, 1, max_length)
+    if prefix_ids is not None:
+        prefix_lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefix_ids, PAD_ID), tf.int32), 1)
+        limits = tf.minimum(tf.maximum(limits, prefix_lengths + 1), max_length)
+        buffer_length = tf.minimum(tf.maximum(buffer_length, tf.shape(prefix_ids)[1] + 1),
+                                   max_length)
+    return limits, buffer_length
+
+
+def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
+                buffer_length: tf.Tensor, vocabulary_ids: Optional[tf.Tensor] = None):
+    """`(step, state, reorder)` of `model.decode_step` with its key/value cache.
+
+    Encoder keys/values are projected once per sentence and shared by its hypotheses (outside
+    the state). The self-attention caches stay where they were written: the reorder gives each
+    hypothesis the ancestors (cache rows of its positions) of the parent it extends.
+    """
+    cache = model.init_decode_cache(model.encode(source_ids, training=False), beam_size,
+                                    buffer_length)
+    state = {"self": cache.pop("self"), "ancestors": cache.pop("ancestors")}
+    fixed = cache  # The same at every position: encoder keys/values, output kernel.
+    if vocabulary_ids is not None:  # Project onto the shortlist's ids only.
+        fixed["output_kernel"] = tf.gather(fixed["output_kernel"], vocabulary_ids, axis=1)
+    source_mask = source_padding_mask(source_ids)
+    never = _never_emitted(vocabulary_ids, model.config.output_vocab_size)
+
+    def step(token_ids, position, state):
+        logits, cache = model.decode_step(token_ids, position, {**fixed, **state}, source_mask)
+        return (_log_probs(logits, never),
+                {"self": cache["self"], "ancestors": cache["ancestors"]})
+
+    def reorder(state: dict[str, Any], parents: tf.Tensor) -> dict[str, Any]:
+        return {**state, "ancestors": tf.gather(state["ancestors"], parents)}
+
+    return step, state, reorder
+
+
+def recomputed_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
+                    buffer_length: tf.Tensor, vocabulary_ids: Optional[tf.Tensor] = None):
+    """`(step, state, reorder)` without a cache (the reference): the state is each
+    hypothesis' prefix, on which every position reruns the whole decoder (`model.decode`);
+    the default reorder moves the prefixes."""
+    encoder_output = tf.repeat(model.encode(source_ids, training=False), beam_size, axis=0)
+    source_mask = tf.repeat(source_padding_mask(source_ids), beam_size, axis=0)
+    rows = tf.shape(encoder_output)[0]
+    state = {"prefix": tf.fill(tf.stack([rows, buffer_length + 1]), PAD_ID)}
+    never = _never_emitted(vocabulary_ids, model.config.output_vocab_size)
+
+    def step(token_ids, position, state):
+        prefix = tf.where(tf.range(buffer_length + 1) == position,
+                          tf.reshape(token_ids, [-1, 1]), state["prefix"])
+        logits = model.decode(prefix[:, :position + 1], encoder_output, source_mask,
+                              training=False)[:, -1]
+        if vocabulary_ids is not None:
+            logits = tf.gather(logits, vocabulary_ids, axis=-1)
+        logits = tf.reshape(logits, [tf.shape(token_ids)[0], tf.shape(token_ids)[1], -1])
+        return _log_probs(logits, never), {"prefix": prefix}
+
+    return step, state, search.gather_rows
+
+
+def _never_emitted(vocabulary_ids: Optional[tf.Tensor], vocab_size: int) -> tf.Tensor:
+    """`[n]` float32 added to the log-probabilities: -inf at PAD and BOS (never generated,
+    though they stay in the normalization), else 0."""
+    scored = tf.range(vocab_size) if vocabulary_ids is None else vocabulary_ids
+    special = tf.logical_or(tf.equal(scored, PAD_ID), tf.equal(scored, BOS_ID))
+    return tf.where(special, -float("inf"), 0.0)
+
+
+def _log_probs(logits: tf.Tensor, never: tf.Tensor) -> tf.Tensor:
+    """Log-softmax over the scored ids, PAD and BOS excluded from the output. Over the whole
+    vocabulary an emitted token's log-probability is exactly the model's (the one teacher
+    forcing gives); over a shortlist it is renormalized."""
+    return tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1) + never
+
+
+def score_hypotheses(model: Transformer, source_ids, hypothesis_ids, alpha: float = 0.6
+                     ) -> tf.Tensor:
+    """`[batch]` sum of log p(y_t | y_<t, x) over each hypothesis' tokens (EOS included,
+    PAD excluded) divided by `length_divisor(length, alpha)`, from one `model.decode` pass.
+
+    `hypothesis_ids`: `[batch, length]` without BOS, right-padded with PAD.
+    """
+    source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+    targets = tf.convert_to_tensor(hypothesis_ids, tf.int32)
+    inputs = tf.concat([tf.fill([tf.shape(targets)[0], 1], BOS_ID), targets[:, :-1]], axis=1)
+    logits = model.decode(inputs, model.encode(source_ids, training=False),
+                          source_padding_mask(source_ids), training=False)
+    log_probs = tf.gather(tf.nn.log_softmax(tf.cast(logits, tf.float32)), targets, batch_dims=2)
+    real = tf.not_equal(targets, PAD_ID)
+    total = tf.reduce_sum(tf.where(real, log_probs, 0.0), axis=1)
+    return total / length_divisor(tf.reduce_sum(tf.cast(real, tf.int32), axis=1), alpha)

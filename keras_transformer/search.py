@@ -1,0 +1,226 @@
+"""Greedy and beam search (section 6.1) over a step function, each one `tf.while_loop`.
+
+The searches know nothing of the model. They call
+
+    step(token_ids, position, state) -> (log_probs, state)
+
+with the newest token of every hypothesis, `token_ids` `[batch, beam]` (the start token at
+position 0), and get the log-probabilities of the next one, `[batch, beam, n]` over `n`
+candidate ids (`vocabulary_ids`, default `range(n)`), plus the step's new state: any
+structure of tensors, e.g. a key/value cache. When beam search moves hypotheses, the state
+follows them through `reorder(state, parents)` (`parents[row]`: the flat `[batch * beam]`
+row that hypothesis `row` extends); by default every tensor of the state is gathered along
+its first axis (`gather_rows`), and a state laid out otherwise brings its own reorder.
+
+Scores are GNMT-normalized: log-probability / `length_divisor(length, alpha)`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional
+
+import tensorflow as tf
+
+from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
+
+State = Any
+StepFunction = Callable[[tf.Tensor, tf.Tensor, State], tuple[tf.Tensor, State]]
+Reorder = Callable[[State, tf.Tensor], State]
+
+NEG_INF = -float("inf")
+
+
+class DecodeResult(NamedTuple):
+    """n-best hypotheses per sentence, best first.
+
+    ids: `[batch, n, length]` int32 without the start token; EOS (when emitted) then PAD.
+    scores: `[batch, n]` float32, sum of token log-probs / `length_divisor(lengths, alpha)`;
+        -inf for slots left empty.
+    lengths: `[batch, n]` int32, emitted tokens including EOS.
+    """
+
+    ids: tf.Tensor
+    scores: tf.Tensor
+    lengths: tf.Tensor
+
+
+def length_divisor(length, alpha: float) -> tf.Tensor:
+    """GNMT's length penalty (Wu et al., 2016) `((5 + length) / 6) ** alpha`, by which a
+    hypothesis' log-probability is divided."""
+    length = tf.cast(length, tf.float32)
+    return tf.pow((5.0 + length) / 6.0, tf.cast(alpha, tf.float32))
+
+
+def gather_rows(state: State, parents: tf.Tensor) -> State:
+    """The default reorder: row `parents[i]` of every tensor of `state` becomes row `i`."""
+    return tf.nest.map_structure(lambda tensor: tf.gather(tensor, parents), state)
+
+
+def beam_search(step: StepFunction, state: State, limits: tf.Tensor, buffer_length: tf.Tensor,
+                beam_size: int, length_penalty: float = 0.6, eos_id: int = EOS_ID,
+                prefix_ids: Optional[tf.Tensor] = None,
+                vocabulary_ids: Optional[tf.Tensor] = None,
+                reorder: Reorder = gather_rows) -> DecodeResult:
+    """The `beam_size` best hypotheses of each sentence (build it inside a `tf.function`).
+
+    Each position extends every alive hypothesis by every candidate and keeps the `beam_size`
+    best per sentence; candidates ending in `eos_id`, or reaching their sentence's limit, join
+    its finished n-best list. A sentence stops as soon as no alive hypothesis can beat its
+    worst finished one, the loop when every sentence has.
+
+    Args:
+        step: the step function (module docstring), called with `[batch, beam_size]` tokens.
+        state: its initial state, `batch * beam_size` rows.
+        limits: `[batch]` int32, the most tokens (EOS included) each sentence may emit.
+        buffer_length: scalar int32 >= every limit: the length of the output buffer.
+        beam_size: hypotheses kept per sentence.
+        length_penalty: alpha of `length_divisor`.
+        eos_id: the end-of-sentence id; -1: none (every hypothesis runs to its limit).
+        prefix_ids: optional `[batch, P]` ids every hypothesis starts with (PAD-padded).
+        vocabulary_ids: optional `[n]` ids the step's log-probabilities score.
+        reorder: moves the state's rows to the hypotheses that extend them.
+
+    Returns:
+        A `DecodeResult` with n = `beam_size`.
+    """
+    batch = tf.shape(limits)[0]
+    positions = tf.range(buffer_length + 1)
+    best_limit_penalty = length_divisor(limits, length_penalty)
+    sequences = _start_sequences(batch, beam_size, buffer_length)
+    first_beam_only = tf.concat([[0.0], tf.fill([beam_size - 1], NEG_INF)], axis=0)
+    alive_log_probs = tf.tile(first_beam_only[None], [batch, 1])
+    finished = (sequences, tf.fill([batch, beam_size], NEG_INF),
+                tf.zeros([batch, beam_size], tf.int32))
+    row_offsets = tf.range(batch)[:, None] * beam_size
+
+    def advance(position, carried, done):
+        sequences, alive_log_probs, finished, state = carried
+        log_probs, state = step(tf.gather(sequences, position, axis=2), position, state)
+        totals = alive_log_probs[:, :, None] + _force_prefix(log_probs, prefix_ids, position,
+                                                            vocabulary_ids)
+        candidates = tf.shape(totals)[2]
+        top_log_probs, flat = tf.math.top_k(tf.reshape(totals, [batch, -1]), k=beam_size)
+        origin, tokens = flat // candidates, _emitted(flat % candidates, vocabulary_ids)
+        sequences = tf.where(positions == position + 1, tokens[:, :, None],
+                             tf.gather(sequences, origin, batch_dims=1))
+        length = position + 1
+        ends = tf.logical_or(tf.equal(tokens, eos_id), (length >= limits)[:, None])
+        ends = tf.logical_and(ends, tf.logical_not(done)[:, None])
+        new_scores = tf.where(ends, top_log_probs / length_divisor(length, length_penalty),
+                              NEG_INF)
+        finished = _merge_finished(finished, sequences, new_scores, length, beam_size)
+        alive_log_probs = tf.where(tf.logical_or(ends, done[:, None]), NEG_INF, top_log_probs)
+        # Log-probs only fall and the penalty grows with length, so the best an alive
+        # hypothesis can still score is its log-prob over the penalty at the sentence's limit.
+        best_alive = tf.reduce_max(alive_log_probs, axis=1)
+        hopeless = best_alive / best_limit_penalty < tf.reduce_min(finished[1], axis=1)
+        done = done | hopeless | tf.equal(best_alive, NEG_INF)
+        state = reorder(state, tf.reshape(origin + row_offsets, [-1]))
+        return (sequences, alive_log_probs, finished, state), done
+
+    carried = (sequences, alive_log_probs, finished, state)
+    _, _, (sequences, scores, lengths), _ = _search_loop(
+        advance, carried, tf.zeros([batch], tf.bool), buffer_length)
+    return _result(sequences, scores, lengths)
+
+
+def greedy_search(step: StepFunction, state: State, limits: tf.Tensor,
+                  buffer_length: tf.Tensor, length_penalty: float = 0.6, eos_id: int = EOS_ID,
+                  prefix_ids: Optional[tf.Tensor] = None,
+                  vocabulary_ids: Optional[tf.Tensor] = None) -> DecodeResult:
+    """The most likely next token at every position: `beam_search` with one beam, without
+    its bookkeeping (same tokens and scores). Arguments as `beam_search`'s; the state is
+    never reordered.
+
+    Returns:
+        A `DecodeResult` with n = 1.
+    """
+    batch = tf.shape(limits)[0]
+    positions = tf.range(buffer_length + 1)
+
+    def advance(position, carried, done):
+        sequences, log_prob_sums, lengths, state = carried
+        log_probs, state = step(tf.gather(sequences, position, axis=2), position, state)
+        log_probs = _force_prefix(log_probs, prefix_ids, position, vocabulary_ids)[:, 0]
+        best = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+        token_log_probs = tf.gather(log_probs, best, batch_dims=1)
+        tokens = tf.where(done, PAD_ID, _emitted(best, vocabulary_ids))
+        sequences = tf.where(positions == position + 1, tokens[:, None, None], sequences)
+        log_prob_sums = tf.where(done, log_prob_sums, log_prob_sums + token_log_probs)
+        lengths = tf.where(done, lengths, position + 1)
+        done = done | tf.equal(tokens, eos_id) | (position + 1 >= limits)
+        return (sequences, log_prob_sums, lengths, state), done
+
+    carried = (_start_sequences(batch, 1, buffer_length), tf.zeros([batch]),
+               tf.zeros([batch], tf.int32), state)
+    sequences, log_prob_sums, lengths, _ = _search_loop(
+        advance, carried, tf.zeros([batch], tf.bool), buffer_length)
+    scores = log_prob_sums / length_divisor(lengths, length_penalty)
+    return _result(sequences, scores[:, None], lengths[:, None])
+
+
+def _start_sequences(batch, beam_size: int, buffer_length) -> tf.Tensor:
+    """`[batch, beam_size, buffer_length + 1]`: the start token, then PAD."""
+    return tf.concat([tf.fill([batch, beam_size, 1], BOS_ID),
+                      tf.fill([batch, beam_size, buffer_length], PAD_ID)], axis=2)
+
+
+def _emitted(indices: tf.Tensor, vocabulary_ids: Optional[tf.Tensor]) -> tf.Tensor:
+    """The ids of `indices` into the scored candidates."""
+    return indices if vocabulary_ids is None else tf.gather(vocabulary_ids, indices)
+
+
+def _force_prefix(log_probs: tf.Tensor, prefix_ids: Optional[tf.Tensor], position: tf.Tensor,
+                  vocabulary_ids: Optional[tf.Tensor]) -> tf.Tensor:
+    """`log_probs` `[batch, beam, n]` with every candidate but the prefix's id at `position`
+    set to -inf in sentences whose prefix is that long (the forced id keeps its log-prob)."""
+    if prefix_ids is None:
+        return log_probs
+    padded = tf.pad(prefix_ids, [[0, 0], [0, 1]], constant_values=PAD_ID)
+    forced = tf.gather(padded, tf.minimum(position, tf.shape(prefix_ids)[1]),
+                       axis=1)[:, None, None]
+    scored = (tf.range(tf.shape(log_probs)[-1]) if vocabulary_ids is None else vocabulary_ids)
+    others = tf.not_equal(scored, forced)
+    return tf.where(others & tf.not_equal(forced, PAD_ID), NEG_INF, log_probs)
+
+
+def _merge_finished(finished, candidates, candidate_scores, length, beam_size: int):
+    """Keeps the `beam_size` best of the finished hypotheses and the new finishing ones."""
+    sequences, scores, lengths = finished
+    all_scores = tf.concat([scores, candidate_scores], axis=1)
+    all_lengths = tf.concat([lengths, tf.fill(tf.shape(candidate_scores), length)], axis=1)
+    all_sequences = tf.concat([sequences, candidates], axis=1)
+    scores, keep = tf.math.top_k(all_scores, k=beam_size)
+    return (tf.gather(all_sequences, keep, batch_dims=1), scores,
+            tf.gather(all_lengths, keep, batch_dims=1))
+
+
+def _search_loop(advance: Callable[[tf.Tensor, Any, tf.Tensor], tuple[Any, tf.Tensor]],
+                 carried: Any, done: tf.Tensor, buffer_length: tf.Tensor) -> Any:
+    """Runs `advance(position, carried, done) -> (carried, done)` for position = 0, 1, ...
+    while a sentence (`done`: `[batch]` bool) is not done, at most `buffer_length` times, and
+    returns the last `carried` (tensors whose shapes never change; gathers lose static sizes,
+    e.g. a batch of 0, which are restored)."""
+
+    def keep_shapes(new: Any, old: Any) -> Any:
+        def restore(new_tensor: tf.Tensor, old_tensor: tf.Tensor) -> tf.Tensor:
+            new_tensor.set_shape(old_tensor.shape)
+            return new_tensor
+        return tf.nest.map_structure(restore, new, old)
+
+    def body(position, carried, done):
+        new_carried, new_done = advance(position, carried, done)
+        return position + 1, keep_shapes(new_carried, carried), keep_shapes(new_done, done)
+
+    def not_done(position, carried, done):
+        return tf.logical_and(position < buffer_length, tf.logical_not(tf.reduce_all(done)))
+
+    _, carried, _ = tf.while_loop(not_done, body, (tf.constant(0), carried, done),
+                                  maximum_iterations=buffer_length)
+    return carried
+
+
+def _result(sequences: tf.Tensor, scores: tf.Tensor, lengths: tf.Tensor) -> DecodeResult:
+    """Drops the start column of `sequences` `[batch, n, 1 + T]` and the columns after the
+    longest hypothesis."""
+    longest = tf.reduce_max(tf.concat([[0], tf.reshape(lengths, [-1])], axis=0))
+    return DecodeResult(sequences[:, :, 1:longest + 1], scores, lengths)

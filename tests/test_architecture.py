@@ -1,0 +1,92 @@
+"""The package's shape: no import cycles, a search that knows no model, imports without side
+effects. Imports are read from the source (the module graph), not executed."""
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "keras_transformer"
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Each module of the package -> the package modules it imports (`from A import b` counts
+    as importing `A.b` when that is a module, else `A`)."""
+    files = {}
+    for path in (ROOT / PACKAGE).rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in files.items():
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                submodules = {f"{node.module}.{alias.name}" for alias in node.names} & set(files)
+                imported.update(submodules)
+                if len(submodules) < len(node.names):
+                    imported.add(node.module)
+        graph[name] = {module for module in imported if module in files and module != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every package module `start` imports, directly or not."""
+    seen, todo = set(), [start]
+    while todo:
+        for imported in graph[todo.pop()] - seen:
+            seen.add(imported)
+            todo.append(imported)
+    return seen
+
+
+def test_no_import_cycle_inside_the_package():
+    assert cycles(module_graph()) == []
+
+
+def test_the_cycle_finder_finds_cycles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_search_imports_no_model():
+    imported = reachable(module_graph(), f"{PACKAGE}.search")
+    assert imported <= {PACKAGE, f"{PACKAGE}.vocab_ids"}, imported
+
+
+def test_importing_the_command_lines_changes_nothing():
+    """`import trainers` imports no TensorFlow and leaves file descriptor 2 alone."""
+    probe = ("import os, sys; before = os.fstat(2).st_ino; import trainers; "
+             "print('tensorflow' in sys.modules, os.fstat(2).st_ino == before)")
+    completed = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                               text=True, check=True)
+    assert completed.stdout.split() == ["False", "True"]
