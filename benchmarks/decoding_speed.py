@@ -122,7 +122,7 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
     from keras_transformer.data import SubwordTokenizer
     from keras_transformer.decoding import beam_search
     from keras_transformer.export import export_translator
-    from keras_transformer.search_settings import SearchSettings
+    from keras_transformer.config import SearchSettings
     from trainers.export import learn_shortlist
 
     texts = []

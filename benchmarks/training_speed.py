@@ -175,10 +175,16 @@ def ours_worker(settings: dict) -> dict:
     sys.path.insert(0, REPO_ROOT)
     import keras_transformer  # noqa: F401  (selects the TensorFlow backend)
     import keras
-    try:
-        from keras_transformer.recipe import Recipe as Settings
-    except ImportError:  # a --before-tree from before the recipe split took the flat config
-        from keras_transformer.config import TransformerConfig as Settings
+    import importlib
+    # A --before-tree may keep the recipe in a module of its own, or (older still) the flat
+    # config only.
+    for module, name in (("config", "Recipe"), ("recipe", "Recipe"),
+                         ("config", "TransformerConfig")):
+        try:
+            Settings = getattr(importlib.import_module(f"keras_transformer.{module}"), name)
+            break
+        except (ImportError, AttributeError):
+            continue
     from trainers.train import compiled_model
 
     keras.utils.set_random_seed(settings["seed"])
@@ -395,7 +401,7 @@ def make_batches(args, workdir: str) -> dict[int, dict]:
 def measure_all(args, workdir: str) -> dict:
     sys.path.insert(0, REPO_ROOT)
     from keras_transformer.flops import training_flops
-    from keras_transformer.recipe import Recipe
+    from keras_transformer.config import Recipe
 
     data = make_batches(args, workdir)
     peaks: dict[str, list] = {}

@@ -5,15 +5,12 @@ import os
 # Only a default: an explicit KERAS_BACKEND set by the user still wins (and then fails loudly).
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from keras_transformer.config import TransformerConfig  # noqa: E402
+from keras_transformer.config import (PRESETS, Recipe, SearchSettings, TrainingSettings,
+                                      TransformerConfig)  # noqa: E402
 from keras_transformer.losses import LabelSmoothedCrossEntropy  # noqa: E402
 from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity  # noqa: E402
 from keras_transformer.model import Transformer  # noqa: E402
 from keras_transformer.optimization import TransformerSchedule, make_optimizer  # noqa: E402
-from keras_transformer.presets import PRESETS  # noqa: E402
-from keras_transformer.recipe import Recipe  # noqa: E402
-from keras_transformer.search_settings import SearchSettings  # noqa: E402
-from keras_transformer.training_settings import TrainingSettings  # noqa: E402
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 
 __all__ = ["BOS_ID", "EOS_ID", "LabelSmoothedCrossEntropy", "MaskedTokenAccuracy", "PAD_ID",

@@ -1,13 +1,13 @@
-"""The architecture of a Transformer: what `Transformer(config)` builds and saves with it."""
+"""What a run is made of: the architecture (`TransformerConfig`, what `Transformer(config)`
+builds and saves with it), how it is trained (`TrainingSettings`, section 5), how it is
+searched (`SearchSettings`, section 6.1), the three together (`Recipe`), and the named recipes
+(`PRESETS`: the paper's models, every Table 3 row as overrides, CPU-sized ones).
+"""
 from __future__ import annotations
 
 import dataclasses
 import json
 from typing import Any, Optional
-
-from keras_transformer.presets import preset_fields
-from keras_transformer.search_settings import SearchSettings
-from keras_transformer.training_settings import TrainingSettings
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 NORM_KINDS = ("post", "pre")
@@ -125,15 +125,184 @@ class TransformerConfig:
         return cls.from_saved(json.loads(text))
 
 
+def _require(condition: bool, field: str, message: str) -> None:
+    if not condition:
+        raise ValueError(f"{field}: {message}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingSettings:
+    """Label smoothing eps_ls (5.4), the learning-rate schedule of eq. (3) (`warmup_steps`,
+    and `learning_rate_scale` multiplying it), the tokens per side of one global batch (5.1:
+    about 25,000) and how many of the last checkpoints the run's result averages (6.1: 5 for
+    base, 20 for big; 0 or 1: none). None of them changes the weights' shapes, so a trained
+    model loads without them.
+    """
+
+    label_smoothing: float = 0.1
+    warmup_steps: int = 4000
+    learning_rate_scale: float = 1.0
+    batch_tokens: int = 25000
+    average_last: int = 5
+
+    def __post_init__(self) -> None:
+        for name, least in (("warmup_steps", 1), ("batch_tokens", 1), ("average_last", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"{name}: must be an integer of at least {least}, got {value!r}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing: must be in [0, 1), got {self.label_smoothing!r}")
+        if not self.learning_rate_scale > 0:
+            raise ValueError(f"learning_rate_scale: must be positive, got "
+                             f"{self.learning_rate_scale!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSettings:
+    """Beam size, length penalty alpha (GNMT's `((5 + length) / 6)^alpha`) and how many output
+    tokens may exceed the source length. The paper: beam 4, alpha 0.6, +50; parsing (6.3):
+    beam 21, alpha 0.3, +300. The same names are a `Recipe`'s search fields and the command
+    lines' `--beam-size`, `--length-penalty`, `--max-decode-extra`.
+    """
+
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    max_decode_extra: int = 50
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.beam_size) or self.beam_size < 1:
+            raise ValueError(f"beam_size: must be a positive integer, got {self.beam_size!r}")
+        if (not isinstance(self.length_penalty, (int, float)) or isinstance(self.length_penalty, bool)
+                or not self.length_penalty >= 0):
+            raise ValueError(f"length_penalty: must be a non-negative number, got "
+                             f"{self.length_penalty!r}")
+        if not _is_int(self.max_decode_extra) or self.max_decode_extra < 0:
+            raise ValueError(f"max_decode_extra: must be a non-negative integer, got "
+                             f"{self.max_decode_extra!r}")
+
+    @classmethod
+    def of(cls, defaults: "SearchSettings", beam_size: Optional[int] = None,
+           length_penalty: Optional[float] = None,
+           max_decode_extra: Optional[int] = None) -> "SearchSettings":
+        """`defaults`, each setting replaced by the argument of the same name unless that is
+        None."""
+        given = {"beam_size": beam_size, "length_penalty": length_penalty,
+                 "max_decode_extra": max_decode_extra}
+        return cls(**{name: getattr(defaults, name) if value is None else value
+                      for name, value in given.items()})
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 _FIELDS = {field.name for field in dataclasses.fields(TransformerConfig)}
 # What models saved before a field existed were built with.
 _FIELDS_BEFORE_THEY_EXISTED: dict[str, Any] = {"attention_bias": True}
 # The settings that earlier versions kept in `TransformerConfig`, by the class that owns them.
 _SETTINGS_OWNERS = {field.name: owner.__name__ for owner in (TrainingSettings, SearchSettings)
                     for field in dataclasses.fields(owner)}
+_PARTS = {"architecture": TransformerConfig, "training": TrainingSettings,
+          "search": SearchSettings}
 
 
-def _require(condition: bool, field: str, message: str) -> None:
-    if not condition:
-        raise ValueError(f"{field}: {message}")
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """`TransformerConfig` + `TrainingSettings` + `SearchSettings`: everything a run needs.
 
+    Its flat form (`to_dict`, `from_dict`, a preset's table, `kt-train --set key=value`) names
+    each field once; the field names of the three parts never collide.
+
+    Example:
+        recipe = Recipe.preset("base", vocab_size=37000, warmup_steps=8000)
+        model = Transformer(recipe.architecture)
+    """
+
+    architecture: TransformerConfig = TransformerConfig()
+    training: TrainingSettings = TrainingSettings()
+    search: SearchSettings = SearchSettings()
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "Recipe":
+        """A named preset (`tiny`, `small`, `base`, `big`, `parsing`, ...) with overrides of
+        any of its fields."""
+        return cls.from_dict({**preset_fields(name), **overrides})
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "Recipe":
+        """Splits flat `values` into the three parts (defaults for the fields not given); a
+        ValueError names an unknown field or an invalid value's field."""
+        unknown = sorted(set(values) - set(_OWNER))
+        if unknown:
+            raise ValueError(f"unknown field(s) {unknown}; known fields: {sorted(_OWNER)}")
+        parts = {part: {} for part in _PARTS}
+        for key, value in values.items():
+            parts[_OWNER[key]][key] = value
+        return cls(**{part: _PARTS[part](**fields) for part, fields in parts.items()})
+
+    @classmethod
+    def from_saved(cls, values: dict[str, Any]) -> "Recipe":
+        """A recipe as a run directory's `config.json` holds it, from any earlier version."""
+        architecture = TransformerConfig.from_saved(values)
+        rest = {key: value for key, value in values.items() if _OWNER.get(key) != "architecture"}
+        return dataclasses.replace(cls.from_dict(rest), architecture=architecture)
+
+    def replace(self, **overrides: Any) -> "Recipe":
+        """This recipe with some flat fields changed."""
+        return self.from_dict({**self.to_dict(), **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat form: every field of the three parts."""
+        return {key: value for part in _PARTS for key, value in
+                dataclasses.asdict(getattr(self, part)).items()}
+
+    @staticmethod
+    def field_default(name: str) -> Any:
+        """The default of flat field `name` (a KeyError if there is no such field)."""
+        return _DEFAULTS[name]
+
+
+_OWNER = {field.name: part for part, kind in _PARTS.items() for field in dataclasses.fields(kind)}
+_DEFAULTS = {field.name: field.default for kind in _PARTS.values()
+             for field in dataclasses.fields(kind)}
+
+
+# The named recipes: each a flat table of the fields it changes from the defaults of the
+# three parts; `Recipe.preset(name)` splits it, `TransformerConfig.preset(name)` takes the
+# architecture alone.
+PRESETS: dict[str, dict[str, Any]] = {
+    # The paper's models (Table 3, rows "base" and "big").
+    "base": {},
+    "big": {"d_model": 1024, "d_ff": 4096, "num_heads": 16, "dropout": 0.3, "average_last": 20},
+    # Section 6.3: English constituency parsing (4 layers, d_model 1024, beam 21, alpha 0.3).
+    "parsing": {"num_layers": 4, "d_model": 1024, "d_ff": 4096, "num_heads": 16,
+                "max_length": 1024, "beam_size": 21, "length_penalty": 0.3,
+                "max_decode_extra": 300},
+    # CPU-sized parsing for the 3.9k-tree WSJ sample: smaller beam so CPU decoding stays cheap;
+    # peak learning rate halved (1e-3): at 2e-3 the decoder collapsed to one tree for every input.
+    "parsing-small": {"vocab_size": 4000, "num_layers": 3, "d_model": 256, "d_ff": 1024,
+                      "num_heads": 4, "dropout": 0.2, "warmup_steps": 1000,
+                      "learning_rate_scale": 0.5, "batch_tokens": 4096,
+                      "max_length": 256, "beam_size": 8, "length_penalty": 0.3,
+                      "max_decode_extra": 300},
+    # CPU-sized presets: `small` for Multi30k-sized corpora, `tiny` for tests and the demo.
+    "small": {"vocab_size": 8000, "num_layers": 3, "d_model": 256, "d_ff": 1024,
+              "num_heads": 4, "dropout": 0.2, "warmup_steps": 2000, "batch_tokens": 4096,
+              "max_length": 128},
+    # `small` as tuned on Multi30k en->de dev (benchmarks/RESULTS.md, "Multi30k" and "Recipe
+    # ablations"): more dropout, attention dropout, a short warmup, 2,048-token batches (twice
+    # the updates per token), peak learning rate 2.6e-3, beam 5 as the published baseline.
+    "multi30k": {"vocab_size": 8000, "num_layers": 3, "d_model": 256, "d_ff": 1024,
+                 "num_heads": 4, "dropout": 0.25, "attention_dropout": 0.1,
+                 "warmup_steps": 1000, "learning_rate_scale": 1.3, "batch_tokens": 2048,
+                 "max_length": 128, "beam_size": 5},
+    "tiny": {"vocab_size": 1000, "num_layers": 2, "d_model": 64, "d_ff": 256, "num_heads": 4,
+             "dropout": 0.1, "warmup_steps": 400, "batch_tokens": 2048, "max_length": 64},
+}
+
+
+def preset_fields(name: str) -> dict[str, Any]:
+    """The fields preset `name` sets; a ValueError naming the presets if there is none."""
+    if name not in PRESETS:
+        raise ValueError(f"preset: unknown preset {name!r}; choose from {sorted(PRESETS)}")
+    return dict(PRESETS[name])

@@ -29,7 +29,7 @@ from keras_transformer.data.tokenizer import MODEL_FILENAME, SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.model import Transformer
-from keras_transformer.search_settings import SearchSettings
+from keras_transformer.config import SearchSettings
 from keras_transformer.training.precision import serving_copy
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

@@ -3,7 +3,7 @@ import keras
 from keras import ops
 
 from keras_transformer import kernels
-from keras_transformer.training_settings import TrainingSettings
+from keras_transformer.config import TrainingSettings
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

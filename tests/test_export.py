@@ -17,7 +17,7 @@ import keras_transformer as kt
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.export import export_translator, next_version
-from keras_transformer.search_settings import SearchSettings
+from keras_transformer.config import SearchSettings
 from trainers import export as export_cli
 
 SETTINGS = SearchSettings(beam_size=3, length_penalty=0.6, max_decode_extra=5)

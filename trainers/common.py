@@ -10,13 +10,10 @@ from typing import Any, Optional
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
 from keras_transformer import kernels
-from keras_transformer.config import TransformerConfig
+from keras_transformer.config import PRESETS, Recipe, SearchSettings, TransformerConfig
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.model import Transformer
-from keras_transformer.presets import PRESETS
 from keras_transformer.probes import choose_kernels
-from keras_transformer.recipe import Recipe
-from keras_transformer.search_settings import SearchSettings
 from keras_transformer.training.checkpoints import load_weights_file
 from keras_transformer.training.run_dir import RunDir
 

@@ -35,7 +35,7 @@ from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shor
 from keras_transformer.export import export_translator
 from keras_transformer.model import Transformer
 from keras_transformer.probes import choose_serving_dtype
-from keras_transformer.search_settings import SearchSettings
+from keras_transformer.config import SearchSettings
 from keras_transformer.training.precision import SERVING_DTYPES
 from keras_transformer.training.run_dir import RunDir
 from trainers.common import add_search_arguments, run_model, search_settings, set_up_kernels

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 from trainers.common import load_run_model
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.evaluation import translate_corpus
-from keras_transformer.search_settings import SearchSettings
+from keras_transformer.config import SearchSettings
 from keras_transformer.visualization import attention_figure, attention_maps, figure_png
 
 

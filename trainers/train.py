@@ -29,7 +29,7 @@ import keras
 import tensorflow as tf
 
 from trainers.common import add_recipe_arguments, recipe_from_args
-from keras_transformer.config import TransformerConfig
+from keras_transformer.config import Recipe, SearchSettings, TransformerConfig
 from keras_transformer.data import (SubwordTokenizer, load_tfds, make_training_dataset,
                                     read_parallel, write_demo_corpus)
 from keras_transformer.data.tokenizer import MODEL_FILENAME
@@ -40,7 +40,6 @@ from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity
 from keras_transformer.model import Transformer
 from keras_transformer.optimization import make_optimizer
-from keras_transformer.recipe import Recipe
 from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
 from keras_transformer.training.backup import BackupError, newest_step, restore_latest
 from keras_transformer.training.batch_stream import per_replica_tokens, training_batches
@@ -50,7 +49,6 @@ from keras_transformer.training.callbacks import (DevEvaluation, PeriodicBackup,
 from keras_transformer.training.checkpoints import save_weights_atomic
 from keras_transformer import kernels
 from keras_transformer.probes import choose_kernels, choose_precision
-from keras_transformer.search_settings import SearchSettings
 from keras_transformer.training.precision import CHOICES, precision_scope
 from keras_transformer.training.progress import ProgressLines
 from keras_transformer.training.run_dir import RunDir

@@ -16,7 +16,7 @@ from keras_transformer import search
 from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.model import Transformer, source_padding_mask
 from keras_transformer.search import DecodeResult, length_divisor
-from keras_transformer.search_settings import SearchSettings
+from keras_transformer.config import SearchSettings
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
 
 

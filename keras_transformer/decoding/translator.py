@@ -14,7 +14,7 @@ from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.decoding.transformer_search import decode
 from keras_transformer.model import Transformer
 from keras_transformer.search import DecodeResult
-from keras_transformer.search_settings import SearchSettings
+from keras_transformer.config import SearchSettings
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from keras_transformer.recipe import Recipe
+from keras_transformer.config import Recipe
 from keras_transformer.training.checkpoints import list_checkpoints
 
 CONFIG_FILE = "config.json"
