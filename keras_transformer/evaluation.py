@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -12,6 +13,7 @@ import sacrebleu
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from keras_transformer.decoding.translator import Translator
+from keras_transformer.text_translation import length_batches
 
 
 @dataclass(frozen=True)
@@ -31,10 +33,8 @@ def translate_corpus(translator: Translator, sources: Sequence[str],
     """Translations of `sources`, in order; sentences are batched by length for speed."""
     if batch_size < 1:
         raise ValueError(f"batch_size: must be positive, got {batch_size}")
-    order = np.argsort([len(text) for text in sources], kind="stable")
     hypotheses: list[str] = [""] * len(sources)
-    for start in range(0, len(order), batch_size):
-        indices = order[start:start + batch_size]
+    for indices in length_batches([len(text) for text in sources], batch_size, sys.maxsize):
         outputs = translator.translate(np.array([sources[i] for i in indices], dtype=object))
         for index, text in zip(indices, outputs["translation"].numpy()):
             hypotheses[index] = text.decode("utf-8")
