@@ -1,6 +1,6 @@
 """`kt-plot-attention`: renders every layer's attention for one sentence pair to PNG files.
 
-    python -m trainers.plot_attention runs/demo "I have forty-two apples" --out plots/
+    python -m trainers plot_attention runs/demo "I have forty-two apples" --out plots/
 
 Without `--target` the model's own (greedy) translation is plotted. One file per attention
 kind and layer (`encoder_self_layer0.png`, ...), all heads side by side, subword tokens on

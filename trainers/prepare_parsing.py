@@ -1,7 +1,7 @@
 """`prepare_parsing`: writes the treebank splits as parallel files for `kt-train`.
 
-    python -m trainers.prepare_parsing --output-dir runs/parsing-data
-    python -m trainers.train --preset parsing-small \
+    python -m trainers prepare_parsing --output-dir runs/parsing-data
+    python -m trainers train --preset parsing-small \
         --train-src runs/parsing-data/train.src --train-tgt runs/parsing-data/train.tgt \
         --dev-src runs/parsing-data/dev.src --dev-tgt runs/parsing-data/dev.tgt ...
 
