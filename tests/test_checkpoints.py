@@ -135,7 +135,7 @@ def test_run_result_keeps_the_better_of_average_and_final_on_dev(tmp_path, avera
     """The end of kt-train: the last checkpoints are averaged, both are scored on dev, the
     better one stays in the model and in result.json, and evaluation/export default to it."""
     from keras_transformer.training.run_dir import RunDir
-    from keras_transformer.training.run_result import keep_better_of_average_and_final
+    from keras_transformer.training.run_dir import keep_better_of_average_and_final
 
     run = RunDir(tmp_path)
     model = kt.Transformer(CONFIG)
@@ -163,7 +163,7 @@ def test_run_result_keeps_the_better_of_average_and_final_on_dev(tmp_path, avera
 
 def test_run_result_without_enough_checkpoints_is_the_final_weights(tmp_path):
     from keras_transformer.training.run_dir import RunDir
-    from keras_transformer.training.run_result import keep_better_of_average_and_final
+    from keras_transformer.training.run_dir import keep_better_of_average_and_final
 
     run = RunDir(tmp_path)
     model = kt.Transformer(CONFIG)

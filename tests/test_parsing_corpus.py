@@ -8,7 +8,7 @@ import pytest
 from keras_transformer.parsing.corpus import SPLITS, parallel_text, read_split, split_files
 from keras_transformer.parsing.linearize import delinearize, linearize
 from keras_transformer.parsing.preprocess import preprocess
-from keras_transformer.parsing.task import evaluate_decoded, trees_from_decoded
+from keras_transformer.parsing.evaluate import evaluate_decoded, trees_from_decoded
 from keras_transformer.parsing.trees import Tree, read_tree_file
 from trainers import prepare_parsing
 

@@ -52,7 +52,7 @@ from keras_transformer.probes import choose_kernels, choose_precision
 from keras_transformer.training.precision import CHOICES, precision_scope
 from keras_transformer.training.progress import ProgressLines
 from keras_transformer.training.run_dir import RunDir
-from keras_transformer.training.run_result import keep_better_of_average_and_final
+from keras_transformer.training.run_dir import keep_better_of_average_and_final
 from keras_transformer.training.strategy import (any_across_workers, make_strategy,
                                                  smallest_across_workers, worker_count)
 from keras_transformer.visualization import attention_maps

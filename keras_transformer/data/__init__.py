@@ -34,7 +34,7 @@ from keras_transformer.data.pipeline import (
     make_source_dataset,
     make_training_dataset,
 )
-from keras_transformer.data.shared_data import shared_data_dir
+from keras_transformer.data.text_files import shared_data_dir
 from keras_transformer.data.text_files import read_lines, read_parallel
 from keras_transformer.data.tfds_source import load_tfds
 from keras_transformer.data.tokenizer import SubwordTokenizer

@@ -8,9 +8,12 @@ import sys
 import zlib
 from collections.abc import Iterator
 from contextlib import nullcontext
+from pathlib import Path
 from typing import IO
 
 _LOG = logging.getLogger(__name__)
+SHARED_DATA_VARIABLE = "KT_SHARED_DATA"
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
 
@@ -118,3 +121,12 @@ def read_parallel(
             too_long, max_length_chars,
         )
     return kept_src, kept_tgt
+
+
+def shared_data_dir() -> Path:
+    """Return ``$KT_SHARED_DATA``, or ``../shared/data`` relative to the project root.
+
+    The directory may not exist; callers check and skip or fail with their own message.
+    """
+    configured = os.environ.get(SHARED_DATA_VARIABLE)
+    return Path(configured) if configured else _PROJECT_ROOT.parent / "shared" / "data"

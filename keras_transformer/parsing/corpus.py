@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from keras_transformer.data.shared_data import shared_data_dir
+from keras_transformer.data.text_files import shared_data_dir
 from keras_transformer.parsing.linearize import linearize, source_text
 from keras_transformer.parsing.preprocess import preprocess
 from keras_transformer.parsing.trees import Tree, read_tree_file

@@ -7,8 +7,8 @@ import os
 from typing import Sequence
 
 from keras_transformer.evaluation import Score
-from keras_transformer.parsing.task import trees_from_decoded
-from keras_transformer.parsing.evalb import score_corpus
+from keras_transformer.parsing.evalb import BracketScore, score_corpus
+from keras_transformer.parsing.linearize import delinearize
 from keras_transformer.parsing.trees import Tree, read_tree_file
 
 SIGNATURE = "evalb:COLLINS.prm|labelled-brackets|corpus"
@@ -42,3 +42,15 @@ def parse_scores(decoded: Sequence[str], gold_trees: Sequence[Tree]
     return trees, [Score("F1", brackets.f1, signature),
                    Score("precision", brackets.precision, signature),
                    Score("recall", brackets.recall, signature)]
+
+
+def trees_from_decoded(decoded: Sequence[str], gold_trees: Sequence[Tree]) -> list[Tree]:
+    """One well-formed tree per decoded string, over its gold tree's words and tags."""
+    if len(decoded) != len(gold_trees):
+        raise ValueError(f"{len(decoded)} decoded strings but {len(gold_trees)} gold trees")
+    return [delinearize(text, gold.words(), gold.tags()) for text, gold in zip(decoded, gold_trees)]
+
+
+def evaluate_decoded(decoded: Sequence[str], gold_trees: Sequence[Tree]) -> BracketScore:
+    """Corpus-level EVALB bracket scores of decoded strings against preprocessed gold trees."""
+    return score_corpus(gold_trees, trees_from_decoded(decoded, gold_trees))

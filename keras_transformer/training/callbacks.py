@@ -17,12 +17,12 @@ from typing import Callable, Sequence
 
 import keras
 import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
 
 from keras_transformer.evaluation import corpus_scores
 from keras_transformer.metrics import MaskedTokenAccuracy
 from keras_transformer.training.backup import weights_are_finite, write_backup
 from keras_transformer.training.checkpoints import save_checkpoint
-from keras_transformer.training.summaries import write_png, write_scalar
 from keras_transformer.visualization import AttentionMap, attention_figure, figure_png
 
 
@@ -268,3 +268,23 @@ def _last_elapsed(curve_path: Path) -> float:
         return 0.0
     lines = curve_path.read_text(encoding="utf-8").strip().splitlines()
     return float(lines[-1].split("\t")[1]) if len(lines) > 1 else 0.0
+
+
+# TensorBoard records written with core TensorFlow ops only: `tf.summary.scalar`/`image` live in
+# the `tensorboard` package, which viewing the logs needs but training should not.
+def _metadata(plugin: str) -> bytes:
+    metadata = summary_pb2.SummaryMetadata()
+    metadata.plugin_data.plugin_name = plugin
+    return metadata.SerializeToString()
+
+
+def write_scalar(tag: str, value: float, step: int) -> None:
+    """A scalar for TensorBoard's Scalars tab (call under `writer.as_default()`)."""
+    tf.summary.write(tag, tf.constant(float(value), tf.float32), step=step,
+                     metadata=_metadata("scalars"))
+
+
+def write_png(tag: str, png: bytes, width: int, height: int, step: int) -> None:
+    """A PNG image for TensorBoard's Images tab (the images plugin's [w, h, png] layout)."""
+    tensor = tf.constant([str(width).encode(), str(height).encode(), png])
+    tf.summary.write(tag, tensor, step=step, metadata=_metadata("images"))

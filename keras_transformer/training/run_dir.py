@@ -1,4 +1,6 @@
-"""A run directory: `config.json` (the `Recipe`), `vocab/`, `checkpoints/`, `backup/`, `tensorboard/`.
+"""A run directory: `config.json` (the `Recipe`), `vocab/`, `checkpoints/`, `backup/`,
+`tensorboard/`, and the run's result: as in the paper (6.1), the last checkpoints averaged and
+whichever of the average and the final weights scores better on dev (`result.json`).
 
 A directory belongs to one configuration: restarting it with another one is refused rather
 than mixing two runs' weights, optimizer state and logs.
@@ -9,10 +11,13 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+import keras
 
 from keras_transformer.config import Recipe
-from keras_transformer.training.checkpoints import list_checkpoints
+from keras_transformer.training.checkpoints import (average_weights, list_checkpoints,
+                                                    load_weights_file, save_weights_atomic)
 
 CONFIG_FILE = "config.json"
 RUN_FILE = "run.json"
@@ -145,3 +150,30 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     keys = sorted(set(old) | set(new))
     return [f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in keys
             if key in old and old.get(key) != new.get(key)]
+
+
+def keep_better_of_average_and_final(model: keras.Model, run: RunDir, average_last: int,
+                                     dev_bleu: Callable[[], float]) -> dict:
+    """Leaves `model` holding the run's result and returns what `result.json` records.
+
+    `model` holds the final weights (already saved as `run.final_weights`); `dev_bleu()` scores
+    whatever `model` holds. With `average_last` >= 2 and at least two checkpoints, the newest
+    `average_last` of them (fewer if fewer were kept, noted as `averaged`) are averaged into
+    `run.averaged_weights`, and the average is the result only if its dev BLEU is higher.
+    """
+    scores = {"final": round(dev_bleu(), 2)}
+    averaged = list_checkpoints(run.checkpoints)[-average_last:] if average_last >= 2 else []
+    chosen = run.final_weights
+    if len(averaged) >= 2:
+        average_weights(model, averaged)
+        save_weights_atomic(model, run.averaged_weights)
+        scores["averaged"] = round(dev_bleu(), 2)
+        if scores["averaged"] > scores["final"]:
+            chosen = run.averaged_weights
+        else:
+            load_weights_file(model, run.final_weights)
+    result = {"weights": chosen.name, "dev_bleu": scores,
+              "averaged": [path.name for path in averaged] if len(averaged) >= 2 else [],
+              "average_last": average_last}
+    run.write_json(RESULT_FILE, result)
+    return {**result, "weights": os.fspath(chosen)}
