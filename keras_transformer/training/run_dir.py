@@ -21,7 +21,7 @@ from keras_transformer.training.checkpoints import (average_weights, list_checkp
 
 CONFIG_FILE = "config.json"
 RUN_FILE = "run.json"
-RESULT_FILE = "result.json"  # which weights a finished run chose (`training.run_result`)
+RESULT_FILE = "result.json"  # which weights a finished run chose (`keep_better_of_average_and_final`)
 
 
 class RunDir:
