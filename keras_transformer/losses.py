@@ -5,9 +5,20 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_transformer import kernels
-from keras_transformer.logit_factors import LogitFactors
+from keras_transformer.hooks import replaceable
 from keras_transformer.vocab_ids import PAD_ID
+
+
+@replaceable
+def smoothed_cross_entropy(y_true: tf.Tensor, logits: tf.Tensor,
+                           label_smoothing: float) -> tf.Tensor:
+    """Per-token `-sum_k q_k log p_k` with `q = (1 - eps) one_hot(y) + eps / vocab`, of int32
+    labels and float32 logits `[..., vocab]` (a kernel hook). With `log p_k = z_k -
+    logsumexp(z)` it is `logsumexp(z) - (1 - eps) z_y - eps mean(z)`."""
+    log_normalizer = tf.reduce_logsumexp(logits, axis=-1)
+    true_logits = tf.gather(logits, y_true, batch_dims=y_true.shape.rank)
+    return (log_normalizer - (1.0 - label_smoothing) * true_logits
+            - label_smoothing * tf.reduce_mean(logits, axis=-1))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -19,9 +30,6 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     token count all-reduced across replicas, and the replicas' gradients add up to those of the
     global mean, so neither the loss nor the update depends on how the batch was split. (The
     reduction is always "sum": Keras rescales only mean reductions across replicas.)
-
-    `call_on_factors` takes the model's `LogitFactors` instead of the logits: the training
-    step's route (`FitSteps`), which a fast kernel differentiates through the factors.
     """
 
     def __init__(self, label_smoothing: float = 0.1, name: str = "label_smoothed_cross_entropy",
@@ -32,19 +40,13 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         y_true = ops.cast(y_true, "int32")
-        token_losses = kernels.smoothed_cross_entropy(y_true, ops.cast(y_pred, "float32"),
-                                                      self.label_smoothing)
-        return self._normalized(y_true, token_losses)
+        token_losses = smoothed_cross_entropy(y_true, ops.cast(y_pred, "float32"),
+                                              self.label_smoothing)
+        return self.normalized(y_true, token_losses)
 
-    def call_on_factors(self, y_true, factors: LogitFactors) -> tf.Tensor:
-        """The loss of `factors.logits`, summed (this loss's reduction) without sample weights."""
-        y_true = ops.cast(y_true, "int32")
-        token_losses = kernels.smoothed_cross_entropy_through_factors(y_true, factors,
-                                                                      self.label_smoothing)
-        return ops.sum(self._normalized(y_true, token_losses))
-
-    def _normalized(self, y_true, token_losses):
-        """Per-token losses, zero at padding, divided by the global batch's target tokens."""
+    def normalized(self, y_true, token_losses):
+        """Per-token losses, zero at padding, divided by the global batch's target tokens (they
+        sum to the loss)."""
         mask = ops.cast(ops.not_equal(y_true, PAD_ID), "float32")
         tokens = ops.sum(mask)
         replica_context = tf.distribute.get_replica_context()

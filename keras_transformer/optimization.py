@@ -2,8 +2,8 @@
 import keras
 from keras import ops
 
-from keras_transformer import kernels
 from keras_transformer.config import TrainingSettings
+from keras_transformer.hooks import replaceable
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -30,9 +30,16 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
 
 
+@replaceable
+def adam(**adam_arguments) -> keras.optimizers.Adam:
+    """`keras.optimizers.Adam(**adam_arguments)` (a kernel hook: a replacement keeps its
+    arguments, slots and checkpoints)."""
+    return keras.optimizers.Adam(**adam_arguments)
+
+
 def make_optimizer(d_model: int, training: TrainingSettings = TrainingSettings()
                    ) -> keras.optimizers.Adam:
     """Adam(beta1=0.9, beta2=0.98, epsilon=1e-9) driven by `TransformerSchedule` for a model of
-    width `d_model`, from the kernel interface (with fast kernels, `kernels.adam.FusedAdam`)."""
+    width `d_model` (through the `adam` hook)."""
     schedule = TransformerSchedule(d_model, training.warmup_steps, training.learning_rate_scale)
-    return kernels.adam(learning_rate=schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+    return adam(learning_rate=schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)

@@ -17,6 +17,7 @@ os.environ.setdefault("KT_KERNELS", "fast")
 
 import keras_transformer  # noqa: F401,E402  (selects the TensorFlow backend before keras loads)
 import keras  # noqa: E402
+from keras_transformer import fast  # noqa: E402
 from keras_transformer.data import (  # noqa: E402
     SubwordTokenizer,
     read_parallel,
@@ -24,6 +25,8 @@ from keras_transformer.data import (  # noqa: E402
     write_demo_corpus,
 )
 from keras_transformer.training.precision import set_precision  # noqa: E402
+
+fast.active()  # installs the kernel set KT_KERNELS names for the in-process tests
 
 
 def run_script_json(script: str, timeout: int = 300) -> dict:

@@ -83,6 +83,34 @@ def test_the_search_imports_no_model():
     assert imported <= {PACKAGE, f"{PACKAGE}.vocab_ids"}, imported
 
 
+def test_the_core_imports_neither_the_fast_subpackage_nor_private_apis():
+    """Dependencies point one way: `keras_transformer.fast` on the core, never the reverse; and
+    no core module imports a private Keras/TensorFlow module (`fast.compat` holds them all)."""
+    graph = module_graph()
+    fast = {module for module in graph if module.startswith(f"{PACKAGE}.fast")}
+    core = set(graph) - fast - {PACKAGE}
+    assert fast and len(core) > 40
+    assert {module: graph[module] & fast for module in core if graph[module] & fast} == {}
+    private = []
+    for module in core:
+        path = ROOT / (module.replace(".", "/") + ".py")
+        if not path.exists():
+            path = ROOT / module.replace(".", "/") / "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            private += [(module, name) for name in names
+                        if name.startswith(("tensorflow.python", "keras.src", "tf_keras"))]
+    assert private == []
+
+
+def test_the_import_graph_sees_the_fast_subpackage_and_its_core_imports():
+    """The graph the checks above read does contain edges into the fast subpackage."""
+    graph = module_graph()
+    assert f"{PACKAGE}.fast.packed" in reachable(graph, f"{PACKAGE}.fast.model")
+    assert f"{PACKAGE}.model" in reachable(graph, f"{PACKAGE}.fast.model")
+
+
 def test_importing_the_command_lines_changes_nothing():
     """`import trainers` imports no TensorFlow and leaves file descriptor 2 alone."""
     probe = ("import os, sys; before = os.fstat(2).st_ino; import trainers; "

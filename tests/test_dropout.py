@@ -1,4 +1,4 @@
-"""The Dropout layer (with either kernel set): Keras's contract, the configured rate,
+"""The HookDropout layer (with either kernel set): Keras's contract, the configured rate,
 independent masks."""
 import keras
 import numpy as np
@@ -6,26 +6,26 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend)
-from keras_transformer import kernels
-from keras_transformer.layers import Dropout
+from keras_transformer import fast
+from keras_transformer.layers import HookDropout
 
 SHAPE = (300, 501)  # odd size: the last 32-bit random word gives one mask only
 
 
 def effective_rate(rate: float) -> float:
     """The drop probability applied: fast kernels round the rate to a multiple of 2^-16."""
-    return round(rate * 65536) / 65536 if kernels.active() == "fast" else rate
+    return round(rate * 65536) / 65536 if fast.active() == "fast" else rate
 
 
 def test_inference_and_zero_rate_are_the_identity():
     x = tf.random.normal(SHAPE)
-    np.testing.assert_array_equal(Dropout(0.3)(x, training=False), x)
-    np.testing.assert_array_equal(Dropout(0.0)(x, training=True), x)
+    np.testing.assert_array_equal(HookDropout(0.3)(x, training=False), x)
+    np.testing.assert_array_equal(HookDropout(0.0)(x, training=True), x)
 
 
 @pytest.mark.parametrize("rate", [0.1, 0.3, 0.5])
 def test_drops_the_rate_and_keeps_the_expectation(rate):
-    out = Dropout(rate, seed=1)(tf.ones(SHAPE), training=True).numpy()
+    out = HookDropout(rate, seed=1)(tf.ones(SHAPE), training=True).numpy()
     dropped = out == 0
     effective = effective_rate(rate)
     sigma = (effective * (1 - effective) / out.size) ** 0.5
@@ -37,7 +37,7 @@ def test_drops_the_rate_and_keeps_the_expectation(rate):
 def test_masks_are_independent_across_elements_and_calls():
     """The two masks of one 32-bit word, neighbours in a row, and successive calls are
     uncorrelated: both dropped about rate^2 of the time."""
-    layer, rate = Dropout(0.5, seed=2), 0.5
+    layer, rate = HookDropout(0.5, seed=2), 0.5
     first = layer(tf.ones(SHAPE), training=True).numpy() == 0
     second = layer(tf.ones(SHAPE), training=True).numpy() == 0
     flat = first.reshape(-1)
@@ -50,7 +50,7 @@ def test_masks_are_independent_across_elements_and_calls():
 
 def test_seeded_layers_repeat_and_the_gradient_follows_the_mask():
     x = tf.random.normal(SHAPE)
-    a, b = Dropout(0.2, seed=7), Dropout(0.2, seed=7)
+    a, b = HookDropout(0.2, seed=7), HookDropout(0.2, seed=7)
     np.testing.assert_array_equal(a(x, training=True).numpy(), b(x, training=True).numpy())
     with tf.GradientTape() as tape:
         tape.watch(x)
@@ -63,19 +63,19 @@ def test_seeded_layers_repeat_and_the_gradient_follows_the_mask():
 
 
 def test_bfloat16_xla_and_serialization():
-    layer = Dropout(0.1, seed=3, dtype="mixed_bfloat16")
+    layer = HookDropout(0.1, seed=3, dtype="mixed_bfloat16")
     out = tf.function(lambda x: layer(x, training=True), jit_compile=True)(
         tf.ones(SHAPE, tf.bfloat16))
     assert out.dtype == tf.bfloat16
     assert 0.08 < float(tf.reduce_mean(tf.cast(out == 0, tf.float32))) < 0.12
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
-    assert type(restored) is Dropout and restored.rate == 0.1
+    assert type(restored) is HookDropout and restored.rate == 0.1
 
 
 def test_shape_given_ahead_gives_the_same_mask():
     """`shape=` (the inputs' shape known before the inputs) changes when the mask is drawn,
     not which mask."""
     x = tf.random.normal(SHAPE)
-    a, b = Dropout(0.3, seed=5), Dropout(0.3, seed=5)
+    a, b = HookDropout(0.3, seed=5), HookDropout(0.3, seed=5)
     np.testing.assert_array_equal(a(x, training=True).numpy(),
                                   b(x, training=True, shape=tf.shape(tf.zeros(SHAPE))).numpy())

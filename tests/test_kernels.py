@@ -1,15 +1,20 @@
-"""The kernel interface: each fast kernel against its reference twin (value and gradient),
-the twins against plain formulas, and the selection switch."""
+"""The kernel hooks: each fast twin (`keras_transformer.fast`) against the core's reference
+(value and gradient), the references against plain formulas, the selection switch, and the
+boundary between the core and the fast subpackage."""
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import kernels
-from keras_transformer.kernels import (cross_entropy, decode_cache, matmul, normalization,
-                                       random_masks, statistics)
-from keras_transformer.kernels.layouts import PADDED, TokenLayout
-from keras_transformer.logit_factors import factor_logits
+from keras_transformer import fast, hooks
+from keras_transformer.fast import decode_cache, kernels, loss
+from keras_transformer.fast.loss import factor_logits
+from keras_transformer.fast.packed import PADDED, TokenLayout
+from keras_transformer.layers.attention import linear
+from keras_transformer.layers.residual import dropout, layer_norm
+from keras_transformer.losses import smoothed_cross_entropy
+from keras_transformer.metrics import logit_statistics
+from keras_transformer.optimization import adam
 
 rng = np.random.default_rng(0)
 KERNEL_SETS = ["fast", "reference"]
@@ -45,7 +50,7 @@ def test_fast_linear_values_and_gradients_equal_autodiff(in_size, out_size, with
         return tf.function(run)() if graph else run()
 
     expected = values_and_gradients(reference)
-    for implementation in (matmul.fast, matmul.reference):
+    for implementation in (kernels.linear, linear.reference):
         ours = values_and_gradients(lambda r, k, b: implementation(r, k, b, relu=relu))
         assert len(ours) == len(expected) == 3 + with_bias
         for got, want in zip(ours, expected):
@@ -121,9 +126,9 @@ def test_token_layout_moves_have_exact_gradients():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_layer_norm_matches_keras_layer_normalization_in_value_and_gradient(kernel_set, dtype):
     """Both kernels, as functions and through the package's layer."""
-    from keras_transformer.layers.layer_norm import LayerNormalization
+    from keras_transformer.layers import LayerNorm
 
-    implementation = getattr(normalization, kernel_set)
+    implementation = kernels.layer_norm if kernel_set == "fast" else layer_norm.reference
     reference = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype)
     x = tf.cast(rng.normal(size=(3, 4, 8)) * 3 + 1, dtype)
     reference.build(x.shape)
@@ -141,10 +146,10 @@ def test_layer_norm_matches_keras_layer_normalization_in_value_and_gradient(kern
 
     ours = value_and_gradients(lambda v: implementation(v, reference.gamma, reference.beta, 1e-6))
     theirs = value_and_gradients(reference)
-    layer = LayerNormalization(epsilon=1e-6, dtype=dtype)  # the layer form, same weights
+    layer = LayerNorm(epsilon=1e-6, dtype=dtype)  # the layer form, same weights
     layer.build(x.shape)
     layer.set_weights(reference.get_weights())
-    with kernels.kernels_scope(kernel_set):
+    with fast.kernels_scope(kernel_set):
         ours_as_layer = value_and_gradients(layer, layer)
     tolerance = 1e-5 if dtype == "float32" else 2e-2
     for a, b, c in zip(ours, theirs, ours_as_layer):
@@ -171,7 +176,7 @@ def test_padded_layout_is_the_token_layout_with_padding_kept():
 
 @pytest.mark.parametrize("kernel_set", KERNEL_SETS)
 def test_dropout_drops_the_rate_keeps_the_expectation_and_routes_the_gradient(kernel_set):
-    implementation = getattr(random_masks, kernel_set)
+    implementation = kernels.dropout if kernel_set == "fast" else dropout.reference
     x = tf.ones((400, 250))
     with tf.GradientTape() as tape:
         tape.watch(x)
@@ -183,28 +188,27 @@ def test_dropout_drops_the_rate_keeps_the_expectation_and_routes_the_gradient(ke
     np.testing.assert_allclose(gradient, 2 * y.numpy())
 
 
-@pytest.mark.parametrize("kernel_set, jit_compile", [
-    ("reference", False), ("fast", False), ("fast", True)])
-def test_decode_cache_gives_each_hypothesis_its_history(kernel_set, jit_compile):
+def test_caches_never_reordered_give_each_hypothesis_its_history():
     """Five steps of a beam search over 4 rows, each step's hypotheses extending random
-    parents: each row sees, at positions 0 .. step, what its line of ancestors wrote."""
+    parents, the fast caches written in place and only the ancestors reordered: each row sees,
+    at positions 0 .. step, what its line of ancestors wrote."""
     rows, heads, max_len, dim = 4, 2, 5, 3
     updates = rng.normal(size=(max_len, rows, 1, heads, dim)).astype("float32")
     parents = rng.integers(0, rows, size=(max_len, rows)).astype("int32")
-    make_buffer = getattr(decode_cache, f"{kernel_set}_buffer")
-    extend = getattr(decode_cache, f"{kernel_set}_extend_cache")
 
-    @tf.function(jit_compile=jit_compile)
+    @tf.function
     def search():
-        buffer = make_buffer(tf.constant([rows, heads, max_len, dim]), tf.float32)
+        buffer = tf.raw_ops.Empty(shape=[max_len, rows, heads, dim], dtype=tf.float32,
+                                  init=True)
         ancestors = tf.tile(tf.range(rows)[:, None], [1, max_len])
         seen = []
         for step in range(max_len):
             if step:
                 ancestors = tf.gather(ancestors, parents[step])
             ancestors = tf.where(tf.range(max_len) == step, tf.range(rows)[:, None], ancestors)
-            buffer, visible = extend(buffer, ancestors, updates[step], tf.constant(step))
-            seen.append(visible[:, :, :step + 1])
+            buffer, visible = decode_cache._extend(buffer, ancestors, updates[step],
+                                                   tf.constant(step))
+            seen.append(visible)
         return seen
 
     histories = [[] for _ in range(rows)]
@@ -217,9 +221,9 @@ def test_decode_cache_gives_each_hypothesis_its_history(kernel_set, jit_compile)
 
 def test_logit_statistics_agree():
     logits = tf.constant(rng.normal(size=(4, 3, 50)) * 20, "float32")
-    for fast, reference in zip(tf.function(statistics.fast)(logits),
-                               statistics.reference(logits)):
-        np.testing.assert_allclose(fast, reference, rtol=1e-5, atol=1e-5)
+    for got, want in zip(tf.function(loss.logit_statistics)(logits),
+                         logit_statistics.reference(logits)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])
@@ -234,9 +238,9 @@ def test_smoothed_cross_entropy_kernels_agree_in_value_and_gradient(eps):
             value = implementation(labels, logits, eps)
         return value, tape.gradient(value, logits, output_gradients=upstream)
 
-    fast, reference = (value_and_gradient(cross_entropy.fast),
-                       value_and_gradient(cross_entropy.reference))
-    for got, want in zip(fast, reference):
+    ours, reference = (value_and_gradient(loss.smoothed_cross_entropy),
+                       value_and_gradient(smoothed_cross_entropy.reference))
+    for got, want in zip(ours, reference):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     probabilities = tf.nn.softmax(logits)  # the gradient's closed form, softmax - q
     targets = (1 - eps) * tf.one_hot(labels, 40) + eps / 40
@@ -259,43 +263,48 @@ def test_cross_entropy_through_factors_agrees_with_the_reference(transposed, dty
             value = implementation(labels, factor_logits(hidden, kernel, transposed), 0.1)
         return [value, *tape.gradient(value, [hidden, kernel], output_gradients=upstream)]
 
-    fast = value_and_gradients(cross_entropy.fast_through_factors)
-    reference = value_and_gradients(cross_entropy.reference_through_factors)
-    for got, want in zip(fast, reference):
+    ours = value_and_gradients(loss.smoothed_cross_entropy_through_factors)
+    reference = value_and_gradients(
+        lambda labels, factors, eps: smoothed_cross_entropy.reference(labels, factors.logits, eps))
+    for got, want in zip(ours, reference):
         want = np.asarray(tf.cast(want, "float32"))
         np.testing.assert_allclose(tf.cast(got, "float32"), want, rtol=tolerance,
                                    atol=tolerance * np.abs(want).max())
 
 
 def test_selection_switches_validates_and_restores(monkeypatch):
-    before = kernels.active()
+    before = fast.active()
     for name in KERNEL_SETS:
-        with kernels.kernels_scope(name):
-            assert kernels.active() == name
-            assert kernels.packs_tokens() == (name == "fast")
-            assert type(kernels.adam(learning_rate=1e-3)).__name__ == (
+        with fast.kernels_scope(name):
+            assert fast.active() == name
+            assert set(hooks.installed()) == (set(hooks.REFERENCES) if name == "fast" else set())
+            assert type(adam(learning_rate=1e-3)).__name__ == (
                 "FusedAdam" if name == "fast" else "Adam")
-        assert kernels.active() == before
+        assert fast.active() == before
     with pytest.raises(ValueError, match="kernels: 'quick' is not one of auto, fast, reference"):
-        kernels.set_kernels("quick")
+        fast.set_kernels("quick")
+    with pytest.raises(ValueError, match="no hook named quick"):
+        hooks.install({"quick": len})
     monkeypatch.setenv("KT_KERNELS", "quick")
-    monkeypatch.setattr(kernels.selection, "_active", None)
+    monkeypatch.setattr(fast.selection, "_active", None)
     with pytest.raises(ValueError, match="KT_KERNELS: 'quick'"):
-        kernels.active()
+        fast.active()
     monkeypatch.setenv("KT_KERNELS", "reference")
-    assert kernels.active() == "reference"
+    assert fast.active() == "reference" and hooks.installed() == {}
+    fast.set_kernels(before)
 
 
-def test_the_layers_reach_the_speed_tricks_only_through_the_interface():
-    """The grep of issue 21: custom gradients, raw ops and private APIs live in the kernels
-    package and the compat module only."""
+def test_the_speed_tricks_live_in_the_fast_subpackage_only():
+    """Custom gradients, raw ops and private Keras/TensorFlow APIs appear in
+    `keras_transformer/fast/` only (imports are checked in tests/test_architecture.py)."""
     import re
     from pathlib import Path
 
-    package = Path(kernels.__file__).parents[1]
+    package = Path(hooks.__file__).parent
     pattern = re.compile(r"custom_gradient|raw_ops|tensorflow\.python|keras\.src|"
-                         r"_backend_update_step|_symbolic_build")
-    offenders = [str(path.relative_to(package)) for path in package.rglob("*.py")
-                 if pattern.search(path.read_text(encoding="utf-8"))
-                 and "kernels" not in path.parts and path.name != "compat.py"]
-    assert offenders == []
+                         r"_backend_update_step|_symbolic_build|_loss_tracker")
+    outside = [path for path in package.rglob("*.py")
+               if "fast" not in path.relative_to(package).parts]
+    offenders = [str(path.relative_to(package)) for path in outside
+                 if pattern.search(path.read_text(encoding="utf-8"))]
+    assert len(outside) > 40 and offenders == []

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend)
-from keras_transformer.kernels import KERNEL_SETS, kernels_scope
+from keras_transformer.fast import KERNEL_SETS, kernels_scope
 from keras_transformer.layers import (DecoderLayer, EncoderLayer, LearnedPositionalEmbedding,
                                       MultiHeadAttention, PositionwiseFeedForward, ResidualNorm,
                                       ScaledEmbedding, SinusoidalPositionalEncoding)
@@ -53,14 +53,13 @@ def test_cached_steps_equal_causal_self_attention_and_do_not_leak_between_runs(k
     attention(np.zeros((1, 1, 4), "float32"))
     rows, length = 3, 4
 
-    @tf.function  # In a graph, where the fast cache is written in place: each run starts afresh.
+    @tf.function  # In a graph: each run starts afresh.
     def one_position_a_step(queries):
         cache = attention.init_cache(rows, length, "float32")
-        ancestors = tf.tile(tf.range(rows)[:, None], [1, length])  # each row its own history
         outputs = []
         for step in range(length):
             output, cache = attention(queries[:, step:step + 1], cache=cache,
-                                      cache_step=tf.constant(step), cache_ancestors=ancestors)
+                                      cache_index=tf.constant(step))
             outputs.append(output)
         return tf.concat(outputs, axis=1)
 
@@ -89,8 +88,9 @@ def test_sinusoidal_encoding_matches_section_3_5():
     shifted = SinusoidalPositionalEncoding()(np.zeros((1, 3, 16), "float32"), start_index=7)
     np.testing.assert_allclose(shifted, encoding[7:10], atol=1e-5)
     positions = np.array([3, 0, 49, 3, 12])  # Of packed tokens [5, 16].
-    at_positions = SinusoidalPositionalEncoding()(np.zeros((5, 16), "float32"),
-                                                  positions=positions)
+    layer = SinusoidalPositionalEncoding()
+    layer.build((None, None, 16))
+    at_positions = layer.at(positions)
     np.testing.assert_allclose(at_positions, encoding[positions], atol=1e-5)
 
 
@@ -99,8 +99,7 @@ def test_learned_positions_index_their_table():
     out = layer(np.zeros((2, 4, 8), "float32"), start_index=3)
     np.testing.assert_allclose(out, np.asarray(layer.table)[3:7])
     positions = np.array([9, 0, 0, 4])
-    np.testing.assert_allclose(layer(np.zeros((4, 8), "float32"), positions=positions),
-                               np.asarray(layer.table)[positions])
+    np.testing.assert_allclose(layer.at(positions), np.asarray(layer.table)[positions])
 
 
 def test_embedding_is_scaled_tied_and_masks_padding():
@@ -111,7 +110,7 @@ def test_embedding_is_scaled_tied_and_masks_padding():
     np.testing.assert_allclose(vectors[0, 0], table[4] * 4.0, rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(layer.compute_mask(ids)), [[True, True, False]])
     hidden = rng.normal(size=(1, 2, 16)).astype("float32")
-    np.testing.assert_allclose(layer.logits(hidden).logits, hidden @ table.T, rtol=1e-5,
+    np.testing.assert_allclose(layer.logits(hidden), hidden @ table.T, rtol=1e-5,
                                atol=1e-6)
 
 

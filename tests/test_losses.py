@@ -82,7 +82,7 @@ def test_log_normalizer_is_stable_for_extreme_logits():
     tiny softmax underflow (masked -1e9 logits, spreads of thousands)."""
     import tensorflow as tf
 
-    from keras_transformer.kernels.statistics import fast as logit_statistics
+    from keras_transformer.fast.loss import logit_statistics
 
     rng = np.random.default_rng(0)
     logits = np.concatenate([rng.normal(size=(3, 50)) * 3000,
@@ -102,7 +102,7 @@ def test_loss_and_metrics_share_one_softmax_and_argmax(kernel_set, passes):
     one set for the loss's autodiff, one per metric)."""
     import tensorflow as tf
 
-    from keras_transformer.kernels import kernels_scope
+    from keras_transformer.fast import kernels_scope
 
     loss, accuracy, perplexity = (kt.LabelSmoothedCrossEntropy(0.1), kt.MaskedTokenAccuracy(),
                                   kt.Perplexity())
@@ -134,16 +134,16 @@ def _loss_and_factor_gradients(hidden, kernel, transposed, targets, weights, eps
     `factored=False` hides the factors from the loss (it then differentiates the logits)."""
     import tensorflow as tf
 
-    from keras_transformer.kernels import cross_entropy
-    from keras_transformer.logit_factors import factor_logits
+    from keras_transformer.fast import loss as fast_loss
+    from keras_transformer.fast.loss import factor_logits
 
     @tf.function
     def step(hidden, kernel):
         with tf.GradientTape() as tape:
             tape.watch([hidden, kernel])
             factors = factor_logits(hidden, kernel, transposed)
-            losses = (cross_entropy.fast_through_factors(targets, factors, eps) if factored
-                      else cross_entropy.fast(targets, factors.logits, eps))
+            losses = (fast_loss.smoothed_cross_entropy_through_factors(targets, factors, eps)
+                      if factored else fast_loss.smoothed_cross_entropy(targets, factors.logits, eps))
             loss = tf.reduce_sum(tf.reshape(losses, tf.shape(weights)) * weights)
         return (loss, *tape.gradient(loss, [hidden, kernel]))
 

@@ -6,7 +6,8 @@ import keras
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer import kernels
+from keras_transformer import fast
+from keras_transformer.fast import packed
 
 rng = np.random.default_rng(0)
 VARIANTS = {
@@ -143,38 +144,39 @@ def test_logits_at_positions_equal_the_full_logits_there():
     source, target = random_ids((3, 6)), random_ids((3, 5))
     positions = np.array([[0, 0], [0, 4], [2, 1], [1, 3]], dtype=np.int64)
     full = model((source, target)).numpy()
-    at_positions = model((source, target, positions)).numpy()
+    at_positions = packed.logit_factors(model, source, target, positions).logits.numpy()
     np.testing.assert_allclose(at_positions, full[positions[:, 0], positions[:, 1]], atol=1e-5)
 
 
 @PRECISIONS
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_packed_layers_equal_padded_layers_in_value_and_gradient(precision, variant):
-    """Given target positions, the layers run on real tokens only (`TokenLayout`): the logits
-    and the weight gradients are those of the padded computation."""
+    """The fast path's packed forward pass runs the layers on real tokens only (`TokenLayout`):
+    its logits and weight gradients are those of the core model's padded computation."""
     model = tiny_model(**VARIANTS[variant])
     source, target = random_ids((3, 7)), random_ids((3, 6))
     source[0, 4:] = source[2, 6:] = target[0, 3:] = target[1, 5:] = kt.PAD_ID
     positions = np.argwhere(target != kt.PAD_ID)
     projection = rng.normal(size=(len(positions), model.config.output_vocab_size))
 
-    def logits_and_gradients(inputs, pick):
+    def logits_and_gradients(forward, pick):
         with tf.GradientTape() as tape:
-            logits = pick(model(inputs, training=False))
+            logits = pick(forward((source, target), training=False))
             loss = tf.reduce_sum(logits * projection.astype("float32"))
         return logits.numpy(), tape.gradient(loss, model.trainable_variables)
 
-    padded = logits_and_gradients((source, target), lambda x: tf.gather_nd(x, positions))
-    packed = logits_and_gradients((source, target, positions), lambda x: x)
-    assert_equal_to_rounding(packed[0], padded[0], precision)
-    for packed_gradient, padded_gradient in zip(packed[1], padded[1]):
+    def packed_model(inputs, training=False):
+        return packed.logit_factors(model, *inputs, positions, training=training).logits
+
+    padded = logits_and_gradients(model, lambda x: tf.gather_nd(x, positions))
+    on_tokens = logits_and_gradients(packed_model, lambda x: x)
+    assert_equal_to_rounding(on_tokens[0], padded[0], precision)
+    for packed_gradient, padded_gradient in zip(on_tokens[1], padded[1]):
         assert_equal_to_rounding(tf.convert_to_tensor(packed_gradient).numpy(),
                                  tf.convert_to_tensor(padded_gradient).numpy(), precision)
-    graph = tf.function(model).get_concrete_function(
-        (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32),
-         tf.TensorSpec([None, 2], tf.int64))).graph
-    # With fast kernels the TokenLayout ran (with reference ones both computations are padded).
-    assert ("Cumsum" in {op.type for op in graph.get_operations()}) == kernels.packs_tokens()
+    graph = tf.function(packed_model).get_concrete_function(
+        (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32))).graph
+    assert "Cumsum" in {op.type for op in graph.get_operations()}  # the TokenLayout ran
 
 
 def test_fit_rejects_labels_at_padded_target_inputs():
@@ -182,11 +184,13 @@ def test_fit_rejects_labels_at_padded_target_inputs():
     silently meaningless logit."""
     from trainers.train import compiled_model
 
-    model, _ = compiled_model(kt.Recipe.preset("tiny", vocab_size=60))
-    source, target_in, target_out = random_ids((2, 6)), random_ids((2, 5)), random_ids((2, 5))
-    target_in[1, 3:] = kt.PAD_ID
-    with pytest.raises(tf.errors.InvalidArgumentError, match="target input is padding"):
-        model.fit((source, target_in), target_out, epochs=1, verbose=0)
+    with fast.kernels_scope("fast"):
+        model, _ = compiled_model(kt.Recipe.preset("tiny", vocab_size=60))
+        source, target_in = random_ids((2, 6)), random_ids((2, 5))
+        target_out = random_ids((2, 5))
+        target_in[1, 3:] = kt.PAD_ID
+        with pytest.raises(tf.errors.InvalidArgumentError, match="target input is padding"):
+            model.fit((source, target_in), target_out, epochs=1, verbose=0)
 
 
 @pytest.mark.parametrize("jit_compile", [False, True])
@@ -211,8 +215,7 @@ def test_fit_and_evaluate_score_only_real_target_tokens(jit_compile):
 def test_training_differentiates_the_loss_through_the_logit_factors(variant):
     """With fast kernels the train step's loss reaches the weights through `hidden @ kernel`
     (tied or not) and only the real target tokens, with no one-hot over `[tokens, vocab]`; the
-    gradients are those of the reference kernels' padded, autodiff step."""
-    from keras_transformer.kernels import kernels_scope
+    gradients are those of the core model's padded, autodiff loss with the reference kernels."""
     from trainers.train import compiled_model
 
     model, _ = compiled_model(kt.Recipe.preset("tiny", vocab_size=60, dropout=0.0,
@@ -224,20 +227,25 @@ def test_training_differentiates_the_loss_through_the_logit_factors(variant):
     def traced_gradients(kernel_set):
         @tf.function
         def gradients(data):
-            x, y, _ = model._at_target_tokens(data)
             with tf.GradientTape() as tape:
-                value = model.compute_loss(x=x, y=y, y_pred=model.logit_factors(x, training=True))
+                if kernel_set == "fast":
+                    x, y, weights, positions = model._at_target_tokens(data)
+                    factors = packed.logit_factors(model, *x, positions, training=True)
+                    value = model._loss(x, y, factors, weights, training=True)
+                else:
+                    x, y = data
+                    value = model.compute_loss(x=x, y=y, y_pred=model(x, training=True))
             return tape.gradient(value, model.trainable_variables)
 
-        with kernels_scope(kernel_set):
+        with fast.kernels_scope(kernel_set):
             return gradients(data), gradients.get_concrete_function(data).graph
 
-    fast, fast_graph = traced_gradients("fast")
+    ours, fast_graph = traced_gradients("fast")
     reference, reference_graph = traced_gradients("reference")
-    with kernels_scope("fast"):
+    with fast.kernels_scope("fast"):
         step_graph = tf.function(model.train_step).get_concrete_function(data).graph
     assert "OneHot" not in {op.type for op in step_graph.get_operations()}
-    for got, want in zip(fast, reference):
+    for got, want in zip(ours, reference):
         np.testing.assert_allclose(tf.convert_to_tensor(got).numpy(),
                                    tf.convert_to_tensor(want).numpy(), rtol=1e-4, atol=1e-6)
     assert "Cumsum" in {op.type for op in fast_graph.get_operations()}  # TokenLayout ran

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.kernels import kernels_scope
-from keras_transformer.kernels.optimizers import FusedAdam
+from keras_transformer.fast import kernels_scope
+from keras_transformer.fast.optimizers import FusedAdam
 from conftest import run_script_json
 
 SHAPES = [(50, 8), (8, 16), (16,), (3, 4, 5)]
@@ -86,7 +86,7 @@ MIRRORED_SCRIPT = textwrap.dedent("""
     from keras_transformer.training.strategy import make_strategy
     strategy = make_strategy(cpu_replicas=2)
     import keras, tensorflow as tf
-    from keras_transformer.kernels.optimizers import FusedAdam
+    from keras_transformer.fast.optimizers import FusedAdam
 
     def replica_values(optimizer_class):
         rng = np.random.default_rng(0)

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from keras_transformer import kernels, probes
+from keras_transformer import fast
+from trainers import probes
 from keras_transformer.config import TransformerConfig
 from keras_transformer.training.precision import resolve_precision
 from trainers.common import set_up_kernels
@@ -59,10 +60,10 @@ def test_the_library_never_measures(monkeypatch):
             monkeypatch.delenv("KT_KERNELS", raising=False)
         else:
             monkeypatch.setenv("KT_KERNELS", environment)
-        monkeypatch.setattr(kernels.selection, "_active", None)
-        assert kernels.active() == "reference"
+        monkeypatch.setattr(fast.selection, "_active", None)
+        assert fast.active() == "reference"
     with pytest.raises(ValueError, match="chosen by a run's set-up"):
-        kernels.set_kernels("auto")
+        fast.set_kernels("auto")
     with pytest.raises(ValueError, match="chosen by a run's set-up"):
         resolve_precision("auto")
 
@@ -74,14 +75,14 @@ def test_a_commands_set_up_resolves_auto(monkeypatch, capsys):
     monkeypatch.setattr(probes, "_training_steps_per_second", lambda name, *given: (
         sizes.append(given), {"fast": 1.0, "reference": 5.0}[name])[1])
     config = TransformerConfig.preset("tiny", vocab_size=60)
-    with kernels.kernels_scope("fast"):
-        assert set_up_kernels(config, requested="auto") == kernels.active() == "reference"
+    with fast.kernels_scope("fast"):
+        assert set_up_kernels(config, requested="auto") == fast.active() == "reference"
         assert sizes[0][:3] == (config.d_model, config.d_ff, config.num_heads)
         assert "kt: kernels reference (measured" in capsys.readouterr().err
         assert set_up_kernels(config, recorded="fast", requested="auto") == "fast"
         assert set_up_kernels(config, recorded="fast", requested="reference") == "reference"
         monkeypatch.setenv("KT_KERNELS", "fast")
-        assert set_up_kernels(config) == kernels.active() == "fast"
+        assert set_up_kernels(config) == fast.active() == "fast"
 
 
 @pytest.mark.slow

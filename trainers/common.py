@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
-from keras_transformer import kernels
+from keras_transformer import fast
 from keras_transformer.config import PRESETS, Recipe, SearchSettings, TransformerConfig
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.model import Transformer
-from keras_transformer.probes import choose_kernels
+from trainers.probes import choose_kernels
 from keras_transformer.training.checkpoints import load_weights_file
 from keras_transformer.training.run_dir import RunDir
 
@@ -83,16 +83,16 @@ def set_up_kernels(config: TransformerConfig, recorded: Optional[str] = None,
     `requested` (default `$KT_KERNELS`, else auto); for auto, the set a run `recorded`, else
     the faster of the two timed here at `config`'s sizes (`probes.choose_kernels`, cached per
     machine), which is printed on stderr with its figures, prefixed by `command`."""
-    requested = kernels.selection.validate(
-        requested or os.environ.get(kernels.selection.ENVIRONMENT_VARIABLE, "auto"))
+    requested = fast.selection.validate(
+        requested or os.environ.get(fast.selection.ENVIRONMENT_VARIABLE, "auto"))
     if requested != "auto":
-        return kernels.set_kernels(requested)
-    if recorded in kernels.KERNEL_SETS:
-        return kernels.set_kernels(recorded)
+        return fast.set_kernels(requested)
+    if recorded in fast.KERNEL_SETS:
+        return fast.set_kernels(recorded)
     result = choose_kernels(config.d_model, config.d_ff, config.num_heads,
                             vocab_size=config.output_vocab_size)
     print(f"{command}: kernels {result.describe()}", file=sys.stderr)
-    return kernels.set_kernels(result.choice)
+    return fast.set_kernels(result.choice)
 
 
 def run_model(run_dir: str, weights: Optional[str] = None) -> Transformer:

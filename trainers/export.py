@@ -34,7 +34,7 @@ from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
 from keras_transformer.export import export_translator
 from keras_transformer.model import Transformer
-from keras_transformer.probes import choose_serving_dtype
+from trainers.probes import choose_serving_dtype
 from keras_transformer.config import SearchSettings
 from keras_transformer.training.precision import SERVING_DTYPES
 from keras_transformer.training.run_dir import RunDir

@@ -29,6 +29,7 @@ import keras
 import tensorflow as tf
 
 from trainers.common import add_recipe_arguments, recipe_from_args
+from keras_transformer import fast
 from keras_transformer.config import Recipe, SearchSettings, TransformerConfig
 from keras_transformer.data import (SubwordTokenizer, load_tfds, make_training_dataset,
                                     read_parallel, write_demo_corpus)
@@ -47,8 +48,7 @@ from keras_transformer.training.callbacks import (DevEvaluation, PeriodicBackup,
                                                   PeriodicCheckpoint, epoch_steps,
                                                   StopAtLimit, TensorBoardScalars, global_step)
 from keras_transformer.training.checkpoints import save_weights_atomic
-from keras_transformer import kernels
-from keras_transformer.probes import choose_kernels, choose_precision
+from trainers.probes import choose_kernels, choose_precision
 from keras_transformer.training.precision import CHOICES, precision_scope
 from keras_transformer.training.progress import ProgressLines
 from keras_transformer.training.run_dir import RunDir
@@ -103,8 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "matmuls measure at least 1.25x float32's on this machine, else "
                           "float32; the figures are printed and kept in the run directory); "
                           "exports are float32")
-    run.add_argument("--kernels", choices=kernels.CHOICES,
-                     default=os.environ.get(kernels.selection.ENVIRONMENT_VARIABLE, "auto"),
+    run.add_argument("--kernels", choices=fast.CHOICES,
+                     default=os.environ.get(fast.selection.ENVIRONMENT_VARIABLE, "auto"),
                      help="fast (the package's speed tricks), reference (their plain "
                           "Keras/TensorFlow twins), or auto (the faster of the two measured on "
                           "this machine at the model's sizes); default: $KT_KERNELS, else auto")
@@ -245,8 +245,9 @@ def step_budget(args: argparse.Namespace, train_batches: tf.data.Dataset,
 def compiled_model(recipe: Recipe,
                    jit_compile: bool = False) -> tuple[Transformer, MaskedTokenAccuracy]:
     """A Transformer compiled with the paper's optimizer, schedule and loss (in scope), under
-    the global dtype policy; `jit_compile` XLA-compiles the train step."""
-    model = Transformer(recipe.architecture)
+    the global dtype policy and kernel set (`fast.FastTransformer`: with the reference set,
+    Keras's own steps); `jit_compile` XLA-compiles the train step."""
+    model = fast.FastTransformer(recipe.architecture)
     accuracy = MaskedTokenAccuracy()
     model.compile(optimizer=make_optimizer(recipe.architecture.d_model, recipe.training),
                   loss=LabelSmoothedCrossEntropy(recipe.training.label_smoothing),
@@ -346,7 +347,7 @@ def train(args: argparse.Namespace) -> dict:
     config = recipe.architecture
     strategy = make_strategy(args.cpu_replicas)
     precision, kernel_set = hardware_choices(args, recipe, run.recorded_options())
-    kernels.set_kernels(kernel_set)
+    fast.set_kernels(kernel_set)
     resumed = run.claim(recipe, {**run_options(args), "precision": precision,
                                  "kernels": kernel_set})
     keras.utils.set_random_seed(args.seed)

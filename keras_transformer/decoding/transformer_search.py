@@ -13,6 +13,7 @@ from typing import Any, Optional
 import tensorflow as tf
 
 from keras_transformer import search
+from keras_transformer.hooks import replaceable
 from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.model import Transformer, source_padding_mask
 from keras_transformer.search import DecodeResult, length_divisor
@@ -121,32 +122,46 @@ def output_limits(source_ids: tf.Tensor, max_decode_extra: int, max_length: int,
     return limits, buffer_length
 
 
+@replaceable
 def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
                 buffer_length: tf.Tensor, vocabulary_ids: Optional[tf.Tensor] = None):
-    """`(step, state, reorder)` of `model.decode_step` with its key/value cache.
+    """`(step, state, reorder)` of `model.decode_step` with its key/value cache (a kernel hook).
+
+    Args:
+        model: the Transformer.
+        source_ids: `[batch, src_len]`.
+        beam_size: hypotheses (cache rows) per sentence.
+        buffer_length: positions the caches hold.
+        vocabulary_ids: optional `[n]` ids the step's log-probabilities score.
+
+    Returns:
+        The step function, its initial state and the state's reorder (`search`'s protocol).
 
     Encoder keys/values are projected once per sentence and shared by its hypotheses (outside
-    the state). The self-attention caches stay where they were written: the reorder gives each
-    hypothesis the ancestors (cache rows of its positions) of the parent it extends.
+    the state). The state is the self-attention caches, one row per hypothesis, which the
+    search's default reorder gathers along the hypotheses it keeps.
     """
     cache = model.init_decode_cache(model.encode(source_ids, training=False), beam_size,
                                     buffer_length)
-    state = {"self": cache.pop("self"), "ancestors": cache.pop("ancestors")}
-    fixed = cache  # The same at every position: encoder keys/values, output kernel.
-    if vocabulary_ids is not None:  # Project onto the shortlist's ids only.
-        fixed["output_kernel"] = tf.gather(fixed["output_kernel"], vocabulary_ids, axis=1)
+    state = cache.pop("self")
+    fixed = output_kernel_for(cache, vocabulary_ids)  # the same at every position
     source_mask = source_padding_mask(source_ids)
-    never = _never_emitted(vocabulary_ids, model.config.output_vocab_size)
+    never = never_emitted(vocabulary_ids, model.config.output_vocab_size)
 
     def step(token_ids, position, state):
-        logits, cache = model.decode_step(token_ids, position, {**fixed, **state}, source_mask)
-        return (_log_probs(logits, never),
-                {"self": cache["self"], "ancestors": cache["ancestors"]})
+        logits, cache = model.decode_step(token_ids, position, {**fixed, "self": state},
+                                          source_mask)
+        return log_probs(logits, never), cache["self"]
 
-    def reorder(state: dict[str, Any], parents: tf.Tensor) -> dict[str, Any]:
-        return {**state, "ancestors": tf.gather(state["ancestors"], parents)}
+    return step, state, search.gather_rows
 
-    return step, state, reorder
+
+def output_kernel_for(cache: dict[str, Any], vocabulary_ids: Optional[tf.Tensor]
+                      ) -> dict[str, Any]:
+    """`cache` with its output kernel's columns cut to `vocabulary_ids` (a shortlist)."""
+    if vocabulary_ids is None:
+        return cache
+    return {**cache, "output_kernel": tf.gather(cache["output_kernel"], vocabulary_ids, axis=1)}
 
 
 def recomputed_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
@@ -158,7 +173,7 @@ def recomputed_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
     source_mask = tf.repeat(source_padding_mask(source_ids), beam_size, axis=0)
     rows = tf.shape(encoder_output)[0]
     state = {"prefix": tf.fill(tf.stack([rows, buffer_length + 1]), PAD_ID)}
-    never = _never_emitted(vocabulary_ids, model.config.output_vocab_size)
+    never = never_emitted(vocabulary_ids, model.config.output_vocab_size)
 
     def step(token_ids, position, state):
         prefix = tf.where(tf.range(buffer_length + 1) == position,
@@ -168,12 +183,12 @@ def recomputed_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
         if vocabulary_ids is not None:
             logits = tf.gather(logits, vocabulary_ids, axis=-1)
         logits = tf.reshape(logits, [tf.shape(token_ids)[0], tf.shape(token_ids)[1], -1])
-        return _log_probs(logits, never), {"prefix": prefix}
+        return log_probs(logits, never), {"prefix": prefix}
 
     return step, state, search.gather_rows
 
 
-def _never_emitted(vocabulary_ids: Optional[tf.Tensor], vocab_size: int) -> tf.Tensor:
+def never_emitted(vocabulary_ids: Optional[tf.Tensor], vocab_size: int) -> tf.Tensor:
     """`[n]` float32 added to the log-probabilities: -inf at PAD and BOS (never generated,
     though they stay in the normalization), else 0."""
     scored = tf.range(vocab_size) if vocabulary_ids is None else vocabulary_ids
@@ -181,7 +196,7 @@ def _never_emitted(vocabulary_ids: Optional[tf.Tensor], vocab_size: int) -> tf.T
     return tf.where(special, -float("inf"), 0.0)
 
 
-def _log_probs(logits: tf.Tensor, never: tf.Tensor) -> tf.Tensor:
+def log_probs(logits: tf.Tensor, never: tf.Tensor) -> tf.Tensor:
     """Log-softmax over the scored ids, PAD and BOS excluded from the output. Over the whole
     vocabulary an emitted token's log-probability is exactly the model's (the one teacher
     forcing gives); over a shortlist it is renormalized."""

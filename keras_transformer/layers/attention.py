@@ -1,30 +1,67 @@
-"""Multi-head scaled dot-product attention (section 3.2) with an incremental key/value cache."""
+"""Multi-head scaled dot-product attention (section 3.2, eq. (1)) with a key/value cache for
+incremental decoding, and the dense projections around it."""
 from __future__ import annotations
 
-from typing import Callable, Optional
+import math
+from typing import Callable, Optional, Sequence
 
 import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_transformer import kernels
-from keras_transformer.kernels import PADDED
-from keras_transformer.layers.dropout import Dropout
-from keras_transformer.layers.heads_dense import HeadsDense
+from keras_transformer.hooks import replaceable
+from keras_transformer.layers.residual import HookDropout
 
-# Added to the scores of masked keys (an addition, unlike a select, has nothing to do in the
-# backward pass). Finite (not -inf) so a fully masked row yields finite weights instead of NaN;
-# the masked weights underflow to exactly 0 in float32 and bfloat16.
+# Added to the scores of masked keys. Finite (not -inf) so that a fully masked row yields finite
+# weights instead of NaN; the masked weights underflow to exactly 0 in float32 and bfloat16.
 MASK_PENALTY = -1e9
+
+
+def scaled_dot_product(query, keys, values, attention_mask=None,
+                       dropout: Optional[Callable] = None):
+    """softmax(Q K^T + mask penalty) V for all heads, heads first: `[batch, heads, len, dim]`.
+
+    Args:
+        query: `[batch, heads, query_len, d_k]`, already scaled by d_k^-0.5.
+        keys: `[batch, heads, key_len, d_k]`.
+        values: `[batch, heads, key_len, d_v]`.
+        attention_mask: boolean, broadcastable to `[batch, query_len, key_len]`, True where a
+            query may attend.
+        dropout: applied to the attention weights (training).
+
+    Returns:
+        The context `[batch, heads, query_len, d_v]` and the weights
+        `[batch, heads, query_len, key_len]` (the softmax runs in float32).
+
+    Heads first, the products are plain batched matmuls: forward and backward run 1.3-1.4x
+    faster on CPU than `keras.ops.dot_product_attention`'s einsums over
+    `[batch, len, heads, dim]` (`benchmarks/attention_speed.py`).
+    """
+    scores = tf.linalg.matmul(query, keys, transpose_b=True)
+    if attention_mask is not None:
+        penalty = ops.where(ops.cast(attention_mask, "bool"), 0.0, MASK_PENALTY)
+        scores = scores + ops.expand_dims(ops.cast(penalty, scores.dtype), axis=1)
+    weights = ops.softmax(ops.cast(scores, "float32"), axis=-1)
+    dropped = weights if dropout is None else dropout(weights)
+    return tf.linalg.matmul(ops.cast(dropped, values.dtype), values), weights
+
+
+def heads_first(tokens):
+    """`[batch, len, heads, dim]` -> `[batch, heads, len, dim]`."""
+    return tf.transpose(tokens, [0, 2, 1, 3])
+
+
+def tokens_first(heads):
+    """`[batch, heads, len, dim]` -> `[batch, len, heads, dim]`."""
+    return tf.transpose(heads, [0, 2, 1, 3])
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
     """softmax(Q K^T / sqrt(d_k)) V over `num_heads` heads, then the output projection W^O.
 
-    `key_dim` (d_k) and `value_dim` (d_v) are independent of the model width (Table 3 rows A, B).
-    `attention_mask` is boolean, broadcastable to `[batch, query_len, key_len]`, True where a
-    query may attend. Tensors are laid out `[batch, length, heads, dim]`.
+    `key_dim` (d_k) and `value_dim` (d_v) are independent of the model width (Table 3 rows A,
+    B). Inputs are `[batch, length, d_model]`.
     """
 
     def __init__(self, num_heads: int, key_dim: int, value_dim: Optional[int] = None,
@@ -35,7 +72,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dim = value_dim or key_dim
         self.dropout = dropout
         self.use_bias = use_bias
-        self.dropout_layer = Dropout(dropout)
+        self.dropout_layer = HookDropout(dropout)
 
     def build(self, query_shape, key_value_shape=None) -> None:
         d_model = query_shape[-1]
@@ -52,94 +89,130 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dense.build((None, None, source_dim))
         self.output_dense.build((None, None, heads, self.value_dim))
 
-    def init_cache(self, rows, max_length, dtype) -> dict[str, tf.Tensor]:
-        """Empty self-attention caches for `cache_step`, of at most `max_length` positions
-        (`kernels.decode_buffer`)."""
-        def buffer(dim):
-            return kernels.decode_buffer(tf.stack([rows, self.num_heads, max_length, dim]),
-                                         dtype)
-
-        return {"key": buffer(self.key_dim), "value": buffer(self.value_dim)}
-
-    def project_key_value(self, key_value) -> dict[str, tf.Tensor]:
-        """Keys and values `[batch, heads, len, dim]` of `key_value`, e.g. the encoder output,
-        computed once per sentence."""
-        return {"key": PADDED.expand_heads(self.key_dense(key_value)),
-                "value": PADDED.expand_heads(self.value_dense(key_value))}
-
-    def call(self, query, key_value=None, attention_mask=None, cache=None, cache_step=None,
-             cache_ancestors=None, query_layout=PADDED, key_layout=PADDED, training=None,
-             return_attention_scores: bool = False):
+    def call(self, query, key_value=None, attention_mask=None, cache=None, cache_index=None,
+             training=None, return_attention_scores: bool = False):
         """Attends `query` to `key_value` (self-attention when None).
 
-        `query` (and the output) are in `query_layout`, `key_value` in `key_layout` (for
-        self-attention, `query_layout`): `kernels.PADDED` (`[batch, len, d_model]`) or a
-        `kernels.TokenLayout` (the real tokens only, packed `[N, d_model]`, so that the
-        projections skip padding; only the attention products see the padded layout).
+        Args:
+            query: `[batch, query_len, d_model]`.
+            key_value: `[batch, key_len, d_model]`, or None.
+            attention_mask: boolean, broadcastable to `[batch, query_len, key_len]`.
+            cache: keys and values `{"key", "value"}`, heads first. Without `cache_index`:
+                precomputed ones (`project_key_value`, e.g. of the encoder output), used as
+                they are. With `cache_index`: a self-attention cache (`init_cache`) of
+                `max_len` positions, into which this call's single position is written at
+                `cache_index`; the query attends to positions `0 .. cache_index`.
+            cache_index: scalar int32, the position a one-position `query` fills.
+            training: dropout on the attention weights.
+            return_attention_scores: also return the weights `[batch, heads, q_len, k_len]`.
 
-        `cache` without `cache_step` holds precomputed keys/values (`project_key_value`) used
-        as they are; with `cache_step` it is a self-attention cache from `init_cache`:
-        this call's single position is written into it as position `cache_step` of each
-        query row, which then attends to its positions `0 .. cache_step`, position `j` from
-        the row `cache_ancestors[row, j]` (`[rows, max_len]`; a beam search follows there the
-        parents its hypotheses extend) (`kernels.extend_cache`).
-        Keys and values are laid out heads first (cached ones are stored so, with no per-step
-        transpose), so that the score and context products are plain batched matmuls.
-        Returns the output, plus the updated cache when `cache_step` is given, plus the
-        attention weights `[batch, heads, query_len, key_len]` when asked for.
+        Returns:
+            The output `[batch, query_len, d_model]`, then the updated cache when
+            `cache_index` is given, then the weights when asked for.
         """
-        query_heads = self.query_dense(query) * ops.cast(self.key_dim ** -0.5, query.dtype)
+        query_heads = heads_first(self.query_dense(query)) * ops.cast(self.key_dim ** -0.5,
+                                                                      query.dtype)
         if cache is None:
-            source = query if key_value is None else key_value
-            if key_value is None:
-                key_layout = query_layout
-            keys = key_layout.expand_heads(self.key_dense(source))
-            values = key_layout.expand_heads(self.value_dense(source))
-        else:
+            keys, values = self.project_key_value(query if key_value is None else key_value)
+        elif cache_index is None:
             keys, values = cache["key"], cache["value"]
-            if cache_step is not None:
-                if cache_ancestors is None:
-                    raise ValueError("cache_ancestors: needed with cache_step")
-                key_buffer, keys = kernels.extend_cache(keys, cache_ancestors,
-                                                        self.key_dense(query), cache_step)
-                value_buffer, values = kernels.extend_cache(values, cache_ancestors,
-                                                            self.value_dense(query), cache_step)
-                cache = {"key": key_buffer, "value": value_buffer}
-                if attention_mask is None:  # The positions written so far, not those after.
-                    length = tf.shape(keys)[2]
-                    attention_mask = tf.reshape(tf.range(length) <= cache_step, [1, 1, length])
+        else:
+            keys, values = self._write_cache(cache, query, cache_index)
+            cache = {"key": keys, "value": values}
+            written = ops.arange(ops.shape(keys)[2]) <= cache_index
+            attention_mask = written[None, None, :] if attention_mask is None else (
+                ops.logical_and(attention_mask, written))
         attended, weights = scaled_dot_product(
-            query_layout.expand_heads(query_heads), keys, values, attention_mask,
+            query_heads, keys, values, attention_mask,
             dropout=lambda weights: self.dropout_layer(weights, training=training))
-        outputs = (self.output_dense(query_layout.pack_heads(attended)),)
-        if cache_step is not None:
+        outputs = (self.output_dense(tokens_first(attended)),)
+        if cache_index is not None:
             outputs += (cache,)
         if return_attention_scores:
             outputs += (weights,)
         return outputs[0] if len(outputs) == 1 else outputs
+
+    def project_key_value(self, key_value) -> tuple[tf.Tensor, tf.Tensor]:
+        """Keys and values `[batch, heads, len, dim]` of `key_value` `[batch, len, d_model]`
+        (e.g. the encoder output, projected once per sentence for decoding)."""
+        return heads_first(self.key_dense(key_value)), heads_first(self.value_dense(key_value))
+
+    def init_cache(self, rows, max_length, dtype) -> dict[str, tf.Tensor]:
+        """An empty self-attention cache for `call(..., cache_index=)`: zero keys and values
+        `[rows, heads, max_length, dim]`, one row per hypothesis."""
+        def buffer(dim):
+            return tf.zeros(tf.stack([rows, self.num_heads, max_length, dim]), dtype)
+
+        return {"key": buffer(self.key_dim), "value": buffer(self.value_dim)}
+
+    def _write_cache(self, cache, query, index) -> tuple[tf.Tensor, tf.Tensor]:
+        """The cache's keys and values with the projections of `query` `[rows, 1, d_model]`
+        written at position `index` of every row."""
+        new_keys, new_values = self.project_key_value(query)
+        at_index = (ops.arange(ops.shape(cache["key"])[2]) == index)[:, None]
+        return (ops.where(at_index, ops.cast(new_keys, cache["key"].dtype), cache["key"]),
+                ops.where(at_index, ops.cast(new_values, cache["value"].dtype),
+                          cache["value"]))
 
     def get_config(self) -> dict:
         return {**super().get_config(), "num_heads": self.num_heads, "key_dim": self.key_dim,
                 "value_dim": self.value_dim, "dropout": self.dropout, "use_bias": self.use_bias}
 
 
-def scaled_dot_product(query, keys, values, attention_mask=None,
-                       dropout: Optional[Callable] = None):
-    """softmax(Q K^T + mask penalty) V for all heads, heads first: `[batch, heads, len, dim]`.
+@replaceable
+def linear(rows: tf.Tensor, kernel: tf.Tensor, bias: Optional[tf.Tensor] = None,
+           relu: bool = False) -> tf.Tensor:
+    """`rows @ kernel (+ bias)`, then ReLU if `relu`, on 2-D `rows` (a kernel hook: every
+    position-wise projection of the model runs through it)."""
+    outputs = tf.matmul(rows, kernel)
+    if bias is not None:
+        outputs = tf.nn.bias_add(outputs, bias)
+    return tf.nn.relu(outputs) if relu else outputs
 
-    `query` is already scaled by d_k^-0.5; `attention_mask` as in `MultiHeadAttention`;
-    `dropout` is applied to the weights. The softmax is in float32. Returns the context
-    `[batch, heads, query_len, d_v]` and the weights `[batch, heads, query_len, key_len]`.
 
-    Heads first, the products are plain batched matmuls: forward and backward run 1.3-1.4x
-    faster on CPU than `keras.ops.dot_product_attention`'s einsums over
-    `[batch, len, heads, dim]` (`benchmarks/attention_speed.py`).
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class HeadsDense(keras.layers.Layer):
+    """`[..., *in_dims] -> [..., *out_dims]`: contracts the last `input_rank` axes with a kernel
+    of shape `in_dims + out_dims`, adds a bias of shape `out_dims` (unless `use_bias=False`) and
+    applies `activation` (None or "relu").
+
+    E.g. the query projection maps `[batch, len, d_model]` to `[batch, len, heads, d_k]`
+    (`input_rank=1`, `output_dims=(heads, d_k)`) and W^O maps `[batch, len, heads, d_v]` back
+    (`input_rank=2`, `output_dims=(d_model,)`). The leading axes are flattened into the rows of a
+    single matmul: an einsum with a batch axis would broadcast the kernel over the batch and
+    make its gradient a batched matmul followed by a sum over the batch.
     """
-    scores = tf.linalg.matmul(query, keys, transpose_b=True)
-    if attention_mask is not None:
-        penalty = ops.where(ops.cast(attention_mask, "bool"), 0.0, MASK_PENALTY)
-        scores = scores + ops.expand_dims(ops.cast(penalty, scores.dtype), axis=1)
-    weights = ops.softmax(ops.cast(scores, "float32"), axis=-1)
-    dropped = weights if dropout is None else dropout(weights)
-    return tf.linalg.matmul(ops.cast(dropped, values.dtype), values), weights
 
+    ACTIVATIONS = (None, "relu")
+
+    def __init__(self, output_dims: Sequence[int], input_rank: int = 1, use_bias: bool = True,
+                 activation: Optional[str] = None, **kwargs):
+        super().__init__(**kwargs)
+        if activation not in self.ACTIVATIONS:
+            raise ValueError(f"activation: must be one of {self.ACTIVATIONS}, got {activation!r}")
+        self.output_dims = tuple(int(dim) for dim in output_dims)
+        self.input_rank = input_rank
+        self.use_bias = use_bias
+        self.activation = activation
+
+    def build(self, input_shape) -> None:
+        input_dims = tuple(input_shape[-self.input_rank:])
+        self.kernel = self.add_weight(name="kernel", shape=input_dims + self.output_dims,
+                                      initializer="glorot_uniform")
+        self.bias = (self.add_weight(name="bias", shape=self.output_dims, initializer="zeros")
+                     if self.use_bias else None)
+
+    def call(self, inputs):
+        in_size = math.prod(self.kernel.shape[:self.input_rank])
+        out_size = math.prod(self.output_dims)
+        leading = ops.shape(inputs)[:-self.input_rank]
+        rows = ops.reshape(inputs, (-1, in_size))
+        kernel = ops.cast(ops.reshape(self.kernel, (in_size, out_size)), rows.dtype)
+        bias = None if self.bias is None else ops.cast(ops.reshape(self.bias, (-1,)), rows.dtype)
+        outputs = linear(rows, kernel, bias, relu=self.activation == "relu")
+        return ops.reshape(outputs, (*leading, *self.output_dims))
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "output_dims": self.output_dims,
+                "input_rank": self.input_rank, "use_bias": self.use_bias,
+                "activation": self.activation}

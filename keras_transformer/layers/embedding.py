@@ -1,8 +1,11 @@
-"""Token embedding scaled by sqrt(d_model) whose transpose is the pre-softmax projection (3.4)."""
+"""Token embeddings scaled by sqrt(d_model), whose transpose is the pre-softmax projection
+(section 3.4), and the positional encodings added to them: the sinusoids of section 3.5 and
+learned embeddings (Table 3, row E)."""
+import math
+
 import keras
 from keras import ops
 
-from keras_transformer.logit_factors import LogitFactors, factor_logits
 from keras_transformer.vocab_ids import PAD_ID
 
 
@@ -31,10 +34,73 @@ class ScaledEmbedding(keras.layers.Layer):
     def compute_mask(self, ids, mask=None):
         return ops.not_equal(ids, PAD_ID)
 
-    def logits(self, hidden) -> LogitFactors:
-        """The tied pre-softmax linear transformation `hidden E^T`: float32 logits with their
-        factors."""
-        return factor_logits(hidden, self.embeddings, transposed=True)
+    def logits(self, hidden):
+        """The tied pre-softmax linear transformation `hidden E^T`, float32 `[..., vocab]`."""
+        rows = ops.reshape(hidden, (-1, self.d_model))
+        logits = ops.matmul(rows, ops.transpose(ops.cast(self.embeddings, hidden.dtype)))
+        return ops.reshape(ops.cast(logits, "float32"), (*ops.shape(hidden)[:-1], -1))
 
     def get_config(self) -> dict:
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}
+
+
+class _PositionalEncoding(keras.layers.Layer):
+    """`call(x, start_index)`: the encoding `[length, d_model]` of positions `start_index ...
+    start_index + length - 1` of `x` `[batch, length, d_model]`, for the caller to add to the
+    scaled token embeddings; `at(positions)`: the encoding of any int positions, `[..., d_model]`.
+    A position carries no mask."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def call(self, inputs, start_index=0):
+        return self.at(ops.arange(ops.shape(inputs)[1]) + start_index)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class SinusoidalPositionalEncoding(_PositionalEncoding):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d))."""
+
+    def build(self, input_shape) -> None:
+        self.d_model = input_shape[-1]
+
+    def at(self, positions):
+        """Each distinct position is encoded once (packed tokens repeat few), then looked up."""
+        table = self._encoding(ops.arange(ops.max(positions) + 1))
+        return ops.take(table, positions, axis=0)
+
+    def call(self, inputs, start_index=0):
+        return self._encoding(ops.arange(ops.shape(inputs)[1]) + start_index)
+
+    def _encoding(self, positions):
+        """`[len(positions), d_model]`."""
+        d_model = self.d_model
+        angles = ops.cast(positions, "float32")[:, None] * ops.exp(
+            ops.arange(0, d_model, 2, dtype="float32") * (-math.log(10000.0) / d_model))[None, :]
+        # Interleave so that even dimensions hold sines and odd ones cosines, as in eq. (3.5).
+        encoding = ops.reshape(ops.stack([ops.sin(angles), ops.cos(angles)], axis=-1),
+                               (ops.shape(positions)[0], -1))[:, :d_model]
+        return ops.cast(encoding, self.compute_dtype)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class LearnedPositionalEmbedding(_PositionalEncoding):
+    """A trained `[max_length, d_model]` table of position vectors."""
+
+    def __init__(self, max_length: int, **kwargs):
+        super().__init__(**kwargs)
+        self.max_length = max_length
+
+    def build(self, input_shape) -> None:
+        self.table = self.add_weight(name="table", shape=(self.max_length, input_shape[-1]),
+                                     initializer=keras.initializers.RandomNormal(stddev=0.02))
+
+    def at(self, positions):
+        return ops.cast(ops.take(self.table, positions, axis=0), self.compute_dtype)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "max_length": self.max_length}

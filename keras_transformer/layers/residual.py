@@ -1,16 +1,64 @@
-"""The residual wrapper around every sub-layer: post-norm (the paper) or pre-norm."""
+"""The residual wrapper around every sub-layer (section 3.1: post-norm as in the paper, or
+pre-norm), with its layer normalization and dropout."""
+from __future__ import annotations
+
+from typing import Optional
+
 import keras
 import tensorflow as tf
 
-from keras_transformer.layers.dropout import Dropout
-from keras_transformer.layers.layer_norm import LayerNormalization
+from keras_transformer.hooks import replaceable
+
+
+@replaceable
+def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float) -> tf.Tensor:
+    """`(x - mean) / sqrt(var + epsilon) * gamma + beta` over the last axis, in float32, returned
+    in `x`'s dtype (a kernel hook), as `keras.layers.LayerNormalization` computes it."""
+    dtype = x.dtype
+    x = tf.cast(x, tf.float32)
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    normalized = (x - mean) * tf.math.rsqrt(variance + epsilon)
+    return tf.cast(normalized * tf.cast(gamma, tf.float32) + tf.cast(beta, tf.float32), dtype)
+
+
+@replaceable
+def dropout(inputs: tf.Tensor, rate: float, seed_generator: keras.random.SeedGenerator,
+            shape: Optional[tf.Tensor] = None) -> tf.Tensor:
+    """Training-time dropout of `inputs` at `rate` > 0 as `keras.layers.Dropout` runs it (a
+    kernel hook). `shape`: `inputs`' shape taken from a tensor known before `inputs` are (a
+    replacement may draw the mask early; the reference does not need it)."""
+    return keras.random.dropout(inputs, rate, seed=seed_generator)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class LayerNorm(keras.layers.LayerNormalization):
+    """`keras.layers.LayerNormalization` (same arguments, weights and values) whose usual form,
+    over the last axis, centered and scaled, runs the `layer_norm` hook."""
+
+    def call(self, inputs):
+        if self.axis != [-1] or not (self.center and self.scale) or self.rms_scaling:
+            return super().call(inputs)
+        return layer_norm(inputs, self.gamma, self.beta, self.epsilon)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class HookDropout(keras.layers.Dropout):
+    """`keras.layers.Dropout` (same arguments, seeding and inference behaviour) whose training
+    masks come from the `dropout` hook; `call(..., shape=)` passes the hook the inputs' shape
+    from a tensor known earlier. With `noise_shape` Keras's own implementation runs."""
+
+    def call(self, inputs, training=False, shape=None):
+        if not training or self.rate == 0 or self.noise_shape is not None:
+            return super().call(inputs, training=training)
+        return dropout(inputs, self.rate, self.seed_generator,
+                       shape=tf.shape(inputs) if shape is None else shape)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class ResidualNorm(keras.layers.Layer):
     """Post-norm: `LayerNorm(x + Dropout(f(x)))` (section 5.4). Pre-norm: `x + Dropout(f(LayerNorm(x)))`.
 
-    Use `normalize_input(x)` to get the sub-layer's input and `add(x, f_output)` for the output.
+    `normalize_input(x)` is the sub-layer's input, `call(x, f_output)` the block's output.
     """
 
     def __init__(self, norm: str = "post", dropout: float = 0.0, epsilon: float = 1e-6,
@@ -19,8 +67,8 @@ class ResidualNorm(keras.layers.Layer):
         self.norm = norm
         self.dropout = dropout
         self.epsilon = epsilon
-        self.layer_norm = LayerNormalization(epsilon=epsilon, name="layer_norm")
-        self.dropout_layer = Dropout(dropout)
+        self.layer_norm = LayerNorm(epsilon=epsilon, name="layer_norm")
+        self.dropout_layer = HookDropout(dropout)
 
     def build(self, input_shape) -> None:
         self.layer_norm.build(input_shape)
@@ -29,7 +77,7 @@ class ResidualNorm(keras.layers.Layer):
         return self.layer_norm(x) if self.norm == "pre" else x
 
     def call(self, x, sublayer_output, training=None):
-        # x's shape is known before the sub-layer's output: its mask is drawn meanwhile.
+        # x's shape is known before the sub-layer's output: the mask can be drawn meanwhile.
         summed = x + self.dropout_layer(sublayer_output, training=training, shape=tf.shape(x))
         return self.layer_norm(summed) if self.norm == "post" else summed
 

@@ -27,7 +27,7 @@ def resolve_precision(name: str) -> str:
     `probes.choose_precision`; the library never measures)."""
     if name == "auto":
         raise ValueError("precision: 'auto' is chosen by a run's set-up "
-                         "(keras_transformer.probes.choose_precision); give a policy here, "
+                         "(trainers.probes.choose_precision); give a policy here, "
                          f"one of {', '.join(POLICIES)}")
     if name not in POLICIES:
         raise ValueError(f"precision: {name!r} is not one of {', '.join(CHOICES)}")

@@ -1,38 +1,81 @@
-"""Per-token label-smoothed cross-entropy `-sum_k q_k log p_k`, `q = (1 - eps) one_hot(y) +
-eps / vocab` (section 5.4), of float32 logits or of their factors (`LogitFactors`).
+"""The loss and metrics side of a fast training step: the logits' factors, statistics shared
+within a traced step, and label-smoothed cross-entropy with a written-out gradient, of the logits
+(the `smoothed_cross_entropy` hook) or through their factors `hidden @ kernel`.
 
-With `log p_k = z_k - logsumexp(z)` this is `logsumexp(z) - (1 - eps) z_y - eps mean(z)`.
+Per token, `-sum_k q_k log p_k` with `q = (1 - eps) one_hot(y) + eps / vocab` is
+`logsumexp(z) - (1 - eps) z_y - eps mean(z)`.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import tensorflow as tf
+from keras import ops
 
-from keras_transformer.kernels import reductions
-from keras_transformer.kernels.statistics import fast as shared_statistics
-from keras_transformer.logit_factors import LogitFactors
+from keras_transformer.fast.kernels import sum_of_rows
+from keras_transformer.metrics import LogitStatistics, token_cross_entropy
 
-
-def token_cross_entropy(y_true: tf.Tensor, logits: tf.Tensor, statistics) -> tf.Tensor:
-    """Per-token `-log p_y` given the logits' `LogitStatistics` (no gradient is defined here;
-    the losses below have theirs)."""
-    true_logits = tf.gather(logits, y_true, batch_dims=y_true.shape.rank)
-    return statistics.log_normalizer - true_logits
+_MEMO = "_keras_transformer_logit_statistics"
 
 
-def reference(y_true: tf.Tensor, logits: tf.Tensor, label_smoothing: float) -> tf.Tensor:
-    """The formula above, differentiated by autodiff."""
-    log_normalizer = tf.reduce_logsumexp(logits, axis=-1)
-    true_logits = tf.gather(logits, y_true, batch_dims=y_true.shape.rank)
-    return (log_normalizer - (1.0 - label_smoothing) * true_logits
-            - label_smoothing * tf.reduce_mean(logits, axis=-1))
+class LogitFactors(NamedTuple):
+    """`logits = hidden @ kernel` (`kernel^T` when `transposed`)."""
+    logits: tf.Tensor  # float32 [..., vocab]
+    hidden: tf.Tensor  # [..., d_model], compute dtype
+    kernel: tf.Tensor  # [vocab, d_model] when transposed, else [d_model, vocab]; compute dtype
+    transposed: bool
 
 
-def fast(y_true: tf.Tensor, logits: tf.Tensor, label_smoothing: float) -> tf.Tensor:
-    """`reference` with the gradient `softmax(z) - q` written out with the forward pass's
-    softmax (`statistics.fast`, shared with the metrics): autodiff of the gather of `z_y`
-    would scatter into the whole `[tokens, vocab]` gradient, and TensorFlow's fused
-    cross-entropy kernels are slower on CPU (benchmarks/loss_speed.py)."""
-    statistics = shared_statistics(logits)
+def factor_logits(hidden, kernel, transposed: bool) -> LogitFactors:
+    """The float32 logits `[..., vocab]` of `hidden [..., d_model]` and `kernel` (`[vocab,
+    d_model]` when `transposed`: a tied embedding matrix, multiplied with `transpose_b` so that
+    its gradient comes out as `[vocab, d_model]`, without a transposed copy), with the factors."""
+    kernel = tf.cast(ops.convert_to_tensor(kernel), hidden.dtype)
+    rows = tf.reshape(hidden, (-1, tf.shape(hidden)[-1]))
+    logits = tf.cast(tf.linalg.matmul(rows, kernel, transpose_b=transposed), tf.float32)
+    vocab = kernel.shape[0] if transposed else kernel.shape[1]
+    logits = tf.reshape(logits, tf.concat([tf.shape(hidden)[:-1], [vocab]], axis=0))
+    return LogitFactors(logits, hidden, kernel, transposed)
+
+
+def logit_statistics(logits: tf.Tensor) -> LogitStatistics:
+    """The statistics of float32 `logits`, computed once per traced graph and shared by every
+    caller in it (computed separately, they cost about twice as much).
+
+    Passes over the logits: one fused softmax, one argmax. The log-normalizer needs no
+    further pass: at the argmax k, `logsumexp(z) = z_k - log softmax(z)_k`, and
+    `softmax(z)_k >= 1 / vocab` never underflows.
+    """
+    if tf.executing_eagerly():
+        return _single_pass(logits)
+    # A cache of this pure function in the graph being traced (the tensors may be captures);
+    # it lives as long as the graph.
+    graph = tf.compat.v1.get_default_graph()
+    if not hasattr(graph, _MEMO):
+        setattr(graph, _MEMO, {})
+    memo = getattr(graph, _MEMO)
+    key = logits.ref()
+    if key not in memo:
+        memo[key] = _single_pass(logits)
+    return memo[key]
+
+
+def _single_pass(logits: tf.Tensor) -> LogitStatistics:
+    probabilities = tf.nn.softmax(logits)
+    predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    batch_dims = predictions.shape.rank
+    top_logit = tf.gather(logits, predictions, batch_dims=batch_dims)
+    top_probability = tf.gather(probabilities, predictions, batch_dims=batch_dims)
+    return LogitStatistics(probabilities, top_logit - tf.math.log(top_probability), predictions)
+
+
+def smoothed_cross_entropy(y_true: tf.Tensor, logits: tf.Tensor,
+                           label_smoothing: float) -> tf.Tensor:
+    """The reference `smoothed_cross_entropy` with the gradient `softmax(z) - q` written out
+    with the forward pass's softmax (`logit_statistics`, shared with the metrics): autodiff of
+    the gather of `z_y` would scatter into the whole `[tokens, vocab]` gradient, and
+    TensorFlow's fused cross-entropy kernels are slower on CPU (benchmarks/loss_speed.py)."""
+    statistics = logit_statistics(logits)
     cross_entropy = token_cross_entropy(y_true, logits, statistics)
 
     @tf.custom_gradient
@@ -54,15 +97,9 @@ def fast(y_true: tf.Tensor, logits: tf.Tensor, label_smoothing: float) -> tf.Ten
     return losses(logits)
 
 
-def reference_through_factors(y_true: tf.Tensor, factors: LogitFactors,
-                              label_smoothing: float) -> tf.Tensor:
-    """`reference` of the factors' logits."""
-    return reference(y_true, factors.logits, label_smoothing)
-
-
-def fast_through_factors(y_true: tf.Tensor, factors: LogitFactors,
+def smoothed_cross_entropy_through_factors(y_true: tf.Tensor, factors: LogitFactors,
                          label_smoothing: float) -> tf.Tensor:
-    """`fast` as a function of the logits' factors `hidden @ kernel`: the loss depends on the
+    """`smoothed_cross_entropy` as a function of the logits' factors `hidden @ kernel`: the loss depends on the
     weights through the factors, and its gradient with respect to the logits tensor is None.
 
     With `u` the upstream per-token weights, the gradient `G = u (softmax - q)` reaches the
@@ -80,7 +117,7 @@ def fast_through_factors(y_true: tf.Tensor, factors: LogitFactors,
     logits, hidden, kernel, transposed = factors
     hidden = tf.reshape(hidden, (-1, tf.shape(hidden)[-1]))
     vocab = kernel.shape[0 if transposed else 1]
-    statistics = shared_statistics(logits)
+    statistics = logit_statistics(logits)
     cross_entropy = token_cross_entropy(y_true, logits, statistics)
 
     @tf.custom_gradient
@@ -89,7 +126,7 @@ def fast_through_factors(y_true: tf.Tensor, factors: LogitFactors,
         value = cross_entropy
         if eps:
             kernel_32 = tf.cast(kernel, tf.float32)
-            mean_kernel = (reductions.sum_of_rows(kernel_32) if transposed
+            mean_kernel = (sum_of_rows(kernel_32) if transposed
                            else tf.reduce_sum(kernel_32, axis=1)) / vocab
             mean_logits = tf.reshape(tf.linalg.matvec(hidden_32, mean_kernel),
                                      tf.shape(cross_entropy))

@@ -180,10 +180,10 @@ def _training_steps_per_second(kernel_set: str, d_model: int, d_ff: int, num_hea
     """`fit`'s training steps per second (with an Adam update that moves nothing) of a
     one-layer Transformer under `kernel_set`, on a batch of 32-token sentences a quarter of
     whose positions are padding."""
-    from keras_transformer import kernels
+    from keras_transformer import fast
     from keras_transformer.config import TransformerConfig
     from keras_transformer.losses import LabelSmoothedCrossEntropy
-    from keras_transformer.model import Transformer
+    from keras_transformer.optimization import adam
 
     length = 32
     rows = max(1, tokens * 4 // 3 // length)
@@ -192,12 +192,12 @@ def _training_steps_per_second(kernel_set: str, d_model: int, d_ff: int, num_hea
     lengths = rng.integers(length // 2, length + 1, size=rows)
     ids[np.arange(length)[None, :] >= lengths[:, None]] = 0
     batch = ((tf.constant(ids), tf.constant(ids)), tf.constant(ids))
-    with kernels.kernels_scope(kernel_set):
+    with fast.kernels_scope(kernel_set):
         config = TransformerConfig.preset(
             "base", num_layers=1, d_model=d_model, d_ff=d_ff, num_heads=num_heads,
             vocab_size=vocab_size)
-        model = Transformer(config)
-        model.compile(optimizer=kernels.adam(learning_rate=0.0),
+        model = fast.FastTransformer(config)
+        model.compile(optimizer=adam(learning_rate=0.0),
                       loss=LabelSmoothedCrossEntropy())
         step = tf.function(model.train_step)
         return _best_rate(lambda: step(batch)["loss"].numpy(), 1.0, repeats=3)

@@ -1,4 +1,5 @@
-"""Every use of a private Keras or TensorFlow API, in one place.
+"""Every use of a private Keras or TensorFlow API, in one place (the fast subpackage's; the core
+uses none).
 
 Each was checked on the versions in `CHECKED_ON` (the ends of setup.py's declared range, both
 tested in CI). Where a newer release lacks one, the caller gets a `CompatibilityError` naming

@@ -1,5 +1,4 @@
-"""Adam (Kingma & Ba), the paper's optimizer: Keras's (reference) or one fused kernel per
-variable (fast)."""
+"""The fast twin of the `adam` hook: Adam (Kingma & Ba) with one fused kernel per variable."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -8,19 +7,14 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_transformer import compat
+from keras_transformer.fast import compat
 
 
-def reference(**adam_arguments) -> keras.optimizers.Adam:
-    """`keras.optimizers.Adam(**adam_arguments)`."""
-    return keras.optimizers.Adam(**adam_arguments)
-
-
-def fast(**adam_arguments) -> keras.optimizers.Adam:
+def adam(**adam_arguments) -> keras.optimizers.Adam:
     """`FusedAdam(**adam_arguments)`, or Keras's Adam where the installed Keras lacks the
     private per-step hook it overrides."""
     if not compat.has_private_attribute(keras.optimizers.Adam, "_backend_update_step"):
-        return reference(**adam_arguments)
+        return keras.optimizers.Adam(**adam_arguments)
     return FusedAdam(**adam_arguments)
 
 

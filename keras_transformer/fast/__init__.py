@@ -1,0 +1,30 @@
+"""The opt-in speed subpackage: fast twins of the core's kernel hooks, packed-token training
+steps, caches a beam search never reorders, and every private Keras/TensorFlow API used.
+
+It depends on the core and never the reverse. Use it with
+
+    from keras_transformer import fast
+    fast.set_kernels("fast")              # or fast.kernels_scope("fast"); KT_KERNELS=fast
+    model = fast.FastTransformer(config)  # the Transformer with packed-token fit steps
+
+| trick | module | the core's reference |
+| --- | --- | --- |
+| float32 gradients in oneDNN's faster layouts | `kernels.linear` | `layers.attention.linear` |
+| closed-form layer-norm backward | `kernels.layer_norm` | `layers.residual.layer_norm` |
+| 16-bit dropout masks drawn early | `kernels.dropout` | `layers.residual.dropout` |
+| packed real tokens in training steps | `packed`, `model.FastTransformer` | `Transformer.call` |
+| loss through the logits' factors | `loss` | `losses.smoothed_cross_entropy` |
+| logit statistics shared in a step | `loss.logit_statistics` | `metrics.logit_statistics` |
+| fused Adam update | `optimizers.FusedAdam` | `optimization.adam` |
+| caches never reordered | `decode_cache.cached_step` | `transformer_search.cached_step` |
+
+Each is tested against its reference in value and gradient (tests/test_kernels.py,
+tests/test_model.py, tests/test_losses.py, tests/test_decoding.py), and the suite passes with
+either set.
+"""
+from keras_transformer.fast.model import FastTransformer
+from keras_transformer.fast.selection import (CHOICES, FAST, KERNEL_SETS, REFERENCE, active,
+                                              kernels_scope, set_kernels)
+
+__all__ = ["CHOICES", "FAST", "FastTransformer", "KERNEL_SETS", "REFERENCE", "active",
+           "kernels_scope", "set_kernels"]

@@ -1,0 +1,92 @@
+"""`FastTransformer`: the core `Transformer` with `fit`/`evaluate` steps that run the fast
+training path when the fast kernel set is active, and Keras's own steps otherwise."""
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from keras_transformer.fast import compat, packed, selection
+from keras_transformer.fast.loss import LogitFactors, smoothed_cross_entropy_through_factors
+from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.model import Transformer
+from keras_transformer.vocab_ids import PAD_ID
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class FastTransformer(compat.LocalBatchSymbolicBuild, Transformer):
+    """The `Transformer` (same layers, weights, config and inference) with faster training steps.
+
+    With the fast kernel set active, a step runs the layers on the real target tokens only
+    (`packed.logit_factors`; padded under XLA) and hands `LabelSmoothedCrossEntropy` the
+    logits' factors, through which its gradient is written out; other losses, sample weights,
+    `add_loss` terms and the metrics get the logits. With the reference set, Keras's own
+    steps run the core model. Either way multi-worker `fit` works (`compat`).
+    Batches are `((source_ids, target_input_ids), target_output_ids)`.
+    """
+
+    def train_step(self, data):
+        if selection.active() != selection.FAST:
+            return self._reducible_logs(super().train_step(data))
+        x, y, sample_weight, positions = self._at_target_tokens(data)
+        with tf.GradientTape() as tape:
+            factors = packed.logit_factors(self, *x, positions, training=True)
+            loss = self._loss(x, y, factors, sample_weight, training=True)
+            scaled_loss = self.optimizer.scale_loss(loss)
+        gradients = tape.gradient(scaled_loss, self.trainable_weights)
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_weights))
+        return self._reducible_logs(self.compute_metrics(x, y, factors.logits, sample_weight))
+
+    def test_step(self, data):
+        if selection.active() != selection.FAST:
+            return self._reducible_logs(super().test_step(data))
+        x, y, sample_weight, positions = self._at_target_tokens(data)
+        factors = packed.logit_factors(self, *x, positions, training=False)
+        self._loss(x, y, factors, sample_weight, training=False)
+        return self._reducible_logs(self.compute_metrics(x, y, factors.logits, sample_weight))
+
+    def _loss(self, x, y, factors: LogitFactors, sample_weight, training: bool):
+        """The step's loss, reported as `fit`'s "loss" as Keras's own steps do (per replica,
+        scaled back up by the replica count, weighted by the batch size): through the factors
+        for `LabelSmoothedCrossEntropy` alone, else Keras's `compute_loss` of the logits."""
+        if (isinstance(self.loss, LabelSmoothedCrossEntropy) and sample_weight is None
+                and not self.losses):
+            labels = ops.cast(y, "int32")
+            loss = ops.sum(self.loss.normalized(labels, smoothed_cross_entropy_through_factors(
+                labels, factors, self.loss.label_smoothing)))
+        else:
+            loss = self.compute_loss(x=x, y=y, y_pred=factors.logits,
+                                     sample_weight=sample_weight, training=training)
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        compat.loss_tracker(self).update_state(
+            loss * ops.cast(replicas, loss.dtype), sample_weight=tf.shape(x[0])[0])
+        return loss
+
+    def _at_target_tokens(self, data):
+        """`((source, target_in), target_out)` -> `(x, y, sample_weight, positions)`: the N
+        real target positions `[N, 2]` and `y` and `sample_weight` there, so that the output
+        projection, the loss and the metrics work on `[N, vocab]`, not `[batch, len, vocab]`
+        with its padding. Under XLA (static shapes) `positions` is None and the rest as given.
+        """
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        if compat.in_xla_context():
+            return x, y, sample_weight, None
+        stray = ops.logical_and(ops.not_equal(y, PAD_ID), ops.equal(x[1], PAD_ID))
+        tf.debugging.assert_equal(  # Meaningless logits (and none at all with packed tokens).
+            tf.reduce_any(stray), False,
+            message="labels: a real (non-padding) label sits where the target input is padding; "
+                    "labels must be the target input shifted by one, padded alike")
+        positions = tf.where(ops.not_equal(y, PAD_ID))
+        if sample_weight is not None:
+            sample_weight = tf.gather_nd(sample_weight, positions)
+        return x, tf.gather_nd(y, positions), sample_weight, positions
+
+    def _reducible_logs(self, logs):
+        """Gives scalar logs a leading axis under multi-worker training.
+
+        Keras 3 reduces each step's logs across workers with `reduce("MEAN", axis=0)`, which
+        rejects scalars; with shape `[1]` the reduction returns the scalar mean.
+        """
+        if not compat.in_multi_worker_mode(self.distribute_strategy):
+            return logs
+        return keras.tree.map_structure(lambda value: ops.reshape(value, (1,)), logs)

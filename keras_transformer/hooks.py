@@ -1,0 +1,68 @@
+"""Kernel hooks: the seams where the opt-in fast path replaces a computation of the core.
+
+A core function decorated with `@replaceable` is the plain reference and runs as written unless
+a replacement is installed under its name. Only `keras_transformer.fast` installs any (its
+`set_kernels("fast")`); the core never imports it, so without it every hook runs its reference.
+
+    @replaceable
+    def linear(rows, kernel, bias=None, relu=False):
+        ...plain TensorFlow...
+
+The hooks are `linear` and `scaled_dot_product`'s neighbours in `layers/` (`layer_norm`,
+`dropout`), `smoothed_cross_entropy` (losses), `logit_statistics` (metrics), `adam`
+(optimization) and `cached_step` (decoding/transformer_search): each reference's docstring says
+what its replacement must compute. Installations are read when a layer is traced: install before
+building and running a model.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator, Mapping
+from typing import Callable, TypeVar
+
+Function = TypeVar("Function", bound=Callable)
+
+REFERENCES: dict[str, Callable] = {}
+_installed: dict[str, Callable] = {}
+
+
+def replaceable(reference: Function) -> Function:
+    """Makes `reference` a hook named after it: calls run the installed replacement, if any."""
+    name = reference.__name__
+    if name in REFERENCES:
+        raise ValueError(f"hook {name!r} is defined twice")
+    REFERENCES[name] = reference
+
+    @functools.wraps(reference)
+    def dispatch(*args, **kwargs):
+        return _installed.get(name, reference)(*args, **kwargs)
+
+    dispatch.reference = reference
+    return dispatch  # type: ignore[return-value]
+
+
+def install(replacements: Mapping[str, Callable]) -> None:
+    """Replaces the hooks named in `replacements` (every other hook runs its reference)."""
+    unknown = sorted(set(replacements) - set(REFERENCES))
+    if unknown:
+        raise ValueError(f"no hook named {', '.join(unknown)}; the hooks are "
+                         f"{', '.join(sorted(REFERENCES))}")
+    _installed.clear()
+    _installed.update(replacements)
+
+
+def installed() -> dict[str, Callable]:
+    """The replacements in force, by hook name."""
+    return dict(_installed)
+
+
+@contextlib.contextmanager
+def installed_scope(replacements: Mapping[str, Callable]) -> Iterator[None]:
+    """`install(replacements)` for the block, then the previous replacements."""
+    previous = installed()
+    try:
+        install(replacements)
+        yield
+    finally:
+        install(previous)
