@@ -118,7 +118,7 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
     import tensorflow as tf
 
     import keras_transformer as kt
-    from keras_transformer import kernels
+    from keras_transformer import fast
     from keras_transformer.data import SubwordTokenizer
     from keras_transformer.decoding import beam_search
     from keras_transformer.export import export_translator
@@ -130,7 +130,7 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
         with open(path, encoding="utf-8") as handle:
             texts += [line.strip() for line in handle if line.strip()]
     tokenizer = SubwordTokenizer.train(texts, args.vocab_size, os.path.join(workdir, "vocab"))
-    kernels.set_kernels(args.kernels)
+    fast.set_kernels(args.kernels)
     count = max(settings["batch_size"] * settings["throughput_batches"],
                 settings["latency_sentences"])
     ids = source_ids(args.data, tokenizer, count, args.source_tokens)

@@ -40,6 +40,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6, help="timed whole steps per worker")
     parser.add_argument("--precision", default="float32")
     parser.add_argument("--before-tree", help="another checkout whose whole step to time too")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="whole-step workers per (tree, kernel set), alternated")
+    parser.add_argument("--steps-only", action="store_true", help="skip the kernel table")
     parser.add_argument("--step-worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.step_worker:
@@ -48,14 +51,17 @@ def main() -> None:
     settings = {"config": args.config, "tokens": args.tokens, "vocab_size": args.vocab_size,
                 "steps": args.steps, "precision": args.precision}
     print(f"kernels at {args.config} sizes, {args.tokens} tokens, {args.precision}")
-    print("| kernel | reference ms | fast ms | reference / fast |\n| --- | ---: | ---: | ---: |")
-    for name, reference_ms, fast_ms in kernel_rows(settings, args.repeats):
-        print(f"| {name} | {reference_ms:.2f} | {fast_ms:.2f} | {reference_ms / fast_ms:.2f}x |")
+    if not args.steps_only:
+        print("| kernel | reference ms | fast ms | reference / fast |\n"
+              "| --- | ---: | ---: | ---: |")
+        for name, reference_ms, fast_ms in kernel_rows(settings, args.repeats):
+            print(f"| {name} | {reference_ms:.2f} | {fast_ms:.2f} | "
+                  f"{reference_ms / fast_ms:.2f}x |")
     print("\n| whole step | target tok/s |\n| --- | ---: |")
     runs = [("reference kernels", ROOT, "reference"), ("fast kernels", ROOT, "fast")]
     if args.before_tree:
         runs.append((f"before ({args.before_tree})", Path(args.before_tree), "fast"))
-    for label, tree, kernel_set in runs:
+    for label, tree, kernel_set in runs * args.rounds:
         result = run_worker(tree, kernel_set, settings)
         print(f"| {label} | {result['target_tokens_per_second']:.1f} |")
 
@@ -85,6 +91,11 @@ def whole_step(settings: dict) -> dict:
     import keras_transformer as kt
     from keras_transformer.training.precision import set_precision
     from trainers.train import compiled_model
+    try:
+        from keras_transformer import fast
+        fast.set_kernels(os.environ["KT_KERNELS"])
+    except ImportError:
+        pass  # a tree from before the fast subpackage reads KT_KERNELS itself
 
     set_precision(settings["precision"])
     # Trees from before the recipe split build the model from the flat config.
@@ -110,16 +121,18 @@ def kernel_rows(settings: dict, repeats: int):
     import keras
     import tensorflow as tf
     import keras_transformer as kt
-    from keras_transformer import kernels
-    from keras_transformer.kernels import (cross_entropy, decode_cache, layouts, matmul,
-                                           normalization, optimizers, random_masks,
-                                           statistics)
+    from keras_transformer import fast
+    from keras_transformer.fast import decode_cache, kernels, loss, optimizers, packed
+    from keras_transformer.fast.loss import factor_logits
     from keras_transformer.layers import EncoderLayer
-    from keras_transformer.logit_factors import factor_logits
+    from keras_transformer.layers.attention import linear
+    from keras_transformer.layers.residual import dropout, layer_norm
+    from keras_transformer.losses import smoothed_cross_entropy
+    from keras_transformer.metrics import logit_statistics
     from keras_transformer.training.precision import set_precision
 
     set_precision(settings["precision"])
-    kernels.set_kernels("fast")  # for the encoder layer's kernels other than the layout
+    fast.set_kernels("fast")  # for the encoder layer's kernels other than the layout
     config = kt.TransformerConfig.preset(settings["config"], vocab_size=settings["vocab_size"])
     dtype = keras.config.dtype_policy().compute_dtype
     tokens, d, rng = settings["tokens"], config.d_model, np.random.default_rng(0)
@@ -146,27 +159,39 @@ def kernel_rows(settings: dict, repeats: int):
                          dropout=0.0, attention_bias=False)
     layer.build((None, None, d))
 
-    def encoder_layer(make_layout):
-        def run(values):  # one encoder layer in the layout, as the model runs it
-            layout = make_layout(tf.convert_to_tensor(ids))
+    def encoder_layer(packs: bool):
+        def run(values):  # one encoder layer, padded as the core runs it, or on packed tokens
             mask = tf.not_equal(ids, 0)[:, None, :]
-            return layout.unpack(layer(layout.pack(values), padding_mask=mask, layout=layout))
+            if not packs:
+                return layer(values, padding_mask=mask)
+            layout = packed.TokenLayout(tf.convert_to_tensor(ids))
+            return layout.unpack(packed._encoder_layer(layer, layout.pack(values), mask, layout,
+                                                       None))
         return run
 
     hidden, embedding = normal(tokens, d), normal(config.vocab_size, d)
     labels = tf.Variable(rng.integers(4, config.vocab_size, size=tokens).astype("int32"))
-    # A decoding step at position 40 of 80 (beam 4 x batch 32), each set's buffer in its layout,
-    # and what the attention then does with the keys it returns (scores and context).
-    buffers = {name: tf.Variable(getattr(decode_cache, f"{name}_buffer")(
-        tf.constant([128, config.num_heads, 80, config.key_dim]), dtype))
-        for name in ("reference", "fast")}
+    # A decoding step's key cache at position 40 of 80 (beam 4 x batch 32): the reference's
+    # hypothesis-ordered buffer gathered by the search's reorder and written at the position,
+    # the fast one written in place and read through the ancestors; then what the attention
+    # does with the keys (scores and context).
+    heads, key_dim = config.num_heads, config.key_dim
+    ordered = tf.Variable(tf.zeros([128, heads, 80, key_dim], dtype))
+    position_major = tf.Variable(tf.zeros([80, 128, heads, key_dim], dtype))
     ancestors = tf.Variable(tf.random.stateless_uniform([128, 80], [0, 1], 0, 128, tf.int32))
-    update, query = (normal(128, 1, config.num_heads, config.key_dim) for _ in range(2))
+    update, query = (normal(128, 1, heads, key_dim) for _ in range(2))
 
-    def decode_cache_step(buffer, extend_cache):
+    def reference_cache(update):
+        keys = tf.gather(tf.convert_to_tensor(ordered), ancestors[:, 39])
+        return tf.where((tf.range(80) == 40)[:, None], tf.transpose(update, [0, 2, 1, 3]), keys)
+
+    def fast_cache(update):
+        return decode_cache._extend(tf.convert_to_tensor(position_major),
+                                    tf.convert_to_tensor(ancestors), update, 40)[1]
+
+    def decode_cache_step(cache):
         def run():
-            _, keys = extend_cache(tf.convert_to_tensor(buffer), tf.convert_to_tensor(ancestors),
-                                   tf.convert_to_tensor(update), 40)
+            keys = cache(tf.convert_to_tensor(update))
             query_heads = tf.transpose(tf.convert_to_tensor(query), [0, 2, 1, 3])
             scores = tf.linalg.matmul(query_heads, keys, transpose_b=True)
             return tf.linalg.matmul(tf.nn.softmax(scores), keys)
@@ -205,16 +230,21 @@ def kernel_rows(settings: dict, repeats: int):
         "loss through factors + 2 metrics": lambda k: k["loss"],
         "adam (8 x d_model x d_ff)": lambda k: k["adam"],
     }
-    implementations = {name: {
-        "linear": getattr(matmul, name), "layer_norm": getattr(normalization, name),
-        "dropout": getattr(random_masks, name),
-        "layer": encoder_layer(getattr(layouts, name)),
-        "decode_cache": decode_cache_step(buffers[name],
-                                          getattr(decode_cache, f"{name}_extend_cache")),
-        "loss": loss_and_metrics(getattr(statistics, name),
-                                 getattr(cross_entropy, f"{name}_through_factors")),
-        "adam": adam_step(getattr(optimizers, name)),
-    } for name in ("reference", "fast")}
+    implementations = {
+        "reference": {
+            "linear": linear.reference, "layer_norm": layer_norm.reference,
+            "dropout": dropout.reference, "layer": encoder_layer(False),
+            "decode_cache": decode_cache_step(reference_cache),
+            "loss": loss_and_metrics(logit_statistics.reference, lambda y, factors, eps: (
+                smoothed_cross_entropy.reference(y, factors.logits, eps))),
+            "adam": adam_step(keras.optimizers.Adam)},
+        "fast": {
+            "linear": kernels.linear, "layer_norm": kernels.layer_norm,
+            "dropout": kernels.dropout, "layer": encoder_layer(True),
+            "decode_cache": decode_cache_step(fast_cache),
+            "loss": loss_and_metrics(loss.logit_statistics,
+                                     loss.smoothed_cross_entropy_through_factors),
+            "adam": adam_step(optimizers.FusedAdam)}}
     for label, make in cases.items():
         functions = {name: tf.function(make(implementation))
                      for name, implementation in implementations.items()}

@@ -8,9 +8,9 @@ cross-entropy) and token-accuracy (argmax) metrics compute, alternating the form
 full log-softmax; logsumexp with a gather of the true logit (whose gradient is a scatter over
 `[tokens, vocab]`); the gradient `softmax(z) - q` written out but the softmax recomputed in the
 backward pass, logsumexp again for perplexity and Keras's argmax (session 3's library); one
-softmax and one argmax shared by all of them (`kernels.statistics.fast`, sessions 4-5); and the
+softmax and one argmax shared by all of them (`fast.loss.logit_statistics`); and the
 fast kernel now, which also differentiates through the factors `hidden @ E^T`
-(`kernels.cross_entropy.fast_through_factors`) instead of materializing the gradient of the
+(`fast.loss.smoothed_cross_entropy_through_factors`) instead of materializing the gradient of the
 logits.
 Default shape: a 2,048-token batch of a 32k vocabulary; `1,3600,32000` is the real target
 tokens of a 4,096-token `base` batch.
@@ -22,9 +22,9 @@ import tensorflow as tf
 from keras import ops
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend)
-from keras_transformer.kernels import cross_entropy
-from keras_transformer.kernels.statistics import fast as logit_statistics
-from keras_transformer.logit_factors import factor_logits
+from keras_transformer.fast import loss as fast_loss
+from keras_transformer.metrics import token_cross_entropy
+from keras_transformer.fast.loss import factor_logits, logit_statistics
 
 
 def log_softmax_losses(y_true, logits, eps):
@@ -67,11 +67,10 @@ def make_step(losses, predictions, hidden, table, targets, factored=False):
             tape.watch([hidden, table])
             factors = factor_logits(hidden, table, transposed=True)
             logits = factors.logits
-            loss = tf.reduce_mean(cross_entropy.fast_through_factors(targets, factors, 0.1)
+            loss = tf.reduce_mean(fast_loss.smoothed_cross_entropy_through_factors(targets, factors, 0.1)
                                   if factored else losses(targets, logits, 0.1))
         accuracy = tf.reduce_mean(tf.cast(tf.equal(predictions(logits), targets), tf.float32))
-        perplexity_loss = cross_entropy.token_cross_entropy(targets, logits,
-                                                            logit_statistics(logits))
+        perplexity_loss = token_cross_entropy(targets, logits, logit_statistics(logits))
         return tape.gradient(loss, [hidden, table]), tf.reduce_mean(perplexity_loss), accuracy
     return step
 
@@ -91,12 +90,12 @@ def main(rounds: int = 4, repeats: int = 5) -> None:
     steps = {
         "log_softmax + gather": make_step(log_softmax_losses, keras_argmax, *data),
         "logsumexp + gather": make_step(gathered_logsumexp_losses, keras_argmax, *data),
-        "written-out gradient, softmax recomputed (session 3)": make_step(
+        "written-out gradient, softmax recomputed": make_step(
             recomputed_softmax_losses, keras_argmax, *data),
-        "shared softmax and argmax (sessions 4-5)": make_step(
-            cross_entropy.fast, shared_argmax, *data),
+        "shared softmax and argmax": make_step(
+            fast_loss.smoothed_cross_entropy, shared_argmax, *data),
         "through the logit factors (fast kernel)": make_step(
-            cross_entropy.fast, shared_argmax, *data, factored=True),
+            fast_loss.smoothed_cross_entropy, shared_argmax, *data, factored=True),
     }
     for step in steps.values():
         step()

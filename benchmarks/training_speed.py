@@ -186,6 +186,11 @@ def ours_worker(settings: dict) -> dict:
         except (ImportError, AttributeError):
             continue
     from trainers.train import compiled_model
+    try:
+        from keras_transformer import fast
+        fast.set_kernels(settings.get("kernels", "fast"))
+    except ImportError:
+        pass  # a --before-tree's kernel interface reads KT_KERNELS itself
 
     keras.utils.set_random_seed(settings["seed"])
     keras.mixed_precision.set_global_policy(settings["precision"])
