@@ -23,9 +23,11 @@ setup(
         "matplotlib>=3.9",
         "tensorboard>=2.20",
     ],
-    # tensorflow-serving-api: the gRPC requests of examples/serving_client.py are tested.
+    # tensorflow-serving-api: the gRPC requests of examples/serving_client.py are tested;
+    # ctranslate2: `kt-export --format ctranslate2` and its translations are tested.
     extras_require={"test": ["pytest>=8.0", "ruff>=0.6",
-                             "tensorflow-serving-api>=2.20,<2.22"]},
+                             "tensorflow-serving-api>=2.20,<2.22", "ctranslate2>=4.5"],
+                    "ctranslate2": ["ctranslate2>=4.5"]},
     entry_points={
         "console_scripts": [
             "kt-train=trainers.launch:train",

@@ -6,10 +6,10 @@ Model Garden `Seq2SeqTransformer`, on newstest2014 English sources.
         [--ctranslate2-python PYTHON] [--export-dtypes float32,bfloat16] [--profile] \
         [--shortlists 1000,20 1000,50 --shortlist-data SRC,TGT[,SRC,TGT...]]
 
-CTranslate2 runs OUR model: its weights are copied into a post-norm `TransformerSpec` (fused
-q/k/v, our sinusoidal table as its position encodings, the tied embedding as its projection),
-quantized by CTranslate2 itself, and the first sentences' output ids are compared with the
-export's (equal in float32: the same function is timed).
+CTranslate2 runs OUR model, converted by `keras_transformer.ctranslate2_export` (what
+`kt-export --format ctranslate2` writes) once per `--ctranslate2-types` quantization, and the
+first sentences' output ids are compared with the export's (equal in float32: the same function
+is timed). Its worker runs under `--ctranslate2-python` (default: this Python).
 
 Both models have `base` dimensions with random weights, and the end-of-sentence embedding row
 is zeroed so that EOS (logit 0, far below the best of thousands of random logits) is never
@@ -27,6 +27,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -58,7 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "ratios are against the first")
     parser.add_argument("--model-garden-python", default="/work/bench-venv/bin/python",
                         help="python of a venv with tf-models-official ('' to skip)")
-    parser.add_argument("--ctranslate2-python", default="/work/ct2-venv/bin/python",
+    parser.add_argument("--ctranslate2-python", default=sys.executable,
                         help="python of a venv with ctranslate2 ('' to skip)")
     parser.add_argument("--ctranslate2-types", default="float32,int8",
                         help="CTranslate2 quantizations to time (comma-separated)")
@@ -170,8 +171,8 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
             lambda batch: beam_search(model, batch, args.beam_size, 0.6, args.extra_length,
                                       use_cache=False), ids, uncached)
     if args.ctranslate2_python:
-        results.update(run_ctranslate2(args.ctranslate2_python, model, ids, settings, workdir,
-                                       args.ctranslate2_types.split(","),
+        results.update(run_ctranslate2(args.ctranslate2_python, model, tokenizer, ids, settings,
+                                       workdir, args.ctranslate2_types.split(","),
                                        list(shortlists.values())[-1]))
     return results, ids
 
@@ -231,146 +232,77 @@ def op_time_by_part(call) -> dict[str, float]:
     return {part: round(100 * value / total, 1) for part, value in picoseconds.most_common()}
 
 
-def ctranslate2_weights(model, max_positions: int) -> dict[str, np.ndarray]:
-    """Our model's weights under CTranslate2 `TransformerSpec` paths (`encoder.layer.0...`,
-    linear weights `[out, in]`, self-attention q/k/v fused, cross-attention k/v fused), with our
-    sinusoidal table as its position encodings, so both compute the same function."""
-    import keras_transformer as kt
-
-    config = model.config
-    d_model = config.d_model
-
-    def linear(dense) -> np.ndarray:  # HeadsDense kernel [in, ...] -> [out, in]
-        kernel = dense.kernel.numpy()
-        in_size = d_model if kernel.shape[0] == d_model else int(np.prod(kernel.shape[:-1]))
-        return kernel.reshape(in_size, -1).T
-
-    def norm(prefix: str, residual) -> dict:
-        layer_norm = residual.layer_norm
-        return {f"{prefix}.layer_norm.gamma": layer_norm.gamma.numpy(),
-                f"{prefix}.layer_norm.beta": layer_norm.beta.numpy()}
-
-    def feed_forward(prefix: str, layer) -> dict:
-        ffn = layer.feed_forward
-        return {f"{prefix}.ffn.linear_0.weight": linear(ffn.inner),
-                f"{prefix}.ffn.linear_0.bias": ffn.inner.bias.numpy(),
-                f"{prefix}.ffn.linear_1.weight": linear(ffn.outer),
-                f"{prefix}.ffn.linear_1.bias": ffn.outer.bias.numpy(),
-                **norm(f"{prefix}.ffn", layer.feed_forward_residual)}
-
-    def self_attention(prefix: str, layer) -> dict:
-        attention = layer.self_attention
-        fused = np.concatenate([linear(attention.query_dense), linear(attention.key_dense),
-                                linear(attention.value_dense)])
-        return {f"{prefix}.self_attention.linear.0.weight": fused,
-                f"{prefix}.self_attention.linear.1.weight": linear(attention.output_dense),
-                **norm(f"{prefix}.self_attention", layer.self_residual)}
-
-    embeddings = model.source_embedding.embeddings.numpy()
-    positions = np.asarray(kt.layers.SinusoidalPositionalEncoding()(
-        np.zeros((1, max_positions, d_model), np.float32))).reshape(max_positions, d_model)
-    weights = {"encoder.embeddings.0.weight": embeddings, "decoder.embeddings.weight": embeddings,
-               "decoder.projection.weight": embeddings,
-               "encoder.position_encodings.encodings": positions,
-               "decoder.position_encodings.encodings": positions}
-    for index, layer in enumerate(model.encoder_layers):
-        prefix = f"encoder.layer.{index}"
-        weights.update({**self_attention(prefix, layer), **feed_forward(prefix, layer)})
-    for index, layer in enumerate(model.decoder_layers):
-        prefix, cross = f"decoder.layer.{index}", layer.cross_attention
-        weights.update({
-            **self_attention(prefix, layer), **feed_forward(prefix, layer),
-            f"{prefix}.attention.linear.0.weight": linear(cross.query_dense),
-            f"{prefix}.attention.linear.1.weight": np.concatenate(
-                [linear(cross.key_dense), linear(cross.value_dense)]),
-            f"{prefix}.attention.linear.2.weight": linear(cross.output_dense),
-            **norm(f"{prefix}.attention", layer.cross_residual)})
-    return weights
-
-
-def ctranslate2_worker(weights_path: str, ids_path: str, settings_json: str) -> None:
-    """Runs in the CTranslate2 venv: builds a post-norm `TransformerSpec` from our weights, then
-    for each quantization prints its `measure` result and the first sentences' ids as JSON."""
+def ctranslate2_worker(directories_json: str, ids_path: str, settings_json: str) -> None:
+    """Runs where ctranslate2 is installed: for each model directory (one per quantization,
+    written by `keras_transformer.ctranslate2_export`), prints its `measure` result and the
+    first sentences' ids as JSON."""
     import ctranslate2
-    from ctranslate2.specs import transformer_spec
 
     settings, ids = json.loads(settings_json), np.load(ids_path)
-    weights = dict(np.load(weights_path))
-    vocabulary = ["<blank>", "<unk>", "<s>", "</s>"] + [
-        f"t{index}" for index in range(4, settings["vocab_size"])]
     results = {}
-    vmaps = [False, True] if settings.get("vmap") else [False]
-    for quantization, use_vmap in [(kind, vmap) for kind in settings["ctranslate2_types"]
-                                   for vmap in vmaps]:
-        spec = transformer_spec.TransformerSpec.from_config(
-            settings["num_layers"], settings["num_heads"], pre_norm=False)
-        for path, value in weights.items():
-            *parents, leaf = path.split(".")
-            node = spec
-            for part in parents:
-                node = node[int(part)] if part.isdigit() else getattr(node, part)
-            setattr(node, leaf, value)
-        spec.config.layer_norm_epsilon = settings["layer_norm_epsilon"]
-        spec.register_source_vocabulary(vocabulary)
-        spec.register_target_vocabulary(vocabulary)
-        spec.validate()
-        spec.optimize(quantization=quantization)
-        with tempfile.TemporaryDirectory() as directory:
-            spec.save(directory)
+    for quantization, directory in json.loads(directories_json).items():
+        with open(os.path.join(directory, "shared_vocabulary.json"), encoding="utf-8") as handle:
+            vocabulary = json.load(handle)
+        for use_vmap in [False, True] if settings.get("vmap") else [False]:
             if use_vmap:
                 shutil.copy(settings["vmap"], os.path.join(directory, "vmap.txt"))
             translator = ctranslate2.Translator(directory, device="cpu", inter_threads=1,
                                                 intra_threads=os.cpu_count())
 
-        def translate(batch, translator=translator, use_vmap=use_vmap):
-            return translator.translate_batch(
-                [[vocabulary[token] for token in row] for row in batch.tolist()],
-                beam_size=settings["beam_size"], length_penalty=0.6,
-                max_decoding_length=settings["output_tokens"],
-                min_decoding_length=settings["output_tokens"], use_vmap=use_vmap)
+            def translate(batch, translator=translator, use_vmap=use_vmap):
+                return translator.translate_batch(  # the model appends EOS to each source
+                    [[vocabulary[token] for token in row if token != EOS_ID]
+                     for row in batch.tolist()],
+                    beam_size=settings["beam_size"], length_penalty=0.6,
+                    max_decoding_length=settings["output_tokens"],
+                    min_decoding_length=settings["output_tokens"], use_vmap=use_vmap)
 
-        first = [[vocabulary.index(token) for token in result.hypotheses[0]]
-                 for result in translate(ids[:2])]
-        name = f"ctranslate2_{quantization}" + ("_vmap" if use_vmap else "")
-        results[name] = {**measure(translate, ids, settings), "first_ids": first}
+            first = [[vocabulary.index(token) for token in result.hypotheses[0]]
+                     for result in translate(ids[:2])]
+            name = f"ctranslate2_{quantization}" + ("_vmap" if use_vmap else "")
+            results[name] = {**measure(translate, ids, settings), "first_ids": first}
     print(json.dumps(results))
 
 
-def run_ctranslate2(python: str, model, ids: np.ndarray, settings: dict, workdir: str,
-                    types: list[str], shortlist=None) -> dict:
-    """CTranslate2 timings from `ctranslate2_worker` in the venv of `python`; with our
+def run_ctranslate2(python: str, model, tokenizer, ids: np.ndarray, settings: dict,
+                    workdir: str, types: list[str], shortlist=None) -> dict:
+    """CTranslate2 timings from `ctranslate2_worker` run by `python`, of our model converted by
+    `kt-export --format ctranslate2`'s converter once per quantization in `types`; with our
     `shortlist` (the last of `--shortlists`), also with the same table as its vocabulary map
     (`use_vmap`)."""
-    config = model.config
-    weights_path, ids_path = (os.path.join(workdir, name) for name in ("ct2.npz", "ids.npy"))
-    np.savez(weights_path, **ctranslate2_weights(model, model.config.max_length))
+    from keras_transformer.ctranslate2_export import export_ctranslate2
+
+    directories = {kind: os.fspath(export_ctranslate2(
+        model, tokenizer, os.path.join(workdir, f"ct2_{kind}"), kind)) for kind in types}
+    ids_path = os.path.join(workdir, "ids.npy")
     np.save(ids_path, ids)
-    worker = {**settings, "ctranslate2_types": types, "num_layers": config.num_layers,
-              "num_heads": config.num_heads, "layer_norm_epsilon": config.layer_norm_epsilon}
+    worker = dict(settings)
     if shortlist is not None:
         worker["vmap"] = os.path.join(workdir, "vmap.txt")
-        write_vmap(shortlist, worker["vmap"])
+        write_vmap(shortlist, tokenizer, worker["vmap"])
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     run = subprocess.run([python, os.path.abspath(__file__), "--ctranslate2-worker",
-                          weights_path, ids_path, json.dumps(worker)], capture_output=True,
-                         text=True, env=env, cwd=workdir, check=False)
+                          json.dumps(directories), ids_path, json.dumps(worker)],
+                         capture_output=True, text=True, env=env, cwd=workdir, check=False)
     if run.returncode != 0:
         raise RuntimeError(f"CTranslate2 worker failed:\n{run.stderr[-3000:]}")
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def write_vmap(shortlist, path: str) -> None:
-    """Our shortlist as a CTranslate2 vocabulary map over the worker's `t<id>` tokens: the
-    frequent ids under the empty n-gram, then each source id's candidates (PAD fill dropped)."""
+def write_vmap(shortlist, tokenizer, path: str) -> None:
+    """Our shortlist as a CTranslate2 vocabulary map over the tokenizer's pieces: the frequent
+    ids under the empty n-gram, then each source id's candidates (PAD fill dropped)."""
+    pieces = tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
+
     def tokens(ids) -> str:
-        return " ".join(f"t{token}" for token in ids if token > EOS_ID)
+        return " ".join(pieces[token] for token in ids if token > EOS_ID)
 
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(f"\t{tokens(shortlist.frequent_ids.numpy())}\n")
         for source, candidates in enumerate(shortlist.candidates.numpy()):
             if source > EOS_ID and candidates.any():
-                handle.write(f"t{source}\t{tokens(candidates)}\n")
+                handle.write(f"{pieces[source]}\t{tokens(candidates)}\n")
 
 
 def model_garden_worker(ids_path: str, settings_json: str) -> None:

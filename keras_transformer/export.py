@@ -21,7 +21,7 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Optional
+from typing import Callable, Optional
 
 import tensorflow as tf
 
@@ -45,16 +45,10 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
     `dtype` (one of `training.precision.SERVING_DTYPES`) is what its weights are stored and computed in.
     `shortlist`: restricts each batch's search to the target ids it gives (None: none).
     """
-    if not _NAME.match(name):
-        raise ValueError(f"name: {name!r} must be letters, digits, '_', '-' or '.', "
-                         "not starting with a symbol")
     translator = Translator(serving_copy(model, dtype), tokenizer, settings,
                             shortlist=shortlist)
-    model_dir = os.path.join(os.fspath(base_dir), name)
-    os.makedirs(model_dir, exist_ok=True)
-    # TF Serving skips non-integer directories, so a partial export is never served.
-    staging = tempfile.mkdtemp(prefix=".export-", dir=model_dir)
-    try:
+
+    def write(staging: str) -> str:
         vocabulary_dir = os.path.join(staging, "vocabulary")
         tokenizer.save(vocabulary_dir)
         translator.vocabulary = tf.saved_model.Asset(os.path.join(vocabulary_dir,
@@ -66,7 +60,25 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
             "translate_nbest": translator.translate_nbest,
             "translate_with_prefix": translator.translate_with_prefix,
             "translate_with_alignment": translator.translate_with_alignment})
-        return _publish(saved, model_dir)
+        return saved
+
+    return publish_version(write, name, base_dir)
+
+
+def publish_version(write: Callable[[str], str], name: str,
+                    base_dir: str | os.PathLike = "saved_models") -> str:
+    """Runs `write(staging)`, which builds a model directory inside the empty directory
+    `staging` and returns its path, then publishes it as the next free version of
+    `<base_dir>/<name>`; returns that path. Staging sits in `<base_dir>/<name>/` under a
+    non-integer name, which TF Serving skips, so a partial export is never served."""
+    if not _NAME.match(name):
+        raise ValueError(f"name: {name!r} must be letters, digits, '_', '-' or '.', "
+                         "not starting with a symbol")
+    model_dir = os.path.join(os.fspath(base_dir), name)
+    os.makedirs(model_dir, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".export-", dir=model_dir)
+    try:
+        return _publish(write(staging), model_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

@@ -9,22 +9,27 @@ from typing import Callable, Iterator, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.ctranslate2_export import ctranslate2_functions, is_ctranslate2_model
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.vocab_ids import PAD_ID
 
 
 def export_version(path: str | os.PathLike) -> Path:
-    """`path` if it is a SavedModel directory, else its newest integer version (TF Serving's
-    `NAME/VERSION/` layout); FileNotFoundError naming `path` otherwise."""
+    """`path` if it is an export (a SavedModel or a CTranslate2 model directory), else its
+    newest integer version that is one (TF Serving's `NAME/VERSION/` layout);
+    FileNotFoundError naming `path` otherwise."""
+    def is_export(directory: Path) -> bool:
+        return (directory / "saved_model.pb").is_file() or is_ctranslate2_model(directory)
+
     path = Path(path)
-    if (path / "saved_model.pb").is_file():
+    if is_export(path):
         return path
     versions = sorted((int(entry.name), entry) for entry in path.glob("*")
-                      if entry.name.isdigit() and (entry / "saved_model.pb").is_file())
+                      if entry.name.isdigit() and is_export(entry))
     if not versions:
-        raise FileNotFoundError(f"model: {str(path)!r} is neither a SavedModel directory nor "
-                                "a directory of numbered SavedModel versions")
+        raise FileNotFoundError(f"model: {str(path)!r} is neither an export (SavedModel or "
+                                "CTranslate2 model) nor a directory of numbered versions")
     return versions[-1][1]
 
 
@@ -49,8 +54,13 @@ class TextTranslator:
 
     @classmethod
     def from_export(cls, path: str | os.PathLike) -> "TextTranslator":
-        """The SavedModel of `export_version(path)` (its search settings are fixed)."""
+        """The SavedModel or CTranslate2 model of `export_version(path)` (its search settings
+        are fixed)."""
         version = export_version(path)
+        if is_ctranslate2_model(version):
+            translate_text, translate_ids, translate_prefixed, tokenizer, owner = (
+                ctranslate2_functions(version))
+            return cls(translate_text, translate_ids, tokenizer, owner, translate_prefixed)
         loaded = tf.saved_model.load(os.fspath(version))
         signatures = loaded.signatures
         prefixed = signatures.get("translate_with_prefix")

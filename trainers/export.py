@@ -2,6 +2,7 @@
 
     kt-export runs/tiny/model.keras runs/tiny/vocabulary --name tiny --beam-size 4
     kt-export runs/demo runs/demo/vocab --name demo
+    kt-export runs/demo runs/demo/vocab --name demo-ct2 --format ctranslate2 --quantization int8
 
 The model is a `.keras` file, or a directory holding one (the newest is used), or a run
 directory holding `config.json` (its `Recipe`) and weights: `--weights`, else the same
@@ -14,7 +15,8 @@ on the hardware that will serve). `--shortlist 1000,20` makes each batch's searc
 the 1,000 most frequent target pieces plus the 20 most specific translations of each source
 piece (learned from `--shortlist-data`, default the files a run directory trained on): faster
 where the output projection is a large part of a step, translations approximate the full
-vocabulary's (`decoding.shortlist`).
+vocabulary's (`decoding.shortlist`). `--format ctranslate2` writes a CTranslate2 model
+directory instead (`keras_transformer.ctranslate2_export`), quantized as `--quantization` says.
 """
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ from keras_transformer.data.demo_corpus import DEMO_LANGS
 from keras_transformer.data.text_files import read_parallel
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
-from keras_transformer.export import export_translator
+from keras_transformer.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
+from keras_transformer.export import export_translator, publish_version
 from keras_transformer.model import Transformer
 from trainers.probes import choose_serving_dtype
 from keras_transformer.config import SearchSettings
@@ -62,10 +65,21 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="parallel text the shortlist is learned from (default: a run "
                              "directory's training files); the first "
                              f"{SHORTLIST_SENTENCES:,} pairs are used")
+    parser.add_argument("--format", choices=("savedmodel", "ctranslate2"), default="savedmodel",
+                        help="a TF Serving SavedModel (default), or a CTranslate2 model "
+                             "directory (pip install -e '.[ctranslate2]')")
+    parser.add_argument("--quantization", choices=QUANTIZATIONS, default="int8",
+                        help="--format ctranslate2: how CTranslate2 stores the weights "
+                             "(default: int8)")
     add_search_arguments(parser, "fixed in the export")
     args = parser.parse_args(argv)
     if args.shortlist_data and not args.shortlist:
         parser.error("--shortlist-data: needs --shortlist")
+    if args.format == "ctranslate2" and (args.shortlist or args.precision != "float32"):
+        parser.error("--shortlist and --precision: SavedModel exports only (a CTranslate2 "
+                     "model's precision is its --quantization)")
+    if args.format == "savedmodel" and "--quantization" in (argv or sys.argv[1:]):
+        parser.error("--quantization: --format ctranslate2 only")
     return args
 
 
@@ -176,9 +190,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         tokenizer = SubwordTokenizer.load(args.vocabulary)
         model, defaults = load_model(args.model, args.weights)
         settings = search_settings(args, defaults)
-        shortlist = learn_shortlist(args.shortlist, args.shortlist_data, args.model, tokenizer)
-        path = export_translator(model, tokenizer, args.name, args.base_dir, settings,
-                                 serving_dtype(args.precision, model, settings), shortlist)
+        if args.format == "ctranslate2":
+            path = publish_version(lambda staging: os.fspath(export_ctranslate2(
+                model, tokenizer, os.path.join(staging, "model"), args.quantization,
+                settings)), args.name, args.base_dir)
+        else:
+            shortlist = learn_shortlist(args.shortlist, args.shortlist_data, args.model,
+                                        tokenizer)
+            path = export_translator(model, tokenizer, args.name, args.base_dir, settings,
+                                     serving_dtype(args.precision, model, settings), shortlist)
+    except ImportError as error:
+        print(f"kt-export: error: --format ctranslate2 needs the ctranslate2 package ({error}); "
+              "pip install -e '.[ctranslate2]'", file=sys.stderr)
+        return 2
     except (FileNotFoundError, ValueError) as error:
         print(f"kt-export: error: {error}", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@
     kt-translate saved_models/demo input.en > output.de        # the newest version of an export
     kt-translate saved_models/demo/3 a.en b.en --output a.de b.de
     kt-translate runs/demo - --beam-size 8 --nbest 3 < input.en  # a run: search flags allowed
+    kt-translate saved_models/demo-ct2 input.en   # a CTranslate2 export (kt-export --format)
 
 One output line per input line, in order: an empty line gives an empty line, a line that is not
 valid UTF-8 is translated with U+FFFD replacements (with a warning naming file and line), and a
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
+from keras_transformer.ctranslate2_export import is_ctranslate2_model
 from keras_transformer.data.text_files import read_raw_lines
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.text_translation import TextTranslator, length_batches
@@ -70,7 +72,7 @@ def load_translator(args: argparse.Namespace) -> TextTranslator:
                                           ("--length-penalty", args.length_penalty),
                                           ("--max-decode-extra", args.max_decode_extra))
                  if value is not None]
-    if (Path(args.model) / "config.json").is_file():
+    if (Path(args.model) / "config.json").is_file() and not is_ctranslate2_model(args.model):
         model, tokenizer = load_run_model(args.model, args.weights)
         settings = search_settings(args, RunDir(args.model).load_recipe().search)
         return TextTranslator.from_translator(Translator(model, tokenizer, settings))

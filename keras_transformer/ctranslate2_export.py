@@ -1,0 +1,247 @@
+"""CTranslate2 models of a trained Transformer, and translating with them.
+
+`export_ctranslate2` writes a CTranslate2 model directory (`kt-export --format ctranslate2`):
+the model's own weights under CTranslate2's `TransformerSpec` (quantized as asked), the
+SentencePiece model beside it so that raw text goes in and out, and the search settings.
+`ctranslate2_functions` gives such a directory the calls `text_translation.TextTranslator`
+takes, so `kt-translate` runs it as it runs a SavedModel.
+
+What CTranslate2 computes differs from our search in two places, both documented in
+docs/decoding-and-serving.md: its length penalty divides a hypothesis' log-probability by
+`length ** alpha` (ours by GNMT's `((5 + length) / 6) ** alpha`), and its length limit is one
+per batch (the longest source + `max_decode_extra`; ours is per sentence). With no length
+penalty, and greedy, float32 models translate alike (tests/test_ctranslate2.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.config import SearchSettings, TransformerConfig
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.model import Transformer
+from keras_transformer.vocab_ids import EOS_ID, PAD_ID
+
+QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float32")
+SETTINGS_FILENAME = "keras_transformer.json"  # the search settings and the converted config
+
+
+def is_ctranslate2_model(path: str | os.PathLike) -> bool:
+    """Whether `path` is a directory this module wrote (a CTranslate2 model with our files)."""
+    path = Path(path)
+    return (path / "model.bin").is_file() and (path / SETTINGS_FILENAME).is_file()
+
+
+def check_convertible(config: TransformerConfig) -> None:
+    """A ValueError naming the first architecture option CTranslate2 cannot express."""
+    if config.value_dim != config.key_dim:
+        raise ValueError(f"d_v: CTranslate2 needs d_v = d_k, got {config.value_dim} and "
+                         f"{config.key_dim}")
+    if config.output_vocab_size != config.vocab_size:
+        raise ValueError(f"target_vocab_size: CTranslate2 takes the target vocabulary from the "
+                         f"shared SentencePiece model ({config.vocab_size} pieces), got "
+                         f"{config.output_vocab_size} output ids")
+
+
+def spec_weights(model: Transformer) -> dict[str, np.ndarray]:
+    """The model's float32 weights under `TransformerSpec` paths (`encoder.layer.0...`):
+    linear weights `[out, in]`, self-attention q/k/v and cross-attention k/v fused, the
+    position encodings as our own tables (sinusoids or learned), so both compute the same
+    function."""
+    config = model.config
+
+    def array(variable) -> np.ndarray:
+        return np.array(tf.cast(variable, tf.float32))  # writable: quantized in place
+
+    def linear(*denses) -> dict[str, np.ndarray]:  # HeadsDense kernels [in..., out...]
+        weights = {"weight": np.concatenate([
+            array(dense.kernel).reshape(-1, int(np.prod(dense.output_dims))).T
+            for dense in denses])}
+        if denses[0].bias is not None:
+            weights["bias"] = np.concatenate([array(dense.bias).reshape(-1) for dense in denses])
+        return weights
+
+    def entries(prefix: str, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {f"{prefix}.{name}": value for name, value in values.items()}
+
+    def norm(prefix: str, layer_norm) -> dict[str, np.ndarray]:
+        return {f"{prefix}.gamma": array(layer_norm.gamma),
+                f"{prefix}.beta": array(layer_norm.beta)}
+
+    def attention(prefix: str, attention_layer, residual, cross: bool) -> dict[str, np.ndarray]:
+        parts = ([attention_layer.query_dense], [attention_layer.key_dense,
+                                                 attention_layer.value_dense])
+        fused = parts if cross else (parts[0] + parts[1],)
+        weights = norm(f"{prefix}.layer_norm", residual.layer_norm)
+        for index, denses in enumerate((*fused, [attention_layer.output_dense])):
+            weights.update(entries(f"{prefix}.linear.{index}", linear(*denses)))
+        return weights
+
+    def block(prefix: str, layer) -> dict[str, np.ndarray]:
+        ffn = layer.feed_forward
+        return {**attention(f"{prefix}.self_attention", layer.self_attention,
+                            layer.self_residual, cross=False),
+                **entries(f"{prefix}.ffn.linear_0", linear(ffn.inner)),
+                **entries(f"{prefix}.ffn.linear_1", linear(ffn.outer)),
+                **norm(f"{prefix}.ffn.layer_norm", layer.feed_forward_residual.layer_norm)}
+
+    def positions(layer) -> np.ndarray:
+        return array(layer.at(tf.range(config.max_length)))
+
+    output = (array(model.target_embedding.embeddings) if model.output_projection is None
+              else array(model.output_projection.kernel).T)
+    weights = {"encoder.embeddings.0.weight": array(model.source_embedding.embeddings),
+               "decoder.embeddings.weight": array(model.target_embedding.embeddings),
+               "decoder.projection.weight": output,
+               "encoder.position_encodings.encodings": positions(model.source_positions),
+               "decoder.position_encodings.encodings": positions(model.target_positions)}
+    for index, layer in enumerate(model.encoder_layers):
+        weights.update(block(f"encoder.layer.{index}", layer))
+    for index, layer in enumerate(model.decoder_layers):
+        prefix = f"decoder.layer.{index}"
+        weights.update({**block(prefix, layer), **attention(
+            f"{prefix}.attention", layer.cross_attention, layer.cross_residual, cross=True)})
+    for side, final_norm in (("encoder", model.encoder_norm), ("decoder", model.decoder_norm)):
+        if final_norm is not None:
+            weights.update(norm(f"{side}.layer_norm", final_norm))
+    return weights
+
+
+def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer):
+    """A `ctranslate2.specs.TransformerSpec` holding `model`'s weights, with the tokenizer's
+    pieces as both vocabularies (ValueError for what it cannot express: `check_convertible`)."""
+    from ctranslate2.specs import transformer_spec as specs
+
+    config = model.config
+    check_convertible(config)
+    if tokenizer.vocab_size != config.vocab_size:
+        raise ValueError(f"tokenizer: vocabulary of {tokenizer.vocab_size} ids, but the model "
+                         f"expects vocab_size={config.vocab_size}")
+    options = {"pre_norm": config.norm == "pre"}
+    if config.key_dim * config.num_heads != config.d_model:
+        options["head_dim"] = config.key_dim
+    try:
+        spec = specs.TransformerSpec(
+            specs.TransformerEncoderSpec(config.num_layers, config.num_heads, **options),
+            specs.TransformerDecoderSpec(config.num_layers, config.num_heads, **options))
+    except TypeError:  # a CTranslate2 without head_dim
+        raise ValueError(f"d_k: this CTranslate2 needs d_k x h = d_model, got "
+                         f"{config.key_dim} x {config.num_heads}") from None
+    for path, value in spec_weights(model).items():
+        *parents, leaf = path.split(".")
+        node = spec
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else getattr(node, part)
+        setattr(node, leaf, value)
+    spec.config.layer_norm_epsilon = config.layer_norm_epsilon
+    pieces = tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
+    spec.register_source_vocabulary(pieces)
+    spec.register_target_vocabulary(pieces)
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = pieces[1:4]
+    spec.config.decoder_start_token = pieces[2]
+    spec.config.add_source_eos = True  # our sources end with EOS
+    return spec
+
+
+def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer,
+                       directory: str | os.PathLike, quantization: str = "int8",
+                       settings: Optional[SearchSettings] = None) -> Path:
+    """Writes `model` as a CTranslate2 model directory.
+
+    Args:
+        model: the trained Transformer.
+        tokenizer: its SentencePiece tokenizer (copied beside the model).
+        directory: the new directory (e.g. `saved_models/NAME/VERSION`).
+        quantization: how CTranslate2 stores the weights, one of `QUANTIZATIONS`.
+        settings: the search settings `kt-translate` uses (default: the paper's).
+
+    Returns:
+        The directory.
+    """
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization: {quantization!r} is not one of "
+                         f"{', '.join(QUANTIZATIONS)}")
+    spec = transformer_spec(model, tokenizer)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    directory = Path(directory)
+    directory.mkdir(parents=True)
+    spec.save(os.fspath(directory))
+    tokenizer.save(directory)
+    settings = settings or SearchSettings()
+    (directory / SETTINGS_FILENAME).write_text(json.dumps({
+        "quantization": quantization, "search": dataclasses.asdict(settings),
+        "max_length": model.config.max_length}, indent=1), encoding="utf-8")
+    return directory
+
+
+def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1
+                          ) -> tuple[Callable, Callable, Callable, SubwordTokenizer, object]:
+    """`(translate_text, translate_ids, translate_prefixed, tokenizer, translator)` of a
+    directory `export_ctranslate2` wrote, with the signatures of an export's (tensors in,
+    dicts of tensors out: see `text_translation.TextTranslator`); `translator` is the
+    `ctranslate2.Translator` (CPU, `inter_threads` batches at once, every core in each)."""
+    import ctranslate2
+
+    directory = Path(directory)
+    recorded = json.loads((directory / SETTINGS_FILENAME).read_text(encoding="utf-8"))
+    settings = SearchSettings(**recorded["search"])
+    max_length = int(recorded["max_length"])
+    tokenizer = SubwordTokenizer.load(directory)
+    translator = ctranslate2.Translator(os.fspath(directory), device="cpu",
+                                        inter_threads=inter_threads,
+                                        intra_threads=os.cpu_count() or 1)
+    pieces = tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
+    ids_of = {piece: index for index, piece in enumerate(pieces)}
+
+    def as_pieces(ids) -> list[list[str]]:
+        return [[pieces[token] for token in row if token != PAD_ID][:max_length - 1]
+                for row in np.asarray(ids).tolist()]
+
+    def search(sources: list[list[str]], prefixes=None, nbest: int = 1):
+        longest = max((len(source) for source in sources), default=0) + 1  # + EOS
+        results = translator.translate_batch(
+            sources, target_prefix=prefixes, beam_size=settings.beam_size,
+            num_hypotheses=nbest, length_penalty=settings.length_penalty,
+            max_decoding_length=max(1, min(longest + settings.max_decode_extra, max_length)),
+            return_scores=True, return_end_token=True)
+        empty = [not source for source in sources]  # an empty source: an empty translation
+        return [([[ids_of[piece] for piece in hypothesis] for hypothesis in result.hypotheses]
+                 if not is_empty else [[EOS_ID]] * nbest,
+                 list(result.scores) if not is_empty else [0.0] * nbest)
+                for result, is_empty in zip(results, empty)]
+
+    def padded(rows: list[list[int]]) -> tf.Tensor:
+        width = max((len(row) for row in rows), default=0) or 1
+        return tf.constant([row + [PAD_ID] * (width - len(row)) for row in rows], tf.int32)
+
+    def translate_ids(source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
+        found = search(as_pieces(source_ids), nbest=settings.beam_size)
+        rows = [hypothesis for hypotheses, _ in found for hypothesis in hypotheses]
+        nbest = tf.reshape(padded(rows), [len(found), settings.beam_size, -1])
+        return {"nbest_ids": nbest,
+                "nbest_scores": tf.constant([scores for _, scores in found], tf.float32)}
+
+    def best(source_ids: tf.Tensor, prefixes=None) -> dict[str, tf.Tensor]:
+        found = search(as_pieces(source_ids), prefixes)
+        ids = padded([hypotheses[0] for hypotheses, _ in found])
+        return {"translation": tokenizer.detokenize(ids),
+                "score": tf.constant([scores[0] for _, scores in found], tf.float32)}
+
+    def tokenized(text: tf.Tensor) -> tf.Tensor:
+        valid = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
+        return tokenizer.tokenize(valid).to_tensor(default_value=PAD_ID)
+
+    def translate_text(text: tf.Tensor) -> dict[str, tf.Tensor]:
+        return best(tokenized(text))
+
+    def translate_prefixed(text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
+        return best(tokenized(text), [row or None for row in as_pieces(tokenized(prefix))])
+
+    return translate_text, translate_ids, translate_prefixed, tokenizer, translator

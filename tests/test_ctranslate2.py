@@ -1,0 +1,144 @@
+"""CTranslate2 exports: the same function as our model (teacher-forced log-probabilities for
+every architecture option CTranslate2 expresses), the same greedy translations, named errors for
+what it cannot express, and `kt-export --format ctranslate2` / `kt-translate` end to end."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.config import SearchSettings
+from keras_transformer.ctranslate2_export import (check_convertible, ctranslate2_functions,
+                                                  export_ctranslate2, is_ctranslate2_model)
+from keras_transformer.data import SubwordTokenizer
+from keras_transformer.decoding.translator import Translator
+from keras_transformer.text_translation import TextTranslator
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+VARIANTS = {
+    "paper": {},
+    "pre_norm_learned_untied_separate": {"norm": "pre", "positional": "learned",
+                                         "tie_output": False, "share_embeddings": False},
+    "no_attention_bias_narrow_heads": {"attention_bias": False, "d_k": 8,
+                                       "d_v": 8},
+}
+SENTENCES = ["one two three", "we see nine birds", "she buys thirty-seven dogs", "",
+             "they have sold nineteen cats and six books"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(demo_train, tmp_path_factory) -> SubwordTokenizer:
+    sources, targets = demo_train
+    return SubwordTokenizer.train(sources + targets, 300, tmp_path_factory.mktemp("vocab"))
+
+
+def perturbed_model(tokenizer, **overrides) -> kt.Transformer:
+    """A tiny model whose every weight (biases, norms, tables included) is random, so that a
+    weight put in the wrong place shows."""
+    config = kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size,
+                                         **{"max_length": 40, "dropout": 0.0, **overrides})
+    model = kt.Transformer(config)
+    rng = np.random.default_rng(0)
+    model.set_weights([weight + rng.normal(size=weight.shape).astype("float32") * 0.2
+                       for weight in model.get_weights()])
+    return model
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_teacher_forced_log_probabilities_equal_ours(variant, tokenizer, tmp_path):
+    model = perturbed_model(tokenizer, **VARIANTS[variant])
+    directory = export_ctranslate2(model, tokenizer, tmp_path / "ct2", "float32")
+    assert is_ctranslate2_model(directory)
+    translator = ctranslate2.Translator(str(directory), device="cpu")
+    sources = tokenizer.tokenize(tf.constant(SENTENCES[:3])).to_list()
+    targets = tokenizer.tokenize(tf.constant(["ich habe", "wir sehen neun", "sie"])).to_list()
+    pieces = tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
+    scored = translator.score_batch([[pieces[i] for i in row] for row in sources],
+                                    [[pieces[i] for i in row] for row in targets])
+    for source, target, result in zip(sources, targets, scored):
+        source_ids = np.array([source + [kt.EOS_ID]], np.int32)
+        target_out = np.array([target + [kt.EOS_ID]], np.int32)
+        target_in = np.array([[kt.BOS_ID] + target], np.int32)
+        log_probs = tf.nn.log_softmax(model((source_ids, target_in)))[0].numpy()
+        ours = log_probs[np.arange(len(target) + 1), target_out[0]]
+        np.testing.assert_allclose(result.log_probs, ours, rtol=1e-4, atol=1e-4)
+
+
+def test_greedy_translations_nbest_and_prefixes_match_our_translator(tokenizer, tmp_path):
+    model = perturbed_model(tokenizer)
+    settings = SearchSettings(beam_size=1, length_penalty=0.0, max_decode_extra=6)
+    directory = export_ctranslate2(model, tokenizer, tmp_path / "ct2", "float32", settings)
+    translate_text, translate_ids, translate_prefixed, _, owner = ctranslate2_functions(
+        directory)
+    ours = TextTranslator.from_translator(Translator(model, tokenizer, settings))
+    theirs = TextTranslator(translate_text, translate_ids, tokenizer, owner, translate_prefixed)
+    for sentence in SENTENCES:  # one at a time: CTranslate2's length limit is per batch
+        assert theirs.best([sentence.encode()])[0] == ours.best([sentence.encode()])[0]
+    texts = [sentence.encode() for sentence in SENTENCES]
+    assert [hypotheses[0][0] for hypotheses in theirs.nbest(texts, 1)][3] == b""
+    prefixed, _ = theirs.best(texts, [b"ich", b"", b"", b"", b"wir"])
+    assert prefixed[0].startswith(b"ich") and prefixed[4].startswith(b"wir")
+
+
+def test_options_ctranslate2_cannot_express_are_named():
+    config = kt.TransformerConfig.preset("tiny", vocab_size=50, d_k=16, d_v=8)
+    with pytest.raises(ValueError, match="d_v: CTranslate2 needs d_v = d_k"):
+        check_convertible(config)
+    config = kt.TransformerConfig.preset("tiny", vocab_size=50, share_embeddings=False,
+                                         tie_output=False, target_vocab_size=60)
+    with pytest.raises(ValueError, match="target_vocab_size"):
+        check_convertible(config)
+
+
+def test_unknown_quantizations_are_refused(tokenizer, tmp_path):
+    with pytest.raises(ValueError, match="quantization: 'int4'"):
+        export_ctranslate2(perturbed_model(tokenizer), tokenizer, tmp_path / "ct2", "int4")
+
+
+def test_kt_export_format_ctranslate2_translates_like_the_savedmodel(demo_vocab, tmp_path,
+                                                                     capsys):
+    """A run directory exported both ways (greedy, float32): `kt-translate` gives the same
+    lines, empty, invalid and over-long ones included; then int8 and the flags' errors."""
+    import io
+    import shutil
+
+    import keras
+
+    from keras_transformer.training.checkpoints import save_weights_atomic
+    from keras_transformer.training.run_dir import RunDir
+    from trainers import export, translate
+
+    tokenizer = SubwordTokenizer.load(demo_vocab)
+    recipe = kt.Recipe.preset("tiny", vocab_size=tokenizer.vocab_size, max_length=24,
+                              beam_size=1, max_decode_extra=5)
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.write_json("config.json", recipe.to_dict())
+    shutil.copytree(demo_vocab, run_dir.vocab)
+    keras.utils.set_random_seed(0)
+    save_weights_atomic(perturbed_model(tokenizer, max_length=24), run_dir.final_weights)
+    lines = [b"I have forty-two apples", b"", b"\xff\xfe caf\xc3 broken", b"one cat",
+             b" ".join([b"seventeen green pears"] * 40)]
+    (tmp_path / "input.en").write_bytes(b"\n".join(lines) + b"\n")
+    base = str(tmp_path / "saved_models")
+
+    def translated(*flags) -> list[str]:
+        assert export.main([str(run_dir.root), str(run_dir.vocab), "--name", "demo",
+                            "--base-dir", base, *flags]) == 0
+        path = capsys.readouterr().out.strip()
+        stdout = io.StringIO()
+        assert translate.main([path, str(tmp_path / "input.en"), "--batch-size", "1"],
+                              stdout=stdout) == 0
+        return stdout.getvalue().split("\n")[:-1]
+
+    ours = translated()
+    assert translated("--format", "ctranslate2", "--quantization", "float32") == ours
+    assert len(ours) == len(lines) and ours[1] == "" and any(ours)
+    assert len(translated("--format", "ctranslate2")) == len(lines)  # int8, the default
+    assert sorted(path.name for path in (tmp_path / "saved_models" / "demo").iterdir()) == [
+        "1", "2", "3"]
+    with pytest.raises(SystemExit):
+        export.parse_args([str(run_dir.root), str(run_dir.vocab), "--name", "x",
+                           "--format", "ctranslate2", "--shortlist", "10,2"])
+    with pytest.raises(SystemExit):
+        export.parse_args([str(run_dir.root), str(run_dir.vocab), "--name", "x",
+                           "--quantization", "int16"])
