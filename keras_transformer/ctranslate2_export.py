@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
+import sentencepiece
 import tensorflow as tf
 
 from keras_transformer.config import SearchSettings, TransformerConfig
@@ -140,13 +141,19 @@ def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer):
             node = node[int(part)] if part.isdigit() else getattr(node, part)
         setattr(node, leaf, value)
     spec.config.layer_norm_epsilon = config.layer_norm_epsilon
-    pieces = tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
+    pieces = vocabulary_pieces(tokenizer)
     spec.register_source_vocabulary(pieces)
     spec.register_target_vocabulary(pieces)
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = pieces[1:4]
     spec.config.decoder_start_token = pieces[2]
     spec.config.add_source_eos = True  # our sources end with EOS
     return spec
+
+
+def vocabulary_pieces(tokenizer: SubwordTokenizer) -> list[str]:
+    """Every id's SentencePiece piece, by id: CTranslate2's tokens."""
+    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto)
+    return [processor.id_to_piece(index) for index in range(processor.get_piece_size())]
 
 
 def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer,
@@ -197,7 +204,7 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1
     translator = ctranslate2.Translator(os.fspath(directory), device="cpu",
                                         inter_threads=inter_threads,
                                         intra_threads=os.cpu_count() or 1)
-    pieces = tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
+    pieces = vocabulary_pieces(tokenizer)
     ids_of = {piece: index for index, piece in enumerate(pieces)}
 
     def as_pieces(ids) -> list[list[str]]:
