@@ -7,7 +7,7 @@ loss with their gradients (for `hidden` and `E`) plus what the Perplexity (unsmo
 cross-entropy) and token-accuracy (argmax) metrics compute, alternating the formulations: a
 full log-softmax; logsumexp with a gather of the true logit (whose gradient is a scatter over
 `[tokens, vocab]`); the gradient `softmax(z) - q` written out but the softmax recomputed in the
-backward pass, logsumexp again for perplexity and Keras's argmax (session 3's library); one
+backward pass, logsumexp again for perplexity and Keras's argmax; one
 softmax and one argmax shared by all of them (`fast.loss.logit_statistics`); and the
 fast kernel now, which also differentiates through the factors `hidden @ E^T`
 (`fast.loss.smoothed_cross_entropy_through_factors`) instead of materializing the gradient of the
