@@ -16,9 +16,8 @@ building and running a model.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Callable, TypeVar
 
 Function = TypeVar("Function", bound=Callable)
@@ -55,14 +54,3 @@ def install(replacements: Mapping[str, Callable]) -> None:
 def installed() -> dict[str, Callable]:
     """The replacements in force, by hook name."""
     return dict(_installed)
-
-
-@contextlib.contextmanager
-def installed_scope(replacements: Mapping[str, Callable]) -> Iterator[None]:
-    """`install(replacements)` for the block, then the previous replacements."""
-    previous = installed()
-    try:
-        install(replacements)
-        yield
-    finally:
-        install(previous)
