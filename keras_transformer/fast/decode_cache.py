@@ -79,8 +79,7 @@ def _decoder_step(layer: DecoderLayer, x, cache, cross_cache, position, cross_ma
     per_hypothesis = ops.reshape(x, (batch * beam, 1, d_model))
     attention = layer.self_attention
     query = layer.self_residual.normalize_input(per_hypothesis)
-    query_heads = heads_first(attention.query_dense(query)) * ops.cast(
-        attention.key_dim ** -0.5, query.dtype)
+    query_heads = heads_first(attention.project_query(query))
     key_buffer, keys = _extend(cache["key"], ancestors, attention.key_dense(query), position)
     value_buffer, values = _extend(cache["value"], ancestors, attention.value_dense(query),
                                    position)

@@ -217,8 +217,7 @@ def _attention(attention: MultiHeadAttention, query, key_value, mask, layouts, t
     in `layouts[1]`: only the attention products see the padded heads-first form."""
     query_layout, key_layout = layouts
     source = query if key_value is None else key_value
-    query_heads = query_layout.expand_heads(attention.query_dense(query) * ops.cast(
-        attention.key_dim ** -0.5, query.dtype))  # scaled while packed: fewer elements
+    query_heads = query_layout.expand_heads(attention.project_query(query))
     keys = key_layout.expand_heads(attention.key_dense(source))
     values = key_layout.expand_heads(attention.value_dense(source))
     attended, _ = scaled_dot_product(

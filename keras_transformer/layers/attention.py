@@ -110,8 +110,7 @@ class MultiHeadAttention(keras.layers.Layer):
             The output `[batch, query_len, d_model]`, then the updated cache when
             `cache_index` is given, then the weights when asked for.
         """
-        query_heads = heads_first(self.query_dense(query)) * ops.cast(self.key_dim ** -0.5,
-                                                                      query.dtype)
+        query_heads = heads_first(self.project_query(query))
         if cache is None:
             keys, values = self.project_key_value(query if key_value is None else key_value)
         elif cache_index is None:
@@ -131,6 +130,10 @@ class MultiHeadAttention(keras.layers.Layer):
         if return_attention_scores:
             outputs += (weights,)
         return outputs[0] if len(outputs) == 1 else outputs
+
+    def project_query(self, query) -> tf.Tensor:
+        """Queries `[..., heads, d_k]` of `query` `[..., d_model]`, scaled by d_k^-0.5."""
+        return self.query_dense(query) * ops.cast(self.key_dim ** -0.5, query.dtype)
 
     def project_key_value(self, key_value) -> tuple[tf.Tensor, tf.Tensor]:
         """Keys and values `[batch, heads, len, dim]` of `key_value` `[batch, len, d_model]`
