@@ -31,6 +31,7 @@ setup(
     entry_points={
         "console_scripts": [
             "kt-train=trainers.launch:train",
+            "kt-prepare=trainers.launch:prepare",
             "kt-evaluate=trainers.launch:evaluate",
             "kt-average-checkpoints=trainers.launch:average_checkpoints",
             "kt-export=trainers.launch:export",

@@ -42,7 +42,7 @@ def import_tensorflow_quietly(argv: Optional[Sequence[str]] = None) -> None:
 
 
 # The commands `python -m trainers COMMAND` runs; the `kt-*` ones are console scripts too.
-COMMANDS = ("train", "evaluate", "average_checkpoints", "export", "translate",
+COMMANDS = ("train", "prepare", "evaluate", "average_checkpoints", "export", "translate",
             "prepare_parsing", "plot_attention")
 
 
@@ -60,6 +60,11 @@ def launch(command: str, argv: Optional[Sequence[str]] = None) -> int:
 def train() -> int:
     """`kt-train`."""
     return launch("train")
+
+
+def prepare() -> int:
+    """`kt-prepare`."""
+    return launch("prepare")
 
 
 def evaluate() -> int:

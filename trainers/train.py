@@ -23,6 +23,7 @@ import math
 import os
 import re
 import sys
+import time
 from typing import Callable, Optional, Sequence
 
 import keras
@@ -31,8 +32,12 @@ import tensorflow as tf
 from trainers.common import add_recipe_arguments, recipe_from_args
 from keras_transformer import fast
 from keras_transformer.config import Recipe, SearchSettings, TransformerConfig
-from keras_transformer.data import (SubwordTokenizer, load_tfds, make_training_dataset,
-                                    read_parallel, write_demo_corpus)
+from keras_transformer.data import (SubwordTokenizer, load_tfds, read_parallel,
+                                    write_demo_corpus)
+from keras_transformer.data.batch_plan import BatchPlan
+from keras_transformer.data.prepare import (ParallelSource, prepared, sample_sentences,
+                                            text_file_source, tfds_source)
+from keras_transformer.data.token_storage import TokenStorage
 from keras_transformer.data.tokenizer import MODEL_FILENAME
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.evaluation import corpus_scores, translate_corpus, write_lines
@@ -86,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--tfds-data-dir", help="tensorflow-datasets data directory")
     data.add_argument("--tfds-splits", default="train,validation,test",
                       help="tfds train,dev,test split names (default: train,validation,test)")
+    data.add_argument("--prepared", metavar="DIR",
+                      help="train on storage written by kt-prepare (its vocabulary) instead of "
+                           "--train-src/--train-tgt; dev and test files as usual")
     data.add_argument("--vocab-sentences", type=int, default=2_000_000,
                       help="sentences sampled to learn the subword vocabulary")
     run = parser.add_argument_group("run")
@@ -150,6 +158,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
              ("train-src", "train-tgt", "dev-src", "dev-tgt", "test-src", "test-tgt")}
     if args.tfds and any(local.values()):
         parser.error("--tfds: cannot be combined with local files (--train-src, ...)")
+    if args.prepared:
+        if args.tfds or local["train-src"] or not local["dev-src"]:
+            parser.error("--prepared: replaces --train-src/--train-tgt and --tfds; give "
+                         "--dev-src/--dev-tgt (and optionally --test-src/--test-tgt)")
+        local["train-src"] = local["train-tgt"] = args.prepared
     for split in ("train", "dev", "test"):
         if bool(local[f"{split}-src"]) != bool(local[f"{split}-tgt"]):
             parser.error(f"--{split}-src and --{split}-tgt: give both or neither")
@@ -198,48 +211,75 @@ def run_options(args: argparse.Namespace) -> dict:
     """The options a restart must repeat: data, vocabulary and seed (not the step budget);
     `train` adds the resolved precision and kernel set (backups do not restore across loss
     scaling)."""
-    names = ("train_src", "train_tgt", "dev_src", "dev_tgt", "tfds", "source_lang",
+    names = ("train_src", "train_tgt", "prepared", "dev_src", "dev_tgt", "tfds", "source_lang",
              "target_lang", "tfds_splits", "vocab_sentences", "seed")
     return {name: getattr(args, name) for name in names}
 
 
-def load_corpora(args: argparse.Namespace, run: RunDir) -> dict[str, tuple[list[str], list[str]]]:
-    """Split -> (sources, targets) for the splits the options name (test is optional)."""
+def load_corpora(args: argparse.Namespace,
+                 run: RunDir) -> tuple[Optional[ParallelSource], dict[str, tuple[list, list]]]:
+    """The training pairs as a stream (None with `--prepared`), and split -> (sources,
+    targets) of the dev and test splits the options name (test is optional)."""
     if args.tfds:
         names = dict(zip(("train", "dev", "test"), args.tfds_splits.split(",")))
-        return {split: load_tfds(args.tfds, name, args.source_lang, args.target_lang,
-                                 data_dir=args.tfds_data_dir) for split, name in names.items()}
-    if args.train_src:
-        return {split: read_parallel(getattr(args, f"{split}_src"), getattr(args, f"{split}_tgt"))
-                for split in ("train", "dev", "test") if getattr(args, f"{split}_src")}
+        corpora = {split: load_tfds(args.tfds, names[split], args.source_lang,
+                                    args.target_lang, data_dir=args.tfds_data_dir)
+                   for split in ("dev", "test")}
+        return tfds_source(args.tfds, names["train"], args.source_lang, args.target_lang,
+                           args.tfds_data_dir), corpora
+    if args.dev_src:
+        corpora = {split: read_parallel(getattr(args, f"{split}_src"),
+                                        getattr(args, f"{split}_tgt"))
+                   for split in ("dev", "test") if getattr(args, f"{split}_src")}
+        return (None if args.prepared else text_file_source(args.train_src, args.train_tgt),
+                corpora)
     paths = write_demo_corpus(run.root / "demo_corpus", seed=args.seed)
-    return {split: read_parallel(*pair) for split, pair in paths.items()}
+    return text_file_source(*paths["train"]), {split: read_parallel(*paths[split])
+                                                for split in ("dev", "test")}
 
 
 def load_or_train_tokenizer(run: RunDir, config: TransformerConfig,
-                            train: tuple[list[str], list[str]], max_sentences: int,
-                            seed: int) -> SubwordTokenizer:
-    """The run's shared vocabulary: reloaded on restart, else learned from train."""
+                            source: Optional[ParallelSource], args: argparse.Namespace
+                            ) -> SubwordTokenizer:
+    """The run's shared vocabulary: reloaded on restart; else `--prepared`'s, or learned from a
+    seeded sample of `--vocab-sentences` training sentences."""
     if (run.vocab / MODEL_FILENAME).is_file():
         tokenizer = SubwordTokenizer.load(run.vocab)
+    elif source is None:
+        tokenizer = SubwordTokenizer.load(args.prepared)
+        tokenizer.save(run.vocab)
     else:
-        sources, targets = train
-        tokenizer = SubwordTokenizer.train(sources + targets, config.vocab_size, run.vocab,
-                                           max_sentences=max_sentences, seed=seed)
+        sample = sample_sentences(source.pairs(), args.vocab_sentences, args.seed)
+        tokenizer = SubwordTokenizer.train(sample, config.vocab_size, run.vocab,
+                                           seed=args.seed)
     if tokenizer.vocab_size != config.vocab_size:
         raise ValueError(f"vocab: {run.vocab} has {tokenizer.vocab_size} pieces but the config "
                          f"says vocab_size={config.vocab_size}")
     return tokenizer
 
 
-def step_budget(args: argparse.Namespace, train_batches: tf.data.Dataset,
-                replicas: int) -> Optional[int]:
+def training_storage(run: RunDir, source: Optional[ParallelSource], tokenizer: SubwordTokenizer,
+                     args: argparse.Namespace) -> TokenStorage:
+    """The training pairs as token storage: `--prepared`'s (refused if of another
+    vocabulary), else prepared into the run directory once and reused by its restarts."""
+    if source is None:
+        storage = TokenStorage.open(args.prepared)
+        storage.check_vocabulary(tokenizer.model_proto, f"the run's {run.vocab / MODEL_FILENAME}")
+        return storage
+    started = time.monotonic()
+    storage, reused = prepared(source, run.root / "prepared", tokenizer, seed=args.seed)
+    print(f"kt-train: {'reusing' if reused else 'prepared'} {storage.pairs:,} training pairs in "
+          f"{len(storage.shards)} shard(s) in {storage.directory}"
+          + ("" if reused else f" ({time.monotonic() - started:.0f} s)"), file=sys.stderr)
+    return storage
+
+
+def step_budget(args: argparse.Namespace, plan: BatchPlan, replicas: int) -> Optional[int]:
     """Total steps: `--steps`, or `--epochs` times the steps of one pass over the data (its
-    per-replica batches over the replicas)."""
+    per-replica batches over the replicas, counted from the storage's manifest)."""
     if args.epochs is None:
         return args.steps
-    batches_per_epoch = sum(1 for _ in train_batches)
-    return max(1, math.ceil(args.epochs * batches_per_epoch / replicas))
+    return max(1, math.ceil(args.epochs * plan.batches_per_epoch / replicas))
 
 
 def compiled_model(recipe: Recipe,
@@ -351,19 +391,15 @@ def train(args: argparse.Namespace) -> dict:
     resumed = run.claim(recipe, {**run_options(args), "precision": precision,
                                  "kernels": kernel_set})
     keras.utils.set_random_seed(args.seed)
-    corpora = load_corpora(args, run)
+    source, corpora = load_corpora(args, run)
     gold_trees = (read_gold_trees(args.test_tree, corpora["test"][0], args.test_src)
                   if args.test_tree else None)
-    tokenizer = load_or_train_tokenizer(run, config, corpora["train"], args.vocab_sentences,
-                                        args.seed)
+    tokenizer = load_or_train_tokenizer(run, config, source, args)
     replicas = strategy.num_replicas_in_sync
-
-    def one_pass() -> tf.data.Dataset:  # of per-replica batches (`batch_stream`)
-        return make_training_dataset(*corpora["train"], tokenizer,
-                                     per_replica_tokens(recipe.training.batch_tokens, replicas),
-                                     config.max_length, args.seed)
-
-    max_steps = step_budget(args, one_pass(), replicas)
+    plan = BatchPlan(training_storage(run, source, tokenizer, args),
+                     per_replica_tokens(recipe.training.batch_tokens, replicas),
+                     config.max_length, args.seed)
+    max_steps = step_budget(args, plan, replicas)
     with strategy.scope(), precision_scope(precision):
         model, accuracy = compiled_model(recipe, args.jit_compile)
         # Every worker of a cluster resumes from the same step: the newest all of them have.
@@ -381,9 +417,8 @@ def train(args: argparse.Namespace) -> dict:
         print(f"kt-train: restored step {restored.step} from {restored.source}"
               + ("" if restored.exact else " (a checkpoint: no dropout seeds, so later dropout "
                  "masks differ from an uninterrupted run's)"), file=sys.stderr)
-    # The data resumes where the restored step left it: the same stream, its first batches
-    # skipped.
-    batches = training_batches(strategy, lambda: one_pass().repeat(), restored.step,
+    # The data resumes where the restored step left it: the same stream, located in the plan.
+    batches = training_batches(strategy, plan.dataset, restored.step,
                                run.root / "batches.tsv" if args.log_batches else None)
     unit = epoch_steps(args.eval_every, args.backup_every)
     epochs = math.ceil(max_steps / unit) if max_steps else 1_000_000_000

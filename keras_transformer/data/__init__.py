@@ -13,6 +13,17 @@ Corpora (all return ``(sources, targets)`` lists of stripped strings):
     shared_data_dir() -> Path
         $KT_SHARED_DATA or ../shared/data beside the project.
 
+Prepared training data (corpora of any size, streamed; docs/data.md):
+    text_file_source(src_path, tgt_path) / tfds_source(name, split, source_lang, target_lang)
+        A ParallelSource: the pairs as a stream and their count.
+    sample_sentences(pairs, sentences, seed) -> list[str]
+        A seeded one-pass sample to learn the vocabulary from.
+    prepare(source, directory, tokenizer, shard_pairs, seed) -> TokenStorage
+        Tokenized pairs in shards on disk with a manifest (``TokenStorage.open(directory)``).
+    BatchPlan(storage, batch_tokens, max_length, seed)
+        The endless seeded stream of token-budget batches; ``.elements(first, wanted)``,
+        ``.dataset(first, wanted)``, ``.batches_per_epoch``.
+
 Tokenizer (shared vocabulary; ids from keras_transformer.vocab_ids: pad 0 unk 1 bos 2 eos 3):
     SubwordTokenizer.train(texts, vocab_size, directory) / SubwordTokenizer.load(directory)
         Writes and reads ``<directory>/spm.model``; ``.tokenize(strings) -> RaggedTensor``,
@@ -27,6 +38,7 @@ Batches ``((source, target_in), target_out)``, int32, 0-padded:
         Source ids only, for decoding.
     padding_fraction(dataset, max_batches=None) -> float
 """
+from keras_transformer.data.batch_plan import BatchPlan
 from keras_transformer.data.batching import bucket_boundaries, padding_fraction
 from keras_transformer.data.demo_corpus import DEMO_LANGS, write_demo_corpus
 from keras_transformer.data.pipeline import (
@@ -36,20 +48,30 @@ from keras_transformer.data.pipeline import (
 )
 from keras_transformer.data.text_files import shared_data_dir
 from keras_transformer.data.text_files import read_lines, read_parallel
+from keras_transformer.data.prepare import (ParallelSource, prepare, sample_sentences,
+                                            text_file_source, tfds_source)
 from keras_transformer.data.tfds_source import load_tfds
+from keras_transformer.data.token_storage import TokenStorage
 from keras_transformer.data.tokenizer import SubwordTokenizer
 
 __all__ = [
+    "BatchPlan",
     "DEMO_LANGS",
+    "ParallelSource",
     "SubwordTokenizer",
+    "TokenStorage",
     "bucket_boundaries",
     "load_tfds",
     "make_eval_dataset",
     "make_source_dataset",
     "make_training_dataset",
     "padding_fraction",
+    "prepare",
     "read_lines",
     "read_parallel",
+    "sample_sentences",
     "shared_data_dir",
+    "text_file_source",
+    "tfds_source",
     "write_demo_corpus",
 ]

@@ -52,16 +52,47 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     corrupt gzip data.
     """
     path = os.fspath(path)
-    lines = []
     with _open_binary(path) as handle:
-        for number, raw in _numbered_lines(path, handle):
-            try:
-                lines.append(raw.decode("utf-8").strip())
-            except UnicodeDecodeError as error:
-                raise ValueError(
-                    f"{path}:{number}: not valid UTF-8 (byte {error.start}: {error.reason})"
-                ) from None
-    return lines
+        return [_decoded(path, number, raw) for number, raw in _numbered_lines(path, handle)]
+
+
+def _decoded(path: str, number: int, raw: bytes) -> str:
+    """Line ``number`` of ``path`` as stripped text; a ValueError naming both if not UTF-8."""
+    try:
+        return raw.decode("utf-8").strip()
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path}:{number}: not valid UTF-8 (byte {error.start}: {error.reason})"
+        ) from None
+
+
+def count_lines(path: str | os.PathLike) -> int:
+    """The number of lines ``read_lines`` would return, counted without holding the file."""
+    path, count, last = os.fspath(path), 0, b"\n"
+    with _open_binary(path) as handle:
+        try:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                count += chunk.count(b"\n")
+                last = chunk[-1:]
+        except _GZIP_ERRORS as error:
+            raise ValueError(f"{path}: corrupt or truncated gzip data ({error})") from None
+    return count + (last != b"\n")
+
+
+def iter_parallel(src_path: str | os.PathLike,
+                  tgt_path: str | os.PathLike) -> Iterator[tuple[str, str]]:
+    """Every line pair of a line-aligned parallel corpus, stripped, streamed (empty sides
+    included). The line counts are compared first: a mismatch raises ValueError naming both
+    files and both counts before any pair is produced; bad UTF-8 raises naming file:line."""
+    src_path, tgt_path = os.fspath(src_path), os.fspath(tgt_path)
+    counts = count_lines(src_path), count_lines(tgt_path)
+    if counts[0] != counts[1]:
+        raise ValueError(f"parallel files differ in line count: {src_path} has {counts[0]} "
+                         f"lines, {tgt_path} has {counts[1]}")
+    with _open_binary(src_path) as sources, _open_binary(tgt_path) as targets:
+        for (number, source), (_, target) in zip(_numbered_lines(src_path, sources),
+                                                 _numbered_lines(tgt_path, targets)):
+            yield _decoded(src_path, number, source), _decoded(tgt_path, number, target)
 
 
 def read_raw_lines(path: str | os.PathLike) -> tuple[list[bytes], list[int]]:
@@ -91,21 +122,14 @@ def read_parallel(
 ) -> tuple[list[str], list[str]]:
     """Read a line-aligned parallel corpus and return (sources, targets).
 
-    Both files are read completely and their line counts compared before anything else
-    happens; a mismatch raises ValueError naming both files and both counts. Pairs with an
+    The files' line counts are compared before anything else happens; a mismatch raises ValueError naming both files and both counts. Pairs with an
     empty side, and pairs with a side longer than ``max_length_chars`` characters, are
     dropped and the counts logged at INFO level.
     """
     if max_length_chars is not None and max_length_chars < 1:
         raise ValueError(f"max_length_chars must be >= 1 or None, got {max_length_chars}")
-    sources, targets = read_lines(src_path), read_lines(tgt_path)
-    if len(sources) != len(targets):
-        raise ValueError(
-            f"parallel files differ in line count: {os.fspath(src_path)} has {len(sources)} "
-            f"lines, {os.fspath(tgt_path)} has {len(targets)}"
-        )
-    kept_src, kept_tgt, empty, too_long = [], [], 0, 0
-    for src, tgt in zip(sources, targets):
+    kept_src, kept_tgt, read, empty, too_long = [], [], 0, 0, 0
+    for read, (src, tgt) in enumerate(iter_parallel(src_path, tgt_path), start=1):
         if not src or not tgt:
             empty += 1
         elif max_length_chars is not None and max(len(src), len(tgt)) > max_length_chars:
@@ -117,7 +141,7 @@ def read_parallel(
         _LOG.info(
             "%s / %s: kept %d of %d pairs; dropped %d with an empty side and %d longer than "
             "%s characters",
-            os.fspath(src_path), os.fspath(tgt_path), len(kept_src), len(sources), empty,
+            os.fspath(src_path), os.fspath(tgt_path), len(kept_src), read, empty,
             too_long, max_length_chars,
         )
     return kept_src, kept_tgt

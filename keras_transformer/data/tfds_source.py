@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterator
 
 import tensorflow_datasets as tfds
 
@@ -20,21 +21,28 @@ def _builder(name: str, data_dir: str | None) -> tfds.core.DatasetBuilder:
         raise ValueError(f"cannot build tensorflow-datasets {name!r}: {first_line}") from None
 
 
-def load_tfds(
+def tfds_pairs(
     name: str,
     split: str,
     source_lang: str,
     target_lang: str,
     data_dir: str | None = None,
     download: bool = True,
-) -> tuple[list[str], list[str]]:
-    """Return (sources, targets) of ``split`` of the translation dataset ``name``.
+) -> tuple[int, Iterator[tuple[str, str]]]:
+    """The number of pairs of ``split`` of the translation dataset ``name`` and a stream of
+    them, stripped (empty sides included), read as they are consumed.
 
-    ``name`` includes the language-pair config, e.g. "wmt14_translate/de-en" or
-    "ted_hrlr_translate/pt_to_en"; ``source_lang`` / ``target_lang`` pick the direction.
-    Sentences are stripped and pairs with an empty side dropped. The whole split is held in
-    memory (about 1.5 GB for WMT14 en-de train). ``download=False`` requires the dataset to be
-    prepared in ``data_dir`` already.
+    Args:
+        name: the builder and its language-pair config, e.g. "wmt14_translate/de-en" or
+            "ted_hrlr_translate/pt_to_en".
+        split: e.g. "train" or "validation".
+        source_lang: the language translated from (a feature of the dataset).
+        target_lang: the language translated into.
+        data_dir: tensorflow-datasets' data directory.
+        download: prepare the dataset if needed; False requires it prepared in ``data_dir``.
+
+    Returns:
+        (pairs in the split, an iterator of (source, target) strings).
     """
     builder = _builder(name, data_dir)
     languages = sorted(builder.info.features.keys())
@@ -49,10 +57,23 @@ def load_tfds(
         dataset = builder.as_dataset(split=split)
     except ValueError as error:
         raise ValueError(f"split {split!r} of {name!r}: {str(error).splitlines()[0]}") from None
+    count = int(dataset.cardinality())
+    if count < 0:  # not recorded by the builder: counted in a pass over the split
+        count = int(dataset.reduce(0, lambda total, _: total + 1))
+    pairs = ((example[source_lang].decode("utf-8").strip(),
+              example[target_lang].decode("utf-8").strip())
+             for example in tfds.as_numpy(dataset))
+    return count, pairs
+
+
+def load_tfds(name: str, split: str, source_lang: str, target_lang: str,
+              data_dir: str | None = None, download: bool = True) -> tuple[list[str], list[str]]:
+    """Return (sources, targets) of ``split`` of the translation dataset ``name`` (the
+    arguments of ``tfds_pairs``), pairs with an empty side dropped, held in memory (for
+    dev and test splits; training data goes through ``prepare``)."""
     sources, targets = [], []
-    for example in tfds.as_numpy(dataset):
-        source = example[source_lang].decode("utf-8").strip()
-        target = example[target_lang].decode("utf-8").strip()
+    for source, target in tfds_pairs(name, split, source_lang, target_lang, data_dir,
+                                     download)[1]:
         if source and target:
             sources.append(source)
             targets.append(target)

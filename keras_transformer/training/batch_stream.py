@@ -24,25 +24,32 @@ def per_replica_tokens(batch_tokens: int, replicas: int) -> int:
 
 
 def training_batches(strategy: tf.distribute.Strategy,
-                     make_stream: Callable[[], tf.data.Dataset], restored_step: int,
-                     log_path: Optional[str | os.PathLike] = None):
-    """What `fit` takes: `make_stream()` (an endless dataset of per-replica batches) from the
-    elements of step `restored_step + 1` on; with several replicas, a distributed dataset
-    giving each its element. `log_path`: the elements' digests are logged there
-    (`batch_log`, numbered by the step that trains them)."""
+                     stream: Callable[[int, Optional[Callable[[int], bool]]], tf.data.Dataset],
+                     restored_step: int, log_path: Optional[str | os.PathLike] = None):
+    """What `fit` takes: the stream's elements from those of step `restored_step + 1` on; with
+    several replicas, a distributed dataset in which each worker reads only its replicas'
+    elements and each replica gets its own.
+
+    Args:
+        strategy: the run's distribution strategy.
+        stream: `stream(first, wanted)` is the endless dataset of per-replica batches from
+            element `first` on, holding the elements `wanted` accepts (None: all), e.g.
+            `BatchPlan.dataset`.
+        restored_step: the step the run resumes after (0 for a new run).
+        log_path: the elements' digests are logged there (`batch_log`, numbered by the step
+            that trains them).
+    """
     replicas = strategy.num_replicas_in_sync
     if replicas == 1:
-        batches = make_stream().skip(restored_step)
+        batches = stream(restored_step, None)
         return batches if log_path is None else log_batches(batches, log_path,
                                                            restored_step + 1)
 
     def worker_batches(context: tf.distribute.InputContext) -> tf.data.Dataset:
         local = context.num_replicas_in_sync // context.num_input_pipelines
         worker = context.input_pipeline_id
-        mine = (make_stream().enumerate()
-                .filter(lambda index, _: index % replicas // local == worker)
-                .map(lambda _, batch: batch)
-                .skip(restored_step * local))
+        mine = stream(restored_step * replicas,
+                      lambda element: element % replicas // local == worker)
         return mine if log_path is None else log_batches(mine, log_path, restored_step + 1,
                                                          per_step=local)
 

@@ -1,0 +1,140 @@
+"""Which pairs of prepared data make up each training batch, epoch after epoch, from the seed.
+
+Epoch `e` visits the shards in a seeded order; within a shard (a uniform random sample of the
+corpus, `prepare`) the pairs are shuffled, grouped by length bucket, cut into token-budget
+batches (a bucket of padded length L holds `batch_tokens // L` pairs: the rule of
+`bucket_by_token_budget`), and the shard's batches are shuffled. The number of batches of
+every shard follows from the manifest's length histograms, so the batch at any position of the
+endless stream, (epoch, shard, offset), is found without reading the data before it: a
+restart costs the same at step 100,000 as at step 0. Only the batches a caller wants are
+read and padded, so each worker of a cluster reads the ids of its own batches alone.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.data.batching import bucket_boundaries
+from keras_transformer.data.token_storage import Shard, ShardInfo, TokenStorage
+from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
+
+Batch = tuple[tuple[np.ndarray, np.ndarray], np.ndarray]
+
+
+class BatchPlan:
+    """The endless, seeded stream of token-budget batches over a `TokenStorage`.
+
+    Args:
+        storage: the prepared pairs.
+        batch_tokens: the most source (and target) positions a batch has, padding included.
+        max_length: pairs whose longer side exceeds this many ids (with its EOS/BOS) are left
+            out.
+        seed: fixes every epoch's order.
+        bucket_width: the step of the bucket boundaries (`bucket_boundaries`).
+    """
+
+    def __init__(self, storage: TokenStorage, batch_tokens: int, max_length: int, seed: int,
+                 bucket_width: int = 8):
+        self.storage, self.max_length, self.seed = storage, max_length, seed
+        self.boundaries = np.array(bucket_boundaries(max_length, width=bucket_width))
+        if batch_tokens < self.boundaries[-1]:
+            raise ValueError(f"batch_tokens={batch_tokens} cannot hold one pair of the maximum "
+                             f"length {max_length}; raise batch_tokens or lower max_length")
+        self.sizes = batch_tokens // self.boundaries
+        self.shard_batches = np.array([self._batch_count(info) for info in storage.shards],
+                                      np.int64)
+        self.batches_per_epoch = int(self.shard_batches.sum())
+        if self.batches_per_epoch == 0:
+            raise ValueError(f"{storage.directory}: no stored pair is at most max_length="
+                             f"{max_length} ids long")
+
+    @property
+    def pairs_per_epoch(self) -> int:
+        """Pairs an epoch trains on (those within `max_length`)."""
+        return sum(count for info in self.storage.shards
+                   for length, count in info.longest.items() if length <= self.max_length)
+
+    def shard_order(self, epoch: int) -> np.ndarray:
+        """The order epoch `epoch` visits the shards in."""
+        generator = np.random.default_rng([self.seed, epoch, 0])
+        return generator.permutation(len(self.storage.shards))
+
+    def batches_of_shard(self, epoch: int, index: int, shard: Shard) -> list[tuple[int, np.ndarray]]:
+        """Shard `index`'s batches in epoch `epoch`, in training order: (bucket, pair indices)."""
+        generator = np.random.default_rng([self.seed, epoch, 1, index])
+        longest = shard.lengths.max(axis=1) + 1
+        order = generator.permutation(len(longest))
+        order = order[longest[order] <= self.max_length]
+        buckets = np.searchsorted(self.boundaries, longest[order])
+        by_bucket = np.argsort(buckets, kind="stable")
+        order, buckets = order[by_bucket], buckets[by_bucket]
+        batches = []
+        for bucket in np.unique(buckets).tolist():
+            members = order[buckets == bucket]
+            size = int(self.sizes[bucket])
+            batches += [(bucket, members[start:start + size])
+                        for start in range(0, len(members), size)]
+        return [batches[i] for i in generator.permutation(len(batches))]
+
+    def locate(self, element: int) -> tuple[int, int, int]:
+        """Where element `element` (from 0) of the stream is: (epoch, position in that epoch's
+        shard order, offset among that shard's batches)."""
+        epoch, rest = divmod(element, self.batches_per_epoch)
+        ends = np.cumsum(self.shard_batches[self.shard_order(epoch)])
+        position = int(np.searchsorted(ends, rest, side="right"))
+        return epoch, position, rest - int(ends[position - 1] if position else 0)
+
+    def elements(self, first: int = 0,
+                 wanted: Optional[Callable[[int], bool]] = None) -> Iterator[tuple[int, Batch]]:
+        """The stream from element `first` on, endless: (element, padded batch) for each
+        element `wanted` accepts (default: all); the others are skipped unread."""
+        epoch, position, offset = self.locate(first)
+        element = first
+        while True:
+            order = self.shard_order(epoch)
+            for index in order[position:].tolist():
+                shard = self.storage.load_shard(index)
+                for bucket, members in self.batches_of_shard(epoch, index, shard)[offset:]:
+                    if wanted is None or wanted(element):
+                        yield element, padded_batch(shard, members,
+                                                    int(self.boundaries[bucket]))
+                    element += 1
+                offset = 0
+            epoch, position = epoch + 1, 0
+
+    def dataset(self, first: int = 0,
+                wanted: Optional[Callable[[int], bool]] = None) -> tf.data.Dataset:
+        """`elements` as a `tf.data.Dataset` of `((source, target_in), target_out)`."""
+        spec = tf.TensorSpec([None, None], tf.int32)
+        return tf.data.Dataset.from_generator(
+            lambda: (batch for _, batch in self.elements(first, wanted)),
+            output_signature=((spec, spec), spec)).prefetch(tf.data.AUTOTUNE)
+
+    def _batch_count(self, info: ShardInfo) -> int:
+        lengths = np.array([length for length in info.longest if length <= self.max_length],
+                           np.int64)
+        if not len(lengths):
+            return 0
+        counts = np.array([info.longest[length] for length in lengths.tolist()], np.int64)
+        pairs = np.bincount(np.searchsorted(self.boundaries, lengths), weights=counts,
+                            minlength=len(self.boundaries))
+        return int(np.sum(np.ceil(pairs / self.sizes)))
+
+
+def padded_batch(shard: Shard, members: np.ndarray, length: int) -> Batch:
+    """The model's batch of pairs `members` of `shard`: sources + EOS, BOS + targets and
+    targets + EOS, int32, padded to `length`."""
+    source, target_in, target_out = (np.full([len(members), length], PAD_ID, np.int32)
+                                     for _ in range(3))
+    target_in[:, 0] = BOS_ID
+    for row, index in enumerate(members.tolist()):
+        source_ids, target_ids = shard.pair(index)
+        source[row, :len(source_ids)] = source_ids
+        source[row, len(source_ids)] = EOS_ID
+        target_in[row, 1:len(target_ids) + 1] = target_ids
+        target_out[row, :len(target_ids)] = target_ids
+        target_out[row, len(target_ids)] = EOS_ID
+    return (source, target_in), target_out

@@ -1,0 +1,157 @@
+"""Prepare once: a parallel corpus, streamed, tokenized in parallel into sharded token storage.
+
+Nothing holds the corpus: pairs are read, tokenized (SentencePiece's own threads, the ids
+tf-text's in-graph tokenizer gives) and appended chunk by chunk. Each pair goes to a shard
+drawn at random (seeded), so every shard is a uniform sample of the corpus and a batch plan
+that shuffles within shards and shuffles the shards' order mixes the whole corpus.
+
+    source = text_file_source("train.en.gz", "train.de.gz")
+    tokenizer = SubwordTokenizer.train(sample_sentences(source.pairs(), 2_000_000, seed=0),
+                                       8000, "vocab")
+    storage = prepare(source, "prepared", tokenizer)
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import random
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import sentencepiece
+
+from keras_transformer.data.text_files import count_lines, iter_parallel
+from keras_transformer.data.tfds_source import tfds_pairs
+from keras_transformer.data.token_storage import (MANIFEST, MAX_SIDE, StorageWriter,
+                                                  TokenStorage, vocabulary_sha256)
+from keras_transformer.data.tokenizer import SubwordTokenizer
+
+DEFAULT_SHARD_PAIRS = 1_000_000
+CHUNK_PAIRS = 8192
+
+
+@dataclass(frozen=True)
+class ParallelSource:
+    """Where training pairs come from. `description` identifies the data (paths, sizes and
+    modification times, or a tensorflow-datasets split): prepared storage is reused only for
+    the same one. `count()` is the number of pairs `pairs()` streams (empty ones included)."""
+
+    description: dict[str, Any]
+    count: Callable[[], int]
+    pairs: Callable[[], Iterator[tuple[str, str]]]
+
+
+def text_file_source(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> ParallelSource:
+    """Two line-aligned files (plain or .gz); mismatched line counts are refused before any
+    pair is read (`iter_parallel`)."""
+    paths = [os.path.abspath(os.fspath(path)) for path in (src_path, tgt_path)]
+    for path in paths:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"corpus file not found: {path!r}")
+    files = [{"path": path, "bytes": os.stat(path).st_size,
+              "modified_ns": os.stat(path).st_mtime_ns} for path in paths]
+    return ParallelSource({"files": files}, lambda: count_lines(paths[0]),
+                          lambda: iter_parallel(*paths))
+
+
+def tfds_source(name: str, split: str, source_lang: str, target_lang: str,
+                data_dir: Optional[str] = None) -> ParallelSource:
+    """A tensorflow-datasets translation split (`tfds_pairs`), in the given direction."""
+    def pairs() -> Iterator[tuple[str, str]]:
+        return tfds_pairs(name, split, source_lang, target_lang, data_dir)[1]
+
+    return ParallelSource({"tfds": name, "split": split, "source_lang": source_lang,
+                           "target_lang": target_lang},
+                          lambda: tfds_pairs(name, split, source_lang, target_lang, data_dir)[0],
+                          pairs)
+
+
+def sample_sentences(pairs: Iterable[tuple[str, str]], sentences: int, seed: int) -> list[str]:
+    """A seeded uniform sample of the non-empty pairs (reservoir sampling: one pass, memory
+    for the sample alone), `sentences // 2` pairs, as their sources then their targets: the
+    texts a shared vocabulary is learned from. A corpus that small is taken whole, in order."""
+    wanted, chosen, generator = max(1, sentences // 2), [], random.Random(seed)
+    seen = 0
+    for pair in pairs:
+        if not (pair[0] and pair[1]):
+            continue
+        if seen < wanted:
+            chosen.append(pair)
+        else:
+            slot = generator.randrange(seen + 1)
+            if slot < wanted:
+                chosen[slot] = pair
+        seen += 1
+    return [source for source, _ in chosen] + [target for _, target in chosen]
+
+
+def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: SubwordTokenizer,
+            shard_pairs: int = DEFAULT_SHARD_PAIRS, seed: int = 0,
+            threads: Optional[int] = None) -> TokenStorage:
+    """Tokenizes every pair of `source` into token storage in `directory`.
+
+    Args:
+        source: the pairs (`text_file_source`, `tfds_source`).
+        directory: created if needed; an earlier storage there is replaced.
+        tokenizer: the shared vocabulary (its `spm.model` is saved beside the shards).
+        shard_pairs: pairs a shard holds on average (the shard count is the source's pair
+            count over this, rounded up).
+        seed: draws each pair's shard.
+        threads: SentencePiece threads (default: every core).
+
+    Returns:
+        The storage. Pairs with an empty side, and pairs with a side over 65,535 ids, are
+        dropped and counted in the manifest ("pairs").
+    """
+    if shard_pairs < 1:
+        raise ValueError(f"shard_pairs must be positive, got {shard_pairs}")
+    shard_count = max(1, math.ceil(source.count() / shard_pairs))
+    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto)
+    threads = threads or os.cpu_count() or 1
+    writer = StorageWriter(directory, tokenizer.model_proto, tokenizer.vocab_size, shard_count)
+    generator = np.random.default_rng(seed)
+    read = empty = too_long = 0
+    try:
+        pairs = source.pairs()
+        while chunk := list(itertools.islice(pairs, CHUNK_PAIRS)):
+            read += len(chunk)
+            kept = [pair for pair in chunk if pair[0] and pair[1]]
+            empty += len(chunk) - len(kept)
+            sources, targets = (processor.encode([pair[side] for pair in kept],
+                                                 num_threads=threads) for side in (0, 1))
+            short = [i for i in range(len(kept))
+                     if max(len(sources[i]), len(targets[i])) <= MAX_SIDE]
+            too_long += len(kept) - len(short)
+            writer.add(generator.integers(0, shard_count, len(short)),
+                       [sources[i] for i in short], [targets[i] for i in short])
+    except BaseException:
+        writer.close()
+        raise
+    tokenizer.save(directory)
+    return writer.finish({
+        "source": source.description, "shard_seed": seed,
+        "pairs": {"read": read, "stored": read - empty - too_long,
+                  "dropped": {"an empty side": empty, f"a side over {MAX_SIDE} ids": too_long}},
+    })
+
+
+def prepared(source: ParallelSource, directory: str | os.PathLike,
+             tokenizer: SubwordTokenizer, seed: int = 0,
+             shard_pairs: int = DEFAULT_SHARD_PAIRS) -> tuple[TokenStorage, bool]:
+    """The storage of `source` in `directory`: the one there if it was prepared from the same
+    data with the same vocabulary and seed, else prepared now (`prepare`). Returns it and
+    whether it was reused."""
+    if (Path(directory) / MANIFEST).is_file():
+        try:
+            storage = TokenStorage.open(directory)
+        except ValueError:
+            storage = None
+        if (storage is not None and storage.manifest.get("source") == source.description
+                and storage.manifest.get("shard_seed") == seed
+                and storage.vocabulary_sha256 == vocabulary_sha256(tokenizer.model_proto)):
+            return storage, True
+    return prepare(source, directory, tokenizer, shard_pairs, seed), False

@@ -1,0 +1,213 @@
+"""Prepared training data: a corpus's subword ids in shards on disk, read a shard at a time.
+
+A storage directory holds `manifest.json` and, per shard, `shard-NNNNN.lengths` (uint16 pairs:
+the source's and the target's id count of each pair, BOS/EOS not included) and
+`shard-NNNNN.ids` (every pair's source ids then target ids, back to back, as uint16, or uint32
+for vocabularies over 65,536 ids). The manifest names the vocabulary (SHA-256 of `spm.model`)
+and holds each shard's pair and id counts and the histogram of its pairs' longer side, from
+which a batch plan counts batches without reading a shard. It is written last, atomically: a
+directory without one is an unfinished preparation, never mistaken for a finished one.
+
+Memory does not grow with the corpus: a reader holds one shard's lengths and maps its ids
+file (pages are read as batches need them).
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from keras_transformer.training.run_dir import write_text_atomic
+
+MANIFEST = "manifest.json"
+FORMAT = "keras-transformer token storage"
+VERSION = 1
+MAX_SIDE = np.iinfo(np.uint16).max  # ids a side can have (its length is stored as uint16)
+
+
+def vocabulary_sha256(model_proto: bytes) -> str:
+    """The name a storage gives its vocabulary: the SHA-256 of the SentencePiece model."""
+    return hashlib.sha256(model_proto).hexdigest()
+
+
+def id_dtype(vocab_size: int) -> np.dtype:
+    """The narrowest unsigned type that holds every id of the vocabulary."""
+    return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """A shard as the manifest describes it: its file stem, pairs, ids (both sides) and how
+    many pairs have each longer-side length (ids + the one BOS or EOS a side gets)."""
+
+    name: str
+    pairs: int
+    ids: int
+    longest: dict[int, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest's entry."""
+        return {"name": self.name, "pairs": self.pairs, "ids": self.ids,
+                "longest": {str(length): count for length, count in sorted(self.longest.items())}}
+
+    @classmethod
+    def from_dict(cls, entry: dict[str, Any]) -> "ShardInfo":
+        """The entry `to_dict` wrote."""
+        return cls(entry["name"], int(entry["pairs"]), int(entry["ids"]),
+                   {int(length): int(count) for length, count in entry["longest"].items()})
+
+
+class Shard:
+    """One shard's pairs: `lengths[i]` = (source ids, target ids) of pair i; `pair(i)` reads
+    both sides from the mapped ids file."""
+
+    def __init__(self, directory: Path, info: ShardInfo, dtype: np.dtype):
+        lengths_path, ids_path = (directory / f"{info.name}{suffix}"
+                                  for suffix in (".lengths", ".ids"))
+        _check_size(lengths_path, info.pairs * 4)
+        _check_size(ids_path, info.ids * dtype.itemsize)
+        self.lengths = np.fromfile(lengths_path, dtype=np.uint16).reshape(-1, 2).astype(np.int64)
+        if int(self.lengths.sum()) != info.ids:
+            raise ValueError(f"{lengths_path}: its lengths add up to {int(self.lengths.sum())} "
+                             f"ids, the manifest says {info.ids}: a damaged shard; prepare the "
+                             "data again")
+        self.starts = np.concatenate([[0], np.cumsum(self.lengths.sum(axis=1))[:-1]])
+        self.ids = (np.memmap(ids_path, dtype=dtype, mode="r") if info.ids
+                    else np.zeros([0], dtype))
+
+    def pair(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """The source ids and the target ids of pair `index`."""
+        start = self.starts[index]
+        source_length, target_length = self.lengths[index]
+        middle = start + source_length
+        return self.ids[start:middle], self.ids[middle:middle + target_length]
+
+
+class TokenStorage:
+    """A finished storage directory (`open`), its vocabulary and shards."""
+
+    def __init__(self, directory: Path, manifest: dict[str, Any]):
+        self.directory = directory
+        self.manifest = manifest
+        self.vocabulary_sha256: str = manifest["vocabulary"]["sha256"]
+        self.vocab_size: int = int(manifest["vocabulary"]["size"])
+        self.shards = [ShardInfo.from_dict(entry) for entry in manifest["shards"]]
+        self._dtype = np.dtype(manifest["id_dtype"])
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike) -> "TokenStorage":
+        """The storage in `directory`; a ValueError naming the file when the manifest is
+        missing (an unfinished preparation), unreadable, or of another format."""
+        directory = Path(directory)
+        path = directory / MANIFEST
+        if not path.is_file():
+            raise ValueError(f"{directory}: no {MANIFEST}: not prepared data, or a preparation "
+                             "that did not finish; prepare it again")
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+            if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+                raise ValueError(f"format {manifest.get('format')!r} version "
+                                 f"{manifest.get('version')!r}, expected {FORMAT!r} {VERSION}")
+            storage = cls(directory, manifest)
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"{path}: not a readable manifest ({error}); prepare the data "
+                             "again") from None
+        for info in storage.shards:
+            for suffix, size in ((".lengths", info.pairs * 4),
+                                 (".ids", info.ids * storage._dtype.itemsize)):
+                _check_size(directory / f"{info.name}{suffix}", size)
+        return storage
+
+    @property
+    def pairs(self) -> int:
+        """Pairs stored, over all shards."""
+        return sum(info.pairs for info in self.shards)
+
+    def check_vocabulary(self, model_proto: bytes, name: str) -> None:
+        """Refuses (ValueError naming both) a tokenizer other than the one the ids are of;
+        `name` says where the tokenizer comes from."""
+        found = vocabulary_sha256(model_proto)
+        if found != self.vocabulary_sha256:
+            raise ValueError(
+                f"{self.directory} holds ids of vocabulary {self.vocabulary_sha256[:16]} "
+                f"(its spm.model), but {name} is vocabulary {found[:16]}: prepare the data with "
+                f"that vocabulary, or train with the storage's")
+
+    def load_shard(self, index: int) -> Shard:
+        """Shard `index` (its lengths in memory, its ids mapped)."""
+        return Shard(self.directory, self.shards[index], self._dtype)
+
+
+class StorageWriter:
+    """Writes a storage: `add` pairs to shards, then `finish` writes the manifest. Until then
+    the directory has no manifest, so an interrupted or failed write (a full disk) is never
+    taken for prepared data."""
+
+    def __init__(self, directory: str | os.PathLike, model_proto: bytes, vocab_size: int,
+                 shard_count: int):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / MANIFEST).unlink(missing_ok=True)
+        for earlier in self.directory.glob("shard-*"):
+            earlier.unlink()
+        self._dtype = id_dtype(vocab_size)
+        self._vocabulary = {"sha256": vocabulary_sha256(model_proto), "size": vocab_size}
+        self._names = [f"shard-{index:05d}" for index in range(shard_count)]
+        self._files: list[tuple[BinaryIO, BinaryIO]] = [
+            (open(self.directory / f"{name}.lengths", "wb"),
+             open(self.directory / f"{name}.ids", "wb")) for name in self._names]
+        self._pairs = [0] * shard_count
+        self._ids = [0] * shard_count
+        self._longest: list[dict[int, int]] = [{} for _ in range(shard_count)]
+
+    def add(self, shards: np.ndarray, sources: list[list[int]],
+            targets: list[list[int]]) -> None:
+        """Appends pair i (`sources[i]`, `targets[i]`: ids, each side at most `MAX_SIDE`) to
+        shard `shards[i]`."""
+        lengths = np.array([[len(source), len(target)]
+                            for source, target in zip(sources, targets)], np.int64)
+        for shard in np.unique(shards).tolist():
+            mine = np.flatnonzero(shards == shard)
+            lengths_file, ids_file = self._files[shard]
+            lengths_file.write(lengths[mine].astype(np.uint16).tobytes())
+            ids = itertools.chain.from_iterable(
+                itertools.chain(sources[i], targets[i]) for i in mine.tolist())
+            ids_file.write(np.fromiter(ids, self._dtype).tobytes())
+            self._pairs[shard] += len(mine)
+            self._ids[shard] += int(lengths[mine].sum())
+            longest, counts = np.unique(lengths[mine].max(axis=1) + 1, return_counts=True)
+            histogram = self._longest[shard]
+            for length, count in zip(longest.tolist(), counts.tolist()):
+                histogram[length] = histogram.get(length, 0) + count
+
+    def finish(self, details: dict[str, Any]) -> TokenStorage:
+        """Closes the shards and writes the manifest (with `details`: where the pairs came
+        from, how many were dropped and why); returns the storage."""
+        self.close()
+        shards = [ShardInfo(name, pairs, ids, longest).to_dict() for name, pairs, ids, longest
+                  in zip(self._names, self._pairs, self._ids, self._longest)]
+        manifest = {"format": FORMAT, "version": VERSION, "vocabulary": self._vocabulary,
+                    "id_dtype": self._dtype.name, "shards": shards, **details}
+        write_text_atomic(self.directory / MANIFEST, json.dumps(manifest, indent=1))
+        return TokenStorage.open(self.directory)
+
+    def close(self) -> None:
+        """Closes every shard file (also on failure; the manifest is not written)."""
+        for files in self._files:
+            for handle in files:
+                handle.close()
+
+
+def _check_size(path: Path, expected: int) -> None:
+    if not path.is_file():
+        raise ValueError(f"{path}: missing; prepare the data again")
+    size = path.stat().st_size
+    if size != expected:
+        raise ValueError(f"{path}: {size} bytes, the manifest says {expected}: a torn or "
+                         "damaged shard; prepare the data again")

@@ -1,0 +1,102 @@
+"""`kt-prepare`: tokenizes a training corpus once into sharded token storage for `kt-train`.
+
+    kt-prepare --preset base --train-src train.en.gz --train-tgt train.de.gz \
+        --output-dir prepared/wmt14-en-de
+    kt-prepare --preset base --tfds wmt14_translate/de-en --output-dir prepared/wmt14-en-de
+    kt-train --preset base --prepared prepared/wmt14-en-de --dev-src ... --dev-tgt ...
+
+The corpus is streamed, never held: memory stays that of the vocabulary's sentence sample.
+The vocabulary is learned from a seeded sample (or taken from `--vocab DIR`) and saved as the
+directory's `spm.model`; the manifest, written last, records the pairs stored and dropped.
+`kt-train` given raw files does the same into its run directory by itself.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Optional, Sequence
+
+from trainers.common import add_recipe_arguments, recipe_from_args
+from keras_transformer.data.prepare import (DEFAULT_SHARD_PAIRS, prepare, sample_sentences,
+                                            text_file_source, tfds_source)
+from keras_transformer.data.tokenizer import SubwordTokenizer
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
+    parser = argparse.ArgumentParser(prog="kt-prepare", description=__doc__.split("\n")[0])
+    add_recipe_arguments(parser, default_preset="base")
+    parser.add_argument("--train-src", metavar="FILE", help="source sentences, one a line "
+                        "(plain or .gz)")
+    parser.add_argument("--train-tgt", metavar="FILE", help="their translations, line-aligned")
+    parser.add_argument("--tfds", metavar="NAME", help="a tensorflow-datasets translation "
+                        "builder instead, e.g. wmt14_translate/de-en")
+    parser.add_argument("--tfds-split", default="train", help="its split (default: train)")
+    parser.add_argument("--source-lang", default="en", help="tfds source language (default: en)")
+    parser.add_argument("--target-lang", default="de", help="tfds target language (default: de)")
+    parser.add_argument("--tfds-data-dir", help="tensorflow-datasets data directory")
+    parser.add_argument("--output-dir", required=True, help="where the storage goes")
+    parser.add_argument("--vocab", metavar="DIR", help="use the spm.model in DIR (e.g. a run's "
+                        "vocab/) instead of learning one of the recipe's vocab_size")
+    parser.add_argument("--vocab-sentences", type=int, default=2_000_000,
+                        help="sentences sampled to learn the vocabulary (default: 2,000,000)")
+    parser.add_argument("--shard-pairs", type=int, default=DEFAULT_SHARD_PAIRS,
+                        help=f"pairs per shard (default: {DEFAULT_SHARD_PAIRS:,})")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="vocabulary sample and shard assignment seed (default: 0)")
+    parser.add_argument("--threads", type=int, help="tokenizer threads (default: every core)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="keep TensorFlow's C++ start-up lines")
+    args = parser.parse_args(argv)
+    if bool(args.train_src) != bool(args.train_tgt):
+        parser.error("--train-src and --train-tgt: give both")
+    if bool(args.tfds) == bool(args.train_src):
+        parser.error("give --train-src/--train-tgt or --tfds (one of them)")
+    for name in ("vocab_sentences", "shard_pairs", "threads"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            parser.error(f"--{name.replace('_', '-')}: must be positive, got {value}")
+    try:
+        args.recipe = recipe_from_args(args)
+    except ValueError as error:
+        parser.error(str(error))
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs the command line; returns its exit status (2 on a user error, 1 on a failed
+    write such as a full disk: no manifest is left, so nothing takes the directory for
+    prepared data)."""
+    args = parse_args(argv)
+    started = time.monotonic()
+    try:
+        source = (tfds_source(args.tfds, args.tfds_split, args.source_lang, args.target_lang,
+                              args.tfds_data_dir) if args.tfds
+                  else text_file_source(args.train_src, args.train_tgt))
+        if args.vocab:
+            tokenizer = SubwordTokenizer.load(args.vocab)
+        else:
+            tokenizer = SubwordTokenizer.train(
+                sample_sentences(source.pairs(), args.vocab_sentences, args.seed),
+                args.recipe.architecture.vocab_size, args.output_dir, seed=args.seed)
+        storage = prepare(source, args.output_dir, tokenizer, args.shard_pairs, args.seed,
+                          args.threads)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"kt-prepare: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"kt-prepare: error: {error.filename or args.output_dir}: "
+              f"{error.strerror or error}; the directory holds no manifest: nothing will take "
+              "it for prepared data", file=sys.stderr)
+        return 1
+    summary = {"directory": str(storage.directory), "shards": len(storage.shards),
+               "vocab_size": storage.vocab_size, "pairs": storage.manifest["pairs"],
+               "seconds": round(time.monotonic() - started, 1)}
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
