@@ -134,9 +134,12 @@ def _require(condition: bool, field: str, message: str) -> None:
 class TrainingSettings:
     """Label smoothing eps_ls (5.4), the learning-rate schedule of eq. (3) (`warmup_steps`,
     and `learning_rate_scale` multiplying it), the tokens per side of one global batch (5.1:
-    about 25,000) and how many of the last checkpoints the run's result averages (6.1: 5 for
-    base, 20 for big; 0 or 1: none). None of them changes the weights' shapes, so a trained
-    model loads without them.
+    about 25,000), how many of the last checkpoints the run's result averages (6.1: 5 for
+    base, 20 for big; 0 or 1: none), and subword regularization, which the paper does not use:
+    with `subword_dropout` p > 0 the training pairs are segmented by BPE-dropout (Provilkov et
+    al., 2020: each merge skipped with probability p), `subword_samples` segmentations of each
+    pair prepared (dev, test, decoding and exports segment deterministically). None of them
+    changes the weights' shapes, so a trained model loads without them.
     """
 
     label_smoothing: float = 0.1
@@ -144,9 +147,12 @@ class TrainingSettings:
     learning_rate_scale: float = 1.0
     batch_tokens: int = 25000
     average_last: int = 5
+    subword_dropout: float = 0.0
+    subword_samples: int = 16
 
     def __post_init__(self) -> None:
-        for name, least in (("warmup_steps", 1), ("batch_tokens", 1), ("average_last", 0)):
+        for name, least in (("warmup_steps", 1), ("batch_tokens", 1), ("average_last", 0),
+                            ("subword_samples", 1)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"{name}: must be an integer of at least {least}, got {value!r}")
@@ -155,6 +161,8 @@ class TrainingSettings:
         if not self.learning_rate_scale > 0:
             raise ValueError(f"learning_rate_scale: must be positive, got "
                              f"{self.learning_rate_scale!r}")
+        if not 0.0 <= self.subword_dropout < 1.0:
+            raise ValueError(f"subword_dropout: must be in [0, 1), got {self.subword_dropout!r}")
 
 
 @dataclasses.dataclass(frozen=True)

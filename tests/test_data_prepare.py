@@ -13,8 +13,9 @@ import tensorflow_datasets as tfds
 from keras_transformer.data import SubwordTokenizer, write_demo_corpus
 from keras_transformer.data import token_storage
 from keras_transformer.data.batch_plan import BatchPlan
-from keras_transformer.data.prepare import (prepare, prepared, sample_sentences,
-                                            text_file_source, tfds_source)
+from keras_transformer.data.prepare import (ParallelSource, check_segmentation, prepare,
+                                            prepared, sample_sentences, text_file_source,
+                                            tfds_source)
 from keras_transformer.data.token_storage import MANIFEST, TokenStorage
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
 
@@ -224,3 +225,24 @@ def test_bad_utf8_is_named_by_file_and_line_and_leaves_no_manifest(demo_files, d
         prepare(text_file_source(demo_files[0], broken), tmp_path / "out",
                 SubwordTokenizer.load(demo_vocab), shard_pairs=2000)
     assert not (tmp_path / "out" / MANIFEST).exists()
+
+
+def test_bpe_dropout_stores_seeded_samples_that_spell_the_same_text(demo_vocab, tmp_path):
+    tokenizer = SubwordTokenizer.load(demo_vocab)
+    pairs = [("I have forty-two apples", "ich habe zweiundvierzig Äpfel"),
+             ("You saw three hundred and five birds", "du sahst dreihundertfünf Vögel")]
+    source = ParallelSource({"pairs": "two"}, lambda: len(pairs), lambda: iter(pairs))
+    storages = [prepare(source, tmp_path / name, tokenizer, seed=seed, subword_dropout=0.1,
+                        samples=8) for name, seed in (("a", 0), ("b", 0), ("c", 1))]
+    stored = [_all_pairs(storage) for storage in storages]
+    assert len(stored[0]) == 16 and storages[0].manifest["segmentation"] == {
+        "subword_dropout": 0.1, "samples": 8}
+    assert sorted(stored[0]) == sorted(stored[1]) and sorted(stored[0]) != sorted(stored[2])
+    texts = tokenizer.detokenize(tf.ragged.constant([side for pair in stored[0]
+                                                     for side in pair])).numpy()
+    assert {text.decode() for text in texts} == {text for pair in pairs for text in pair}
+    deterministic = tokenizer.tokenize(tf.constant([pairs[0][0]])).to_list()[0]
+    samples = {pair[0] for pair in stored[0] if len(pair[0]) >= len(deterministic) - 1}
+    assert len(samples - {tuple(deterministic)}) >= 2
+    with pytest.raises(ValueError, match="segmented with .*'subword_dropout': 0.1.*recipe says"):
+        check_segmentation(storages[0], 0.0, 16)

@@ -5,7 +5,8 @@
     kt-prepare --preset base --tfds wmt14_translate/de-en --output-dir prepared/wmt14-en-de
     kt-train --preset base --prepared prepared/wmt14-en-de --dev-src ... --dev-tgt ...
 
-The corpus is streamed, never held: memory stays that of the vocabulary's sentence sample.
+`--set subword_dropout=0.1` stores `subword_samples` (16) BPE-dropout segmentations of each
+pair instead of one deterministic one. The corpus is streamed, never held: memory stays that of the vocabulary's sentence sample.
 The vocabulary is learned from a seeded sample (or taken from `--vocab DIR`) and saved as the
 directory's `spm.model`; the manifest, written last, records the pairs stored and dropped.
 `kt-train` given raw files does the same into its run directory by itself.
@@ -81,8 +82,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             tokenizer = SubwordTokenizer.train(
                 sample_sentences(source.pairs(), args.vocab_sentences, args.seed),
                 args.recipe.architecture.vocab_size, args.output_dir, seed=args.seed)
+        training = args.recipe.training
         storage = prepare(source, args.output_dir, tokenizer, args.shard_pairs, args.seed,
-                          args.threads)
+                          args.threads, training.subword_dropout, training.subword_samples)
     except (ValueError, FileNotFoundError) as error:
         print(f"kt-prepare: error: {error}", file=sys.stderr)
         return 2

@@ -35,8 +35,8 @@ from keras_transformer.config import Recipe, SearchSettings, TransformerConfig
 from keras_transformer.data import (SubwordTokenizer, load_tfds, read_parallel,
                                     write_demo_corpus)
 from keras_transformer.data.batch_plan import BatchPlan
-from keras_transformer.data.prepare import (ParallelSource, prepared, sample_sentences,
-                                            text_file_source, tfds_source)
+from keras_transformer.data.prepare import (ParallelSource, check_segmentation, prepared,
+                                            sample_sentences, text_file_source, tfds_source)
 from keras_transformer.data.token_storage import TokenStorage
 from keras_transformer.data.tokenizer import MODEL_FILENAME
 from keras_transformer.decoding.translator import Translator
@@ -262,12 +262,16 @@ def training_storage(run: RunDir, source: Optional[ParallelSource], tokenizer: S
                      args: argparse.Namespace) -> TokenStorage:
     """The training pairs as token storage: `--prepared`'s (refused if of another
     vocabulary), else prepared into the run directory once and reused by its restarts."""
+    training = args.recipe.training
     if source is None:
         storage = TokenStorage.open(args.prepared)
         storage.check_vocabulary(tokenizer.model_proto, f"the run's {run.vocab / MODEL_FILENAME}")
+        check_segmentation(storage, training.subword_dropout, training.subword_samples)
         return storage
     started = time.monotonic()
-    storage, reused = prepared(source, run.root / "prepared", tokenizer, seed=args.seed)
+    storage, reused = prepared(source, run.root / "prepared", tokenizer, seed=args.seed,
+                               subword_dropout=training.subword_dropout,
+                               samples=training.subword_samples)
     print(f"kt-train: {'reusing' if reused else 'prepared'} {storage.pairs:,} training pairs in "
           f"{len(storage.shards)} shard(s) in {storage.directory}"
           + ("" if reused else f" ({time.monotonic() - started:.0f} s)"), file=sys.stderr)

@@ -90,61 +90,94 @@ def sample_sentences(pairs: Iterable[tuple[str, str]], sentences: int, seed: int
 
 
 def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: SubwordTokenizer,
-            shard_pairs: int = DEFAULT_SHARD_PAIRS, seed: int = 0,
-            threads: Optional[int] = None) -> TokenStorage:
+            shard_pairs: int = DEFAULT_SHARD_PAIRS, seed: int = 0, threads: Optional[int] = None,
+            subword_dropout: float = 0.0, samples: int = 1) -> TokenStorage:
     """Tokenizes every pair of `source` into token storage in `directory`.
 
     Args:
         source: the pairs (`text_file_source`, `tfds_source`).
         directory: created if needed; an earlier storage there is replaced.
         tokenizer: the shared vocabulary (its `spm.model` is saved beside the shards).
-        shard_pairs: pairs a shard holds on average (the shard count is the source's pair
-            count over this, rounded up).
-        seed: draws each pair's shard.
-        threads: SentencePiece threads (default: every core).
+        shard_pairs: pairs a shard holds on average (the shard count is the pairs to store
+            over this, rounded up).
+        seed: draws each pair's shard and the sampled segmentations.
+        threads: SentencePiece threads for deterministic segmentation (default: every core).
+        subword_dropout: 0 for the deterministic segmentation; p > 0 stores `samples`
+            BPE-dropout segmentations of each pair (each merge skipped with probability p),
+            sampled on one thread from seeds derived from `seed`, so the storage depends on
+            the arguments alone.
+        samples: segmentations stored per pair when `subword_dropout` > 0.
 
     Returns:
-        The storage. Pairs with an empty side, and pairs with a side over 65,535 ids, are
-        dropped and counted in the manifest ("pairs").
+        The storage. Pairs with an empty side, and segmentations with a side over 65,535 ids,
+        are dropped and counted in the manifest ("pairs").
     """
-    if shard_pairs < 1:
-        raise ValueError(f"shard_pairs must be positive, got {shard_pairs}")
-    shard_count = max(1, math.ceil(source.count() / shard_pairs))
+    if shard_pairs < 1 or samples < 1:
+        raise ValueError(f"shard_pairs and samples must be positive, got {shard_pairs} and "
+                         f"{samples}")
+    copies = samples if subword_dropout else 1
+    shard_count = max(1, math.ceil(source.count() * copies / shard_pairs))
     processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto)
     threads = threads or os.cpu_count() or 1
     writer = StorageWriter(directory, tokenizer.model_proto, tokenizer.vocab_size, shard_count)
     generator = np.random.default_rng(seed)
-    read = empty = too_long = 0
+    read = empty = too_long = stored = 0
     try:
         pairs = source.pairs()
-        while chunk := list(itertools.islice(pairs, CHUNK_PAIRS)):
+        for number in itertools.count():
+            chunk = list(itertools.islice(pairs, CHUNK_PAIRS))
+            if not chunk:
+                break
             read += len(chunk)
             kept = [pair for pair in chunk if pair[0] and pair[1]]
             empty += len(chunk) - len(kept)
-            sources, targets = (processor.encode([pair[side] for pair in kept],
-                                                 num_threads=threads) for side in (0, 1))
-            short = [i for i in range(len(kept))
-                     if max(len(sources[i]), len(targets[i])) <= MAX_SIDE]
-            too_long += len(kept) - len(short)
-            writer.add(generator.integers(0, shard_count, len(short)),
-                       [sources[i] for i in short], [targets[i] for i in short])
+            for copy in range(copies):
+                sources, targets = (
+                    _segmented(processor, [pair[side] for pair in kept], threads,
+                               subword_dropout, [seed, number, copy, side])
+                    for side in (0, 1))
+                short = [i for i in range(len(kept))
+                         if max(len(sources[i]), len(targets[i])) <= MAX_SIDE]
+                too_long += len(kept) - len(short)
+                stored += len(short)
+                writer.add(generator.integers(0, shard_count, len(short)),
+                           [sources[i] for i in short], [targets[i] for i in short])
     except BaseException:
         writer.close()
         raise
     tokenizer.save(directory)
     return writer.finish({
         "source": source.description, "shard_seed": seed,
-        "pairs": {"read": read, "stored": read - empty - too_long,
+        "segmentation": _segmentation(subword_dropout, samples),
+        "pairs": {"read": read, "stored": stored,
                   "dropped": {"an empty side": empty, f"a side over {MAX_SIDE} ids": too_long}},
     })
 
 
+def _segmented(processor: sentencepiece.SentencePieceProcessor, texts: list[str], threads: int,
+               subword_dropout: float, seeds: list[int]) -> list[list[int]]:
+    """The ids of `texts`: deterministic, or BPE-dropout sampled from a seed drawn from
+    `seeds` (SentencePiece's generator is reset to it; one thread keeps the draws in order)."""
+    if not subword_dropout:
+        return processor.encode(texts, num_threads=threads)
+    sentencepiece.set_random_generator_seed(
+        int(np.random.SeedSequence(seeds).generate_state(1)[0]))
+    return processor.encode(texts, enable_sampling=True, alpha=subword_dropout, nbest_size=-1,
+                            num_threads=1)
+
+
+def _segmentation(subword_dropout: float, samples: int) -> dict[str, Any]:
+    """The manifest's record of how pairs were segmented."""
+    return ({"subword_dropout": subword_dropout, "samples": samples} if subword_dropout
+            else {"subword_dropout": 0.0})
+
+
 def prepared(source: ParallelSource, directory: str | os.PathLike,
-             tokenizer: SubwordTokenizer, seed: int = 0,
-             shard_pairs: int = DEFAULT_SHARD_PAIRS) -> tuple[TokenStorage, bool]:
+             tokenizer: SubwordTokenizer, seed: int = 0, shard_pairs: int = DEFAULT_SHARD_PAIRS,
+             subword_dropout: float = 0.0, samples: int = 1) -> tuple[TokenStorage, bool]:
     """The storage of `source` in `directory`: the one there if it was prepared from the same
-    data with the same vocabulary and seed, else prepared now (`prepare`). Returns it and
-    whether it was reused."""
+    data with the same vocabulary, seed and segmentation, else prepared now (`prepare`, whose
+    arguments these are). Returns it and whether it was reused."""
     if (Path(directory) / MANIFEST).is_file():
         try:
             storage = TokenStorage.open(directory)
@@ -152,6 +185,19 @@ def prepared(source: ParallelSource, directory: str | os.PathLike,
             storage = None
         if (storage is not None and storage.manifest.get("source") == source.description
                 and storage.manifest.get("shard_seed") == seed
+                and storage.manifest.get("segmentation", _segmentation(0.0, 1))
+                == _segmentation(subword_dropout, samples)
                 and storage.vocabulary_sha256 == vocabulary_sha256(tokenizer.model_proto)):
             return storage, True
-    return prepare(source, directory, tokenizer, shard_pairs, seed), False
+    return prepare(source, directory, tokenizer, shard_pairs, seed,
+                   subword_dropout=subword_dropout, samples=samples), False
+
+
+def check_segmentation(storage: TokenStorage, subword_dropout: float, samples: int) -> None:
+    """Refuses (ValueError naming both) storage segmented otherwise than the recipe says."""
+    found = storage.manifest.get("segmentation", _segmentation(0.0, 1))
+    wanted = _segmentation(subword_dropout, samples)
+    if found != wanted:
+        raise ValueError(f"{storage.directory} was segmented with {found}, the recipe says "
+                         f"{wanted}: prepare it with the recipe's subword_dropout and "
+                         "subword_samples")
