@@ -31,7 +31,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.data.demo_corpus import DEMO_LANGS
-from keras_transformer.data.text_files import read_parallel
+from keras_transformer.data.text_files import iter_parallel
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
 from keras_transformer.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
@@ -112,9 +112,12 @@ def learn_shortlist(sizes: Optional[str], data: Optional[Sequence[str]], model_p
                          "from --train-src/--train-tgt files or on the demo corpus)")
     sources, targets = [], []
     for source_path, target_path in zip(data[::2], data[1::2]):
-        more_sources, more_targets = read_parallel(source_path, target_path)
-        sources, targets = sources + more_sources, targets + more_targets
-    sources, targets = sources[:SHORTLIST_SENTENCES], targets[:SHORTLIST_SENTENCES]
+        for source, target in iter_parallel(source_path, target_path):
+            if len(sources) == SHORTLIST_SENTENCES:
+                break
+            if source and target:
+                sources.append(source)
+                targets.append(target)
     print(f"kt-export: shortlist from {len(sources):,} pairs of {', '.join(data)}",
           file=sys.stderr)
     return build_shortlist(_ids(tokenizer, sources), _ids(tokenizer, targets),
