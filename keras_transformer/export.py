@@ -38,15 +38,17 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str,
                       base_dir: str | os.PathLike = "saved_models",
                       settings: Optional[SearchSettings] = None, dtype: str = "float32",
-                      shortlist: Optional[VocabularyShortlist] = None) -> str:
+                      shortlist: Optional[VocabularyShortlist] = None,
+                      jit_compile: bool = False) -> str:
     """Saves a `Translator` as the next free version of `<base_dir>/<name>`; returns its path.
 
     `settings` (default: the paper's, `SearchSettings()`) are fixed in the exported graph;
     `dtype` (one of `training.precision.SERVING_DTYPES`) is what its weights are stored and computed in.
     `shortlist`: restricts each batch's search to the target ids it gives (None: none).
+    `jit_compile`: the search is saved as one XLA-compiled function (`Translator`).
     """
     translator = Translator(serving_copy(model, dtype), tokenizer, settings,
-                            shortlist=shortlist)
+                            shortlist=shortlist, jit_compile=jit_compile)
 
     def write(staging: str) -> str:
         vocabulary_dir = os.path.join(staging, "vocabulary")

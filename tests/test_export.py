@@ -225,6 +225,28 @@ def test_cli_exports_a_keras_file(model, tokenizer, tmp_path, capsys):
     assert capsys.readouterr().out.strip() == str(tmp_path / "out" / "cli" / "1")
 
 
+@pytest.mark.slow
+def test_an_xla_export_translates_as_the_graph_export(model, tokenizer, serving, tmp_path,
+                                                       capsys):
+    model.save(tmp_path / "model.keras")
+    tokenizer.save(tmp_path / "vocabulary")
+    code = export_cli.main([str(tmp_path / "model.keras"), str(tmp_path / "vocabulary"),
+                            "--name", "xla", "--base-dir", str(tmp_path / "out"), "--xla",
+                            "--beam-size", "3", "--length-penalty", "0.6",
+                            "--max-decode-extra", "5"])
+    assert code == 0
+    xla = tf.saved_model.load(capsys.readouterr().out.strip()).signatures["serving_default"]
+    texts = GOOD + ["", LONG]
+    ours, scores = _translate(serving, texts)
+    compiled, compiled_scores = _translate(xla, texts)
+    assert compiled == ours and any(ours)
+    np.testing.assert_allclose(compiled_scores, scores, atol=1e-4)
+    with pytest.raises(SystemExit):
+        export_cli.parse_args(["m", "v", "--name", "x", "--xla", "--shortlist", "10,2"])
+    with pytest.raises(ValueError, match="jit_compile: not with a shortlist"):
+        Translator(model, tokenizer, SETTINGS, shortlist=object(), jit_compile=True)
+
+
 def test_cli_names_bad_arguments(tmp_path, capsys):
     from trainers.common import search_settings
 

@@ -18,8 +18,10 @@ from keras_transformer.export import export_translator
 STOCK_PYTHON = os.environ.get("KT_STOCK_RUNTIME_PYTHON")
 TEXTS = ["I have forty-two apples", "", "She sees three dogs today"]
 IDS = [[20, 21, 22, 0], [30, 0, 0, 0]]
-KINDS = {"float32-beam3": ("float32", 3, False), "float32-greedy": ("float32", 1, False),
-         "bfloat16-beam3": ("bfloat16", 3, False), "shortlist-beam3": ("float32", 3, True)}
+KINDS = {"float32-beam3": ("float32", 3, False, False), "float32-greedy": ("float32", 1, False,
+                                                                         False),
+         "bfloat16-beam3": ("bfloat16", 3, False, False),
+         "shortlist-beam3": ("float32", 3, True, False), "xla-beam3": ("float32", 3, False, True)}
 
 LOAD_AND_TRANSLATE = """
 import json, sys
@@ -58,8 +60,8 @@ def test_every_export_kind_translates_identically_on_the_stock_runtime(demo_voca
     shortlist = build_shortlist(sources, targets, tokenizer.vocab_size, 20, 5)
     exports = {name: export_translator(model, tokenizer, name, tmp_path,
                                        kt.SearchSettings(beam_size=beam, max_decode_extra=5),
-                                       dtype, shortlist if listed else None)
-               for name, (dtype, beam, listed) in KINDS.items()}
+                                       dtype, shortlist if listed else None, jit_compile=xla)
+               for name, (dtype, beam, listed, xla) in KINDS.items()}
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
     run = subprocess.run([STOCK_PYTHON, "-c", LOAD_AND_TRANSLATE, json.dumps(exports),

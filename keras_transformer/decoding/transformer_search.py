@@ -60,8 +60,9 @@ def decode(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
 
 
 _decode_graph = tf.function(decode, reduce_retracing=True, autograph=False)
-_decode_graph_xla = tf.function(decode, reduce_retracing=True, autograph=False,
-                                jit_compile=True)
+# `decode` compiled by XLA as one cluster (the whole search loop): what `jit_compile` runs and
+# an export with `jit_compile` calls inside its signatures.
+decode_xla = tf.function(decode, reduce_retracing=True, autograph=False, jit_compile=True)
 
 
 def beam_search(model: Transformer, source_ids, beam_size: int = 4,
@@ -97,7 +98,7 @@ def _run(model, source_ids, greedy: bool, beam_size, length_penalty, max_decode_
     if jit_compile and shortlist is not None:
         raise ValueError("jit_compile: not with a shortlist (its size depends on the batch)")
     settings = SearchSettings(beam_size, length_penalty, max_decode_extra)
-    graph = _decode_graph_xla if jit_compile else _decode_graph
+    graph = decode_xla if jit_compile else _decode_graph
     prefix_ids = None if prefix_ids is None else tf.convert_to_tensor(prefix_ids, tf.int32)
     return graph(model, tf.convert_to_tensor(source_ids, tf.int32), settings.beam_size,
                  float(settings.length_penalty), settings.max_decode_extra, use_cache, eos_id,

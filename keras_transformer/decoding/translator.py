@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist
-from keras_transformer.decoding.transformer_search import decode
+from keras_transformer.decoding.transformer_search import decode, decode_xla
 from keras_transformer.model import Transformer
 from keras_transformer.search import DecodeResult
 from keras_transformer.config import SearchSettings
@@ -32,6 +32,10 @@ class Translator(tf.Module):
     (Garg et al. 2019), else the last (on the 2-layer demo model the last aligned 8 of 12
     target words with their source words, the first 5).
 
+    `jit_compile`: the search runs as one XLA-compiled function (fewer per-op costs at small
+    batches; an export carries it, which TF Serving runs with `--xla_cpu_compilation_enabled`
+    on CPU); not with a shortlist.
+
     `settings` default to the paper's (`SearchSettings()`: beam 4, alpha 0.6, +50). With a
     `shortlist`, each batch's search scores only its `shortlist.target_ids` (faster at large
     vocabularies; translations approximate the full vocabulary's, see `decoding.shortlist`).
@@ -43,7 +47,7 @@ class Translator(tf.Module):
     def __init__(self, model: Transformer, tokenizer: SubwordTokenizer,
                  settings: Optional[SearchSettings] = None, name: str = "translator",
                  alignment_layer: Optional[int] = None,
-                 shortlist: Optional[VocabularyShortlist] = None):
+                 shortlist: Optional[VocabularyShortlist] = None, jit_compile: bool = False):
         super().__init__(name=name)
         config = model.config
         self.model = model
@@ -58,10 +62,13 @@ class Translator(tf.Module):
         if tokenizer.vocab_size != config.vocab_size:
             raise ValueError(f"tokenizer: vocabulary of {tokenizer.vocab_size} ids, but the "
                              f"model expects vocab_size={config.vocab_size}")
+        if jit_compile and shortlist is not None:
+            raise ValueError("jit_compile: not with a shortlist (its size depends on the batch)")
         if shortlist is not None and shortlist.vocab_size != config.vocab_size:
             raise ValueError(f"shortlist: built for a vocabulary of {shortlist.vocab_size} ids, "
                              f"but the model has vocab_size={config.vocab_size}")
         self.shortlist = shortlist
+        self.jit_compile = jit_compile
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")],
                  autograph=False)
@@ -164,6 +171,7 @@ class Translator(tf.Module):
 
     def _search(self, source_ids: tf.Tensor, prefix_ids: Optional[tf.Tensor]) -> DecodeResult:
         settings = self.settings
-        return decode(self.model, source_ids, settings.beam_size, settings.length_penalty,
+        search = decode_xla if self.jit_compile else decode
+        return search(self.model, source_ids, settings.beam_size, settings.length_penalty,
                       settings.max_decode_extra, prefix_ids=prefix_ids,
                       shortlist=self.shortlist)
