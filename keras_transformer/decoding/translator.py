@@ -17,6 +17,8 @@ from keras_transformer.search import DecodeResult
 from keras_transformer.config import SearchSettings
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
+XLA_WIDTH_STEP = 16  # source and prefix widths an XLA-compiled search is given: multiples of it
+
 
 class Translator(tf.Module):
     """Translates with fixed `SearchSettings` (beam size 1 runs the greedy fast path).
@@ -171,7 +173,20 @@ class Translator(tf.Module):
 
     def _search(self, source_ids: tf.Tensor, prefix_ids: Optional[tf.Tensor]) -> DecodeResult:
         settings = self.settings
-        search = decode_xla if self.jit_compile else decode
+        search = decode
+        if self.jit_compile:
+            # XLA compiles once per input shape: padded widths bound the shapes a server sees.
+            search = decode_xla
+            source_ids = self._padded_width(source_ids)
+            prefix_ids = None if prefix_ids is None else self._padded_width(prefix_ids)
         return search(self.model, source_ids, settings.beam_size, settings.length_penalty,
                       settings.max_decode_extra, prefix_ids=prefix_ids,
                       shortlist=self.shortlist)
+
+    def _padded_width(self, ids: tf.Tensor) -> tf.Tensor:
+        """`ids` `[batch, length]` PAD-padded to the next multiple of `XLA_WIDTH_STEP` (at most
+        the model's `max_length`, or `length` if longer)."""
+        length = tf.shape(ids)[1]
+        width = tf.maximum(length, tf.minimum((length + XLA_WIDTH_STEP - 1) // XLA_WIDTH_STEP
+                                              * XLA_WIDTH_STEP, self.model.config.max_length))
+        return tf.pad(ids, [[0, 0], [0, width - length]], constant_values=PAD_ID)
