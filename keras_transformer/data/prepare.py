@@ -31,6 +31,7 @@ from keras_transformer.data.token_storage import (MANIFEST, MAX_SIDE, StorageWri
 from keras_transformer.data.tokenizer import SubwordTokenizer
 
 DEFAULT_SHARD_PAIRS = 1_000_000
+MAX_SHARDS = 400  # two files each are open while preparing: within the usual limit of 1,024
 CHUNK_PAIRS = 8192
 
 
@@ -99,7 +100,7 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Sub
         directory: created if needed; an earlier storage there is replaced.
         tokenizer: the shared vocabulary (its `spm.model` is saved beside the shards).
         shard_pairs: pairs a shard holds on average (the shard count is the pairs to store
-            over this, rounded up).
+            over this, rounded up, at most `MAX_SHARDS`: shards grow beyond 400 million).
         seed: draws each pair's shard and the sampled segmentations.
         threads: SentencePiece threads for deterministic segmentation (default: every core).
         subword_dropout: 0 for the deterministic segmentation; p > 0 stores `samples`
@@ -116,7 +117,7 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Sub
         raise ValueError(f"shard_pairs and samples must be positive, got {shard_pairs} and "
                          f"{samples}")
     copies = samples if subword_dropout else 1
-    shard_count = max(1, math.ceil(source.count() * copies / shard_pairs))
+    shard_count = min(MAX_SHARDS, max(1, math.ceil(source.count() * copies / shard_pairs)))
     processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto)
     threads = threads or os.cpu_count() or 1
     writer = StorageWriter(directory, tokenizer.model_proto, tokenizer.vocab_size, shard_count)
