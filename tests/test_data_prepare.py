@@ -185,7 +185,7 @@ def test_a_failed_preparation_leaves_no_manifest_and_is_redone(demo_files, demo_
     assert prepared(good, tmp_path, tokenizer)[1]
 
 
-def test_mismatched_files_are_refused_before_anything_is_written(demo_files, demo_vocab,
+def test_mismatched_files_are_refused_and_leave_no_manifest(demo_files, demo_vocab,
                                                                  tmp_path):
     short = tmp_path / "short.de"
     short.write_text("ein Satz\n", encoding="utf-8")

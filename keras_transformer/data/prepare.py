@@ -47,8 +47,8 @@ class ParallelSource:
 
 
 def text_file_source(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> ParallelSource:
-    """Two line-aligned files (plain or .gz); mismatched line counts are refused before any
-    pair is read (`iter_parallel`)."""
+    """Two line-aligned files (plain or .gz); mismatched line counts are refused naming both
+    (`iter_parallel`)."""
     paths = [os.path.abspath(os.fspath(path)) for path in (src_path, tgt_path)]
     for path in paths:
         if not os.path.isfile(path):

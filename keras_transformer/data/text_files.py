@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import logging
 import os
 import sys
@@ -82,17 +83,22 @@ def count_lines(path: str | os.PathLike) -> int:
 def iter_parallel(src_path: str | os.PathLike,
                   tgt_path: str | os.PathLike) -> Iterator[tuple[str, str]]:
     """Every line pair of a line-aligned parallel corpus, stripped, streamed (empty sides
-    included). The line counts are compared first: a mismatch raises ValueError naming both
-    files and both counts before any pair is produced; bad UTF-8 raises naming file:line."""
+    included), in one pass. Files of different line counts raise ValueError naming both files
+    and both counts when the shorter one ends (consumers that write output, such as
+    `prepare`, leave nothing that looks finished); bad UTF-8 raises naming file:line."""
     src_path, tgt_path = os.fspath(src_path), os.fspath(tgt_path)
-    counts = count_lines(src_path), count_lines(tgt_path)
-    if counts[0] != counts[1]:
-        raise ValueError(f"parallel files differ in line count: {src_path} has {counts[0]} "
-                         f"lines, {tgt_path} has {counts[1]}")
     with _open_binary(src_path) as sources, _open_binary(tgt_path) as targets:
-        for (number, source), (_, target) in zip(_numbered_lines(src_path, sources),
-                                                 _numbered_lines(tgt_path, targets)):
-            yield _decoded(src_path, number, source), _decoded(tgt_path, number, target)
+        numbered = (_numbered_lines(src_path, sources), _numbered_lines(tgt_path, targets))
+        for source, target in itertools.zip_longest(*numbered):
+            if source is None or target is None:
+                longer = 0 if target is None else 1
+                reached = (source or target)[0]  # the longer file's line without a partner
+                counts = {longer: reached + sum(1 for _ in numbered[longer]),
+                          1 - longer: reached - 1}
+                raise ValueError(f"parallel files differ in line count: {src_path} has "
+                                 f"{counts[0]} lines, {tgt_path} has {counts[1]}")
+            yield _decoded(src_path, source[0], source[1]), _decoded(tgt_path, target[0],
+                                                                     target[1])
 
 
 def read_raw_lines(path: str | os.PathLike) -> tuple[list[bytes], list[int]]:
