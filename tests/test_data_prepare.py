@@ -197,13 +197,16 @@ def test_mismatched_files_are_refused_and_leave_no_manifest(demo_files, demo_voc
 
 
 def test_a_seeded_sample_learns_the_vocabulary_and_small_corpora_are_taken_whole(demo_files):
-    pairs = [pair for pair in text_file_source(*demo_files).pairs() if all(pair)]
-    whole = sample_sentences(iter(pairs), 10 ** 6, seed=0)
-    assert whole == [source for source, _ in pairs] + [target for _, target in pairs]
-    sample = sample_sentences(iter(pairs), 2000, seed=0)
-    assert len(sample) == 2000 and sample == sample_sentences(iter(pairs), 2000, seed=0)
-    assert sample != sample_sentences(iter(pairs), 2000, seed=1)
-    assert set(zip(sample[:1000], sample[1000:])) <= set(pairs)
+    source = text_file_source(*demo_files)
+    pairs = [pair for pair in source.pairs() if all(pair)]
+    whole = list(sample_sentences(source, 10 ** 6, seed=0))
+    assert whole == [text for text, _ in pairs] + [target for _, target in pairs]
+    sample = list(sample_sentences(source, 2000, seed=0))
+    assert sample == list(sample_sentences(source, 2000, seed=0))
+    assert sample != list(sample_sentences(source, 2000, seed=1))
+    half = len(sample) // 2  # 1,000 pairs drawn, those with an empty side left out
+    assert len(sample) % 2 == 0 and 950 < half <= 1000 and sample[:half] != whole[:half]
+    assert set(zip(sample[:half], sample[half:])) <= set(pairs)
 
 
 def test_a_tfds_split_is_streamed_into_storage(demo_vocab, tmp_path):

@@ -80,7 +80,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             tokenizer = SubwordTokenizer.load(args.vocab)
         else:
             tokenizer = SubwordTokenizer.train(
-                sample_sentences(source.pairs(), args.vocab_sentences, args.seed),
+                sample_sentences(source, args.vocab_sentences, args.seed),
                 args.recipe.architecture.vocab_size, args.output_dir, seed=args.seed)
         training = args.recipe.training
         storage = prepare(source, args.output_dir, tokenizer, args.shard_pairs, args.seed,

@@ -249,7 +249,7 @@ def load_or_train_tokenizer(run: RunDir, config: TransformerConfig,
         tokenizer = SubwordTokenizer.load(args.prepared)
         tokenizer.save(run.vocab)
     else:
-        sample = sample_sentences(source.pairs(), args.vocab_sentences, args.seed)
+        sample = sample_sentences(source, args.vocab_sentences, args.seed)
         tokenizer = SubwordTokenizer.train(sample, config.vocab_size, run.vocab,
                                            seed=args.seed)
     if tokenizer.vocab_size != config.vocab_size:

@@ -16,7 +16,7 @@ Corpora (all return ``(sources, targets)`` lists of stripped strings):
 Prepared training data (corpora of any size, streamed; docs/data.md):
     text_file_source(src_path, tgt_path) / tfds_source(name, split, source_lang, target_lang)
         A ParallelSource: the pairs as a stream and their count.
-    sample_sentences(pairs, sentences, seed) -> list[str]
+    sample_sentences(source, sentences, seed) -> Iterator[str]
         A seeded one-pass sample to learn the vocabulary from.
     prepare(source, directory, tokenizer, shard_pairs, seed) -> TokenStorage
         Tokenized pairs in shards on disk with a manifest (``TokenStorage.open(directory)``).

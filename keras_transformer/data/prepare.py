@@ -6,7 +6,7 @@ drawn at random (seeded), so every shard is a uniform sample of the corpus and a
 that shuffles within shards and shuffles the shards' order mixes the whole corpus.
 
     source = text_file_source("train.en.gz", "train.de.gz")
-    tokenizer = SubwordTokenizer.train(sample_sentences(source.pairs(), 2_000_000, seed=0),
+    tokenizer = SubwordTokenizer.train(sample_sentences(source, 2_000_000, seed=0),
                                        8000, "vocab")
     storage = prepare(source, "prepared", tokenizer)
 """
@@ -15,8 +15,8 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import random
-from collections.abc import Callable, Iterable, Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -71,23 +71,29 @@ def tfds_source(name: str, split: str, source_lang: str, target_lang: str,
                           pairs)
 
 
-def sample_sentences(pairs: Iterable[tuple[str, str]], sentences: int, seed: int) -> list[str]:
-    """A seeded uniform sample of the non-empty pairs (reservoir sampling: one pass, memory
-    for the sample alone), `sentences // 2` pairs, as their sources then their targets: the
-    texts a shared vocabulary is learned from. A corpus that small is taken whole, in order."""
-    wanted, chosen, generator = max(1, sentences // 2), [], random.Random(seed)
-    seen = 0
-    for pair in pairs:
-        if not (pair[0] and pair[1]):
-            continue
-        if seen < wanted:
-            chosen.append(pair)
-        else:
-            slot = generator.randrange(seen + 1)
-            if slot < wanted:
-                chosen[slot] = pair
-        seen += 1
-    return [source for source, _ in chosen] + [target for _, target in chosen]
+def sample_sentences(source: ParallelSource, sentences: int, seed: int) -> Iterator[str]:
+    """The texts a shared vocabulary is learned from, streamed: a seeded uniform sample of
+    `sentences // 2` of the source's pairs (their line numbers drawn first, then read in one
+    pass), the chosen pairs' sources then their targets, pairs with an empty side left out. A
+    corpus that small is taken whole, in order. Memory: the line numbers, not the texts (the
+    targets wait in a temporary file while the sources are read)."""
+    count, wanted = source.count(), max(1, sentences // 2)
+    chosen = None if count <= wanted else iter(np.sort(
+        np.random.default_rng(seed).choice(count, wanted, replace=False)).tolist())
+    following = next(chosen) if chosen is not None else 0
+    with tempfile.TemporaryFile() as targets:
+        for index, (text, target) in enumerate(source.pairs()):
+            if chosen is not None:
+                if index != following:
+                    continue
+                following = next(chosen, -1)
+            if text and target:
+                encoded = target.encode("utf-8")
+                targets.write(len(encoded).to_bytes(4, "little") + encoded)
+                yield text
+        targets.seek(0)
+        while size := targets.read(4):
+            yield targets.read(int.from_bytes(size, "little")).decode("utf-8")
 
 
 def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: SubwordTokenizer,

@@ -55,19 +55,28 @@ class SubwordTokenizer(tf.Module):
     ) -> "SubwordTokenizer":
         """Learn a vocabulary of ``vocab_size`` pieces from ``texts``, save it in ``directory``.
 
-        ``texts`` should hold both languages (shared vocabulary). With ``max_sentences`` a
-        seeded sample of that many sentences is used. The result depends only on the texts and
-        the arguments.
+        ``texts`` should hold both languages (shared vocabulary); they are streamed to
+        sentencepiece (which keeps its own copy), so an iterator need not fit in Python's
+        memory. With ``max_sentences`` a seeded sample of that many sentences is used (the
+        texts are held to draw it). The result depends only on the texts and the arguments.
         """
-        sentences = [text for text in texts if text]
-        if not sentences:
-            raise ValueError("SubwordTokenizer.train: texts is empty")
-        if max_sentences is not None and len(sentences) > max_sentences:
-            sentences = random.Random(seed).sample(sentences, max_sentences)
+        sentences: Iterable[str] = (text for text in texts if text)
+        if max_sentences is not None:
+            sentences = list(sentences)
+            if len(sentences) > max_sentences:
+                sentences = random.Random(seed).sample(sentences, max_sentences)
+        read = 0
+
+        def counted() -> Iterator[str]:
+            nonlocal read
+            for text in sentences:
+                read += 1
+                yield text
+
         proto = io.BytesIO()
         try:
             sentencepiece.SentencePieceTrainer.train(
-                sentence_iterator=iter(sentences),
+                sentence_iterator=counted(),
                 model_writer=proto,
                 vocab_size=vocab_size,
                 model_type="bpe",
@@ -80,15 +89,17 @@ class SubwordTokenizer(tf.Module):
                 unk_id=UNK_ID,
                 bos_id=BOS_ID,
                 eos_id=EOS_ID,
-                input_sentence_size=len(sentences),
+                input_sentence_size=0,  # every sentence given, in order
                 shuffle_input_sentence=False,
                 max_sentence_length=1 << 16,
                 num_threads=1,
                 minloglevel=2,
             )
         except RuntimeError as error:
+            if not read:
+                raise ValueError("SubwordTokenizer.train: texts is empty") from None
             raise ValueError(
-                f"SubwordTokenizer.train(vocab_size={vocab_size}) failed on {len(sentences)} "
+                f"SubwordTokenizer.train(vocab_size={vocab_size}) failed on {read} "
                 f"sentences: {error}"
             ) from None
         tokenizer = cls(proto.getvalue())
