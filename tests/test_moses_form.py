@@ -4,8 +4,6 @@ import gzip
 import html
 from pathlib import Path
 
-import pytest
-
 from keras_transformer.data.moses_form import moses_formatter
 from trainers.moses_form import main
 
