@@ -26,9 +26,9 @@ setup(
     # tensorflow-serving-api: the gRPC requests of examples/serving_client.py are tested;
     # ctranslate2: `kt-export --format ctranslate2` and its translations are tested.
     extras_require={"test": ["pytest>=8.0", "ruff>=0.6",
-                             "tensorflow-serving-api>=2.20,<2.22", "ctranslate2>=4.5",
+                             "tensorflow-serving-api>=2.20,<2.22", "ctranslate2>=4.8",
                              "sacremoses>=0.1"],
-                    "ctranslate2": ["ctranslate2>=4.5"],
+                    "ctranslate2": ["ctranslate2>=4.8"],
                     "benchmark-text": ["sacremoses>=0.1"]},
     entry_points={
         "console_scripts": [
