@@ -54,6 +54,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--throughput-batches", type=int, default=2)
     parser.add_argument("--latency-sentences", type=int, default=8)
     parser.add_argument("--uncached-batches", type=int, default=1)
+    parser.add_argument("--inter-op-threads", type=int, default=0,
+                        help="TensorFlow's inter-op threads for our exports (TF Serving's "
+                             "--tensorflow_inter_op_parallelism; default 0: TensorFlow's choice)")
     parser.add_argument("--export-dtypes", default="float32",
                         help="comma-separated dtypes to export and time (float32, bfloat16); "
                              "ratios are against the first")
@@ -72,7 +75,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--shortlist-data", metavar="SRC,TGT[,SRC,TGT...]",
                         help="line-aligned parallel files the shortlist is learned from")
     parser.add_argument("--profile", action="store_true",
-                        help="also profile one batch of each export: op time by model part")
+                        help="also profile one batch and one sentence of each export: op time "
+                             "by model part, ops per step, op time against wall time")
     parser.add_argument("--model-garden-worker", nargs=2, metavar=("IDS_NPY", "SETTINGS_JSON"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--ctranslate2-worker", nargs=3,
@@ -129,6 +133,7 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
     from keras_transformer.config import SearchSettings
     from trainers.export import learn_shortlist
 
+    tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
     texts = []
     for path in (args.vocab_data or args.data).split(","):
         with open(path, encoding="utf-8") as handle:
@@ -168,8 +173,10 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
         results[name] = {**measure(lambda batch, run=translate_ids: run(
             source_ids=tf.constant(batch)), ids, settings), "first_ids": check.tolist()}
         if args.profile:
-            results[name]["profile"] = op_time_by_part(
-                lambda run=translate_ids: run(source_ids=tf.constant(ids[:args.batch_size])))
+            for label, rows in (("profile", args.batch_size), ("profile_batch_1", 1)):
+                results[name][label] = op_time_by_part(
+                    lambda run=translate_ids, rows=rows: run(source_ids=tf.constant(ids[:rows])),
+                    settings["output_tokens"])
     if args.uncached_batches > 0:  # 0 skips the slow recomputing reference
         uncached = dict(settings, throughput_batches=args.uncached_batches, latency_sentences=0)
         results["uncached"] = measure(
@@ -204,9 +211,11 @@ def part_of(scope: str, op_type: str) -> str:
     return f"search: {op_type}" if op_type in ("GatherV2", "SelectV2") else "search: other"
 
 
-def op_time_by_part(call) -> dict[str, float]:
-    """Shares of the op time of `call()` (run once before, untimed) under the TF profiler, by
-    `part_of`; summed over both compute threads, so shares, not wall-clock."""
+def op_time_by_part(call, steps: int) -> dict:
+    """Where the time of `call()` (run once before, untimed) goes under the TF profiler: shares
+    of the op time by `part_of` and of the 8 costliest op types (summed over the compute
+    threads, so shares, not wall-clock), ops run per decoding step (`steps` of them), and op time against the call's wall time (what
+    is left is the executor's own scheduling and the loop's)."""
     import collections
     import glob
 
@@ -216,12 +225,14 @@ def op_time_by_part(call) -> dict[str, float]:
     call()
     with tempfile.TemporaryDirectory() as logdir:
         tf.profiler.experimental.start(logdir)
+        start = time.perf_counter()
         call()
+        wall = time.perf_counter() - start
         tf.profiler.experimental.stop()
         space = xplane_pb2.XSpace()
         with open(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)[0], "rb") as handle:
             space.ParseFromString(handle.read())
-    picoseconds = collections.Counter()
+    picoseconds, by_type, events = collections.Counter(), collections.Counter(), 0
     for plane in space.planes:
         for line in plane.lines:
             if not line.name.startswith("tf_Compute"):
@@ -233,8 +244,15 @@ def op_time_by_part(call) -> dict[str, float]:
                 scope, op_type = name.rsplit(":", 1)
                 if op_type not in _CONTAINERS:
                     picoseconds[part_of(scope, op_type)] += event.duration_ps
+                    by_type[op_type] += event.duration_ps
+                    events += 1
     total = sum(picoseconds.values())
-    return {part: round(100 * value / total, 1) for part, value in picoseconds.most_common()}
+    return {"shares": {part: round(100 * value / total, 1)
+                       for part, value in picoseconds.most_common()},
+            "op_types": {op_type: round(100 * value / total, 1)
+                         for op_type, value in by_type.most_common(8)},
+            "ops_per_step": round(events / steps), "op_seconds": total * 1e-12,
+            "wall_seconds_profiled": wall}
 
 
 def ctranslate2_worker(directories_json: str, ids_path: str, settings_json: str) -> None:
@@ -358,7 +376,8 @@ def main(argv=None) -> None:
     settings = {"batch_size": args.batch_size, "throughput_batches": args.throughput_batches,
                 "latency_sentences": args.latency_sentences, "beam_size": args.beam_size,
                 "extra_length": args.extra_length, "vocab_size": args.vocab_size,
-                "output_tokens": args.source_tokens + args.extra_length}
+                "output_tokens": args.source_tokens + args.extra_length,
+                "inter_op_threads": args.inter_op_threads}
     with tempfile.TemporaryDirectory() as workdir:
         results, ids = run_ours(args, workdir, settings)
         if args.model_garden_python:

@@ -186,8 +186,9 @@ def kernel_rows(settings: dict, repeats: int):
         return tf.where((tf.range(80) == 40)[:, None], tf.transpose(update, [0, 2, 1, 3]), keys)
 
     def fast_cache(update):
-        return decode_cache._extend(tf.convert_to_tensor(position_major),
-                                    tf.convert_to_tensor(ancestors), update, 40)[1]
+        slots = decode_cache._history_slots(tf.convert_to_tensor(ancestors), 40, heads)
+        return decode_cache._extend(tf.convert_to_tensor(position_major), slots,
+                                    tf.reshape(update, [128, heads * key_dim]), 40)[1]
 
     def decode_cache_step(cache):
         def run():

@@ -1,14 +1,23 @@
-"""Self-attention caches that a beam search never reorders: the fast twin of the `cached_step`
-hook (`keras_transformer.decoding.transformer_search`).
+"""A lean decoding step whose self-attention caches a beam search never reorders: the fast twin
+of the `cached_step` hook (`keras_transformer.decoding.transformer_search`).
 
-The reference state is each hypothesis' own `[heads, max_len, dim]` cache rows, which the
-search gathers along the hypotheses it keeps: a copy of every cache at every step. Here each
+Caches. The reference state is each hypothesis' own `[heads, max_len, dim]` cache rows, which
+the search gathers along the hypotheses it keeps: a copy of every cache at every step. Here each
 hypothesis keeps instead its `ancestors` `[rows, max_len]`: the cache row that holds each of its
 positions (a hypothesis shares the positions of the parent it extends, and writes its newest
 position into its own row). The state's own reorder gathers only the ancestors. The caches are
 position-major `[max_len, rows, heads, dim]` buffers written in place at each step, from which
 each row gathers the `step + 1` positions of its history: one copy of the written positions
 instead of the whole buffer, and an attention over `step + 1` positions instead of `max_len`.
+
+Fewer ops a step. At one sentence a step's matmuls are small and the graph executor's cost per
+op is much of the time, so whatever does not depend on the position is done once per search:
+weights are read, flattened into matrices and cast once (the self-attention's query, key and
+value projections fused into one matrix), the positional encodings are tabulated, and the rows
+where a step gathers each hypothesis' history are computed once for all layers. The step runs
+on `[rows, d_model]` matrices with the core's reference products and layer norms (the fast
+kernels' custom gradients would add ops a search never differentiates).
+
 Under XLA (static shapes, no in-place op) the reference step runs.
 """
 from __future__ import annotations
@@ -16,13 +25,16 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import tensorflow as tf
-from keras import ops
 
 from keras_transformer.decoding import transformer_search
 from keras_transformer.fast import compat
-from keras_transformer.layers import DecoderLayer, MultiHeadAttention
-from keras_transformer.layers.attention import heads_first, scaled_dot_product, tokens_first
+from keras_transformer.layers import DecoderLayer, LayerNorm, ResidualNorm
+from keras_transformer.layers.attention import (heads_first, linear, scaled_dot_product,
+                                                tokens_first)
+from keras_transformer.layers.residual import layer_norm
 from keras_transformer.model import Transformer, source_padding_mask
+
+Matrix = tuple[tf.Tensor, Optional[tf.Tensor]]  # a kernel `[in, out]` and its bias (or None)
 
 
 def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
@@ -33,26 +45,31 @@ def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
     if compat.in_xla_context():
         return transformer_search.cached_step.reference(model, source_ids, beam_size,
                                                         buffer_length, vocabulary_ids)
+    dtype = model.compute_dtype
     encoder_output = model.encode(source_ids, training=False)
-    fixed = transformer_search.output_kernel_for(
-        {"output_kernel": model.output_kernel(), "cross": model.cross_cache(encoder_output)},
-        vocabulary_ids)
-    rows = ops.shape(encoder_output)[0] * beam_size
-    state = {"self": [_buffers(layer.self_attention, rows, buffer_length, model.compute_dtype)
-                      for layer in model.decoder_layers],
+    rows = tf.shape(encoder_output)[0] * beam_size
+    cross_mask = tf.expand_dims(source_padding_mask(source_ids), 1)
+    layers = [_LayerStep(layer, encoder_output, cross_mask, dtype)
+              for layer in model.decoder_layers]
+    output_kernel = transformer_search.output_kernel_for(
+        {"output_kernel": model.output_kernel()}, vocabulary_ids)["output_kernel"]
+    positions = model.target_positions.at(tf.range(buffer_length))
+    heads = layers[0].heads
+    state = {"self": [layer.empty_cache(rows, buffer_length) for layer in layers],
              "ancestors": tf.tile(tf.range(rows)[:, None], tf.stack([1, buffer_length]))}
-    cross_mask = ops.expand_dims(source_padding_mask(source_ids), 1)
     never = transformer_search.never_emitted(vocabulary_ids, model.config.output_vocab_size)
 
     def step(token_ids, position, state):
         ancestors = tf.where(tf.range(buffer_length) == position, tf.range(rows)[:, None],
                              state["ancestors"])
-        x = model.embed_step(token_ids, position)
+        slots = _history_slots(ancestors, position, heads)
+        embedded = model.target_embedding(token_ids)
+        x = tf.reshape(embedded, [rows, -1]) + positions[position]
         caches = []
-        for layer, cache, cross in zip(model.decoder_layers, state["self"], fixed["cross"]):
-            x, cache = _decoder_step(layer, x, cache, cross, position, cross_mask, ancestors)
+        for layer, cache in zip(layers, state["self"]):
+            x, cache = layer(x, cache, position, slots)
             caches.append(cache)
-        logits = model.step_logits(x, fixed["output_kernel"])
+        logits = model.step_logits(tf.reshape(x, tf.shape(embedded)), output_kernel)
         return (transformer_search.log_probs(logits, never),
                 {"self": caches, "ancestors": ancestors})
 
@@ -62,46 +79,126 @@ def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
     return step, state, reorder
 
 
-def _buffers(attention: MultiHeadAttention, rows, max_length, dtype) -> dict[str, tf.Tensor]:
-    """Position-major key and value buffers `[max_len, rows, heads, dim]`, from `Empty`:
-    stateful, so never folded into a graph constant that the in-place writes would then modify
-    across runs."""
-    def buffer(dim):
-        shape = tf.stack([max_length, rows, attention.num_heads, dim])
-        return tf.raw_ops.Empty(shape=shape, dtype=dtype, init=True)
+class _LayerStep:
+    """`DecoderLayer.step` on `[rows, d_model]` with the position-major caches, from weights
+    prepared once per search (call it with `(x, cache, position, slots)`)."""
 
-    return {"key": buffer(attention.key_dim), "value": buffer(attention.value_dim)}
+    def __init__(self, layer: DecoderLayer, encoder_output: tf.Tensor, cross_mask: tf.Tensor,
+                 dtype: str):
+        own, cross = layer.self_attention, layer.cross_attention
+        self.heads, self.key_dim, self.value_dim = own.num_heads, own.key_dim, own.value_dim
+        self.scale = tf.constant(own.key_dim ** -0.5, dtype)
+        projections = [dense.matrix(dtype)
+                       for dense in (own.query_dense, own.key_dense, own.value_dense)]
+        self.query_key_value = (tf.concat([kernel for kernel, _ in projections], axis=1),
+                                None if projections[0][1] is None else
+                                tf.concat([bias for _, bias in projections], axis=0))
+        self.self_output = own.output_dense.matrix(dtype)
+        self.cross_query = cross.query_dense.matrix(dtype)
+        self.cross_output = cross.output_dense.matrix(dtype)
+        self.cross_keys, self.cross_values = cross.project_key_value(encoder_output)
+        self.cross_mask = cross_mask
+        self.inner = layer.feed_forward.inner.matrix(dtype)
+        self.outer = layer.feed_forward.outer.matrix(dtype)
+        self.blocks = [_Residual(block) for block in (layer.self_residual, layer.cross_residual,
+                                                      layer.feed_forward_residual)]
+        self.dtype = dtype
+
+    def empty_cache(self, rows, max_length) -> dict[str, tf.Tensor]:
+        """Position-major key and value buffers `[max_len, rows, heads, dim]`, from `Empty`:
+        stateful, so never folded into a graph constant that the in-place writes would then
+        modify across runs."""
+        def buffer(dim):
+            shape = tf.stack([max_length, rows, self.heads, dim])
+            return tf.raw_ops.Empty(shape=shape, dtype=self.dtype, init=True)
+
+        return {"key": buffer(self.key_dim), "value": buffer(self.value_dim)}
+
+    def __call__(self, x, cache, position, slots) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        """The layer's output `[rows, d_model]` for its input `x` at `position`, and the cache
+        with that position written."""
+        own, cross, feed_forward = self.blocks
+        attended, cache = self._self_attention(own.normalize_input(x), cache, position, slots)
+        x = own(x, attended)
+        x = cross(x, self._cross_attention(cross.normalize_input(x)))
+        return feed_forward(x, self._feed_forward(feed_forward.normalize_input(x))), cache
+
+    def _self_attention(self, x, cache, position, slots):
+        with tf.name_scope("self_attention"):  # each part in its own scope, for profiles
+            width = self.heads * self.key_dim
+            query, key, value = tf.split(_linear(x, self.query_key_value),
+                                         [width, width, self.heads * self.value_dim], axis=1)
+            key_buffer, keys = _extend(cache["key"], slots, key, position)
+            value_buffer, values = _extend(cache["value"], slots, value, position)
+            query = tf.reshape(query * self.scale, [-1, self.heads, 1, self.key_dim])
+            attended, _ = scaled_dot_product(query, keys, values)
+            return (_linear(self._concatenated(attended), self.self_output),
+                    {"key": key_buffer, "value": value_buffer})
+
+    def _cross_attention(self, x):
+        with tf.name_scope("cross_attention"):
+            per_sentence = tf.stack([tf.shape(self.cross_keys)[0], -1, self.heads,
+                                     self.key_dim])  # the beam is the query axis
+            query = tf.reshape(_linear(x, self.cross_query) * self.scale, per_sentence)
+            attended, _ = scaled_dot_product(heads_first(query), self.cross_keys,
+                                             self.cross_values, self.cross_mask)
+            return _linear(self._concatenated(tokens_first(attended)), self.cross_output)
+
+    def _feed_forward(self, x):
+        with tf.name_scope("feed_forward"):
+            return _linear(_linear(x, self.inner, relu=True), self.outer)
+
+    def _concatenated(self, attended: tf.Tensor) -> tf.Tensor:
+        """The heads' outputs of each row side by side, `[rows, heads * d_v]` (W^O's input)."""
+        return tf.reshape(attended, [-1, self.heads * self.value_dim])
 
 
-def _decoder_step(layer: DecoderLayer, x, cache, cross_cache, position, cross_mask, ancestors):
-    """`DecoderLayer.step` with this module's caches."""
-    batch, beam, d_model = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
-    per_hypothesis = ops.reshape(x, (batch * beam, 1, d_model))
-    attention = layer.self_attention
-    query = layer.self_residual.normalize_input(per_hypothesis)
-    query_heads = heads_first(attention.project_query(query))
-    key_buffer, keys = _extend(cache["key"], ancestors, attention.key_dense(query), position)
-    value_buffer, values = _extend(cache["value"], ancestors, attention.value_dense(query),
-                                   position)
-    attended, _ = scaled_dot_product(query_heads, keys, values)
-    per_hypothesis = layer.self_residual(
-        per_hypothesis, attention.output_dense(tokens_first(attended)))
-    x, _ = layer.cross_and_feed_forward(ops.reshape(per_hypothesis, (batch, beam, d_model)),
-                                        cross_mask, None, cache=cross_cache)
-    return x, {"key": key_buffer, "value": value_buffer}
+class _Residual:
+    """A `ResidualNorm` block at inference with its layer norm's weights read once (same
+    interface): post-norm `LN(x + f(x))`, pre-norm `x + f(LN(x))`."""
+
+    def __init__(self, block: ResidualNorm):
+        norm: LayerNorm = block.layer_norm
+        self.pre = block.norm == "pre"
+        self.gamma, self.beta = tf.convert_to_tensor(norm.gamma), tf.convert_to_tensor(norm.beta)
+        self.epsilon = norm.epsilon
+
+    def normalize_input(self, x):
+        return self._normalize(x) if self.pre else x
+
+    def __call__(self, x, sublayer_output):
+        summed = x + sublayer_output
+        return summed if self.pre else self._normalize(summed)
+
+    def _normalize(self, x):
+        with tf.name_scope("layer_norm"):
+            return layer_norm.reference(x, self.gamma, self.beta, self.epsilon)
 
 
-def _extend(buffer: tf.Tensor, ancestors: tf.Tensor, update: tf.Tensor,
-            step) -> tuple[tf.Tensor, tf.Tensor]:
-    """`(buffer, visible)`: position `step` of every row, `update` `[rows, 1, heads, dim]`,
-    written in place into the position-major `buffer` (which the search holds alone), and what
-    each row attends to, `[rows, heads, step + 1, dim]`: its positions `0 .. step`, position
-    `j` from row `ancestors[row, j]`."""
+def _linear(rows: tf.Tensor, matrix: Matrix, relu: bool = False) -> tf.Tensor:
+    """`rows @ kernel + bias` (then ReLU) with the core's reference product."""
+    return linear.reference(rows, *matrix, relu=relu)
+
+
+def _history_slots(ancestors: tf.Tensor, step, heads: int) -> tf.Tensor:
+    """`[rows, heads, step + 1]` indices into a position-major buffer flattened to `[max_len *
+    rows * heads, dim]`: row `r`'s position `j` is in row `ancestors[r, j]` (the same for every
+    layer's keys and values)."""
     step = tf.cast(step, tf.int32)
-    rows, heads, dim = tf.shape(update)[0], tf.shape(update)[2], tf.shape(update)[3]
-    new = tf.reshape(tf.cast(update, buffer.dtype), [1, rows, heads, dim])
-    buffer = tf.raw_ops.InplaceUpdate(x=buffer, i=tf.reshape(step, [1]), v=new)
+    rows = tf.shape(ancestors)[0]
     positions = tf.range(step + 1)
-    slots = ((positions[None, None, :] * rows + ancestors[:, None, :step + 1]) * heads
-             + tf.range(heads)[None, :, None])  # [rows, heads, step + 1] into (position, row, head)
+    return ((positions[None, None, :] * rows + ancestors[:, None, :step + 1]) * heads
+            + tf.range(heads)[None, :, None])
+
+
+def _extend(buffer: tf.Tensor, slots: tf.Tensor, update: tf.Tensor,
+            step) -> tuple[tf.Tensor, tf.Tensor]:
+    """`(buffer, visible)`: position `step` of every row, `update` `[rows, heads * dim]`, written
+    in place into the position-major `buffer` `[max_len, rows, heads, dim]` (which the search
+    holds alone), and what each row attends to, `[rows, heads, step + 1, dim]`, gathered at
+    `slots` (`_history_slots`)."""
+    dim = tf.shape(buffer)[3]
+    new = tf.reshape(tf.cast(update, buffer.dtype), tf.concat([[1], tf.shape(buffer)[1:]], 0))
+    buffer = tf.raw_ops.InplaceUpdate(x=buffer, i=tf.reshape(tf.cast(step, tf.int32), [1]),
+                                      v=new)
     return buffer, tf.gather(tf.reshape(buffer, [-1, dim]), slots)

@@ -206,14 +206,19 @@ class HeadsDense(keras.layers.Layer):
                      if self.use_bias else None)
 
     def call(self, inputs):
-        in_size = math.prod(self.kernel.shape[:self.input_rank])
-        out_size = math.prod(self.output_dims)
+        kernel, bias = self.matrix(inputs.dtype)
         leading = ops.shape(inputs)[:-self.input_rank]
-        rows = ops.reshape(inputs, (-1, in_size))
-        kernel = ops.cast(ops.reshape(self.kernel, (in_size, out_size)), rows.dtype)
-        bias = None if self.bias is None else ops.cast(ops.reshape(self.bias, (-1,)), rows.dtype)
+        rows = ops.reshape(inputs, (-1, kernel.shape[0]))
         outputs = linear(rows, kernel, bias, relu=self.activation == "relu")
         return ops.reshape(outputs, (*leading, *self.output_dims))
+
+    def matrix(self, dtype) -> tuple[tf.Tensor, Optional[tf.Tensor]]:
+        """The kernel as a `[prod(in_dims), prod(out_dims)]` matrix and the bias as a vector
+        (None without one), in `dtype`: what `call` multiplies the flattened rows by."""
+        in_size = math.prod(self.kernel.shape[:self.input_rank])
+        kernel = ops.cast(ops.reshape(self.kernel, (in_size, math.prod(self.output_dims))), dtype)
+        bias = None if self.bias is None else ops.cast(ops.reshape(self.bias, (-1,)), dtype)
+        return kernel, bias
 
     def get_config(self) -> dict:
         return {**super().get_config(), "output_dims": self.output_dims,
