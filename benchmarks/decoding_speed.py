@@ -61,8 +61,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="comma-separated dtypes to export and time (float32, bfloat16); "
                              "ratios are against the first")
     parser.add_argument("--xla", action="store_true",
-                        help="also time each export without a shortlist as an XLA export "
-                             "(kt-export --xla)")
+                        help="also time each export as an XLA export (kt-export --xla)")
     parser.add_argument("--model-garden-python", default="/work/bench-venv/bin/python",
                         help="python of a venv with tf-models-official ('' to skip)")
     parser.add_argument("--ctranslate2-python", default=sys.executable,
@@ -162,10 +161,12 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
     results = {}
     variants = [(dtype, suffix, False) for dtype in args.export_dtypes.split(",")
                 for suffix in shortlists]
-    variants += [(dtype, "_xla", True) for dtype in args.export_dtypes.split(",") if args.xla]
+    variants += [(dtype, suffix + "_xla", True) for dtype in args.export_dtypes.split(",")
+                 for suffix in shortlists if args.xla]
     for dtype, suffix, xla in variants:
         path = export_translator(model, tokenizer, dtype, os.path.join(workdir, "saved_models"),
-                                 search, dtype, shortlists.get(suffix), jit_compile=xla)
+                                 search, dtype, shortlists.get(suffix.removesuffix("_xla")),
+                                 jit_compile=xla)
         translate_ids = tf.saved_model.load(path).signatures["translate_ids"]
         check = translate_ids(source_ids=tf.constant(ids[:2]))["ids"].numpy()
         assert check.shape[1] == settings["output_tokens"] and not (check == EOS_ID).any(), check

@@ -242,9 +242,7 @@ def test_an_xla_export_translates_as_the_graph_export(model, tokenizer, serving,
     assert compiled == ours and any(ours)
     np.testing.assert_allclose(compiled_scores, scores, atol=1e-4)
     with pytest.raises(SystemExit):
-        export_cli.parse_args(["m", "v", "--name", "x", "--xla", "--shortlist", "10,2"])
-    with pytest.raises(ValueError, match="jit_compile: not with a shortlist"):
-        Translator(model, tokenizer, SETTINGS, shortlist=object(), jit_compile=True)
+        export_cli.parse_args(["m", "v", "--name", "x", "--xla", "--format", "ctranslate2"])
 
 
 def test_cli_names_bad_arguments(tmp_path, capsys):
@@ -273,10 +271,11 @@ def test_cli_shortlist_export_emits_only_listed_ids(model, tokenizer, demo_train
     tokenizer.save(tmp_path / "vocabulary")
     for side, lines in zip(("src", "tgt"), demo_train):
         (tmp_path / f"train.{side}").write_text("\n".join(lines[:300]) + "\n", encoding="utf-8")
-    code = export_cli.main([str(tmp_path / "model.keras"), str(tmp_path / "vocabulary"),
-                            "--name", "listed", "--base-dir", str(tmp_path / "out"),
-                            "--shortlist", "0,3", "--shortlist-data", str(tmp_path / "train.src"),
-                            str(tmp_path / "train.tgt"), "--beam-size", "2"])
+    arguments = [str(tmp_path / "model.keras"), str(tmp_path / "vocabulary"), "--name",
+                 "listed", "--base-dir", str(tmp_path / "out"), "--shortlist", "0,3",
+                 "--shortlist-data", str(tmp_path / "train.src"), str(tmp_path / "train.tgt"),
+                 "--beam-size", "2"]
+    code = export_cli.main(arguments)
     assert code == 0, capsys.readouterr().err
     loaded = tf.saved_model.load(capsys.readouterr().out.strip())
     candidates = loaded.shortlist.candidates.numpy()
@@ -285,6 +284,12 @@ def test_cli_shortlist_export_emits_only_listed_ids(model, tokenizer, demo_train
     allowed = set(candidates[sources].ravel().tolist()) | {0, 3}
     assert len(allowed) < tokenizer.vocab_size / 10
     assert set(out["nbest_ids"].numpy().ravel().tolist()) <= allowed
+    # With --xla the shortlist is padded to a static size: the same translations.
+    assert export_cli.main(arguments + ["--xla"]) == 0
+    compiled = tf.saved_model.load(capsys.readouterr().out.strip()).signatures["translate_ids"]
+    compiled_out = compiled(source_ids=tf.constant(sources, tf.int32))
+    np.testing.assert_array_equal(compiled_out["nbest_ids"], out["nbest_ids"])
+    np.testing.assert_allclose(compiled_out["nbest_scores"], out["nbest_scores"], atol=1e-4)
 
 
 def test_cli_names_bad_shortlist_arguments(model, tokenizer, tmp_path, capsys):

@@ -227,10 +227,12 @@ def test_caches_never_reordered_give_each_hypothesis_its_history():
     {}, {"norm": "pre", "positional": "learned", "d_k": 8, "d_v": 12,
          "attention_bias": False, "share_embeddings": False, "target_vocab_size": 30}])
 @pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-5), ("bfloat16", 0.15)])
-def test_lean_decoding_step_equals_the_reference_step(overrides, dtype, tolerance):
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_lean_decoding_step_equals_the_reference_step(overrides, dtype, tolerance, jit_compile):
     """The fast `cached_step` (weights prepared once, fused projections, caches never
     reordered) against the core's, over six positions of a beam of 3 whose hypotheses extend
-    random parents: the same log-probabilities at every position."""
+    random parents: the same log-probabilities at every position, in a graph and under XLA
+    (its static history)."""
     config = kt.TransformerConfig.preset("tiny", vocab_size=40, dropout=0.0, **overrides)
     model = serving_copy(kt.Transformer(config), dtype)
     source = tf.constant([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])
@@ -239,9 +241,9 @@ def test_lean_decoding_step_equals_the_reference_step(overrides, dtype, toleranc
     tokens = tf.constant(draws.integers(4, 30, size=(length, 2, beam)), tf.int32)
     parents = tf.constant(draws.integers(0, 2 * beam, size=(length, 2 * beam)), tf.int32)
 
-    @tf.function
+    @tf.function(jit_compile=jit_compile)
     def positions(build):
-        step, state, reorder = build(model, source, beam, tf.constant(length))
+        step, state, reorder = build(model, source, beam, tf.constant(length + 2))
         outputs = []
         for position in range(length):
             log_probs, state = step(tokens[position], tf.constant(position), state)

@@ -5,6 +5,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.decoding import beam_search, greedy_decode
+from keras_transformer.decoding.transformer_search import decode
 from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -107,10 +108,41 @@ def test_shortlist_with_prefix_keeps_the_prefix(model):
     np.testing.assert_array_equal(result.ids.numpy()[:, :, :2], [[[40, 41]] * 2] * 3)
 
 
-def test_bad_tables_and_xla_are_refused(model):
+def test_padded_target_ids_are_the_target_ids_then_unscored_fillers_of_a_static_size():
+    shortlist = narrow({5: [20, 21], 10: [22, BOS_ID]}, frequent=(UNK_ID, 20))
+    sources, prefix = tf.constant([[5, 3, 0], [10, 5, 3]]), tf.constant([[33, 0], [0, 0]])
+    listed = shortlist.target_ids(sources, prefix).numpy().tolist()
+    ids, unscored = (t.numpy() for t in shortlist.padded_target_ids(sources, prefix))
+    # 2 frequent + 6 sources x 2 candidates + PAD and EOS + 4 prefix ids: 20 slots.
+    assert ids.shape == unscored.shape == (2 + 6 * 2 + 2 + 4,)
+    assert ids[~unscored].tolist() == listed == ids[:len(listed)].tolist()
+    assert unscored[len(listed):].all() and len(set(ids.tolist())) == ids.size
+    wide = shortlist.padded_target_ids(tf.zeros([4, 10], tf.int32))[0]  # 84 slots > VOCAB
+    assert sorted(wide.numpy().tolist()) == list(range(VOCAB))
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_xla_search_over_the_padded_shortlist_equals_the_graph_search(model, beam_size):
+    """`jit_compile` scores the shortlist padded to a static size; the fillers change nothing:
+    the same ids and scores as the graph search over `target_ids`, also with a prefix (and so
+    for the graph search over the padded form, with either kernel set)."""
+    shortlist = narrow({5: [20, 21], 10: [22, 23], 12: [24, 25]}, frequent=(UNK_ID, 30, 31))
+    prefix = tf.constant([[30, 0], [0, 0], [31, 20]])
+    for prefix_ids in (None, prefix):
+        graph = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
+                            shortlist=shortlist, prefix_ids=prefix_ids)
+        compiled = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
+                               shortlist=shortlist, prefix_ids=prefix_ids, jit_compile=True)
+        padded = tf.function(decode, autograph=False)(
+            model, tf.constant(SOURCES), beam_size, 0.6, EXTRA, prefix_ids=prefix_ids,
+            shortlist=shortlist, static_shortlist=True)
+        for result in (compiled, padded):
+            np.testing.assert_array_equal(result.ids.numpy(), graph.ids.numpy())
+            np.testing.assert_allclose(result.scores.numpy(), graph.scores.numpy(), atol=1e-5)
+
+
+def test_bad_tables_are_refused():
     with pytest.raises(ValueError, match=r"frequent_ids: ids must lie in \[0, 50\)"):
         VocabularyShortlist([50], np.zeros([VOCAB, 1]))
     with pytest.raises(ValueError, match="candidates: expected a"):
         VocabularyShortlist([1], np.zeros([VOCAB]))
-    with pytest.raises(ValueError, match="jit_compile: not with a shortlist"):
-        beam_search(model, SOURCES, jit_compile=True, shortlist=whole_vocabulary())

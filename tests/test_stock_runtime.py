@@ -21,7 +21,8 @@ IDS = [[20, 21, 22, 0], [30, 0, 0, 0]]
 KINDS = {"float32-beam3": ("float32", 3, False, False), "float32-greedy": ("float32", 1, False,
                                                                          False),
          "bfloat16-beam3": ("bfloat16", 3, False, False),
-         "shortlist-beam3": ("float32", 3, True, False), "xla-beam3": ("float32", 3, False, True)}
+         "shortlist-beam3": ("float32", 3, True, False), "xla-beam3": ("float32", 3, False, True),
+         "xla-shortlist-beam3": ("float32", 3, True, True)}
 
 LOAD_AND_TRANSLATE = """
 import json, sys

@@ -74,11 +74,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--xla", action="store_true",
                         help="save the search as one XLA-compiled function (lower latency at "
                              "small batches; TF Serving on CPU needs "
-                             "--xla_cpu_compilation_enabled=true; not with --shortlist)")
+                             "--xla_cpu_compilation_enabled=true)")
     add_search_arguments(parser, "fixed in the export")
     args = parser.parse_args(argv)
-    if args.xla and (args.shortlist or args.format == "ctranslate2"):
-        parser.error("--xla: a SavedModel without --shortlist only")
+    if args.xla and args.format == "ctranslate2":
+        parser.error("--xla: SavedModel exports only")
     if args.shortlist_data and not args.shortlist:
         parser.error("--shortlist-data: needs --shortlist")
     if args.format == "ctranslate2" and (args.shortlist or args.precision != "float32"):

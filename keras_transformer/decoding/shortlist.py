@@ -52,13 +52,32 @@ class VocabularyShortlist(tf.Module):
         frequent ids, every source id's candidates, EOS and `prefix_ids`' ids, and PAD (the
         table's filler; searches never emit PAD or BOS, but keep them in the normalization,
         so that a shortlist of every id searches exactly like none)."""
+        ids, _ = tf.unique(self._listed_ids(source_ids, prefix_ids))
+        return tf.sort(ids)
+
+    def padded_target_ids(self, source_ids: tf.Tensor, prefix_ids: Optional[tf.Tensor] = None
+                          ) -> tuple[tf.Tensor, tf.Tensor]:
+        """`target_ids` in a vector whose size depends only on the input shapes (what XLA
+        compiles): `(ids, unscored)`, `ids` `[m]` int32 holding the target ids in ascending
+        order, then other ids of the vocabulary that only fill it to `m` (flagged in
+        `unscored` `[m]` bool), where `m` bounds the target ids' count: the frequent ids, the
+        sources' and prefixes' ids times their candidates, PAD and EOS, at most the
+        vocabulary."""
+        listed = self._listed_ids(source_ids, prefix_ids)
+        member = tf.scatter_nd(listed[:, None], tf.ones_like(listed), [self.vocab_size]) > 0
+        size = min(self.vocab_size, listed.shape[0] or self.vocab_size)
+        ids = tf.argsort(tf.cast(tf.logical_not(member), tf.int32), stable=True)[:size]
+        return ids, tf.logical_not(tf.gather(member, ids))
+
+    def _listed_ids(self, source_ids: tf.Tensor, prefix_ids: Optional[tf.Tensor]) -> tf.Tensor:
+        """The ids `target_ids` holds, with repeats: `[len(frequent) + sources * per_source +
+        2 (+ prefixes)]`."""
         parts = [self.frequent_ids,
                  tf.reshape(tf.gather(self.candidates, tf.cast(source_ids, tf.int32)), [-1]),
                  tf.constant([PAD_ID, EOS_ID])]
         if prefix_ids is not None:
             parts.append(tf.reshape(tf.cast(prefix_ids, tf.int32), [-1]))
-        ids, _ = tf.unique(tf.concat(parts, axis=0))
-        return tf.sort(ids)
+        return tf.concat(parts, axis=0)
 
 
 def build_shortlist(source_ids: Iterable[Sequence[int]], target_ids: Iterable[Sequence[int]],

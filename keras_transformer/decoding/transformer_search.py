@@ -25,7 +25,7 @@ def decode(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
            length_penalty: float = 0.6, max_decode_extra: int = 50, use_cache: bool = True,
            eos_id: int = EOS_ID, prefix_ids: Optional[tf.Tensor] = None,
            shortlist: Optional[VocabularyShortlist] = None,
-           greedy: Optional[bool] = None) -> DecodeResult:
+           greedy: Optional[bool] = None, static_shortlist: bool = False) -> DecodeResult:
     """Builds a search over `source_ids` (call it inside a `tf.function`).
 
     Args:
@@ -37,6 +37,8 @@ def decode(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
         prefix_ids: optional `[batch, P]` target ids every hypothesis starts with (PAD-padded).
         shortlist: score only its `target_ids` for this batch (None: the whole vocabulary).
         greedy: the greedy search (default: when `beam_size` is 1).
+        static_shortlist: score the shortlist's `padded_target_ids`, whose size the input
+            shapes fix (what XLA compiles), instead of its `target_ids`.
 
     Returns:
         The n-best `DecodeResult`.
@@ -45,12 +47,16 @@ def decode(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
     source_ids = tf.cast(source_ids, tf.int32)
     limits, buffer_length = output_limits(source_ids, settings.max_decode_extra,
                                           model.config.max_length, prefix_ids)
-    vocabulary_ids = None if shortlist is None else shortlist.target_ids(source_ids, prefix_ids)
+    vocabulary_ids = unscored = None
+    if shortlist is not None and static_shortlist:
+        vocabulary_ids, unscored = shortlist.padded_target_ids(source_ids, prefix_ids)
+    elif shortlist is not None:
+        vocabulary_ids = shortlist.target_ids(source_ids, prefix_ids)
     greedy = settings.beam_size == 1 if greedy is None else greedy
     rows_per_sentence = 1 if greedy else settings.beam_size
     build = cached_step if use_cache else recomputed_step
     step, state, reorder = build(model, source_ids, rows_per_sentence, buffer_length,
-                                 vocabulary_ids)
+                                 vocabulary_ids, unscored)
     common = dict(length_penalty=settings.length_penalty, eos_id=eos_id,
                   prefix_ids=prefix_ids, vocabulary_ids=vocabulary_ids)
     if greedy:
@@ -74,7 +80,7 @@ def beam_search(model: Transformer, source_ids, beam_size: int = 4,
 
     Arguments as `decode`'s; at most `source length + max_decode_extra` tokens (EOS included,
     capped at `model.config.max_length`) per sentence. `jit_compile` compiles the search with
-    XLA (cached decoding without a shortlist only).
+    XLA (cached decoding only; a shortlist is then padded to a static size).
     """
     return _run(model, source_ids, False, beam_size, length_penalty, max_decode_extra,
                 use_cache, eos_id, jit_compile, prefix_ids, shortlist)
@@ -95,14 +101,12 @@ def _run(model, source_ids, greedy: bool, beam_size, length_penalty, max_decode_
     """Checks the arguments eagerly (named errors) and runs the search's graph."""
     if jit_compile and not use_cache:
         raise ValueError("jit_compile: needs use_cache=True (recomputation has dynamic shapes)")
-    if jit_compile and shortlist is not None:
-        raise ValueError("jit_compile: not with a shortlist (its size depends on the batch)")
     settings = SearchSettings(beam_size, length_penalty, max_decode_extra)
     graph = decode_xla if jit_compile else _decode_graph
     prefix_ids = None if prefix_ids is None else tf.convert_to_tensor(prefix_ids, tf.int32)
     return graph(model, tf.convert_to_tensor(source_ids, tf.int32), settings.beam_size,
                  float(settings.length_penalty), settings.max_decode_extra, use_cache, eos_id,
-                 prefix_ids, shortlist, greedy)
+                 prefix_ids, shortlist, greedy, jit_compile)
 
 
 def output_limits(source_ids: tf.Tensor, max_decode_extra: int, max_length: int,
@@ -125,7 +129,8 @@ def output_limits(source_ids: tf.Tensor, max_decode_extra: int, max_length: int,
 
 @replaceable
 def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
-                buffer_length: tf.Tensor, vocabulary_ids: Optional[tf.Tensor] = None):
+                buffer_length: tf.Tensor, vocabulary_ids: Optional[tf.Tensor] = None,
+                unscored: Optional[tf.Tensor] = None):
     """`(step, state, reorder)` of `model.decode_step` with its key/value cache (a kernel hook).
 
     Args:
@@ -134,6 +139,8 @@ def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
         beam_size: hypotheses (cache rows) per sentence.
         buffer_length: positions the caches hold.
         vocabulary_ids: optional `[n]` ids the step's log-probabilities score.
+        unscored: optional `[n]` bool, True at the ids of `vocabulary_ids` that only pad it
+            to a static size (log-probability -inf, outside the normalization).
 
     Returns:
         The step function, its initial state and the state's reorder (`search`'s protocol).
@@ -152,7 +159,7 @@ def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
     def step(token_ids, position, state):
         logits, cache = model.decode_step(token_ids, position, {**fixed, "self": state},
                                           source_mask)
-        return log_probs(logits, never), cache["self"]
+        return log_probs(logits, never, unscored), cache["self"]
 
     return step, state, search.gather_rows
 
@@ -166,7 +173,8 @@ def output_kernel_for(cache: dict[str, Any], vocabulary_ids: Optional[tf.Tensor]
 
 
 def recomputed_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
-                    buffer_length: tf.Tensor, vocabulary_ids: Optional[tf.Tensor] = None):
+                    buffer_length: tf.Tensor, vocabulary_ids: Optional[tf.Tensor] = None,
+                    unscored: Optional[tf.Tensor] = None):
     """`(step, state, reorder)` without a cache (the reference): the state is each
     hypothesis' prefix, on which every position reruns the whole decoder (`model.decode`);
     the default reorder moves the prefixes."""
@@ -184,7 +192,7 @@ def recomputed_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
         if vocabulary_ids is not None:
             logits = tf.gather(logits, vocabulary_ids, axis=-1)
         logits = tf.reshape(logits, [tf.shape(token_ids)[0], tf.shape(token_ids)[1], -1])
-        return log_probs(logits, never), {"prefix": prefix}
+        return log_probs(logits, never, unscored), {"prefix": prefix}
 
     return step, state, search.gather_rows
 
@@ -197,11 +205,16 @@ def never_emitted(vocabulary_ids: Optional[tf.Tensor], vocab_size: int) -> tf.Te
     return tf.where(special, -float("inf"), 0.0)
 
 
-def log_probs(logits: tf.Tensor, never: tf.Tensor) -> tf.Tensor:
-    """Log-softmax over the scored ids, PAD and BOS excluded from the output. Over the whole
-    vocabulary an emitted token's log-probability is exactly the model's (the one teacher
-    forcing gives); over a shortlist it is renormalized."""
-    return tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1) + never
+def log_probs(logits: tf.Tensor, never: tf.Tensor, unscored: Optional[tf.Tensor] = None
+              ) -> tf.Tensor:
+    """Log-softmax over the scored ids (without the `unscored` ones, which only pad a
+    shortlist), PAD and BOS excluded from the output (`never`). Over the whole vocabulary an
+    emitted token's log-probability is exactly the model's (the one teacher forcing gives);
+    over a shortlist it is renormalized."""
+    logits = tf.cast(logits, tf.float32)
+    if unscored is not None:
+        logits = tf.where(unscored, -float("inf"), logits)
+    return tf.nn.log_softmax(logits, axis=-1) + never
 
 
 def score_hypotheses(model: Transformer, source_ids, hypothesis_ids, alpha: float = 0.6

@@ -36,7 +36,8 @@ class Translator(tf.Module):
 
     `jit_compile`: the search runs as one XLA-compiled function (fewer per-op costs at small
     batches; an export carries it, which TF Serving runs with `--xla_cpu_compilation_enabled`
-    on CPU); not with a shortlist.
+    on CPU); a shortlist is then padded to a size the input shapes fix
+    (`VocabularyShortlist.padded_target_ids`).
 
     `settings` default to the paper's (`SearchSettings()`: beam 4, alpha 0.6, +50). With a
     `shortlist`, each batch's search scores only its `shortlist.target_ids` (faster at large
@@ -64,8 +65,6 @@ class Translator(tf.Module):
         if tokenizer.vocab_size != config.vocab_size:
             raise ValueError(f"tokenizer: vocabulary of {tokenizer.vocab_size} ids, but the "
                              f"model expects vocab_size={config.vocab_size}")
-        if jit_compile and shortlist is not None:
-            raise ValueError("jit_compile: not with a shortlist (its size depends on the batch)")
         if shortlist is not None and shortlist.vocab_size != config.vocab_size:
             raise ValueError(f"shortlist: built for a vocabulary of {shortlist.vocab_size} ids, "
                              f"but the model has vocab_size={config.vocab_size}")
@@ -181,7 +180,7 @@ class Translator(tf.Module):
             prefix_ids = None if prefix_ids is None else self._padded_width(prefix_ids)
         return search(self.model, source_ids, settings.beam_size, settings.length_penalty,
                       settings.max_decode_extra, prefix_ids=prefix_ids,
-                      shortlist=self.shortlist)
+                      shortlist=self.shortlist, static_shortlist=self.jit_compile)
 
     def _padded_width(self, ids: tf.Tensor) -> tf.Tensor:
         """`ids` `[batch, length]` PAD-padded to the next multiple of `XLA_WIDTH_STEP` (at most

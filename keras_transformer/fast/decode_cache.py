@@ -13,12 +13,16 @@ instead of the whole buffer, and an attention over `step + 1` positions instead 
 Fewer ops a step. At one sentence a step's matmuls are small and the graph executor's cost per
 op is much of the time, so whatever does not depend on the position is done once per search:
 weights are read, flattened into matrices and cast once (the self-attention's query, key and
-value projections fused into one matrix), the positional encodings are tabulated, and the rows
-where a step gathers each hypothesis' history are computed once for all layers. The step runs
-on `[rows, d_model]` matrices with the core's reference products and layer norms (the fast
-kernels' custom gradients would add ops a search never differentiates).
+value projections fused into one matrix), the positional encodings are tabulated, the source
+mask's additive penalty is made once, and the rows where a step gathers each hypothesis' history
+once for all layers. The step runs on `[rows, d_model]` matrices with the core's reference
+products and layer norms (the fast kernels' custom gradients would add ops a search never
+differentiates).
 
-Under XLA (static shapes, no in-place op) the reference step runs.
+Under XLA (static shapes) the same step runs with a static history: each row gathers all
+`max_len` positions, those after the step masked, and a position is written by a scatter, which
+XLA does in place. Against the reference caches this saves the where-select that writes a
+position and the reorder's copy, two of the five passes over the caches a step makes.
 """
 from __future__ import annotations
 
@@ -29,8 +33,8 @@ import tensorflow as tf
 from keras_transformer.decoding import transformer_search
 from keras_transformer.fast import compat
 from keras_transformer.layers import DecoderLayer, LayerNorm, ResidualNorm
-from keras_transformer.layers.attention import (heads_first, linear, scaled_dot_product,
-                                                tokens_first)
+from keras_transformer.layers.attention import (attention_penalty, heads_first, linear,
+                                                scaled_dot_product, tokens_first)
 from keras_transformer.layers.residual import layer_norm
 from keras_transformer.model import Transformer, source_padding_mask
 
@@ -38,39 +42,43 @@ Matrix = tuple[tf.Tensor, Optional[tf.Tensor]]  # a kernel `[in, out]` and its b
 
 
 def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
-                buffer_length: tf.Tensor, vocabulary_ids: Optional[tf.Tensor] = None):
+                buffer_length: tf.Tensor, vocabulary_ids: Optional[tf.Tensor] = None,
+                unscored: Optional[tf.Tensor] = None):
     """`transformer_search.cached_step` (same arguments, same step function outputs) with
     caches that are never reordered: `(step, state, reorder)`, the state's reorder moving the
     ancestors only."""
-    if compat.in_xla_context():
-        return transformer_search.cached_step.reference(model, source_ids, beam_size,
-                                                        buffer_length, vocabulary_ids)
+    static = compat.in_xla_context()
     dtype = model.compute_dtype
     encoder_output = model.encode(source_ids, training=False)
     rows = tf.shape(encoder_output)[0] * beam_size
-    cross_mask = tf.expand_dims(source_padding_mask(source_ids), 1)
-    layers = [_LayerStep(layer, encoder_output, cross_mask, dtype)
+    cross_penalty = attention_penalty(tf.expand_dims(source_padding_mask(source_ids), 1), dtype)
+    layers = [_LayerStep(layer, encoder_output, cross_penalty, dtype)
               for layer in model.decoder_layers]
     output_kernel = transformer_search.output_kernel_for(
         {"output_kernel": model.output_kernel()}, vocabulary_ids)["output_kernel"]
     positions = model.target_positions.at(tf.range(buffer_length))
     heads = layers[0].heads
-    state = {"self": [layer.empty_cache(rows, buffer_length) for layer in layers],
+    state = {"self": [layer.empty_cache(rows, buffer_length, static) for layer in layers],
              "ancestors": tf.tile(tf.range(rows)[:, None], tf.stack([1, buffer_length]))}
     never = transformer_search.never_emitted(vocabulary_ids, model.config.output_vocab_size)
 
     def step(token_ids, position, state):
         ancestors = tf.where(tf.range(buffer_length) == position, tf.range(rows)[:, None],
                              state["ancestors"])
-        slots = _history_slots(ancestors, position, heads)
+        if static:  # every position, the unwritten ones masked
+            slots = _history_slots(ancestors, buffer_length - 1, heads)
+            unwritten = attention_penalty((tf.range(buffer_length) <= position)[None, None],
+                                          dtype)
+        else:
+            slots, unwritten = _history_slots(ancestors, position, heads), None
         embedded = model.target_embedding(token_ids)
         x = tf.reshape(embedded, [rows, -1]) + positions[position]
         caches = []
         for layer, cache in zip(layers, state["self"]):
-            x, cache = layer(x, cache, position, slots)
+            x, cache = layer(x, cache, position, slots, unwritten)
             caches.append(cache)
         logits = model.step_logits(tf.reshape(x, tf.shape(embedded)), output_kernel)
-        return (transformer_search.log_probs(logits, never),
+        return (transformer_search.log_probs(logits, never, unscored),
                 {"self": caches, "ancestors": ancestors})
 
     def reorder(state: dict[str, Any], parents: tf.Tensor) -> dict[str, Any]:
@@ -81,10 +89,10 @@ def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
 
 class _LayerStep:
     """`DecoderLayer.step` on `[rows, d_model]` with the position-major caches, from weights
-    prepared once per search (call it with `(x, cache, position, slots)`)."""
+    prepared once per search (call it with `(x, cache, position, slots, unwritten)`)."""
 
-    def __init__(self, layer: DecoderLayer, encoder_output: tf.Tensor, cross_mask: tf.Tensor,
-                 dtype: str):
+    def __init__(self, layer: DecoderLayer, encoder_output: tf.Tensor,
+                 cross_penalty: tf.Tensor, dtype: str):
         own, cross = layer.self_attention, layer.cross_attention
         self.heads, self.key_dim, self.value_dim = own.num_heads, own.key_dim, own.value_dim
         self.scale = tf.constant(own.key_dim ** -0.5, dtype)
@@ -97,41 +105,47 @@ class _LayerStep:
         self.cross_query = cross.query_dense.matrix(dtype)
         self.cross_output = cross.output_dense.matrix(dtype)
         self.cross_keys, self.cross_values = cross.project_key_value(encoder_output)
-        self.cross_mask = cross_mask
+        self.cross_penalty = cross_penalty  # the source mask's `attention_penalty`
         self.inner = layer.feed_forward.inner.matrix(dtype)
         self.outer = layer.feed_forward.outer.matrix(dtype)
         self.blocks = [_Residual(block) for block in (layer.self_residual, layer.cross_residual,
                                                       layer.feed_forward_residual)]
         self.dtype = dtype
 
-    def empty_cache(self, rows, max_length) -> dict[str, tf.Tensor]:
-        """Position-major key and value buffers `[max_len, rows, heads, dim]`, from `Empty`:
-        stateful, so never folded into a graph constant that the in-place writes would then
-        modify across runs."""
+    def empty_cache(self, rows, max_length, static: bool) -> dict[str, tf.Tensor]:
+        """Position-major key and value buffers `[max_len, rows, heads, dim]`: zeros under XLA
+        (`static`), else from `Empty`, which is stateful, so never folded into a graph
+        constant that the in-place writes would then modify across runs."""
         def buffer(dim):
             shape = tf.stack([max_length, rows, self.heads, dim])
+            if static:
+                return tf.zeros(shape, self.dtype)
             return tf.raw_ops.Empty(shape=shape, dtype=self.dtype, init=True)
 
         return {"key": buffer(self.key_dim), "value": buffer(self.value_dim)}
 
-    def __call__(self, x, cache, position, slots) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    def __call__(self, x, cache, position, slots, unwritten=None
+                 ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
         """The layer's output `[rows, d_model]` for its input `x` at `position`, and the cache
-        with that position written."""
+        with that position written; `unwritten`: the penalty on the history slots after
+        `position` when `slots` hold every position (XLA)."""
         own, cross, feed_forward = self.blocks
-        attended, cache = self._self_attention(own.normalize_input(x), cache, position, slots)
+        attended, cache = self._self_attention(own.normalize_input(x), cache, position, slots,
+                                               unwritten)
         x = own(x, attended)
         x = cross(x, self._cross_attention(cross.normalize_input(x)))
         return feed_forward(x, self._feed_forward(feed_forward.normalize_input(x))), cache
 
-    def _self_attention(self, x, cache, position, slots):
+    def _self_attention(self, x, cache, position, slots, unwritten):
         with tf.name_scope("self_attention"):  # each part in its own scope, for profiles
             width = self.heads * self.key_dim
             query, key, value = tf.split(_linear(x, self.query_key_value),
                                          [width, width, self.heads * self.value_dim], axis=1)
-            key_buffer, keys = _extend(cache["key"], slots, key, position)
-            value_buffer, values = _extend(cache["value"], slots, value, position)
+            in_place = unwritten is None
+            key_buffer, keys = _extend(cache["key"], slots, key, position, in_place)
+            value_buffer, values = _extend(cache["value"], slots, value, position, in_place)
             query = tf.reshape(query * self.scale, [-1, self.heads, 1, self.key_dim])
-            attended, _ = scaled_dot_product(query, keys, values)
+            attended, _ = scaled_dot_product(query, keys, values, penalty=unwritten)
             return (_linear(self._concatenated(attended), self.self_output),
                     {"key": key_buffer, "value": value_buffer})
 
@@ -141,7 +155,7 @@ class _LayerStep:
                                      self.key_dim])  # the beam is the query axis
             query = tf.reshape(_linear(x, self.cross_query) * self.scale, per_sentence)
             attended, _ = scaled_dot_product(heads_first(query), self.cross_keys,
-                                             self.cross_values, self.cross_mask)
+                                             self.cross_values, penalty=self.cross_penalty)
             return _linear(self._concatenated(tokens_first(attended)), self.cross_output)
 
     def _feed_forward(self, x):
@@ -191,14 +205,29 @@ def _history_slots(ancestors: tf.Tensor, step, heads: int) -> tf.Tensor:
             + tf.range(heads)[None, :, None])
 
 
-def _extend(buffer: tf.Tensor, slots: tf.Tensor, update: tf.Tensor,
-            step) -> tuple[tf.Tensor, tf.Tensor]:
+def _extend(buffer: tf.Tensor, slots: tf.Tensor, update: tf.Tensor, step,
+            in_place: bool = True) -> tuple[tf.Tensor, tf.Tensor]:
     """`(buffer, visible)`: position `step` of every row, `update` `[rows, heads * dim]`, written
-    in place into the position-major `buffer` `[max_len, rows, heads, dim]` (which the search
-    holds alone), and what each row attends to, `[rows, heads, step + 1, dim]`, gathered at
-    `slots` (`_history_slots`)."""
+    into the position-major `buffer` `[max_len, rows, heads, dim]` (which the search holds
+    alone), and what each row attends to, `[rows, heads, positions, dim]`, gathered at `slots`
+    (`_history_slots`).
+
+    Args:
+        buffer: the keys or values of every position written so far.
+        slots: `[rows, heads, positions]` indices of each row's history.
+        update: this position's keys or values.
+        step: the position written.
+        in_place: write with `InplaceUpdate` (graphs); False: with a scatter (what XLA
+            compiles, and does in place).
+
+    Returns:
+        The written buffer and the gathered history.
+    """
     dim = tf.shape(buffer)[3]
     new = tf.reshape(tf.cast(update, buffer.dtype), tf.concat([[1], tf.shape(buffer)[1:]], 0))
-    buffer = tf.raw_ops.InplaceUpdate(x=buffer, i=tf.reshape(tf.cast(step, tf.int32), [1]),
-                                      v=new)
+    step = tf.reshape(tf.cast(step, tf.int32), [1])
+    if in_place:
+        buffer = tf.raw_ops.InplaceUpdate(x=buffer, i=step, v=new)
+    else:
+        buffer = tf.tensor_scatter_nd_update(buffer, step[:, None], new)
     return buffer, tf.gather(tf.reshape(buffer, [-1, dim]), slots)

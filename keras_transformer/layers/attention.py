@@ -17,8 +17,16 @@ from keras_transformer.layers.residual import HookDropout
 MASK_PENALTY = -1e9
 
 
+def attention_penalty(attention_mask, dtype) -> tf.Tensor:
+    """The scores' additive mask: 0 where boolean `attention_mask` `[batch, query_len, key_len]`
+    is True, `MASK_PENALTY` elsewhere, `[batch, 1, query_len, key_len]` (one for all heads) in
+    `dtype`."""
+    penalty = ops.where(ops.cast(attention_mask, "bool"), 0.0, MASK_PENALTY)
+    return ops.expand_dims(ops.cast(penalty, dtype), axis=1)
+
+
 def scaled_dot_product(query, keys, values, attention_mask=None,
-                       dropout: Optional[Callable] = None):
+                       dropout: Optional[Callable] = None, penalty=None):
     """softmax(Q K^T + mask penalty) V for all heads, heads first: `[batch, heads, len, dim]`.
 
     Args:
@@ -28,6 +36,8 @@ def scaled_dot_product(query, keys, values, attention_mask=None,
         attention_mask: boolean, broadcastable to `[batch, query_len, key_len]`, True where a
             query may attend.
         dropout: applied to the attention weights (training).
+        penalty: instead of `attention_mask`, its `attention_penalty` (made once for many
+            calls).
 
     Returns:
         The context `[batch, heads, query_len, d_v]` and the weights
@@ -39,8 +49,9 @@ def scaled_dot_product(query, keys, values, attention_mask=None,
     """
     scores = tf.linalg.matmul(query, keys, transpose_b=True)
     if attention_mask is not None:
-        penalty = ops.where(ops.cast(attention_mask, "bool"), 0.0, MASK_PENALTY)
-        scores = scores + ops.expand_dims(ops.cast(penalty, scores.dtype), axis=1)
+        penalty = attention_penalty(attention_mask, scores.dtype)
+    if penalty is not None:
+        scores = scores + penalty
     weights = ops.softmax(ops.cast(scores, "float32"), axis=-1)
     dropped = weights if dropout is None else dropout(weights)
     return tf.linalg.matmul(ops.cast(dropped, values.dtype), values), weights
