@@ -119,6 +119,10 @@ def test_padded_target_ids_are_the_target_ids_then_unscored_fillers_of_a_static_
     assert unscored[len(listed):].all() and len(set(ids.tolist())) == ids.size
     wide = shortlist.padded_target_ids(tf.zeros([4, 10], tf.int32))[0]  # 84 slots > VOCAB
     assert sorted(wide.numpy().tolist()) == list(range(VOCAB))
+    # Traced without shapes (as an export's signature is), compiled with them.
+    compiled = tf.function(shortlist.padded_target_ids, jit_compile=True,
+                           input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    np.testing.assert_array_equal(compiled(sources)[0], shortlist.padded_target_ids(sources)[0])
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])

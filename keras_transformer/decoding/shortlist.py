@@ -65,7 +65,8 @@ class VocabularyShortlist(tf.Module):
         vocabulary."""
         listed = self._listed_ids(source_ids, prefix_ids)
         member = tf.scatter_nd(listed[:, None], tf.ones_like(listed), [self.vocab_size]) > 0
-        size = min(self.vocab_size, listed.shape[0] or self.vocab_size)
+        # From the input shapes: a constant when XLA compiles, even where tracing saw none.
+        size = tf.minimum(self.vocab_size, tf.shape(listed)[0])
         ids = tf.argsort(tf.cast(tf.logical_not(member), tf.int32), stable=True)[:size]
         return ids, tf.logical_not(tf.gather(member, ids))
 

@@ -16,7 +16,7 @@ It depends on the core and never the reverse. Use it with
 | loss through the logits' factors | `loss` | `losses.smoothed_cross_entropy` |
 | logit statistics shared in a step | `loss.logit_statistics` | `metrics.logit_statistics` |
 | fused Adam update | `optimizers.FusedAdam` | `optimization.adam` |
-| decoding step: weights prepared once, caches never reordered | `decode_cache.cached_step` | `transformer_search.cached_step` |
+| decoding step: weights prepared once, caches never reordered (also under XLA) | `decode_cache.cached_step` | `transformer_search.cached_step` |
 
 Each is tested against its reference in value and gradient (tests/test_kernels.py,
 tests/test_model.py, tests/test_losses.py, tests/test_decoding.py), and the suite passes with
