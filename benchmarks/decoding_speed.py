@@ -24,12 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional
 
 import numpy as np
 
@@ -75,7 +77,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="line-aligned parallel files the shortlist is learned from")
     parser.add_argument("--profile", action="store_true",
                         help="also profile one batch and one sentence of each export: op time "
-                             "by model part, ops per step, op time against wall time")
+                             "by model part (XLA exports: by instruction kind), ops per step, "
+                             "op time against wall time")
     parser.add_argument("--model-garden-worker", nargs=2, metavar=("IDS_NPY", "SETTINGS_JSON"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--ctranslate2-worker", nargs=3,
@@ -212,11 +215,48 @@ def part_of(scope: str, op_type: str) -> str:
     return f"search: {op_type}" if op_type in ("GatherV2", "SelectV2") else "search: other"
 
 
+def xla_kind(instruction: str) -> str:
+    """An XLA instruction's name without its numbering (`MatMul_1.127` -> `MatMul`)."""
+    return re.sub(r"(_\d+)?(\.\d+)?$", "", instruction)
+
+
+def xla_part_of(instruction: str) -> str:
+    """The kind of an XLA-compiled search's instruction (a thunk named after it, e.g.
+    `MatMul_1.127`, `gather_bitcast_fusion.12`): XLA's names keep the TensorFlow op's name
+    but not its scope, so kinds, not model parts."""
+    kind = xla_kind(instruction)
+    if kind in ("MatMul", "dot", "Einsum", "BatchMatMulV2"):
+        return "products (weights and attention)"
+    if "gather" in kind:
+        return "gathers (cache history, rows)"
+    if kind in ("TopKV2", "custom-call", "sort"):
+        return "top-k"
+    if "copy" in kind:
+        return "copies"
+    return "other fused element-wise ops and reductions"
+
+
+def _profiled_op(line_name: str, event_name: str) -> Optional[tuple[str, str]]:
+    """`(part, op type)` of one event of a profile, None for what is not an op's own time.
+    A graph's ops run on the `tf_Compute` lines, named `scope/op:OpType`; an XLA-compiled
+    function's thunks on the intra-op threads' lines, named after their HLO instruction, next
+    to the thunk executor's and the thread pool's own events."""
+    if line_name.startswith("tf_Compute"):
+        if ":" not in event_name or "::" in event_name:  # the executor's "ExecutorState::.."
+            return None
+        scope, op_type = event_name.rsplit(":", 1)
+        return None if op_type in _CONTAINERS else (part_of(scope, op_type), op_type)
+    if "Eigen" in line_name and "::" not in event_name and not event_name.startswith("end:"):
+        return xla_part_of(event_name), xla_kind(event_name)
+    return None
+
+
 def op_time_by_part(call, steps: int) -> dict:
     """Where the time of `call()` (run once before, untimed) goes under the TF profiler: shares
-    of the op time by `part_of` and of the 8 costliest op types (summed over the compute
-    threads, so shares, not wall-clock), ops run per decoding step (`steps` of them), and op time against the call's wall time (what
-    is left is the executor's own scheduling and the loop's)."""
+    of the op time by `part_of` (graph ops) or `xla_part_of` (XLA thunks) and of the 8 costliest
+    op types (summed over the compute threads, so shares, not wall-clock), ops run per decoding
+    step (`steps` of them), and op time against the call's wall time (what is left is the
+    executor's own scheduling and the loop's)."""
     import collections
     import glob
 
@@ -236,16 +276,11 @@ def op_time_by_part(call, steps: int) -> dict:
     picoseconds, by_type, events = collections.Counter(), collections.Counter(), 0
     for plane in space.planes:
         for line in plane.lines:
-            if not line.name.startswith("tf_Compute"):
-                continue
             for event in line.events:
-                name = plane.event_metadata[event.metadata_id].name
-                if ":" not in name or "::" in name:  # ops are "scope/op:OpType"; the
-                    continue                             # executor's are "ExecutorState::.."
-                scope, op_type = name.rsplit(":", 1)
-                if op_type not in _CONTAINERS:
-                    picoseconds[part_of(scope, op_type)] += event.duration_ps
-                    by_type[op_type] += event.duration_ps
+                op = _profiled_op(line.name, plane.event_metadata[event.metadata_id].name)
+                if op is not None:
+                    picoseconds[op[0]] += event.duration_ps
+                    by_type[op[1]] += event.duration_ps
                     events += 1
     total = sum(picoseconds.values())
     return {"shares": {part: round(100 * value / total, 1)

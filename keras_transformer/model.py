@@ -133,17 +133,19 @@ class Transformer(keras.Model):
                 "encoder_decoder": encoder_decoder}
 
     # ------------------------------------------------------------------ incremental decoding
-    def init_decode_cache(self, encoder_output, beam_size: int, max_length) -> dict[str, Any]:
+    def init_decode_cache(self, encoder_output, beam_size: int, max_length,
+                          vocabulary_ids=None) -> dict[str, Any]:
         """Decoder state for `decode_step`.
 
         `cross`: each layer's encoder keys/values, computed once per sentence and shared by
         its `beam_size` hypotheses. `self`: per-layer self-attention caches of
         `batch * beam_size` rows (one per hypothesis) and `max_length` positions, filled one
         position per step; a beam search reorders their rows with the hypotheses.
-        `output_kernel`: the pre-softmax projection `[d_model, vocab]` (`output_kernel`).
+        `output_kernel`: the pre-softmax projection `[d_model, vocab]`, or its columns of
+        `vocabulary_ids` (`output_kernel`).
         """
         rows = ops.shape(encoder_output)[0] * beam_size
-        return {"output_kernel": self.output_kernel(), "cross": self.cross_cache(encoder_output),
+        return {"output_kernel": self.output_kernel(vocabulary_ids), "cross": self.cross_cache(encoder_output),
                 "self": [layer.self_attention.init_cache(rows, max_length, self.compute_dtype)
                          for layer in self.decoder_layers]}
 
@@ -196,13 +198,20 @@ class Transformer(keras.Model):
             return ops.cast(self.output_projection(hidden), "float32")
         return self.target_embedding.logits(hidden)
 
-    def output_kernel(self):
+    def output_kernel(self, vocabulary_ids=None):
         """The pre-softmax projection as a `[d_model, vocab]` tensor in the compute dtype (a
-        transposed copy when tied), so that decoding steps neither transpose nor cast it."""
+        transposed copy when tied), so that decoding steps neither transpose nor cast it; with
+        `vocabulary_ids` `[n]` (a shortlist), only their columns, `[d_model, n]`, picked before
+        the copy."""
         if self.output_projection is not None:
             kernel = self.output_projection.kernel
+            if vocabulary_ids is not None:
+                kernel = tf.gather(kernel, vocabulary_ids, axis=1)
         else:
-            kernel = tf.transpose(self.target_embedding.embeddings)
+            embeddings = self.target_embedding.embeddings
+            if vocabulary_ids is not None:
+                embeddings = tf.gather(embeddings, vocabulary_ids)
+            kernel = tf.transpose(embeddings)
         return ops.cast(kernel, self.compute_dtype)
 
     def get_config(self) -> dict[str, Any]:

@@ -12,11 +12,13 @@ follows them through `reorder(state, parents)` (`parents[row]`: the flat `[batch
 row that hypothesis `row` extends); by default every tensor of the state is gathered along
 its first axis (`gather_rows`), and a state laid out otherwise brings its own reorder.
 
-Scores are GNMT-normalized: log-probability / `length_divisor(length, alpha)`.
+Scores are GNMT-normalized: log-probability / `length_divisor(length, alpha)`. `ensemble`
+makes one step function of several (models trained on the same vocabulary).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional
+import math
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
 
@@ -53,6 +55,29 @@ def length_divisor(length, alpha: float) -> tf.Tensor:
 def gather_rows(state: State, parents: tf.Tensor) -> State:
     """The default reorder: row `parents[i]` of every tensor of `state` becomes row `i`."""
     return tf.nest.map_structure(lambda tensor: tf.gather(tensor, parents), state)
+
+
+def ensemble(members: Sequence[tuple[StepFunction, State, Reorder]]
+             ) -> tuple[StepFunction, State, Reorder]:
+    """`(step, state, reorder)` of an ensemble of `members` (each a step function over the same
+    candidates, its initial state and its reorder): the log of the mean of the members'
+    probabilities (as fairseq's and Marian's ensembles), a state holding each member's, each
+    reordered by its own `reorder`."""
+    steps, states, reorders = zip(*members)
+    log_count = math.log(len(members))
+
+    def step(token_ids, position, state):
+        outputs = [member(token_ids, position, member_state)
+                   for member, member_state in zip(steps, state)]
+        log_probs = tf.reduce_logsumexp(tf.stack([log_probs for log_probs, _ in outputs]),
+                                        axis=0) - log_count
+        return log_probs, tuple(member_state for _, member_state in outputs)
+
+    def reorder(state, parents):
+        return tuple(member(member_state, parents)
+                     for member, member_state in zip(reorders, state))
+
+    return step, tuple(states), reorder
 
 
 def beam_search(step: StepFunction, state: State, limits: tf.Tensor, buffer_length: tf.Tensor,

@@ -65,3 +65,10 @@ def test_train_average_evaluate_round_trip(tmp_path, capsys):
     assert len(hypotheses.read_text(encoding="utf-8").splitlines()) == 500
     assert set(result) >= {"BLEU", "CHRF", "tokenized lowercase BLEU", "signatures"}
     assert "nrefs:1" in result["signatures"]["BLEU"]
+
+    # An ensemble of the run with itself decodes as the run alone.
+    ensembled = tmp_path / "ensemble.hyp"
+    assert evaluate.main([str(run_dir), "--src", paths["test"][0], "--ref", paths["test"][1],
+                          "--beam-size", "2", "--ensemble", str(run_dir),
+                          "--hypotheses", str(ensembled)]) == 0
+    assert ensembled.read_text(encoding="utf-8") == hypotheses.read_text(encoding="utf-8")

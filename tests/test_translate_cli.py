@@ -68,6 +68,9 @@ def test_exports_keep_their_search_settings_and_errors_name_paths(export_dir, in
                                                                   tmp_path, capsys):
     code, _, err = run([str(export_dir), str(input_file), "--beam-size", "5"], capsys)
     assert code == 2 and "--beam-size: an export's weights and search settings are fixed" in err
+    code, _, err = run([str(export_dir), str(input_file), "--ensemble", str(export_dir)],
+                       capsys)
+    assert code == 2 and "--ensemble: an export's weights and search settings are fixed" in err
     code, _, err = run([str(tmp_path / "nowhere"), str(input_file)], capsys)
     assert code == 2 and "nowhere" in err
     code, _, err = run([str(export_dir), str(tmp_path / "missing.en")], capsys)
@@ -142,8 +145,8 @@ def test_length_batches_cover_every_text_once_within_budget(seed):
         assert len(batch) <= 8 and (len(batch) == 1 or len(batch) * longest <= 100)
 
 
-def test_run_directories_translate_in_process_with_search_flags(demo_vocab, input_file,
-                                                                tmp_path, capsys):
+def test_run_directories_translate_in_process_with_search_flags(demo_vocab, demo_train,
+                                                                input_file, tmp_path, capsys):
     import shutil
 
     from keras_transformer.training.checkpoints import save_weights_atomic
@@ -155,6 +158,18 @@ def test_run_directories_translate_in_process_with_search_flags(demo_vocab, inpu
     run_dir.write_json("config.json", recipe.to_dict())
     shutil.copytree(demo_vocab, run_dir.vocab)
     save_weights_atomic(kt.Transformer(recipe.architecture), run_dir.final_weights)
-    code, outputs, _ = run([str(run_dir.root), str(input_file), "--beam-size", "2", "--nbest",
-                            "2", "--max-decode-extra", "3"], capsys)
+    flags = ["--beam-size", "2", "--nbest", "2", "--max-decode-extra", "3"]
+    code, outputs, _ = run([str(run_dir.root), str(input_file), *flags], capsys)
     assert code == 0 and len(outputs) == 2 * len(LINES)
+    code, ensembled, _ = run([str(run_dir.root), str(input_file), *flags, "--ensemble",
+                              str(run_dir.root)], capsys)  # the run with itself: the run
+    assert code == 0 and ensembled == outputs
+
+    other = RunDir(tmp_path / "other")  # a run with its own, smaller vocabulary
+    other_recipe = kt.Recipe.preset("tiny", vocab_size=300, num_layers=1, max_length=24)
+    other.write_json("config.json", other_recipe.to_dict())
+    SubwordTokenizer.train(demo_train[0] + demo_train[1], 300, other.vocab)
+    save_weights_atomic(kt.Transformer(other_recipe.architecture), other.final_weights)
+    code, _, err = run([str(run_dir.root), str(input_file), "--ensemble", str(other.root)],
+                       capsys)
+    assert code == 2 and f"--ensemble: {str(other.root)!r} has another vocabulary" in err

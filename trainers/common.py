@@ -115,6 +115,29 @@ def load_run_model(run_dir: str, weights: Optional[str] = None
     return run_model(run_dir, weights), SubwordTokenizer.load(RunDir(run_dir).vocab)
 
 
+def add_ensemble_argument(parser: argparse.ArgumentParser) -> None:
+    """`--ensemble RUN_DIR ...`: runs whose models decode together with the main one."""
+    parser.add_argument("--ensemble", nargs="+", default=[], metavar="RUN_DIR",
+                        help="further run directories (same vocabulary) whose models' "
+                             "probabilities the search averages with the run's (their "
+                             "default weights)")
+
+
+def load_ensemble(run_dirs: list[str], tokenizer: SubwordTokenizer) -> list[Transformer]:
+    """The models of `run_dirs` (`--ensemble`), each checked to share `tokenizer`'s pieces
+    (ValueError naming the run whose vocabulary differs)."""
+    pieces = tokenizer.id_to_piece(range(tokenizer.vocab_size))
+    models = []
+    for run_dir in run_dirs:
+        model, own = load_run_model(run_dir)
+        if own.vocab_size != tokenizer.vocab_size or own.id_to_piece(
+                range(own.vocab_size)) != pieces:
+            raise ValueError(f"--ensemble: {run_dir!r} has another vocabulary than the run's "
+                             "(an ensemble needs the same subword pieces)")
+        models.append(model)
+    return models
+
+
 # Each search setting's one command-line name, and the spelling earlier versions accepted.
 _SEARCH_FLAGS = {"beam_size": ("--beam-size", None),
                  "length_penalty": ("--length-penalty", "--alpha"),

@@ -8,6 +8,8 @@
 Reports detokenized, cased sacreBLEU and chrF with their signatures, writes the hypotheses
 (one a line) and, with `--tokenized-ref`, the lowercased tokenized BLEU of published
 Multi30k results. Weights: `--weights`, else the run's averaged, final or newest checkpoint.
+`--ensemble RUN_DIR ...` decodes with those runs' models too (same vocabulary), averaging
+their probabilities.
 
 With `--task parsing` the sources are sentences and `--trees` their gold trees (the
 `<split>.src` and `<split>.tree` files of `prepare_parsing`): each decoded sequence is repaired
@@ -23,7 +25,8 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from trainers.common import add_search_arguments, load_run_model, search_settings
+from trainers.common import (add_ensemble_argument, add_search_arguments, load_ensemble,
+                             load_run_model, search_settings)
 from keras_transformer.data import load_tfds, read_lines, read_parallel
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.evaluation import (corpus_scores, tokenized_lowercase_bleu,
@@ -52,6 +55,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--tokenized-ref", help="lowercased tokenized references (Multi30k "
                         "tok/*.lc.norm.tok.de) for the tokenized BLEU")
     add_search_arguments(parser, "of the search")
+    add_ensemble_argument(parser)
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
     parser.add_argument("--hypotheses", help="output file (default: <run_dir>/<src name>.hyp)")
     args = parser.parse_args(argv)
@@ -74,8 +78,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         path = getattr(args, name)
         if path and not os.path.isfile(path):
             parser.error(f"--{name.replace('_', '-')}: no such file {path!r}")
-    if not os.path.isdir(args.run_dir):
-        parser.error(f"run_dir: no such directory {args.run_dir!r}")
+    for name, run_dir in [("run_dir", args.run_dir)] + [("--ensemble", d) for d in args.ensemble]:
+        if not os.path.isdir(run_dir):
+            parser.error(f"{name}: no such directory {run_dir!r}")
     return args
 
 
@@ -124,7 +129,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.task == "parsing":
             outputs["trees"] = trees_path(args, output)
         translator = Translator(model, tokenizer,
-                                search_settings(args, RunDir(args.run_dir).load_recipe().search))
+                                search_settings(args, RunDir(args.run_dir).load_recipe().search),
+                                ensemble=load_ensemble(args.ensemble, tokenizer))
         hypotheses = translate_corpus(translator, sources, args.batch_size)
         if args.task == "parsing":
             trees, scores = parse_scores(hypotheses, references)

@@ -11,7 +11,8 @@ line longer than the model's `max_length` is translated from its first `max_leng
 subwords. With `--nbest K` each input line gives K lines `INDEX ||| TRANSLATION ||| SCORE`
 (INDEX: the 0-based line number in its file), best first. With `--prefix FILE` (one per input,
 line for line) each translation starts with its prefix line (the target text typed so far; an
-empty line leaves the sentence free). An export's search settings are fixed
+empty line leaves the sentence free). `--ensemble RUN_DIR ...` (with a run directory) decodes
+with those runs' models too, averaging their probabilities. An export's search settings are fixed
 in its graph: to change them, export again (`kt-export --beam-size ...`).
 """
 from __future__ import annotations
@@ -27,7 +28,8 @@ from keras_transformer.data.text_files import read_raw_lines
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.text_translation import TextTranslator, length_batches
 from keras_transformer.training.run_dir import RunDir
-from trainers.common import add_search_arguments, load_run_model, search_settings
+from trainers.common import (add_ensemble_argument, add_search_arguments, load_ensemble,
+                             load_run_model, search_settings)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -50,6 +52,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--weights", help="with a run directory: a .weights.h5 file")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_search_arguments(parser, "(run directories only: an export's are fixed)")
+    add_ensemble_argument(parser)
     args = parser.parse_args(argv)
     for name in ("output", "prefix"):
         files = getattr(args, name)
@@ -75,9 +78,11 @@ def load_translator(args: argparse.Namespace) -> TextTranslator:
     if (Path(args.model) / "config.json").is_file() and not is_ctranslate2_model(args.model):
         model, tokenizer = load_run_model(args.model, args.weights)
         settings = search_settings(args, RunDir(args.model).load_recipe().search)
-        return TextTranslator.from_translator(Translator(model, tokenizer, settings))
-    if searching or args.weights:
-        given = " and ".join(searching + (["--weights"] if args.weights else []))
+        return TextTranslator.from_translator(Translator(
+            model, tokenizer, settings, ensemble=load_ensemble(args.ensemble, tokenizer)))
+    if searching or args.weights or args.ensemble:
+        given = " and ".join(searching + [flag for flag, value in (
+            ("--weights", args.weights), ("--ensemble", args.ensemble)) if value])
         raise ValueError(f"{given}: an export's weights and search settings are fixed when it "
                          f"is written; export again (kt-export ... --beam-size K) or translate "
                          f"from the run directory")

@@ -4,11 +4,12 @@ scoring on the searches' scale.
 
 `beam_search(model, source_ids, ...)` and `greedy_decode(model, ...)` are one graph each;
 `decode(model, source_ids, ...)` builds the same search inside a caller's `tf.function` (the
-exported `Translator`'s).
+exported `Translator`'s). Each takes one `Transformer` or an ensemble: a sequence of them over
+the same vocabulary, whose probabilities the search averages (`search.ensemble`).
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional, Sequence, Union
 
 import tensorflow as tf
 
@@ -21,7 +22,25 @@ from keras_transformer.config import SearchSettings
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
 
 
-def decode(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
+Models = Union[Transformer, Sequence[Transformer]]  # one model, or an ensemble
+
+
+def ensemble_members(model: Models) -> list[Transformer]:
+    """`model` as a list of models (one, or an ensemble's); members must share `vocab_size`
+    and `max_length` (ValueError naming the first member and setting that differ)."""
+    members = [model] if isinstance(model, Transformer) else list(model)
+    if not members:
+        raise ValueError("model: an ensemble needs at least one Transformer")
+    for index, member in enumerate(members[1:], start=1):
+        for setting in ("vocab_size", "max_length"):
+            value, first = (getattr(one.config, setting) for one in (member, members[0]))
+            if value != first:
+                raise ValueError(f"ensemble member {index}: {setting}={value}, but member 0 "
+                                 f"has {setting}={first}")
+    return members
+
+
+def decode(model: Models, source_ids: tf.Tensor, beam_size: int = 4,
            length_penalty: float = 0.6, max_decode_extra: int = 50, use_cache: bool = True,
            eos_id: int = EOS_ID, prefix_ids: Optional[tf.Tensor] = None,
            shortlist: Optional[VocabularyShortlist] = None,
@@ -29,7 +48,7 @@ def decode(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
     """Builds a search over `source_ids` (call it inside a `tf.function`).
 
     Args:
-        model: the Transformer.
+        model: the Transformer, or an ensemble's (their probabilities averaged).
         source_ids: `[batch, src_len]` int32, EOS-terminated, right-padded with PAD.
         beam_size, length_penalty, max_decode_extra: as `SearchSettings`.
         use_cache: False recomputes the whole decoder at every position (the reference).
@@ -44,9 +63,10 @@ def decode(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
         The n-best `DecodeResult`.
     """
     settings = SearchSettings(beam_size, length_penalty, max_decode_extra)
+    members = ensemble_members(model)
     source_ids = tf.cast(source_ids, tf.int32)
     limits, buffer_length = output_limits(source_ids, settings.max_decode_extra,
-                                          model.config.max_length, prefix_ids)
+                                          members[0].config.max_length, prefix_ids)
     vocabulary_ids = unscored = None
     if shortlist is not None and static_shortlist:
         vocabulary_ids, unscored = shortlist.padded_target_ids(source_ids, prefix_ids)
@@ -55,8 +75,9 @@ def decode(model: Transformer, source_ids: tf.Tensor, beam_size: int = 4,
     greedy = settings.beam_size == 1 if greedy is None else greedy
     rows_per_sentence = 1 if greedy else settings.beam_size
     build = cached_step if use_cache else recomputed_step
-    step, state, reorder = build(model, source_ids, rows_per_sentence, buffer_length,
-                                 vocabulary_ids, unscored)
+    steps = [build(member, source_ids, rows_per_sentence, buffer_length, vocabulary_ids,
+                   unscored) for member in members]
+    step, state, reorder = steps[0] if len(steps) == 1 else search.ensemble(steps)
     common = dict(length_penalty=settings.length_penalty, eos_id=eos_id,
                   prefix_ids=prefix_ids, vocabulary_ids=vocabulary_ids)
     if greedy:
@@ -71,7 +92,7 @@ _decode_graph = tf.function(decode, reduce_retracing=True, autograph=False)
 decode_xla = tf.function(decode, reduce_retracing=True, autograph=False, jit_compile=True)
 
 
-def beam_search(model: Transformer, source_ids, beam_size: int = 4,
+def beam_search(model: Models, source_ids, beam_size: int = 4,
                 length_penalty: float = 0.6, max_decode_extra: int = 50,
                 use_cache: bool = True, eos_id: int = EOS_ID, jit_compile: bool = False,
                 prefix_ids=None, shortlist: Optional[VocabularyShortlist] = None
@@ -86,7 +107,7 @@ def beam_search(model: Transformer, source_ids, beam_size: int = 4,
                 use_cache, eos_id, jit_compile, prefix_ids, shortlist)
 
 
-def greedy_decode(model: Transformer, source_ids, length_penalty: float = 0.6,
+def greedy_decode(model: Models, source_ids, length_penalty: float = 0.6,
                   max_decode_extra: int = 50, use_cache: bool = True, eos_id: int = EOS_ID,
                   prefix_ids=None, shortlist: Optional[VocabularyShortlist] = None
                   ) -> DecodeResult:
@@ -102,6 +123,8 @@ def _run(model, source_ids, greedy: bool, beam_size, length_penalty, max_decode_
     if jit_compile and not use_cache:
         raise ValueError("jit_compile: needs use_cache=True (recomputation has dynamic shapes)")
     settings = SearchSettings(beam_size, length_penalty, max_decode_extra)
+    members = ensemble_members(model)
+    model = members[0] if len(members) == 1 else tuple(members)
     graph = decode_xla if jit_compile else _decode_graph
     prefix_ids = None if prefix_ids is None else tf.convert_to_tensor(prefix_ids, tf.int32)
     return graph(model, tf.convert_to_tensor(source_ids, tf.int32), settings.beam_size,
@@ -149,10 +172,9 @@ def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
     the state). The state is the self-attention caches, one row per hypothesis, which the
     search's default reorder gathers along the hypotheses it keeps.
     """
-    cache = model.init_decode_cache(model.encode(source_ids, training=False), beam_size,
-                                    buffer_length)
-    state = cache.pop("self")
-    fixed = output_kernel_for(cache, vocabulary_ids)  # the same at every position
+    fixed = model.init_decode_cache(model.encode(source_ids, training=False), beam_size,
+                                    buffer_length, vocabulary_ids)
+    state = fixed.pop("self")  # the rest is the same at every position
     source_mask = source_padding_mask(source_ids)
     never = never_emitted(vocabulary_ids, model.config.output_vocab_size)
 
@@ -162,14 +184,6 @@ def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
         return log_probs(logits, never, unscored), cache["self"]
 
     return step, state, search.gather_rows
-
-
-def output_kernel_for(cache: dict[str, Any], vocabulary_ids: Optional[tf.Tensor]
-                      ) -> dict[str, Any]:
-    """`cache` with its output kernel's columns cut to `vocabulary_ids` (a shortlist)."""
-    if vocabulary_ids is None:
-        return cache
-    return {**cache, "output_kernel": tf.gather(cache["output_kernel"], vocabulary_ids, axis=1)}
 
 
 def recomputed_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,

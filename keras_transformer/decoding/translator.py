@@ -5,13 +5,13 @@ exported model's exact outputs.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import tensorflow as tf
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist
-from keras_transformer.decoding.transformer_search import decode, decode_xla
+from keras_transformer.decoding.transformer_search import decode, decode_xla, ensemble_members
 from keras_transformer.model import Transformer
 from keras_transformer.search import DecodeResult
 from keras_transformer.config import SearchSettings
@@ -39,6 +39,9 @@ class Translator(tf.Module):
     on CPU); a shortlist is then padded to a size the input shapes fix
     (`VocabularyShortlist.padded_target_ids`).
 
+    `ensemble`: further models over the same vocabulary whose probabilities the search averages
+    with `model`'s (the alignment is `model`'s own).
+
     `settings` default to the paper's (`SearchSettings()`: beam 4, alpha 0.6, +50). With a
     `shortlist`, each batch's search scores only its `shortlist.target_ids` (faster at large
     vocabularies; translations approximate the full vocabulary's, see `decoding.shortlist`).
@@ -50,10 +53,13 @@ class Translator(tf.Module):
     def __init__(self, model: Transformer, tokenizer: SubwordTokenizer,
                  settings: Optional[SearchSettings] = None, name: str = "translator",
                  alignment_layer: Optional[int] = None,
-                 shortlist: Optional[VocabularyShortlist] = None, jit_compile: bool = False):
+                 shortlist: Optional[VocabularyShortlist] = None, jit_compile: bool = False,
+                 ensemble: Sequence[Transformer] = ()):
         super().__init__(name=name)
         config = model.config
         self.model = model
+        self.ensemble = list(ensemble)
+        ensemble_members([model, *self.ensemble])  # one vocabulary size
         self.tokenizer = tokenizer
         self.settings = SearchSettings() if settings is None else settings
         if alignment_layer is None:
@@ -178,7 +184,8 @@ class Translator(tf.Module):
             search = decode_xla
             source_ids = self._padded_width(source_ids)
             prefix_ids = None if prefix_ids is None else self._padded_width(prefix_ids)
-        return search(self.model, source_ids, settings.beam_size, settings.length_penalty,
+        models = (self.model, *self.ensemble) if self.ensemble else self.model
+        return search(models, source_ids, settings.beam_size, settings.length_penalty,
                       settings.max_decode_extra, prefix_ids=prefix_ids,
                       shortlist=self.shortlist, static_shortlist=self.jit_compile)
 

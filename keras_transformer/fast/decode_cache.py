@@ -54,8 +54,7 @@ def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
     cross_penalty = attention_penalty(tf.expand_dims(source_padding_mask(source_ids), 1), dtype)
     layers = [_LayerStep(layer, encoder_output, cross_penalty, dtype)
               for layer in model.decoder_layers]
-    output_kernel = transformer_search.output_kernel_for(
-        {"output_kernel": model.output_kernel()}, vocabulary_ids)["output_kernel"]
+    output_kernel = model.output_kernel(vocabulary_ids)
     positions = model.target_positions.at(tf.range(buffer_length))
     heads = layers[0].heads
     state = {"self": [layer.empty_cache(rows, buffer_length, static) for layer in layers],
