@@ -145,7 +145,8 @@ class Transformer(keras.Model):
         `vocabulary_ids` (`output_kernel`).
         """
         rows = ops.shape(encoder_output)[0] * beam_size
-        return {"output_kernel": self.output_kernel(vocabulary_ids), "cross": self.cross_cache(encoder_output),
+        return {"output_kernel": self.output_kernel(vocabulary_ids),
+                "cross": self.cross_cache(encoder_output),
                 "self": [layer.self_attention.init_cache(rows, max_length, self.compute_dtype)
                          for layer in self.decoder_layers]}
 

@@ -129,12 +129,12 @@ def load_ensemble(run_dirs: list[str], tokenizer: SubwordTokenizer) -> list[Tran
     pieces = tokenizer.id_to_piece(range(tokenizer.vocab_size))
     models = []
     for run_dir in run_dirs:
-        model, own = load_run_model(run_dir)
+        own = SubwordTokenizer.load(RunDir(run_dir).vocab)  # checked before loading weights
         if own.vocab_size != tokenizer.vocab_size or own.id_to_piece(
                 range(own.vocab_size)) != pieces:
             raise ValueError(f"--ensemble: {run_dir!r} has another vocabulary than the run's "
                              "(an ensemble needs the same subword pieces)")
-        models.append(model)
+        models.append(run_model(run_dir))
     return models
 
 
