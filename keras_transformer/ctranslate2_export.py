@@ -27,7 +27,7 @@ import tensorflow as tf
 from keras_transformer.config import SearchSettings, TransformerConfig
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.model import Transformer
-from keras_transformer.vocab_ids import EOS_ID, PAD_ID
+from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
 
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float32")
 SETTINGS_FILENAME = "keras_transformer.json"  # the search settings and the converted config
@@ -206,6 +206,9 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1
                                         intra_threads=os.cpu_count() or 1)
     pieces = vocabulary_pieces(tokenizer)
     ids_of = {piece: index for index, piece in enumerate(pieces)}
+    # As in our search: PAD and BOS are never generated, and the end may come first (an empty
+    # translation); CTranslate2 by default generates any token and never ends at the first step.
+    never_generated = [[pieces[PAD_ID]], [pieces[BOS_ID]]]
 
     def as_pieces(ids) -> list[list[str]]:
         return [[pieces[token] for token in row if token != PAD_ID][:max_length - 1]
@@ -217,6 +220,7 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1
             sources, target_prefix=prefixes, beam_size=settings.beam_size,
             num_hypotheses=nbest, length_penalty=settings.length_penalty,
             max_decoding_length=max(1, min(longest + settings.max_decode_extra, max_length)),
+            suppress_sequences=never_generated, min_decoding_length=0,
             return_scores=True, return_end_token=True)
         empty = [not source for source in sources]  # an empty source: an empty translation
         return [([[ids_of[piece] for piece in hypothesis] for hypothesis in result.hypotheses]

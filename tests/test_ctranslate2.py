@@ -92,6 +92,28 @@ def test_greedy_translations_nbest_and_prefixes_match_our_translator(tokenizer, 
     assert prefixed[0].startswith(b"ich") and prefixed[4].startswith(b"wir")
 
 
+@pytest.mark.parametrize("favoured", [(kt.PAD_ID, kt.BOS_ID), (kt.EOS_ID,)])
+def test_tokens_our_search_never_generates_or_ends_on_first_are_the_same(favoured, tokenizer,
+                                                                           tmp_path):
+    """A decoder output pulled toward PAD and BOS (which our search never generates) or toward
+    EOS (an empty translation): CTranslate2's greedy translations are still ours."""
+    model = perturbed_model(tokenizer)
+    weights = {weight.path.split("/", 1)[1]: weight for weight in model.weights}
+    embeddings = weights["shared_embedding/embeddings"].numpy()
+    direction = embeddings[list(favoured)].sum(axis=0)
+    last_norm = weights["decoder_layer_1/feed_forward_residual/layer_norm/beta"]
+    last_norm.assign(direction / np.linalg.norm(direction) * 20.0)
+    settings = SearchSettings(beam_size=1, length_penalty=0.0, max_decode_extra=6)
+    directory = export_ctranslate2(model, tokenizer, tmp_path / "ct2", "float32", settings)
+    _, translate_ids, *_ = ctranslate2_functions(directory)
+    ours = Translator(model, tokenizer, settings)
+    for sentence in SENTENCES[:3]:  # one at a time: CTranslate2's length limit is per batch
+        source = tokenizer.tokenize(tf.constant([sentence])).to_tensor()
+        our_ids = [i for i in ours.translate_ids(source)["ids"].numpy()[0] if i]
+        assert [i for i in translate_ids(source)["nbest_ids"].numpy()[0, 0] if i] == our_ids
+        assert (our_ids == [kt.EOS_ID]) == (favoured == (kt.EOS_ID,))
+
+
 def test_options_ctranslate2_cannot_express_are_named():
     config = kt.TransformerConfig.preset("tiny", vocab_size=50, d_k=16, d_v=8)
     with pytest.raises(ValueError, match="d_v: CTranslate2 needs d_v = d_k"):
