@@ -138,8 +138,10 @@ class TrainingSettings:
     base, 20 for big; 0 or 1: none), and subword regularization, which the paper does not use:
     with `subword_dropout` p > 0 the training pairs are segmented by BPE-dropout (Provilkov et
     al., 2020: each merge skipped with probability p), `subword_samples` segmentations of each
-    pair prepared (dev, test, decoding and exports segment deterministically). None of them
-    changes the weights' shapes, so a trained model loads without them.
+    pair prepared (dev, test, decoding and exports segment deterministically), and with
+    `word_dropout` p > 0 each piece of a kt-train batch's source and decoder input (never a label,
+    BOS, EOS or padding) is replaced by UNK with probability p (word dropout, Sennrich et al.,
+    2016). None of them changes the weights' shapes, so a trained model loads without them.
     """
 
     label_smoothing: float = 0.1
@@ -149,6 +151,7 @@ class TrainingSettings:
     average_last: int = 5
     subword_dropout: float = 0.0
     subword_samples: int = 16
+    word_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         for name, least in (("warmup_steps", 1), ("batch_tokens", 1), ("average_last", 0),
@@ -161,8 +164,9 @@ class TrainingSettings:
         if not self.learning_rate_scale > 0:
             raise ValueError(f"learning_rate_scale: must be positive, got "
                              f"{self.learning_rate_scale!r}")
-        if not 0.0 <= self.subword_dropout < 1.0:
-            raise ValueError(f"subword_dropout: must be in [0, 1), got {self.subword_dropout!r}")
+        for name in ("subword_dropout", "word_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name}: must be in [0, 1), got {getattr(self, name)!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,13 +301,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     "small": {"vocab_size": 8000, "num_layers": 3, "d_model": 256, "d_ff": 1024,
               "num_heads": 4, "dropout": 0.2, "warmup_steps": 2000, "batch_tokens": 4096,
               "max_length": 128},
-    # `small` as tuned on Multi30k en->de dev (benchmarks/RESULTS.md, "Multi30k" and "Recipe
-    # ablations"): more dropout, attention dropout, a short warmup, 2,048-token batches (twice
-    # the updates per token), peak learning rate 2.6e-3, beam 5 as the published baseline.
-    "multi30k": {"vocab_size": 8000, "num_layers": 3, "d_model": 256, "d_ff": 1024,
-                 "num_heads": 4, "dropout": 0.25, "attention_dropout": 0.1,
-                 "warmup_steps": 1000, "learning_rate_scale": 1.3, "batch_tokens": 2048,
-                 "max_length": 128, "beam_size": 5},
+    # The published tiny model for Multi30k (Wu et al., 2021, fairseq `transformer_tiny`: 4+4
+    # layers, d_model 128, d_ff 256, dropout 0.3, peak learning rate 5e-3 at step 2,000,
+    # 8,192-token batches, the last 10 checkpoints averaged, beam 5), with label smoothing 0.2
+    # and length penalty 1.5 as chosen on Multi30k dev (benchmarks/RESULTS.md, "Translation
+    # quality: Multi30k"); trained 8,000 steps with a checkpoint every 100 (docs/training.md).
+    "multi30k": {"vocab_size": 8000, "num_layers": 4, "d_model": 128, "d_ff": 256,
+                 "num_heads": 4, "dropout": 0.3, "attention_dropout": 0.0,
+                 "label_smoothing": 0.2, "warmup_steps": 2000, "learning_rate_scale": 2.5,
+                 "batch_tokens": 8192, "average_last": 10, "max_length": 128,
+                 "beam_size": 5, "length_penalty": 1.5},
     "tiny": {"vocab_size": 1000, "num_layers": 2, "d_model": 64, "d_ff": 256, "num_heads": 4,
              "dropout": 0.1, "warmup_steps": 400, "batch_tokens": 2048, "max_length": 64},
 }

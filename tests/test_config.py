@@ -78,6 +78,8 @@ def test_table3_rows_a_d_e_are_expressible(overrides):
     ({"learning_rate_scale": 0.0}, "learning_rate_scale"),
     ({"batch_tokens": 1.5}, "batch_tokens"),
     ({"average_last": -1}, "average_last"),
+    ({"subword_dropout": 1.0}, "subword_dropout"),
+    ({"word_dropout": -0.1}, "word_dropout"),
     ({"beam_size": 0}, "beam_size"),
     ({"d_k": 0}, "d_k"),
     ({"target_vocab_size": 500}, "target_vocab_size"),
@@ -181,7 +183,13 @@ def test_every_preset_is_a_valid_recipe_that_round_trips(name):
     assert recipe.architecture == kt.TransformerConfig.preset(name)
 
 
-def test_multi30k_recipe_is_small_with_the_tuned_training_and_search():
-    tuned, small = kt.Recipe.preset("multi30k"), kt.Recipe.preset("small")
-    assert tuned.architecture.replace(dropout=0.2, attention_dropout=0.0) == small.architecture
-    assert tuned.search.beam_size == 5 and tuned.training.warmup_steps < small.training.warmup_steps
+def test_multi30k_recipe_is_the_published_tiny_model_at_its_peak_learning_rate():
+    recipe = kt.Recipe.preset("multi30k")
+    model = recipe.architecture
+    assert (model.num_layers, model.d_model, model.d_ff, model.num_heads) == (4, 128, 256, 4)
+    assert (model.dropout, model.attention_dropout, model.share_embeddings) == (0.3, 0.0, True)
+    schedule = kt.TransformerSchedule(model.d_model, recipe.training.warmup_steps,
+                                      recipe.training.learning_rate_scale)
+    rates = [float(schedule(step - 1)) for step in (1999, 2000, 2001)]
+    assert max(rates) == rates[1] == pytest.approx(5e-3, rel=0.02)   # fairseq's --lr 0.005
+    assert recipe.training.average_last == 10 and recipe.search.beam_size == 5

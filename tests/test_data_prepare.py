@@ -17,7 +17,7 @@ from keras_transformer.data.prepare import (ParallelSource, check_segmentation, 
                                             prepared, sample_sentences, text_file_source,
                                             tfds_source)
 from keras_transformer.data.token_storage import MANIFEST, TokenStorage
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +106,32 @@ def test_a_resume_anywhere_gives_bit_identical_batches(storage, where):
     expected = [next(reference) for _ in range(first + 12)][first:]
     resumed = plan.elements(first)
     for element, batch in expected:
+        got_element, got = next(resumed)
+        assert got_element == element
+        for want, have in zip(tf.nest.flatten(batch), tf.nest.flatten(got)):
+            np.testing.assert_array_equal(want, have)
+
+
+def test_word_dropout_replaces_inputs_at_its_rate_keeps_labels_and_specials_and_resumes(storage):
+    rate = 0.3
+    plain = BatchPlan(storage, batch_tokens=2000, max_length=32, seed=5)
+    dropping = BatchPlan(storage, batch_tokens=2000, max_length=32, seed=5, word_dropout=rate)
+    pieces = replaced = 0
+    stream, expected = zip(plain.elements(0), dropping.elements(0)), []
+    for _ in range(60):
+        (element, ((source, target_in), target_out)), (same, batch) = next(stream)
+        (dropped_source, dropped_target_in), dropped_target_out = batch
+        assert same == element
+        np.testing.assert_array_equal(dropped_target_out, target_out)
+        for before, after in ((source, dropped_source), (target_in, dropped_target_in)):
+            changed = before != after
+            assert (after[changed] == UNK_ID).all() and (before[changed] > EOS_ID).all()
+            pieces += int((before > EOS_ID).sum())
+            replaced += int(changed.sum())
+        expected.append((element, batch))
+    assert abs(replaced / pieces - rate) < 0.02, (replaced, pieces)
+    resumed = dropping.elements(40)
+    for element, batch in expected[40:]:
         got_element, got = next(resumed)
         assert got_element == element
         for want, have in zip(tf.nest.flatten(batch), tf.nest.flatten(got)):

@@ -124,6 +124,23 @@ def test_mixed_precision_run_exports_float32(tmp_path, capsys):
     assert types_pb2.DT_FLOAT in dtypes and types_pb2.DT_BFLOAT16 not in dtypes
 
 
+@pytest.mark.slow
+def test_word_dropout_changes_every_training_batch_and_nothing_else(tmp_path):
+    from keras_transformer.training.batch_log import read_batch_log
+
+    data = local_data_args(tmp_path / "data")
+    digests, results = {}, {}
+    for rate in ("0", "0.3"):
+        run_dir = tmp_path / f"word_dropout_{rate}"
+        assert train.main(MICRO + data + ["--output-dir", str(run_dir), "--steps", "3",
+                                          "--eval-every", "1000", "--log-batches",
+                                          "--set", f"word_dropout={rate}"]) == 0
+        digests[rate] = read_batch_log(run_dir / "batches.tsv")
+        results[rate] = json.loads((run_dir / "config.json").read_text())
+    assert all(digests["0"][step] != digests["0.3"][step] for step in (1, 2, 3))
+    assert results["0.3"] == {**results["0"], "word_dropout": 0.3}
+
+
 def start_training(argv: list[str], log: Path) -> subprocess.Popen:
     """kt-train in a subprocess, output to `log`, with the quiet start a user gets."""
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}

@@ -402,7 +402,7 @@ def train(args: argparse.Namespace) -> dict:
     replicas = strategy.num_replicas_in_sync
     plan = BatchPlan(training_storage(run, source, tokenizer, args),
                      per_replica_tokens(recipe.training.batch_tokens, replicas),
-                     config.max_length, args.seed)
+                     config.max_length, args.seed, word_dropout=recipe.training.word_dropout)
     max_steps = step_budget(args, plan, replicas)
     with strategy.scope(), precision_scope(precision):
         model, accuracy = compiled_model(recipe, args.jit_compile)

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from keras_transformer.data.batching import bucket_boundaries
 from keras_transformer.data.token_storage import Shard, ShardInfo, TokenStorage
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 Batch = tuple[tuple[np.ndarray, np.ndarray], np.ndarray]
 
@@ -34,11 +34,14 @@ class BatchPlan:
             out.
         seed: fixes every epoch's order.
         bucket_width: the step of the bucket boundaries (`bucket_boundaries`).
+        word_dropout: the probability `drop_words` replaces a piece by UNK (0: never); drawn
+            from the seed and the batch's position in the stream, so a resume gives the same.
     """
 
     def __init__(self, storage: TokenStorage, batch_tokens: int, max_length: int, seed: int,
-                 bucket_width: int = 8):
+                 bucket_width: int = 8, word_dropout: float = 0.0):
         self.storage, self.max_length, self.seed = storage, max_length, seed
+        self.word_dropout = word_dropout
         self.boundaries = np.array(bucket_boundaries(max_length, width=bucket_width))
         if batch_tokens < self.boundaries[-1]:
             raise ValueError(f"batch_tokens={batch_tokens} cannot hold one pair of the maximum "
@@ -99,8 +102,11 @@ class BatchPlan:
                 shard = self.storage.load_shard(index)
                 for bucket, members in self.batches_of_shard(epoch, index, shard)[offset:]:
                     if wanted is None or wanted(element):
-                        yield element, padded_batch(shard, members,
-                                                    int(self.boundaries[bucket]))
+                        batch = padded_batch(shard, members, int(self.boundaries[bucket]))
+                        if self.word_dropout:
+                            batch = drop_words(batch, self.word_dropout,
+                                               np.random.default_rng([self.seed, element, 2]))
+                        yield element, batch
                     element += 1
                 offset = 0
             epoch, position = epoch + 1, 0
@@ -138,3 +144,25 @@ def padded_batch(shard: Shard, members: np.ndarray, length: int) -> Batch:
         target_out[row, :len(target_ids)] = target_ids
         target_out[row, len(target_ids)] = EOS_ID
     return (source, target_in), target_out
+
+
+def drop_words(batch: Batch, rate: float, generator: np.random.Generator) -> Batch:
+    """Word dropout (Sennrich et al., 2016): `batch` with each piece of the source and of the
+    decoder input replaced by UNK with probability `rate`; BOS, EOS, padding and the labels
+    (`target_out`) are kept, so the model still predicts every true piece.
+
+    Args:
+        batch: `((source, target_in), target_out)` as `padded_batch` makes it.
+        rate: the probability of each replacement.
+        generator: draws the replacements.
+
+    Returns:
+        The batch with the replacements (new arrays; `batch` is unchanged).
+    """
+    (source, target_in), target_out = batch
+
+    def dropped(ids: np.ndarray) -> np.ndarray:
+        replaced = (ids > EOS_ID) & (generator.random(ids.shape) < rate)
+        return np.where(replaced, np.int32(UNK_ID), ids)
+
+    return (dropped(source), dropped(target_in)), target_out
