@@ -141,6 +141,17 @@ def test_word_dropout_changes_every_training_batch_and_nothing_else(tmp_path):
     assert results["0.3"] == {**results["0"], "word_dropout": 0.3}
 
 
+@pytest.mark.slow
+def test_a_recipe_averaging_more_than_5_checkpoints_keeps_that_many(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert train.main(MICRO + local_data_args(tmp_path / "data") + [
+        "--output-dir", str(run_dir), "--steps", "9", "--eval-every", "1000",
+        "--checkpoint-every-steps", "1", "--set", "average_last=7"]) == 0
+    result = final_json(capsys.readouterr().out)
+    assert len(list((run_dir / "checkpoints").glob("ckpt-*.weights.h5"))) == 7
+    assert result["averaged"] == [f"ckpt-{step:08d}.weights.h5" for step in range(3, 10)]
+
+
 def start_training(argv: list[str], log: Path) -> subprocess.Popen:
     """kt-train in a subprocess, output to `log`, with the quiet start a user gets."""
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}

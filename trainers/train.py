@@ -129,8 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--checkpoint-every-steps", type=int, help="checkpoint interval in steps")
     run.add_argument("--checkpoint-every-minutes", type=float, default=10.0,
                      help="checkpoint interval in minutes (default: 10, as in the paper)")
-    run.add_argument("--keep-checkpoints", type=int, default=5,
-                     help="newest checkpoints kept (default: 5)")
+    run.add_argument("--keep-checkpoints", type=int,
+                     help="newest checkpoints kept (default: 5, or the recipe's average_last "
+                          "when that is more)")
     run.add_argument("--backup-every", type=int, default=100,
                      help="steps between backups a killed run resumes from (default: 100)")
     run.add_argument("--log-batches", action="store_true",
@@ -329,7 +330,8 @@ def training_callbacks(args: argparse.Namespace, run: RunDir, model_parts: tuple
         ProgressLines(max_steps, args.max_minutes, accuracy, args.eval_every,
                       args.progress_seconds),
         PeriodicCheckpoint(run.checkpoints, args.checkpoint_every_steps,
-                           args.checkpoint_every_minutes, args.keep_checkpoints),
+                           args.checkpoint_every_minutes,
+                           args.keep_checkpoints or max(5, args.recipe.training.average_last)),
     ]
 
 
