@@ -21,8 +21,8 @@ Prepared training data (corpora of any size, streamed; docs/data.md):
     prepare(source, directory, tokenizer, shard_pairs, seed) -> TokenStorage
         Tokenized pairs in shards on disk with a manifest (``TokenStorage.open(directory)``).
     BatchPlan(storage, batch_tokens, max_length, seed, word_dropout=0.0)
-        The endless seeded stream of token-budget batches (word dropout optional); ``.elements(first, wanted)``,
-        ``.dataset(first, wanted)``, ``.batches_per_epoch``.
+        The endless seeded stream of token-budget batches (word dropout optional);
+        ``.elements(first, wanted)``, ``.dataset(first, wanted)``, ``.batches_per_epoch``.
 
 Tokenizer (shared vocabulary; ids from keras_transformer.vocab_ids: pad 0 unk 1 bos 2 eos 3):
     SubwordTokenizer.train(texts, vocab_size, directory) / SubwordTokenizer.load(directory)
