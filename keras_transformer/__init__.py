@@ -10,9 +10,10 @@ from keras_transformer.config import (PRESETS, Recipe, SearchSettings, TrainingS
 from keras_transformer.losses import LabelSmoothedCrossEntropy  # noqa: E402
 from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity  # noqa: E402
 from keras_transformer.model import Transformer  # noqa: E402
-from keras_transformer.optimization import TransformerSchedule, make_optimizer  # noqa: E402
+from keras_transformer.optimization import (  # noqa: E402
+    LossScaleOptimizer, TransformerSchedule, make_optimizer)
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 
-__all__ = ["BOS_ID", "EOS_ID", "LabelSmoothedCrossEntropy", "MaskedTokenAccuracy", "PAD_ID",
-           "PRESETS", "Perplexity", "Recipe", "SearchSettings", "TrainingSettings", "Transformer",
-           "TransformerConfig", "TransformerSchedule", "UNK_ID", "make_optimizer"]
+__all__ = ["BOS_ID", "EOS_ID", "LabelSmoothedCrossEntropy", "LossScaleOptimizer",
+           "MaskedTokenAccuracy", "PAD_ID", "PRESETS", "Perplexity", "Recipe", "SearchSettings",
+           "TrainingSettings", "Transformer", "TransformerConfig", "TransformerSchedule", "UNK_ID", "make_optimizer"]

@@ -11,6 +11,7 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.layers import (DecoderLayer, EncoderLayer, HookDropout, LayerNorm,
                                       LearnedPositionalEmbedding, ScaledEmbedding,
                                       SinusoidalPositionalEncoding)
+from keras_transformer.optimization import with_loss_scaling
 from keras_transformer.vocab_ids import PAD_ID
 
 
@@ -75,6 +76,14 @@ class Transformer(keras.Model):
         for layer in self.decoder_layers:
             layer.build(hidden, hidden)
         self.built = True
+
+    def compile(self, optimizer="rmsprop", *args, auto_scale_loss: bool = True, **kwargs):
+        """`keras.Model.compile`; under `mixed_float16` (with `auto_scale_loss`) the optimizer
+        is wrapped in `optimization.LossScaleOptimizer`, whose overflow decision covers every
+        replica, instead of Keras's own."""
+        if auto_scale_loss:
+            optimizer = with_loss_scaling(keras.optimizers.get(optimizer), self.dtype_policy)
+        super().compile(optimizer, *args, auto_scale_loss=auto_scale_loss, **kwargs)
 
     def call(self, inputs, training=None):
         """`(source_ids, target_input_ids)` -> logits `[batch, tgt_len, vocab]` (float32)."""

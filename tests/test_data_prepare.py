@@ -11,7 +11,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from keras_transformer.data import SubwordTokenizer, write_demo_corpus
-from keras_transformer.data import token_storage
+from keras_transformer.data import batch_plan, token_storage
 from keras_transformer.data.batch_plan import BatchPlan
 from keras_transformer.data.prepare import (ParallelSource, check_segmentation, prepare,
                                             prepared, sample_sentences, text_file_source,
@@ -141,13 +141,13 @@ def test_word_dropout_replaces_inputs_at_its_rate_keeps_labels_and_specials_and_
 def test_two_workers_read_disjoint_pairs_and_together_every_batch_once(storage, monkeypatch):
     plan = BatchPlan(storage, batch_tokens=1000, max_length=32, seed=1)
     reads: list[set] = []
-    original = token_storage.Shard.pair
+    original = batch_plan.padded_batch
 
-    def counted(shard, index):
-        reads[-1].add((shard.ids.filename, int(shard.starts[index])))
-        return original(shard, index)
+    def counted(shard, members, length):
+        reads[-1].update((shard.ids.filename, int(start)) for start in shard.starts[members])
+        return original(shard, members, length)
 
-    monkeypatch.setattr(token_storage.Shard, "pair", counted)
+    monkeypatch.setattr(batch_plan, "padded_batch", counted)
     end, elements = plan.batches_per_epoch, []
     for worker in range(2):
         reads.append(set())

@@ -158,3 +158,336 @@ def test_two_workers_agree_fail_together_and_resume_together(tmp_path):
     for ours, theirs in zip(final_weights(tmp_path / "worker0"),
                             final_weights(tmp_path / "single")):
         np.testing.assert_allclose(ours, theirs, rtol=1e-3, atol=1e-4)
+
+
+# --- replicas that differ: dropout, float16 overflow, token counts ----------------------------
+
+DROPOUT_SCRIPT = textwrap.dedent("""
+    import json
+    import numpy as np
+    from keras_transformer.training.strategy import make_strategy
+    strategy = make_strategy(cpu_replicas=8)
+    import tensorflow as tf
+    from keras_transformer import fast
+    from keras_transformer.layers import HookDropout
+
+    def masks(seed):
+        with strategy.scope():
+            layer = HookDropout(0.5, seed=seed)
+        ones = tf.ones((64, 64))
+        drawn = strategy.run(tf.function(lambda: layer(ones, training=True)))
+        return [(mask.numpy() == 0) for mask in strategy.experimental_local_results(drawn)]
+
+    first, again, other = masks(3), masks(3), masks(4)
+    alone = HookDropout(0.5, seed=3)(tf.ones((64, 64)), training=True).numpy() == 0
+    print(json.dumps({
+        "kernels": fast.active(),
+        "distinct": len({mask.tobytes() for mask in first}),
+        "pairwise_agreement": max(float((a == b).mean()) for i, a in enumerate(first)
+                                  for b in first[i + 1:]),
+        "repeat": all(np.array_equal(a, b) for a, b in zip(first, again)),
+        "other_seed_differs": not any(np.array_equal(a, b) for a, b in zip(first, other)),
+        "replica_0_as_alone": bool(np.array_equal(first[0], alone))}))
+""")
+
+
+@pytest.mark.parametrize("kernels", ["reference", "fast"])
+def test_replicas_draw_their_own_dropout_masks_repeatably(kernels, monkeypatch):
+    """Eight replicas of one HookDropout draw eight different masks (about half their
+    positions agree, as independent masks at rate 0.5 do), the same eight again from the same
+    seed, and replica 0 the mask a lone device draws."""
+    monkeypatch.setenv("KT_KERNELS", kernels)
+    result = run_script_json(DROPOUT_SCRIPT)
+    assert result["kernels"] == kernels
+    assert result["distinct"] == 8
+    assert result["pairwise_agreement"] < 0.6
+    assert result["repeat"] and result["other_seed_differs"] and result["replica_0_as_alone"]
+
+
+OVERFLOW_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from keras_transformer.training.strategy import make_strategy
+    strategy = make_strategy(cpu_replicas=8)
+    import tensorflow as tf
+    import keras_transformer as kt
+    from keras_transformer import fast
+    from keras_transformer.training.precision import precision_scope
+    from trainers.train import compiled_model
+
+    overflowing = int(sys.argv[1])
+    recipe = kt.Recipe.preset("tiny", vocab_size=40, d_model=32, d_ff=64, num_layers=1)
+    rng = np.random.default_rng(0)
+
+    def replica_batches():
+        # Two steps; element r of a step is replica r's batch (rows differ between replicas).
+        # In step 1 one replica's batch has a loss gradient that overflows float16.
+        for step in range(2):
+            for replica in range(8):
+                rows = 2 + replica
+                ids = rng.integers(4, 40, size=(rows, 6)).astype("int32")
+                weights = np.ones((rows, 6), "float32")
+                if step == 0 and replica == overflowing:
+                    weights[0, 0] = 1e30
+                yield (ids, ids), ids, weights
+
+    spec = tf.TensorSpec([None, None], tf.int32)
+    data = strategy.distribute_datasets_from_function(lambda context: (
+        tf.data.Dataset.from_generator(replica_batches, output_signature=(
+            (spec, spec), spec, tf.TensorSpec([None, None], tf.float32)))))
+    with strategy.scope(), precision_scope("mixed_float16"):
+        model, _ = compiled_model(recipe)
+    initial_scale = model.optimizer.initial_scale
+    history = model.fit(data, epochs=2, steps_per_epoch=1, verbose=0)
+    optimizer = model.optimizer
+    print(json.dumps({
+        "kernels": fast.active(), "optimizer": type(optimizer).__name__,
+        "losses": history.history["loss"],
+        "weights_finite": all(bool(np.isfinite(w).all()) for w in model.get_weights()),
+        "moments_finite": all(bool(np.isfinite(v.numpy()).all())
+                              for v in optimizer.inner_optimizer.variables),
+        "scale_ratio": float(optimizer.dynamic_scale.numpy()) / initial_scale,
+        "iterations": int(optimizer.iterations.numpy())}))
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernels, overflowing", [("fast", 5), ("reference", 3)])
+def test_an_overflow_on_any_replica_skips_the_step_on_all(kernels, overflowing, monkeypatch):
+    """mixed_float16 over 8 replicas of unequal batches, kt-train's model and optimizer (the
+    fused Adam with fast kernels): a float16 overflow in one replica's gradients skips the step
+    everywhere and halves the loss scale once; the next step trains; no inf or NaN reaches a
+    weight or an Adam moment (Keras's own loss scaling decides from replica 0's gradients
+    alone). The step finishes within the script's time bound (no replica waits on another)."""
+    monkeypatch.setenv("KT_KERNELS", kernels)
+    script = OVERFLOW_SCRIPT.replace("int(sys.argv[1])", str(overflowing))
+    result = run_script_json(script, timeout=240)
+    assert result["kernels"] == kernels and result["optimizer"] == "LossScaleOptimizer"
+    assert result["weights_finite"] and result["moments_finite"]
+    assert result["scale_ratio"] == 0.5
+    assert result["iterations"] == 1  # the overflowing step skipped, the next one applied
+    assert result["losses"][0] > 1e20 and result["losses"][1] < 10  # logged, not applied
+
+
+LOGGED_LOSS_SCRIPT = textwrap.dedent("""
+    import json
+    import numpy as np
+    from keras_transformer.training.strategy import make_strategy
+    strategy = make_strategy(cpu_replicas=8)
+    import keras, tensorflow as tf
+    import keras_transformer as kt
+    from keras_transformer import fast
+
+    config = kt.TransformerConfig.preset("tiny", vocab_size=40, d_model=32, d_ff=64,
+                                         num_layers=1, dropout=0.0)
+    rng = np.random.default_rng(1)
+    batches = []  # replica r's batch: 1 + 2r rows of their own length, unevenly padded
+    for replica in range(8):
+        rows, width = 1 + 2 * replica, int(rng.integers(3, 12))
+        ids = np.zeros((rows, width), "int32")
+        for row, length in enumerate(rng.integers(1, width + 1, size=rows)):
+            ids[row, :length] = rng.integers(4, 40, size=length)
+        batches.append(((ids, ids), ids))
+    keras.utils.set_random_seed(0)
+    initial = kt.Transformer(config).get_weights()
+
+    def logged_loss(strategy, data):
+        with strategy.scope():
+            model = fast.FastTransformer(config)
+            model.set_weights(initial)
+            model.compile(optimizer=keras.optimizers.SGD(0.0),
+                          loss=kt.LabelSmoothedCrossEntropy(0.1))
+        return model.fit(data, epochs=1, steps_per_epoch=1, verbose=0).history["loss"][0]
+
+    spec = tf.TensorSpec([None, None], tf.int32)
+    per_replica = strategy.distribute_datasets_from_function(lambda context: (
+        tf.data.Dataset.from_generator(lambda: iter(batches),
+                                       output_signature=((spec, spec), spec))))
+    width = max(batch[1].shape[1] for batch in batches)
+    whole = np.concatenate([np.pad(batch[1], [(0, 0), (0, width - batch[1].shape[1])])
+                            for batch in batches])
+    one_device = tf.data.Dataset.from_tensors(((whole, whole), whole))
+    print(json.dumps({"kernels": fast.active(),
+                      "eight": logged_loss(strategy, per_replica),
+                      "one": logged_loss(tf.distribute.get_strategy(), one_device)}))
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernels", ["reference", "fast"])
+def test_the_logged_loss_is_the_global_batch_per_token_loss(kernels, monkeypatch):
+    """Eight replicas with batches of 1 to 15 rows and different padding log the loss one
+    device logs on all their rows together (Keras's own steps weight replicas by rows)."""
+    monkeypatch.setenv("KT_KERNELS", kernels)
+    result = run_script_json(LOGGED_LOSS_SCRIPT)
+    assert result["kernels"] == kernels
+    assert result["eight"] == pytest.approx(result["one"], rel=1e-5)
+
+
+WORKER_OVERFLOW_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from keras_transformer.training.strategy import make_strategy
+    strategy = make_strategy()
+    import tensorflow as tf
+    import keras_transformer as kt
+    from keras_transformer.training.precision import precision_scope
+    from trainers.train import compiled_model
+
+    jit_compile = sys.argv[1] == "jit"
+    worker = strategy.cluster_resolver.task_id
+    recipe = kt.Recipe.preset("tiny", vocab_size=40, d_model=32, d_ff=64, num_layers=1)
+
+    def batches(context):
+        rng = np.random.default_rng(context.input_pipeline_id)
+        def generate():
+            for step in range(2):  # worker 1's first batch overflows float16
+                ids = rng.integers(4, 40, size=(3, 6)).astype("int32")
+                weights = np.ones((3, 6), "float32")
+                if step == 0 and context.input_pipeline_id == 1:
+                    weights[0, 0] = 1e30
+                yield (ids, ids), ids, weights
+        spec = tf.TensorSpec([3, 6], tf.int32)
+        return tf.data.Dataset.from_generator(generate, output_signature=(
+            (spec, spec), spec, tf.TensorSpec([3, 6], tf.float32)))
+
+    with strategy.scope(), precision_scope("mixed_float16"):
+        model, _ = compiled_model(recipe, jit_compile=jit_compile)
+    initial_scale = model.optimizer.initial_scale
+    model.fit(strategy.distribute_datasets_from_function(batches), epochs=2,
+              steps_per_epoch=1, verbose=0)
+    optimizer = model.optimizer
+    print(json.dumps({
+        "worker": worker, "xla": bool(model.jit_compile),
+        "weights_finite": all(bool(np.isfinite(w).all()) for w in model.get_weights()),
+        "moments_finite": all(bool(np.isfinite(v.numpy()).all())
+                              for v in optimizer.inner_optimizer.variables),
+        "scale_ratio": float(optimizer.dynamic_scale.numpy()) / initial_scale,
+        "iterations": int(optimizer.iterations.numpy()),
+        "weights_sum": float(sum(np.abs(w).sum() for w in model.get_weights()))}))
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compiled", ["graph", "jit"])
+def test_an_overflow_on_one_worker_skips_the_step_on_both(compiled):
+    """Two MultiWorkerMirroredStrategy processes under mixed_float16 (also XLA-compiled): an
+    overflow in worker 1's gradients skips the step on both workers, halves both scales once,
+    and both finish (no worker waits on a collective the other skipped) with equal, finite
+    weights and moments."""
+    workers = [f"localhost:{port}" for port in free_ports(2)]
+    processes = []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        processes.append(subprocess.Popen(
+            [sys.executable, "-c", WORKER_OVERFLOW_SCRIPT, compiled], cwd=ROOT,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "TF_CONFIG": json.dumps(tf_config)}))
+    try:
+        outputs = [process.communicate(timeout=300) for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+    assert [process.returncode for process in processes] == [0, 0], (
+        outputs[0][1][-2000:] + outputs[1][1][-2000:])
+    results = [json.loads(stdout.strip().splitlines()[-1]) for stdout, _ in outputs]
+    for result in results:
+        assert result["xla"] == (compiled == "jit")
+        assert result["weights_finite"] and result["moments_finite"]
+        assert result["scale_ratio"] == 0.5 and result["iterations"] == 1
+    assert results[0]["weights_sum"] == pytest.approx(results[1]["weights_sum"], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_workers_take_the_chiefs_hardware_choices(tmp_path, monkeypatch):
+    """Two workers whose probes would choose differently (their probe caches disagree: the
+    chief's says float32 and the reference kernels, the other's bfloat16 and the fast ones)
+    both train with the chief's choices, to the same weights."""
+    import numpy as np
+    import tensorflow as tf
+
+    from trainers import probes, train
+
+    paths = write_demo_corpus(tmp_path / "data")
+    common = ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
+              "--set", "num_layers=1", "--set", "batch_tokens=512", "--set", "max_length=48",
+              "--precision", "auto", "--kernels", "auto",
+              "--train-src", paths["train"][0], "--train-tgt", paths["train"][1],
+              "--dev-src", paths["dev"][0], "--dev-tgt", paths["dev"][1],
+              "--steps", "6", "--eval-every", "6", "--eval-sentences", "4",
+              "--backup-every", "3", "--no-export"]
+    winners = [("float32", "reference"), ("bfloat16", "fast")]  # the chief's, the other's
+    for index, (dtype, kernels) in enumerate(winners):  # each worker's cache, as kt-train keys it
+        monkeypatch.setenv("KT_CACHE_DIR", str(tmp_path / f"cache{index}"))
+        monkeypatch.setattr(probes, "_matmul_gflops",
+                            lambda candidate, *sizes, dtype=dtype: 400.0 if candidate == dtype
+                            else 100.0)
+        monkeypatch.setattr(probes, "_training_steps_per_second",
+                            lambda candidate, *sizes, kernels=kernels: 2.0
+                            if candidate == kernels else 1.0)
+        args = train.parse_args([*common, "--output-dir", str(tmp_path / f"probe{index}")])
+        chosen = train.hardware_choices(args, args.recipe, {}, tf.distribute.get_strategy())
+        assert chosen == (probes.POLICY_OF_DTYPE[dtype], kernels)
+    monkeypatch.undo()
+
+    workers = [f"localhost:{port}" for port in free_ports(2)]
+    processes = []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        processes.append(subprocess.Popen(
+            [sys.executable, "-m", "trainers", "train", *common, "--output-dir",
+             str(tmp_path / f"worker{index}")], cwd=ROOT, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "TF_CONFIG": json.dumps(tf_config),
+                 "KT_CACHE_DIR": str(tmp_path / f"cache{index}")}))
+    try:
+        outputs = [process.communicate(timeout=400)[0] for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+    assert [process.returncode for process in processes] == [0, 0], (
+        outputs[0][-2000:] + outputs[1][-2000:])
+    for output in outputs:
+        summary = final_json(output)
+        assert (summary["precision"], summary["kernels"]) == ("float32", "reference")
+    assert "precision float32 (the chief's choice)" in outputs[1]
+    assert "kernels reference (the chief's choice)" in outputs[1]
+    for ours, theirs in zip(*map(final_weights, [tmp_path / "worker0", tmp_path / "worker1"])):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.slow
+def test_eight_replicas_with_dropout_and_float16_resume_exactly(tmp_path):
+    """kt-train over 8 CPU replicas with dropout on and mixed_float16 (dynamic loss scaling):
+    a run stopped after 4 steps and started again ends with the weights of an uninterrupted
+    8-step run, each step trained on the same batches."""
+    import numpy as np
+
+    from keras_transformer.training.batch_log import read_batch_log
+
+    paths = write_demo_corpus(tmp_path / "data")
+    common = ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
+              "--set", "num_layers=1", "--set", "batch_tokens=2048", "--set", "max_length=48",
+              "--set", "dropout=0.3", "--cpu-replicas", "8", "--precision", "mixed_float16",
+              "--kernels", "fast", "--train-src", paths["train"][0],
+              "--train-tgt", paths["train"][1], "--dev-src", paths["dev"][0],
+              "--dev-tgt", paths["dev"][1], "--eval-every", "4", "--eval-sentences", "2",
+              "--backup-every", "2", "--log-batches", "--no-export"]
+
+    def run(name: str, steps: int) -> str:
+        completed = subprocess.run(
+            [sys.executable, "-m", "trainers", "train", *common, "--steps", str(steps),
+             "--output-dir", str(tmp_path / name)], cwd=ROOT, capture_output=True, text=True,
+            timeout=600)
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        return completed.stderr
+
+    run("uninterrupted", 8)
+    run("resumed", 4)
+    assert "restored step 4 " in run("resumed", 8)
+    expected = read_batch_log(tmp_path / "uninterrupted" / "batches.tsv", per_step=8)
+    trained = read_batch_log(tmp_path / "resumed" / "batches.tsv", per_step=8)
+    assert [trained[step] for step in range(1, 9)] == [expected[step] for step in range(1, 9)]
+    for ours, theirs in zip(final_weights(tmp_path / "resumed"),
+                            final_weights(tmp_path / "uninterrupted")):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)

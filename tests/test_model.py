@@ -231,7 +231,8 @@ def test_training_differentiates_the_loss_through_the_logit_factors(variant):
                 if kernel_set == "fast":
                     x, y, weights, positions = model._at_target_tokens(data)
                     factors = packed.logit_factors(model, *x, positions, training=True)
-                    value = model._loss(x, y, factors, weights, training=True)
+                    value = model._loss(x, y, factors.logits, factors, weights,
+                                        training=True)
                 else:
                     x, y = data
                     value = model.compute_loss(x=x, y=y, y_pred=model(x, training=True))

@@ -23,6 +23,9 @@ def private_cache(tmp_path, monkeypatch):
     ({"float32": 200.0, "bfloat16": 230.0}, "float32"),  # not clearly faster
     ({"float32": 200.0}, "float32"),  # float32 only
     ({"float32": 100.0, "bfloat16": 400.0, "float16": 800.0}, "mixed_float16"),
+    # A100/H100-like: float16 a little faster than bfloat16; bfloat16 needs no loss scaling.
+    ({"float32": 100.0, "bfloat16": 700.0, "float16": 800.0}, "mixed_bfloat16"),
+    ({"float32": 100.0, "bfloat16": 110.0, "float16": 800.0}, "mixed_float16"),  # V100/T4-like
 ])
 def test_precision_follows_the_measured_matmul_speed(figures, expected):
     def measure(dtype):

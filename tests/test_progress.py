@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.metrics import MaskedTokenAccuracy
+from keras_transformer.training.callbacks import Schedule, StepClock
 from keras_transformer.training.progress import ProgressLines, duration
 from conftest import FakeClock
 
@@ -14,14 +15,13 @@ def started_progress(max_steps, max_minutes):
     """A started `ProgressLines` (every 30 s) on a fake clock, token count and step counter."""
     clock, stream = FakeClock(), io.StringIO()
     tokens = MaskedTokenAccuracy()
-    progress = ProgressLines(max_steps, max_minutes, tokens, 1000, every_seconds=30, stream=stream,
-                             clock=clock)
-    iterations = tf.Variable(0, dtype=tf.int64)
-    progress.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=iterations),
-                                       distribute_strategy=tf.distribute.get_strategy(),
+    steps = StepClock()
+    progress = ProgressLines(max_steps, max_minutes, tokens, Schedule(steps, 1000),
+                             every_seconds=30, stream=stream, clock=clock)
+    progress.set_model(SimpleNamespace(distribute_strategy=tf.distribute.get_strategy(),
                                        stop_training=False))
     progress.on_train_begin()
-    return progress, clock, stream, tokens, iterations
+    return progress, clock, stream, tokens, steps
 
 
 @pytest.mark.parametrize("max_steps, max_minutes, expected_eta", [
@@ -31,12 +31,14 @@ def started_progress(max_steps, max_minutes):
     (None, None, None),              # unbounded: no ETA
 ])
 def test_eta_follows_the_budget_that_ends_first(max_steps, max_minutes, expected_eta):
-    progress, clock, stream, tokens, iterations = started_progress(max_steps, max_minutes)
+    progress, clock, stream, tokens, steps = started_progress(max_steps, max_minutes)
+    steps.on_epoch_begin(0)
     progress.on_epoch_begin(0)
     for step in range(1, 101):
-        clock.now, _ = float(step), iterations.assign(step)
+        clock.now = float(step)
+        steps.on_train_batch_end(step - 1)
         tokens.count.assign_add(50.0)
-        progress.on_train_batch_end(step, {"loss": 2.5})
+        progress.on_train_batch_end(step - 1, {"loss": 2.5})
     lines = stream.getvalue().splitlines()
     assert len(lines) == 3  # at 30, 60 and 90 s
     assert "50 target tok/s" in lines[-1] and "elapsed 1m30s" in lines[-1]
@@ -50,15 +52,16 @@ def test_lines_span_epochs_shorter_than_their_interval():
     """Keras restarts the token count every epoch (a backup interval, often shorter than the
     line interval) and evaluations pause training between epochs: lines still come every 30 s
     of training, with the rate over the tokens of every epoch since the last line."""
-    progress, clock, stream, tokens, iterations = started_progress(None, None)
+    progress, clock, stream, tokens, steps = started_progress(None, None)
     for epoch in range(10):  # 10 steps of 1 s each, then a 100 s evaluation
         tokens.count.assign(0.0)
+        steps.on_epoch_begin(epoch)
         progress.on_epoch_begin(epoch)
-        for _ in range(10):
+        for batch in range(10):
             clock.now += 1.0
-            iterations.assign_add(1)
+            steps.on_train_batch_end(batch)
             tokens.count.assign_add(50.0)
-            progress.on_train_batch_end(0, {"loss": 2.5})
+            progress.on_train_batch_end(batch, {"loss": 2.5})
         progress.on_epoch_end(epoch)
         clock.now += 100.0
     lines = stream.getvalue().splitlines()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +50,8 @@ def choose_precision(d_model: int = 512, d_ff: int = 2048, tokens: int = 2048,
                      dtypes: Optional[list[str]] = None) -> ProbeResult:
     """The Keras dtype policy for training: `mixed_bfloat16` or `mixed_float16` when that
     dtype's matmuls (`[tokens, d_model] @ [d_model, d_ff]`, forward and backward shapes) run at
-    least `REDUCED_PRECISION_MARGIN` times as fast as float32's here, else `float32`.
+    least `REDUCED_PRECISION_MARGIN` times as fast as float32's here, else `float32`; bfloat16
+    rather than a faster float16 unless float16 is that margin faster still.
     `dtypes` default: float32 and bfloat16, and float16 on GPUs only (on CPUs it is
     emulated). `measure(dtype)` -> GFLOP/s replaces the timing (for tests)."""
     if dtypes is None:
@@ -64,6 +67,9 @@ def choose_precision(d_model: int = 512, d_ff: int = 2048, tokens: int = 2048,
             except (tf.errors.OpError, TypeError, ValueError):
                 pass  # no kernel for this dtype here
         best = max(figures, key=figures.get)
+        if best == "float16" and figures.get("bfloat16", 0.0) * REDUCED_PRECISION_MARGIN >= (
+                figures["float16"]):
+            best = "bfloat16"  # float32's range: no loss scaling, no overflow to skip
         if figures[best] < REDUCED_PRECISION_MARGIN * figures["float32"]:
             best = "float32"
         return ProbeResult(POLICY_OF_DTYPE[best], figures, "GFLOP/s")
@@ -102,6 +108,22 @@ def choose_kernels(d_model: int = 512, d_ff: int = 2048, num_heads: int = 8,
 
     return _cached(f"kernels|{policy}|{d_model}x{d_ff}x{num_heads}x{tokens}x{vocab_size}",
                    probe, measure is None)
+
+
+def gpus_tensorflow_cannot_see() -> list[str]:
+    """The GPUs `nvidia-smi -L` lists when TensorFlow sees none (a TensorFlow without its CUDA
+    libraries trains on the CPU without a word); empty when TensorFlow sees a GPU, or there is
+    no `nvidia-smi`, or it lists none."""
+    if tf.config.list_physical_devices("GPU"):
+        return []
+    tool = shutil.which("nvidia-smi")
+    if tool is None:
+        return []
+    try:
+        listed = subprocess.run([tool, "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in listed.splitlines() if line.startswith("GPU ")]
 
 
 def cache_path() -> Path:
@@ -148,14 +170,19 @@ def _cached(key: str, probe: Callable[[], ProbeResult], use_cache: bool) -> Prob
     return result
 
 
-def _best_rate(run: Callable[[], object], work: float, repeats: int = 5) -> float:
-    """`work` per second of the fastest of `repeats` runs of `run` after one warm-up."""
-    run()
+def _best_rate(run: Callable[[], tf.Tensor], work: float, repeats: int = 5,
+               calls: int = 1) -> float:
+    """`work` per second of `run`: the fastest of `repeats` timings of `calls` calls in a row
+    (after one warm-up), each timing waiting for the last call's result only, so that an
+    accelerator's queue stays full and the figure is its compute, not the host's dispatch."""
+    run().numpy()
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
+        for _ in range(calls - 1):
+            run()
+        run().numpy()
+        best = min(best, (time.perf_counter() - start) / calls)
     return work / best
 
 
@@ -172,7 +199,7 @@ def _matmul_gflops(dtype: str, tokens: int, d_model: int, d_ff: int) -> float:
                 + tf.reduce_sum(tf.matmul(g, w, transpose_b=True)[:1, :1])
                 + tf.reduce_sum(tf.matmul(x, g, transpose_a=True)[:1, :1]))
 
-    return _best_rate(lambda: step().numpy(), 3 * 2 * tokens * d_model * d_ff / 1e9)
+    return _best_rate(step, 3 * 2 * tokens * d_model * d_ff / 1e9, calls=4)
 
 
 def _training_steps_per_second(kernel_set: str, d_model: int, d_ff: int, num_heads: int,
@@ -200,4 +227,4 @@ def _training_steps_per_second(kernel_set: str, d_model: int, d_ff: int, num_hea
         model.compile(optimizer=adam(learning_rate=0.0),
                       loss=LabelSmoothedCrossEntropy())
         step = tf.function(model.train_step)
-        return _best_rate(lambda: step(batch)["loss"].numpy(), 1.0, repeats=3)
+        return _best_rate(lambda: step(batch)["loss"], 1.0, repeats=3, calls=2)

@@ -50,16 +50,18 @@ from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
 from keras_transformer.training.backup import BackupError, newest_step, restore_latest
 from keras_transformer.training.batch_stream import per_replica_tokens, training_batches
 from keras_transformer.training.callbacks import (DevEvaluation, PeriodicBackup,
-                                                  PeriodicCheckpoint, epoch_steps,
-                                                  StopAtLimit, TensorBoardScalars, global_step)
+                                                  PeriodicCheckpoint, Schedule, StepClock,
+                                                  StopAtLimit, TensorBoardScalars, epoch_steps)
 from keras_transformer.training.checkpoints import save_weights_atomic
-from trainers.probes import choose_kernels, choose_precision
-from keras_transformer.training.precision import CHOICES, precision_scope
+from trainers.probes import choose_kernels, choose_precision, gpus_tensorflow_cannot_see
+from keras_transformer.training.precision import CHOICES, POLICIES as PRECISIONS
+from keras_transformer.training.precision import precision_scope
 from keras_transformer.training.progress import ProgressLines
 from keras_transformer.training.run_dir import RunDir
 from keras_transformer.training.run_dir import keep_better_of_average_and_final
-from keras_transformer.training.strategy import (any_across_workers, make_strategy,
-                                                 smallest_across_workers, worker_count)
+from keras_transformer.training.strategy import (any_across_workers, chief_values, is_chief,
+                                                 make_strategy, smallest_across_workers,
+                                                 worker_count)
 from keras_transformer.visualization import attention_maps
 
 DEFAULT_STEPS = 1000
@@ -118,8 +120,17 @@ def build_parser() -> argparse.ArgumentParser:
                           "this machine at the model's sizes); default: $KT_KERNELS, else auto")
     run.add_argument("--jit-compile", action="store_true",
                      help="XLA-compile the train step (measured slower on CPU; may help on GPU)")
+    run.add_argument("--steps-per-execution", type=int, default=1,
+                     help="training steps per call of the compiled train function (Keras "
+                          "fetches the logs to the host once per call: on a GPU, 10-100 hide "
+                          "that wait); --steps, --eval-every and --backup-every must be "
+                          "multiples of it (default: 1)")
     run.add_argument("--eval-every", type=int, default=250,
-                     help="steps between dev BLEU evaluations and attention images")
+                     help="steps between dev BLEU evaluations and attention images "
+                          "(default: 250)")
+    run.add_argument("--eval-every-minutes", type=float,
+                     help="also evaluate at the first backup interval's end this many minutes "
+                          "after the previous evaluation (default: by steps only)")
     run.add_argument("--eval-sentences", type=int, default=200,
                      help="dev sentences translated at each evaluation")
     run.add_argument("--eval-beam-size", type=int, default=1,
@@ -134,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "when that is more)")
     run.add_argument("--backup-every", type=int, default=100,
                      help="steps between backups a killed run resumes from (default: 100)")
+    run.add_argument("--backup-every-minutes", type=float,
+                     help="also back up at the first evaluation or backup interval's end this "
+                          "many minutes after the previous backup (default: by steps only)")
     run.add_argument("--log-batches", action="store_true",
                      help="append each training batch's step and a digest of its ids to "
                           "batches.tsv in the run directory (to audit resumed runs)")
@@ -185,6 +199,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     positive = {"steps": args.steps, "epochs": args.epochs, "max_minutes": args.max_minutes,
                 "eval_every": args.eval_every, "eval_sentences": args.eval_sentences,
                 "eval_beam_size": args.eval_beam_size, "backup_every": args.backup_every,
+                "eval_every_minutes": args.eval_every_minutes,
+                "backup_every_minutes": args.backup_every_minutes,
                 "checkpoint_every_steps": args.checkpoint_every_steps,
                 "checkpoint_every_minutes": args.checkpoint_every_minutes,
                 "keep_checkpoints": args.keep_checkpoints, "vocab_sentences": args.vocab_sentences,
@@ -195,6 +211,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     for name in ("cpu_replicas", "attention_sentences", "progress_seconds"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')}: must be non-negative")
+    if args.steps_per_execution < 1:
+        parser.error("--steps-per-execution: must be positive")
+    for name in ("steps", "eval_every", "backup_every"):
+        value = getattr(args, name)
+        if value is not None and value % args.steps_per_execution:
+            parser.error(f"--{name.replace('_', '-')}: {value} is not a multiple of "
+                         f"--steps-per-execution {args.steps_per_execution}")
     if args.cpu_replicas and os.environ.get("TF_CONFIG"):
         parser.error("--cpu-replicas: cannot be combined with TF_CONFIG (multi-worker)")
     if len(args.tfds_splits.split(",")) != 3:
@@ -281,22 +304,26 @@ def training_storage(run: RunDir, source: Optional[ParallelSource], tokenizer: S
 
 def step_budget(args: argparse.Namespace, plan: BatchPlan, replicas: int) -> Optional[int]:
     """Total steps: `--steps`, or `--epochs` times the steps of one pass over the data (its
-    per-replica batches over the replicas, counted from the storage's manifest)."""
+    per-replica batches over the replicas, counted from the storage's manifest), rounded up to
+    a multiple of `--steps-per-execution`."""
     if args.epochs is None:
         return args.steps
-    return max(1, math.ceil(args.epochs * plan.batches_per_epoch / replicas))
+    steps = max(1, math.ceil(args.epochs * plan.batches_per_epoch / replicas))
+    return math.ceil(steps / args.steps_per_execution) * args.steps_per_execution
 
 
-def compiled_model(recipe: Recipe,
-                   jit_compile: bool = False) -> tuple[Transformer, MaskedTokenAccuracy]:
+def compiled_model(recipe: Recipe, jit_compile: bool = False,
+                   steps_per_execution: int = 1) -> tuple[Transformer, MaskedTokenAccuracy]:
     """A Transformer compiled with the paper's optimizer, schedule and loss (in scope), under
     the global dtype policy and kernel set (`fast.FastTransformer`: with the reference set,
-    Keras's own steps); `jit_compile` XLA-compiles the train step."""
+    Keras's own steps); `jit_compile` XLA-compiles the train step; `steps_per_execution`
+    steps run per call of the train function."""
     model = fast.FastTransformer(recipe.architecture)
     accuracy = MaskedTokenAccuracy()
     model.compile(optimizer=make_optimizer(recipe.architecture.d_model, recipe.training),
                   loss=LabelSmoothedCrossEntropy(recipe.training.label_smoothing),
-                  metrics=[accuracy, Perplexity()], jit_compile=jit_compile)
+                  metrics=[accuracy, Perplexity()], jit_compile=jit_compile,
+                  steps_per_execution=steps_per_execution)
     return model, accuracy
 
 
@@ -309,9 +336,12 @@ def dev_translation(args: argparse.Namespace, model: Transformer,
 
 
 def training_callbacks(args: argparse.Namespace, run: RunDir, model_parts: tuple,
-                       dev: tuple[list[str], list[str]], max_steps: Optional[int]) -> list:
-    """Backups after the NaN check (a diverged step is not backed up); dev BLEU before the
-    scalar writer, which records it."""
+                       dev: tuple[list[str], list[str]], max_steps: Optional[int],
+                       first_step: int) -> list:
+    """The step clock first; backups after the NaN check (a diverged step is not backed up);
+    dev BLEU before the scalar writer, which records it. None reads a device variable after
+    each batch (Keras itself fetches the step's logs after each call of the train function:
+    `--steps-per-execution` makes that once per several steps)."""
     model, accuracy, tokenizer = model_parts
     strategy = model.distribute_strategy
     any_worker = (None if worker_count(strategy) == 1
@@ -319,17 +349,21 @@ def training_callbacks(args: argparse.Namespace, run: RunDir, model_parts: tuple
     writer = tf.summary.create_file_writer(os.fspath(run.tensorboard))
     sources, references = (side[:args.eval_sentences] for side in dev)
     pairs = list(zip(*dev))[:args.attention_sentences]
+    steps = StepClock(first_step)
+    evaluation = Schedule(steps, args.eval_every, args.eval_every_minutes, any_worker=any_worker)
+    backups = Schedule(steps, args.backup_every, args.backup_every_minutes, at_stop=False,
+                       any_worker=any_worker)
     return [
-        StopAtLimit(max_steps, args.max_minutes, any_worker),
+        steps,
+        StopAtLimit(steps, max_steps, args.max_minutes, any_worker),
         keras.callbacks.TerminateOnNaN(),
-        PeriodicBackup(run.backup, args.backup_every),
+        PeriodicBackup(run.backup, backups),
         DevEvaluation(dev_translation(args, model, tokenizer), sources, references,
                       lambda source, target: attention_maps(model, tokenizer, source, target),
-                      pairs, writer, run.root / "bleu_curve.tsv", args.eval_every),
-        TensorBoardScalars(writer, accuracy, args.eval_every),
-        ProgressLines(max_steps, args.max_minutes, accuracy, args.eval_every,
-                      args.progress_seconds),
-        PeriodicCheckpoint(run.checkpoints, args.checkpoint_every_steps,
+                      pairs, writer, run.root / "bleu_curve.tsv", evaluation),
+        TensorBoardScalars(writer, accuracy, evaluation),
+        ProgressLines(max_steps, args.max_minutes, accuracy, evaluation, args.progress_seconds),
+        PeriodicCheckpoint(steps, run.checkpoints, args.checkpoint_every_steps,
                            args.checkpoint_every_minutes,
                            args.keep_checkpoints or max(5, args.recipe.training.average_last)),
     ]
@@ -357,11 +391,13 @@ def evaluate_test(args: argparse.Namespace, run: RunDir, model: Transformer,
     return {**outputs, **{score.name: round(score.value, 2) for score in scores}}
 
 
-def hardware_choices(args: argparse.Namespace, recipe: Recipe,
-                     recorded: dict) -> tuple[str, str]:
+def hardware_choices(args: argparse.Namespace, recipe: Recipe, recorded: dict,
+                     strategy: tf.distribute.Strategy) -> tuple[str, str]:
     """The precision and kernel set of the run: as given; for auto, as an earlier start of the
     run recorded them, else measured here (`probes`), printed with the figures and kept in the
-    run directory's `hardware.json`."""
+    run directory's `hardware.json`. In a multi-worker cluster the chief decides: it alone
+    measures, and every worker takes its choices (workers that measured apart could build
+    different graphs)."""
     choices, measured = {}, {}
     config = recipe.architecture
     probe_tokens = min(recipe.training.batch_tokens, 2048)
@@ -370,17 +406,27 @@ def hardware_choices(args: argparse.Namespace, recipe: Recipe,
         "kernels": lambda: choose_kernels(config.d_model, config.d_ff, config.num_heads,
                                           probe_tokens, config.output_vocab_size),
     }
+    chief = is_chief(strategy)
     for name, probe in probes.items():
         wanted = getattr(args, name)
         if wanted != "auto":
             choices[name] = wanted
         elif name in recorded:
             choices[name] = recorded[name]
-        else:
+        elif chief:
             with precision_scope(choices.get("precision", "float32")):
                 measured[name] = probe()
             choices[name] = measured[name].choice
             print(f"kt-train: {name} {measured[name].describe()}", file=sys.stderr)
+        else:
+            choices[name] = "chief's"
+        if worker_count(strategy) > 1:
+            options = PRECISIONS if name == "precision" else fast.KERNEL_SETS
+            mine = options.index(choices[name]) if choices[name] in options else -1
+            taken = options[chief_values(strategy, [mine])[0]]
+            if not chief and taken != choices[name]:
+                print(f"kt-train: {name} {taken} (the chief's choice)", file=sys.stderr)
+            choices[name] = taken
     if measured:
         RunDir(args.output_dir).write_json(
             "hardware.json", {name: result.to_dict() for name, result in measured.items()})
@@ -391,8 +437,15 @@ def train(args: argparse.Namespace) -> dict:
     """Runs the whole job; returns a summary (paths, steps, scores)."""
     recipe, run = args.recipe, RunDir(args.output_dir)
     config = recipe.architecture
+    hidden = gpus_tensorflow_cannot_see()
+    if hidden:
+        print(f"kt-train: warning: nvidia-smi lists {len(hidden)} GPU(s) ({hidden[0]}"
+              f"{', ...' if len(hidden) > 1 else ''}) but TensorFlow sees none, so this run "
+              "trains on the CPU. Install TensorFlow with its CUDA libraries: pip install "
+              f"\"tensorflow[and-cuda]=={tf.__version__}\" (docs/training.md, \"Training on "
+              "GPUs\")", file=sys.stderr)
     strategy = make_strategy(args.cpu_replicas)
-    precision, kernel_set = hardware_choices(args, recipe, run.recorded_options())
+    precision, kernel_set = hardware_choices(args, recipe, run.recorded_options(), strategy)
     fast.set_kernels(kernel_set)
     resumed = run.claim(recipe, {**run_options(args), "precision": precision,
                                  "kernels": kernel_set})
@@ -407,7 +460,7 @@ def train(args: argparse.Namespace) -> dict:
                      config.max_length, args.seed, word_dropout=recipe.training.word_dropout)
     max_steps = step_budget(args, plan, replicas)
     with strategy.scope(), precision_scope(precision):
-        model, accuracy = compiled_model(recipe, args.jit_compile)
+        model, accuracy = compiled_model(recipe, args.jit_compile, args.steps_per_execution)
         # Every worker of a cluster resumes from the same step: the newest all of them have.
         agreed = smallest_across_workers(strategy, newest_step(run.backup, run.checkpoints))
         restored = restore_latest(model, run.backup, run.checkpoints, at_most=agreed)
@@ -415,7 +468,7 @@ def train(args: argparse.Namespace) -> dict:
             raise TrainingError(f"the workers restored different steps (this one {restored.step}"
                                 f"); give them the same backups, or move the newer ones away")
     callbacks = training_callbacks(args, run, (model, accuracy, tokenizer), corpora["dev"],
-                                   max_steps)
+                                   max_steps, restored.step)
     print(f"kt-train: {'resuming' if resumed else 'starting'} {run.root} on {replicas} "
           f"replica(s), {max_steps or 'unlimited'} steps, {precision}, {kernel_set} kernels"
           f"{', XLA' if model.jit_compile else ''}", file=sys.stderr)
@@ -438,7 +491,7 @@ def train(args: argparse.Namespace) -> dict:
                             "worker again with the same command: they resume from their "
                             "newest common backup") from None
     if model.stop_training and not math.isfinite(history.history.get("loss", [0.0])[-1]):
-        raise TrainingError(f"loss became NaN at step {global_step(model)}; nothing exported; "
+        raise TrainingError(f"loss became NaN by step {callbacks[0].step}; nothing exported; "
                             "the same command resumes from the newest backup with finite "
                             "weights (lower the learning rate to avoid diverging again)")
     save_weights_atomic(model, run.final_weights)
@@ -449,7 +502,7 @@ def train(args: argparse.Namespace) -> dict:
         lambda: corpus_scores(translate_dev(sources), references)[0].value)
     print(f"kt-train: result {result['weights']} (dev BLEU {result['dev_bleu']})",
           file=sys.stderr)
-    summary = {"run_dir": os.fspath(run.root), "steps": global_step(model),
+    summary = {"run_dir": os.fspath(run.root), "steps": callbacks[0].step,
                "precision": precision, "kernels": kernel_set, **result}
     if "test" in corpora:
         summary["test"] = evaluate_test(args, run, model, tokenizer, corpora["test"],

@@ -132,18 +132,25 @@ class BatchPlan:
 
 def padded_batch(shard: Shard, members: np.ndarray, length: int) -> Batch:
     """The model's batch of pairs `members` of `shard`: sources + EOS, BOS + targets and
-    targets + EOS, int32, padded to `length`."""
-    source, target_in, target_out = (np.full([len(members), length], PAD_ID, np.int32)
-                                     for _ in range(3))
-    target_in[:, 0] = BOS_ID
-    for row, index in enumerate(members.tolist()):
-        source_ids, target_ids = shard.pair(index)
-        source[row, :len(source_ids)] = source_ids
-        source[row, len(source_ids)] = EOS_ID
-        target_in[row, 1:len(target_ids) + 1] = target_ids
-        target_out[row, :len(target_ids)] = target_ids
-        target_out[row, len(target_ids)] = EOS_ID
-    return (source, target_in), target_out
+    targets + EOS, int32, padded to `length` (one gather from the ids for the whole batch)."""
+    source_lengths, target_lengths = shard.lengths[members].T
+    starts = shard.starts[members]
+    columns = np.arange(length)
+    if len(shard.ids) == 0:
+        sources = targets = np.zeros([len(members), length], np.int32)
+    else:
+        def gathered(first: np.ndarray) -> np.ndarray:
+            at = np.minimum(first[:, None] + columns, len(shard.ids) - 1)
+            return shard.ids[at].astype(np.int32)
+        sources, targets = gathered(starts), gathered(starts + source_lengths)
+    source = np.where(columns < source_lengths[:, None], sources, PAD_ID)
+    target_out = np.where(columns < target_lengths[:, None], targets, PAD_ID)
+    source[np.arange(len(members)), source_lengths] = EOS_ID
+    target_in = np.concatenate([np.full([len(members), 1], BOS_ID), target_out[:, :-1]],
+                               axis=1)
+    target_out[np.arange(len(members)), target_lengths] = EOS_ID
+    return ((source.astype(np.int32), target_in.astype(np.int32)),
+            target_out.astype(np.int32))
 
 
 def drop_words(batch: Batch, rate: float, generator: np.random.Generator) -> Batch:

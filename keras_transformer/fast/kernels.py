@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-import keras
 import tensorflow as tf
 
 from keras_transformer.layers.attention import linear as reference_linear
@@ -93,7 +92,7 @@ def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float) 
     return normalize(x, tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32))
 
 
-def dropout(inputs: tf.Tensor, rate: float, seed_generator: keras.random.SeedGenerator,
+def dropout(inputs: tf.Tensor, rate: float, seed: tf.Tensor,
             shape: Optional[tf.Tensor] = None) -> tf.Tensor:
     """Masks from 16 random bits, two per 32-bit Philox output, instead of a float32 uniform
     (random-number generation was two thirds of Keras's dropout time on CPU).
@@ -110,7 +109,7 @@ def dropout(inputs: tf.Tensor, rate: float, seed_generator: keras.random.SeedGen
         shape = tf.shape(inputs)
     size = tf.reduce_prod(shape)
     bits = tf.random.stateless_uniform(
-        [(size + 1) // 2], seed=_stateless_seed(seed_generator.next()),
+        [(size + 1) // 2], seed=seed,
         minval=None, maxval=None, dtype=tf.uint32)
     levels = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]
     scale = tf.constant(_LEVELS / (_LEVELS - dropped), inputs.dtype)
@@ -123,13 +122,6 @@ def _times_mask(inputs, mask):
     """`inputs * mask`, differentiated for `inputs` only (one multiplication, where autodiff of
     a product with dynamic shapes adds broadcast reductions)."""
     return inputs * mask, lambda upstream: (upstream * mask, None)
-
-
-def _stateless_seed(seed: tf.Tensor) -> tf.Tensor:
-    """A SeedGenerator's int64 state as the int32 seed stateless ops take under XLA too."""
-    if seed.dtype == tf.int32:
-        return seed
-    return tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
 
 
 def sum_of_rows(values: tf.Tensor) -> tf.Tensor:

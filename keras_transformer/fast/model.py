@@ -20,46 +20,59 @@ class FastTransformer(compat.LocalBatchSymbolicBuild, Transformer):
     With the fast kernel set active, a step runs the layers on the real target tokens only
     (`packed.logit_factors`; padded under XLA) and hands `LabelSmoothedCrossEntropy` the
     logits' factors, through which its gradient is written out; other losses, sample weights,
-    `add_loss` terms and the metrics get the logits. With the reference set, Keras's own
-    steps run the core model. Either way multi-worker `fit` works (`compat`).
+    `add_loss` terms and the metrics get the logits. With the reference set, the step is
+    Keras's own on the core model's logits. Either way the logged loss is the global batch's
+    per-token loss (`_loss`) and multi-worker `fit` works (`compat`).
     Batches are `((source_ids, target_input_ids), target_output_ids)`.
     """
 
     def train_step(self, data):
-        if selection.active() != selection.FAST:
-            return self._reducible_logs(super().train_step(data))
-        x, y, sample_weight, positions = self._at_target_tokens(data)
+        fast_path = selection.active() == selection.FAST
+        x, y, sample_weight, positions = (self._at_target_tokens(data) if fast_path
+                                          else (*keras.utils.unpack_x_y_sample_weight(data),
+                                                None))
         with tf.GradientTape() as tape:
-            factors = packed.logit_factors(self, *x, positions, training=True)
-            loss = self._loss(x, y, factors, sample_weight, training=True)
+            if fast_path:
+                factors = packed.logit_factors(self, *x, positions, training=True)
+                logits = factors.logits
+            else:
+                factors, logits = None, self(x, training=True)
+            loss = self._loss(x, y, logits, factors, sample_weight, training=True)
             scaled_loss = self.optimizer.scale_loss(loss)
         gradients = tape.gradient(scaled_loss, self.trainable_weights)
         self.optimizer.apply_gradients(zip(gradients, self.trainable_weights))
-        return self._reducible_logs(self.compute_metrics(x, y, factors.logits, sample_weight))
+        return self._reducible_logs(self.compute_metrics(x, y, logits, sample_weight))
 
     def test_step(self, data):
         if selection.active() != selection.FAST:
-            return self._reducible_logs(super().test_step(data))
+            x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+            logits = self(x, training=False)
+            self._loss(x, y, logits, None, sample_weight, training=False)
+            return self._reducible_logs(self.compute_metrics(x, y, logits, sample_weight))
         x, y, sample_weight, positions = self._at_target_tokens(data)
         factors = packed.logit_factors(self, *x, positions, training=False)
-        self._loss(x, y, factors, sample_weight, training=False)
+        self._loss(x, y, factors.logits, factors, sample_weight, training=False)
         return self._reducible_logs(self.compute_metrics(x, y, factors.logits, sample_weight))
 
-    def _loss(self, x, y, factors: LogitFactors, sample_weight, training: bool):
-        """The step's loss, reported as `fit`'s "loss" as Keras's own steps do (per replica,
-        scaled back up by the replica count, weighted by the batch size): through the factors
-        for `LabelSmoothedCrossEntropy` alone, else Keras's `compute_loss` of the logits."""
-        if (isinstance(self.loss, LabelSmoothedCrossEntropy) and sample_weight is None
-                and not self.losses):
+    def _loss(self, x, y, logits, factors: LogitFactors | None, sample_weight, training: bool):
+        """The step's loss: through the logits' `factors` (the fast path) for
+        `LabelSmoothedCrossEntropy` alone, else Keras's `compute_loss` of the logits.
+
+        `fit`'s "loss" is the global batch's: every replica's loss (its share of the global
+        mean) counts alike, scaled up by the replica count, so that the logged figure is the
+        per-token loss of a one-device run on the same batches. (Keras's own steps weight each
+        replica by its rows, which differ between replicas of a token-budget batch.)
+        """
+        if (factors is not None and isinstance(self.loss, LabelSmoothedCrossEntropy)
+                and sample_weight is None and not self.losses):
             labels = ops.cast(y, "int32")
             loss = ops.sum(self.loss.normalized(labels, smoothed_cross_entropy_through_factors(
                 labels, factors, self.loss.label_smoothing)))
         else:
-            loss = self.compute_loss(x=x, y=y, y_pred=factors.logits,
-                                     sample_weight=sample_weight, training=training)
+            loss = self.compute_loss(x=x, y=y, y_pred=logits, sample_weight=sample_weight,
+                                     training=training)
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        compat.loss_tracker(self).update_state(
-            loss * ops.cast(replicas, loss.dtype), sample_weight=tf.shape(x[0])[0])
+        compat.loss_tracker(self).update_state(loss * ops.cast(replicas, loss.dtype))
         return loss
 
     def _at_target_tokens(self, data):

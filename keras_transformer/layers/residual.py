@@ -22,12 +22,32 @@ def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float) 
 
 
 @replaceable
-def dropout(inputs: tf.Tensor, rate: float, seed_generator: keras.random.SeedGenerator,
+def dropout(inputs: tf.Tensor, rate: float, seed: tf.Tensor,
             shape: Optional[tf.Tensor] = None) -> tf.Tensor:
-    """Training-time dropout of `inputs` at `rate` > 0 as `keras.layers.Dropout` runs it (a
-    kernel hook). `shape`: `inputs`' shape taken from a tensor known before `inputs` are (a
-    replacement may draw the mask early; the reference does not need it)."""
-    return keras.random.dropout(inputs, rate, seed=seed_generator)
+    """Training-time dropout of `inputs` at `rate` > 0 with the int32 `[2]` stateless `seed`
+    (`replica_seed`), as `keras.layers.Dropout` runs it (a kernel hook). `shape`: `inputs`'
+    shape taken from a tensor known before `inputs` are (a replacement may draw the mask
+    early; the reference does not need it)."""
+    return tf.nn.experimental.stateless_dropout(inputs, rate, seed=seed)
+
+
+def replica_seed(seed_generator: keras.random.SeedGenerator) -> tf.Tensor:
+    """The next seed of `seed_generator` as the int32 `[2]` seed stateless random ops take,
+    different on every replica of a `tf.distribute` strategy (and every worker).
+
+    The generator's state is one variable, mirrored: alone, every replica would draw the same
+    seed and so the same dropout mask. Replica `r > 0` folds its global id in
+    (`stateless_fold_in`); replica 0, and a run without a strategy, draw what Keras's own
+    dropout draws from the same generator, so a one-device run's masks do not change.
+    """
+    state = seed_generator.next()
+    seed = tf.cast(tf.math.floormod(state, tf.int32.max - 1), tf.int32)  # Keras's rule
+    replica = tf.distribute.get_replica_context()
+    if replica is None or replica.num_replicas_in_sync == 1:
+        return seed
+    replica_id = tf.cast(replica.replica_id_in_sync_group, tf.int32)
+    folded = tf.random.experimental.stateless_fold_in(seed, replica_id)
+    return tf.where(tf.equal(replica_id, 0), seed, tf.cast(folded, tf.int32))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -44,13 +64,14 @@ class LayerNorm(keras.layers.LayerNormalization):
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class HookDropout(keras.layers.Dropout):
     """`keras.layers.Dropout` (same arguments, seeding and inference behaviour) whose training
-    masks come from the `dropout` hook; `call(..., shape=)` passes the hook the inputs' shape
-    from a tensor known earlier. With `noise_shape` Keras's own implementation runs."""
+    masks come from the `dropout` hook, seeded apart on each replica (`replica_seed`);
+    `call(..., shape=)` passes the hook the inputs' shape from a tensor known earlier. With
+    `noise_shape` Keras's own implementation runs (one mask for all replicas)."""
 
     def call(self, inputs, training=False, shape=None):
         if not training or self.rate == 0 or self.noise_shape is not None:
             return super().call(inputs, training=training)
-        return dropout(inputs, self.rate, self.seed_generator,
+        return dropout(inputs, self.rate, replica_seed(self.seed_generator),
                        shape=tf.shape(inputs) if shape is None else shape)
 
 

@@ -2,8 +2,9 @@
 crash or a full disk mid-write never costs more than the interval since the previous backup.
 
 A backup is `backup/step-<N>.weights.h5` (model and optimizer variables, the optimizer's step
-counter included) and `backup/step-<N>.json`, written after it (the commit mark): the step, the
-dropout seed generators' states and the weights file's SHA-256. Both are written to temporary
+counter included) and `backup/step-<N>.json`, written after it (the commit mark): the step (the
+batches trained, which locate the data), the optimizer's update count (fewer when float16 loss
+scaling skipped steps), the dropout seed generators' states and the weights file's SHA-256. Both are written to temporary
 files and renamed; the newest two are kept. Restoring tries, newest first, every backup, then
 Keras's `BackupAndRestore` files of runs written by earlier versions, then the run's
 checkpoints; a file that is unreadable, garbled (checksum) or holds non-finite weights is named
@@ -60,7 +61,8 @@ def write_backup(model: keras.Model, directory: str | os.PathLike, step: int) ->
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     weights = save_weights_atomic(model, directory / f"step-{step:08d}.weights.h5")
-    mark = {"step": step, "sha256": _sha256(weights),
+    mark = {"step": step, "iterations": int(keras.ops.convert_to_numpy(
+                model.optimizer.iterations)), "sha256": _sha256(weights),
             "seeds": [np.asarray(variable.numpy()).tolist() for variable in seed_states(model)]}
     write_text_atomic(directory / f"step-{step:08d}.json", json.dumps(mark))
     for old in list_backups(directory)[:-KEEP]:
@@ -105,8 +107,11 @@ def restore_latest(model: keras.Model, backup_dir: str | os.PathLike,
     initial = [variable.numpy() for variable in state]
     for path, is_mark in candidates:
         try:
-            weights = _load_mark(model, path) if is_mark else _load_weights(model, path)
-            step = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+            if is_mark:
+                step, weights = _load_mark(model, path)
+            else:
+                weights = _load_weights(model, path)
+                step = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
             return Restored(step, weights, is_mark)
         except Exception as error:  # noqa: BLE001 - any failure to read a file means "try the next"
             reason = " ".join(str(error).split())[:200] or type(error).__name__
@@ -125,8 +130,9 @@ def _step_of(path: Path) -> int:
     return int(digits) if digits.isdigit() else -1
 
 
-def _load_mark(model: keras.Model, mark_path: Path) -> Path:
-    """Restores the backup whose JSON mark is `mark_path`; returns its weights file."""
+def _load_mark(model: keras.Model, mark_path: Path) -> tuple[int, Path]:
+    """Restores the backup whose JSON mark is `mark_path`; returns its step and weights
+    file."""
     mark = json.loads(mark_path.read_text(encoding="utf-8"))
     weights = mark_path.with_suffix(".weights.h5")
     if not weights.is_file():
@@ -140,9 +146,10 @@ def _load_mark(model: keras.Model, mark_path: Path) -> Path:
                          f"has {len(states)}")
     for variable, value in zip(states, mark["seeds"]):
         variable.assign(np.asarray(value, dtype=variable.dtype))
-    if int(keras.ops.convert_to_numpy(model.optimizer.iterations)) != mark["step"]:
-        raise ValueError(f"{weights.name} holds another step than {mark['step']}")
-    return weights
+    iterations = mark.get("iterations", mark["step"])  # marks before float16 skips counted
+    if int(keras.ops.convert_to_numpy(model.optimizer.iterations)) != iterations:
+        raise ValueError(f"{weights.name} holds another optimizer step than {iterations}")
+    return mark["step"], weights
 
 
 def _load_weights(model: keras.Model, path: Path) -> Path:

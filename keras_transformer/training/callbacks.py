@@ -1,10 +1,17 @@
-"""Keras callbacks of a training run: stopping, backups, checkpoints, throughput, dev BLEU,
-attention.
+"""Keras callbacks of a training run: the step clock, stopping, backups, checkpoints,
+throughput, dev BLEU, attention.
+
+The run's step is counted on the host by `StepClock` (the first callback): the batches trained
+over all replicas, which is also the position in the data. The callbacks read it, never the
+optimizer's `iterations`, a device variable whose every read waits for the step to finish and
+which a skipped float16 step (loss scaling) leaves behind the data.
 
 An "epoch" is the interval between two backups (or a divisor of it, see `epoch_steps`), so
 that a run resumed from a backup starts at an epoch boundary; evaluations happen at the ends of
-epochs that cross a multiple of the evaluation interval (`EvaluationDue`), where scalars are
+epochs that cross a multiple of the evaluation interval (`Schedule`), where scalars are
 added to the `logs` (so `History` keeps them) and written to TensorBoard at the global step.
+Backups and evaluations may also be due by wall clock (`every_minutes`); in a cluster the
+workers agree on that at each epoch end (`any_worker`), so they all act at the same step.
 """
 from __future__ import annotations
 
@@ -27,7 +34,7 @@ from keras_transformer.visualization import AttentionMap, attention_figure, figu
 
 
 def global_step(model: keras.Model) -> int:
-    """Optimizer updates so far; survives a restore from backup."""
+    """The optimizer's updates so far (a device read; a skipped float16 step does not count)."""
     return int(model.optimizer.iterations.numpy())
 
 
@@ -37,41 +44,91 @@ def epoch_steps(eval_every: int, backup_every: int) -> int:
     return math.gcd(eval_every, backup_every)
 
 
-class EvaluationDue:
-    """Tells, at an epoch end, whether the run has crossed a multiple of `eval_every` steps
-    since the previous epoch end (or is stopping): the epochs whose ends evaluate and log."""
+class StepClock(keras.callbacks.Callback):
+    """The run's global step counted on the host: `step` is the number of batches trained
+    (each over all replicas), from `first_step` (the restored one). Place it first.
 
-    def __init__(self, eval_every: int):
-        self.eval_every = eval_every
+    It follows Keras's batch index, so it stays right when `fit` runs several steps per call
+    (`steps_per_execution`).
+    """
+
+    def __init__(self, first_step: int = 0):
+        super().__init__()
+        self.step = first_step
+        self._epoch_start = first_step
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = self.step
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step = self._epoch_start + batch + 1
+
+
+class Schedule:
+    """Tells, at an epoch end, whether something periodic is due: the run has crossed a
+    multiple of `every_steps` since the previous epoch end, `every_minutes` have passed since
+    it was last due, or the run is stopping (`at_stop`). In a cluster `any_worker` (a
+    collective, `strategy.any_across_workers`) makes the wall-clock part one decision for all.
+    Several callbacks may share one: it decides once per step, and answers the others alike.
+    """
+
+    def __init__(self, steps: StepClock, every_steps: int | None,
+                 every_minutes: float | None = None, at_stop: bool = True,
+                 any_worker: Callable[[bool], bool] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.steps = steps
+        self.every_steps = every_steps
+        self.every_seconds = None if every_minutes is None else 60.0 * every_minutes
+        self.at_stop = at_stop
+        self.any_worker = any_worker
+        self.clock = clock
         self._last_step: int | None = None
+        self._last_time = clock()
+        self._answer: tuple[int, bool] | None = None
 
-    def __call__(self, model: keras.Model) -> bool:
-        """Call once per epoch end (the answer depends on the previous call)."""
-        step = global_step(model)
+    def start(self) -> None:
+        """Counts from the step and time training starts at (call at `on_train_begin`)."""
+        self._last_step, self._last_time = self.steps.step, self.clock()
+        self._answer = None
+
+    def due(self, model: keras.Model) -> bool:
+        """Call at epoch ends (the answer depends on the previous step's)."""
+        step = self.steps.step
+        if self._answer is not None and self._answer[0] == step:
+            return self._answer[1]
         last, self._last_step = self._last_step, step
-        if last is None:
-            return True
-        return step // self.eval_every > last // self.eval_every or bool(model.stop_training)
-
-    def start(self, model: keras.Model) -> None:
-        """Counts from the step training starts at (call at `on_train_begin`)."""
-        self._last_step = global_step(model)
+        by_steps = (last is None or (self.every_steps is not None
+                                     and step // self.every_steps > last // self.every_steps))
+        by_time = (self.every_seconds is not None
+                   and self.clock() - self._last_time >= self.every_seconds)
+        if self.every_seconds is not None and self.any_worker is not None:
+            by_time = self.any_worker(by_time)
+        due = by_steps or by_time or (self.at_stop and bool(model.stop_training))
+        if due:
+            self._last_time = self.clock()
+        self._answer = (step, due)
+        return due
 
 
 class PeriodicBackup(keras.callbacks.Callback):
-    """Writes a backup (`training.backup`) every `every_steps` global steps, unless the loss or
-    the weights are not finite; a failed write (e.g. a full disk) is reported and training goes on with the
-    earlier backups intact."""
+    """Writes a backup (`training.backup`) at the epoch ends its `Schedule` makes due, unless
+    the loss or the weights are not finite; a failed write (e.g. a full disk) is reported and
+    training goes on with the earlier backups intact."""
 
-    def __init__(self, directory: str | os.PathLike, every_steps: int):
+    def __init__(self, directory: str | os.PathLike, schedule: Schedule):
         super().__init__()
         self.directory = Path(directory)
-        self.every_steps = every_steps
+        self.schedule = schedule
 
-    def on_train_batch_end(self, batch, logs=None):
-        step = global_step(self.model)
+    def on_train_begin(self, logs=None):
+        self.schedule.start()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not self.schedule.due(self.model):
+            return
+        step = self.schedule.steps.step
         loss = (logs or {}).get("loss")
-        if step % self.every_steps or (loss is not None and not math.isfinite(float(loss))):
+        if loss is not None and not math.isfinite(float(loss)):
             return
         if not weights_are_finite(self.model):
             print(f"kt-train: warning: step {step} left non-finite weights; not backed up",
@@ -94,10 +151,12 @@ class StopAtLimit(keras.callbacks.Callback):
     others waiting for it.
     """
 
-    def __init__(self, max_steps: int | None = None, max_minutes: float | None = None,
+    def __init__(self, steps: StepClock, max_steps: int | None = None,
+                 max_minutes: float | None = None,
                  any_worker: Callable[[bool], bool] | None = None,
                  clock: Callable[[], float] = time.monotonic):
         super().__init__()
+        self.steps = steps
         self.max_steps = max_steps
         self.max_seconds = None if max_minutes is None else 60.0 * max_minutes
         self.any_worker = any_worker
@@ -106,7 +165,7 @@ class StopAtLimit(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self._start = self.clock()
-        print(f"kt-train: training from global step {global_step(self.model)}", file=sys.stderr)
+        print(f"kt-train: training from global step {self.steps.step}", file=sys.stderr)
         self._check_steps()
 
     def on_train_batch_end(self, batch, logs=None):
@@ -120,7 +179,7 @@ class StopAtLimit(keras.callbacks.Callback):
                 self.model.stop_training = True
 
     def _check_steps(self) -> None:
-        if self.max_steps is not None and global_step(self.model) >= self.max_steps:
+        if self.max_steps is not None and self.steps.step >= self.max_steps:
             self.model.stop_training = True
 
     def _out_of_time(self) -> bool:
@@ -128,14 +187,17 @@ class StopAtLimit(keras.callbacks.Callback):
 
 
 class PeriodicCheckpoint(keras.callbacks.Callback):
-    """Writes `ckpt-<step>.weights.h5` every `every_steps` steps and/or `every_minutes`
-    minutes (the paper: every 10 minutes) and at the end, keeping the newest `keep`."""
+    """Writes `ckpt-<step>.weights.h5` every `every_steps` steps and every `every_minutes`
+    minutes (the paper: every 10 minutes), whichever is due, and at the end, keeping the
+    newest `keep`. A checkpoint holds weights only, so each process writes its own on its own
+    clock."""
 
-    def __init__(self, directory: str | os.PathLike, every_steps: int | None,
-                 every_minutes: float | None, keep: int):
+    def __init__(self, steps: StepClock, directory: str | os.PathLike,
+                 every_steps: int | None, every_minutes: float | None, keep: int):
         super().__init__()
         if keep < 1:
             raise ValueError(f"--keep-checkpoints: must be at least 1, got {keep}")
+        self.steps = steps
         self.directory = Path(directory)
         self.every_steps = every_steps
         self.every_seconds = None if every_minutes is None else 60.0 * every_minutes
@@ -147,7 +209,7 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         self._last_time = time.monotonic()
 
     def on_train_batch_end(self, batch, logs=None):
-        step = global_step(self.model)
+        step = self.steps.step
         due_by_steps = self.every_steps is not None and step % self.every_steps == 0
         due_by_time = (self.every_seconds is not None
                        and time.monotonic() - self._last_time >= self.every_seconds)
@@ -155,7 +217,7 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
             self._save(step)
 
     def on_train_end(self, logs=None):
-        self._save(global_step(self.model))
+        self._save(self.steps.step)
 
     def _save(self, step: int) -> None:
         if step == self._last_step:
@@ -171,7 +233,7 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
 
 
 class TensorBoardScalars(keras.callbacks.Callback):
-    """At each evaluation (`EvaluationDue`), adds `learning_rate` and `tokens_per_second`
+    """At each evaluation (its `Schedule`), adds `learning_rate` and `tokens_per_second`
     (target tokens of the epoch just ended) to the logs and writes every scalar of the logs to
     `writer` at the global step.
 
@@ -180,15 +242,15 @@ class TensorBoardScalars(keras.callbacks.Callback):
     """
 
     def __init__(self, writer: tf.summary.SummaryWriter, token_metric: MaskedTokenAccuracy,
-                 eval_every: int):
+                 schedule: Schedule):
         super().__init__()
         self.writer = writer
         self.token_metric = token_metric
-        self._due = EvaluationDue(eval_every)
+        self.schedule = schedule
         self._start = self._last_batch_end = time.monotonic()
 
     def on_train_begin(self, logs=None):
-        self._due.start(self.model)
+        self.schedule.start()
 
     def on_epoch_begin(self, epoch, logs=None):
         self._start = self._last_batch_end = time.monotonic()
@@ -197,7 +259,7 @@ class TensorBoardScalars(keras.callbacks.Callback):
         self._last_batch_end = time.monotonic()
 
     def on_epoch_end(self, epoch, logs=None):
-        if not self._due(self.model):
+        if not self.schedule.due(self.model):
             return
         logs = {} if logs is None else logs
         elapsed = max(self._last_batch_end - self._start, 1e-9)
@@ -206,21 +268,22 @@ class TensorBoardScalars(keras.callbacks.Callback):
         logs["learning_rate"] = float(keras.ops.convert_to_numpy(learning_rate))
         with self.writer.as_default():
             for name, value in logs.items():
-                write_scalar(name, float(value), global_step(self.model))
+                write_scalar(name, float(value), self.schedule.steps.step)
         self.writer.flush()
 
 
 class DevEvaluation(keras.callbacks.Callback):
-    """At each evaluation (`EvaluationDue`): dev BLEU into the logs and `bleu_curve.tsv` (step, wall-clock
-    seconds of the run, BLEU), and attention heatmaps of fixed dev pairs to TensorBoard."""
+    """At each evaluation (its `Schedule`): dev BLEU into the logs and `bleu_curve.tsv` (step,
+    wall-clock seconds of the run, BLEU), and attention heatmaps of fixed dev pairs to
+    TensorBoard."""
 
     def __init__(self, translate: Callable[[Sequence[str]], list[str]],
                  sources: Sequence[str], references: Sequence[str],
                  attention: Callable[[str, str], list[AttentionMap]],
                  attention_pairs: Sequence[tuple[str, str]], writer: tf.summary.SummaryWriter,
-                 curve_path: str | os.PathLike, eval_every: int):
+                 curve_path: str | os.PathLike, schedule: Schedule):
         super().__init__()
-        self._due = EvaluationDue(eval_every)
+        self.schedule = schedule
         self.translate = translate
         self.sources = list(sources)
         self.references = list(references)
@@ -232,14 +295,14 @@ class DevEvaluation(keras.callbacks.Callback):
         self._offset = _last_elapsed(self.curve_path)
 
     def on_train_begin(self, logs=None):
-        self._due.start(self.model)
+        self.schedule.start()
         self._start = time.monotonic()
         self._offset = _last_elapsed(self.curve_path)
 
     def on_epoch_end(self, epoch, logs=None):
-        if not self._due(self.model):
+        if not self.schedule.due(self.model):
             return
-        step = global_step(self.model)
+        step = self.schedule.steps.step
         bleu = corpus_scores(self.translate(self.sources), self.references)[0].value
         if logs is not None:
             logs["dev_bleu"] = bleu

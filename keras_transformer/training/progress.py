@@ -8,7 +8,7 @@ from typing import Callable, Optional, TextIO
 import keras
 
 from keras_transformer.metrics import MaskedTokenAccuracy
-from keras_transformer.training.callbacks import EvaluationDue, global_step
+from keras_transformer.training.callbacks import Schedule
 from keras_transformer.training.strategy import local_sum
 
 
@@ -27,16 +27,17 @@ class ProgressLines(keras.callbacks.Callback):
     global step (of `max_steps`), the epoch's running loss, target tokens/s since the last line
     (of this process's replicas: in a multi-worker cluster, this worker's), the elapsed time
     and the ETA against `max_steps` or `max_minutes`, whichever ends first.
-    At each evaluation (`EvaluationDue`): the logs (dev BLEU, the last epoch's loss and
-    metrics, learning rate). Place it after the callbacks that add to the logs.
+    At each evaluation (`schedule`, the one the dev evaluation follows): the logs (dev BLEU,
+    the last epoch's loss and metrics, learning rate). Place it after the callbacks that add
+    to the logs.
     """
 
     def __init__(self, max_steps: Optional[int], max_minutes: Optional[float],
-                 token_metric: MaskedTokenAccuracy, eval_every: int,
+                 token_metric: MaskedTokenAccuracy, schedule: Schedule,
                  every_seconds: float = 30.0, stream: Optional[TextIO] = None,
                  clock: Callable[[], float] = time.monotonic):
         super().__init__()
-        self._due = EvaluationDue(eval_every)
+        self.schedule = schedule
         self.max_steps = max_steps
         self.max_seconds = None if max_minutes is None else 60.0 * max_minutes
         self.token_metric = token_metric
@@ -45,9 +46,9 @@ class ProgressLines(keras.callbacks.Callback):
         self.clock = clock
 
     def on_train_begin(self, logs=None):
-        self._due.start(self.model)
+        self.schedule.start()
         self._start = self._last_time = self._last_batch_end = self.clock()
-        self._first_step = self._last_step = global_step(self.model)
+        self._first_step = self._last_step = self.schedule.steps.step
         # Keras restarts the token count with each epoch's metrics: ended epochs are summed.
         self._ended_epochs_tokens = self._last_tokens = 0.0
         self._in_epoch = False
@@ -66,18 +67,18 @@ class ProgressLines(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         self._ended_epochs_tokens = self._tokens()
         self._in_epoch = False
-        if not self._due(self.model):
+        if not self.schedule.due(self.model):
             return
-        step = global_step(self.model)
+        step = self.schedule.steps.step
         values = ", ".join(f"{name} {_number(value)}" for name, value in (logs or {}).items())
         self._print(f"step {step}: {values}")
 
     def on_train_end(self, logs=None):
-        if global_step(self.model) != self._last_step:
+        if self.schedule.steps.step != self._last_step:
             self._report((logs or {}).get("loss"))
 
     def _report(self, loss) -> None:
-        now, step = self.clock(), global_step(self.model)
+        now, step = self.clock(), self.schedule.steps.step
         self._last_step = step
         tokens = self._tokens()
         rate = (tokens - self._last_tokens) / max(now - self._last_time, 1e-9)

@@ -58,6 +58,28 @@ def worker_count(strategy: tf.distribute.Strategy) -> int:
     return resolver.cluster_spec().num_tasks("worker")
 
 
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this process is the cluster's chief (its "chief" task, else worker 0); True
+    outside a multi-worker cluster."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if worker_count(strategy) == 1 or resolver is None:
+        return True
+    if "chief" in resolver.cluster_spec().as_dict():
+        return resolver.task_type == "chief"
+    return resolver.task_type == "worker" and resolver.task_id == 0
+
+
+def chief_values(strategy: tf.distribute.Strategy, values: list[int]) -> list[int]:
+    """The chief's `values` on every worker (a collective: every worker must call it, with as
+    many values); `values` themselves outside a cluster."""
+    if worker_count(strategy) == 1:
+        return list(values)
+    row = [int(is_chief(strategy)), *values]
+    rows = strategy.gather(strategy.experimental_distribute_values_from_function(
+        lambda context: tf.constant([row], tf.int64)), axis=0).numpy()  # a row per replica
+    return [int(value) for value in rows[int(rows[:, 0].argmax()), 1:]]
+
+
 def smallest_across_workers(strategy: tf.distribute.Strategy, value: int) -> int:
     """The smallest of every worker's `value` (a collective: every worker must call it)."""
     if worker_count(strategy) == 1:
