@@ -1,5 +1,6 @@
 """Measured hardware choices: the decisions from injected figures, the cache, and one real run
 of each probe."""
+import os
 import json
 
 import pytest
@@ -131,3 +132,29 @@ def test_a_process_pinned_to_fewer_cores_is_measured_apart(monkeypatch):
                             raising=False)
         keys.append(probes._machine_key())
     assert keys[0] != keys[1] == keys[2]
+
+
+def test_gpus_that_tensorflow_cannot_see_are_named_before_training(tmp_path, monkeypatch,
+                                                                     capsys):
+    """`nvidia-smi` lists GPUs, TensorFlow sees none (a wheel without CUDA): kt-train says so
+    and how to install, before it trains on the CPU; without `nvidia-smi`, nothing."""
+    from trainers import train
+
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-0a)'\n"
+                    "echo 'GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-1b)'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    assert probes.gpus_tensorflow_cannot_see() == [
+        "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-0a)",
+        "GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-1b)"]
+    missing = str(tmp_path / "missing.en")
+    argv = ["--train-src", missing, "--train-tgt", missing, "--dev-src", missing,
+            "--dev-tgt", missing, "--precision", "float32", "--kernels", "fast",
+            "--output-dir", str(tmp_path / "run")]
+    assert train.main(argv) == 2  # the corpus is missing: stops right after the warning
+    err = capsys.readouterr().err
+    assert "nvidia-smi lists 2 GPU(s)" in err and 'tensorflow[and-cuda]' in err
+    fake.unlink()
+    assert probes.gpus_tensorflow_cannot_see() == []
