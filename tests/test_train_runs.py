@@ -198,3 +198,27 @@ def test_sigkill_then_restart_resumes_from_backup(tmp_path):
               if not line.startswith("kt-train: ")]
     assert json.loads("\n".join(others)) == summary, "\n".join(others)
     assert os.path.getsize(run_dir / "model.weights.h5") > 0
+
+
+@pytest.mark.slow
+def test_several_steps_per_execution_keep_the_step_count(tmp_path, capsys):
+    """`--steps-per-execution 2`: the host-side step clock still counts every step: backups and
+    evaluations at their steps, the run ends at its budget and resumes from its backup; an
+    interval that is not a multiple is refused."""
+    run_dir = tmp_path / "run"
+    argv = MICRO + local_data_args(tmp_path / "data") + [
+        "--output-dir", str(run_dir), "--eval-every", "4", "--backup-every", "4",
+        "--steps-per-execution", "2", "--progress-seconds", "0"]
+    assert train.main(argv + ["--steps", "8"]) == 0
+    assert final_json(capsys.readouterr().out)["steps"] == 8
+    marks = sorted(path.name for path in (run_dir / "backup").glob("step-*.json"))
+    assert marks == ["step-00000004.json", "step-00000008.json"]
+    assert json.loads((run_dir / "backup" / marks[-1]).read_text())["iterations"] == 8
+    curve = (run_dir / "bleu_curve.tsv").read_text().splitlines()[1:]
+    assert [int(line.split("\t")[0]) for line in curve] == [4, 8]
+    assert train.main(argv + ["--steps", "12"]) == 0
+    captured = capsys.readouterr()
+    assert "restored step 8 " in captured.err and final_json(captured.out)["steps"] == 12
+    with pytest.raises(SystemExit):
+        train.parse_args(argv + ["--steps", "9"])
+    assert "--steps: 9 is not a multiple of --steps-per-execution 2" in capsys.readouterr().err
