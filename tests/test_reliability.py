@@ -2,6 +2,7 @@
 checkpoints, failed writes (a full disk), non-finite weights, loss-scale overflow, and runs
 killed with SIGKILL at many moments."""
 import errno
+import json
 import os
 import random
 import re
@@ -180,6 +181,28 @@ def test_loss_scale_skips_an_overflowing_step_and_recovers():
     optimizer.apply(finite, model.trainable_variables)
     assert not np.array_equal(before[0], model.trainable_variables[0].numpy())
     assert all(np.all(np.isfinite(v.numpy())) for v in model.trainable_variables)
+
+
+def test_a_backup_after_a_skipped_float16_step_resumes_at_its_step(tmp_path):
+    """mixed_float16: a step whose gradients overflow is skipped (the optimizer's update count
+    stays), yet it trained on a batch. The backup of step 3 records both, and restores step 3,
+    the place in the data, not the 2 updates."""
+    with precision_scope("mixed_float16"):
+        model, _ = compiled_model(RECIPE)
+    model.train_on_batch((BATCH, BATCH), BATCH)
+    overflow = [np.full(v.shape, np.inf, v.dtype) for v in model.trainable_variables]
+    model.optimizer.apply(overflow, model.trainable_variables)  # step 2, skipped
+    model.train_on_batch((BATCH, BATCH), BATCH)
+    assert int(model.optimizer.iterations.numpy()) == 2
+    write_backup(model, tmp_path / "backup", 3)
+    mark = json.loads((tmp_path / "backup" / "step-00000003.json").read_text())
+    assert (mark["step"], mark["iterations"]) == (3, 2)
+    with precision_scope("mixed_float16"):
+        restored_model, _ = compiled_model(RECIPE)
+    restored = restore_latest(restored_model, tmp_path / "backup", tmp_path / "checkpoints")
+    assert restored.step == 3 and restored.exact
+    assert int(restored_model.optimizer.iterations.numpy()) == 2
+    assert same_variables(model, restored_model)
 
 
 def test_tools_name_an_unreadable_weights_file(tmp_path, demo_vocab, capsys):
