@@ -128,8 +128,8 @@ def padded_pair_by_pair(shard, members: np.ndarray, length: int) -> tuple:
 def batch_plan_rate(plan: batch_plan.BatchPlan, epochs: int) -> float:
     """Real source + target tokens per second of `epochs` passes of `plan.elements()`."""
     tokens, start = 0, time.perf_counter()
-    for _, ((source, _), target_out) in zip(range(epochs * plan.batches_per_epoch),
-                                            plan.elements()):
+    for _, (_, ((source, _), target_out)) in zip(range(epochs * plan.batches_per_epoch),
+                                                 plan.elements()):
         tokens += int(np.count_nonzero(source)) + int(np.count_nonzero(target_out))
     return tokens / (time.perf_counter() - start)
 
