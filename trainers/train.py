@@ -491,7 +491,7 @@ def train(args: argparse.Namespace) -> dict:
                             "worker again with the same command: they resume from their "
                             "newest common backup") from None
     if model.stop_training and not math.isfinite(history.history.get("loss", [0.0])[-1]):
-        raise TrainingError(f"loss became NaN by step {callbacks[0].step}; nothing exported; "
+        raise TrainingError(f"loss became NaN at step {callbacks[0].step}; nothing exported; "
                             "the same command resumes from the newest backup with finite "
                             "weights (lower the learning rate to avoid diverging again)")
     save_weights_atomic(model, run.final_weights)
