@@ -33,11 +33,6 @@ from keras_transformer.training.checkpoints import save_checkpoint
 from keras_transformer.visualization import AttentionMap, attention_figure, figure_png
 
 
-def global_step(model: keras.Model) -> int:
-    """The optimizer's updates so far (a device read; a skipped float16 step does not count)."""
-    return int(model.optimizer.iterations.numpy())
-
-
 def epoch_steps(eval_every: int, backup_every: int) -> int:
     """Steps per Keras epoch: the largest interval that divides both the evaluation and the
     backup interval, so that both fall on epoch ends."""
