@@ -19,7 +19,7 @@ same layout:
 
 Outputs and gradients are checked against ours before timing. Reports medians over rounds, the
 products' FLOP rate, and each implementation's time for all attention products of one training
-step of the config (`num_layers` x the three kinds). Attention dropout is off: the paper's models
+step of the config (each kind times the layers that have it). Attention dropout is off: the paper's models
 have none, and `keras.ops.dot_product_attention` has no dropout of the weights.
 """
 from __future__ import annotations
@@ -130,16 +130,18 @@ def main(argv=None) -> None:
                                              f"{dtype}): max abs error {error:.3g}")
                 seconds = {name: median_seconds(step, arguments, args.rounds)
                            for name, step in steps.items()}
+                depth = config.encoder_depth if kind == "encoder self" else config.decoder_depth
                 for name in steps:
-                    per_step[name].append(seconds[name])
+                    per_step[name].append(depth * seconds[name])
                 flops = 3 * 2 * batch * heads * length * length * (key_dim + value_dim)
                 print(f"| {dtype} | {length} | {batch} | {kind} | "
                       + " | ".join(f"{1e3 * s:.2f}" for s in seconds.values())
                       + f" | {flops / seconds['ours'] / 1e9:.1f} |", flush=True)
-        # One training step of the config: every layer has each kind once, at one length;
-        # the mean over the lengths stands for a mix of buckets.
+        # One training step of the config: every encoder layer has one encoder self-attention,
+        # every decoder layer the two others, at one length; the mean over the lengths stands
+        # for a mix of buckets.
         lengths = len(args.lengths.split(","))
-        totals = {name: config.num_layers * sum(times) / lengths
+        totals = {name: sum(times) / lengths
                   for name, times in per_step.items()}
         print(f"\n{dtype}: all attention products of one {args.config} step (mean over "
               "lengths): " + ", ".join(f"{name} {1e3 * total:.0f} ms"

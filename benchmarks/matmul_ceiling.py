@@ -41,7 +41,7 @@ def weight_matmul_shapes(config, source_tokens: int, target_tokens: int,
                + [(target_tokens, d, h * dk), (target_tokens, h * dv, d)]  # cross Q, O
                + cross_key_value)
     output = [(target_tokens, d, config.output_vocab_size)]
-    return config.num_layers * (encoder + decoder) + output
+    return config.encoder_depth * encoder + config.decoder_depth * decoder + output
 
 
 def seconds_of(function, repeats: int) -> float:

@@ -17,6 +17,9 @@ NORM_KINDS = ("post", "pre")
 class TransformerConfig:
     """The architecture's hyper-parameters, with the paper's names (section 3, Table 3).
 
+    `num_layers` is N of section 3.1 on both sides; `num_encoder_layers` and
+    `num_decoder_layers` set one side's depth instead (e.g. a deep encoder and a one-layer
+    decoder, Kasai et al., 2021); everything reads `encoder_depth` and `decoder_depth`.
     `d_k`/`d_v` default to `d_model // num_heads`. How the model is trained
     (`TrainingSettings`) and searched (`SearchSettings`) are separate objects; a `Recipe`
     holds all three.
@@ -25,6 +28,8 @@ class TransformerConfig:
     vocab_size: int = 37000
     target_vocab_size: Optional[int] = None
     num_layers: int = 6
+    num_encoder_layers: Optional[int] = None
+    num_decoder_layers: Optional[int] = None
     d_model: int = 512
     d_ff: int = 2048
     num_heads: int = 8
@@ -46,7 +51,8 @@ class TransformerConfig:
         for name in positive_ints:
             _require(isinstance(getattr(self, name), int) and getattr(self, name) > 0,
                      name, "must be a positive integer")
-        for name in ("target_vocab_size", "d_k", "d_v"):
+        for name in ("target_vocab_size", "num_encoder_layers", "num_decoder_layers", "d_k",
+                     "d_v"):
             value = getattr(self, name)
             _require(value is None or (isinstance(value, int) and value > 0),
                      name, "must be a positive integer or None")
@@ -62,6 +68,16 @@ class TransformerConfig:
         if self.share_embeddings and self.target_vocab_size not in (None, self.vocab_size):
             raise ValueError("target_vocab_size: differs from vocab_size, which needs "
                              "share_embeddings=False")
+
+    @property
+    def encoder_depth(self) -> int:
+        """The encoder's number of layers."""
+        return self.num_encoder_layers or self.num_layers
+
+    @property
+    def decoder_depth(self) -> int:
+        """The decoder's number of layers."""
+        return self.num_decoder_layers or self.num_layers
 
     @property
     def key_dim(self) -> int:

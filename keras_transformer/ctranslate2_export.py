@@ -129,8 +129,8 @@ def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer):
         options["head_dim"] = config.key_dim
     try:
         spec = specs.TransformerSpec(
-            specs.TransformerEncoderSpec(config.num_layers, config.num_heads, **options),
-            specs.TransformerDecoderSpec(config.num_layers, config.num_heads, **options))
+            specs.TransformerEncoderSpec(config.encoder_depth, config.num_heads, **options),
+            specs.TransformerDecoderSpec(config.decoder_depth, config.num_heads, **options))
     except TypeError:  # a CTranslate2 without head_dim
         raise ValueError(f"d_k: this CTranslate2 needs d_k x h = d_model, got "
                          f"{config.key_dim} x {config.num_heads}") from None

@@ -52,7 +52,7 @@ def forward_flops(config: TransformerConfig, source_lengths: Iterable[int],
         + pair_products * ts
     decoder_layer = decoder_self + decoder_cross + ffn_per_token * t
     output = 2 * d * config.output_vocab_size * t
-    return config.num_layers * (encoder_layer + decoder_layer) + output
+    return config.encoder_depth * encoder_layer + config.decoder_depth * decoder_layer + output
 
 
 def training_flops(config: TransformerConfig, source_lengths: Iterable[int],

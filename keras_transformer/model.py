@@ -54,9 +54,9 @@ class Transformer(keras.Model):
                           attention_bias=c.attention_bias, norm=c.norm,
                           epsilon=c.layer_norm_epsilon)
         self.encoder_layers = [EncoderLayer(**layer_args, name=f"encoder_layer_{i}")
-                               for i in range(c.num_layers)]
+                               for i in range(c.encoder_depth)]
         self.decoder_layers = [DecoderLayer(**layer_args, name=f"decoder_layer_{i}")
-                               for i in range(c.num_layers)]
+                               for i in range(c.decoder_depth)]
         # Pre-norm stacks end with a final normalization; post-norm layers already end with one.
         final_norm = (lambda name: LayerNorm(
             epsilon=c.layer_norm_epsilon, name=name) if c.norm == "pre" else None)

@@ -82,6 +82,8 @@ def test_table3_rows_a_d_e_are_expressible(overrides):
     ({"word_dropout": -0.1}, "word_dropout"),
     ({"beam_size": 0}, "beam_size"),
     ({"d_k": 0}, "d_k"),
+    ({"num_encoder_layers": 0}, "num_encoder_layers"),
+    ({"num_decoder_layers": 1.5}, "num_decoder_layers"),
     ({"target_vocab_size": 500}, "target_vocab_size"),
 ])
 def test_invalid_recipes_name_the_field(overrides, field):
@@ -111,6 +113,47 @@ def test_recipe_round_trips_and_splits_run_configs_of_earlier_versions():
     assert restored.architecture.attention_bias is True
     assert (restored.training, restored.search) == (recipe.training, recipe.search)
     assert kt.TransformerConfig.from_saved(earlier) == restored.architecture
+
+
+def test_each_side_takes_its_own_depth_and_runs_saved_before_still_load(tmp_path):
+    """`num_layers` sets both sides unless a side's own field is set; the parameter count is
+    the layers' sum; a `.keras` file whose config has no per-side fields (every file written
+    before they existed) loads with `num_layers` on both sides and gives the same outputs."""
+    import zipfile
+
+    import keras
+    import numpy as np
+
+    even = kt.TransformerConfig.preset("tiny", vocab_size=60)
+    uneven = even.replace(num_encoder_layers=3, num_decoder_layers=1)
+    assert (even.encoder_depth, even.decoder_depth) == (2, 2)
+    assert (uneven.encoder_depth, uneven.decoder_depth) == (3, 1)
+    assert even.replace(num_layers=5).decoder_depth == 5
+    assert uneven.replace(num_layers=5).decoder_depth == 1
+    models = {name: kt.Transformer(config) for name, config in
+              (("even", even), ("uneven", uneven), ("one", even.replace(num_layers=1)))}
+    assert (len(models["uneven"].encoder_layers), len(models["uneven"].decoder_layers)) == (3, 1)
+    per_encoder_layer = (models["even"].count_params() - models["one"].count_params()
+                         - sum(layer.count_params() for layer in
+                               models["even"].decoder_layers[1:]))
+    assert models["uneven"].count_params() == (
+        models["one"].count_params() + 2 * per_encoder_layer)
+
+    model = models["even"]
+    ids = np.array([[5, 6, 7, 0]], "int32")
+    path, old_path = tmp_path / "new.keras", tmp_path / "old.keras"
+    model.save(path)
+    with zipfile.ZipFile(path) as new_file, zipfile.ZipFile(old_path, "w") as old_file:
+        for item in new_file.infolist():
+            data = new_file.read(item)
+            if item.filename == "config.json":
+                for field in (b'"num_encoder_layers": null, ', b'"num_decoder_layers": null, '):
+                    assert field in data
+                    data = data.replace(field, b"")
+            old_file.writestr(item, data)
+    restored = keras.saving.load_model(old_path)
+    assert (restored.config.encoder_depth, restored.config.decoder_depth) == (2, 2)
+    np.testing.assert_allclose(restored((ids, ids)), model((ids, ids)), atol=1e-6)
 
 
 def test_d_model_not_divisible_by_heads_is_fine_with_explicit_head_sizes():

@@ -19,6 +19,7 @@ VARIANTS = {
     "paper": {},
     "pre_norm_learned_untied_separate": {"norm": "pre", "positional": "learned",
                                          "tie_output": False, "share_embeddings": False},
+    "deep_encoder_shallow_decoder": {"num_encoder_layers": 3, "num_decoder_layers": 1},
     "no_attention_bias_narrow_heads": {"attention_bias": False, "d_k": 8,
                                        "d_v": 8},
 }

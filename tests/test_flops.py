@@ -83,11 +83,13 @@ def _graph_matmul_flops(graph) -> int:
     return total
 
 
-@pytest.mark.parametrize("tie_output", [True, False])
-def test_forward_flops_match_traced_graph(tie_output):
+@pytest.mark.parametrize("overrides", [{}, {"tie_output": False},
+                                       {"num_encoder_layers": 3, "num_decoder_layers": 1}])
+def test_forward_flops_match_traced_graph(overrides):
     """Batch 1 with no padding: the traced graph's products are exactly the analytic ones."""
-    model = Transformer(TINY.replace(tie_output=tie_output))
+    config = TINY.replace(**overrides)
+    model = Transformer(config)
     forward = tf.function(lambda source, target: model((source, target), training=False))
     graph = forward.get_concrete_function(tf.TensorSpec([1, S], tf.int32),
                                           tf.TensorSpec([1, T], tf.int32)).graph
-    assert _graph_matmul_flops(graph) == forward_flops(TINY, [S], [T])
+    assert _graph_matmul_flops(graph) == forward_flops(config, [S], [T])

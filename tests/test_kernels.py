@@ -225,7 +225,8 @@ def test_caches_never_reordered_give_each_hypothesis_its_history():
 
 @pytest.mark.parametrize("overrides", [
     {}, {"norm": "pre", "positional": "learned", "d_k": 8, "d_v": 12,
-         "attention_bias": False, "share_embeddings": False, "target_vocab_size": 30}])
+         "attention_bias": False, "share_embeddings": False, "target_vocab_size": 30,
+         "num_encoder_layers": 3, "num_decoder_layers": 1}])
 @pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-5), ("bfloat16", 0.15)])
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_lean_decoding_step_equals_the_reference_step(overrides, dtype, tolerance, jit_compile):

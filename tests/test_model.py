@@ -12,8 +12,10 @@ from keras_transformer.fast import packed
 rng = np.random.default_rng(0)
 VARIANTS = {
     "paper": {},
-    "pre_norm_learned_untied": {"norm": "pre", "positional": "learned", "share_embeddings": False,
-                                "tie_output": False, "target_vocab_size": 70},
+    "pre_norm_learned_untied_uneven": {"norm": "pre", "positional": "learned",
+                                       "share_embeddings": False, "tie_output": False,
+                                       "target_vocab_size": 70, "num_encoder_layers": 3,
+                                       "num_decoder_layers": 1},
 }
 
 
@@ -96,7 +98,7 @@ def test_tied_embedding_is_one_matrix():
     model = tiny_model()
     names = [w.path for w in model.weights if "embedding" in w.path]
     assert len(names) == 1 and names[0].endswith("shared_embedding/embeddings")
-    untied = tiny_model(**VARIANTS["pre_norm_learned_untied"])
+    untied = tiny_model(**VARIANTS["pre_norm_learned_untied_uneven"])
     assert len([w for w in untied.weights if w.path.endswith("embeddings")]) == 2
 
 

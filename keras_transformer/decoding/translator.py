@@ -63,11 +63,12 @@ class Translator(tf.Module):
         self.tokenizer = tokenizer
         self.settings = SearchSettings() if settings is None else settings
         if alignment_layer is None:
-            alignment_layer = config.num_layers - (2 if config.num_layers >= 4 else 1)
+            depth = config.decoder_depth
+            alignment_layer = depth - (2 if depth >= 4 else 1)
         self.alignment_layer = alignment_layer
-        if not 0 <= self.alignment_layer < config.num_layers:
+        if not 0 <= self.alignment_layer < config.decoder_depth:
             raise ValueError(f"alignment_layer: {self.alignment_layer} is not a layer of a "
-                             f"{config.num_layers}-layer decoder")
+                             f"{config.decoder_depth}-layer decoder")
         if tokenizer.vocab_size != config.vocab_size:
             raise ValueError(f"tokenizer: vocabulary of {tokenizer.vocab_size} ids, but the "
                              f"model expects vocab_size={config.vocab_size}")
