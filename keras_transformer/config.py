@@ -191,37 +191,62 @@ class SearchSettings:
     tokens may exceed the source length. The paper: beam 4, alpha 0.6, +50; parsing (6.3):
     beam 21, alpha 0.3, +300. The same names are a `Recipe`'s search fields and the command
     lines' `--beam-size`, `--length-penalty`, `--max-decode-extra`.
+
+    `sampling` draws each token instead of searching (`beam_size` then unused): from the
+    model's distribution at `temperature`, within the `top_k` most likely tokens (0: all) and
+    the nucleus of probability `top_p` (1: all), with `sampling_seed` (a sentence with the
+    same seed gets the same translation: `search.sampling_search`).
     """
 
     beam_size: int = 4
     length_penalty: float = 0.6
     max_decode_extra: int = 50
+    sampling: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    sampling_seed: int = 0
 
     def __post_init__(self) -> None:
         if not _is_int(self.beam_size) or self.beam_size < 1:
             raise ValueError(f"beam_size: must be a positive integer, got {self.beam_size!r}")
-        if (not isinstance(self.length_penalty, (int, float)) or isinstance(self.length_penalty, bool)
-                or not self.length_penalty >= 0):
+        if not _is_number(self.length_penalty) or not self.length_penalty >= 0:
             raise ValueError(f"length_penalty: must be a non-negative number, got "
                              f"{self.length_penalty!r}")
         if not _is_int(self.max_decode_extra) or self.max_decode_extra < 0:
             raise ValueError(f"max_decode_extra: must be a non-negative integer, got "
                              f"{self.max_decode_extra!r}")
+        if not isinstance(self.sampling, bool):
+            raise ValueError(f"sampling: must be true or false, got {self.sampling!r}")
+        if not _is_number(self.temperature) or not self.temperature > 0:
+            raise ValueError(f"temperature: must be a positive number, got {self.temperature!r}")
+        if not _is_int(self.top_k) or self.top_k < 0:
+            raise ValueError(f"top_k: must be a non-negative integer (0: every token), got "
+                             f"{self.top_k!r}")
+        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p: must be in (0, 1], got {self.top_p!r}")
+        if not _is_int(self.sampling_seed) or not 0 <= self.sampling_seed < 2 ** 32:
+            raise ValueError(f"sampling_seed: must be an integer in [0, 2^32), got "
+                             f"{self.sampling_seed!r}")
 
     @classmethod
     def of(cls, defaults: "SearchSettings", beam_size: Optional[int] = None,
-           length_penalty: Optional[float] = None,
-           max_decode_extra: Optional[int] = None) -> "SearchSettings":
+           length_penalty: Optional[float] = None, max_decode_extra: Optional[int] = None,
+           **others: Any) -> "SearchSettings":
         """`defaults`, each setting replaced by the argument of the same name unless that is
         None."""
         given = {"beam_size": beam_size, "length_penalty": length_penalty,
-                 "max_decode_extra": max_decode_extra}
-        return cls(**{name: getattr(defaults, name) if value is None else value
-                      for name, value in given.items()})
+                 "max_decode_extra": max_decode_extra, **others}
+        return dataclasses.replace(defaults, **{name: value for name, value in given.items()
+                                                if value is not None})
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 _FIELDS = {field.name for field in dataclasses.fields(TransformerConfig)}

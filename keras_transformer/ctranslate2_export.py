@@ -214,10 +214,19 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1
         return [[pieces[token] for token in row if token != PAD_ID][:max_length - 1]
                 for row in np.asarray(ids).tolist()]
 
+    hypotheses = 1 if settings.sampling else settings.beam_size
+    # Sampling: the same settings, drawn by CTranslate2's own generator (seeded before each
+    # batch: the same batch gives the same translations, not the samples our search draws).
+    drawing = (dict(beam_size=1, sampling_topk=settings.top_k, sampling_topp=settings.top_p,
+                    sampling_temperature=settings.temperature) if settings.sampling
+               else dict(beam_size=settings.beam_size))
+
     def search(sources: list[list[str]], prefixes=None, nbest: int = 1):
         longest = max((len(source) for source in sources), default=0) + 1  # + EOS
+        if settings.sampling:
+            ctranslate2.set_random_seed(settings.sampling_seed)
         results = translator.translate_batch(
-            sources, target_prefix=prefixes, beam_size=settings.beam_size,
+            sources, target_prefix=prefixes, **drawing,
             num_hypotheses=nbest, length_penalty=settings.length_penalty,
             max_decoding_length=max(1, min(longest + settings.max_decode_extra, max_length)),
             suppress_sequences=never_generated, min_decoding_length=0,
@@ -233,9 +242,9 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1
         return tf.constant([row + [PAD_ID] * (width - len(row)) for row in rows], tf.int32)
 
     def translate_ids(source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
-        found = search(as_pieces(source_ids), nbest=settings.beam_size)
-        rows = [hypothesis for hypotheses, _ in found for hypothesis in hypotheses]
-        nbest = tf.reshape(padded(rows), [len(found), settings.beam_size, -1])
+        found = search(as_pieces(source_ids), nbest=hypotheses)
+        rows = [hypothesis for found_hypotheses, _ in found for hypothesis in found_hypotheses]
+        nbest = tf.reshape(padded(rows), [len(found), hypotheses, -1])
         return {"nbest_ids": nbest,
                 "nbest_scores": tf.constant([scores for _, scores in found], tf.float32)}
 

@@ -1,4 +1,5 @@
-"""Greedy and beam search (section 6.1) over a step function, each one `tf.while_loop`.
+"""Greedy search, beam search (section 6.1) and sampling over a step function, each one
+`tf.while_loop`.
 
 The searches know nothing of the model. They call
 
@@ -159,28 +160,143 @@ def greedy_search(step: StepFunction, state: State, limits: tf.Tensor,
     Returns:
         A `DecodeResult` with n = 1.
     """
+    def most_likely(log_probs, position):
+        return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+
+    return _token_by_token(step, state, limits, buffer_length, most_likely, 1, length_penalty,
+                           eos_id, prefix_ids, vocabulary_ids)
+
+
+def sampling_search(step: StepFunction, state: State, limits: tf.Tensor,
+                    buffer_length: tf.Tensor, seeds: tf.Tensor, num_samples: int = 1,
+                    temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                    length_penalty: float = 0.6, eos_id: int = EOS_ID,
+                    prefix_ids: Optional[tf.Tensor] = None,
+                    vocabulary_ids: Optional[tf.Tensor] = None) -> DecodeResult:
+    """`num_samples` translations of each sentence, every token drawn from the step's
+    distribution reshaped by `sampling_log_probs` (temperature, then top-k, then top-p).
+
+    The draws are Gumbel-max over noise hashed from the sentence's seed, the sample's index,
+    the position and the candidate's id (`_gumbel_noise`): a sentence with the same seed gets
+    the same samples in any batch, in graph or XLA, on any device, and a candidate keeps its
+    noise when a shortlist scores fewer ids.
+
+    Args:
+        step, state, limits, buffer_length, eos_id, prefix_ids, vocabulary_ids: as
+            `beam_search`'s, the step called with `[batch, num_samples]` tokens and the state
+            holding `batch * num_samples` rows (never reordered).
+        seeds: `[batch]` uint32, one per sentence (`sentence_seeds`).
+        num_samples: samples per sentence.
+        temperature, top_k, top_p: as `sampling_log_probs`'.
+        length_penalty: alpha of the scores' `length_divisor`.
+
+    Returns:
+        A `DecodeResult` with n = `num_samples`, in the order drawn; the scores are the
+        model's log-probabilities of the drawn tokens (before temperature and truncation)
+        over `length_divisor`, as greedy's are.
+    """
+    keys = _mix(tf.cast(seeds, tf.uint32)[:, None]
+                ^ _mix(tf.range(1, num_samples + 1, dtype=tf.int32)))  # [batch, n]
+
+    def draw(log_probs, position):
+        scored = (tf.range(tf.shape(log_probs)[-1]) if vocabulary_ids is None
+                  else vocabulary_ids)
+        reshaped = sampling_log_probs(log_probs, temperature, top_k, top_p)
+        return tf.argmax(reshaped + _gumbel_noise(keys, position, scored), axis=-1,
+                         output_type=tf.int32)
+
+    return _token_by_token(step, state, limits, buffer_length, draw, num_samples,
+                           length_penalty, eos_id, prefix_ids, vocabulary_ids)
+
+
+def sampling_log_probs(log_probs: tf.Tensor, temperature: float = 1.0, top_k: int = 0,
+                       top_p: float = 1.0) -> tf.Tensor:
+    """The unnormalized log-probabilities sampling draws from: `log_probs / temperature`,
+    then -inf outside the `top_k` most likely candidates (0: all), then -inf outside the
+    nucleus, the most likely candidates whose probabilities (after temperature and top-k) sum
+    to at least `top_p` (Holtzman et al., 2020; the most likely is always in). Candidates tied
+    with the last one kept are kept too."""
+    reshaped = log_probs / tf.cast(temperature, log_probs.dtype)
+    candidates = log_probs.shape[-1] or tf.shape(log_probs)[-1]
+    if top_k:
+        k = min(top_k, candidates) if isinstance(candidates, int) else tf.minimum(top_k,
+                                                                                  candidates)
+        kth = tf.math.top_k(reshaped, k=k).values[..., -1:]
+        reshaped = tf.where(reshaped < kth, NEG_INF, reshaped)
+    if top_p < 1.0:
+        descending = tf.sort(reshaped, axis=-1, direction="DESCENDING")
+        probs = tf.nn.softmax(descending, axis=-1)
+        before = tf.cumsum(probs, axis=-1, exclusive=True)  # mass of the more likely ones
+        kept = tf.where(before < top_p, descending, float("inf"))
+        smallest_kept = tf.reduce_min(kept, axis=-1, keepdims=True)
+        reshaped = tf.where(reshaped < smallest_kept, NEG_INF, reshaped)
+    return reshaped
+
+
+def sentence_seeds(source_ids: tf.Tensor, seed: int) -> tf.Tensor:
+    """`[batch]` uint32 sampling seeds: a hash of each sentence's non-PAD ids, their
+    positions and `seed`, so that a sentence draws the same samples whatever batch, padding or
+    shard it comes in, and another `seed` draws others."""
+    ids = tf.cast(source_ids, tf.int32)
+    positions = tf.range(tf.shape(ids)[1])[None, :]
+    terms = _mix(_mix(ids) ^ _mix(positions + _GOLDEN))
+    terms = tf.where(tf.not_equal(ids, PAD_ID), terms, tf.zeros_like(terms))
+    return _mix(tf.reduce_sum(terms, axis=1) ^ _mix(tf.cast(seed, tf.int64)))
+
+
+_GOLDEN = 0x3C6EF372  # any constant: keeps position 0 from hashing like id 0
+
+
+def _mix(values: tf.Tensor) -> tf.Tensor:
+    """A bijective 32-bit integer hash (Wellons' `lowbias32`) of int32 or uint32 `values`,
+    as uint32: integer ops only, the same on every device and under XLA."""
+    x = tf.bitwise.bitwise_and(tf.cast(values, tf.int64), 0xFFFFFFFF)
+    x = tf.cast(x, tf.uint32)
+    for multiplier in (0x7FEB352D, 0x846CA68B):
+        x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(16, tf.uint32)))
+        x = x * tf.constant(multiplier, tf.uint32)
+    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(16, tf.uint32)))
+
+
+def _gumbel_noise(keys: tf.Tensor, position: tf.Tensor, candidate_ids: tf.Tensor) -> tf.Tensor:
+    """`[batch, n, candidates]` standard Gumbel noise, a function of each hypothesis' key
+    (`[batch, n]` uint32), the position and the candidate's id only."""
+    at_position = _mix(keys ^ _mix(position))[:, :, None]
+    spread = tf.cast(candidate_ids, tf.uint32) * tf.constant(0x9E3779B9, tf.uint32)
+    bits = tf.bitwise.right_shift(_mix(at_position + spread), tf.constant(8, tf.uint32))
+    uniform = (tf.cast(bits, tf.float32) + 0.5) * 2.0 ** -24  # in (0, 1)
+    return -tf.math.log(-tf.math.log(uniform))
+
+
+def _token_by_token(step: StepFunction, state: State, limits: tf.Tensor,
+                    buffer_length: tf.Tensor, choose: Callable, hypotheses: int,
+                    length_penalty: float, eos_id: int, prefix_ids: Optional[tf.Tensor],
+                    vocabulary_ids: Optional[tf.Tensor]) -> DecodeResult:
+    """The loop of the greedy and sampling searches: `hypotheses` independent hypotheses per
+    sentence, each extended at every position by the candidate `choose(log_probs, position)`
+    picks (`[batch, hypotheses]` indices into the candidates), until it emits `eos_id` or
+    reaches its sentence's limit. Other arguments as `beam_search`'s."""
     batch = tf.shape(limits)[0]
     positions = tf.range(buffer_length + 1)
 
     def advance(position, carried, done):
         sequences, log_prob_sums, lengths, state = carried
         log_probs, state = step(tf.gather(sequences, position, axis=2), position, state)
-        log_probs = _force_prefix(log_probs, prefix_ids, position, vocabulary_ids)[:, 0]
-        best = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-        token_log_probs = tf.gather(log_probs, best, batch_dims=1)
-        tokens = tf.where(done, PAD_ID, _emitted(best, vocabulary_ids))
-        sequences = tf.where(positions == position + 1, tokens[:, None, None], sequences)
+        log_probs = _force_prefix(log_probs, prefix_ids, position, vocabulary_ids)
+        chosen = choose(log_probs, position)
+        token_log_probs = tf.gather(log_probs, chosen, batch_dims=2)
+        tokens = tf.where(done, PAD_ID, _emitted(chosen, vocabulary_ids))
+        sequences = tf.where(positions == position + 1, tokens[:, :, None], sequences)
         log_prob_sums = tf.where(done, log_prob_sums, log_prob_sums + token_log_probs)
         lengths = tf.where(done, lengths, position + 1)
-        done = done | tf.equal(tokens, eos_id) | (position + 1 >= limits)
+        done = done | tf.equal(tokens, eos_id) | (position + 1 >= limits)[:, None]
         return (sequences, log_prob_sums, lengths, state), done
 
-    carried = (_start_sequences(batch, 1, buffer_length), tf.zeros([batch]),
-               tf.zeros([batch], tf.int32), state)
+    carried = (_start_sequences(batch, hypotheses, buffer_length),
+               tf.zeros([batch, hypotheses]), tf.zeros([batch, hypotheses], tf.int32), state)
     sequences, log_prob_sums, lengths, _ = _search_loop(
-        advance, carried, tf.zeros([batch], tf.bool), buffer_length)
-    scores = log_prob_sums / length_divisor(lengths, length_penalty)
-    return _result(sequences, scores[:, None], lengths[:, None])
+        advance, carried, tf.zeros([batch, hypotheses], tf.bool), buffer_length)
+    return _result(sequences, log_prob_sums / length_divisor(lengths, length_penalty), lengths)
 
 
 def _start_sequences(batch, beam_size: int, buffer_length) -> tf.Tensor:
@@ -222,7 +338,7 @@ def _merge_finished(finished, candidates, candidate_scores, length, beam_size: i
 def _search_loop(advance: Callable[[tf.Tensor, Any, tf.Tensor], tuple[Any, tf.Tensor]],
                  carried: Any, done: tf.Tensor, buffer_length: tf.Tensor) -> Any:
     """Runs `advance(position, carried, done) -> (carried, done)` for position = 0, 1, ...
-    while a sentence (`done`: `[batch]` bool) is not done, at most `buffer_length` times, and
+    while a sentence (`done`: `[batch]` or `[batch, hypotheses]` bool) is not done, at most `buffer_length` times, and
     returns the last `carried` (tensors whose shapes never change; gathers lose static sizes,
     e.g. a batch of 0, which are restored)."""
 

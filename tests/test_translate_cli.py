@@ -145,8 +145,8 @@ def test_length_batches_cover_every_text_once_within_budget(seed):
         assert len(batch) <= 8 and (len(batch) == 1 or len(batch) * longest <= 100)
 
 
-def test_run_directories_translate_in_process_with_search_flags(demo_vocab, demo_train,
-                                                                input_file, tmp_path, capsys):
+def tiny_run(demo_vocab, root):
+    """A run directory of a random one-layer `tiny` model on the demo vocabulary."""
     import shutil
 
     from keras_transformer.training.checkpoints import save_weights_atomic
@@ -154,10 +154,23 @@ def test_run_directories_translate_in_process_with_search_flags(demo_vocab, demo
 
     recipe = kt.Recipe.preset("tiny", vocab_size=SubwordTokenizer.load(demo_vocab).vocab_size,
                               num_layers=1, max_length=24, beam_size=1)
-    run_dir = RunDir(tmp_path / "run")
+    run_dir = RunDir(root)
     run_dir.write_json("config.json", recipe.to_dict())
     shutil.copytree(demo_vocab, run_dir.vocab)
-    save_weights_atomic(kt.Transformer(recipe.architecture), run_dir.final_weights)
+    model = kt.Transformer(recipe.architecture)
+    rng = np.random.default_rng(0)  # a spread-out distribution, so that samples differ
+    model.set_weights([weight + rng.normal(size=weight.shape).astype("float32") * 0.3
+                       for weight in model.get_weights()])
+    save_weights_atomic(model, run_dir.final_weights)
+    return run_dir
+
+
+def test_run_directories_translate_in_process_with_search_flags(demo_vocab, demo_train,
+                                                                input_file, tmp_path, capsys):
+    from keras_transformer.training.checkpoints import save_weights_atomic
+    from keras_transformer.training.run_dir import RunDir
+
+    run_dir = tiny_run(demo_vocab, tmp_path / "run")
     flags = ["--beam-size", "2", "--nbest", "2", "--max-decode-extra", "3"]
     code, outputs, _ = run([str(run_dir.root), str(input_file), *flags], capsys)
     assert code == 0 and len(outputs) == 2 * len(LINES)
@@ -173,3 +186,38 @@ def test_run_directories_translate_in_process_with_search_flags(demo_vocab, demo
     code, _, err = run([str(run_dir.root), str(input_file), "--ensemble", str(other.root)],
                        capsys)
     assert code == 2 and f"--ensemble: {str(other.root)!r} has another vocabulary" in err
+
+
+def test_sampling_flags_draw_reproducibly_and_exports_fix_them(demo_vocab, input_file,
+                                                               tmp_path, capsys):
+    """A run samples with `--top-p/--temperature/--seed`: the same seed, the same lines; another
+    seed, other lines; `--seed` alone is refused. An export fixes the sampling settings: its
+    SavedModel translates as the in-process `Translator` with the same settings."""
+    from keras_transformer.decoding.translator import Translator
+    from keras_transformer.text_translation import TextTranslator
+
+    run_dir = tiny_run(demo_vocab, tmp_path / "run")
+    flags = ["--top-p", "0.95", "--temperature", "1.5", "--max-decode-extra", "4"]
+    code, first, _ = run([str(run_dir.root), str(input_file), *flags, "--seed", "1"], capsys)
+    _, again, _ = run([str(run_dir.root), str(input_file), *flags, "--seed", "1"], capsys)
+    _, other, _ = run([str(run_dir.root), str(input_file), *flags, "--seed", "2"], capsys)
+    assert code == 0 and len(first) == len(LINES) and first == again and other != first
+    code, _, err = run([str(run_dir.root), str(input_file), "--seed", "1"], capsys)
+    assert code == 2 and "--seed: only for sampling" in err
+    code, _, err = run([str(run_dir.root), str(input_file), "--top-p", "1.5"], capsys)
+    assert code == 2 and "--top-p: must be in (0, 1]" in err
+
+    from trainers.common import load_run_model
+    model, tokenizer = load_run_model(str(run_dir.root))
+    settings = kt.SearchSettings(max_decode_extra=4, sampling=True, temperature=1.5,
+                                 top_p=0.95, sampling_seed=1)
+    export_translator(model, tokenizer, "sampled", tmp_path / "exports", settings)
+    texts = [line for line in LINES if line]
+    exported = TextTranslator.from_export(tmp_path / "exports" / "sampled")
+    in_process = TextTranslator.from_translator(Translator(model, tokenizer, settings))
+    assert exported.best(texts)[0] == in_process.best(texts)[0]
+    code, from_export, _ = run([str(tmp_path / "exports" / "sampled"), str(input_file)], capsys)
+    assert code == 0 and from_export == first
+    code, _, err = run([str(tmp_path / "exports" / "sampled"), str(input_file), "--seed", "3"],
+                       capsys)
+    assert code == 2 and "--seed" in err and "fixed when it is written" in err

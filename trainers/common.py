@@ -141,16 +141,29 @@ def load_ensemble(run_dirs: list[str], tokenizer: SubwordTokenizer) -> list[Tran
 # Each search setting's one command-line name, and the spelling earlier versions accepted.
 _SEARCH_FLAGS = {"beam_size": ("--beam-size", None),
                  "length_penalty": ("--length-penalty", "--alpha"),
-                 "max_decode_extra": ("--max-decode-extra", "--extra-length")}
+                 "max_decode_extra": ("--max-decode-extra", "--extra-length"),
+                 "temperature": ("--temperature", None),
+                 "top_k": ("--top-k", None),
+                 "top_p": ("--top-p", None),
+                 "sampling_seed": ("--seed", None)}
+_SAMPLING_FIELDS = ("temperature", "top_k", "top_p")
 
 
 def add_search_arguments(parser: argparse.ArgumentParser, what: str) -> None:
-    """`--beam-size`, `--length-penalty` and `--max-decode-extra` (`SearchSettings`), each
-    defaulting to the run's recipe's; `what` says what they apply to."""
-    types = {"beam_size": int, "length_penalty": float, "max_decode_extra": int}
+    """`--beam-size`, `--length-penalty` and `--max-decode-extra`, and sampling's
+    `--temperature`, `--top-k`, `--top-p` and `--seed` (`SearchSettings`), each defaulting to
+    the run's recipe's; `what` says what they apply to."""
+    types = {"beam_size": int, "length_penalty": float, "max_decode_extra": int,
+             "temperature": float, "top_k": int, "top_p": float, "sampling_seed": int}
     helps = {"beam_size": "beam size (1 = greedy)",
              "length_penalty": "length penalty alpha",
-             "max_decode_extra": "output tokens allowed beyond the source length"}
+             "max_decode_extra": "output tokens allowed beyond the source length",
+             "temperature": "sample instead of searching (as do --top-k and --top-p), from "
+                            "the softmax at this temperature",
+             "top_k": "sample among the K most likely tokens (0: all)",
+             "top_p": "sample within the most likely tokens of this total probability",
+             "sampling_seed": "sampling seed (the same seed gives a sentence the same "
+                              "translation in any batch)"}
     for field, (flag, old_flag) in _SEARCH_FLAGS.items():
         parser.add_argument(flag, dest=field, type=types[field],
                             help=f"{helps[field]} {what} (default: the recipe's {field})")
@@ -158,12 +171,22 @@ def add_search_arguments(parser: argparse.ArgumentParser, what: str) -> None:
             parser.add_argument(old_flag, dest=field, type=types[field], help=argparse.SUPPRESS)
 
 
+def given_search_flags(args: argparse.Namespace) -> list[str]:
+    """The search flags given on the command line."""
+    return [flag for field, (flag, _) in _SEARCH_FLAGS.items()
+            if getattr(args, field) is not None]
+
+
 def search_settings(args: argparse.Namespace, defaults: SearchSettings) -> SearchSettings:
-    """The `SearchSettings` of `add_search_arguments`' flags over `defaults`; a bad value is a
-    ValueError naming its flag."""
+    """The `SearchSettings` of `add_search_arguments`' flags over `defaults` (any sampling flag
+    turns sampling on); a bad value is a ValueError naming its flag."""
+    sampling = any(getattr(args, field) is not None for field in _SAMPLING_FIELDS)
+    if args.sampling_seed is not None and not (sampling or defaults.sampling):
+        raise ValueError("--seed: only for sampling (give --temperature, --top-k or --top-p)")
     try:
-        return SearchSettings.of(defaults, args.beam_size, args.length_penalty,
-                                 args.max_decode_extra)
+        return SearchSettings.of(defaults, **{field: getattr(args, field)
+                                              for field in _SEARCH_FLAGS},
+                                 sampling=True if sampling else None)
     except ValueError as error:
         field, message = str(error).split(": ", 1)
         raise ValueError(f"{_SEARCH_FLAGS[field][0]}: {message}") from None

@@ -3,6 +3,7 @@
     kt-translate saved_models/demo input.en > output.de        # the newest version of an export
     kt-translate saved_models/demo/3 a.en b.en --output a.de b.de
     kt-translate runs/demo - --beam-size 8 --nbest 3 < input.en  # a run: search flags allowed
+    kt-translate runs/demo input.en --top-p 0.9 --seed 1   # sampling (reproducible per seed)
     kt-translate saved_models/demo-ct2 input.en   # a CTranslate2 export (kt-export --format)
 
 One output line per input line, in order: an empty line gives an empty line, a line that is not
@@ -28,8 +29,8 @@ from keras_transformer.data.text_files import read_raw_lines
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.text_translation import TextTranslator, length_batches
 from keras_transformer.training.run_dir import RunDir
-from trainers.common import (add_ensemble_argument, add_search_arguments, load_ensemble,
-                             load_run_model, search_settings)
+from trainers.common import (add_ensemble_argument, add_search_arguments, given_search_flags,
+                             load_ensemble, load_run_model, search_settings)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -71,10 +72,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def load_translator(args: argparse.Namespace) -> TextTranslator:
     """An export as saved, or a run directory's model with its recipe's search settings (the
     search flags override them)."""
-    searching = [flag for flag, value in (("--beam-size", args.beam_size),
-                                          ("--length-penalty", args.length_penalty),
-                                          ("--max-decode-extra", args.max_decode_extra))
-                 if value is not None]
+    searching = given_search_flags(args)
     if (Path(args.model) / "config.json").is_file() and not is_ctranslate2_model(args.model):
         model, tokenizer = load_run_model(args.model, args.weights)
         settings = search_settings(args, RunDir(args.model).load_recipe().search)

@@ -1,10 +1,10 @@
-"""Searching with a Transformer: beam search and greedy decoding in one graph each, teacher-
-forced scoring, vocabulary shortlists, and the `Translator` that exports take. The searches
-themselves are model-agnostic: `keras_transformer.search`."""
+"""Searching with a Transformer: beam search, greedy decoding and sampling in one graph each,
+teacher-forced scoring, vocabulary shortlists, and the `Translator` that exports take. The
+searches themselves are model-agnostic: `keras_transformer.search`."""
 from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
 from keras_transformer.decoding.transformer_search import (beam_search, decode, greedy_decode,
-                                                           score_hypotheses)
+                                                           sample, score_hypotheses)
 from keras_transformer.search import DecodeResult, length_divisor
 
 __all__ = ["DecodeResult", "VocabularyShortlist", "beam_search", "build_shortlist", "decode",
-           "greedy_decode", "length_divisor", "score_hypotheses"]
+           "greedy_decode", "length_divisor", "sample", "score_hypotheses"]

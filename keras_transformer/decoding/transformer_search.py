@@ -2,7 +2,8 @@
 output length limits of section 6.1 (source length + `max_decode_extra`), and teacher-forced
 scoring on the searches' scale.
 
-`beam_search(model, source_ids, ...)` and `greedy_decode(model, ...)` are one graph each;
+`beam_search(model, source_ids, ...)`, `greedy_decode(model, ...)` and `sample(model, ...)`
+are one graph each;
 `decode(model, source_ids, ...)` builds the same search inside a caller's `tf.function` (the
 exported `Translator`'s). Each takes one `Transformer` or an ensemble: a sequence of them over
 the same vocabulary, whose probabilities the search averages (`search.ensemble`).
@@ -40,29 +41,30 @@ def ensemble_members(model: Models) -> list[Transformer]:
     return members
 
 
-def decode(model: Models, source_ids: tf.Tensor, beam_size: int = 4,
-           length_penalty: float = 0.6, max_decode_extra: int = 50, use_cache: bool = True,
-           eos_id: int = EOS_ID, prefix_ids: Optional[tf.Tensor] = None,
-           shortlist: Optional[VocabularyShortlist] = None,
-           greedy: Optional[bool] = None, static_shortlist: bool = False) -> DecodeResult:
+def decode(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSettings] = None,
+           use_cache: bool = True, eos_id: int = EOS_ID, prefix_ids: Optional[tf.Tensor] = None,
+           shortlist: Optional[VocabularyShortlist] = None, greedy: Optional[bool] = None,
+           static_shortlist: bool = False, num_samples: int = 1) -> DecodeResult:
     """Builds a search over `source_ids` (call it inside a `tf.function`).
 
     Args:
         model: the Transformer, or an ensemble's (their probabilities averaged).
         source_ids: `[batch, src_len]` int32, EOS-terminated, right-padded with PAD.
-        beam_size, length_penalty, max_decode_extra: as `SearchSettings`.
+        settings: beam size, length penalty, length limit and sampling (default: the
+            paper's).
         use_cache: False recomputes the whole decoder at every position (the reference).
         eos_id: -1 disables end of sentence (every hypothesis runs to its length limit).
         prefix_ids: optional `[batch, P]` target ids every hypothesis starts with (PAD-padded).
         shortlist: score only its `target_ids` for this batch (None: the whole vocabulary).
-        greedy: the greedy search (default: when `beam_size` is 1).
+        greedy: the greedy search (default: when `beam_size` is 1); unused when sampling.
         static_shortlist: score the shortlist's `padded_target_ids`, whose size the input
             shapes fix (what XLA compiles), instead of its `target_ids`.
+        num_samples: translations drawn per sentence when `settings.sampling`.
 
     Returns:
-        The n-best `DecodeResult`.
+        The n-best `DecodeResult` (when sampling, the samples in the order drawn).
     """
-    settings = SearchSettings(beam_size, length_penalty, max_decode_extra)
+    settings = SearchSettings() if settings is None else settings
     members = ensemble_members(model)
     source_ids = tf.cast(source_ids, tf.int32)
     limits, buffer_length = output_limits(source_ids, settings.max_decode_extra,
@@ -73,13 +75,19 @@ def decode(model: Models, source_ids: tf.Tensor, beam_size: int = 4,
     elif shortlist is not None:
         vocabulary_ids = shortlist.target_ids(source_ids, prefix_ids)
     greedy = settings.beam_size == 1 if greedy is None else greedy
-    rows_per_sentence = 1 if greedy else settings.beam_size
+    rows_per_sentence = (num_samples if settings.sampling else 1 if greedy
+                         else settings.beam_size)
     build = cached_step if use_cache else recomputed_step
     steps = [build(member, source_ids, rows_per_sentence, buffer_length, vocabulary_ids,
                    unscored) for member in members]
     step, state, reorder = steps[0] if len(steps) == 1 else search.ensemble(steps)
     common = dict(length_penalty=settings.length_penalty, eos_id=eos_id,
                   prefix_ids=prefix_ids, vocabulary_ids=vocabulary_ids)
+    if settings.sampling:
+        return search.sampling_search(
+            step, state, limits, buffer_length,
+            search.sentence_seeds(source_ids, settings.sampling_seed), num_samples,
+            settings.temperature, settings.top_k, settings.top_p, **common)
     if greedy:
         return search.greedy_search(step, state, limits, buffer_length, **common)
     return search.beam_search(step, state, limits, buffer_length, settings.beam_size,
@@ -103,8 +111,9 @@ def beam_search(model: Models, source_ids, beam_size: int = 4,
     capped at `model.config.max_length`) per sentence. `jit_compile` compiles the search with
     XLA (cached decoding only; a shortlist is then padded to a static size).
     """
-    return _run(model, source_ids, False, beam_size, length_penalty, max_decode_extra,
-                use_cache, eos_id, jit_compile, prefix_ids, shortlist)
+    settings = SearchSettings(beam_size, length_penalty, max_decode_extra)
+    return _run(model, source_ids, settings, False, use_cache, eos_id, jit_compile,
+                prefix_ids, shortlist)
 
 
 def greedy_decode(model: Models, source_ids, length_penalty: float = 0.6,
@@ -113,23 +122,39 @@ def greedy_decode(model: Models, source_ids, length_penalty: float = 0.6,
                   ) -> DecodeResult:
     """The most likely next token at every step (n = 1), scored like `beam_search`; arguments
     as `decode`'s."""
-    return _run(model, source_ids, True, 1, length_penalty, max_decode_extra, use_cache,
-                eos_id, False, prefix_ids, shortlist)
+    settings = SearchSettings(1, length_penalty, max_decode_extra)
+    return _run(model, source_ids, settings, True, use_cache, eos_id, False, prefix_ids,
+                shortlist)
 
 
-def _run(model, source_ids, greedy: bool, beam_size, length_penalty, max_decode_extra,
-         use_cache, eos_id, jit_compile, prefix_ids, shortlist) -> DecodeResult:
+def sample(model: Models, source_ids, seed: int = 0, temperature: float = 1.0,
+           top_k: int = 0, top_p: float = 1.0, num_samples: int = 1,
+           length_penalty: float = 0.6, max_decode_extra: int = 50, use_cache: bool = True,
+           eos_id: int = EOS_ID, jit_compile: bool = False, prefix_ids=None,
+           shortlist: Optional[VocabularyShortlist] = None) -> DecodeResult:
+    """`num_samples` translations of each sentence of `source_ids`, drawn token by token
+    (`search.sampling_search`; the settings as `SearchSettings`'), in one graph; other
+    arguments as `beam_search`'s."""
+    if not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples: must be a positive integer, got {num_samples!r}")
+    settings = SearchSettings(1, length_penalty, max_decode_extra, sampling=True,
+                              temperature=temperature, top_k=top_k, top_p=top_p,
+                              sampling_seed=seed)
+    return _run(model, source_ids, settings, False, use_cache, eos_id, jit_compile,
+                prefix_ids, shortlist, num_samples)
+
+
+def _run(model, source_ids, settings: SearchSettings, greedy: bool, use_cache, eos_id,
+         jit_compile, prefix_ids, shortlist, num_samples: int = 1) -> DecodeResult:
     """Checks the arguments eagerly (named errors) and runs the search's graph."""
     if jit_compile and not use_cache:
         raise ValueError("jit_compile: needs use_cache=True (recomputation has dynamic shapes)")
-    settings = SearchSettings(beam_size, length_penalty, max_decode_extra)
     members = ensemble_members(model)
     model = members[0] if len(members) == 1 else tuple(members)
     graph = decode_xla if jit_compile else _decode_graph
     prefix_ids = None if prefix_ids is None else tf.convert_to_tensor(prefix_ids, tf.int32)
-    return graph(model, tf.convert_to_tensor(source_ids, tf.int32), settings.beam_size,
-                 float(settings.length_penalty), settings.max_decode_extra, use_cache, eos_id,
-                 prefix_ids, shortlist, greedy, jit_compile)
+    return graph(model, tf.convert_to_tensor(source_ids, tf.int32), settings, use_cache,
+                 eos_id, prefix_ids, shortlist, greedy, jit_compile, num_samples)
 
 
 def output_limits(source_ids: tf.Tensor, max_decode_extra: int, max_length: int,

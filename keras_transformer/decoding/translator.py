@@ -186,8 +186,7 @@ class Translator(tf.Module):
             source_ids = self._padded_width(source_ids)
             prefix_ids = None if prefix_ids is None else self._padded_width(prefix_ids)
         models = (self.model, *self.ensemble) if self.ensemble else self.model
-        return search(models, source_ids, settings.beam_size, settings.length_penalty,
-                      settings.max_decode_extra, prefix_ids=prefix_ids,
+        return search(models, source_ids, settings, prefix_ids=prefix_ids,
                       shortlist=self.shortlist, static_shortlist=self.jit_compile)
 
     def _padded_width(self, ids: tf.Tensor) -> tf.Tensor:

@@ -88,10 +88,12 @@ def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
 
 class _LayerStep:
     """`DecoderLayer.step` on `[rows, d_model]` with the position-major caches, from weights
-    prepared once per search (call it with `(x, cache, position, slots, unwritten)`)."""
+    prepared once per search (call it with `(x, cache, position, slots, unwritten)`): the
+    layer's own `blocks` with sub-layers and residual blocks of its own."""
 
     def __init__(self, layer: DecoderLayer, encoder_output: tf.Tensor,
                  cross_penalty: tf.Tensor, dtype: str):
+        self.layer = layer
         own, cross = layer.self_attention, layer.cross_attention
         self.heads, self.key_dim, self.value_dim = own.num_heads, own.key_dim, own.value_dim
         self.scale = tf.constant(own.key_dim ** -0.5, dtype)
@@ -128,12 +130,11 @@ class _LayerStep:
         """The layer's output `[rows, d_model]` for its input `x` at `position`, and the cache
         with that position written; `unwritten`: the penalty on the history slots after
         `position` when `slots` hold every position (XLA)."""
-        own, cross, feed_forward = self.blocks
-        attended, cache = self._self_attention(own.normalize_input(x), cache, position, slots,
-                                               unwritten)
-        x = own(x, attended)
-        x = cross(x, self._cross_attention(cross.normalize_input(x)))
-        return feed_forward(x, self._feed_forward(feed_forward.normalize_input(x))), cache
+        x, (cache, _) = self.layer.blocks(
+            x, lambda query: self._self_attention(query, cache, position, slots, unwritten),
+            lambda query: (self._cross_attention(query), None), self._feed_forward,
+            self.blocks)
+        return x, cache
 
     def _self_attention(self, x, cache, position, slots, unwritten):
         with tf.name_scope("self_attention"):  # each part in its own scope, for profiles
@@ -179,7 +180,7 @@ class _Residual:
     def normalize_input(self, x):
         return self._normalize(x) if self.pre else x
 
-    def __call__(self, x, sublayer_output):
+    def __call__(self, x, sublayer_output, training=None):
         summed = x + sublayer_output
         return summed if self.pre else self._normalize(summed)
 

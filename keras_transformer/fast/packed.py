@@ -193,28 +193,30 @@ def _embed(model: Transformer, ids: tf.Tensor, side: str, layout: Layout, traini
 
 
 def _encoder_layer(layer: EncoderLayer, x, padding_mask, layout: Layout, training):
-    """`EncoderLayer.call` in `layout`."""
-    attended = _attention(layer.self_attention, layer.self_residual.normalize_input(x), None,
-                          padding_mask, (layout, layout), training)
-    return layer.feed_forward_block(layer.self_residual(x, attended, training=training),
-                                    training)
+    """`EncoderLayer.call` in `layout`: the layer's own blocks, its attention in the layout."""
+    x, _ = layer.blocks(x, lambda query: _attention(
+        layer.self_attention, query, None, padding_mask, (layout, layout), training),
+        training=training)
+    return x
 
 
 def _decoder_layer(layer: DecoderLayer, x, encoder_output, masks, layouts, training):
-    """`DecoderLayer.call` in the target's layout; `masks`: (self, cross), `layouts`: (target,
-    source)."""
-    attended = _attention(layer.self_attention, layer.self_residual.normalize_input(x), None,
-                          masks[0], (layouts[0], layouts[0]), training)
-    x = layer.self_residual(x, attended, training=training)
-    attended = _attention(layer.cross_attention, layer.cross_residual.normalize_input(x),
-                          encoder_output, masks[1], layouts, training)
-    x = layer.cross_residual(x, attended, training=training)
-    return layer.feed_forward_block(x, training)
+    """`DecoderLayer.call` in the target's layout: the layer's own blocks, its attentions in
+    the layouts; `masks`: (self, cross), `layouts`: (target, source)."""
+    x, _ = layer.blocks(
+        x,
+        lambda query: _attention(layer.self_attention, query, None, masks[0],
+                                 (layouts[0], layouts[0]), training),
+        lambda query: _attention(layer.cross_attention, query, encoder_output, masks[1],
+                                 layouts, training),
+        training=training)
+    return x
 
 
 def _attention(attention: MultiHeadAttention, query, key_value, mask, layouts, training):
     """`MultiHeadAttention.call` with `query` in `layouts[0]` and `key_value` (None: `query`)
-    in `layouts[1]`: only the attention products see the padded heads-first form."""
+    in `layouts[1]`: only the attention products see the padded heads-first form. Returns the
+    output and None (nothing kept, as `blocks` expects)."""
     query_layout, key_layout = layouts
     source = query if key_value is None else key_value
     query_heads = query_layout.expand_heads(attention.project_query(query))
@@ -223,4 +225,4 @@ def _attention(attention: MultiHeadAttention, query, key_value, mask, layouts, t
     attended, _ = scaled_dot_product(
         query_heads, keys, values, mask,
         dropout=lambda weights: attention.dropout_layer(weights, training=training))
-    return attention.output_dense(query_layout.pack_heads(attended))
+    return attention.output_dense(query_layout.pack_heads(attended)), None

@@ -1,5 +1,7 @@
 """The encoder and decoder layers of section 3.1: self-attention, (in the decoder)
 encoder-decoder attention, and the feed-forward network, each in a residual block."""
+from typing import Callable, Optional, Sequence
+
 import keras
 from keras import ops
 
@@ -34,10 +36,29 @@ class TransformerBlock(keras.layers.Layer):
         return ResidualNorm(self.settings["norm"], self.settings["dropout"],
                             self.settings["epsilon"], name=name)
 
-    def feed_forward_block(self, x, training=None):
-        """The residual feed-forward block: the last sub-layer of both layers."""
-        normed = self.feed_forward_residual.normalize_input(x)
-        return self.feed_forward_residual(x, self.feed_forward(normed), training=training)
+    def residual_blocks(self, x, attentions: Sequence[Callable], feed_forward: Callable,
+                        residuals: Sequence, training=None) -> tuple:
+        """Each attention, then the feed-forward network, each in its residual block:
+        `x = residual(x, sublayer(residual.normalize_input(x)))`.
+
+        Args:
+            x: the layer's input.
+            attentions: sub-layers returning their output and what the caller keeps of them
+                (the weights, a cache), in the layer's order.
+            feed_forward: the last sub-layer.
+            residuals: one residual block per sub-layer.
+            training: dropout.
+
+        Returns:
+            The output and a tuple of what each attention returned to keep.
+        """
+        kept = []
+        for attention, residual in zip(attentions, residuals):
+            attended, kept_part = attention(residual.normalize_input(x))
+            x = residual(x, attended, training=training)
+            kept.append(kept_part)
+        last = residuals[-1]
+        return last(x, feed_forward(last.normalize_input(x)), training=training), tuple(kept)
 
     def get_config(self) -> dict:
         return {**super().get_config(), **self.settings}
@@ -55,11 +76,32 @@ class EncoderLayer(TransformerBlock):
     def call(self, x, padding_mask=None, training=None, return_attention_scores: bool = False):
         """`x`: `[batch, src_len, d_model]`; `padding_mask`: `[batch, 1, src_len]`, True on real
         tokens. Returns the output (and the attention weights when asked for)."""
-        attended, weights = self.self_attention(
-            self.self_residual.normalize_input(x), attention_mask=padding_mask,
-            training=training, return_attention_scores=True)
-        x = self.feed_forward_block(self.self_residual(x, attended, training=training), training)
+        x, weights = self.blocks(x, lambda query: self.self_attention(
+            query, attention_mask=padding_mask, training=training,
+            return_attention_scores=True), training=training)
         return (x, weights) if return_attention_scores else x
+
+    def blocks(self, x, self_attention: Callable, feed_forward: Optional[Callable] = None,
+               residuals: Optional[Sequence] = None, training=None):
+        """The layer's order of section 3.1, the one place it is written: self-attention, then
+        the feed-forward network, each in its residual block. `call` runs it with the layer's
+        own sub-layers; the fast paths (`fast/packed.py`, `fast/decode_cache.py`) with theirs.
+
+        Args:
+            x: the layer's input.
+            self_attention: the attention of the normalized input to itself, returning its
+                output and what the caller keeps of it (e.g. the weights).
+            feed_forward: the feed-forward network (default: the layer's own).
+            residuals: the two residual blocks (default: the layer's own).
+            training: dropout.
+
+        Returns:
+            The output and what `self_attention` returned to keep.
+        """
+        x, (kept,) = self.residual_blocks(
+            x, [self_attention], feed_forward or self.feed_forward,
+            residuals or (self.self_residual, self.feed_forward_residual), training)
+        return x, kept
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -94,13 +136,39 @@ class DecoderLayer(TransformerBlock):
         Returns:
             The output `[batch, tgt_len, d_model]` (and the weights).
         """
-        attended, self_weights = self.self_attention(
-            self.self_residual.normalize_input(x), attention_mask=self_mask, training=training,
-            return_attention_scores=True)
-        x = self.self_residual(x, attended, training=training)
-        x, cross_weights = self.cross_and_feed_forward(x, cross_mask, training,
-                                                       key_value=encoder_output)
-        return (x, (self_weights, cross_weights)) if return_attention_scores else x
+        x, weights = self.blocks(
+            x,
+            lambda query: self.self_attention(query, attention_mask=self_mask, training=training,
+                                              return_attention_scores=True),
+            lambda query: self.cross_attention(query, encoder_output, attention_mask=cross_mask,
+                                               training=training, return_attention_scores=True),
+            training=training)
+        return (x, weights) if return_attention_scores else x
+
+    def blocks(self, x, self_attention: Callable, cross_attention: Callable,
+               feed_forward: Optional[Callable] = None, residuals: Optional[Sequence] = None,
+               training=None):
+        """The layer's order of section 3.1, the one place it is written: masked
+        self-attention, encoder-decoder attention, then the feed-forward network, each in its
+        residual block. `call` and `step` run it with the layer's own sub-layers; the fast
+        paths (`fast/packed.py`, `fast/decode_cache.py`) with theirs.
+
+        Args:
+            x: the layer's input.
+            self_attention: the attention of the normalized input to the target so far,
+                returning its output and what the caller keeps of it (the weights, a cache).
+            cross_attention: the same for the attention to the encoder output.
+            feed_forward: the feed-forward network (default: the layer's own).
+            residuals: the three residual blocks (default: the layer's own).
+            training: dropout.
+
+        Returns:
+            The output and `(self-attention's kept, cross-attention's kept)`.
+        """
+        return self.residual_blocks(
+            x, [self_attention, cross_attention], feed_forward or self.feed_forward,
+            residuals or (self.self_residual, self.cross_residual, self.feed_forward_residual),
+            training)
 
     def step(self, x, self_cache, cross_cache, index, cross_mask):
         """One incremental decoding position for `beam` hypotheses of each sentence.
@@ -119,22 +187,15 @@ class DecoderLayer(TransformerBlock):
         Encoder-decoder attention treats the beam axis as the query axis, so the encoder
         keys/values serve every hypothesis of a sentence without being tiled or gathered.
         """
-        batch, beam, d_model = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
-        per_hypothesis = ops.reshape(x, (batch * beam, 1, d_model))
-        attended, self_cache = self.self_attention(
-            self.self_residual.normalize_input(per_hypothesis), cache=self_cache,
-            cache_index=index)
-        per_hypothesis = self.self_residual(per_hypothesis, attended)
-        x, _ = self.cross_and_feed_forward(ops.reshape(per_hypothesis, (batch, beam, d_model)),
-                                           cross_mask, None, cache=cross_cache)
-        return x, self_cache
+        def self_attention(query):
+            batch, beam, d_model = ops.shape(query)[0], ops.shape(query)[1], query.shape[-1]
+            attended, cache = self.self_attention(
+                ops.reshape(query, (batch * beam, 1, d_model)), cache=self_cache,
+                cache_index=index)
+            return ops.reshape(attended, (batch, beam, d_model)), cache
 
-    def cross_and_feed_forward(self, x, cross_mask, training, key_value=None, cache=None):
-        """The encoder-decoder attention block (over `key_value`, or the keys/values in
-        `cache`), then the feed-forward block; returns the output and the attention weights."""
-        attended, cross_weights = self.cross_attention(
-            self.cross_residual.normalize_input(x), key_value=key_value,
-            attention_mask=cross_mask, cache=cache, training=training,
-            return_attention_scores=True)
-        x = self.cross_residual(x, attended, training=training)
-        return self.feed_forward_block(x, training), cross_weights
+        def cross_attention(query):
+            return self.cross_attention(query, attention_mask=cross_mask, cache=cross_cache), None
+
+        x, (self_cache, _) = self.blocks(x, self_attention, cross_attention)
+        return x, self_cache
