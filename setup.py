@@ -38,6 +38,7 @@ setup(
             "kt-average-checkpoints=trainers.launch:average_checkpoints",
             "kt-export=trainers.launch:export",
             "kt-translate=trainers.launch:translate",
+            "kt-translate-corpus=trainers.launch:translate_corpus",
         ]
     },
 )

@@ -127,3 +127,40 @@ def length_batches(lengths: Sequence[int], batch_size: int,
         batch.append(index)
     if batch:
         yield batch
+
+
+def output_line(text: bytes) -> str:
+    """A translation as one output line: invalid UTF-8 (a byte-level vocabulary can produce
+    it) decoded with U+FFFD replacements, line breaks (LF, CR) as spaces, so that output line N
+    stays input line N's translation."""
+    return text.decode("utf-8", errors="replace").replace("\r", " ").replace("\n", " ")
+
+
+def best_lines(translator: TextTranslator, lines: Sequence[bytes], batch_size: int = 64,
+               batch_tokens: int = 6000, prefixes: Optional[Sequence[bytes]] = None,
+               on_batch: Optional[Callable[[int], None]] = None) -> list[str]:
+    """The best translation of each line as an `output_line`, in the lines' order, translated
+    in `length_batches` of the lines' word counts.
+
+    Args:
+        translator: what translates.
+        lines: raw input lines (possibly invalid UTF-8: decoded with replacements).
+        batch_size: at most this many lines a batch.
+        batch_tokens: at most this many padded words a batch.
+        prefixes: optional, one per line: the start forced on its translation.
+        on_batch: called with each batch's size after it is translated.
+
+    Returns:
+        One output line per input line.
+    """
+    outputs = [""] * len(lines)
+    lengths = [len(line.split()) for line in lines]
+    for batch in length_batches(lengths, batch_size, batch_tokens):
+        translations, _ = translator.best(
+            [lines[index] for index in batch],
+            None if prefixes is None else [prefixes[index] for index in batch])
+        for index, text in zip(batch, translations):
+            outputs[index] = output_line(text)
+        if on_batch is not None:
+            on_batch(len(batch))
+    return outputs

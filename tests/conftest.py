@@ -55,6 +55,31 @@ def final_weights(run_dir: Path) -> list:
     return [variable.numpy() for variable in model.trainable_weights]
 
 
+def random_run(vocab: Path, root: Path, **overrides):
+    """A run directory (`RunDir`) of a random one-layer `tiny` model on `vocab`, its weights
+    spread out so that its translations and samples vary."""
+    import shutil
+
+    import numpy as np
+
+    import keras_transformer as kt
+    from keras_transformer.training.checkpoints import save_weights_atomic
+    from keras_transformer.training.run_dir import RunDir
+
+    recipe = kt.Recipe.preset("tiny", vocab_size=SubwordTokenizer.load(vocab).vocab_size,
+                              **{"num_layers": 1, "max_length": 24, "beam_size": 1,
+                                 **overrides})
+    run_dir = RunDir(root)
+    run_dir.write_json("config.json", recipe.to_dict())
+    shutil.copytree(vocab, run_dir.vocab)
+    model = kt.Transformer(recipe.architecture)
+    rng = np.random.default_rng(0)
+    model.set_weights([weight + rng.normal(size=weight.shape).astype("float32") * 0.3
+                       for weight in model.get_weights()])
+    save_weights_atomic(model, run_dir.final_weights)
+    return run_dir
+
+
 def train_vocab(pairs: tuple[list[str], list[str]], size: int, directory: Path) -> Path:
     """Learns a shared vocabulary of `size` pieces from both sides of `pairs` into `directory`."""
     sources, targets = pairs

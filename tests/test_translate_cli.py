@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from conftest import random_run
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.export import export_translator
 from keras_transformer.text_translation import export_version, length_batches
@@ -145,32 +146,12 @@ def test_length_batches_cover_every_text_once_within_budget(seed):
         assert len(batch) <= 8 and (len(batch) == 1 or len(batch) * longest <= 100)
 
 
-def tiny_run(demo_vocab, root):
-    """A run directory of a random one-layer `tiny` model on the demo vocabulary."""
-    import shutil
-
-    from keras_transformer.training.checkpoints import save_weights_atomic
-    from keras_transformer.training.run_dir import RunDir
-
-    recipe = kt.Recipe.preset("tiny", vocab_size=SubwordTokenizer.load(demo_vocab).vocab_size,
-                              num_layers=1, max_length=24, beam_size=1)
-    run_dir = RunDir(root)
-    run_dir.write_json("config.json", recipe.to_dict())
-    shutil.copytree(demo_vocab, run_dir.vocab)
-    model = kt.Transformer(recipe.architecture)
-    rng = np.random.default_rng(0)  # a spread-out distribution, so that samples differ
-    model.set_weights([weight + rng.normal(size=weight.shape).astype("float32") * 0.3
-                       for weight in model.get_weights()])
-    save_weights_atomic(model, run_dir.final_weights)
-    return run_dir
-
-
 def test_run_directories_translate_in_process_with_search_flags(demo_vocab, demo_train,
                                                                 input_file, tmp_path, capsys):
     from keras_transformer.training.checkpoints import save_weights_atomic
     from keras_transformer.training.run_dir import RunDir
 
-    run_dir = tiny_run(demo_vocab, tmp_path / "run")
+    run_dir = random_run(demo_vocab, tmp_path / "run")
     flags = ["--beam-size", "2", "--nbest", "2", "--max-decode-extra", "3"]
     code, outputs, _ = run([str(run_dir.root), str(input_file), *flags], capsys)
     assert code == 0 and len(outputs) == 2 * len(LINES)
@@ -196,7 +177,7 @@ def test_sampling_flags_draw_reproducibly_and_exports_fix_them(demo_vocab, input
     from keras_transformer.decoding.translator import Translator
     from keras_transformer.text_translation import TextTranslator
 
-    run_dir = tiny_run(demo_vocab, tmp_path / "run")
+    run_dir = random_run(demo_vocab, tmp_path / "run")
     flags = ["--top-p", "0.95", "--temperature", "1.5", "--max-decode-extra", "4"]
     code, first, _ = run([str(run_dir.root), str(input_file), *flags, "--seed", "1"], capsys)
     _, again, _ = run([str(run_dir.root), str(input_file), *flags, "--seed", "1"], capsys)

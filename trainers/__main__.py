@@ -1,5 +1,6 @@
-"""`python -m trainers COMMAND [ARGS]`: runs a command line (train, evaluate,
-average_checkpoints, export, translate, prepare_parsing, plot_attention) with a quiet start."""
+"""`python -m trainers COMMAND [ARGS]`: runs a command line (`trainers.launch.COMMANDS`:
+train, prepare, evaluate, average_checkpoints, export, translate, translate_corpus,
+prepare_parsing, moses_form, plot_attention) with a quiet start."""
 import sys
 
 from trainers.launch import COMMANDS, launch

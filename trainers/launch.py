@@ -43,7 +43,7 @@ def import_tensorflow_quietly(argv: Optional[Sequence[str]] = None) -> None:
 
 # The commands `python -m trainers COMMAND` runs; the `kt-*` ones are console scripts too.
 COMMANDS = ("train", "prepare", "evaluate", "average_checkpoints", "export", "translate",
-            "prepare_parsing", "moses_form", "plot_attention")
+            "translate_corpus", "prepare_parsing", "moses_form", "plot_attention")
 
 
 def launch(command: str, argv: Optional[Sequence[str]] = None) -> int:
@@ -85,3 +85,8 @@ def export() -> int:
 def translate() -> int:
     """`kt-translate`."""
     return launch("translate")
+
+
+def translate_corpus() -> int:
+    """`kt-translate-corpus`."""
+    return launch("translate_corpus")

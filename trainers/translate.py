@@ -27,7 +27,8 @@ from typing import Optional, Sequence, TextIO
 from keras_transformer.ctranslate2_export import is_ctranslate2_model
 from keras_transformer.data.text_files import read_raw_lines
 from keras_transformer.decoding.translator import Translator
-from keras_transformer.text_translation import TextTranslator, length_batches
+from keras_transformer.text_translation import (TextTranslator, best_lines, length_batches,
+                                                output_line)
 from keras_transformer.training.run_dir import RunDir
 from trainers.common import (add_ensemble_argument, add_search_arguments, given_search_flags,
                              load_ensemble, load_run_model, search_settings)
@@ -87,29 +88,20 @@ def load_translator(args: argparse.Namespace) -> TextTranslator:
     return TextTranslator.from_export(args.model)
 
 
-def output_line(text: bytes) -> str:
-    """A translation as one output line: line breaks a byte-level vocabulary can produce
-    (LF, CR) become spaces, so that output line N stays input line N's translation."""
-    return text.decode("utf-8", errors="replace").replace("\r", " ").replace("\n", " ")
-
-
 def translate_lines(translator: TextTranslator, lines: list[bytes], args: argparse.Namespace,
                     progress: Progress, prefixes: Optional[list[bytes]] = None) -> list[str]:
     """The output lines (without newlines) for `lines` (each starting with its line of
     `prefixes`, when given), in their order."""
+    if not args.nbest:
+        return best_lines(translator, lines, args.batch_size, args.batch_tokens, prefixes,
+                          on_batch=progress.advance)
     outputs: list[str] = [""] * len(lines)
     lengths = [len(line.split()) for line in lines]
     for batch in length_batches(lengths, args.batch_size, args.batch_tokens):
         texts = [lines[index] for index in batch]
-        if args.nbest:
-            for index, hypotheses in zip(batch, translator.nbest(texts, args.nbest)):
-                outputs[index] = "\n".join(
-                    f"{index} ||| {output_line(text)} ||| {score:.4f}"
-                    for text, score in hypotheses)
-        else:
-            batch_prefixes = None if prefixes is None else [prefixes[index] for index in batch]
-            for index, text in zip(batch, translator.best(texts, batch_prefixes)[0]):
-                outputs[index] = output_line(text)
+        for index, hypotheses in zip(batch, translator.nbest(texts, args.nbest)):
+            outputs[index] = "\n".join(f"{index} ||| {output_line(text)} ||| {score:.4f}"
+                                       for text, score in hypotheses)
         progress.advance(len(batch))
     return outputs
 

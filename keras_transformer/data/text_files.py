@@ -108,10 +108,7 @@ def read_raw_lines(path: str | os.PathLike) -> tuple[list[bytes], list[int]]:
 
     Lines are those of ``read_lines``: LF or CR LF ends one, a lone CR is content.
     """
-    path = os.fspath(path)
-    with nullcontext(sys.stdin.buffer) if path == "-" else _open_binary(path) as handle:
-        lines = [raw[:-2] if raw.endswith(b"\r\n") else raw.removesuffix(b"\n")
-                 for _, raw in _numbered_lines(path, handle)]
+    lines = list(iter_raw_lines(path))
     invalid = []
     for number, line in enumerate(lines, start=1):
         try:
@@ -119,6 +116,14 @@ def read_raw_lines(path: str | os.PathLike) -> tuple[list[bytes], list[int]]:
         except UnicodeDecodeError:
             invalid.append(number)
     return lines, invalid
+
+
+def iter_raw_lines(path: str | os.PathLike) -> Iterator[bytes]:
+    """The lines of `read_raw_lines`, streamed."""
+    path = os.fspath(path)
+    with nullcontext(sys.stdin.buffer) if path == "-" else _open_binary(path) as handle:
+        for _, raw in _numbered_lines(path, handle):
+            yield raw[:-2] if raw.endswith(b"\r\n") else raw.removesuffix(b"\n")
 
 
 def read_parallel(

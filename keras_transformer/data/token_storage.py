@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from keras_transformer.training.run_dir import write_text_atomic
+from keras_transformer.atomic_files import write_atomic
 
 MANIFEST = "manifest.json"
 FORMAT = "keras-transformer token storage"
@@ -194,7 +194,7 @@ class StorageWriter:
                   in zip(self._names, self._pairs, self._ids, self._longest)]
         manifest = {"format": FORMAT, "version": VERSION, "vocabulary": self._vocabulary,
                     "id_dtype": self._dtype.name, "shards": shards, **details}
-        write_text_atomic(self.directory / MANIFEST, json.dumps(manifest, indent=1))
+        write_atomic(self.directory / MANIFEST, json.dumps(manifest, indent=1))
         return TokenStorage.open(self.directory)
 
     def close(self) -> None:

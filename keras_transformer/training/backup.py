@@ -28,7 +28,7 @@ import numpy as np
 
 from keras_transformer.training.checkpoints import (files_by_step, list_checkpoints,
                                                     load_weights_file, save_weights_atomic)
-from keras_transformer.training.run_dir import write_text_atomic
+from keras_transformer.atomic_files import write_atomic
 
 KEEP = 2
 _BACKUP = re.compile(r"^step-(\d+)\.json$")
@@ -64,7 +64,7 @@ def write_backup(model: keras.Model, directory: str | os.PathLike, step: int) ->
     mark = {"step": step, "iterations": int(keras.ops.convert_to_numpy(
                 model.optimizer.iterations)), "sha256": _sha256(weights),
             "seeds": [np.asarray(variable.numpy()).tolist() for variable in seed_states(model)]}
-    write_text_atomic(directory / f"step-{step:08d}.json", json.dumps(mark))
+    write_atomic(directory / f"step-{step:08d}.json", json.dumps(mark))
     for old in list_backups(directory)[:-KEEP]:
         old.with_suffix(".weights.h5").unlink(missing_ok=True)
         old.unlink(missing_ok=True)

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import keras
 
+from keras_transformer.atomic_files import write_atomic
 from keras_transformer.config import Recipe
 from keras_transformer.training.checkpoints import (average_weights, list_checkpoints,
                                                     load_weights_file, save_weights_atomic)
@@ -99,7 +100,7 @@ class RunDir:
         existing = {name: _read_json(self.root / name) for name in wanted}
         if all(value is None for value in existing.values()):
             for name, value in wanted.items():
-                write_text_atomic(self.root / name, json.dumps(value, indent=2, sort_keys=True))
+                write_atomic(self.root / name, json.dumps(value, indent=2, sort_keys=True))
             return False
         for name, value in wanted.items():
             differences = _differences(existing[name] or {}, value)
@@ -117,22 +118,13 @@ class RunDir:
     def write_json(self, name: str, value: Any) -> None:
         """Writes `value` as `name` in the run directory, atomically."""
         self.root.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(self.root / name, json.dumps(value, indent=2, sort_keys=True))
+        write_atomic(self.root / name, json.dumps(value, indent=2, sort_keys=True))
 
     def load_recipe(self) -> Recipe:
         """The run's recipe (`config.json`, as written by this or an earlier version)."""
         if not self.config_path.is_file():
             raise FileNotFoundError(f"run directory: no {CONFIG_FILE} in {str(self.root)!r}")
         return Recipe.from_saved(_read_json(self.config_path))
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Writes via a temporary file and a rename, so readers never see half a file."""
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, encoding="utf-8",
-                                     prefix=f".{path.name}.") as handle:
-        handle.write(text)
-    os.chmod(handle.name, 0o644)
-    os.replace(handle.name, path)
 
 
 def _read_json(path: Path) -> Any:

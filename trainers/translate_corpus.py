@@ -1,0 +1,147 @@
+"""`kt-translate-corpus`: translates a whole training corpus with a teacher (a run, an ensemble
+of runs, or an export), resumably and in shards: the data job of distillation.
+
+    kt-translate-corpus runs/teacher1 train.en --ensemble runs/teacher2 --beam-size 5 \\
+        --output distilled/train.de
+    kt-translate-corpus runs/teacher1 train.en --output distilled/train.de --shard 2/4  # 1 of 4
+
+The input is cut into chunks of `--chunk-lines` lines, each translated in length-sorted
+batches and written whole into OUTPUT.parts/ (see `keras_transformer.corpus_translation`): a
+killed job started again with the same command continues where it stopped, with the same
+output as an uninterrupted one; shards (`--shard I/N`, workers sharing the directory) each take
+every N-th chunk, and whichever writes the last chunk joins them into OUTPUT in input order.
+A restart whose input, chunking or teacher (weights, vocabulary, search settings) differs from
+the partial output's is refused, naming what differs. Lines follow kt-translate's rules: an
+empty line gives an empty line, invalid UTF-8 is translated with U+FFFD replacements (a warning
+names the line), a line longer than the model's `max_length` is translated from its start.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from keras_transformer.corpus_translation import CorpusTranslation, Progress, Shard, file_sha256
+from keras_transformer.text_translation import best_lines, export_version
+from keras_transformer.training.run_dir import RunDir
+from trainers.common import add_ensemble_argument, add_search_arguments, search_settings
+from trainers.translate import load_translator
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
+    parser = argparse.ArgumentParser(prog="kt-translate-corpus",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("model", help="a kt-train run directory or an export")
+    parser.add_argument("input", help="the source side of the corpus, plain or .gz")
+    parser.add_argument("--output", required=True, metavar="FILE",
+                        help="the translation, line for line (parts in FILE.parts/)")
+    parser.add_argument("--shard", default="1/1", metavar="I/N",
+                        help="translate shard I of N (1-based; default 1/1: every chunk)")
+    parser.add_argument("--chunk-lines", type=int, default=10_000,
+                        help="input lines per chunk, the unit of resumption (default: 10000)")
+    parser.add_argument("--batch-size", type=int, default=64,
+                        help="sentences per batch (default: 64)")
+    parser.add_argument("--batch-tokens", type=int, default=6000,
+                        help="at most this many padded words per batch (default: 6000)")
+    parser.add_argument("--weights", help="with a run directory: a .weights.h5 file")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--progress-seconds", type=float, default=30.0,
+                        help="seconds between progress lines (default: 30)")
+    add_search_arguments(parser, "(run directories only: an export's are fixed)")
+    add_ensemble_argument(parser)
+    args = parser.parse_args(argv)
+    try:
+        args.shard = Shard.parse(args.shard)
+    except ValueError as error:
+        parser.error(f"--{error}")
+    for name in ("chunk_lines", "batch_size", "batch_tokens"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')}: must be positive")
+    return args
+
+
+def tree_sha256(directory: Path) -> str:
+    """The SHA-256 of every file under `directory`: relative paths and contents, in order."""
+    digest = hashlib.sha256()
+    for path in sorted(item for item in directory.rglob("*") if item.is_file()):
+        digest.update(path.relative_to(directory).as_posix().encode() + b"\0")
+        digest.update(file_sha256(path).encode())
+    return digest.hexdigest()
+
+
+def teacher_identity(args: argparse.Namespace) -> dict[str, Any]:
+    """What the output depends on: each run's weights, vocabulary and architecture and the
+    search settings, or the export's files (their digests: paths may move)."""
+    if not (Path(args.model) / "config.json").is_file():
+        return {"export": tree_sha256(export_version(args.model))}
+    runs = []
+    for index, path in enumerate([args.model, *args.ensemble]):
+        run = RunDir(path)
+        weights = Path(args.weights) if args.weights and index == 0 else run.default_weights()
+        runs.append({"weights_sha256": file_sha256(weights),
+                     "vocab_sha256": tree_sha256(run.vocab),
+                     "architecture": run.load_recipe().architecture.to_dict()})
+    settings = search_settings(args, RunDir(args.model).load_recipe().search)
+    return {"runs": runs, "search": dataclasses.asdict(settings)}
+
+
+class ProgressLines:
+    """`kt-translate-corpus: shard I/N: D/T lines, R lines/s, ETA ...` every few seconds."""
+
+    def __init__(self, shard: Shard, every_seconds: float, quiet: bool):
+        self.shard, self.every_seconds, self.quiet = shard, every_seconds, quiet
+        self._last = float("-inf")
+
+    def __call__(self, progress: Progress) -> None:
+        if self.quiet or (progress.lines_left and
+                          progress.seconds - self._last < self.every_seconds):
+            return
+        self._last = progress.seconds
+        left = progress.seconds_left
+        eta = "" if left is None else f", ETA {_duration(left)}"
+        print(f"kt-translate-corpus: shard {self.shard.index}/{self.shard.count}: "
+              f"{progress.lines_done:,}/{progress.lines_done + progress.lines_left:,} lines, "
+              f"{progress.lines_per_second:,.1f} lines/s{eta}", file=sys.stderr, flush=True)
+
+
+def _duration(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs the command line; returns its exit status (2 on a user error)."""
+    args = parse_args(argv)
+    try:
+        job = CorpusTranslation(args.input, args.output, teacher_identity(args),
+                                args.chunk_lines)
+        has_work = any(args.shard.owns(chunk) for chunk in job.missing_chunks())
+        translator = load_translator(args) if has_work else None
+    except (ValueError, FileNotFoundError, OSError) as error:
+        print(f"kt-translate-corpus: error: {error}", file=sys.stderr)
+        return 2
+
+    def translate(lines: list[bytes]) -> list[str]:
+        return best_lines(translator, lines, args.batch_size, args.batch_tokens)
+
+    report = job.run(translate, args.shard,
+                     ProgressLines(args.shard, args.progress_seconds, args.quiet))
+    for number in report.invalid_lines:
+        print(f"kt-translate-corpus: warning: {args.input}:{number}: not valid UTF-8, "
+              "translated with U+FFFD replacements", file=sys.stderr)
+    rate = report.lines_translated / max(report.seconds, 1e-9)
+    state = (f"complete: {args.output}" if report.complete else
+             f"{len(job.missing_chunks())} chunk(s) left to other shards or a restart")
+    print(f"kt-translate-corpus: {report.lines_translated:,} lines in {report.chunks_translated} "
+          f"chunk(s) translated in {_duration(report.seconds)} ({rate:,.1f} lines/s), "
+          f"{report.chunks_found} chunk(s) written before; {state}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
