@@ -13,9 +13,9 @@ import tensorflow_datasets as tfds
 from keras_transformer.data import SubwordTokenizer, write_demo_corpus
 from keras_transformer.data import batch_plan, token_storage
 from keras_transformer.data.batch_plan import BatchPlan
-from keras_transformer.data.prepare import (ParallelSource, check_segmentation, prepare,
-                                            prepared, sample_sentences, text_file_source,
-                                            tfds_source)
+from keras_transformer.data.prepare import (ParallelSource, check_segmentation,
+                                            combined_source, prepare, prepared,
+                                            sample_sentences, text_file_source, tfds_source)
 from keras_transformer.data.token_storage import MANIFEST, TokenStorage
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -62,6 +62,34 @@ def test_stored_ids_are_the_in_graph_tokenizers_and_empty_pairs_are_counted(
     assert storage.manifest["pairs"]["dropped"]["an empty side"] == 2
     assert len(storage.shards) == 8 and min(info.pairs for info in storage.shards) > 1000
     assert (Path(storage.directory) / "spm.model").read_bytes() == tokenizer.model_proto
+
+
+def test_several_corpora_go_into_one_storage_counted_each(storage, demo_files, demo_vocab,
+                                                         tmp_path):
+    """The demo pairs and a second corpus (a stand-in teacher's translations: the targets
+    reversed, and one over-long pair): every pair of both stored once, each corpus counted in
+    the manifest, and one corpus' storage (its manifest, its pairs) as before."""
+    tokenizer = SubwordTokenizer.load(demo_vocab)
+    sources, targets = (Path(tmp_path / name) for name in ("distilled.en", "distilled.de"))
+    original = [pair for pair in text_file_source(*demo_files).pairs()]
+    distilled = [(source, " ".join(reversed(target.split()))) for source, target in original]
+    distilled.append(("long " * 70_000, "lang"))
+    sources.write_text("".join(source + "\n" for source, _ in distilled), encoding="utf-8")
+    targets.write_text("".join(target + "\n" for _, target in distilled), encoding="utf-8")
+    both = prepare(combined_source([text_file_source(*demo_files),
+                                    text_file_source(sources, targets)]),
+                   tmp_path / "both", tokenizer, shard_pairs=2000, seed=3)
+    first, second = (corpus["pairs"] for corpus in both.manifest["corpora"])
+    assert first == storage.manifest["pairs"] and "corpora" not in storage.manifest
+    assert (second["read"], second["dropped"]["an empty side"]) == (len(original) + 1, 2)
+    assert second["dropped"][f"a side over {token_storage.MAX_SIDE} ids"] == 1
+    assert both.manifest["pairs"]["stored"] == first["stored"] + second["stored"]
+    assert both.manifest["source"]["corpora"][1]["files"][0]["path"] == str(sources)
+    kept = [pair for pair in distilled[:-1] if all(pair)]
+    expected = _all_pairs(storage) + [
+        (tuple(source), tuple(target)) for source, target in zip(
+            *(tokenizer.tokenize(tf.constant(side)).to_list() for side in zip(*kept)))]
+    assert sorted(_all_pairs(both)) == sorted(expected)
 
 
 def test_an_epoch_is_every_pair_once_within_budget_and_counted_from_the_manifest(storage):

@@ -222,3 +222,35 @@ def test_several_steps_per_execution_keep_the_step_count(tmp_path, capsys):
     with pytest.raises(SystemExit):
         train.parse_args(argv + ["--steps", "9"])
     assert "--steps: 9 is not a multiple of --steps-per-execution 2" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_several_training_corpora_prepare_into_one_storage_and_resume(tmp_path, capsys):
+    """Two `--train-src/--train-tgt` pairs (the demo corpus and a second corpus): one storage
+    counting both, a run that trains on it and resumes from its backup with the same files;
+    one pair of files is still recorded as before (a path, not a list), so older runs resume."""
+    data = local_data_args(tmp_path / "data")
+    sources, targets = Path(data[1]), Path(data[3])
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    lines = sources.read_text(encoding="utf-8").splitlines()[:300]
+    (extra / "train.en").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (extra / "train.de").write_text("\n".join(reversed(lines)) + "\n", encoding="utf-8")
+    run_dir = tmp_path / "run"
+    argv = MICRO + data + ["--train-src", str(extra / "train.en"), "--train-tgt",
+                           str(extra / "train.de"), "--output-dir", str(run_dir),
+                           "--backup-every", "3", "--eval-every", "3"]
+    assert train.main(argv + ["--steps", "3"]) == 0
+    manifest = json.loads((run_dir / "prepared" / "manifest.json").read_text())
+    counts = [corpus["pairs"]["read"] for corpus in manifest["corpora"]]
+    assert counts == [len(sources.read_text(encoding="utf-8").splitlines()), 300]
+    options = json.loads((run_dir / "run.json").read_text())
+    assert options["train_src"] == [str(sources), str(extra / "train.en")]
+    assert train.main(argv + ["--steps", "6"]) == 0
+    captured = capsys.readouterr()
+    assert "restored step 3 " in captured.err and "reusing" in captured.err
+    assert final_json(captured.out)["steps"] == 6
+    with pytest.raises(SystemExit):
+        train.parse_args(MICRO + data + ["--train-src", str(extra / "train.en")])
+    assert "2 source file(s) for 1 target file(s)" in capsys.readouterr().err
+    assert train.run_options(train.parse_args(MICRO + data))["train_src"] == str(sources)

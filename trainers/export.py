@@ -137,7 +137,10 @@ def _training_files(model_path: str) -> Optional[list[str]]:
         return None
     options = RunDir(model_path).recorded_options()
     if options.get("train_src") and options.get("train_tgt"):
-        return [options["train_src"], options["train_tgt"]]
+        def listed(files):  # a path, or a list of them (several corpora)
+            return [files] if isinstance(files, str) else list(files)
+        return [path for pair in zip(listed(options["train_src"]), listed(options["train_tgt"]))
+                for path in pair]
     demo = [os.path.join(model_path, "demo_corpus", f"train.{lang}") for lang in DEMO_LANGS]
     if not options.get("tfds") and all(os.path.isfile(path) for path in demo):
         return demo

@@ -20,8 +20,8 @@ import time
 from typing import Optional, Sequence
 
 from trainers.common import add_recipe_arguments, recipe_from_args
-from keras_transformer.data.prepare import (DEFAULT_SHARD_PAIRS, prepare, sample_sentences,
-                                            text_file_source, tfds_source)
+from keras_transformer.data.prepare import (DEFAULT_SHARD_PAIRS, combined_source, prepare,
+                                            sample_sentences, text_file_source, tfds_source)
 from keras_transformer.data.tokenizer import SubwordTokenizer
 
 
@@ -29,9 +29,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
     parser = argparse.ArgumentParser(prog="kt-prepare", description=__doc__.split("\n")[0])
     add_recipe_arguments(parser, default_preset="base")
-    parser.add_argument("--train-src", metavar="FILE", help="source sentences, one a line "
-                        "(plain or .gz)")
-    parser.add_argument("--train-tgt", metavar="FILE", help="their translations, line-aligned")
+    parser.add_argument("--train-src", metavar="FILE", action="append",
+                        help="source sentences, one a line (plain or .gz); repeat "
+                        "--train-src/--train-tgt for several corpora, counted apart in the "
+                        "manifest")
+    parser.add_argument("--train-tgt", metavar="FILE", action="append",
+                        help="their translations, line-aligned")
     parser.add_argument("--tfds", metavar="NAME", help="a tensorflow-datasets translation "
                         "builder instead, e.g. wmt14_translate/de-en")
     parser.add_argument("--tfds-split", default="train", help="its split (default: train)")
@@ -51,8 +54,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--verbose", action="store_true",
                         help="keep TensorFlow's C++ start-up lines")
     args = parser.parse_args(argv)
-    if bool(args.train_src) != bool(args.train_tgt):
-        parser.error("--train-src and --train-tgt: give both")
+    if len(args.train_src or []) != len(args.train_tgt or []):
+        parser.error("--train-src and --train-tgt: give both, one of each per corpus")
     if bool(args.tfds) == bool(args.train_src):
         parser.error("give --train-src/--train-tgt or --tfds (one of them)")
     for name in ("vocab_sentences", "shard_pairs", "threads"):
@@ -75,7 +78,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         source = (tfds_source(args.tfds, args.tfds_split, args.source_lang, args.target_lang,
                               args.tfds_data_dir) if args.tfds
-                  else text_file_source(args.train_src, args.train_tgt))
+                  else combined_source([text_file_source(source, target) for source, target
+                                        in zip(args.train_src, args.train_tgt)]))
         if args.vocab:
             tokenizer = SubwordTokenizer.load(args.vocab)
         else:
@@ -95,6 +99,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     summary = {"directory": str(storage.directory), "shards": len(storage.shards),
                "vocab_size": storage.vocab_size, "pairs": storage.manifest["pairs"],
+               **({"corpora": [corpus["pairs"] for corpus in storage.manifest["corpora"]]}
+                  if "corpora" in storage.manifest else {}),
                "seconds": round(time.monotonic() - started, 1)}
     print(json.dumps(summary, indent=2))
     return 0

@@ -35,8 +35,9 @@ from keras_transformer.config import Recipe, SearchSettings, TransformerConfig
 from keras_transformer.data import (SubwordTokenizer, load_tfds, read_parallel,
                                     write_demo_corpus)
 from keras_transformer.data.batch_plan import BatchPlan
-from keras_transformer.data.prepare import (ParallelSource, check_segmentation, prepared,
-                                            sample_sentences, text_file_source, tfds_source)
+from keras_transformer.data.prepare import (ParallelSource, check_segmentation, combined_source,
+                                            prepared, sample_sentences, text_file_source,
+                                            tfds_source)
 from keras_transformer.data.token_storage import TokenStorage
 from keras_transformer.data.tokenizer import MODEL_FILENAME
 from keras_transformer.decoding.translator import Translator
@@ -81,8 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     for split in ("train", "dev", "test"):
         for side in ("src", "tgt"):
             data.add_argument(f"--{split}-{side}", metavar="FILE",
+                              action="append" if split == "train" else "store",
                               help=f"{split} {'source' if side == 'src' else 'target'} "
-                                   "sentences, one a line (plain or .gz)")
+                                   "sentences, one a line (plain or .gz)"
+                                   + ("; repeat --train-src/--train-tgt for several corpora "
+                                      "(e.g. the originals and a teacher's translations)"
+                                      if split == "train" else ""))
     data.add_argument("--test-tree", metavar="FILE",
                       help="--task parsing: gold trees of --test-src, one per sentence "
                            "(required with --test-src)")
@@ -181,6 +186,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     for split in ("train", "dev", "test"):
         if bool(local[f"{split}-src"]) != bool(local[f"{split}-tgt"]):
             parser.error(f"--{split}-src and --{split}-tgt: give both or neither")
+    if args.train_src and len(args.train_src) != len(args.train_tgt):
+        parser.error(f"--train-src and --train-tgt: {len(args.train_src)} source file(s) for "
+                     f"{len(args.train_tgt)} target file(s) (one of each per corpus)")
     if any(local.values()) and not (local["train-src"] and local["dev-src"]):
         parser.error("--train-src/--dev-src: local data needs at least train and dev files")
     if args.task == "parsing":
@@ -235,9 +243,12 @@ def run_options(args: argparse.Namespace) -> dict:
     """The options a restart must repeat: data, vocabulary and seed (not the step budget);
     `train` adds the resolved precision and kernel set (backups do not restore across loss
     scaling)."""
-    names = ("train_src", "train_tgt", "prepared", "dev_src", "dev_tgt", "tfds", "source_lang",
-             "target_lang", "tfds_splits", "vocab_sentences", "seed")
-    return {name: getattr(args, name) for name in names}
+    names = ("prepared", "dev_src", "dev_tgt", "tfds", "source_lang", "target_lang",
+             "tfds_splits", "vocab_sentences", "seed")
+    # One training corpus is recorded as a path, as before several could be given.
+    corpora = {name: files[0] if files and len(files) == 1 else files
+               for name, files in (("train_src", args.train_src), ("train_tgt", args.train_tgt))}
+    return {**corpora, **{name: getattr(args, name) for name in names}}
 
 
 def load_corpora(args: argparse.Namespace,
@@ -255,8 +266,9 @@ def load_corpora(args: argparse.Namespace,
         corpora = {split: read_parallel(getattr(args, f"{split}_src"),
                                         getattr(args, f"{split}_tgt"))
                    for split in ("dev", "test") if getattr(args, f"{split}_src")}
-        return (None if args.prepared else text_file_source(args.train_src, args.train_tgt),
-                corpora)
+        return (None if args.prepared else combined_source(
+            [text_file_source(source, target)
+             for source, target in zip(args.train_src, args.train_tgt)]), corpora)
     paths = write_demo_corpus(run.root / "demo_corpus", seed=args.seed)
     return text_file_source(*paths["train"]), {split: read_parallel(*paths[split])
                                                 for split in ("dev", "test")}

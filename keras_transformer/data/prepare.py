@@ -39,11 +39,27 @@ CHUNK_PAIRS = 8192
 class ParallelSource:
     """Where training pairs come from. `description` identifies the data (paths, sizes and
     modification times, or a tensorflow-datasets split): prepared storage is reused only for
-    the same one. `count()` is the number of pairs `pairs()` streams (empty ones included)."""
+    the same one. `count()` is the number of pairs `pairs()` streams (empty ones included).
+    `parts`: the corpora a `combined_source` streams one after the other (empty: one
+    corpus)."""
 
     description: dict[str, Any]
     count: Callable[[], int]
     pairs: Callable[[], Iterator[tuple[str, str]]]
+    parts: tuple["ParallelSource", ...] = ()
+
+
+def combined_source(sources: list[ParallelSource]) -> ParallelSource:
+    """Several corpora as one source (e.g. the original pairs and a teacher's translations of
+    them): their pairs one corpus after the other; storage prepared from it counts each
+    corpus in its manifest. One source is returned as it is."""
+    if len(sources) == 1:
+        return sources[0]
+    return ParallelSource({"corpora": [source.description for source in sources]},
+                          lambda: sum(source.count() for source in sources),
+                          lambda: itertools.chain.from_iterable(
+                              source.pairs() for source in sources),
+                          tuple(sources))
 
 
 def text_file_source(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> ParallelSource:
@@ -117,7 +133,8 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Sub
 
     Returns:
         The storage. Pairs with an empty side, and segmentations with a side over 65,535 ids,
-        are dropped and counted in the manifest ("pairs").
+        are dropped and counted in the manifest ("pairs"; for a `combined_source`, each
+        corpus' counts too, under "corpora").
     """
     if shard_pairs < 1 or samples < 1:
         raise ValueError(f"shard_pairs and samples must be positive, got {shard_pairs} and "
@@ -128,37 +145,50 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Sub
     threads = threads or os.cpu_count() or 1
     writer = StorageWriter(directory, tokenizer.model_proto, tokenizer.vocab_size, shard_count)
     generator = np.random.default_rng(seed)
-    read = empty = too_long = stored = 0
+    numbers = itertools.count()  # the chunks', across corpora
+    counts = []
     try:
-        pairs = source.pairs()
-        for number in itertools.count():
-            chunk = list(itertools.islice(pairs, CHUNK_PAIRS))
-            if not chunk:
-                break
-            read += len(chunk)
-            kept = [pair for pair in chunk if pair[0] and pair[1]]
-            empty += len(chunk) - len(kept)
-            for copy in range(copies):
-                sources, targets = (
-                    _segmented(processor, [pair[side] for pair in kept], threads,
-                               subword_dropout, [seed, number, copy, side])
-                    for side in (0, 1))
-                short = [i for i in range(len(kept))
-                         if max(len(sources[i]), len(targets[i])) <= MAX_SIDE]
-                too_long += len(kept) - len(short)
-                stored += len(short)
-                writer.add(generator.integers(0, shard_count, len(short)),
-                           [sources[i] for i in short], [targets[i] for i in short])
+        for corpus in source.parts or (source,):
+            read = empty = too_long = stored = 0
+            pairs = corpus.pairs()
+            while chunk := list(itertools.islice(pairs, CHUNK_PAIRS)):
+                number = next(numbers)
+                read += len(chunk)
+                kept = [pair for pair in chunk if pair[0] and pair[1]]
+                empty += len(chunk) - len(kept)
+                for copy in range(copies):
+                    sources, targets = (
+                        _segmented(processor, [pair[side] for pair in kept], threads,
+                                   subword_dropout, [seed, number, copy, side])
+                        for side in (0, 1))
+                    short = [i for i in range(len(kept))
+                             if max(len(sources[i]), len(targets[i])) <= MAX_SIDE]
+                    too_long += len(kept) - len(short)
+                    stored += len(short)
+                    writer.add(generator.integers(0, shard_count, len(short)),
+                               [sources[i] for i in short], [targets[i] for i in short])
+            counts.append({"read": read, "stored": stored,
+                           "dropped": {"an empty side": empty,
+                                       f"a side over {MAX_SIDE} ids": too_long}})
     except BaseException:
         writer.close()
         raise
     tokenizer.save(directory)
-    return writer.finish({
-        "source": source.description, "shard_seed": seed,
-        "segmentation": _segmentation(subword_dropout, samples),
-        "pairs": {"read": read, "stored": stored,
-                  "dropped": {"an empty side": empty, f"a side over {MAX_SIDE} ids": too_long}},
-    })
+    manifest = {"source": source.description, "shard_seed": seed,
+                "segmentation": _segmentation(subword_dropout, samples),
+                "pairs": _total(counts)}
+    if source.parts:
+        manifest["corpora"] = [{"source": corpus.description, "pairs": corpus_counts}
+                               for corpus, corpus_counts in zip(source.parts, counts)]
+    return writer.finish(manifest)
+
+
+def _total(counts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sum of per-corpus pair counts."""
+    return {"read": sum(count["read"] for count in counts),
+            "stored": sum(count["stored"] for count in counts),
+            "dropped": {reason: sum(count["dropped"][reason] for count in counts)
+                        for reason in counts[0]["dropped"]}}
 
 
 def _segmented(processor: sentencepiece.SentencePieceProcessor, texts: list[str], threads: int,
