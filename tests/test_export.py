@@ -324,3 +324,35 @@ def test_shortlist_data_defaults_to_the_files_a_run_trained_on(tmp_path):
         str(run / "demo_corpus" / "train.en"), str(run / "demo_corpus" / "train.de")]
     (run / "run.json").write_text(json.dumps({"train_src": "a.en", "train_tgt": "a.de"}))
     assert export_cli._training_files(str(run)) == ["a.en", "a.de"]
+
+
+def test_a_deep_encoder_shallow_decoder_model_averages_and_exports(tokenizer, tmp_path):
+    """Separate depths (3 encoder layers, 1 decoder layer) through checkpoint averaging (the
+    mean of two checkpoints' weights) and the graph and XLA exports (each translating as the
+    in-process `Translator`)."""
+    from keras_transformer.training.checkpoints import average_weights, save_weights_atomic
+
+    config = kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_length=24,
+                                         num_encoder_layers=3, num_decoder_layers=1)
+    model = kt.Transformer(config)
+    first = model.get_weights()
+    save_weights_atomic(model, tmp_path / "a.weights.h5")
+    rng = np.random.default_rng(0)
+    second = [weight + rng.normal(size=weight.shape).astype("float32") * 0.2
+              for weight in first]
+    model.set_weights(second)
+    save_weights_atomic(model, tmp_path / "b.weights.h5")
+    average_weights(model, [tmp_path / "a.weights.h5", tmp_path / "b.weights.h5"])
+    for averaged, a, b in zip(model.get_weights(), first, second):
+        np.testing.assert_allclose(averaged, (a + b) / 2, atol=1e-6)
+    assert (len(model.encoder_layers), len(model.decoder_layers)) == (3, 1)
+    texts = GOOD + ["", LONG]
+    in_process = Translator(model, tokenizer, SETTINGS)
+    expected, expected_scores = _translate(in_process.translate, texts)
+    for jit_compile in (False, True):
+        path = export_translator(model, tokenizer, "uneven", tmp_path / "exports", SETTINGS,
+                                 jit_compile=jit_compile)
+        exported = tf.saved_model.load(path).signatures["serving_default"]
+        translations, scores = _translate(exported, texts)
+        assert translations == expected and any(expected)
+        np.testing.assert_allclose(scores, expected_scores, atol=1e-4)
