@@ -459,8 +459,13 @@ def train(args: argparse.Namespace) -> dict:
     strategy = make_strategy(args.cpu_replicas)
     precision, kernel_set = hardware_choices(args, recipe, run.recorded_options(), strategy)
     fast.set_kernels(kernel_set)
+    # What fixes the data stream too: the replicas (each takes batch_tokens / replicas) and the
+    # prepared storage's identity (storage prepared again in place is another stream).
+    stream = {"replicas": strategy.num_replicas_in_sync}
+    if args.prepared:
+        stream["prepared_storage"] = TokenStorage.open(args.prepared).identity
     resumed = run.claim(recipe, {**run_options(args), "precision": precision,
-                                 "kernels": kernel_set})
+                                 "kernels": kernel_set, **stream})
     keras.utils.set_random_seed(args.seed)
     source, corpora = load_corpora(args, run)
     gold_trees = (read_gold_trees(args.test_tree, corpora["test"][0], args.test_src)

@@ -129,6 +129,16 @@ class TokenStorage:
         """Pairs stored, over all shards."""
         return sum(info.pairs for info in self.shards)
 
+    @property
+    def identity(self) -> dict[str, Any]:
+        """What fixes the data stream a batch plan draws from this storage: the source, the
+        shard seed, the shard and pair counts, and the manifest's SHA-256 (which covers the
+        rest: each shard's counts, the vocabulary, the segmentation)."""
+        canonical = json.dumps(self.manifest, sort_keys=True).encode("utf-8")
+        return {"source": self.manifest.get("source"),
+                "shard_seed": self.manifest.get("shard_seed"), "shards": len(self.shards),
+                "pairs": self.pairs, "manifest_sha256": hashlib.sha256(canonical).hexdigest()}
+
     def check_vocabulary(self, model_proto: bytes, name: str) -> None:
         """Refuses (ValueError naming both) a tokenizer other than the one the ids are of;
         `name` says where the tokenizer comes from."""

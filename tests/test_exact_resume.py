@@ -1,0 +1,60 @@
+"""Resumes that cannot silently change the data stream: a run records what fixes it (the
+replica count, a `--prepared` storage's identity) and a restart that differs is refused,
+naming the old and new values."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from keras_transformer.data import write_demo_corpus
+from test_reliability import MICRO, ROOT, run_args
+from trainers import prepare, train
+
+
+@pytest.mark.slow
+def test_a_restart_on_another_number_of_replicas_is_refused(tmp_path):
+    """Each replica takes batch_tokens / replicas: another count is another batch plan, so
+    the restored step would index other pairs."""
+    data = write_demo_corpus(tmp_path / "data")
+
+    def kt_train(*extra):
+        return subprocess.run([sys.executable, "-m", "trainers", "train",
+                               *run_args(data, tmp_path / "run", *extra)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=600)
+
+    first = kt_train("--cpu-replicas", "2", "--steps", "2", "--backup-every", "2")
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = kt_train("--steps", "4", "--backup-every", "2")
+    assert again.returncode == 2
+    assert "replicas: 2 -> 1" in again.stderr, again.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_storage_prepared_again_in_place_is_refused_on_restart(tmp_path, capsys):
+    """`--prepared DIR` prepared again with another seed (same vocabulary, same path) is
+    another stream: the restart names the storage's old and new identity."""
+    data = write_demo_corpus(tmp_path / "data")
+    storage = tmp_path / "prepared"
+
+    def kt_prepare(seed: str) -> None:
+        assert prepare.main(["--preset", "tiny", "--set", "vocab_size=400", "--train-src",
+                             data["train"][0], "--train-tgt", data["train"][1],
+                             "--output-dir", str(storage), "--seed", seed,
+                             "--shard-pairs", "4000"]) == 0
+
+    kt_prepare("1")
+    argv = MICRO + ["--prepared", str(storage), "--dev-src", data["dev"][0], "--dev-tgt",
+                    data["dev"][1], "--output-dir", str(tmp_path / "run"), "--backup-every", "2"]
+    assert train.main(argv + ["--steps", "2"]) == 0
+    vocab = Path(storage / "spm.model").read_bytes()
+    (tmp_path / "vocab").mkdir()
+    (tmp_path / "vocab" / "spm.model").write_bytes(vocab)
+    assert prepare.main(["--preset", "tiny", "--set", "vocab_size=400", "--train-src",
+                         data["train"][0], "--train-tgt", data["train"][1], "--output-dir",
+                         str(storage), "--seed", "2", "--vocab", str(tmp_path / "vocab"),
+                         "--shard-pairs", "4000"]) == 0
+    capsys.readouterr()
+    assert train.main(argv + ["--steps", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "prepared_storage" in err and "'shard_seed': 1" in err and "'shard_seed': 2" in err
