@@ -201,6 +201,8 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1
     settings = SearchSettings(**recorded["search"])
     max_length = int(recorded["max_length"])
     tokenizer = SubwordTokenizer.load(directory)
+    if settings.sampling:  # read by the generators its worker threads create on first use
+        ctranslate2.set_random_seed(settings.sampling_seed)
     translator = ctranslate2.Translator(os.fspath(directory), device="cpu",
                                         inter_threads=inter_threads,
                                         intra_threads=os.cpu_count() or 1)
@@ -215,20 +217,23 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1
                 for row in np.asarray(ids).tolist()]
 
     hypotheses = 1 if settings.sampling else settings.beam_size
-    # Sampling: the same settings, drawn by CTranslate2's own generator (seeded before each
-    # batch: the same batch gives the same translations, not the samples our search draws).
+    # Sampling: the same settings, drawn by CTranslate2's own generators, seeded when the model
+    # is loaded: a fresh load given the same batches in the same order draws the same samples
+    # (not ours; and a sentence's samples depend on the batches before it).
     drawing = (dict(beam_size=1, sampling_topk=settings.top_k, sampling_topp=settings.top_p,
                     sampling_temperature=settings.temperature) if settings.sampling
                else dict(beam_size=settings.beam_size))
 
     def search(sources: list[list[str]], prefixes=None, nbest: int = 1):
         longest = max((len(source) for source in sources), default=0) + 1  # + EOS
-        if settings.sampling:
-            ctranslate2.set_random_seed(settings.sampling_seed)
+        # As ours, a prefix leaves room for itself and one token more (CTranslate2 counts it
+        # inside its limit).
+        longest_prefix = max((len(prefix) for prefix in prefixes or () if prefix), default=0)
         results = translator.translate_batch(
             sources, target_prefix=prefixes, **drawing,
             num_hypotheses=nbest, length_penalty=settings.length_penalty,
-            max_decoding_length=max(1, min(longest + settings.max_decode_extra, max_length)),
+            max_decoding_length=max(1, min(max(longest + settings.max_decode_extra,
+                                                longest_prefix + 1), max_length)),
             suppress_sequences=never_generated, min_decoding_length=0,
             return_scores=True, return_end_token=True)
         empty = [not source for source in sources]  # an empty source: an empty translation

@@ -91,6 +91,31 @@ def test_greedy_translations_nbest_and_prefixes_match_our_translator(tokenizer, 
     assert [hypotheses[0][0] for hypotheses in theirs.nbest(texts, 1)][3] == b""
     prefixed, _ = theirs.best(texts, [b"ich", b"", b"", b"", b"wir"])
     assert prefixed[0].startswith(b"ich") and prefixed[4].startswith(b"wir")
+    # A prefix longer than the source's limit (its length + 6) comes back whole, as ours does.
+    long_prefix = b"wir sehen neun katzen und sie"
+    assert 6 + 4 < len(tokenizer.tokenize(tf.constant([long_prefix])).to_list()[0]) < 39
+    whole = theirs.best([b"one two"], [long_prefix])[0]
+    assert whole == ours.best([b"one two"], [long_prefix])[0]
+    assert whole[0].startswith(long_prefix)
+
+
+def test_sampling_settings_reach_ctranslate2(tokenizer, tmp_path):
+    """An export's sampling settings: top-k 1 draws the greedy translation; the export's seed
+    gives a fresh load the same translations; a full-distribution sample of several sentences
+    differs from the greedy ones."""
+    model = perturbed_model(tokenizer)
+    greedy = SearchSettings(beam_size=1, length_penalty=0.0, max_decode_extra=6)
+    sampled = SearchSettings(beam_size=1, length_penalty=0.0, max_decode_extra=6,
+                             sampling=True, temperature=1.5, sampling_seed=4)
+    texts = tf.constant(SENTENCES)
+    outputs = {}
+    for name, settings in (("greedy", greedy), ("top1", SearchSettings(
+            **{**sampled.__dict__, "top_k": 1})), ("sampled", sampled)):
+        directory = export_ctranslate2(model, tokenizer, tmp_path / name, "float32", settings)
+        outputs[name] = [ctranslate2_functions(directory)[0](texts)["translation"].numpy()
+                         .tolist() for _ in range(2)]  # two fresh loads
+    assert outputs["top1"][0] == outputs["greedy"][0]
+    assert outputs["sampled"][0] == outputs["sampled"][1] != outputs["greedy"][0]
 
 
 @pytest.mark.parametrize("favoured", [(kt.PAD_ID, kt.BOS_ID), (kt.EOS_ID,)])
