@@ -15,6 +15,7 @@ penalty, and greedy, float32 models translate alike (tests/test_ctranslate2.py).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -174,6 +175,10 @@ def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer,
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization: {quantization!r} is not one of "
                          f"{', '.join(QUANTIZATIONS)}")
+    if quantization == "bfloat16" and importlib.util.find_spec("torch") is None:
+        raise ValueError("quantization: CTranslate2's converter writes bfloat16 through torch, "
+                         "which is not installed (pip install torch); or export float16, or "
+                         "float32 and run it with CTranslate2's compute_type=\"bfloat16\"")
     spec = transformer_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=quantization)

@@ -155,6 +155,19 @@ def test_unknown_quantizations_are_refused(tokenizer, tmp_path):
         export_ctranslate2(perturbed_model(tokenizer), tokenizer, tmp_path / "ct2", "int4")
 
 
+def test_bfloat16_without_torch_is_refused_before_any_work(tokenizer, tmp_path, monkeypatch):
+    """CTranslate2's converter needs torch for bfloat16 (a RuntimeError from inside it, after
+    the weights were converted): refused first, with the reason, and no directory left."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "torch" else real(name, *args))
+    with pytest.raises(ValueError, match="bfloat16 through torch, which is not installed"):
+        export_ctranslate2(perturbed_model(tokenizer), tokenizer, tmp_path / "ct2", "bfloat16")
+    assert not (tmp_path / "ct2").exists()
+
+
 def test_kt_export_format_ctranslate2_translates_like_the_savedmodel(demo_vocab, tmp_path,
                                                                      capsys):
     """A run directory exported both ways (greedy, float32): `kt-translate` gives the same

@@ -58,3 +58,46 @@ def test_storage_prepared_again_in_place_is_refused_on_restart(tmp_path, capsys)
     assert train.main(argv + ["--steps", "4"]) == 2
     err = capsys.readouterr().err
     assert "prepared_storage" in err and "'shard_seed': 1" in err and "'shard_seed': 2" in err
+
+
+def broken_corpora(directory: Path, data: dict) -> dict[str, tuple[Path, Path]]:
+    """Two copies of the demo train split, one with a target line too few (mid-file is where
+    a partial vocabulary could come from), one with invalid UTF-8 at source line 900."""
+    sources = Path(data["train"][0]).read_bytes().splitlines(keepends=True)
+    targets = Path(data["train"][1]).read_bytes().splitlines(keepends=True)
+    broken = {}
+    for name, source_lines, target_lines in (
+            ("short", sources, targets[:-1]),
+            ("bad_utf8", sources[:899] + [b"caf\xc3 broken\n"] + sources[900:], targets)):
+        paths = directory / f"{name}.en", directory / f"{name}.de"
+        paths[0].write_bytes(b"".join(source_lines))
+        paths[1].write_bytes(b"".join(target_lines))
+        broken[name] = paths
+    return broken
+
+
+@pytest.mark.parametrize("command", ["kt-train", "kt-prepare"])
+def test_vocabulary_training_fails_loudly_on_bad_input(command, tmp_path, capsys):
+    """Without --vocab the vocabulary is learned from the corpus: a line count mismatch or
+    invalid UTF-8 found while sampling fails the command naming the files or the line, and
+    leaves no vocabulary behind (never one learned from part of the corpus)."""
+    data = write_demo_corpus(tmp_path / "data")
+    for name, (source, target) in broken_corpora(tmp_path, data).items():
+        output = tmp_path / f"{command}-{name}"
+        files = ["--train-src", str(source), "--train-tgt", str(target)]
+        if command == "kt-train":
+            code = train.main(MICRO + files + ["--dev-src", data["dev"][0], "--dev-tgt",
+                                               data["dev"][1], "--output-dir", str(output),
+                                               "--steps", "2"])
+            vocabulary = output / "vocab" / "spm.model"
+        else:
+            code = prepare.main(["--preset", "tiny", "--set", "vocab_size=400", *files,
+                                 "--output-dir", str(output)])
+            vocabulary = output / "spm.model"
+        err = capsys.readouterr().err
+        assert code == 2 and not vocabulary.exists()
+        if name == "short":
+            assert "parallel files differ in line count" in err and str(target) in err
+        else:
+            assert f"{source}:900: not valid UTF-8" in err
+        assert "INTERNAL" not in err and "At:" not in err

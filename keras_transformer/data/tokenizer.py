@@ -66,12 +66,20 @@ class SubwordTokenizer(tf.Module):
             if len(sentences) > max_sentences:
                 sentences = random.Random(seed).sample(sentences, max_sentences)
         read = 0
+        failures: list[Exception] = []
 
         def counted() -> Iterator[str]:
+            # An error of the texts (a file's bad line) is raised inside SentencePiece's C++
+            # loop, which wraps it or could take it for the end of the input: it is kept and
+            # raised as it is after the trainer returns, so no vocabulary of part of the texts
+            # is ever saved.
             nonlocal read
-            for text in sentences:
-                read += 1
-                yield text
+            try:
+                for text in sentences:
+                    read += 1
+                    yield text
+            except Exception as error:
+                failures.append(error)
 
         proto = io.BytesIO()
         try:
@@ -96,12 +104,16 @@ class SubwordTokenizer(tf.Module):
                 minloglevel=2,
             )
         except RuntimeError as error:
+            if failures:
+                raise failures[0] from None
             if not read:
                 raise ValueError("SubwordTokenizer.train: texts is empty") from None
             raise ValueError(
                 f"SubwordTokenizer.train(vocab_size={vocab_size}) failed on {read} "
                 f"sentences: {error}"
             ) from None
+        if failures:
+            raise failures[0]
         tokenizer = cls(proto.getvalue())
         tokenizer.save(directory)
         return tokenizer
