@@ -16,7 +16,7 @@ from tensorflow.core.framework import types_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 
 from keras_transformer.data import write_demo_corpus
-from trainers import train
+from trainers import evaluate, train
 from conftest import final_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,12 +104,21 @@ def graph_dtypes(saved_model: Path) -> set[int]:
     return found
 
 
-def test_mixed_precision_run_exports_float32(tmp_path, capsys):
+def test_mixed_precision_run_exports_float32_and_decodes_its_test_set_as_kt_evaluate(
+        tmp_path, capsys):
+    """A mixed_bfloat16 run: its export is float32, and its final test pass decodes as
+    `kt-evaluate` does (the float32 weights), so a run has one test figure."""
     argv = [arg for arg in MICRO if arg != "--no-export"] + local_data_args(tmp_path / "data")
+    test = write_demo_corpus(tmp_path / "data")["test"]
     assert train.main(argv + ["--output-dir", str(tmp_path / "run"), "--steps", "2",
                               "--eval-every", "2", "--precision", "mixed_bfloat16",
+                              "--test-src", test[0], "--test-tgt", test[1],
                               "--export-dir", str(tmp_path / "saved_models")]) == 0
     captured = capsys.readouterr()
+    assert evaluate.main([str(tmp_path / "run"), "--src", test[0], "--ref", test[1],
+                          "--hypotheses", str(tmp_path / "evaluated.hyp")]) == 0
+    assert ((tmp_path / "evaluated.hyp").read_text(encoding="utf-8")
+            == (tmp_path / "run" / "test.hyp").read_text(encoding="utf-8"))
     assert "2 steps, mixed_bfloat16" in captured.err
     result = final_json(captured.out)
     assert result["precision"] == "mixed_bfloat16"
@@ -254,3 +263,34 @@ def test_several_training_corpora_prepare_into_one_storage_and_resume(tmp_path, 
         train.parse_args(MICRO + data + ["--train-src", str(extra / "train.en")])
     assert "2 source file(s) for 1 target file(s)" in capsys.readouterr().err
     assert train.run_options(train.parse_args(MICRO + data))["train_src"] == str(sources)
+
+
+def test_the_final_test_pass_decodes_the_float32_weights_whatever_the_training_precision(
+        demo_vocab, demo_train, tmp_path):
+    """kt-train's test pass given its mixed_bfloat16 training model writes what a float32
+    `Translator` of the same weights (kt-evaluate's) writes, where the bfloat16 model's own
+    translations differ."""
+    import argparse
+
+    import keras_transformer as kt
+    from conftest import random_run
+    from keras_transformer.decoding.translator import Translator
+    from keras_transformer.evaluation import translate_corpus
+    from keras_transformer.training.precision import precision_scope
+    from trainers.common import load_run_model
+
+    run = random_run(demo_vocab, tmp_path / "run")
+    float32_model, tokenizer = load_run_model(str(run.root))
+    with precision_scope("mixed_bfloat16"):
+        bfloat16_model = kt.Transformer(float32_model.config)
+    bfloat16_model.set_weights(float32_model.get_weights())
+    sources = demo_train[0][:300]
+    settings = kt.SearchSettings(beam_size=2, max_decode_extra=5)
+    args = argparse.Namespace(recipe=kt.Recipe(architecture=float32_model.config,
+                                               search=settings), test_beam_size=None)
+    train.evaluate_test(args, run, bfloat16_model, tokenizer, (sources, demo_train[1][:300]))
+    written = (run.root / "test.hyp").read_text(encoding="utf-8").split("\n")[:len(sources)]
+    float32 = translate_corpus(Translator(float32_model, tokenizer, settings), sources)
+    bfloat16 = translate_corpus(Translator(bfloat16_model, tokenizer, settings), sources)
+    assert bfloat16 != float32  # the precisions disagree on this model: the check can fail
+    assert written == float32

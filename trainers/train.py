@@ -56,7 +56,7 @@ from keras_transformer.training.callbacks import (DevEvaluation, PeriodicBackup,
 from keras_transformer.training.checkpoints import save_weights_atomic
 from trainers.probes import choose_kernels, choose_precision, gpus_tensorflow_cannot_see
 from keras_transformer.training.precision import CHOICES, POLICIES as PRECISIONS
-from keras_transformer.training.precision import precision_scope
+from keras_transformer.training.precision import precision_scope, serving_copy
 from keras_transformer.training.progress import ProgressLines
 from keras_transformer.training.run_dir import RunDir
 from keras_transformer.training.run_dir import keep_better_of_average_and_final
@@ -385,8 +385,10 @@ def evaluate_test(args: argparse.Namespace, run: RunDir, model: Transformer,
                   tokenizer: SubwordTokenizer, test: tuple[list[str], list[str]],
                   gold_trees: Optional[list] = None) -> dict:
     """Beam-search translation of the test set: hypotheses file and sacreBLEU/chrF, or with
-    `gold_trees` (--task parsing) the parsed trees file and bracket F1/precision/recall."""
-    translator = Translator(model, tokenizer,
+    `gold_trees` (--task parsing) the parsed trees file and bracket F1/precision/recall.
+    Decoded with the weights in float32, whatever the training precision, as `kt-evaluate`
+    and a float32 export decode them: one run, one test figure."""
+    translator = Translator(serving_copy(model, "float32"), tokenizer,
                             SearchSettings.of(args.recipe.search, beam_size=args.test_beam_size))
     hypotheses = translate_corpus(translator, test[0])
     hypotheses_path = run.root / "test.hyp"
