@@ -35,3 +35,13 @@ def sync_directory(directory: Union[str, os.PathLike]) -> None:
         pass
     finally:
         os.close(descriptor)
+
+
+def sync_tree(directory: Union[str, os.PathLike]) -> None:
+    """Flushes every file and directory under `directory` to disk (before a rename publishes
+    it, e.g. an export's version directory)."""
+    for root, _, files in os.walk(directory):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as handle:
+                os.fsync(handle.fileno())
+        sync_directory(root)

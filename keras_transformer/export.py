@@ -25,6 +25,7 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
+from keras_transformer.atomic_files import sync_directory, sync_tree
 from keras_transformer.data.tokenizer import MODEL_FILENAME, SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.decoding.translator import Translator
@@ -95,11 +96,14 @@ def next_version(model_dir: str | os.PathLike) -> int:
 
 def _publish(saved: str, model_dir: str) -> str:
     """Renames `saved` to the next free version; rename never replaces a non-empty directory,
-    so a concurrent export that took the same number makes this one try the next."""
+    so a concurrent export that took the same number makes this one try the next. Every file
+    is on disk first: a power loss never leaves a version a server would load half of."""
+    sync_tree(saved)
     while True:
         target = os.path.join(model_dir, str(next_version(model_dir)))
         try:
             os.rename(saved, target)
+            sync_directory(model_dir)
             return target
         except OSError:
             if not os.path.isdir(target):

@@ -33,7 +33,7 @@ def corpus(tmp_path) -> Path:
 
 
 class Crash(Exception):
-    pass
+    """The stand-in for a kill."""
 
 
 def crashing_after(chunks: int, calls: list):

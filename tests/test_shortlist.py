@@ -60,6 +60,20 @@ def test_target_ids_union_the_batch_candidates_eos_pad_and_prefix():
     assert ids.tolist() == sorted({PAD_ID, UNK_ID, BOS_ID, EOS_ID, 20, 21, 22, 33})
 
 
+def test_a_pad_row_of_candidates_never_enters_a_sentences_shortlist(model):
+    """A table built by hand whose PAD row lists ids: padding adds none of them, so a sentence
+    gets the same shortlist, and translation, alone as in a padded batch."""
+    shortlist = narrow({5: [20, 21], 10: [22, 23], PAD_ID: [40, 41]})
+    padded = shortlist.target_ids(tf.constant([[10, 3, 0, 0]])).numpy().tolist()
+    assert padded == shortlist.target_ids(tf.constant([[10, 3]])).numpy().tolist()
+    assert 40 not in padded and 41 not in padded
+    together = beam_search(model, SOURCES, beam_size=3, max_decode_extra=EXTRA,
+                           shortlist=shortlist).ids.numpy()
+    alone = beam_search(model, SOURCES[1:2, :3], beam_size=3, max_decode_extra=EXTRA,
+                        shortlist=shortlist).ids.numpy()
+    np.testing.assert_array_equal(alone[0], together[1, :, :alone.shape[2]])
+
+
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_whole_vocabulary_shortlist_searches_exactly_like_none(model, beam_size):
     full = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA)

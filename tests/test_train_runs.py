@@ -239,7 +239,7 @@ def test_several_training_corpora_prepare_into_one_storage_and_resume(tmp_path, 
     counting both, a run that trains on it and resumes from its backup with the same files;
     one pair of files is still recorded as before (a path, not a list), so older runs resume."""
     data = local_data_args(tmp_path / "data")
-    sources, targets = Path(data[1]), Path(data[3])
+    sources = Path(data[1])
     extra = tmp_path / "extra"
     extra.mkdir()
     lines = sources.read_text(encoding="utf-8").splitlines()[:300]

@@ -21,6 +21,8 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.atomic_files import write_atomic
+
 # A reduced precision must beat float32 matmuls by this factor: its step-level gain is
 # smaller, and its rounding is a cost.
 REDUCED_PRECISION_MARGIN = 1.25
@@ -162,9 +164,7 @@ def _cached(key: str, probe: Callable[[], ProbeResult], use_cache: bool) -> Prob
     entries[key] = result.to_dict()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(f".tmp{os.getpid()}")
-        temporary.write_text(json.dumps(entries, indent=1), encoding="utf-8")
-        os.replace(temporary, path)
+        write_atomic(path, json.dumps(entries, indent=1))
     except OSError:
         pass  # an unwritable cache only costs a new measurement next time
     return result

@@ -1,4 +1,4 @@
-"""`kt-translate-corpus`: translates a whole training corpus with a teacher (a run, an ensemble
+r"""`kt-translate-corpus`: translates a whole training corpus with a teacher (a run, an ensemble
 of runs, or an export), resumably and in shards: the data job of distillation.
 
     kt-translate-corpus runs/teacher1 train.en --ensemble runs/teacher2 --beam-size 5 \\

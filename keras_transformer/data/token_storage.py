@@ -197,8 +197,14 @@ class StorageWriter:
                 histogram[length] = histogram.get(length, 0) + count
 
     def finish(self, details: dict[str, Any]) -> TokenStorage:
-        """Closes the shards and writes the manifest (with `details`: where the pairs came
-        from, how many were dropped and why); returns the storage."""
+        """Flushes the shards to disk and closes them, then writes the manifest (with
+        `details`: where the pairs came from, how many were dropped and why): after a power
+        loss a manifest never describes shards that did not reach the disk. Returns the
+        storage."""
+        for files in self._files:
+            for handle in files:
+                handle.flush()
+                os.fsync(handle.fileno())
         self.close()
         shards = [ShardInfo(name, pairs, ids, longest).to_dict() for name, pairs, ids, longest
                   in zip(self._names, self._pairs, self._ids, self._longest)]

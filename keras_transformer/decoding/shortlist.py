@@ -73,9 +73,12 @@ class VocabularyShortlist(tf.Module):
     def _listed_ids(self, source_ids: tf.Tensor, prefix_ids: Optional[tf.Tensor]) -> tf.Tensor:
         """The ids `target_ids` holds, with repeats: `[len(frequent) + sources * per_source +
         2 (+ prefixes)]`."""
-        parts = [self.frequent_ids,
-                 tf.reshape(tf.gather(self.candidates, tf.cast(source_ids, tf.int32)), [-1]),
-                 tf.constant([PAD_ID, EOS_ID])]
+        source_ids = tf.cast(source_ids, tf.int32)
+        # Padding lists nothing (whatever the table's PAD row holds): a sentence's shortlist
+        # does not depend on its batch.
+        candidates = tf.where(tf.not_equal(source_ids, PAD_ID)[..., None],
+                              tf.gather(self.candidates, source_ids), PAD_ID)
+        parts = [self.frequent_ids, tf.reshape(candidates, [-1]), tf.constant([PAD_ID, EOS_ID])]
         if prefix_ids is not None:
             parts.append(tf.reshape(tf.cast(prefix_ids, tf.int32), [-1]))
         return tf.concat(parts, axis=0)

@@ -27,13 +27,15 @@ Models = Union[Transformer, Sequence[Transformer]]  # one model, or an ensemble
 
 
 def ensemble_members(model: Models) -> list[Transformer]:
-    """`model` as a list of models (one, or an ensemble's); members must share `vocab_size`
-    and `max_length` (ValueError naming the first member and setting that differ)."""
+    """`model` as a list of models (one, or an ensemble's); members must share `vocab_size`,
+    `output_vocab_size` and `max_length` (ValueError naming the first member and setting that
+    differ). Models alone cannot show their subword pieces: the command lines check those
+    (`--ensemble`), and an API caller gives models trained on one vocabulary."""
     members = [model] if isinstance(model, Transformer) else list(model)
     if not members:
         raise ValueError("model: an ensemble needs at least one Transformer")
     for index, member in enumerate(members[1:], start=1):
-        for setting in ("vocab_size", "max_length"):
+        for setting in ("vocab_size", "output_vocab_size", "max_length"):
             value, first = (getattr(one.config, setting) for one in (member, members[0]))
             if value != first:
                 raise ValueError(f"ensemble member {index}: {setting}={value}, but member 0 "

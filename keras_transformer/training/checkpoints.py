@@ -13,6 +13,8 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from keras_transformer.atomic_files import sync_directory
+
 _CHECKPOINT = re.compile(r"^ckpt-(\d+)\.weights\.h5$")
 
 
@@ -38,14 +40,18 @@ def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
 
 
 def save_weights_atomic(model: keras.Model, path: str | os.PathLike) -> Path:
-    """`model.save_weights` to a temporary file in the same directory, then rename."""
+    """`model.save_weights` to a temporary file in the same directory, flushed to disk, then
+    renamed (`atomic_files`: whole or not at all, even after a power loss)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".weights.h5")
     os.close(handle)
     try:
         model.save_weights(temporary, overwrite=True)
+        with open(temporary, "rb") as handle:
+            os.fsync(handle.fileno())
         os.replace(temporary, path)
+        sync_directory(path.parent)
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
