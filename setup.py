@@ -39,6 +39,7 @@ setup(
             "kt-export=trainers.launch:export",
             "kt-translate=trainers.launch:translate",
             "kt-translate-corpus=trainers.launch:translate_corpus",
+            "kt-plot-attention=trainers.launch:plot_attention",
         ]
     },
 )

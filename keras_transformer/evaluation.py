@@ -2,11 +2,12 @@
 lowercased tokenized BLEU used by published Multi30k results."""
 from __future__ import annotations
 
+import contextlib
 import html
 import logging
 import sys
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import sacrebleu
@@ -42,14 +43,43 @@ def translate_corpus(translator: Translator, sources: Sequence[str],
 
 
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> list[Score]:
-    """Detokenized, cased sacreBLEU (13a) and chrF."""
+    """Detokenized, cased sacreBLEU (13a) and chrF. Hypotheses that look tokenized (as on
+    the benchmark's Moses form, a documented protocol) are scored as they are, with one note
+    per process instead of sacreBLEU's hint at every call."""
+    global _NOTED_TOKENIZED
     _check_lengths(hypotheses, references)
+    if not _NOTED_TOKENIZED and _looks_tokenized(hypotheses):
+        _NOTED_TOKENIZED = True
+        _LOG.warning("the hypotheses look tokenized (e.g. the benchmark's Moses form): BLEU "
+                     "and chrF score them as they are (docs/training.md)")
     scores = []
-    for metric in (sacrebleu.BLEU(), sacrebleu.CHRF()):
-        result = metric.corpus_score(list(hypotheses), [list(references)])
-        scores.append(Score(metric.__class__.__name__, result.score,
-                            str(metric.get_signature())))
+    with _quiet_sacrebleu():
+        for metric in (sacrebleu.BLEU(), sacrebleu.CHRF()):
+            result = metric.corpus_score(list(hypotheses), [list(references)])
+            scores.append(Score(metric.__class__.__name__, result.score,
+                                str(metric.get_signature())))
     return scores
+
+
+_LOG = logging.getLogger(__name__)
+_NOTED_TOKENIZED = False
+
+
+def _looks_tokenized(hypotheses: Sequence[str]) -> bool:
+    """sacreBLEU's own rule for its hint: more than 100 lines end in a detached period."""
+    return sum(line.rstrip().endswith(" .") for line in hypotheses) > 100
+
+
+@contextlib.contextmanager
+def _quiet_sacrebleu() -> Iterator[None]:
+    """sacreBLEU's warnings off (its "forgot to detokenize" hint), errors still shown."""
+    sacrebleu_log = logging.getLogger("sacrebleu")
+    level = sacrebleu_log.level
+    sacrebleu_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        sacrebleu_log.setLevel(level)
 
 
 def tokenized_lowercase_bleu(hypotheses: Sequence[str],
@@ -62,13 +92,8 @@ def tokenized_lowercase_bleu(hypotheses: Sequence[str],
     tokenized = [tokenize(text.lower()) for text in hypotheses]
     references = [html.unescape(text) for text in tokenized_references]
     metric = sacrebleu.BLEU(tokenize="none", lowercase=True)
-    sacrebleu_log = logging.getLogger("sacrebleu")
-    level = sacrebleu_log.level
-    sacrebleu_log.setLevel(logging.ERROR)  # its "forgot to detokenize" hint: tokenized on purpose
-    try:
+    with _quiet_sacrebleu():  # its "forgot to detokenize" hint: tokenized on purpose
         result = metric.corpus_score(tokenized, [references])
-    finally:
-        sacrebleu_log.setLevel(level)
     return Score("tokenized lowercase BLEU", result.score,
                  str(metric.get_signature()) + "|hyp-tok:13a")
 

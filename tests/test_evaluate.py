@@ -29,6 +29,26 @@ def test_tokenized_bleu_lowercases_and_tokenizes_detokenized_output():
     assert tokenized_lowercase_bleu(["ein mann", "zwei hunde"], TOKENIZED).value < 50.0
 
 
+def test_tokenized_hypotheses_get_one_note_and_no_sacrebleu_hint(caplog, monkeypatch):
+    """The benchmark's Moses form is scored as it is: one note per process (not sacreBLEU's
+    three-line hint at every evaluation), and the scores are sacreBLEU's."""
+    import sacrebleu
+
+    from keras_transformer import evaluation
+
+    monkeypatch.setattr(evaluation, "_NOTED_TOKENIZED", False)
+    hypotheses = [f"a man rides bike number {index} ." for index in range(150)]
+    references = [f"a man rides a bike number {index} ." for index in range(150)]
+    with caplog.at_level("INFO"):
+        first = corpus_scores(hypotheses, references)
+        corpus_scores(hypotheses, references)
+    notes = [record for record in caplog.records if "look tokenized" in record.message]
+    assert len(notes) == 1
+    assert not [record for record in caplog.records if record.name.startswith("sacrebleu")]
+    expected = sacrebleu.BLEU().corpus_score(hypotheses, [references]).score
+    assert first[0].value == pytest.approx(expected)
+
+
 def test_mismatched_lengths_are_rejected():
     with pytest.raises(ValueError, match="1 hypotheses but 2 references"):
         corpus_scores(["x"], REFERENCES)

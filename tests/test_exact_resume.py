@@ -101,3 +101,21 @@ def test_vocabulary_training_fails_loudly_on_bad_input(command, tmp_path, capsys
         else:
             assert f"{source}:900: not valid UTF-8" in err
         assert "INTERNAL" not in err and "At:" not in err
+
+
+def test_prepared_storage_of_another_preset_names_the_fix(tmp_path, capsys):
+    """kt-prepare's default preset is `base`, kt-train's `tiny`: storage whose vocabulary size
+    the recipe does not match is refused naming `--prepared` and the preset to repeat, before
+    anything is written into the run directory."""
+    data = write_demo_corpus(tmp_path / "data")
+    assert prepare.main(["--preset", "tiny", "--set", "vocab_size=500", "--train-src",
+                         data["train"][0], "--train-tgt", data["train"][1],
+                         "--output-dir", str(tmp_path / "prepared")]) == 0
+    capsys.readouterr()
+    code = train.main(MICRO + ["--prepared", str(tmp_path / "prepared"), "--dev-src",
+                               data["dev"][0], "--dev-tgt", data["dev"][1], "--output-dir",
+                               str(tmp_path / "run"), "--steps", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"--prepared: {tmp_path / 'prepared'}" in err
+    assert "500 pieces but the recipe (--preset tiny) says vocab_size=400" in err
+    assert not (tmp_path / "run" / "vocab").exists()

@@ -3,8 +3,9 @@
     kt-average-checkpoints runs/multi30k            # the recipe's average_last (5; big: 20)
     kt-average-checkpoints runs/multi30k --last 3
 
-Writes `<run_dir>/averaged.weights.h5` (or `--output`), which `kt-evaluate` and `kt-export`
-then use by default.
+Writes `<run_dir>/averaged.weights.h5` (or `--output`). `kt-evaluate` and `kt-export` use it by
+default unless the run's `result.json` chose other weights (a finished kt-train run keeps the
+better on dev of the averaged and the final ones); `--weights FILE` picks any.
 """
 from __future__ import annotations
 

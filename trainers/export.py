@@ -6,8 +6,9 @@
 
 The model is a `.keras` file, or a directory holding one (the newest is used), or a run
 directory holding `config.json` (its `Recipe`) and weights: `--weights`, else the same
-default as `kt-evaluate` (the averaged weights, else the final weights, else the newest
-checkpoint). The vocabulary directory is the one `SubwordTokenizer.save` wrote (`spm.model`).
+default as `kt-evaluate` (`RunDir.default_weights`: the run's result as `result.json` records
+it, the better on dev of the averaged and the final weights; else the averaged weights, else
+the final weights, else the newest checkpoint). The vocabulary directory is the one `SubwordTokenizer.save` wrote (`spm.model`).
 The search settings fixed in the export are the flags', else a run directory's recipe's, else
 the paper's (beam 4, alpha 0.6, +50). `--precision bfloat16` stores and computes in bfloat16:
 faster where the serving hardware's bfloat16 matmuls are; `auto` measures this machine (export

@@ -90,3 +90,8 @@ def translate() -> int:
 def translate_corpus() -> int:
     """`kt-translate-corpus`."""
     return launch("translate_corpus")
+
+
+def plot_attention() -> int:
+    """`kt-plot-attention`."""
+    return launch("plot_attention")

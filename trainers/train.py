@@ -142,9 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="beam size of the periodic dev evaluation (1 = greedy)")
     run.add_argument("--attention-sentences", type=int, default=2,
                      help="dev pairs drawn as attention heatmaps at each evaluation")
-    run.add_argument("--checkpoint-every-steps", type=int, help="checkpoint interval in steps")
+    run.add_argument("--checkpoint-every-steps", type=int,
+                     help="also checkpoint every N steps (default: by minutes only; both "
+                          "intervals fire)")
     run.add_argument("--checkpoint-every-minutes", type=float, default=10.0,
-                     help="checkpoint interval in minutes (default: 10, as in the paper)")
+                     help="checkpoint interval in minutes, always on (default: 10, as in the "
+                          "paper)")
     run.add_argument("--keep-checkpoints", type=int,
                      help="newest checkpoints kept (default: 5, or the recipe's average_last "
                           "when that is more)")
@@ -280,17 +283,21 @@ def load_or_train_tokenizer(run: RunDir, config: TransformerConfig,
     """The run's shared vocabulary: reloaded on restart; else `--prepared`'s, or learned from a
     seeded sample of `--vocab-sentences` training sentences."""
     if (run.vocab / MODEL_FILENAME).is_file():
-        tokenizer = SubwordTokenizer.load(run.vocab)
+        tokenizer, where = SubwordTokenizer.load(run.vocab), f"vocab: {run.vocab}"
     elif source is None:
         tokenizer = SubwordTokenizer.load(args.prepared)
-        tokenizer.save(run.vocab)
+        where = (f"--prepared: {args.prepared} (kt-prepare's default preset is base; give "
+                 "kt-train the --preset and --set it was prepared with)")
     else:
         sample = sample_sentences(source, args.vocab_sentences, args.seed)
         tokenizer = SubwordTokenizer.train(sample, config.vocab_size, run.vocab,
                                            seed=args.seed)
+        where = f"vocab: {run.vocab}"
     if tokenizer.vocab_size != config.vocab_size:
-        raise ValueError(f"vocab: {run.vocab} has {tokenizer.vocab_size} pieces but the config "
-                         f"says vocab_size={config.vocab_size}")
+        raise ValueError(f"{where} has a vocabulary of {tokenizer.vocab_size} pieces but the "
+                         f"recipe (--preset {args.preset}) says vocab_size={config.vocab_size}")
+    if not (run.vocab / MODEL_FILENAME).is_file():
+        tokenizer.save(run.vocab)
     return tokenizer
 
 
