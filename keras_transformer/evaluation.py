@@ -66,13 +66,13 @@ _NOTED_TOKENIZED = False
 
 
 def _looks_tokenized(hypotheses: Sequence[str]) -> bool:
-    """sacreBLEU's own rule for its hint: more than 100 lines end in a detached period."""
+    """The rule of sacreBLEU's hint: more than 100 lines end in a detached period."""
     return sum(line.rstrip().endswith(" .") for line in hypotheses) > 100
 
 
 @contextlib.contextmanager
 def _quiet_sacrebleu() -> Iterator[None]:
-    """sacreBLEU's warnings off (its "forgot to detokenize" hint), errors still shown."""
+    """Warnings of sacreBLEU off (its "forgot to detokenize" hint), errors still shown."""
     sacrebleu_log = logging.getLogger("sacrebleu")
     level = sacrebleu_log.level
     sacrebleu_log.setLevel(logging.ERROR)
