@@ -89,7 +89,7 @@ def whole_step(settings: dict) -> dict:
     """Target tokens/s of this tree's compiled model trained with `train_on_batch`."""
     import keras
     import keras_transformer as kt
-    from keras_transformer.training.precision import set_precision
+    from keras_transformer.precision import set_precision
     from trainers.train import compiled_model
     try:
         from keras_transformer import fast
@@ -129,7 +129,7 @@ def kernel_rows(settings: dict, repeats: int):
     from keras_transformer.layers.residual import dropout, layer_norm
     from keras_transformer.losses import smoothed_cross_entropy
     from keras_transformer.metrics import logit_statistics
-    from keras_transformer.training.precision import set_precision
+    from keras_transformer.precision import set_precision
 
     set_precision(settings["precision"])
     fast.set_kernels("fast")  # for the encoder layer's kernels other than the layout

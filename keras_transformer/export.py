@@ -31,7 +31,7 @@ from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.model import Transformer
 from keras_transformer.config import SearchSettings
-from keras_transformer.training.precision import serving_copy
+from keras_transformer.precision import serving_copy
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -44,7 +44,7 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
     """Saves a `Translator` as the next free version of `<base_dir>/<name>`; returns its path.
 
     `settings` (default: the paper's, `SearchSettings()`) are fixed in the exported graph;
-    `dtype` (one of `training.precision.SERVING_DTYPES`) is what its weights are stored and computed in.
+    `dtype` (one of `precision.SERVING_DTYPES`) is what its weights are stored and computed in.
     `shortlist`: restricts each batch's search to the target ids it gives (None: none).
     `jit_compile`: the search is saved as one XLA-compiled function (`Translator`).
     """

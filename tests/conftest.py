@@ -24,7 +24,7 @@ from keras_transformer.data import (  # noqa: E402
     shared_data_dir,
     write_demo_corpus,
 )
-from keras_transformer.training.precision import set_precision  # noqa: E402
+from keras_transformer.precision import set_precision  # noqa: E402
 
 fast.active()  # installs the kernel set KT_KERNELS names for the in-process tests
 

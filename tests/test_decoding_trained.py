@@ -62,7 +62,7 @@ def test_cached_beam_equals_recomputation_on_trained_model(trained):
 def test_bfloat16_serving_copy_translates_like_float32(trained):
     """A bfloat16 export's model (weights rounded once, layer norm/softmax/logits float32)
     finds the same best hypotheses as float32 on the learned task, with close scores."""
-    from keras_transformer.training.precision import serving_copy
+    from keras_transformer.precision import serving_copy
 
     source, _, _ = reversal_data(64, np.random.default_rng(3))
     exact = beam_search(serving_copy(trained, "float32"), source, beam_size=4, max_decode_extra=4)

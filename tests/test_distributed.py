@@ -212,7 +212,7 @@ OVERFLOW_SCRIPT = textwrap.dedent("""
     import tensorflow as tf
     import keras_transformer as kt
     from keras_transformer import fast
-    from keras_transformer.training.precision import precision_scope
+    from keras_transformer.precision import precision_scope
     from trainers.train import compiled_model
 
     overflowing = OVERFLOWING  # the replica whose gradients overflow
@@ -331,7 +331,7 @@ WORKER_OVERFLOW_SCRIPT = textwrap.dedent("""
     strategy = make_strategy()
     import tensorflow as tf
     import keras_transformer as kt
-    from keras_transformer.training.precision import precision_scope
+    from keras_transformer.precision import precision_scope
     from trainers.train import compiled_model
 
     worker = strategy.cluster_resolver.task_id

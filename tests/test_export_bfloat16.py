@@ -11,7 +11,7 @@ from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.export import export_translator
 from trainers.probes import ProbeResult
-from keras_transformer.training.precision import serving_copy
+from keras_transformer.precision import serving_copy
 from trainers import export as export_cli
 
 SETTINGS = kt.SearchSettings(beam_size=2, max_decode_extra=4)

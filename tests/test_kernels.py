@@ -17,7 +17,7 @@ from keras_transformer.layers.residual import dropout, layer_norm
 from keras_transformer.losses import smoothed_cross_entropy
 from keras_transformer.metrics import logit_statistics
 from keras_transformer.optimization import adam
-from keras_transformer.training.precision import serving_copy
+from keras_transformer.precision import serving_copy
 
 rng = np.random.default_rng(0)
 KERNEL_SETS = ["fast", "reference"]

@@ -6,7 +6,7 @@ import pytest
 
 import keras_transformer as kt
 import keras
-from keras_transformer.training.precision import (POLICIES, precision_scope, serving_copy,
+from keras_transformer.precision import (POLICIES, precision_scope, serving_copy,
                                                   resolve_precision)
 from trainers.train import compiled_model
 from test_model import VARIANTS, assert_equal_to_rounding, random_ids, tiny_model

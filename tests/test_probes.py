@@ -8,7 +8,7 @@ import pytest
 from keras_transformer import fast
 from trainers import probes
 from keras_transformer.config import TransformerConfig
-from keras_transformer.training.precision import resolve_precision
+from keras_transformer.precision import resolve_precision
 from trainers.common import set_up_kernels
 
 

@@ -23,7 +23,7 @@ from keras_transformer.training.backup import (BackupError, list_backups, restor
                                                write_backup)
 from keras_transformer.training.batch_log import read_batch_log
 from keras_transformer.training.checkpoints import save_checkpoint
-from keras_transformer.training.precision import precision_scope
+from keras_transformer.precision import precision_scope
 from keras_transformer.training.run_dir import RunDir
 from trainers import average_checkpoints, evaluate, export, train
 from trainers.train import compiled_model

@@ -276,7 +276,7 @@ def test_the_final_test_pass_decodes_the_float32_weights_whatever_the_training_p
     from conftest import random_run
     from keras_transformer.decoding.translator import Translator
     from keras_transformer.evaluation import translate_corpus
-    from keras_transformer.training.precision import precision_scope
+    from keras_transformer.precision import precision_scope
     from trainers.common import load_run_model
 
     run = random_run(demo_vocab, tmp_path / "run")

@@ -40,7 +40,7 @@ from keras_transformer.export import export_translator, publish_version
 from keras_transformer.model import Transformer
 from trainers.probes import choose_serving_dtype
 from keras_transformer.config import SearchSettings
-from keras_transformer.training.precision import SERVING_DTYPES
+from keras_transformer.precision import SERVING_DTYPES
 from keras_transformer.training.run_dir import RunDir
 from trainers.common import add_search_arguments, run_model, search_settings, set_up_kernels
 

@@ -55,8 +55,8 @@ from keras_transformer.training.callbacks import (DevEvaluation, PeriodicBackup,
                                                   StopAtLimit, TensorBoardScalars, epoch_steps)
 from keras_transformer.training.checkpoints import save_weights_atomic
 from trainers.probes import choose_kernels, choose_precision, gpus_tensorflow_cannot_see
-from keras_transformer.training.precision import CHOICES, POLICIES as PRECISIONS
-from keras_transformer.training.precision import precision_scope, serving_copy
+from keras_transformer.precision import CHOICES, POLICIES as PRECISIONS
+from keras_transformer.precision import precision_scope, serving_copy
 from keras_transformer.training.progress import ProgressLines
 from keras_transformer.training.run_dir import RunDir
 from keras_transformer.training.run_dir import keep_better_of_average_and_final

@@ -52,7 +52,8 @@ def scaled_dot_product(query, keys, values, attention_mask=None,
         penalty = attention_penalty(attention_mask, scores.dtype)
     if penalty is not None:
         scores = scores + penalty
-    weights = ops.softmax(ops.cast(scores, "float32"), axis=-1)
+    # tf.nn.softmax: Keras' warns at every call over one key (the first decoding position).
+    weights = tf.nn.softmax(ops.cast(scores, "float32"), axis=-1)
     dropped = weights if dropout is None else dropout(weights)
     return tf.linalg.matmul(ops.cast(dropped, values.dtype), values), weights
 
