@@ -39,7 +39,9 @@ EOS_ID = 3  # keras_transformer.vocab_ids.EOS_ID, repeated for the worker (no pa
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    shared = os.environ.get("KT_SHARED_DATA", "/work/shared/data")
+    # The library's rule (`data.shared_data_dir`): $KT_SHARED_DATA, else ../shared/data.
+    shared = os.environ.get("KT_SHARED_DATA", os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data"))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=os.path.join(shared, "wmt14", "newstest2014.en"),
                         help="English sources (default: $KT_SHARED_DATA/wmt14/newstest2014.en)")

@@ -84,7 +84,9 @@ def _csv(kind):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    shared = os.environ.get("KT_SHARED_DATA", "/work/shared/data")
+    # The library's rule (`data.shared_data_dir`): $KT_SHARED_DATA, else ../shared/data.
+    shared = os.environ.get("KT_SHARED_DATA", os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data"))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--configs", type=_csv(str), default=["small", "base"],
                         help="comma-separated presets (default: small,base)")
