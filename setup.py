@@ -10,7 +10,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["keras_transformer", "keras_transformer.*", "trainers"]),
-    # CI tests both ends of each range: the newest releases and ci/oldest-constraints.txt.
+    # CI tests both ends of each range: the newest releases and .ci/oldest-constraints.txt.
     # TensorFlow and Keras are capped at the newest tested minor release: the fast kernels and
     # keras_transformer/compat.py use private APIs checked on these versions only.
     install_requires=[
