@@ -22,11 +22,12 @@ setup(
         "sentencepiece>=0.2.0",
         "matplotlib>=3.9",
         "tensorboard>=2.20",
+        # Every SavedModel export carries TF Serving warm-up requests, written as its
+        # PredictionLog protos (252 KB of Python; its grpcio and protobuf come with tensorflow).
+        "tensorflow-serving-api>=2.20,<2.22",
     ],
-    # tensorflow-serving-api: the gRPC requests of examples/serving_client.py are tested;
     # ctranslate2: `kt-export --format ctranslate2` and its translations are tested.
-    extras_require={"test": ["pytest>=8.0", "ruff>=0.6",
-                             "tensorflow-serving-api>=2.20,<2.22", "ctranslate2>=4.8",
+    extras_require={"test": ["pytest>=8.0", "ruff>=0.6", "ctranslate2>=4.8",
                              "sacremoses>=0.1"],
                     "ctranslate2": ["ctranslate2>=4.8"],
                     "benchmark-text": ["sacremoses>=0.1"]},

@@ -21,7 +21,7 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
@@ -32,6 +32,9 @@ from keras_transformer.decoding.translator import Translator
 from keras_transformer.model import Transformer
 from keras_transformer.config import SearchSettings
 from keras_transformer.precision import serving_copy
+from keras_transformer.provenance import export_record, shortlist_record, write_provenance
+from keras_transformer.warmup import (DEFAULT_MAX_WIDTH, WARMUP_FILE, warmup_requests,
+                                      warmup_widths, write_warmup_requests)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -40,13 +43,18 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
                       base_dir: str | os.PathLike = "saved_models",
                       settings: Optional[SearchSettings] = None, dtype: str = "float32",
                       shortlist: Optional[VocabularyShortlist] = None,
-                      jit_compile: bool = False) -> str:
+                      jit_compile: bool = False, provenance: Optional[dict[str, Any]] = None,
+                      warmup_max_width: int = DEFAULT_MAX_WIDTH) -> str:
     """Saves a `Translator` as the next free version of `<base_dir>/<name>`; returns its path.
 
     `settings` (default: the paper's, `SearchSettings()`) are fixed in the exported graph;
     `dtype` (one of `precision.SERVING_DTYPES`) is what its weights are stored and computed in.
     `shortlist`: restricts each batch's search to the target ids it gives (None: none).
     `jit_compile`: the search is saved as one XLA-compiled function (`Translator`).
+    The export carries TF Serving warm-up requests (`keras_transformer.warmup`; an XLA export's
+    cover source widths up to `warmup_max_width` pieces) and a provenance record
+    (`keras_transformer.provenance`) holding `provenance`, the facts of the model's origin
+    (`run_provenance` or `file_provenance`; None: unknown).
     """
     translator = Translator(serving_copy(model, dtype), tokenizer, settings,
                             shortlist=shortlist, jit_compile=jit_compile)
@@ -57,12 +65,20 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
         translator.vocabulary = tf.saved_model.Asset(os.path.join(vocabulary_dir,
                                                                   MODEL_FILENAME))
         saved = os.path.join(staging, "model")
-        tf.saved_model.save(translator, saved, signatures={
-            "serving_default": translator.translate,
-            "translate_ids": translator.translate_ids,
-            "translate_nbest": translator.translate_nbest,
-            "translate_with_prefix": translator.translate_with_prefix,
-            "translate_with_alignment": translator.translate_with_alignment})
+        signatures = {"serving_default": translator.translate,
+                      "translate_ids": translator.translate_ids,
+                      "translate_nbest": translator.translate_nbest,
+                      "translate_with_prefix": translator.translate_with_prefix,
+                      "translate_with_alignment": translator.translate_with_alignment}
+        tf.saved_model.save(translator, saved, signatures=signatures)
+        widths = warmup_widths(model.config.max_length, jit_compile, warmup_max_width)
+        requests = warmup_requests({name: function.input_signature
+                                    for name, function in signatures.items()}, tokenizer, widths)
+        write_warmup_requests(saved, requests)
+        write_provenance(saved, export_record(
+            model.config, translator.settings, provenance, format="savedmodel", precision=dtype,
+            xla=jit_compile, shortlist=shortlist and shortlist_record(shortlist),
+            warmup={"file": WARMUP_FILE, "records": len(requests), "source_widths": widths}))
         return saved
 
     return publish_version(write, name, base_dir)

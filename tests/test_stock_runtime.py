@@ -1,10 +1,12 @@
 """Exports load and translate on stock TF Serving 2.20's runtime: a Python with exactly
 tensorflow 2.20 and tensorflow-text 2.20 (`KT_STOCK_RUNTIME_PYTHON`; .ci/run points it at its
 oldest-versions venv), importing nothing of this package, gives the in-process outputs for
-every kind of export the package writes."""
+every kind of export the package writes, and answers every warm-up request each carries with
+well-formed outputs (without that Python, the warm-up replay runs in this one's)."""
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -48,28 +50,90 @@ print(json.dumps(outputs))
 """
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not STOCK_PYTHON, reason="KT_STOCK_RUNTIME_PYTHON (a Python with exactly "
-                    "tensorflow 2.20 + tensorflow-text 2.20) is not set")
-def test_every_export_kind_translates_identically_on_the_stock_runtime(demo_vocab, demo_train,
-                                                                       tmp_path):
+REPLAY_WARMUP = """
+import json, os, sys
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+from tensorflow_serving.apis import prediction_log_pb2
+def check(value, batch):
+    array = value.numpy()
+    assert array.shape[:1] == (batch,), array.shape
+    if array.dtype == object:
+        [item.decode("utf-8") for item in array.ravel().tolist()]
+    elif array.dtype.kind == "f":
+        assert np.isfinite(array).all(), array
+replayed = {"tf": tf.__version__}
+for name, path in json.loads(sys.argv[1]).items():
+    signatures = tf.saved_model.load(path).signatures
+    counts = {}
+    extra = os.path.join(path, "assets.extra")
+    for record in tf.data.TFRecordDataset(os.path.join(extra, "tf_serving_warmup_requests")):
+        request = prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log.request
+        signature = request.model_spec.signature_name or "serving_default"
+        inputs = {key: tf.constant(tf.make_ndarray(proto))
+                  for key, proto in request.inputs.items()}
+        outputs = signatures[signature](**inputs)
+        assert set(outputs) == set(signatures[signature].structured_outputs), signature
+        for value in outputs.values():
+            check(value, len(next(iter(inputs.values()))))
+        counts[signature] = counts.get(signature, 0) + 1
+    with open(os.path.join(extra, "keras_transformer_provenance.json"), encoding="utf-8") as file:
+        replayed[name] = {"counts": counts, "warmup": json.load(file)["warmup"]}
+assert not [name for name in sys.modules if name.startswith("keras_transformer")]
+print(json.dumps(replayed))
+"""
+
+
+@pytest.fixture(scope="module")
+def exports(demo_vocab, demo_train, tmp_path_factory) -> dict[str, str]:
+    """One export of each kind (`KINDS`): name -> its version directory."""
     tokenizer = SubwordTokenizer.load(demo_vocab)
     model = kt.Transformer(kt.TransformerConfig.preset(
         "tiny", vocab_size=tokenizer.vocab_size, max_length=24, num_layers=1))
     sources, targets = (tokenizer.tokenize(tf.constant(side[:200])).to_list()
                         for side in demo_train)
     shortlist = build_shortlist(sources, targets, tokenizer.vocab_size, 20, 5)
-    exports = {name: export_translator(model, tokenizer, name, tmp_path,
-                                       kt.SearchSettings(beam_size=beam, max_decode_extra=5),
-                                       dtype, shortlist if listed else None, jit_compile=xla)
-               for name, (dtype, beam, listed, xla) in KINDS.items()}
+    base = tmp_path_factory.mktemp("exports")
+    return {name: export_translator(model, tokenizer, name, base,
+                                    kt.SearchSettings(beam_size=beam, max_decode_extra=5),
+                                    dtype, shortlist if listed else None, jit_compile=xla)
+            for name, (dtype, beam, listed, xla) in KINDS.items()}
+
+
+def run_stock(python: str, script: str, *arguments: str, cwd) -> dict:
+    """Runs `script` in `python` without this checkout on its path; its last line as JSON."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    run = subprocess.run([STOCK_PYTHON, "-c", LOAD_AND_TRANSLATE, json.dumps(exports),
-                          json.dumps(TEXTS), json.dumps(IDS)], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run([python, "-c", script, *arguments], cwd=cwd, env=env,
+                         capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
-    stock = json.loads(run.stdout.strip().splitlines()[-1])
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_every_warmup_request_of_every_export_kind_replays_on_the_stock_runtime(exports,
+                                                                                tmp_path):
+    replayed = run_stock(STOCK_PYTHON or sys.executable, REPLAY_WARMUP, json.dumps(exports),
+                         cwd=tmp_path)
+    if STOCK_PYTHON:
+        assert replayed["tf"].startswith("2.20.")
+    for name, (_, _, _, xla) in KINDS.items():
+        counts, warmup = replayed[name]["counts"], replayed[name]["warmup"]
+        widths = len(warmup["source_widths"])
+        assert warmup["source_widths"] == ([16, 24] if xla else [16])  # max_length 24
+        assert counts == {"serving_default": widths, "translate_ids": widths,
+                          "translate_nbest": widths, "translate_with_alignment": widths,
+                          "translate_with_prefix": 2 * widths}
+        assert sum(counts.values()) == warmup["records"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not STOCK_PYTHON, reason="KT_STOCK_RUNTIME_PYTHON (a Python with exactly "
+                    "tensorflow 2.20 + tensorflow-text 2.20) is not set")
+def test_every_export_kind_translates_identically_on_the_stock_runtime(exports, tmp_path):
+    stock = run_stock(STOCK_PYTHON, LOAD_AND_TRANSLATE, json.dumps(exports), json.dumps(TEXTS),
+                      json.dumps(IDS), cwd=tmp_path)
     assert stock["tf"].startswith("2.20.") and stock["text"].startswith("2.20.")
     inputs = {"text": tf.constant(TEXTS), "prefix": tf.constant(TEXTS[::-1]),
               "source_ids": tf.constant(IDS, tf.int32)}

@@ -16,6 +16,7 @@ from tensorflow.core.framework import types_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 
 from keras_transformer.data import write_demo_corpus
+from keras_transformer.provenance import read_provenance
 from trainers import evaluate, train
 from conftest import final_json
 
@@ -124,6 +125,15 @@ def test_mixed_precision_run_exports_float32_and_decodes_its_test_set_as_kt_eval
     assert result["precision"] == "mixed_bfloat16"
     assert keras.config.dtype_policy().name == "float32"  # the run's policy was scoped
     export = Path(result["export"])
+    # A run's own export is staged beside, never into, the name a server would load.
+    assert export == tmp_path / "saved_models" / "run-staging" / "1"
+    version, provenance = read_provenance(export.parent)
+    assert version == export and provenance["run_dir"] == str(tmp_path / "run")
+    assert provenance["weights"] == result["weights"]
+    assert provenance["weights_reason"].startswith("result.json")
+    assert provenance["test"] == result["test"] and "BLEU" in provenance["test"]
+    assert provenance["training_precision"] == "mixed_bfloat16"
+    assert provenance["precision"] == "float32" and provenance["dev_bleu"] == result["dev_bleu"]
     checkpoint = tf.train.load_checkpoint(str(export / "variables" / "variables"))
     variables = checkpoint.get_variable_to_dtype_map()
     variables.pop("_CHECKPOINTABLE_OBJECT_GRAPH")

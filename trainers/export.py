@@ -3,6 +3,7 @@
     kt-export runs/tiny/model.keras runs/tiny/vocabulary --name tiny --beam-size 4
     kt-export runs/demo runs/demo/vocab --name demo
     kt-export runs/demo runs/demo/vocab --name demo-ct2 --format ctranslate2 --quantization int8
+    kt-export --describe saved_models/demo      # where its newest version came from
 
 The model is a `.keras` file, or a directory holding one (the newest is used), or a run
 directory holding `config.json` (its `Recipe`) and weights: `--weights`, else the same
@@ -18,6 +19,11 @@ piece (learned from `--shortlist-data`, default the files a run directory traine
 where the output projection is a large part of a step, translations approximate the full
 vocabulary's (`decoding.shortlist`). `--format ctranslate2` writes a CTranslate2 model
 directory instead (`keras_transformer.ctranslate2_export`), quantized as `--quantization` says.
+
+Every export records where it came from in `assets.extra/` (`keras_transformer.provenance`: the
+run, the weights and why they were chosen, dev/test figures, settings, code version), which
+`--describe` prints; a SavedModel also carries TF Serving's warm-up requests there
+(`keras_transformer.warmup`; `--xla` exports one per padded width up to `--warmup-max-width`).
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ import argparse
 import glob
 import os
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
 import keras
@@ -41,6 +47,9 @@ from keras_transformer.model import Transformer
 from trainers.probes import choose_serving_dtype
 from keras_transformer.config import SearchSettings
 from keras_transformer.precision import SERVING_DTYPES
+from keras_transformer.provenance import (describe, export_record, file_provenance,
+                                          read_provenance, run_provenance, write_provenance)
+from keras_transformer.warmup import DEFAULT_MAX_WIDTH
 from keras_transformer.training.run_dir import RunDir
 from trainers.common import add_search_arguments, run_model, search_settings, set_up_kernels
 
@@ -48,9 +57,12 @@ from trainers.common import add_search_arguments, run_model, search_settings, se
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
     parser = argparse.ArgumentParser(prog="kt-export", description=__doc__.split("\n")[0])
-    parser.add_argument("model", help="a .keras file, or a checkpoint directory")
-    parser.add_argument("vocabulary", help="directory with the tokenizer's spm.model")
-    parser.add_argument("--name", required=True, help="model name: <base-dir>/<name>/<version>")
+    parser.add_argument("model", nargs="?", help="a .keras file, or a checkpoint directory")
+    parser.add_argument("vocabulary", nargs="?", help="directory with the tokenizer's spm.model")
+    parser.add_argument("--name", help="model name: <base-dir>/<name>/<version> (required)")
+    parser.add_argument("--describe", metavar="EXPORT",
+                        help="print where the export EXPORT (NAME/N, or NAME for its newest "
+                             "version) came from, and write nothing")
     parser.add_argument("--base-dir", default="saved_models",
                         help="root of the TF Serving model tree (default: saved_models)")
     parser.add_argument("--weights", help="with a run directory: a .weights.h5 file "
@@ -76,8 +88,28 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="save the search as one XLA-compiled function (lower latency at "
                              "small batches; TF Serving on CPU needs "
                              "--xla_cpu_compilation_enabled=true)")
+    parser.add_argument("--warmup-max-width", type=int, default=DEFAULT_MAX_WIDTH,
+                        metavar="PIECES",
+                        help="--xla: the warm-up requests cover each padded source width (a "
+                             "multiple of 16) up to this many subword pieces (default: "
+                             f"{DEFAULT_MAX_WIDTH}); longer inputs compile at their first "
+                             "request")
     add_search_arguments(parser, "fixed in the export")
     args = parser.parse_args(argv)
+    given = argv if argv is not None else sys.argv[1:]
+    if args.describe:
+        if args.model or args.vocabulary or args.name:
+            parser.error("--describe: takes an export alone (no model, vocabulary or --name)")
+        return args
+    missing = [name for name, value in (("model", args.model), ("vocabulary", args.vocabulary),
+                                        ("--name", args.name)) if not value]
+    if missing:
+        parser.error(f"the following arguments are required: {', '.join(missing)}")
+    if "--warmup-max-width" in given and not args.xla:
+        parser.error("--warmup-max-width: --xla exports only (a graph export's warm-up is one "
+                     "request per signature)")
+    if args.warmup_max_width < 1:
+        parser.error(f"--warmup-max-width: must be positive, got {args.warmup_max_width}")
     if args.xla and args.format == "ctranslate2":
         parser.error("--xla: SavedModel exports only")
     if args.shortlist_data and not args.shortlist:
@@ -85,7 +117,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.format == "ctranslate2" and (args.shortlist or args.precision != "float32"):
         parser.error("--shortlist and --precision: SavedModel exports only (a CTranslate2 "
                      "model's precision is its --quantization)")
-    if args.format == "savedmodel" and "--quantization" in (argv or sys.argv[1:]):
+    if args.format == "savedmodel" and "--quantization" in given:
         parser.error("--quantization: --format ctranslate2 only")
     return args
 
@@ -167,20 +199,24 @@ def serving_dtype(wanted: str, model: Transformer, settings: SearchSettings) -> 
 
 
 def load_model(path: str, weights: Optional[str] = None
-               ) -> tuple[Transformer, SearchSettings]:
-    """The `Transformer` saved at `path` (see the module docstring for accepted layouts) and
-    its default search settings (a run's recipe's; the paper's for a .keras file)."""
+               ) -> tuple[Transformer, SearchSettings, dict[str, Any]]:
+    """The `Transformer` saved at `path` (see the module docstring for accepted layouts), its
+    default search settings (a run's recipe's; the paper's for a .keras file) and the facts of
+    its origin an export records (`provenance.run_provenance` or `file_provenance`)."""
     if os.path.isfile(path):
-        return _checked(keras.saving.load_model(path), path), SearchSettings()
+        return (_checked(keras.saving.load_model(path), path), SearchSettings(),
+                file_provenance(path))
     if not os.path.isdir(path):
         raise FileNotFoundError(f"model: no such file or directory: {path!r}")
     archives = _newest(glob.glob(os.path.join(path, "*.keras")))
     if archives and not weights:
-        return _checked(keras.saving.load_model(archives), archives), SearchSettings()
+        return (_checked(keras.saving.load_model(archives), archives), SearchSettings(),
+                file_provenance(archives))
     if not os.path.isfile(os.path.join(path, "config.json")):
         raise FileNotFoundError(f"model: {path!r} holds neither a .keras file nor a run's "
                                 "config.json")
-    return run_model(path, weights), RunDir(path).load_recipe().search
+    return (run_model(path, weights), RunDir(path).load_recipe().search,
+            run_provenance(path, weights))
 
 
 def _newest(paths: list[str]) -> Optional[str]:
@@ -196,23 +232,45 @@ def _checked(model: keras.Model, path: str) -> Transformer:
     return model
 
 
+def describe_export(path: str) -> int:
+    """Prints the provenance record of the export at `path`; returns the exit status (2, with
+    an error naming the path, when it is no export or has no record)."""
+    try:
+        version, record = read_provenance(path)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"kt-export: error: --describe: {error}", file=sys.stderr)
+        return 2
+    print(describe(version, record))
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line; returns its exit status (2 on a user error)."""
     args = parse_args(argv)
+    if args.describe:
+        return describe_export(args.describe)
     try:
         tokenizer = SubwordTokenizer.load(args.vocabulary)
-        model, defaults = load_model(args.model, args.weights)
+        model, defaults, source = load_model(args.model, args.weights)
         settings = search_settings(args, defaults)
         if args.format == "ctranslate2":
-            path = publish_version(lambda staging: os.fspath(export_ctranslate2(
-                model, tokenizer, os.path.join(staging, "model"), args.quantization,
-                settings)), args.name, args.base_dir)
+            def write(staging: str) -> str:
+                saved = os.fspath(export_ctranslate2(model, tokenizer,
+                                                     os.path.join(staging, "model"),
+                                                     args.quantization, settings))
+                write_provenance(saved, export_record(model.config, settings, source,
+                                                      format="ctranslate2",
+                                                      quantization=args.quantization))
+                return saved
+
+            path = publish_version(write, args.name, args.base_dir)
         else:
             shortlist = learn_shortlist(args.shortlist, args.shortlist_data, args.model,
                                         tokenizer)
             path = export_translator(model, tokenizer, args.name, args.base_dir, settings,
                                      serving_dtype(args.precision, model, settings), shortlist,
-                                     jit_compile=args.xla)
+                                     jit_compile=args.xla, provenance=source,
+                                     warmup_max_width=args.warmup_max_width)
     except ImportError as error:
         print(f"kt-export: error: --format ctranslate2 needs the ctranslate2 package ({error}); "
               "pip install -e '.[ctranslate2]'", file=sys.stderr)

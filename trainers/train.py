@@ -2,7 +2,8 @@
 
 With no arguments this is the offline quick start: a `tiny` model on the generated demo
 corpus in `runs/demo`, evaluated on the demo test set, TensorBoard logs (with attention
-heatmaps) in `runs/demo/tensorboard`, exported to `saved_models/demo/<version>`.
+heatmaps) in `runs/demo/tensorboard`, exported to `saved_models/demo-staging/<version>`: a
+run's own export has a name no server is pointed at (promote it with `kt-export --name`).
 
     kt-train --preset small --train-src train.en.gz --train-tgt train.de.gz \
         --dev-src val.en.gz --dev-tgt val.de.gz --output-dir runs/multi30k --max-minutes 60
@@ -58,7 +59,8 @@ from trainers.probes import choose_kernels, choose_precision, gpus_tensorflow_ca
 from keras_transformer.precision import CHOICES, POLICIES as PRECISIONS
 from keras_transformer.precision import precision_scope, serving_copy
 from keras_transformer.training.progress import ProgressLines
-from keras_transformer.training.run_dir import RunDir
+from keras_transformer.provenance import run_provenance
+from keras_transformer.training.run_dir import TEST_FILE, RunDir
 from keras_transformer.training.run_dir import keep_better_of_average_and_final
 from keras_transformer.training.strategy import (any_across_workers, chief_values, is_chief,
                                                  make_strategy, smallest_across_workers,
@@ -166,7 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     out = parser.add_argument_group("after training")
     out.add_argument("--test-beam-size", type=int, help="beam of the final test evaluation "
                      "(default: the recipe's beam_size)")
-    out.add_argument("--export-name", help="SavedModel name (default: the output dir's name)")
+    out.add_argument("--export-name", help="SavedModel name (default: the output dir's name "
+                     "+ '-staging', so that a finished run never writes a new version into a "
+                     "served model's directory; serve it through kt-export --name NAME)")
     out.add_argument("--export-dir", default="saved_models",
                      help="SavedModel root (default: saved_models)")
     out.add_argument("--no-export", action="store_true", help="skip the SavedModel export")
@@ -533,10 +537,11 @@ def train(args: argparse.Namespace) -> dict:
     if "test" in corpora:
         summary["test"] = evaluate_test(args, run, model, tokenizer, corpora["test"],
                                         gold_trees)
+        run.write_json(TEST_FILE, summary["test"])
     if not args.no_export:
-        name = args.export_name or run.root.resolve().name
+        name = args.export_name or f"{run.root.resolve().name}-staging"
         summary["export"] = export_translator(model, tokenizer, name, args.export_dir,
-                                              recipe.search)
+                                              recipe.search, provenance=run_provenance(run.root))
     return summary
 
 

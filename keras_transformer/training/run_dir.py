@@ -23,6 +23,7 @@ from keras_transformer.training.checkpoints import (average_weights, list_checkp
 CONFIG_FILE = "config.json"
 RUN_FILE = "run.json"
 RESULT_FILE = "result.json"  # which weights a finished run chose (`keep_better_of_average_and_final`)
+TEST_FILE = "test.json"  # the figures of kt-train's final test pass
 
 
 class RunDir:
@@ -68,16 +69,31 @@ class RunDir:
         """The weights evaluation and export use unless told otherwise: the run's result as
         `result.json` records it (the better on dev of the averaged and the final weights),
         else the averaged weights if any, else the final weights, else the newest checkpoint."""
-        recorded = (_read_json(self.root / RESULT_FILE) or {}).get("weights")
+        return self.chosen_weights()[0]
+
+    def chosen_weights(self) -> tuple[Path, str]:
+        """`default_weights` and why they were chosen (a phrase naming the rule that chose
+        them)."""
+        recorded = self.recorded_results().get("weights")
         if recorded and (self.root / recorded).is_file():
-            return self.root / recorded
-        for candidate in (self.averaged_weights, self.final_weights):
+            return self.root / recorded, f"{RESULT_FILE}: the better on dev of the averaged " \
+                "and the final weights"
+        for candidate, why in ((self.averaged_weights, "the averaged weights"),
+                               (self.final_weights, "the final weights")):
             if candidate.is_file():
-                return candidate
+                return candidate, f"{why} (no {RESULT_FILE} naming the run's result)"
         checkpoints = list_checkpoints(self.checkpoints)
         if not checkpoints:
             raise FileNotFoundError(f"run directory: no weights in {str(self.root)!r}")
-        return checkpoints[-1]
+        return checkpoints[-1], "the newest checkpoint (no final or averaged weights)"
+
+    def recorded_results(self) -> dict[str, Any]:
+        """What a finished run recorded: `result.json` (the weights chosen, their dev BLEU)
+        with, under "test", `test.json` (the final test pass's figures); {} for a run that
+        wrote neither."""
+        result = _read_json(self.root / RESULT_FILE) or {}
+        test = _read_json(self.root / TEST_FILE)
+        return {**result, "test": test} if test is not None else result
 
     def check_writable(self) -> None:
         """Creates the directory and proves a file can be written there."""

@@ -1,0 +1,85 @@
+"""TF Serving warm-up records for an export: `assets.extra/tf_serving_warmup_requests`.
+
+TF Serving replays this file (a TFRecord file of `PredictionLog`s, each holding one
+`PredictRequest`) when it loads a version, before the version takes traffic, so the costs of a
+first call (graph optimization, kernel set-up, and for an XLA export a compilation per input
+shape) are not paid by a client. Every signature gets a request: one sentence whose subwords
+(with EOS) fill a padded width; `translate_with_prefix` once with an empty prefix and once with
+a one-word prefix (prefix widths 0 and 16 of an XLA export). A graph export runs any shape with
+the same graph: one width, 16. An XLA export compiles each padded width (multiples of 16,
+`Translator`) at batch 1, the traffic it is made for: every width up to `max_width` source
+pieces (`DEFAULT_MAX_WIDTH`) and the model's `max_length`; longer inputs, and other batch sizes,
+compile at their first request. TF Serving reads at most 1,000 records (5-6 per width here).
+"""
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import tensorflow as tf
+from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
+
+from keras_transformer.data.tokenizer import SubwordTokenizer
+
+WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+DEFAULT_MAX_WIDTH = 64
+WIDTH_STEP = 16  # the XLA search's padded widths are multiples of it (`Translator`)
+WORD = "a"  # the warm-up sentences repeat it: one or two pieces in any SentencePiece model
+
+
+def warmup_widths(max_length: int, jit_compile: bool,
+                  max_width: int = DEFAULT_MAX_WIDTH) -> list[int]:
+    """The padded source widths the warm-up covers: for an XLA export (`jit_compile`) each
+    multiple of 16 up to `max_width`, each at most the model's `max_length`; for a graph export
+    the first only."""
+    multiples = range(WIDTH_STEP, max(max_width, WIDTH_STEP) + 1, WIDTH_STEP)
+    widths = sorted({min(width, max_length) for width in multiples})
+    return widths if jit_compile else widths[:1]
+
+
+def warmup_requests(signatures: dict[str, Sequence[tf.TensorSpec]],
+                    tokenizer: SubwordTokenizer, widths: Sequence[int]
+                    ) -> list[predict_pb2.PredictRequest]:
+    """One `PredictRequest` per signature and width (two for a signature taking `prefix`).
+
+    `signatures`: signature name -> its input specs (each named as the input); `tokenizer`:
+    the export's, which measures the sentences; `widths`: from `warmup_widths`.
+    """
+    requests = []
+    for width in widths:
+        text = _sentence(tokenizer, width - 1)
+        ids = tokenizer.tokenize(tf.constant([text])).to_tensor().numpy()
+        for prefix in ("", WORD):
+            values = {"text": [text], "source_ids": ids, "prefix": [prefix]}
+            for name, specs in signatures.items():
+                takes_prefix = any(spec.name == "prefix" for spec in specs)
+                if prefix and not takes_prefix:
+                    continue
+                request = predict_pb2.PredictRequest()
+                request.model_spec.signature_name = name
+                for spec in specs:
+                    request.inputs[spec.name].CopyFrom(
+                        tf.make_tensor_proto(values[spec.name], dtype=spec.dtype))
+                requests.append(request)
+    return requests
+
+
+def write_warmup_requests(saved_model_dir: str | os.PathLike,
+                          requests: Sequence[predict_pb2.PredictRequest]) -> str:
+    """Writes `requests` as the warm-up file of the SavedModel in `saved_model_dir`; returns
+    its path."""
+    path = os.path.join(os.fspath(saved_model_dir), WARMUP_FILE)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path) as writer:
+        for request in requests:
+            log = prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request))
+            writer.write(log.SerializeToString())
+    return path
+
+
+def _sentence(tokenizer: SubwordTokenizer, pieces: int) -> str:
+    """`WORD` repeated to `pieces` subwords, or fewer by less than one word's pieces (at most
+    2, so that the sentence and its EOS stay within the padded width of `pieces + 1`)."""
+    per_word = int(tokenizer.tokenize(tf.constant([WORD])).row_lengths()[0])
+    return " ".join([WORD] * max(1, pieces // per_word))
