@@ -10,8 +10,8 @@ decoder self-attention (causal + padding) and cross-attention. Every implementat
 and V as the projections give them, `[batch, len, heads, dim]`, and returns the context in the
 same layout:
 
-- ours: `keras_transformer.layers.attention.scaled_dot_product` (heads first, batched matmuls,
-  additive mask penalty, float32 softmax) between transposes to and from heads first (in the
+- ours: `keras_transformer.layers.attention.scaled_dot_product_attention` (heads first, batched
+  matmuls, additive mask penalty, float32 softmax) between transposes to and from heads first (in the
   model's training step, the moves between packed tokens and the padded layout do those);
 - keras: `keras.ops.dot_product_attention` (the TensorFlow backend has no fused kernel: einsums
   over `[batch, len, heads, dim]`, `tf.where` mask);
@@ -37,15 +37,14 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from keras_transformer.layers.attention import scaled_dot_product  # noqa: E402
+from keras_transformer.layers.attention import scaled_dot_product_attention  # noqa: E402
 
 KINDS = ("encoder self", "decoder self", "cross")
 
 
 def ours(query, key, value, mask):
-    scale = tf.cast(query.shape[-1] ** -0.5, query.dtype)
-    query, key, value = (tf.transpose(x, [0, 2, 1, 3]) for x in (query * scale, key, value))
-    return tf.transpose(scaled_dot_product(query, key, value, mask)[0], [0, 2, 1, 3])
+    query, key, value = (tf.transpose(x, [0, 2, 1, 3]) for x in (query, key, value))
+    return tf.transpose(scaled_dot_product_attention(query, key, value, mask)[0], [0, 2, 1, 3])
 
 
 def keras_ops(query, key, value, mask):

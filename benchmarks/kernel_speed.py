@@ -128,7 +128,7 @@ def kernel_rows(settings: dict, repeats: int):
     from keras_transformer.layers.attention import linear
     from keras_transformer.layers.residual import dropout, layer_norm
     from keras_transformer.losses import smoothed_cross_entropy
-    from keras_transformer.metrics import logit_statistics
+    from keras_transformer.metrics import log_normalizer, predicted_ids
     from keras_transformer.precision import set_precision
 
     set_precision(settings["precision"])
@@ -198,7 +198,7 @@ def kernel_rows(settings: dict, repeats: int):
             return tf.linalg.matmul(tf.nn.softmax(scores), keys)
         return run
 
-    def loss_and_metrics(statistics_of, loss):
+    def loss_and_metrics(metrics_kernels, loss):
         def run():  # the loss and its gradients, then what the two metrics read
             operands = [tf.convert_to_tensor(hidden), tf.convert_to_tensor(embedding)]
             with tf.GradientTape() as tape:
@@ -206,9 +206,8 @@ def kernel_rows(settings: dict, repeats: int):
                 factors = factor_logits(*operands, True)
                 value = tf.reduce_sum(loss(labels, factors, 0.1))  # the paper's eps_ls
             gradients = tape.gradient(value, operands)
-            accuracy = statistics_of(factors.logits).predictions
-            perplexity = statistics_of(factors.logits).log_normalizer
-            return gradients, accuracy, perplexity
+            predictions, normalizer = metrics_kernels
+            return gradients, predictions(factors.logits), normalizer(factors.logits)
         return run
 
     variables = [keras.Variable(rng.normal(size=(d, config.d_ff)).astype("float32"))
@@ -236,14 +235,15 @@ def kernel_rows(settings: dict, repeats: int):
             "linear": linear.reference, "layer_norm": layer_norm.reference,
             "dropout": dropout.reference, "layer": encoder_layer(False),
             "decode_cache": decode_cache_step(reference_cache),
-            "loss": loss_and_metrics(logit_statistics.reference, lambda y, factors, eps: (
+            "loss": loss_and_metrics((predicted_ids.reference, log_normalizer.reference),
+                                     lambda y, factors, eps: (
                 smoothed_cross_entropy.reference(y, factors.logits, eps))),
             "adam": adam_step(keras.optimizers.Adam)},
         "fast": {
             "linear": kernels.linear, "layer_norm": kernels.layer_norm,
             "dropout": kernels.dropout, "layer": encoder_layer(True),
             "decode_cache": decode_cache_step(fast_cache),
-            "loss": loss_and_metrics(loss.logit_statistics,
+            "loss": loss_and_metrics((loss.predicted_ids, loss.log_normalizer),
                                      loss.smoothed_cross_entropy_through_factors),
             "adam": adam_step(optimizers.FusedAdam)}}
     for label, make in cases.items():

@@ -28,6 +28,7 @@ import tensorflow as tf
 from keras_transformer.atomic_files import sync_directory, sync_tree
 from keras_transformer.data.tokenizer import MODEL_FILENAME, SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist
+from keras_transformer.decoding.transformer_search import StepBuilder
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.model import Transformer
 from keras_transformer.config import SearchSettings
@@ -44,7 +45,8 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
                       settings: Optional[SearchSettings] = None, dtype: str = "float32",
                       shortlist: Optional[VocabularyShortlist] = None,
                       jit_compile: bool = False, provenance: Optional[dict[str, Any]] = None,
-                      warmup_max_width: int = DEFAULT_MAX_WIDTH) -> str:
+                      warmup_max_width: int = DEFAULT_MAX_WIDTH,
+                      step_builder: Optional[StepBuilder] = None) -> str:
     """Saves a `Translator` as the next free version of `<base_dir>/<name>`; returns its path.
 
     `settings` (default: the paper's, `SearchSettings()`) are fixed in the exported graph;
@@ -55,9 +57,11 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
     cover source widths up to `warmup_max_width` pieces) and a provenance record
     (`keras_transformer.provenance`) holding `provenance`, the facts of the model's origin
     (`run_provenance` or `file_provenance`; None: unknown).
+    `step_builder`: the search's cached step function (default: the core's).
     """
     translator = Translator(serving_copy(model, dtype), tokenizer, settings,
-                            shortlist=shortlist, jit_compile=jit_compile)
+                            shortlist=shortlist, jit_compile=jit_compile,
+                            step_builder=step_builder)
 
     def write(staging: str) -> str:
         vocabulary_dir = os.path.join(staging, "vocabulary")

@@ -8,10 +8,11 @@ a replacement is installed under its name. Only `keras_transformer.fast` install
     def linear(rows, kernel, bias=None, relu=False):
         ...plain TensorFlow...
 
-The hooks are `linear` (layers/attention.py), `layer_norm` and `dropout` (layers/residual.py),
-`smoothed_cross_entropy` (losses.py), `logit_statistics` (metrics.py), `adam` (optimization.py)
-and `cached_step` (decoding/transformer_search.py): each reference's docstring says what its
-replacement must compute. Installations are read when a layer is traced: install before
+The hooks are kernels only: `linear` (layers/attention.py), `layer_norm` and `dropout`
+(layers/residual.py), `smoothed_cross_entropy` (losses.py), `log_normalizer` and
+`predicted_ids` (metrics.py) and `adam` (optimization.py); each reference's docstring says what
+its replacement must compute. (A whole decoding step is no kernel: the searches take theirs as
+an argument, `step_builder`.) Installations are read when a layer is traced: install before
 building and running a model.
 """
 from __future__ import annotations

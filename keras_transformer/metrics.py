@@ -1,8 +1,6 @@
 """Token-level metrics that ignore padding: accuracy and perplexity."""
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
-
 import keras
 import tensorflow as tf
 from keras import ops
@@ -11,29 +9,23 @@ from keras_transformer.hooks import replaceable
 from keras_transformer.vocab_ids import PAD_ID
 
 
-class LogitStatistics(NamedTuple):
-    """Per-token statistics of logits `[..., vocab]`: what the metrics (and a fast loss) read of
-    the `[tokens, vocab]` logits, by far the largest tensor of a training step."""
-    probabilities: tf.Tensor  # softmax, [..., vocab]
-    log_normalizer: tf.Tensor  # logsumexp, [...]
-    predictions: tf.Tensor  # argmax, int32 [...]
+@replaceable
+def log_normalizer(logits: tf.Tensor) -> tf.Tensor:
+    """`logsumexp` of float32 `logits` `[..., vocab]` over the vocabulary (a kernel hook)."""
+    return tf.reduce_logsumexp(logits, axis=-1)
 
 
 @replaceable
-def logit_statistics(logits: tf.Tensor) -> LogitStatistics:
-    """Softmax, logsumexp and argmax of float32 `logits` (a kernel hook)."""
-    return LogitStatistics(tf.nn.softmax(logits), tf.reduce_logsumexp(logits, axis=-1),
-                           tf.argmax(logits, axis=-1, output_type=tf.int32))
+def predicted_ids(logits: tf.Tensor) -> tf.Tensor:
+    """The argmax of float32 `logits` `[..., vocab]`, int32 (a kernel hook)."""
+    return tf.argmax(logits, axis=-1, output_type=tf.int32)
 
 
-def token_cross_entropy(y_true: tf.Tensor, logits: tf.Tensor,
-                        statistics: Optional[LogitStatistics] = None) -> tf.Tensor:
-    """Per-token `-log p_y` (unsmoothed) of int32 labels and float32 logits, from the logits'
-    `statistics` (default: `logit_statistics(logits)`)."""
+def token_cross_entropy(y_true: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+    """Per-token `-log p_y = logsumexp(z) - z_y` (unsmoothed) of int32 labels and float32
+    logits."""
     true_logits = tf.gather(logits, y_true, batch_dims=y_true.shape.rank)
-    if statistics is None:
-        statistics = logit_statistics(logits)
-    return statistics.log_normalizer - true_logits
+    return log_normalizer(logits) - true_logits
 
 
 class _MaskedTokenMean(keras.metrics.Metric):
@@ -68,7 +60,7 @@ class MaskedTokenAccuracy(_MaskedTokenMean):
         super().__init__(name=name, **kwargs)
 
     def token_values(self, y_true, y_pred):
-        predictions = logit_statistics(ops.cast(y_pred, "float32")).predictions
+        predictions = predicted_ids(ops.cast(y_pred, "float32"))
         return ops.cast(ops.equal(predictions, y_true), "float32")
 
 

@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer import fast
 from keras_transformer.decoding import (beam_search, greedy_decode, length_divisor,
                                         score_hypotheses)
 from keras_transformer.vocab_ids import EOS_ID, PAD_ID
@@ -35,16 +36,17 @@ def test_beam_one_equals_greedy(model):
 
 
 @pytest.mark.parametrize("beam_size", [1, 4])
-def test_cache_matches_full_recomputation(model, beam_size):
-    cached = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA)
+def test_cache_matches_full_recomputation(model, beam_size, step_builder):
+    cached = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
+                         step_builder=step_builder)
     recomputed = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
                              use_cache=False)
     np.testing.assert_array_equal(cached.ids.numpy(), recomputed.ids.numpy())
     np.testing.assert_allclose(cached.scores.numpy(), recomputed.scores.numpy(), atol=1e-5)
 
 
-def test_greedy_cache_matches_full_recomputation(model):
-    cached = greedy_decode(model, SOURCES, max_decode_extra=EXTRA)
+def test_greedy_cache_matches_full_recomputation(model, step_builder):
+    cached = greedy_decode(model, SOURCES, max_decode_extra=EXTRA, step_builder=step_builder)
     recomputed = greedy_decode(model, SOURCES, max_decode_extra=EXTRA, use_cache=False)
     np.testing.assert_array_equal(cached.ids.numpy(), recomputed.ids.numpy())
     np.testing.assert_allclose(cached.scores.numpy(), recomputed.scores.numpy(), atol=1e-5)
@@ -105,9 +107,10 @@ def test_empty_batch(model, decode):
     assert result.ids.shape[0] == 0 and result.scores.shape[0] == 0
 
 
-def test_xla_matches_graph(model):
+def test_xla_matches_graph(model, step_builder):
     plain = beam_search(model, SOURCES, beam_size=4, max_decode_extra=EXTRA)
-    xla = beam_search(model, SOURCES, beam_size=4, max_decode_extra=EXTRA, jit_compile=True)
+    xla = beam_search(model, SOURCES, beam_size=4, max_decode_extra=EXTRA, jit_compile=True,
+                      step_builder=step_builder)
     np.testing.assert_array_equal(plain.ids.numpy(), xla.ids.numpy())
     np.testing.assert_allclose(plain.scores.numpy(), xla.scores.numpy(), atol=1e-4)
 
@@ -116,7 +119,9 @@ def test_xla_matches_graph(model):
                                            ({"length_penalty": -1.0}, "length_penalty"),
                                            ({"max_decode_extra": -1}, "max_decode_extra"),
                                            ({"jit_compile": True, "use_cache": False},
-                                            "jit_compile")])
+                                            "jit_compile"),
+                                           ({"step_builder": fast.lean_step,
+                                             "use_cache": False}, "step_builder")])
 def test_bad_arguments_are_named(model, kwargs, field):
     with pytest.raises(ValueError, match=field):
         beam_search(model, SOURCES, **kwargs)
@@ -145,9 +150,9 @@ def test_prefix_starts_every_hypothesis_and_scores_as_teacher_forcing(model, dec
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_prefix_cache_matches_full_recomputation(model, beam_size):
+def test_prefix_cache_matches_full_recomputation(model, beam_size, step_builder):
     cached = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
-                         prefix_ids=PREFIXES)
+                         prefix_ids=PREFIXES, step_builder=step_builder)
     recomputed = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
                              prefix_ids=PREFIXES, use_cache=False)
     np.testing.assert_array_equal(cached.ids.numpy(), recomputed.ids.numpy())

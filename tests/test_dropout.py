@@ -70,12 +70,3 @@ def test_bfloat16_xla_and_serialization():
     assert 0.08 < float(tf.reduce_mean(tf.cast(out == 0, tf.float32))) < 0.12
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert type(restored) is HookDropout and restored.rate == 0.1
-
-
-def test_shape_given_ahead_gives_the_same_mask():
-    """`shape=` (the inputs' shape known before the inputs) changes when the mask is drawn,
-    not which mask."""
-    x = tf.random.normal(SHAPE)
-    a, b = HookDropout(0.3, seed=5), HookDropout(0.3, seed=5)
-    np.testing.assert_array_equal(a(x, training=True).numpy(),
-                                  b(x, training=True, shape=tf.shape(tf.zeros(SHAPE))).numpy())

@@ -15,7 +15,7 @@ from keras_transformer.fast.packed import PADDED, TokenLayout
 from keras_transformer.layers.attention import linear
 from keras_transformer.layers.residual import dropout, layer_norm
 from keras_transformer.losses import smoothed_cross_entropy
-from keras_transformer.metrics import logit_statistics
+from keras_transformer.metrics import log_normalizer, predicted_ids
 from keras_transformer.optimization import adam
 from keras_transformer.precision import serving_copy
 
@@ -230,7 +230,7 @@ def test_caches_never_reordered_give_each_hypothesis_its_history():
 @pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-5), ("bfloat16", 0.15)])
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_lean_decoding_step_equals_the_reference_step(overrides, dtype, tolerance, jit_compile):
-    """The fast `cached_step` (weights prepared once, fused projections, caches never
+    """The lean step (weights prepared once, fused projections, caches never
     reordered) against the core's, over six positions of a beam of 3 whose hypotheses extend
     random parents: the same log-probabilities at every position, in a graph and under XLA
     (its static history)."""
@@ -252,18 +252,20 @@ def test_lean_decoding_step_equals_the_reference_step(overrides, dtype, toleranc
             state = reorder(state, parents[position])
         return tf.stack(outputs)
 
-    lean = positions(decode_cache.cached_step).numpy()
-    reference = positions(cached_step.reference).numpy()
+    lean = positions(decode_cache.lean_step).numpy()
+    reference = positions(cached_step).numpy()
     finite = np.isfinite(reference)
     np.testing.assert_array_equal(np.isfinite(lean), finite)
     np.testing.assert_allclose(lean[finite], reference[finite], rtol=0, atol=tolerance)
 
 
-def test_logit_statistics_agree():
+def test_shared_logit_statistics_agree_with_the_metrics_kernels():
     logits = tf.constant(rng.normal(size=(4, 3, 50)) * 20, "float32")
-    for got, want in zip(tf.function(loss.logit_statistics)(logits),
-                         logit_statistics.reference(logits)):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    statistics = tf.function(loss.logit_statistics)(logits)
+    np.testing.assert_allclose(statistics.log_normalizer, log_normalizer.reference(logits),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(statistics.predictions, predicted_ids.reference(logits))
+    np.testing.assert_allclose(statistics.probabilities, tf.nn.softmax(logits), atol=1e-6)
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])

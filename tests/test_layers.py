@@ -58,8 +58,8 @@ def test_cached_steps_equal_causal_self_attention_and_do_not_leak_between_runs(k
         cache = attention.init_cache(rows, length, "float32")
         outputs = []
         for step in range(length):
-            output, cache = attention(queries[:, step:step + 1], cache=cache,
-                                      cache_index=tf.constant(step))
+            output, cache = attention.step(queries[:, step:step + 1], cache,
+                                           tf.constant(step))
             outputs.append(output)
         return tf.concat(outputs, axis=1)
 

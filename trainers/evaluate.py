@@ -27,6 +27,7 @@ from typing import Optional, Sequence
 
 from trainers.common import (add_ensemble_argument, add_search_arguments, load_ensemble,
                              load_run_model, search_settings)
+from keras_transformer import fast
 from keras_transformer.data import load_tfds, read_lines, read_parallel
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.evaluation import (corpus_scores, tokenized_lowercase_bleu,
@@ -130,7 +131,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             outputs["trees"] = trees_path(args, output)
         translator = Translator(model, tokenizer,
                                 search_settings(args, RunDir(args.run_dir).load_recipe().search),
-                                ensemble=load_ensemble(args.ensemble, tokenizer))
+                                ensemble=load_ensemble(args.ensemble, tokenizer),
+                                step_builder=fast.decoding_step())
         hypotheses = translate_corpus(translator, sources, args.batch_size)
         if args.task == "parsing":
             trees, scores = parse_scores(hypotheses, references)

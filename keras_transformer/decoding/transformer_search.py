@@ -6,16 +6,18 @@ scoring on the searches' scale.
 are one graph each;
 `decode(model, source_ids, ...)` builds the same search inside a caller's `tf.function` (the
 exported `Translator`'s). Each takes one `Transformer` or an ensemble: a sequence of them over
-the same vocabulary, whose probabilities the search averages (`search.ensemble`).
+the same vocabulary, whose probabilities the search averages (`search.ensemble`), and the
+builder of the step function the search runs: `cached_step` (the default), the reference
+`recomputed_step` (`use_cache=False`), or another with the same arguments and outputs (e.g.
+`keras_transformer.fast.lean_step`).
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import tensorflow as tf
 
 from keras_transformer import search
-from keras_transformer.hooks import replaceable
 from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.model import Transformer, source_padding_mask
 from keras_transformer.search import DecodeResult, length_divisor
@@ -24,6 +26,9 @@ from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
 
 
 Models = Union[Transformer, Sequence[Transformer]]  # one model, or an ensemble
+# `(model, source_ids, rows_per_sentence, buffer_length, vocabulary_ids, unscored)` ->
+# `(step, state, reorder)`, `search`'s protocol (`cached_step`'s arguments and outputs).
+StepBuilder = Callable[..., tuple[Callable, Any, Callable]]
 
 
 def ensemble_members(model: Models) -> list[Transformer]:
@@ -46,7 +51,8 @@ def ensemble_members(model: Models) -> list[Transformer]:
 def decode(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSettings] = None,
            use_cache: bool = True, eos_id: int = EOS_ID, prefix_ids: Optional[tf.Tensor] = None,
            shortlist: Optional[VocabularyShortlist] = None, greedy: Optional[bool] = None,
-           static_shortlist: bool = False, num_samples: int = 1) -> DecodeResult:
+           static_shortlist: bool = False, num_samples: int = 1,
+           step_builder: Optional[StepBuilder] = None) -> DecodeResult:
     """Builds a search over `source_ids` (call it inside a `tf.function`).
 
     Args:
@@ -62,6 +68,8 @@ def decode(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSettin
         static_shortlist: score the shortlist's `padded_target_ids`, whose size the input
             shapes fix (what XLA compiles), instead of its `target_ids`.
         num_samples: translations drawn per sentence when `settings.sampling`.
+        step_builder: builds the cached step function (default: `cached_step`); only with
+            `use_cache`.
 
     Returns:
         The n-best `DecodeResult` (when sampling, the samples in the order drawn).
@@ -79,7 +87,7 @@ def decode(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSettin
     greedy = settings.beam_size == 1 if greedy is None else greedy
     rows_per_sentence = (num_samples if settings.sampling else 1 if greedy
                          else settings.beam_size)
-    build = cached_step if use_cache else recomputed_step
+    build = (step_builder or cached_step) if use_cache else recomputed_step
     steps = [build(member, source_ids, rows_per_sentence, buffer_length, vocabulary_ids,
                    unscored) for member in members]
     step, state, reorder = steps[0] if len(steps) == 1 else search.ensemble(steps)
@@ -105,8 +113,8 @@ decode_xla = tf.function(decode, reduce_retracing=True, autograph=False, jit_com
 def beam_search(model: Models, source_ids, beam_size: int = 4,
                 length_penalty: float = 0.6, max_decode_extra: int = 50,
                 use_cache: bool = True, eos_id: int = EOS_ID, jit_compile: bool = False,
-                prefix_ids=None, shortlist: Optional[VocabularyShortlist] = None
-                ) -> DecodeResult:
+                prefix_ids=None, shortlist: Optional[VocabularyShortlist] = None,
+                step_builder: Optional[StepBuilder] = None) -> DecodeResult:
     """The `beam_size` best translations of `source_ids` `[batch, src_len]`, in one graph.
 
     Arguments as `decode`'s; at most `source length + max_decode_extra` tokens (EOS included,
@@ -115,25 +123,26 @@ def beam_search(model: Models, source_ids, beam_size: int = 4,
     """
     settings = SearchSettings(beam_size, length_penalty, max_decode_extra)
     return _run(model, source_ids, settings, False, use_cache, eos_id, jit_compile,
-                prefix_ids, shortlist)
+                prefix_ids, shortlist, step_builder)
 
 
 def greedy_decode(model: Models, source_ids, length_penalty: float = 0.6,
                   max_decode_extra: int = 50, use_cache: bool = True, eos_id: int = EOS_ID,
-                  prefix_ids=None, shortlist: Optional[VocabularyShortlist] = None
-                  ) -> DecodeResult:
+                  prefix_ids=None, shortlist: Optional[VocabularyShortlist] = None,
+                  step_builder: Optional[StepBuilder] = None) -> DecodeResult:
     """The most likely next token at every step (n = 1), scored like `beam_search`; arguments
     as `decode`'s."""
     settings = SearchSettings(1, length_penalty, max_decode_extra)
     return _run(model, source_ids, settings, True, use_cache, eos_id, False, prefix_ids,
-                shortlist)
+                shortlist, step_builder)
 
 
 def sample(model: Models, source_ids, seed: int = 0, temperature: float = 1.0,
            top_k: int = 0, top_p: float = 1.0, num_samples: int = 1,
            length_penalty: float = 0.6, max_decode_extra: int = 50, use_cache: bool = True,
            eos_id: int = EOS_ID, jit_compile: bool = False, prefix_ids=None,
-           shortlist: Optional[VocabularyShortlist] = None) -> DecodeResult:
+           shortlist: Optional[VocabularyShortlist] = None,
+           step_builder: Optional[StepBuilder] = None) -> DecodeResult:
     """`num_samples` translations of each sentence of `source_ids`, drawn token by token
     (`search.sampling_search`; the settings as `SearchSettings`'), in one graph; other
     arguments as `beam_search`'s."""
@@ -143,20 +152,24 @@ def sample(model: Models, source_ids, seed: int = 0, temperature: float = 1.0,
                               temperature=temperature, top_k=top_k, top_p=top_p,
                               sampling_seed=seed)
     return _run(model, source_ids, settings, False, use_cache, eos_id, jit_compile,
-                prefix_ids, shortlist, num_samples)
+                prefix_ids, shortlist, step_builder, num_samples)
 
 
 def _run(model, source_ids, settings: SearchSettings, greedy: bool, use_cache, eos_id,
-         jit_compile, prefix_ids, shortlist, num_samples: int = 1) -> DecodeResult:
+         jit_compile, prefix_ids, shortlist, step_builder, num_samples: int = 1
+         ) -> DecodeResult:
     """Checks the arguments eagerly (named errors) and runs the search's graph."""
     if jit_compile and not use_cache:
         raise ValueError("jit_compile: needs use_cache=True (recomputation has dynamic shapes)")
+    if step_builder is not None and not use_cache:
+        raise ValueError("step_builder: builds a cached step; use_cache=False runs the "
+                         "recomputation instead")
     members = ensemble_members(model)
     model = members[0] if len(members) == 1 else tuple(members)
     graph = decode_xla if jit_compile else _decode_graph
     prefix_ids = None if prefix_ids is None else tf.convert_to_tensor(prefix_ids, tf.int32)
     return graph(model, tf.convert_to_tensor(source_ids, tf.int32), settings, use_cache,
-                 eos_id, prefix_ids, shortlist, greedy, jit_compile, num_samples)
+                 eos_id, prefix_ids, shortlist, greedy, jit_compile, num_samples, step_builder)
 
 
 def output_limits(source_ids: tf.Tensor, max_decode_extra: int, max_length: int,
@@ -177,11 +190,10 @@ def output_limits(source_ids: tf.Tensor, max_decode_extra: int, max_length: int,
     return limits, buffer_length
 
 
-@replaceable
 def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
                 buffer_length: tf.Tensor, vocabulary_ids: Optional[tf.Tensor] = None,
                 unscored: Optional[tf.Tensor] = None):
-    """`(step, state, reorder)` of `model.decode_step` with its key/value cache (a kernel hook).
+    """`(step, state, reorder)` of `model.decode_step` with its key/value cache.
 
     Args:
         model: the Transformer.

@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist
-from keras_transformer.decoding.transformer_search import decode, decode_xla, ensemble_members
+from keras_transformer.decoding.transformer_search import (StepBuilder, decode, decode_xla,
+                                                           ensemble_members)
 from keras_transformer.model import Transformer
 from keras_transformer.search import DecodeResult
 from keras_transformer.config import SearchSettings
@@ -42,6 +43,9 @@ class Translator(tf.Module):
     `ensemble`: further models over the same vocabulary whose probabilities the search averages
     with `model`'s (the alignment is `model`'s own).
 
+    `step_builder`: the search's cached step function (default: the core's
+    `transformer_search.cached_step`; e.g. `keras_transformer.fast.lean_step`).
+
     `settings` default to the paper's (`SearchSettings()`: beam 4, alpha 0.6, +50). With a
     `shortlist`, each batch's search scores only its `shortlist.target_ids` (faster at large
     vocabularies; translations approximate the full vocabulary's, see `decoding.shortlist`).
@@ -54,7 +58,8 @@ class Translator(tf.Module):
                  settings: Optional[SearchSettings] = None, name: str = "translator",
                  alignment_layer: Optional[int] = None,
                  shortlist: Optional[VocabularyShortlist] = None, jit_compile: bool = False,
-                 ensemble: Sequence[Transformer] = ()):
+                 ensemble: Sequence[Transformer] = (),
+                 step_builder: Optional[StepBuilder] = None):
         super().__init__(name=name)
         config = model.config
         self.model = model
@@ -77,6 +82,7 @@ class Translator(tf.Module):
                              f"but the model has vocab_size={config.vocab_size}")
         self.shortlist = shortlist
         self.jit_compile = jit_compile
+        self.step_builder = step_builder
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")],
                  autograph=False)
@@ -187,7 +193,8 @@ class Translator(tf.Module):
             prefix_ids = None if prefix_ids is None else self._padded_width(prefix_ids)
         models = (self.model, *self.ensemble) if self.ensemble else self.model
         return search(models, source_ids, settings, prefix_ids=prefix_ids,
-                      shortlist=self.shortlist, static_shortlist=self.jit_compile)
+                      shortlist=self.shortlist, static_shortlist=self.jit_compile,
+                      step_builder=self.step_builder)
 
     def _padded_width(self, ids: tf.Tensor) -> tf.Tensor:
         """`ids` `[batch, length]` PAD-padded to the next multiple of `XLA_WIDTH_STEP` (at most

@@ -6,6 +6,7 @@ It depends on the core and never the reverse. Use it with
     from keras_transformer import fast
     fast.set_kernels("fast")              # or fast.kernels_scope("fast"); KT_KERNELS=fast
     model = fast.FastTransformer(config)  # the Transformer with packed-token fit steps
+    kt.decoding.beam_search(model, source_ids, step_builder=fast.lean_step)
 
 | trick | module | the core's reference |
 | --- | --- | --- |
@@ -14,17 +15,18 @@ It depends on the core and never the reverse. Use it with
 | 16-bit dropout masks drawn early | `kernels.dropout` | `layers.residual.dropout` |
 | packed real tokens in training steps | `packed`, `model.FastTransformer` | `Transformer.call` |
 | loss through the logits' factors | `loss` | `losses.smoothed_cross_entropy` |
-| logit statistics shared in a step | `loss.logit_statistics` | `metrics.logit_statistics` |
+| one softmax and argmax shared by the loss and metrics in a step | `loss.log_normalizer`, `loss.predicted_ids` | `metrics.log_normalizer`, `metrics.predicted_ids` |
 | fused Adam update | `optimizers.FusedAdam` | `optimization.adam` |
-| decoding step: weights prepared once, caches never reordered (also under XLA) | `decode_cache.cached_step` | `transformer_search.cached_step` |
+| decoding step: weights prepared once, caches never reordered (also under XLA) | `decode_cache.lean_step` (a search's `step_builder`) | `transformer_search.cached_step` |
 
 Each is tested against its reference in value and gradient (tests/test_kernels.py,
 tests/test_model.py, tests/test_losses.py, tests/test_decoding.py), and the suite passes with
 either set.
 """
+from keras_transformer.fast.decode_cache import lean_step
 from keras_transformer.fast.model import FastTransformer
 from keras_transformer.fast.selection import (CHOICES, FAST, KERNEL_SETS, REFERENCE, active,
-                                              kernels_scope, set_kernels)
+                                              decoding_step, kernels_scope, set_kernels)
 
 __all__ = ["CHOICES", "FAST", "FastTransformer", "KERNEL_SETS", "REFERENCE", "active",
-           "kernels_scope", "set_kernels"]
+           "decoding_step", "kernels_scope", "lean_step", "set_kernels"]

@@ -1,5 +1,6 @@
 """A lean decoding step whose self-attention caches a beam search never reorders: the fast twin
-of the `cached_step` hook (`keras_transformer.decoding.transformer_search`).
+of `keras_transformer.decoding.transformer_search.cached_step`, given to the searches as their
+`step_builder` (`keras_transformer.fast.decoding_step()` picks it with the fast kernel set).
 
 Caches. The reference state is each hypothesis' own `[heads, max_len, dim]` cache rows, which
 the search gathers along the hypotheses it keeps: a copy of every cache at every step. Here each
@@ -13,11 +14,10 @@ instead of the whole buffer, and an attention over `step + 1` positions instead 
 Fewer ops a step. At one sentence a step's matmuls are small and the graph executor's cost per
 op is much of the time, so whatever does not depend on the position is done once per search:
 weights are read, flattened into matrices and cast once (the self-attention's query, key and
-value projections fused into one matrix), the positional encodings are tabulated, the source
-mask's additive penalty is made once, and the rows where a step gathers each hypothesis' history
-once for all layers. The step runs on `[rows, d_model]` matrices with the core's reference
-products and layer norms (the fast kernels' custom gradients would add ops a search never
-differentiates).
+value projections fused into one matrix), the positional encodings are tabulated, and the
+rows where a step gathers each hypothesis' history are computed once for all layers. The step
+runs on `[rows, d_model]` matrices with the core's eq. (1), reference products and layer norms
+(the fast kernels' custom gradients would add ops a search never differentiates).
 
 Under XLA (static shapes) the same step runs with a static history: each row gathers all
 `max_len` positions, those after the step masked, and a position is written by a scatter, which
@@ -33,15 +33,15 @@ import tensorflow as tf
 from keras_transformer.decoding import transformer_search
 from keras_transformer.fast import compat
 from keras_transformer.layers import DecoderLayer, LayerNorm, ResidualNorm
-from keras_transformer.layers.attention import (attention_penalty, heads_first, linear,
-                                                scaled_dot_product, tokens_first)
+from keras_transformer.layers.attention import (heads_first, linear,
+                                                scaled_dot_product_attention, tokens_first)
 from keras_transformer.layers.residual import layer_norm
 from keras_transformer.model import Transformer, source_padding_mask
 
 Matrix = tuple[tf.Tensor, Optional[tf.Tensor]]  # a kernel `[in, out]` and its bias (or None)
 
 
-def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
+def lean_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
                 buffer_length: tf.Tensor, vocabulary_ids: Optional[tf.Tensor] = None,
                 unscored: Optional[tf.Tensor] = None):
     """`transformer_search.cached_step` (same arguments, same step function outputs) with
@@ -51,8 +51,8 @@ def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
     dtype = model.compute_dtype
     encoder_output = model.encode(source_ids, training=False)
     rows = tf.shape(encoder_output)[0] * beam_size
-    cross_penalty = attention_penalty(tf.expand_dims(source_padding_mask(source_ids), 1), dtype)
-    layers = [_LayerStep(layer, encoder_output, cross_penalty, dtype)
+    cross_mask = tf.expand_dims(source_padding_mask(source_ids), 1)
+    layers = [_LayerStep(layer, encoder_output, cross_mask, dtype)
               for layer in model.decoder_layers]
     output_kernel = model.output_kernel(vocabulary_ids)
     positions = model.target_positions.at(tf.range(buffer_length))
@@ -66,15 +66,14 @@ def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
                              state["ancestors"])
         if static:  # every position, the unwritten ones masked
             slots = _history_slots(ancestors, buffer_length - 1, heads)
-            unwritten = attention_penalty((tf.range(buffer_length) <= position)[None, None],
-                                          dtype)
+            written = (tf.range(buffer_length) <= position)[None, None]
         else:
-            slots, unwritten = _history_slots(ancestors, position, heads), None
+            slots, written = _history_slots(ancestors, position, heads), None
         embedded = model.target_embedding(token_ids)
         x = tf.reshape(embedded, [rows, -1]) + positions[position]
         caches = []
         for layer, cache in zip(layers, state["self"]):
-            x, cache = layer(x, cache, position, slots, unwritten)
+            x, cache = layer(x, cache, position, slots, written)
             caches.append(cache)
         logits = model.step_logits(tf.reshape(x, tf.shape(embedded)), output_kernel)
         return (transformer_search.log_probs(logits, never, unscored),
@@ -88,15 +87,14 @@ def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
 
 class _LayerStep:
     """`DecoderLayer.step` on `[rows, d_model]` with the position-major caches, from weights
-    prepared once per search (call it with `(x, cache, position, slots, unwritten)`): the
+    prepared once per search (call it with `(x, cache, position, slots, written)`): the
     layer's own `blocks` with sub-layers and residual blocks of its own."""
 
-    def __init__(self, layer: DecoderLayer, encoder_output: tf.Tensor,
-                 cross_penalty: tf.Tensor, dtype: str):
+    def __init__(self, layer: DecoderLayer, encoder_output: tf.Tensor, cross_mask: tf.Tensor,
+                 dtype: str):
         self.layer = layer
         own, cross = layer.self_attention, layer.cross_attention
         self.heads, self.key_dim, self.value_dim = own.num_heads, own.key_dim, own.value_dim
-        self.scale = tf.constant(own.key_dim ** -0.5, dtype)
         projections = [dense.matrix(dtype)
                        for dense in (own.query_dense, own.key_dense, own.value_dense)]
         self.query_key_value = (tf.concat([kernel for kernel, _ in projections], axis=1),
@@ -106,7 +104,7 @@ class _LayerStep:
         self.cross_query = cross.query_dense.matrix(dtype)
         self.cross_output = cross.output_dense.matrix(dtype)
         self.cross_keys, self.cross_values = cross.project_key_value(encoder_output)
-        self.cross_penalty = cross_penalty  # the source mask's `attention_penalty`
+        self.cross_mask = cross_mask  # `[batch, 1, src_len]`, True on real source tokens
         self.inner = layer.feed_forward.inner.matrix(dtype)
         self.outer = layer.feed_forward.outer.matrix(dtype)
         self.blocks = [_Residual(block) for block in (layer.self_residual, layer.cross_residual,
@@ -125,27 +123,27 @@ class _LayerStep:
 
         return {"key": buffer(self.key_dim), "value": buffer(self.value_dim)}
 
-    def __call__(self, x, cache, position, slots, unwritten=None
+    def __call__(self, x, cache, position, slots, written=None
                  ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
         """The layer's output `[rows, d_model]` for its input `x` at `position`, and the cache
-        with that position written; `unwritten`: the penalty on the history slots after
-        `position` when `slots` hold every position (XLA)."""
+        with that position written; `written`: `[1, 1, slots]`, True on the history slots up
+        to `position`, when `slots` hold every position (XLA)."""
         x, (cache, _) = self.layer.blocks(
-            x, lambda query: self._self_attention(query, cache, position, slots, unwritten),
+            x, lambda query: self._self_attention(query, cache, position, slots, written),
             lambda query: (self._cross_attention(query), None), self._feed_forward,
             self.blocks)
         return x, cache
 
-    def _self_attention(self, x, cache, position, slots, unwritten):
+    def _self_attention(self, x, cache, position, slots, written):
         with tf.name_scope("self_attention"):  # each part in its own scope, for profiles
             width = self.heads * self.key_dim
             query, key, value = tf.split(_linear(x, self.query_key_value),
                                          [width, width, self.heads * self.value_dim], axis=1)
-            in_place = unwritten is None
+            in_place = written is None
             key_buffer, keys = _extend(cache["key"], slots, key, position, in_place)
             value_buffer, values = _extend(cache["value"], slots, value, position, in_place)
-            query = tf.reshape(query * self.scale, [-1, self.heads, 1, self.key_dim])
-            attended, _ = scaled_dot_product(query, keys, values, penalty=unwritten)
+            query = tf.reshape(query, [-1, self.heads, 1, self.key_dim])
+            attended, _ = scaled_dot_product_attention(query, keys, values, written)
             return (_linear(self._concatenated(attended), self.self_output),
                     {"key": key_buffer, "value": value_buffer})
 
@@ -153,9 +151,9 @@ class _LayerStep:
         with tf.name_scope("cross_attention"):
             per_sentence = tf.stack([tf.shape(self.cross_keys)[0], -1, self.heads,
                                      self.key_dim])  # the beam is the query axis
-            query = tf.reshape(_linear(x, self.cross_query) * self.scale, per_sentence)
-            attended, _ = scaled_dot_product(heads_first(query), self.cross_keys,
-                                             self.cross_values, penalty=self.cross_penalty)
+            query = tf.reshape(_linear(x, self.cross_query), per_sentence)
+            attended, _ = scaled_dot_product_attention(heads_first(query), self.cross_keys,
+                                                       self.cross_values, self.cross_mask)
             return _linear(self._concatenated(tokens_first(attended)), self.cross_output)
 
     def _feed_forward(self, x):

@@ -92,21 +92,17 @@ def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float) 
     return normalize(x, tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32))
 
 
-def dropout(inputs: tf.Tensor, rate: float, seed: tf.Tensor,
-            shape: Optional[tf.Tensor] = None) -> tf.Tensor:
+def dropout(inputs: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
     """Masks from 16 random bits, two per 32-bit Philox output, instead of a float32 uniform
     (random-number generation was two thirds of Keras's dropout time on CPU).
 
     The drop probability is the nearest multiple of 2^-16 (0.1 -> 0.100006) and kept values are
     scaled by the exact inverse of that keep probability, so the expectation is unchanged.
-    `shape`, the inputs' shape taken from a tensor available before the inputs are (e.g. the
-    residual input beside a sub-layer's output), lets the mask be drawn while the sub-layer
-    still runs, off the step's critical path. The mask holds the kept values' scale, so that
-    applying it (and its gradient) is one multiplication.
+    The mask holds the kept values' scale, so that applying it (and its gradient) is one
+    multiplication.
     """
     dropped = min(round(rate * _LEVELS), _LEVELS - 1)
-    if shape is None:
-        shape = tf.shape(inputs)
+    shape = tf.shape(inputs)
     size = tf.reduce_prod(shape)
     bits = tf.random.stateless_uniform(
         [(size + 1) // 2], seed=seed,

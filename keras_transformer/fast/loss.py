@@ -13,9 +13,16 @@ import tensorflow as tf
 from keras import ops
 
 from keras_transformer.fast.kernels import sum_of_rows
-from keras_transformer.metrics import LogitStatistics, token_cross_entropy
 
 _MEMO = "_keras_transformer_logit_statistics"
+
+
+class LogitStatistics(NamedTuple):
+    """Per-token statistics of logits `[..., vocab]`, by far the largest tensor of a training
+    step: what the loss and both metrics read of them."""
+    probabilities: tf.Tensor  # softmax, [..., vocab]
+    log_normalizer: tf.Tensor  # logsumexp, [...]
+    predictions: tf.Tensor  # argmax, int32 [...]
 
 
 class LogitFactors(NamedTuple):
@@ -60,6 +67,16 @@ def logit_statistics(logits: tf.Tensor) -> LogitStatistics:
     return memo[key]
 
 
+def log_normalizer(logits: tf.Tensor) -> tf.Tensor:
+    """`metrics.log_normalizer` from the statistics shared within the traced graph."""
+    return logit_statistics(logits).log_normalizer
+
+
+def predicted_ids(logits: tf.Tensor) -> tf.Tensor:
+    """`metrics.predicted_ids` from the statistics shared within the traced graph."""
+    return logit_statistics(logits).predictions
+
+
 def _single_pass(logits: tf.Tensor) -> LogitStatistics:
     probabilities = tf.nn.softmax(logits)
     predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
@@ -76,7 +93,7 @@ def smoothed_cross_entropy(y_true: tf.Tensor, logits: tf.Tensor,
     the gather of `z_y` would scatter into the whole `[tokens, vocab]` gradient, and
     TensorFlow's fused cross-entropy kernels are slower on CPU (benchmarks/loss_speed.py)."""
     statistics = logit_statistics(logits)
-    cross_entropy = token_cross_entropy(y_true, logits, statistics)
+    cross_entropy = _cross_entropy(y_true, logits, statistics)
 
     @tf.custom_gradient
     def losses(logits):
@@ -118,7 +135,7 @@ def smoothed_cross_entropy_through_factors(y_true: tf.Tensor, factors: LogitFact
     hidden = tf.reshape(hidden, (-1, tf.shape(hidden)[-1]))
     vocab = kernel.shape[0 if transposed else 1]
     statistics = logit_statistics(logits)
-    cross_entropy = token_cross_entropy(y_true, logits, statistics)
+    cross_entropy = _cross_entropy(y_true, logits, statistics)
 
     @tf.custom_gradient
     def losses(hidden, kernel):
@@ -168,6 +185,13 @@ def smoothed_cross_entropy_through_factors(y_true: tf.Tensor, factors: LogitFact
         return value, gradient
 
     return losses(hidden, kernel)
+
+
+def _cross_entropy(y_true: tf.Tensor, logits: tf.Tensor, statistics: LogitStatistics
+                   ) -> tf.Tensor:
+    """`metrics.token_cross_entropy` with the shared `statistics`' log-normalizer (whichever
+    kernel set is installed)."""
+    return statistics.log_normalizer - tf.gather(logits, y_true, batch_dims=y_true.shape.rank)
 
 
 def _at_labels(values, labels):

@@ -18,7 +18,7 @@ from keras import ops
 
 from keras_transformer.fast.loss import LogitFactors, factor_logits
 from keras_transformer.layers import DecoderLayer, EncoderLayer, MultiHeadAttention
-from keras_transformer.layers.attention import scaled_dot_product
+from keras_transformer.layers.attention import scaled_dot_product_attention
 from keras_transformer.model import Transformer, causal_mask, source_padding_mask
 from keras_transformer.vocab_ids import PAD_ID
 
@@ -215,14 +215,15 @@ def _decoder_layer(layer: DecoderLayer, x, encoder_output, masks, layouts, train
 
 def _attention(attention: MultiHeadAttention, query, key_value, mask, layouts, training):
     """`MultiHeadAttention.call` with `query` in `layouts[0]` and `key_value` (None: `query`)
-    in `layouts[1]`: only the attention products see the padded heads-first form. Returns the
-    output and None (nothing kept, as `blocks` expects)."""
+    in `layouts[1]`: the layer's projections and eq. (1), of which only the products see the
+    padded heads-first form. Returns the output and None (nothing kept, as `blocks`
+    expects)."""
     query_layout, key_layout = layouts
     source = query if key_value is None else key_value
-    query_heads = query_layout.expand_heads(attention.project_query(query))
+    query_heads = query_layout.expand_heads(attention.query_dense(query))
     keys = key_layout.expand_heads(attention.key_dense(source))
     values = key_layout.expand_heads(attention.value_dense(source))
-    attended, _ = scaled_dot_product(
+    attended, _ = scaled_dot_product_attention(
         query_heads, keys, values, mask,
         dropout=lambda weights: attention.dropout_layer(weights, training=training))
     return attention.output_dense(query_layout.pack_heads(attended)), None

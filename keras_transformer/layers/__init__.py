@@ -1,5 +1,6 @@
 """Keras layers of the Transformer, each serializable with `get_config`."""
-from keras_transformer.layers.attention import HeadsDense, MultiHeadAttention, scaled_dot_product
+from keras_transformer.layers.attention import (HeadsDense, MultiHeadAttention,
+                                                scaled_dot_product_attention)
 from keras_transformer.layers.embedding import (LearnedPositionalEmbedding, ScaledEmbedding,
                                                 SinusoidalPositionalEncoding)
 from keras_transformer.layers.encoder_decoder import DecoderLayer, EncoderLayer
@@ -9,4 +10,4 @@ from keras_transformer.layers.residual import HookDropout, LayerNorm, ResidualNo
 __all__ = ["DecoderLayer", "EncoderLayer", "HeadsDense", "HookDropout", "LayerNorm",
            "LearnedPositionalEmbedding", "MultiHeadAttention", "PositionwiseFeedForward",
            "ResidualNorm", "ScaledEmbedding", "SinusoidalPositionalEncoding",
-           "scaled_dot_product"]
+           "scaled_dot_product_attention"]

@@ -25,33 +25,31 @@ def attention_penalty(attention_mask, dtype) -> tf.Tensor:
     return ops.expand_dims(ops.cast(penalty, dtype), axis=1)
 
 
-def scaled_dot_product(query, keys, values, attention_mask=None,
-                       dropout: Optional[Callable] = None, penalty=None):
-    """softmax(Q K^T + mask penalty) V for all heads, heads first: `[batch, heads, len, dim]`.
+def scaled_dot_product_attention(query, keys, values, attention_mask=None,
+                                 dropout: Optional[Callable] = None):
+    """Eq. (1), for all heads at once: `Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V`.
 
     Args:
-        query: `[batch, heads, query_len, d_k]`, already scaled by d_k^-0.5.
+        query: `[batch, heads, query_len, d_k]`.
         keys: `[batch, heads, key_len, d_k]`.
         values: `[batch, heads, key_len, d_v]`.
         attention_mask: boolean, broadcastable to `[batch, query_len, key_len]`, True where a
-            query may attend.
+            query may attend; the others get `MASK_PENALTY` added to their scores.
         dropout: applied to the attention weights (training).
-        penalty: instead of `attention_mask`, its `attention_penalty` (made once for many
-            calls).
 
     Returns:
         The context `[batch, heads, query_len, d_v]` and the weights
         `[batch, heads, query_len, key_len]` (the softmax runs in float32).
 
+    The queries are scaled rather than the scores (the same products, on fewer numbers).
     Heads first, the products are plain batched matmuls: forward and backward run 1.3-1.4x
     faster on CPU than `keras.ops.dot_product_attention`'s einsums over
     `[batch, len, heads, dim]` (`benchmarks/attention_speed.py`).
     """
-    scores = tf.linalg.matmul(query, keys, transpose_b=True)
+    scale = ops.cast(query.shape[-1] ** -0.5, query.dtype)
+    scores = tf.linalg.matmul(query * scale, keys, transpose_b=True)
     if attention_mask is not None:
-        penalty = attention_penalty(attention_mask, scores.dtype)
-    if penalty is not None:
-        scores = scores + penalty
+        scores = scores + attention_penalty(attention_mask, scores.dtype)
     # tf.nn.softmax: Keras' warns at every call over one key (the first decoding position).
     weights = tf.nn.softmax(ops.cast(scores, "float32"), axis=-1)
     dropped = weights if dropout is None else dropout(weights)
@@ -70,10 +68,15 @@ def tokens_first(heads):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
-    """softmax(Q K^T / sqrt(d_k)) V over `num_heads` heads, then the output projection W^O.
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O with head_i = Attention(Q W_i^Q,
+    K W_i^K, V W_i^V) (section 3.2.2; `Attention` is `scaled_dot_product_attention`).
 
     `key_dim` (d_k) and `value_dim` (d_v) are independent of the model width (Table 3 rows A,
-    B). Inputs are `[batch, length, d_model]`.
+    B). Inputs are `[batch, length, d_model]`. Three calls, one meaning each:
+    `call(query, key_value, attention_mask)` attends as in training; `attend` attends to keys
+    and values projected before (`project_key_value`, e.g. of the encoder output, once per
+    sentence when decoding); `step` runs one position of incremental self-attention with a
+    key/value cache (`init_cache`).
     """
 
     def __init__(self, num_heads: int, key_dim: int, value_dim: Optional[int] = None,
@@ -101,51 +104,43 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dense.build((None, None, source_dim))
         self.output_dense.build((None, None, heads, self.value_dim))
 
-    def call(self, query, key_value=None, attention_mask=None, cache=None, cache_index=None,
-             training=None, return_attention_scores: bool = False):
+    def call(self, query, key_value=None, attention_mask=None, training=None,
+             return_attention_scores: bool = False):
         """Attends `query` to `key_value` (self-attention when None).
 
         Args:
             query: `[batch, query_len, d_model]`.
             key_value: `[batch, key_len, d_model]`, or None.
             attention_mask: boolean, broadcastable to `[batch, query_len, key_len]`.
-            cache: keys and values `{"key", "value"}`, heads first. Without `cache_index`:
-                precomputed ones (`project_key_value`, e.g. of the encoder output), used as
-                they are. With `cache_index`: a self-attention cache (`init_cache`) of
-                `max_len` positions, into which this call's single position is written at
-                `cache_index`; the query attends to positions `0 .. cache_index`.
-            cache_index: scalar int32, the position a one-position `query` fills.
             training: dropout on the attention weights.
             return_attention_scores: also return the weights `[batch, heads, q_len, k_len]`.
 
         Returns:
-            The output `[batch, query_len, d_model]`, then the updated cache when
-            `cache_index` is given, then the weights when asked for.
+            The output `[batch, query_len, d_model]` (and the weights when asked for).
         """
-        query_heads = heads_first(self.project_query(query))
-        if cache is None:
-            keys, values = self.project_key_value(query if key_value is None else key_value)
-        elif cache_index is None:
-            keys, values = cache["key"], cache["value"]
-        else:
-            keys, values = self._write_cache(cache, query, cache_index)
-            cache = {"key": keys, "value": values}
-            written = ops.arange(ops.shape(keys)[2]) <= cache_index
-            attention_mask = written[None, None, :] if attention_mask is None else (
-                ops.logical_and(attention_mask, written))
-        attended, weights = scaled_dot_product(
-            query_heads, keys, values, attention_mask,
-            dropout=lambda weights: self.dropout_layer(weights, training=training))
-        outputs = (self.output_dense(tokens_first(attended)),)
-        if cache_index is not None:
-            outputs += (cache,)
-        if return_attention_scores:
-            outputs += (weights,)
-        return outputs[0] if len(outputs) == 1 else outputs
+        keys, values = self.project_key_value(query if key_value is None else key_value)
+        output, weights = self.attend(query, keys, values, attention_mask, training)
+        return (output, weights) if return_attention_scores else output
 
-    def project_query(self, query) -> tf.Tensor:
-        """Queries `[..., heads, d_k]` of `query` `[..., d_model]`, scaled by d_k^-0.5."""
-        return self.query_dense(query) * ops.cast(self.key_dim ** -0.5, query.dtype)
+    def attend(self, query, keys, values, attention_mask=None, training=None
+               ) -> tuple[tf.Tensor, tf.Tensor]:
+        """The output `[batch, query_len, d_model]` and weights of `query` attending to
+        projected `keys` and `values` (`project_key_value`, heads first); other arguments as
+        `call`'s."""
+        attended, weights = scaled_dot_product_attention(
+            heads_first(self.query_dense(query)), keys, values, attention_mask,
+            dropout=lambda weights: self.dropout_layer(weights, training=training))
+        return self.output_dense(tokens_first(attended)), weights
+
+    def step(self, query, cache: dict[str, tf.Tensor], index
+             ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        """One position of incremental self-attention: `query` `[rows, 1, d_model]`, position
+        `index` (scalar int32) of each row, is written into `cache` (`init_cache`) and attends
+        to positions `0 .. index`. Returns the output `[rows, 1, d_model]` and the cache."""
+        keys, values = self._write_cache(cache, query, index)
+        written = ops.arange(ops.shape(keys)[2]) <= index
+        output, _ = self.attend(query, keys, values, written[None, None, :])
+        return output, {"key": keys, "value": values}
 
     def project_key_value(self, key_value) -> tuple[tf.Tensor, tf.Tensor]:
         """Keys and values `[batch, heads, len, dim]` of `key_value` `[batch, len, d_model]`
@@ -153,7 +148,7 @@ class MultiHeadAttention(keras.layers.Layer):
         return heads_first(self.key_dense(key_value)), heads_first(self.value_dense(key_value))
 
     def init_cache(self, rows, max_length, dtype) -> dict[str, tf.Tensor]:
-        """An empty self-attention cache for `call(..., cache_index=)`: zero keys and values
+        """An empty self-attention cache for `step`: zero keys and values
         `[rows, heads, max_length, dim]`, one row per hypothesis."""
         def buffer(dim):
             return tf.zeros(tf.stack([rows, self.num_heads, max_length, dim]), dtype)

@@ -189,13 +189,14 @@ class DecoderLayer(TransformerBlock):
         """
         def self_attention(query):
             batch, beam, d_model = ops.shape(query)[0], ops.shape(query)[1], query.shape[-1]
-            attended, cache = self.self_attention(
-                ops.reshape(query, (batch * beam, 1, d_model)), cache=self_cache,
-                cache_index=index)
+            attended, cache = self.self_attention.step(
+                ops.reshape(query, (batch * beam, 1, d_model)), self_cache, index)
             return ops.reshape(attended, (batch, beam, d_model)), cache
 
         def cross_attention(query):
-            return self.cross_attention(query, attention_mask=cross_mask, cache=cross_cache), None
+            attended, _ = self.cross_attention.attend(query, cross_cache["key"],
+                                                      cross_cache["value"], cross_mask)
+            return attended, None
 
         x, (self_cache, _) = self.blocks(x, self_attention, cross_attention)
         return x, self_cache

@@ -2,7 +2,6 @@
 pre-norm), with its layer normalization and dropout."""
 from __future__ import annotations
 
-from typing import Optional
 
 import keras
 import tensorflow as tf
@@ -22,12 +21,9 @@ def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float) 
 
 
 @replaceable
-def dropout(inputs: tf.Tensor, rate: float, seed: tf.Tensor,
-            shape: Optional[tf.Tensor] = None) -> tf.Tensor:
+def dropout(inputs: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
     """Training-time dropout of `inputs` at `rate` > 0 with the int32 `[2]` stateless `seed`
-    (`replica_seed`), as `keras.layers.Dropout` runs it (a kernel hook). `shape`: `inputs`'
-    shape taken from a tensor known before `inputs` are (a replacement may draw the mask
-    early; the reference does not need it)."""
+    (`replica_seed`), as `keras.layers.Dropout` runs it (a kernel hook)."""
     return tf.nn.experimental.stateless_dropout(inputs, rate, seed=seed)
 
 
@@ -64,15 +60,13 @@ class LayerNorm(keras.layers.LayerNormalization):
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class HookDropout(keras.layers.Dropout):
     """`keras.layers.Dropout` (same arguments, seeding and inference behaviour) whose training
-    masks come from the `dropout` hook, seeded apart on each replica (`replica_seed`);
-    `call(..., shape=)` passes the hook the inputs' shape from a tensor known earlier. With
+    masks come from the `dropout` hook, seeded apart on each replica (`replica_seed`). With
     `noise_shape` Keras's own implementation runs (one mask for all replicas)."""
 
-    def call(self, inputs, training=False, shape=None):
+    def call(self, inputs, training=False):
         if not training or self.rate == 0 or self.noise_shape is not None:
             return super().call(inputs, training=training)
-        return dropout(inputs, self.rate, replica_seed(self.seed_generator),
-                       shape=tf.shape(inputs) if shape is None else shape)
+        return dropout(inputs, self.rate, replica_seed(self.seed_generator))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -98,8 +92,7 @@ class ResidualNorm(keras.layers.Layer):
         return self.layer_norm(x) if self.norm == "pre" else x
 
     def call(self, x, sublayer_output, training=None):
-        # x's shape is known before the sub-layer's output: the mask can be drawn meanwhile.
-        summed = x + self.dropout_layer(sublayer_output, training=training, shape=tf.shape(x))
+        summed = x + self.dropout_layer(sublayer_output, training=training)
         return self.layer_norm(summed) if self.norm == "post" else summed
 
     def get_config(self) -> dict:
