@@ -171,7 +171,7 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
     for dtype, suffix, xla in variants:
         path = export_translator(model, tokenizer, dtype, os.path.join(workdir, "saved_models"),
                                  search, dtype, shortlists.get(suffix.removesuffix("_xla")),
-                                 jit_compile=xla)
+                                 jit_compile=xla, step_builder=fast.decoding_step())
         translate_ids = tf.saved_model.load(path).signatures["translate_ids"]
         check = translate_ids(source_ids=tf.constant(ids[:2]))["ids"].numpy()
         assert check.shape[1] == settings["output_tokens"] and not (check == EOS_ID).any(), check
