@@ -195,7 +195,7 @@ class SearchSettings:
     `sampling` draws each token instead of searching (`beam_size` then unused): from the
     model's distribution at `temperature`, within the `top_k` most likely tokens (0: all) and
     the nucleus of probability `top_p` (1: all), with `sampling_seed` (a sentence with the
-    same seed gets the same translation: `search.sampling_search`).
+    same seed gets the same translation: `search.sampling`).
     """
 
     beam_size: int = 4

@@ -81,11 +81,11 @@ def ensemble(members: Sequence[tuple[StepFunction, State, Reorder]]
     return step, tuple(states), reorder
 
 
-def beam_search(step: StepFunction, state: State, limits: tf.Tensor, buffer_length: tf.Tensor,
-                beam_size: int, length_penalty: float = 0.6, eos_id: int = EOS_ID,
-                prefix_ids: Optional[tf.Tensor] = None,
-                vocabulary_ids: Optional[tf.Tensor] = None,
-                reorder: Reorder = gather_rows) -> DecodeResult:
+def beam(step: StepFunction, state: State, limits: tf.Tensor, buffer_length: tf.Tensor,
+         beam_size: int, length_penalty: float = 0.6, eos_id: int = EOS_ID,
+         prefix_ids: Optional[tf.Tensor] = None,
+         vocabulary_ids: Optional[tf.Tensor] = None,
+         reorder: Reorder = gather_rows) -> DecodeResult:
     """The `beam_size` best hypotheses of each sentence (build it inside a `tf.function`).
 
     Each position extends every alive hypothesis by every candidate and keeps the `beam_size`
@@ -149,12 +149,12 @@ def beam_search(step: StepFunction, state: State, limits: tf.Tensor, buffer_leng
     return _result(sequences, scores, lengths)
 
 
-def greedy_search(step: StepFunction, state: State, limits: tf.Tensor,
-                  buffer_length: tf.Tensor, length_penalty: float = 0.6, eos_id: int = EOS_ID,
-                  prefix_ids: Optional[tf.Tensor] = None,
-                  vocabulary_ids: Optional[tf.Tensor] = None) -> DecodeResult:
-    """The most likely next token at every position: `beam_search` with one beam, without
-    its bookkeeping (same tokens and scores). Arguments as `beam_search`'s; the state is
+def greedy(step: StepFunction, state: State, limits: tf.Tensor,
+           buffer_length: tf.Tensor, length_penalty: float = 0.6, eos_id: int = EOS_ID,
+           prefix_ids: Optional[tf.Tensor] = None,
+           vocabulary_ids: Optional[tf.Tensor] = None) -> DecodeResult:
+    """The most likely next token at every position: `beam` with one beam, without
+    its bookkeeping (same tokens and scores). Arguments as `beam`'s; the state is
     never reordered.
 
     Returns:
@@ -167,12 +167,12 @@ def greedy_search(step: StepFunction, state: State, limits: tf.Tensor,
                            eos_id, prefix_ids, vocabulary_ids)
 
 
-def sampling_search(step: StepFunction, state: State, limits: tf.Tensor,
-                    buffer_length: tf.Tensor, seeds: tf.Tensor, num_samples: int = 1,
-                    temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                    length_penalty: float = 0.6, eos_id: int = EOS_ID,
-                    prefix_ids: Optional[tf.Tensor] = None,
-                    vocabulary_ids: Optional[tf.Tensor] = None) -> DecodeResult:
+def sampling(step: StepFunction, state: State, limits: tf.Tensor,
+             buffer_length: tf.Tensor, seeds: tf.Tensor, num_samples: int = 1,
+             temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+             length_penalty: float = 0.6, eos_id: int = EOS_ID,
+             prefix_ids: Optional[tf.Tensor] = None,
+             vocabulary_ids: Optional[tf.Tensor] = None) -> DecodeResult:
     """`num_samples` translations of each sentence, every token drawn from the step's
     distribution reshaped by `sampling_log_probs` (temperature, then top-k, then top-p).
 
@@ -183,7 +183,7 @@ def sampling_search(step: StepFunction, state: State, limits: tf.Tensor,
 
     Args:
         step, state, limits, buffer_length, eos_id, prefix_ids, vocabulary_ids: as
-            `beam_search`'s, the step called with `[batch, num_samples]` tokens and the state
+            `beam`'s, the step called with `[batch, num_samples]` tokens and the state
             holding `batch * num_samples` rows (never reordered).
         seeds: `[batch]` uint32, one per sentence (`sentence_seeds`).
         num_samples: samples per sentence.
@@ -275,7 +275,7 @@ def _token_by_token(step: StepFunction, state: State, limits: tf.Tensor,
     """The loop of the greedy and sampling searches: `hypotheses` independent hypotheses per
     sentence, each extended at every position by the candidate `choose(log_probs, position)`
     picks (`[batch, hypotheses]` indices into the candidates), until it emits `eos_id` or
-    reaches its sentence's limit. Other arguments as `beam_search`'s."""
+    reaches its sentence's limit. Other arguments as `beam`'s."""
     batch = tf.shape(limits)[0]
     positions = tf.range(buffer_length + 1)
 

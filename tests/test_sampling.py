@@ -57,7 +57,7 @@ def chain_step(token_ids, position, state):
 def test_two_token_samples_follow_the_chain(temperature, top_k, top_p):
     """The pairs (first, second token) of 20,000 samples: frequencies against p(y1) p(y2|y1)
     of the reshaped chain, so the second draw is checked conditioned on the first."""
-    result = search.sampling_search(
+    result = search.sampling(
         chain_step, (), limits=tf.constant([2]), buffer_length=tf.constant(2),
         seeds=tf.constant([7], tf.uint32), num_samples=DRAWS, temperature=temperature,
         top_k=top_k, top_p=top_p, eos_id=-1)

@@ -94,13 +94,13 @@ def decode(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSettin
     common = dict(length_penalty=settings.length_penalty, eos_id=eos_id,
                   prefix_ids=prefix_ids, vocabulary_ids=vocabulary_ids)
     if settings.sampling:
-        return search.sampling_search(
+        return search.sampling(
             step, state, limits, buffer_length,
             search.sentence_seeds(source_ids, settings.sampling_seed), num_samples,
             settings.temperature, settings.top_k, settings.top_p, **common)
     if greedy:
-        return search.greedy_search(step, state, limits, buffer_length, **common)
-    return search.beam_search(step, state, limits, buffer_length, settings.beam_size,
+        return search.greedy(step, state, limits, buffer_length, **common)
+    return search.beam(step, state, limits, buffer_length, settings.beam_size,
                               reorder=reorder, **common)
 
 
@@ -144,7 +144,7 @@ def sample(model: Models, source_ids, seed: int = 0, temperature: float = 1.0,
            shortlist: Optional[VocabularyShortlist] = None,
            step_builder: Optional[StepBuilder] = None) -> DecodeResult:
     """`num_samples` translations of each sentence of `source_ids`, drawn token by token
-    (`search.sampling_search`; the settings as `SearchSettings`'), in one graph; other
+    (`search.sampling`; the settings as `SearchSettings`'), in one graph; other
     arguments as `beam_search`'s."""
     if not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples: must be a positive integer, got {num_samples!r}")
