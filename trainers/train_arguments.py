@@ -1,0 +1,204 @@
+"""`kt-train`'s options: the parser, their cross-checks, and the ones a restart must
+repeat."""
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Optional, Sequence
+
+from trainers.common import add_recipe_arguments, recipe_from_args
+from keras_transformer import fast
+from keras_transformer.precision import CHOICES
+
+
+DEFAULT_STEPS = 1000
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="kt-train", description="Trains a Transformer with Keras fit, evaluates it and "
+        "exports it.")
+    add_recipe_arguments(parser, default_preset="tiny")
+    parser.add_argument("--task", choices=("translation", "parsing"), default="translation",
+                        help="translation (default) or parsing: sources are sentences, targets "
+                             "linearized trees (prepare_parsing's files); the final test "
+                             "evaluation reports bracket F1 against --test-tree, while the "
+                             "periodic dev evaluation stays BLEU of the linearized trees, "
+                             "a cheap proxy")
+    data = parser.add_argument_group("data (default: the generated demo corpus)")
+    for split in ("train", "dev", "test"):
+        for side in ("src", "tgt"):
+            data.add_argument(f"--{split}-{side}", metavar="FILE",
+                              action="append" if split == "train" else "store",
+                              help=f"{split} {'source' if side == 'src' else 'target'} "
+                                   "sentences, one a line (plain or .gz)"
+                                   + ("; repeat --train-src/--train-tgt for several corpora "
+                                      "(e.g. the originals and a teacher's translations)"
+                                      if split == "train" else ""))
+    data.add_argument("--test-tree", metavar="FILE",
+                      help="--task parsing: gold trees of --test-src, one per sentence "
+                           "(required with --test-src)")
+    data.add_argument("--tfds", metavar="NAME", help="tensorflow-datasets translation "
+                      "builder, e.g. wmt14_translate/de-en")
+    data.add_argument("--source-lang", default="en", help="tfds source language (default: en)")
+    data.add_argument("--target-lang", default="de", help="tfds target language (default: de)")
+    data.add_argument("--tfds-data-dir", help="tensorflow-datasets data directory")
+    data.add_argument("--tfds-splits", default="train,validation,test",
+                      help="tfds train,dev,test split names (default: train,validation,test)")
+    data.add_argument("--prepared", metavar="DIR",
+                      help="train on storage written by kt-prepare (its vocabulary) instead of "
+                           "--train-src/--train-tgt; dev and test files as usual")
+    data.add_argument("--vocab-sentences", type=int, default=2_000_000,
+                      help="sentences sampled to learn the subword vocabulary")
+    run = parser.add_argument_group("run")
+    run.add_argument("--output-dir", default=os.path.join("runs", "demo"),
+                     help="run directory: config, vocab, checkpoints, logs (default: runs/demo)")
+    run.add_argument("--steps", type=int, help=f"total optimizer steps (default: "
+                     f"{DEFAULT_STEPS} unless --epochs or --max-minutes is given)")
+    run.add_argument("--epochs", type=float, help="passes over the training data instead")
+    run.add_argument("--max-minutes", type=float, help="stop after this much wall clock")
+    run.add_argument("--cpu-replicas", type=int, default=0,
+                     help="split the CPU into N logical devices and mirror over them")
+    run.add_argument("--seed", type=int, default=0, help="data order and initialization seed")
+    run.add_argument("--precision", choices=CHOICES, default="auto",
+                     help="Keras dtype policy (default: auto = a reduced precision where its "
+                          "matmuls measure at least 1.25x float32's on this machine, else "
+                          "float32; the figures are printed and kept in the run directory); "
+                          "exports are float32")
+    run.add_argument("--kernels", choices=fast.CHOICES,
+                     default=os.environ.get(fast.selection.ENVIRONMENT_VARIABLE, "auto"),
+                     help="fast (the package's speed tricks), reference (their plain "
+                          "Keras/TensorFlow twins), or auto (the faster of the two measured on "
+                          "this machine at the model's sizes); default: $KT_KERNELS, else auto")
+    run.add_argument("--jit-compile", action="store_true",
+                     help="XLA-compile the train step (measured slower on CPU; may help on GPU)")
+    run.add_argument("--steps-per-execution", type=int, default=1,
+                     help="training steps per call of the compiled train function (Keras "
+                          "fetches the logs to the host once per call: on a GPU, 10-100 hide "
+                          "that wait); --steps, --eval-every and --backup-every must be "
+                          "multiples of it (default: 1)")
+    run.add_argument("--eval-every", type=int, default=250,
+                     help="steps between dev BLEU evaluations and attention images "
+                          "(default: 250)")
+    run.add_argument("--eval-every-minutes", type=float,
+                     help="also evaluate at the first backup interval's end this many minutes "
+                          "after the previous evaluation (default: by steps only)")
+    run.add_argument("--eval-sentences", type=int, default=200,
+                     help="dev sentences translated at each evaluation")
+    run.add_argument("--eval-beam-size", type=int, default=1,
+                     help="beam size of the periodic dev evaluation (1 = greedy)")
+    run.add_argument("--attention-sentences", type=int, default=2,
+                     help="dev pairs drawn as attention heatmaps at each evaluation")
+    run.add_argument("--checkpoint-every-steps", type=int,
+                     help="also checkpoint every N steps (default: by minutes only; both "
+                          "intervals fire)")
+    run.add_argument("--checkpoint-every-minutes", type=float, default=10.0,
+                     help="checkpoint interval in minutes, always on (default: 10, as in the "
+                          "paper)")
+    run.add_argument("--keep-checkpoints", type=int,
+                     help="newest checkpoints kept (default: 5, or the recipe's average_last "
+                          "when that is more)")
+    run.add_argument("--backup-every", type=int, default=100,
+                     help="steps between backups a killed run resumes from (default: 100)")
+    run.add_argument("--backup-every-minutes", type=float,
+                     help="also back up at the first evaluation or backup interval's end this "
+                          "many minutes after the previous backup (default: by steps only)")
+    run.add_argument("--log-batches", action="store_true",
+                     help="append each training batch's step and a digest of its ids to "
+                          "batches.tsv in the run directory (to audit resumed runs)")
+    run.add_argument("--progress-seconds", type=float, default=30.0,
+                     help="seconds between progress lines (step, loss, tok/s, ETA; default 30)")
+    run.add_argument("--verbose", action="store_true",
+                     help="keep TensorFlow's C++ start-up and log lines (hidden by default)")
+    out = parser.add_argument_group("after training")
+    out.add_argument("--test-beam-size", type=int, help="beam of the final test evaluation "
+                     "(default: the recipe's beam_size)")
+    out.add_argument("--export-name", help="SavedModel name (default: the output dir's name "
+                     "+ '-staging', so that a finished run never writes a new version into a "
+                     "served model's directory; serve it through kt-export --name NAME)")
+    out.add_argument("--export-dir", default="saved_models",
+                     help="SavedModel root (default: saved_models)")
+    out.add_argument("--no-export", action="store_true", help="skip the SavedModel export")
+    return parser
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """Parses and cross-checks the options; every error names its flag."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    local = {name: getattr(args, name.replace("-", "_")) for name in
+             ("train-src", "train-tgt", "dev-src", "dev-tgt", "test-src", "test-tgt")}
+    if args.tfds and any(local.values()):
+        parser.error("--tfds: cannot be combined with local files (--train-src, ...)")
+    if args.prepared:
+        if args.tfds or local["train-src"] or not local["dev-src"]:
+            parser.error("--prepared: replaces --train-src/--train-tgt and --tfds; give "
+                         "--dev-src/--dev-tgt (and optionally --test-src/--test-tgt)")
+        local["train-src"] = local["train-tgt"] = args.prepared
+    for split in ("train", "dev", "test"):
+        if bool(local[f"{split}-src"]) != bool(local[f"{split}-tgt"]):
+            parser.error(f"--{split}-src and --{split}-tgt: give both or neither")
+    if args.train_src and len(args.train_src) != len(args.train_tgt):
+        parser.error(f"--train-src and --train-tgt: {len(args.train_src)} source file(s) for "
+                     f"{len(args.train_tgt)} target file(s) (one of each per corpus)")
+    if any(local.values()) and not (local["train-src"] and local["dev-src"]):
+        parser.error("--train-src/--dev-src: local data needs at least train and dev files")
+    if args.task == "parsing":
+        if args.tfds or not local["train-src"]:
+            parser.error("--task parsing: needs local files (--train-src ... from "
+                         "prepare_parsing), not --tfds or the demo corpus")
+        if bool(args.test_tree) != bool(local["test-src"]):
+            parser.error("--task parsing: --test-tree and --test-src go together (the gold "
+                         "trees of the test sentences)")
+    elif args.test_tree:
+        parser.error("--test-tree: only with --task parsing")
+    if args.test_tree and not os.path.isfile(args.test_tree):
+        parser.error(f"--test-tree: no such file {args.test_tree!r}")
+    if args.steps is not None and args.epochs is not None:
+        parser.error("--steps and --epochs: give one, not both")
+    positive = {"steps": args.steps, "epochs": args.epochs, "max_minutes": args.max_minutes,
+                "eval_every": args.eval_every, "eval_sentences": args.eval_sentences,
+                "eval_beam_size": args.eval_beam_size, "backup_every": args.backup_every,
+                "eval_every_minutes": args.eval_every_minutes,
+                "backup_every_minutes": args.backup_every_minutes,
+                "checkpoint_every_steps": args.checkpoint_every_steps,
+                "checkpoint_every_minutes": args.checkpoint_every_minutes,
+                "keep_checkpoints": args.keep_checkpoints, "vocab_sentences": args.vocab_sentences,
+                "test_beam_size": args.test_beam_size}
+    for name, value in positive.items():
+        if value is not None and value <= 0:
+            parser.error(f"--{name.replace('_', '-')}: must be positive, got {value}")
+    for name in ("cpu_replicas", "attention_sentences", "progress_seconds"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')}: must be non-negative")
+    if args.steps_per_execution < 1:
+        parser.error("--steps-per-execution: must be positive")
+    for name in ("steps", "eval_every", "backup_every"):
+        value = getattr(args, name)
+        if value is not None and value % args.steps_per_execution:
+            parser.error(f"--{name.replace('_', '-')}: {value} is not a multiple of "
+                         f"--steps-per-execution {args.steps_per_execution}")
+    if args.cpu_replicas and os.environ.get("TF_CONFIG"):
+        parser.error("--cpu-replicas: cannot be combined with TF_CONFIG (multi-worker)")
+    if len(args.tfds_splits.split(",")) != 3:
+        parser.error("--tfds-splits: expected three comma-separated names train,dev,test")
+    if args.steps is None and args.epochs is None and args.max_minutes is None:
+        args.steps = DEFAULT_STEPS
+    try:
+        args.recipe = recipe_from_args(args)
+    except ValueError as error:
+        parser.error(str(error))
+    return args
+
+
+def run_options(args: argparse.Namespace) -> dict:
+    """The options a restart must repeat: data, vocabulary and seed (not the step budget);
+    `train` adds the resolved precision and kernel set (backups do not restore across loss
+    scaling)."""
+    names = ("prepared", "dev_src", "dev_tgt", "tfds", "source_lang", "target_lang",
+             "tfds_splits", "vocab_sentences", "seed")
+    # One training corpus is recorded as a path, as before several could be given.
+    corpora = {name: files[0] if files and len(files) == 1 else files
+               for name, files in (("train_src", args.train_src), ("train_tgt", args.train_tgt))}
+    return {**corpora, **{name: getattr(args, name) for name in names}}
