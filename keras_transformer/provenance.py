@@ -69,12 +69,16 @@ def shortlist_record(shortlist: VocabularyShortlist) -> dict[str, int]:
 
 def code_version() -> dict[str, Any]:
     """The package version, TensorFlow's, and the git commit of the checkout the package runs
-    from (with whether it had uncommitted changes; None outside a git checkout)."""
+    from (with whether it had uncommitted changes; None when it does not run from its own git
+    checkout)."""
     try:
         version = importlib.metadata.version("keras-transformer")
     except importlib.metadata.PackageNotFoundError:
         version = None
-    commit = _git("rev-parse", "HEAD")
+    top = _git("rev-parse", "--show-toplevel")
+    # Only the package's own checkout: an installed copy may sit inside another repository.
+    ours = top is not None and Path(top).resolve() == _PACKAGE_DIR.parent
+    commit = _git("rev-parse", "HEAD") if ours else None
     status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
     return {"package_version": version, "git_commit": commit,
             "git_uncommitted_changes": None if status is None else bool(status),

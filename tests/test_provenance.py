@@ -153,3 +153,26 @@ def test_a_ctranslate2_export_records_its_provenance_too(run_dir, tmp_path, caps
     record = read_provenance(capsys.readouterr().out.strip())[1]
     assert (record["format"], record["quantization"]) == ("ctranslate2", "int8")
     assert record["weights"] == str(run_dir.averaged_weights) and "warmup" not in record
+
+
+def test_the_commit_is_only_claimed_from_the_packages_own_checkout(tmp_path, monkeypatch):
+    from keras_transformer import provenance
+
+    def git(*arguments: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c",
+                               "user.email=t@example.org", *arguments], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("commit", "-q", "--allow-empty", "-m", "start")
+    for package in ("keras_transformer", "venv/site-packages/keras_transformer"):
+        (tmp_path / package).mkdir(parents=True)
+    monkeypatch.setattr(provenance, "_PACKAGE_DIR", tmp_path / "keras_transformer")
+    own = provenance.code_version()
+    assert own["git_commit"] == git("rev-parse", "HEAD")
+    assert own["git_uncommitted_changes"] is False
+    monkeypatch.setattr(provenance, "_PACKAGE_DIR",
+                        tmp_path / "venv" / "site-packages" / "keras_transformer")
+    inside_another = provenance.code_version()
+    assert inside_another["git_commit"] is None
+    assert inside_another["git_uncommitted_changes"] is None
