@@ -23,7 +23,7 @@ import tensorflow as tf
 from keras_transformer.atomic_files import write_atomic
 from keras_transformer.config import SearchSettings, TransformerConfig
 from keras_transformer.decoding.shortlist import VocabularyShortlist
-from keras_transformer.text_translation import export_version
+from keras_transformer.export_loading import export_version
 from keras_transformer.training.run_dir import RunDir
 
 PROVENANCE_FILE = os.path.join("assets.extra", "keras_transformer_provenance.json")

@@ -1,5 +1,7 @@
 """Translating many lines of text with an export or an in-process `Translator`: the same
-calls for both, n-best lists as text, batches sorted by length under a budget."""
+calls for both, whatever computes them (a SavedModel, a `Translator`, or any backend that gives
+the functions, e.g. `ctranslate2_export.ctranslate2_functions`), n-best lists as text, batches
+sorted by length under a budget."""
 from __future__ import annotations
 
 import os
@@ -9,28 +11,9 @@ from typing import Callable, Iterator, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.ctranslate2_export import ctranslate2_functions, is_ctranslate2_model
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.vocab_ids import PAD_ID
-
-
-def export_version(path: str | os.PathLike) -> Path:
-    """`path` if it is an export (a SavedModel or a CTranslate2 model directory), else its
-    newest integer version that is one (TF Serving's `NAME/VERSION/` layout);
-    FileNotFoundError naming `path` otherwise."""
-    def is_export(directory: Path) -> bool:
-        return (directory / "saved_model.pb").is_file() or is_ctranslate2_model(directory)
-
-    path = Path(path)
-    if is_export(path):
-        return path
-    versions = sorted((int(entry.name), entry) for entry in path.glob("*")
-                      if entry.name.isdigit() and is_export(entry))
-    if not versions:
-        raise FileNotFoundError(f"model: {str(path)!r} is neither an export (SavedModel or "
-                                "CTranslate2 model) nor a directory of numbered versions")
-    return versions[-1][1]
 
 
 class TextTranslator:
@@ -53,14 +36,9 @@ class TextTranslator:
                              ["nbest_ids"].shape[1])
 
     @classmethod
-    def from_export(cls, path: str | os.PathLike) -> "TextTranslator":
-        """The SavedModel or CTranslate2 model of `export_version(path)` (its search settings
-        are fixed)."""
-        version = export_version(path)
-        if is_ctranslate2_model(version):
-            translate_text, translate_ids, translate_prefixed, tokenizer, owner = (
-                ctranslate2_functions(version))
-            return cls(translate_text, translate_ids, tokenizer, owner, translate_prefixed)
+    def from_saved_model(cls, version: str | os.PathLike) -> "TextTranslator":
+        """The SavedModel in the directory `version` (its search settings are fixed)."""
+        version = Path(version)
         loaded = tf.saved_model.load(os.fspath(version))
         signatures = loaded.signatures
         prefixed = signatures.get("translate_with_prefix")

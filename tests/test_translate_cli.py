@@ -9,7 +9,8 @@ import keras_transformer as kt
 from conftest import random_run
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.export import export_translator
-from keras_transformer.text_translation import export_version, length_batches
+from keras_transformer.export_loading import export_version, load_export
+from keras_transformer.text_translation import length_batches
 from trainers import translate
 
 LINES = [b"I have forty-two apples", b"", b"\xff\xfe caf\xc3 broken", b"She sees three dogs",
@@ -194,7 +195,7 @@ def test_sampling_flags_draw_reproducibly_and_exports_fix_them(demo_vocab, input
                                  top_p=0.95, sampling_seed=1)
     export_translator(model, tokenizer, "sampled", tmp_path / "exports", settings)
     texts = [line for line in LINES if line]
-    exported = TextTranslator.from_export(tmp_path / "exports" / "sampled")
+    exported = load_export(tmp_path / "exports" / "sampled")
     in_process = TextTranslator.from_translator(Translator(model, tokenizer, settings))
     assert exported.best(texts)[0] == in_process.best(texts)[0]
     code, from_export, _ = run([str(tmp_path / "exports" / "sampled"), str(input_file)], capsys)

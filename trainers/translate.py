@@ -28,6 +28,7 @@ from keras_transformer import fast
 from keras_transformer.ctranslate2_export import is_ctranslate2_model
 from keras_transformer.data.text_files import read_raw_lines
 from keras_transformer.decoding.translator import Translator
+from keras_transformer.export_loading import load_export
 from keras_transformer.text_translation import (TextTranslator, best_lines, length_batches,
                                                 output_line)
 from keras_transformer.training.run_dir import RunDir
@@ -87,7 +88,7 @@ def load_translator(args: argparse.Namespace) -> TextTranslator:
         raise ValueError(f"{given}: an export's weights and search settings are fixed when it "
                          f"is written; export again (kt-export ... --beam-size K) or translate "
                          f"from the run directory")
-    return TextTranslator.from_export(args.model)
+    return load_export(args.model)
 
 
 def translate_lines(translator: TextTranslator, lines: list[bytes], args: argparse.Namespace,

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from keras_transformer.corpus_translation import CorpusTranslation, Progress, Shard, file_sha256
-from keras_transformer.text_translation import best_lines, export_version
+from keras_transformer.export_loading import export_version
+from keras_transformer.text_translation import best_lines
 from keras_transformer.training.run_dir import RunDir
 from trainers.common import add_ensemble_argument, add_search_arguments, search_settings
 from trainers.translate import load_translator

@@ -1,0 +1,39 @@
+"""Finding and loading an export of either kind, a SavedModel (`export.py`) or a CTranslate2
+model (`ctranslate2_export.py`), in TF Serving's `NAME/VERSION/` layout."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from keras_transformer.ctranslate2_export import ctranslate2_functions, is_ctranslate2_model
+from keras_transformer.text_translation import TextTranslator
+
+
+def is_export(directory: Path) -> bool:
+    """Whether `directory` holds a SavedModel or a CTranslate2 model."""
+    return (directory / "saved_model.pb").is_file() or is_ctranslate2_model(directory)
+
+
+def export_version(path: str | os.PathLike) -> Path:
+    """`path` if it is an export, else its newest integer version that is one; FileNotFoundError
+    naming `path` otherwise."""
+    path = Path(path)
+    if is_export(path):
+        return path
+    versions = sorted((int(entry.name), entry) for entry in path.glob("*")
+                      if entry.name.isdigit() and is_export(entry))
+    if not versions:
+        raise FileNotFoundError(f"model: {str(path)!r} is neither an export (SavedModel or "
+                                "CTranslate2 model) nor a directory of numbered versions")
+    return versions[-1][1]
+
+
+def load_export(path: str | os.PathLike) -> TextTranslator:
+    """The export of `export_version(path)` as a `TextTranslator` (its search settings are
+    fixed)."""
+    version = export_version(path)
+    if is_ctranslate2_model(version):
+        translate_text, translate_ids, translate_prefixed, tokenizer, owner = (
+            ctranslate2_functions(version))
+        return TextTranslator(translate_text, translate_ids, tokenizer, owner, translate_prefixed)
+    return TextTranslator.from_saved_model(version)
