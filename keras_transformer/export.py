@@ -56,7 +56,7 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
     The export carries TF Serving warm-up requests (`keras_transformer.warmup`; an XLA export's
     cover source widths up to `warmup_max_width` pieces) and a provenance record
     (`keras_transformer.provenance`) holding `provenance`, the facts of the model's origin
-    (`run_provenance` or `file_provenance`; None: unknown).
+    (`RunDir.provenance` or `provenance.file_provenance`; None: unknown).
     `step_builder`: the search's cached step function (default: the core's).
     """
     translator = Translator(serving_copy(model, dtype), tokenizer, settings,

@@ -24,26 +24,9 @@ from keras_transformer.atomic_files import write_atomic
 from keras_transformer.config import SearchSettings, TransformerConfig
 from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.export_loading import export_version
-from keras_transformer.training.run_dir import RunDir
 
 PROVENANCE_FILE = os.path.join("assets.extra", "keras_transformer_provenance.json")
 _PACKAGE_DIR = Path(__file__).resolve().parent
-
-
-def run_provenance(run_dir: str | os.PathLike, weights: Optional[str] = None) -> dict[str, Any]:
-    """The facts of the run directory `run_dir` an export records: its path, the weights used
-    (`weights` if given, else the run's default) and why, its recorded results and the
-    training precision."""
-    run = RunDir(run_dir)
-    if weights:
-        chosen, why = Path(weights), "given (--weights)"
-    else:
-        chosen, why = run.chosen_weights()
-    results = run.recorded_results()
-    return {"run_dir": os.path.abspath(run_dir), "weights": os.path.abspath(chosen),
-            "weights_reason": why, "dev_bleu": results.get("dev_bleu"),
-            "averaged_checkpoints": results.get("averaged"), "test": results.get("test"),
-            "training_precision": run.recorded_options().get("precision")}
 
 
 def file_provenance(path: str | os.PathLike) -> dict[str, Any]:
@@ -55,7 +38,7 @@ def file_provenance(path: str | os.PathLike) -> dict[str, Any]:
 def export_record(config: TransformerConfig, settings: SearchSettings,
                   source: Optional[dict[str, Any]], **fields: Any) -> dict[str, Any]:
     """The record of an export of a model of architecture `config` searching with `settings`:
-    `source` (`run_provenance` or `file_provenance`; None: not known), the export's own
+    `source` (`RunDir.provenance` or `file_provenance`; None: not known), the export's own
     `fields` (format, precision, ...) and `code_version()`."""
     return {**(source or {}), **fields, "search": dataclasses.asdict(settings),
             "architecture": config.to_dict(), "code": code_version()}

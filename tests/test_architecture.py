@@ -83,6 +83,18 @@ def test_the_search_imports_no_model():
     assert imported <= {PACKAGE, f"{PACKAGE}.vocab_ids"}, imported
 
 
+def test_data_and_exports_import_no_training_code():
+    """Rooms: the data pipeline, the exports (SavedModel, CTranslate2, warm-up records,
+    provenance) and the text translator sit below `training/`, which uses them."""
+    graph = module_graph()
+    training = {module for module in graph if module.startswith(f"{PACKAGE}.training")}
+    below = [module for module in graph if module.startswith(f"{PACKAGE}.data")] + [
+        f"{PACKAGE}.{name}" for name in ("export", "ctranslate2_export", "export_loading",
+                                         "warmup", "provenance", "text_translation")]
+    assert {module: reachable(graph, module) & training for module in below
+            if reachable(graph, module) & training} == {}
+
+
 def test_the_core_imports_neither_the_fast_subpackage_nor_private_apis():
     """Dependencies point one way: `keras_transformer.fast` on the core, never the reverse; and
     no core module imports a private Keras/TensorFlow module (`fast.compat` holds them all)."""

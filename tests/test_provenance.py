@@ -11,8 +11,7 @@ import pytest
 import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.export import export_translator
-from keras_transformer.provenance import (PROVENANCE_FILE, file_provenance, read_provenance,
-                                          run_provenance)
+from keras_transformer.provenance import PROVENANCE_FILE, file_provenance, read_provenance
 from keras_transformer.training.checkpoints import save_weights_atomic
 from keras_transformer.training.run_dir import RESULT_FILE, TEST_FILE, RunDir
 from keras_transformer.warmup import WARMUP_FILE
@@ -86,7 +85,7 @@ def test_kt_export_records_the_runs_chosen_weights_and_figures(run_dir, tmp_path
     assert export_cli.main(arguments) == 0
     export = capsys.readouterr().out.strip()
     record = read_provenance(export)[1]
-    assert record == {**record, **run_provenance(run_dir.root)}
+    assert record == {**record, **run_dir.provenance()}
     assert record["run_dir"] == str(run_dir.root)
     assert record["weights"] == str(run_dir.averaged_weights)
     assert record["weights_reason"].startswith(RESULT_FILE)
@@ -106,7 +105,7 @@ def test_chosen_weights_say_why_without_a_result(run_dir, tmp_path):
     assert run.chosen_weights() == (run.final_weights, "the final weights (no result.json "
                                                        "naming the run's result)")
     assert run.recorded_results() == {}
-    record = run_provenance(tmp_path)
+    record = run.provenance()
     assert record["test"] is None and record["dev_bleu"] is None
 
 

@@ -49,7 +49,7 @@ from trainers.probes import choose_serving_dtype
 from keras_transformer.config import SearchSettings
 from keras_transformer.precision import SERVING_DTYPES
 from keras_transformer.provenance import (describe, export_record, file_provenance,
-                                          read_provenance, run_provenance, write_provenance)
+                                          read_provenance, write_provenance)
 from keras_transformer.warmup import DEFAULT_MAX_WIDTH
 from keras_transformer.training.run_dir import RunDir
 from trainers.common import add_search_arguments, run_model, search_settings, set_up_kernels
@@ -203,7 +203,7 @@ def load_model(path: str, weights: Optional[str] = None
                ) -> tuple[Transformer, SearchSettings, dict[str, Any]]:
     """The `Transformer` saved at `path` (see the module docstring for accepted layouts), its
     default search settings (a run's recipe's; the paper's for a .keras file) and the facts of
-    its origin an export records (`provenance.run_provenance` or `file_provenance`)."""
+    its origin an export records (`RunDir.provenance` or `provenance.file_provenance`)."""
     if os.path.isfile(path):
         return (_checked(keras.saving.load_model(path), path), SearchSettings(),
                 file_provenance(path))
@@ -216,8 +216,8 @@ def load_model(path: str, weights: Optional[str] = None
     if not os.path.isfile(os.path.join(path, "config.json")):
         raise FileNotFoundError(f"model: {path!r} holds neither a .keras file nor a run's "
                                 "config.json")
-    return (run_model(path, weights), RunDir(path).load_recipe().search,
-            run_provenance(path, weights))
+    run = RunDir(path)
+    return run_model(path, weights), run.load_recipe().search, run.provenance(weights)
 
 
 def _newest(paths: list[str]) -> Optional[str]:

@@ -50,7 +50,6 @@ from trainers.probes import choose_kernels, choose_precision, gpus_tensorflow_ca
 from keras_transformer.precision import POLICIES as PRECISIONS
 from keras_transformer.precision import precision_scope
 from keras_transformer.training.progress import ProgressLines
-from keras_transformer.provenance import run_provenance
 from keras_transformer.training.run_dir import TEST_FILE, RunDir
 from keras_transformer.training.run_dir import keep_better_of_average_and_final
 from keras_transformer.training.strategy import (any_across_workers, chief_values, is_chief,
@@ -237,7 +236,7 @@ def train(args: argparse.Namespace) -> dict:
     if not args.no_export:
         name = args.export_name or f"{run.root.resolve().name}-staging"
         summary["export"] = export_translator(model, tokenizer, name, args.export_dir,
-                                              recipe.search, provenance=run_provenance(run.root))
+                                              recipe.search, provenance=run.provenance())
     return summary
 
 

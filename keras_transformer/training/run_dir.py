@@ -95,6 +95,20 @@ class RunDir:
         test = _read_json(self.root / TEST_FILE)
         return {**result, "test": test} if test is not None else result
 
+    def provenance(self, weights: str | os.PathLike | None = None) -> dict[str, Any]:
+        """The facts of this run an export of it records (`keras_transformer.provenance`): its
+        path, the weights used (`weights` if given, else `chosen_weights`) and why, its
+        recorded results and the training precision."""
+        if weights:
+            chosen, why = Path(weights), "given (--weights)"
+        else:
+            chosen, why = self.chosen_weights()
+        results = self.recorded_results()
+        return {"run_dir": os.path.abspath(self.root), "weights": os.path.abspath(chosen),
+                "weights_reason": why, "dev_bleu": results.get("dev_bleu"),
+                "averaged_checkpoints": results.get("averaged"), "test": results.get("test"),
+                "training_precision": self.recorded_options().get("precision")}
+
     def check_writable(self) -> None:
         """Creates the directory and proves a file can be written there."""
         try:
