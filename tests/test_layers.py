@@ -10,7 +10,8 @@ import keras_transformer  # noqa: F401  (selects the TensorFlow backend)
 from keras_transformer.fast import KERNEL_SETS, kernels_scope
 from keras_transformer.layers import (DecoderLayer, EncoderLayer, LearnedPositionalEmbedding,
                                       MultiHeadAttention, PositionwiseFeedForward, ResidualNorm,
-                                      ScaledEmbedding, SinusoidalPositionalEncoding)
+                                      ScaledEmbedding, SinusoidalPositionalEncoding,
+                                      scaled_dot_product_attention)
 
 rng = np.random.default_rng(0)
 
@@ -45,6 +46,22 @@ def test_attention_equals_scaled_dot_product_formula():
         heads.append((p / p.sum(-1, keepdims=True)) @ v)
     expected = np.einsum("hqv,hvd->qd", np.stack(heads), wo) + bo
     np.testing.assert_allclose(out[0], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_scaled_dot_product_attention_is_equation_one():
+    """softmax(Q K^T / sqrt(d_k)) V per head, masked keys out of the softmax, the scale applied
+    inside (the caller passes the projections as they are)."""
+    query, keys = rng.normal(size=(2, 3, 4, 8)), rng.normal(size=(2, 3, 5, 8))
+    values = rng.normal(size=(2, 3, 5, 6))
+    mask = rng.random(size=(2, 4, 5)) < 0.7
+    mask[..., 0] = True  # every query sees a key
+    context, weights = scaled_dot_product_attention(
+        *(tf.constant(x, "float32") for x in (query, keys, values)), mask)
+    scores = np.where(mask[:, None], query @ keys.swapaxes(-1, -2) / math.sqrt(8), -np.inf)
+    expected = np.exp(scores - scores.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    np.testing.assert_allclose(weights, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(context, expected @ values, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("kernel_set", KERNEL_SETS)
