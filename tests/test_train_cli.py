@@ -120,3 +120,10 @@ def test_command_lines_start_quietly_unless_verbose(tmp_path):
                                  r"|WARNING: All log messages|To enable the following)")
     assert all(tensorflow_line.match(line)
                for line in runs[("--verbose",)].stderr.splitlines())
+
+
+def test_the_export_root_has_kt_exports_name_and_the_old_one():
+    """`--base-dir` as in kt-export; `--export-dir`, its earlier name, still works."""
+    assert train.parse_args(["--base-dir", "root"]).export_dir == "root"
+    assert train.parse_args(["--export-dir", "root"]).export_dir == "root"
+    assert train.parse_args([]).export_dir == "saved_models"

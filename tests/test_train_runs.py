@@ -114,7 +114,7 @@ def test_mixed_precision_run_exports_float32_and_decodes_its_test_set_as_kt_eval
     assert train.main(argv + ["--output-dir", str(tmp_path / "run"), "--steps", "2",
                               "--eval-every", "2", "--precision", "mixed_bfloat16",
                               "--test-src", test[0], "--test-tgt", test[1],
-                              "--export-dir", str(tmp_path / "saved_models")]) == 0
+                              "--base-dir", str(tmp_path / "saved_models")]) == 0
     captured = capsys.readouterr()
     assert evaluate.main([str(tmp_path / "run"), "--src", test[0], "--ref", test[1],
                           "--hypotheses", str(tmp_path / "evaluated.hyp")]) == 0

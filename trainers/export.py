@@ -64,8 +64,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--describe", metavar="EXPORT",
                         help="print where the export EXPORT (NAME/N, or NAME for its newest "
                              "version) came from, and write nothing")
-    parser.add_argument("--base-dir", default="saved_models",
-                        help="root of the TF Serving model tree (default: saved_models)")
+    parser.add_argument("--base-dir", "--export-dir", dest="base_dir", default="saved_models",
+                        help="root of the TF Serving model tree, as kt-train's --base-dir "
+                             "(default: saved_models)")
     parser.add_argument("--weights", help="with a run directory: a .weights.h5 file "
                         "(default: see above)")
     parser.add_argument("--precision", choices=(*SERVING_DTYPES, "auto"), default="float32",

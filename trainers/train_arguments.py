@@ -117,8 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--export-name", help="SavedModel name (default: the output dir's name "
                      "+ '-staging', so that a finished run never writes a new version into a "
                      "served model's directory; serve it through kt-export --name NAME)")
-    out.add_argument("--export-dir", default="saved_models",
-                     help="SavedModel root (default: saved_models)")
+    out.add_argument("--base-dir", "--export-dir", dest="export_dir", default="saved_models",
+                     help="root of the TF Serving model tree, as kt-export's --base-dir "
+                          "(default: saved_models)")
     out.add_argument("--no-export", action="store_true", help="skip the SavedModel export")
     return parser
 
