@@ -6,11 +6,17 @@ SentencePiece model beside it so that raw text goes in and out, and the search s
 `ctranslate2_functions` gives such a directory the calls `text_translation.TextTranslator`
 takes, so `kt-translate` runs it as it runs a SavedModel.
 
-What CTranslate2 computes differs from our search in two places, both documented in
+What CTranslate2 computes differs from our search in three places, documented in
 docs/decoding-and-serving.md: its length penalty divides a hypothesis' log-probability by
-`length ** alpha` (ours by GNMT's `((5 + length) / 6) ** alpha`), and its length limit is one
-per batch (the longest source + `max_decode_extra`; ours is per sentence). With no length
-penalty, and greedy, float32 models translate alike (tests/test_ctranslate2.py).
+`length ** alpha` (ours by GNMT's `((5 + length) / 6) ** alpha`); its length limit is one per
+batch (the longest source + `max_decode_extra`; ours is per sentence); and it removes PAD and
+BOS before its log-softmax (`suppress_sequences` sets their logits to -inf), while ours masks
+them after it, so its token log-probabilities are ours over `1 - p(PAD) - p(BOS)`. Greedy
+float32 models translate alike; beam search with no length penalty alike where the model puts
+no probability on PAD and BOS (a trained model), and otherwise where that renormalization does
+not reorder the beam (tests/test_ctranslate2.py). CTranslate2's beam also keeps 2 x beam
+candidates and stops once the best one ends, which with no length penalty returns the same
+best translation as ours (an alive hypothesis' log-probability only falls).
 """
 from __future__ import annotations
 
@@ -28,7 +34,7 @@ import tensorflow as tf
 from keras_transformer.config import SearchSettings, TransformerConfig
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.model import Transformer
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float32")
 SETTINGS_FILENAME = "keras_transformer.json"  # the search settings and the converted config
@@ -193,12 +199,27 @@ def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer,
     return directory
 
 
-def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1
+def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
+                          intra_threads: Optional[int] = None, use_vmap: bool = False
                           ) -> tuple[Callable, Callable, Callable, SubwordTokenizer, object]:
-    """`(translate_text, translate_ids, translate_prefixed, tokenizer, translator)` of a
-    directory `export_ctranslate2` wrote, with the signatures of an export's (tensors in,
-    dicts of tensors out: see `text_translation.TextTranslator`); `translator` is the
-    `ctranslate2.Translator` (CPU, `inter_threads` batches at once, every core in each)."""
+    """The search of a directory `export_ctranslate2` wrote, with its recorded settings.
+
+    Args:
+        directory: the CTranslate2 model directory.
+        inter_threads: batches the `ctranslate2.Translator` runs at once (on CPU).
+        intra_threads: threads of each batch (default: every core; on cores other work
+            keeps busy, 1 avoids CTranslate2's threads waiting on each other: a tiny model's
+            batch took 4.4 s with 2 threads on 2 loaded cores, 6 ms with 1).
+        use_vmap: restrict each batch's candidates with CTranslate2's vocabulary map
+            (`vmap.txt` in `directory`).
+
+    Returns:
+        `(translate_text, translate_ids, translate_prefixed, tokenizer, translator)`, with
+        the signatures of an export's (tensors in, dicts of tensors out: see
+        `text_translation.TextTranslator`; source ids are read as an export reads them:
+        out-of-vocabulary ids as UNK, PAD, BOS and EOS dropped); `translator` is the
+        `ctranslate2.Translator`.
+    """
     import ctranslate2
 
     directory = Path(directory)
@@ -210,7 +231,7 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1
         ctranslate2.set_random_seed(settings.sampling_seed)
     translator = ctranslate2.Translator(os.fspath(directory), device="cpu",
                                         inter_threads=inter_threads,
-                                        intra_threads=os.cpu_count() or 1)
+                                        intra_threads=intra_threads or os.cpu_count() or 1)
     pieces = vocabulary_pieces(tokenizer)
     ids_of = {piece: index for index, piece in enumerate(pieces)}
     # As in our search: PAD and BOS are never generated, and the end may come first (an empty
@@ -218,7 +239,8 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1
     never_generated = [[pieces[PAD_ID]], [pieces[BOS_ID]]]
 
     def as_pieces(ids) -> list[list[str]]:
-        return [[pieces[token] for token in row if token != PAD_ID][:max_length - 1]
+        return [[pieces[token if 0 <= token < len(pieces) else UNK_ID] for token in row
+                 if token not in (PAD_ID, BOS_ID, EOS_ID)][:max_length - 1]
                 for row in np.asarray(ids).tolist()]
 
     hypotheses = 1 if settings.sampling else settings.beam_size
@@ -239,7 +261,7 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1
             num_hypotheses=nbest, length_penalty=settings.length_penalty,
             max_decoding_length=max(1, min(max(longest + settings.max_decode_extra,
                                                 longest_prefix + 1), max_length)),
-            suppress_sequences=never_generated, min_decoding_length=0,
+            suppress_sequences=never_generated, min_decoding_length=0, use_vmap=use_vmap,
             return_scores=True, return_end_token=True)
         empty = [not source for source in sources]  # an empty source: an empty translation
         return [([[ids_of[piece] for piece in hypothesis] for hypothesis in result.hypotheses]

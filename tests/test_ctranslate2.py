@@ -6,10 +6,12 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer import search
 from keras_transformer.config import SearchSettings
 from keras_transformer.ctranslate2_export import (check_convertible, ctranslate2_functions,
                                                   export_ctranslate2, is_ctranslate2_model)
 from keras_transformer.data import SubwordTokenizer
+from keras_transformer.decoding.transformer_search import cached_step, output_limits
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.text_translation import TextTranslator
 
@@ -97,6 +99,136 @@ def test_greedy_translations_nbest_and_prefixes_match_our_translator(tokenizer, 
     whole = theirs.best([b"one two"], [long_prefix])[0]
     assert whole == ours.best([b"one two"], [long_prefix])[0]
     assert whole[0].startswith(long_prefix)
+
+
+def test_source_ids_are_read_as_an_export_reads_them(tokenizer, tmp_path):
+    """`translate_ids` drops PAD, BOS and EOS from source ids and reads out-of-vocabulary ids
+    as UNK, as our export does (an EOS-terminated source would get a second EOS from
+    CTranslate2)."""
+    model = perturbed_model(tokenizer)
+    settings = SearchSettings(beam_size=1, length_penalty=0.0, max_decode_extra=6)
+    directory = export_ctranslate2(model, tokenizer, tmp_path / "ct2", "float32", settings)
+    translate_ids = ctranslate2_functions(directory, intra_threads=1)[1]
+    source = tokenizer.tokenize(tf.constant(["we see nine birds"])).to_list()[0]
+    raw = tf.constant([[kt.BOS_ID, *source[:2], -5, *source[2:], 10**6, kt.EOS_ID]])
+    clean = tf.constant([[*source[:2], kt.UNK_ID, *source[2:], kt.UNK_ID]])
+    theirs = translate_ids(raw)["nbest_ids"].numpy()[0, 0].tolist()
+    assert theirs == translate_ids(clean)["nbest_ids"].numpy()[0, 0].tolist()
+    ours = Translator(model, tokenizer, settings)
+    assert [i for i in theirs if i] == [int(i) for i in ours.translate_ids(raw)["ids"].numpy()[0]
+                                        if i]
+
+
+RANDOM_MODELS = 25
+SENTENCES_PER_MODEL = 8
+SOURCE_LENGTH = 10
+# Measured (float32, 2026-11-25): 175 of 200 best beam translations equal ours (0.875), all 200
+# equal to ours renormalized without PAD and BOS. Had the export passed CTranslate2's default
+# length penalty (1), 152 (0.76); its default minimum length (1), 112; a length penalty of 0.2,
+# 172 (caught by the renormalized equality). The floor leaves 5 sentences for near-ties.
+BEAM_AGREEMENT_FLOOR = 0.85
+
+
+def random_model(model: kt.Transformer, seed: int) -> None:
+    """Gives `model` random weights (layer norm gains around 1), its output pulled toward PAD
+    and BOS by up to 10 logits and toward EOS by up to 8 (random per seed), so that PAD and BOS
+    hold probability and hypotheses end at various lengths."""
+    rng = np.random.default_rng(seed)
+    model.set_weights([float("gamma" in weight.path)
+                       + rng.normal(size=weight.shape).astype("float32") * 0.25
+                       for weight in model.weights])
+    weights = {weight.path.split("/", 1)[1]: weight for weight in model.weights}
+    embeddings = weights["shared_embedding/embeddings"].numpy()
+
+    def raising(token: int) -> np.ndarray:  # on the last norm's output: +1 to `token`'s logit
+        return embeddings[token] / (embeddings[token] @ embeddings[token])
+
+    pull = (rng.uniform(0, 10) * (raising(kt.PAD_ID) + raising(kt.BOS_ID))
+            + rng.uniform(0, 8) * raising(kt.EOS_ID))
+    weights["decoder_layer_1/feed_forward_residual/layer_norm/beta"].assign_add(pull)
+
+
+def suppressed_log_probabilities(model: kt.Transformer, sources: np.ndarray,
+                                 hypotheses: np.ndarray) -> np.ndarray:
+    """`[batch]` log-probabilities under `model` of `hypotheses` (`[batch, length]`, PAD after
+    the end) renormalized without PAD and BOS (what CTranslate2's `suppress_sequences` does:
+    their logits -inf before the log-softmax). `sources`: `[batch, length]` without EOS."""
+    targets_in = np.pad(hypotheses, [[0, 0], [1, 0]], constant_values=kt.BOS_ID)[:, :-1]
+    logits = model((np.pad(sources, [[0, 0], [0, 1]], constant_values=kt.EOS_ID), targets_in))
+    suppressed = np.zeros(logits.shape[-1], np.float32)
+    suppressed[[kt.PAD_ID, kt.BOS_ID]] = -np.inf
+    log_probs = np.take_along_axis(tf.nn.log_softmax(logits + suppressed).numpy(),
+                                   hypotheses[:, :, None], axis=2)[:, :, 0]
+    return np.where(hypotheses != kt.PAD_ID, log_probs, 0.0).sum(axis=1)
+
+
+@tf.function(reduce_retracing=True, autograph=False)
+def renormalized_beam_search(model: kt.Transformer, source_ids: tf.Tensor,
+                             settings: SearchSettings) -> tf.Tensor:
+    """Our beam search over `model`'s log-probabilities renormalized without PAD and BOS
+    (ours are masked after the log-softmax): its best translation's ids."""
+    limits, buffer_length = output_limits(source_ids, settings.max_decode_extra,
+                                          model.config.max_length)
+    step, state, reorder = cached_step(model, source_ids, settings.beam_size, buffer_length)
+
+    def renormalized(token_ids, position, state):
+        log_probs, state = step(token_ids, position, state)
+        return log_probs - tf.reduce_logsumexp(log_probs, axis=-1, keepdims=True), state
+
+    return search.beam(renormalized, state, limits, buffer_length, settings.beam_size,
+                       settings.length_penalty, reorder=reorder).ids[:, 0]
+
+
+@pytest.mark.slow
+def test_random_models_at_alpha_0_greedy_equal_beam_differs_only_by_normalization(
+        tokenizer, demo_train, tmp_path):
+    """25 random models, 8 sentences each (one batch of equal lengths: CTranslate2's length
+    limit is per batch), float32, no length penalty: CTranslate2's greedy translations are all
+    ours; its best beam-4 translations equal ours for at least `BEAM_AGREEMENT_FLOOR` of the
+    sentences, and all equal those of our beam search renormalized without PAD and BOS (the
+    beams differ by the normalization only: not by CTranslate2's 2 x beam candidates nor its
+    stopping rule); its scores are our model's log-probabilities so renormalized."""
+    model = kt.Transformer(kt.TransformerConfig.preset(
+        "tiny", vocab_size=tokenizer.vocab_size, max_length=40, dropout=0.0))
+    pieces = tokenizer.tokenize(tf.constant(demo_train[0][:40])).to_list()
+    sources = np.array([row[:SOURCE_LENGTH] for row in pieces
+                        if len(row) >= SOURCE_LENGTH][:SENTENCES_PER_MODEL], np.int32)
+    assert len(sources) == SENTENCES_PER_MODEL
+    searches = {"greedy": SearchSettings(beam_size=1, length_penalty=0.0, max_decode_extra=6),
+                "beam": SearchSettings(beam_size=4, length_penalty=0.0, max_decode_extra=6)}
+    ours = {name: Translator(model, tokenizer, settings) for name, settings in searches.items()}
+    equal = {"greedy": 0, "beam": 0, "renormalized beam": 0}
+
+    def same_rows(ids: tf.Tensor, their_ids: np.ndarray) -> int:
+        ids = ids.numpy()
+        width = max(ids.shape[1], their_ids.shape[1])
+        return int(np.all(np.pad(ids, [[0, 0], [0, width - ids.shape[1]]])
+                          == np.pad(their_ids, [[0, 0], [0, width - their_ids.shape[1]]]),
+                          axis=1).sum())
+
+    for seed in range(RANDOM_MODELS):
+        random_model(model, seed)
+        for name, settings in searches.items():
+            directory = export_ctranslate2(model, tokenizer, tmp_path / f"{name}{seed}",
+                                           "float32", settings)
+            theirs = ctranslate2_functions(directory, intra_threads=1)[1](
+                tf.constant(sources))
+            their_ids = theirs["nbest_ids"].numpy()[:, 0]
+            np.testing.assert_allclose(theirs["nbest_scores"].numpy()[:, 0],
+                                       suppressed_log_probabilities(model, sources, their_ids),
+                                       rtol=1e-4, atol=1e-3)
+            equal[name] += same_rows(ours[name].translate_ids(tf.constant(sources))["ids"],
+                                     their_ids)
+            if name == "beam":
+                equal["renormalized beam"] += same_rows(renormalized_beam_search(
+                    model, tf.constant(np.pad(sources, [[0, 0], [0, 1]],
+                                              constant_values=kt.EOS_ID)), settings),
+                    their_ids)
+    total = RANDOM_MODELS * SENTENCES_PER_MODEL
+    print("CTranslate2's translations equal to ours at alpha 0:", ", ".join(
+        f"{name} {count} / {total}" for name, count in equal.items()))
+    assert equal["greedy"] == equal["renormalized beam"] == total
+    assert equal["beam"] / total >= BEAM_AGREEMENT_FLOOR
 
 
 def test_sampling_settings_reach_ctranslate2(tokenizer, tmp_path):
