@@ -7,16 +7,21 @@ Model Garden `Seq2SeqTransformer`, on newstest2014 English sources.
         [--shortlists 1000,20 1000,50 --shortlist-data SRC,TGT[,SRC,TGT...]]
 
 CTranslate2 runs OUR model, converted by `keras_transformer.ctranslate2_export` (what
-`kt-export --format ctranslate2` writes) once per `--ctranslate2-types` quantization, and the
-first sentences' output ids are compared with the export's (equal in float32: the same function
-is timed). Its worker runs under `--ctranslate2-python` (default: this Python).
+`kt-export --format ctranslate2` writes) once per `--ctranslate2-types` quantization, searched
+by the library's CTranslate2 path (`ctranslate2_functions`: what `kt-translate` runs, with the
+same search settings as our export), and the first sentences' output ids are compared with the
+export's (equal in float32: the same function and search). Its worker runs under
+`--ctranslate2-python` (default: this Python; it imports this package).
 
-Both models have `base` dimensions with random weights, and the end-of-sentence embedding row
-is zeroed so that EOS (logit 0, far below the best of thousands of random logits) is never
-chosen: every hypothesis runs to its length limit and both systems do the same work. Sources are
-sentences with at least `--source-tokens - 1` subwords, cut to that length plus EOS, so every
-output has exactly `--source-tokens + --extra-length` tokens. The Model Garden part runs in a
-separate venv (`--model-garden-python`) via this same file's `--model-garden-worker` mode, which
+Both models have `base` dimensions with random weights, and the embedding rows of PAD, BOS and
+EOS are zeroed (the output projection is tied), so those three get logit 0, far below the best
+of thousands of random logits: EOS is never chosen, so every hypothesis runs to its length limit
+and both systems do the same work; and PAD and BOS hold no probability, as in a trained model
+(a random model otherwise puts much of it on BOS, which CTranslate2 removes from its
+normalization and ours keeps, so float32 beams could differ: docs/decoding-and-serving.md).
+Sources are sentences with at least `--source-tokens - 1` subwords, cut to that length plus
+EOS, so every output has exactly `--source-tokens + --extra-length` tokens. The Model Garden part
+runs in a separate venv (`--model-garden-python`) via this same file's `--model-garden-worker` mode, which
 imports only TensorFlow and `official`.
 """
 from __future__ import annotations
@@ -35,7 +40,8 @@ from typing import Optional
 
 import numpy as np
 
-EOS_ID = 3  # keras_transformer.vocab_ids.EOS_ID, repeated for the worker (no package there).
+# keras_transformer.vocab_ids' ids, repeated for the Model Garden worker (no package there).
+PAD_ID, BOS_ID, EOS_ID = 0, 2, 3
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -69,7 +75,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--model-garden-python", default="/work/bench-venv/bin/python",
                         help="python of a venv with tf-models-official ('' to skip)")
     parser.add_argument("--ctranslate2-python", default=sys.executable,
-                        help="python of a venv with ctranslate2 ('' to skip)")
+                        help="python with ctranslate2 and this package's dependencies "
+                             "(default: this one; '' to skip)")
     parser.add_argument("--ctranslate2-types", default="float32,int8",
                         help="CTranslate2 quantizations to time (comma-separated)")
     parser.add_argument("--shortlists", nargs="*", default=[], metavar="FREQUENT,PER_SOURCE",
@@ -151,8 +158,8 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
     model = kt.Transformer(kt.TransformerConfig.preset("base", vocab_size=tokenizer.vocab_size,
                                                        dropout=0.0))
     embeddings = model.source_embedding.embeddings
-    embeddings.assign(tf.tensor_scatter_nd_update(embeddings, [[EOS_ID]],
-                                                  tf.zeros([1, embeddings.shape[1]])))
+    embeddings.assign(tf.tensor_scatter_nd_update(embeddings, [[PAD_ID], [BOS_ID], [EOS_ID]],
+                                                  tf.zeros([3, embeddings.shape[1]])))
     search = SearchSettings(args.beam_size, length_penalty=0.6, max_decode_extra=args.extra_length)
     shortlists = {"": None}
     for sizes in args.shortlists:
@@ -189,8 +196,8 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
             lambda batch: beam_search(model, batch, args.beam_size, 0.6, args.extra_length,
                                       use_cache=False), ids, uncached)
     if args.ctranslate2_python:
-        results.update(run_ctranslate2(args.ctranslate2_python, model, tokenizer, ids, settings,
-                                       workdir, args.ctranslate2_types.split(","),
+        results.update(run_ctranslate2(args.ctranslate2_python, model, tokenizer, search, ids,
+                                       settings, workdir, args.ctranslate2_types.split(","),
                                        list(shortlists.values())[-1]))
     return results, ids
 
@@ -294,55 +301,49 @@ def op_time_by_part(call, steps: int) -> dict:
 
 
 def ctranslate2_worker(directories_json: str, ids_path: str, settings_json: str) -> None:
-    """Runs where ctranslate2 is installed: for each model directory (one per quantization,
-    written by `keras_transformer.ctranslate2_export`), prints its `measure` result and the
-    first sentences' ids as JSON."""
-    import ctranslate2
+    """Runs where ctranslate2 and this package are installed: for each model directory (one
+    per quantization, written by `keras_transformer.ctranslate2_export`), prints its `measure`
+    result and the first sentences' ids as JSON, searched by the library's
+    `ctranslate2_functions` (the export's search settings, our rules for PAD, BOS and EOS)."""
+    import tensorflow as tf
+
+    from keras_transformer.ctranslate2_export import ctranslate2_functions
 
     settings, ids = json.loads(settings_json), np.load(ids_path)
     results = {}
     for quantization, directory in json.loads(directories_json).items():
-        with open(os.path.join(directory, "shared_vocabulary.json"), encoding="utf-8") as handle:
-            vocabulary = json.load(handle)
         for use_vmap in [False, True] if settings.get("vmap") else [False]:
             if use_vmap:
                 shutil.copy(settings["vmap"], os.path.join(directory, "vmap.txt"))
-            translator = ctranslate2.Translator(directory, device="cpu", inter_threads=1,
-                                                intra_threads=os.cpu_count())
+            translate_ids = ctranslate2_functions(directory, use_vmap=use_vmap)[1]
 
-            def translate(batch, translator=translator, use_vmap=use_vmap):
-                return translator.translate_batch(  # the model appends EOS to each source
-                    [[vocabulary[token] for token in row if token != EOS_ID]
-                     for row in batch.tolist()],
-                    beam_size=settings["beam_size"], length_penalty=0.6,
-                    max_decoding_length=settings["output_tokens"],
-                    min_decoding_length=settings["output_tokens"], use_vmap=use_vmap)
+            def translate(batch, translate_ids=translate_ids):
+                return translate_ids(tf.constant(batch))["nbest_ids"][:, 0]
 
-            first = [[vocabulary.index(token) for token in result.hypotheses[0]]
-                     for result in translate(ids[:2])]
             name = f"ctranslate2_{quantization}" + ("_vmap" if use_vmap else "")
-            results[name] = {**measure(translate, ids, settings), "first_ids": first}
+            results[name] = {**measure(translate, ids, settings),
+                             "first_ids": translate(ids[:2]).numpy().tolist()}
     print(json.dumps(results))
 
 
-def run_ctranslate2(python: str, model, tokenizer, ids: np.ndarray, settings: dict,
+def run_ctranslate2(python: str, model, tokenizer, search, ids: np.ndarray, settings: dict,
                     workdir: str, types: list[str], shortlist=None) -> dict:
     """CTranslate2 timings from `ctranslate2_worker` run by `python`, of our model converted by
-    `kt-export --format ctranslate2`'s converter once per quantization in `types`; with our
-    `shortlist` (the last of `--shortlists`), also with the same table as its vocabulary map
-    (`use_vmap`)."""
+    `kt-export --format ctranslate2`'s converter once per quantization in `types`, with our
+    export's `search` settings; with our `shortlist` (the last of `--shortlists`), also with the
+    same table as its vocabulary map (`use_vmap`)."""
     from keras_transformer.ctranslate2_export import export_ctranslate2
 
     directories = {kind: os.fspath(export_ctranslate2(
-        model, tokenizer, os.path.join(workdir, f"ct2_{kind}"), kind)) for kind in types}
+        model, tokenizer, os.path.join(workdir, f"ct2_{kind}"), kind, search)) for kind in types}
     ids_path = os.path.join(workdir, "ids.npy")
     np.save(ids_path, ids)
     worker = dict(settings)
     if shortlist is not None:
         worker["vmap"] = os.path.join(workdir, "vmap.txt")
         write_vmap(shortlist, tokenizer, worker["vmap"])
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__))))  # this package, for the library's search
     run = subprocess.run([python, os.path.abspath(__file__), "--ctranslate2-worker",
                           json.dumps(directories), ids_path, json.dumps(worker)],
                          capture_output=True, text=True, env=env, cwd=workdir, check=False)
@@ -403,6 +404,17 @@ def run_model_garden(python: str, ids: np.ndarray, settings: dict, workdir: str)
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+def ids_check(name: str, result: dict, reference: str, reference_result: dict) -> str:
+    """Whether a row's first ids equal the reference export's, and whether they should: rows
+    of other weights (quantized, bfloat16) or candidates (shortlists, vocabulary maps) compute
+    another function and may differ; the rest, float32 CTranslate2 included, must not."""
+    if result["first_ids"] == reference_result["first_ids"]:
+        return f"equal {reference}'s"
+    if any(part in name for part in ("int8", "int16", "float16", "shortlist", "vmap")):
+        return f"differ from {reference}'s (another function: may differ)"
+    return f"DIFFER from {reference}'s (the same function: should equal)"
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.model_garden_worker:
@@ -427,7 +439,7 @@ def main(argv=None) -> None:
     for name, result in results.items():
         latency = result["latency_seconds"]
         same = ("" if "first_ids" not in result else
-                f"; first sentences' ids {'equal' if result['first_ids'] == results[first]['first_ids'] else 'differ from'} {first}'s")
+                "; first sentences' ids " + ids_check(name, result, first, results[first]))
         print(f"{name:>20}: {result['tokens_per_second']:8.1f} target tokens/s at batch "
               f"{args.batch_size}, x{exported / result['tokens_per_second']:.2f} for {first}"
               + (f"; batch-1 latency {latency:.3f} s" if latency else "") + same)
