@@ -12,7 +12,7 @@ It depends on the core and never the reverse. Use it with
 | --- | --- | --- |
 | float32 gradients in oneDNN's faster layouts | `kernels.linear` | `layers.attention.linear` |
 | closed-form layer-norm backward | `kernels.layer_norm` | `layers.residual.layer_norm` |
-| 16-bit dropout masks drawn early | `kernels.dropout` | `layers.residual.dropout` |
+| 16-bit dropout masks | `kernels.dropout` | `layers.residual.dropout` |
 | packed real tokens in training steps | `packed`, `model.FastTransformer` | `Transformer.call` |
 | loss through the logits' factors | `loss` | `losses.smoothed_cross_entropy` |
 | one softmax and argmax shared by the loss and metrics in a step | `loss.log_normalizer`, `loss.predicted_ids` | `metrics.log_normalizer`, `metrics.predicted_ids` |

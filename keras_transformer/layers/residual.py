@@ -2,7 +2,6 @@
 pre-norm), with its layer normalization and dropout."""
 from __future__ import annotations
 
-
 import keras
 import tensorflow as tf
 
