@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The Multi30k teacher-to-student pipeline of docs/training.md as one resumable job: the
+# benchmark's text form, two teachers (the recipe, seeds 1 and 2), their ensemble translating
+# train (beam 5), a deep-encoder/shallow-decoder student and two students of the recipe's size on
+# the originals plus the distilled targets, each scored on test_2016_flickr, then one sentence at
+# a time through all their exports. About 6.5 hours on 2 CPU cores; run it in the background:
+#
+#     nohup nice -n 19 bash benchmarks/distillation_pipeline.sh WORK_DIR > WORK_DIR.log 2>&1 &
+#
+# WORK_DIR (outside the checkout) gets data/, runs/, distilled/ and stages.log (each stage's start
+# and end). Run the same command again after a stop: a finished stage is skipped, a killed
+# kt-train resumes from its backup, a killed corpus translation from its written chunks.
+set -euo pipefail
+WORK="$(realpath -m "${1:?usage: distillation_pipeline.sh WORK_DIR}")"
+cd "$(dirname "$0")/.."
+M="${KT_SHARED_DATA:-../shared/data}/multi30k"
+D="$WORK/data"
+mkdir -p "$D" "$WORK/runs" "$WORK/distilled"
+log() { echo "$(date -u +%FT%TZ) $*" | tee -a "$WORK/stages.log"; }
+
+for split in train val test_2016_flickr; do
+  [ -s "$D/$split.de" ] || python -m trainers moses_form --src "$M/$split.en.gz" \
+    --tgt "$M/$split.de.gz" --langs en de --output-prefix "$D/$split"
+done
+RECIPE=(--preset multi30k --steps 8000 --checkpoint-every-steps 100 --keep-checkpoints 10
+  --dev-src "$D/val.en" --dev-tgt "$D/val.de" --test-src "$D/test_2016_flickr.en"
+  --test-tgt "$D/test_2016_flickr.de" --eval-every 1000 --eval-sentences 400 --no-export)
+train() {  # NAME, then kt-train's corpus and seed arguments
+  local name=$1; shift
+  [ -f "$WORK/runs/$name/result.json" ] && return
+  log "start $name"
+  kt-train "${RECIPE[@]}" "$@" --output-dir "$WORK/runs/$name"
+  log "end $name"
+}
+
+ORIGINAL=(--train-src "$D/train.en" --train-tgt "$D/train.de")
+train teacher_s1 "${ORIGINAL[@]}" --seed 1
+train teacher_s2 "${ORIGINAL[@]}" --seed 2
+if [ ! -s "$WORK/distilled/train.de" ]; then
+  log "start translation of train"
+  kt-translate-corpus "$WORK/runs/teacher_s1" "$D/train.en" --ensemble "$WORK/runs/teacher_s2" \
+    --beam-size 5 --output "$WORK/distilled/train.de"
+  log "end translation of train"
+fi
+DISTILLED=("${ORIGINAL[@]}" --train-src "$D/train.en" --train-tgt "$WORK/distilled/train.de")
+train student_deep_s1 "${DISTILLED[@]}" --seed 1 --set num_encoder_layers=8 --set num_decoder_layers=1
+train student_s1 "${DISTILLED[@]}" --seed 1
+train student_s2 "${DISTILLED[@]}" --seed 2
+
+for run in teacher_s1 teacher_s2 student_deep_s1 student_s1 student_s2; do
+  [ -f "$WORK/runs/$run/test_tok.json" ] && continue
+  kt-evaluate "$WORK/runs/$run" --src "$D/test_2016_flickr.en" --ref "$D/test_2016_flickr.de" \
+    --hypotheses "$WORK/runs/$run/test.hyp" > "$WORK/runs/$run/test_eval.txt"
+  sacrebleu "$D/test_2016_flickr.de" -i "$WORK/runs/$run/test.hyp" --tokenize none -w 2 \
+    > "$WORK/runs/$run/test_tok.json"
+done
+log "start student_speed"
+python benchmarks/student_speed.py "$WORK/runs/teacher_s1" "$WORK/runs/student_deep_s1" \
+  --src "$D/test_2016_flickr.en" --beam-size 5 --ctranslate2 float32 > "$WORK/student_speed.txt"
+log "pipeline done"
