@@ -1,0 +1,82 @@
+"""benchmarks/distillation_pipeline.sh end to end with micro models on a few hundred demo pairs
+laid out as Multi30k: every stage runs (teachers, the ensemble's translation of train, students
+on two corpora with separate depths, test scores, exports timed), and a second run redoes none."""
+import gzip
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from keras_transformer.data import write_demo_corpus
+from keras_transformer.training.run_dir import RunDir
+
+ROOT = Path(__file__).resolve().parents[1]
+LINES = {"train": 300, "val": 40, "test_2016_flickr": 12}
+MICRO = ("--set vocab_size=400 --set d_model=32 --set d_ff=64 --set num_layers=1 "
+         "--set num_heads=2 --set batch_tokens=512 --set max_length=48 --steps 6 "
+         "--checkpoint-every-steps 3 --eval-every 3 --eval-sentences 8 --attention-sentences 1 "
+         "--progress-seconds 0")
+RUNS = ("teacher_s1", "teacher_s2", "student_deep_s1", "student_s1", "student_s2")
+
+
+def multi30k_layout(directory: Path) -> Path:
+    """Demo pairs as `multi30k/<split>.<lang>.gz` under `directory` (KT_SHARED_DATA's layout)."""
+    demo = write_demo_corpus(directory / "demo")
+    splits = {"train": demo["train"], "val": demo["dev"], "test_2016_flickr": demo["test"]}
+    (directory / "multi30k").mkdir()
+    for split, paths in splits.items():
+        for path, lang in zip(paths, ("en", "de")):
+            lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
+            with gzip.open(directory / "multi30k" / f"{split}.{lang}.gz", "wt",
+                           encoding="utf-8") as handle:
+                handle.writelines(lines[:LINES[split]])
+    return directory
+
+
+def run_pipeline(work: Path, shared: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KT_SHARED_DATA": str(shared), "KT_PIPELINE_TRAIN_ARGS": MICRO,
+           "KT_PIPELINE_SPEED_ARGS": "--sentences 3"}
+    return subprocess.run(["bash", "benchmarks/distillation_pipeline.sh", str(work)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=1800)
+
+
+@pytest.mark.slow
+def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path):
+    shared, work = multi30k_layout(tmp_path / "shared"), tmp_path / "work"
+    first = run_pipeline(work, shared)
+    assert first.returncode == 0, first.stderr[-3000:]
+
+    stages = (work / "stages.log").read_text().splitlines()
+    started = [line.split(" ", 1)[1] for line in stages if " start " in line]
+    assert started == [*(f"start {run}" for run in RUNS[:2]), "start translation of train",
+                       *(f"start {run}" for run in RUNS[2:]), "start student_speed"]
+    distilled = (work / "distilled" / "train.de").read_text(encoding="utf-8").splitlines()
+    assert len(distilled) == LINES["train"]
+
+    for run in RUNS:
+        run_dir = work / "runs" / run
+        assert "dev_bleu" in json.loads((run_dir / "result.json").read_text())
+        assert (run_dir / "checkpoints" / "ckpt-00000006.weights.h5").exists()
+        assert json.loads((run_dir / "test_tok.json").read_text())["name"] == "BLEU"
+        hypotheses = (run_dir / "test.hyp").read_text(encoding="utf-8").splitlines()
+        assert len(hypotheses) == LINES["test_2016_flickr"]
+    architecture = RunDir(work / "runs" / "student_deep_s1").load_recipe().architecture
+    assert (architecture.encoder_depth, architecture.decoder_depth) == (8, 1)
+    manifest = json.loads((work / "runs" / "student_s1" / "prepared" / "manifest.json")
+                          .read_text())
+    assert [corpus["pairs"]["read"] for corpus in manifest["corpora"]] == [LINES["train"]] * 2
+
+    speed = json.loads((work / "student_speed.txt").read_text().splitlines()[-1])
+    assert speed["sentences"] == 3 and speed["beam_size"] == 5
+    assert set(speed["exports"]) == {f"{run} {kind}" for run in ("teacher_s1", "student_deep_s1")
+                                     for kind in ("SavedModel", "CTranslate2 float32")}
+
+    modified = {path: path.stat().st_mtime_ns for path in work.rglob("*")
+                if path.is_file() and path.name != "stages.log"}
+    second = run_pipeline(work, shared)
+    assert second.returncode == 0, second.stderr[-3000:]
+    again = (work / "stages.log").read_text().splitlines()[len(stages):]
+    assert [line.split(" ", 1)[1] for line in again] == ["pipeline done"]
+    assert {path: path.stat().st_mtime_ns for path in modified} == modified
