@@ -7,9 +7,11 @@
 #
 #     nohup nice -n 19 bash benchmarks/distillation_pipeline.sh WORK_DIR > WORK_DIR.log 2>&1 &
 #
-# WORK_DIR (outside the checkout) gets data/, runs/, distilled/ and stages.log (each stage's start
-# and end). Run the same command again after a stop: a finished stage is skipped, a killed
-# kt-train resumes from its backup, a killed corpus translation from its written chunks.
+# WORK_DIR (outside the checkout) gets data/, runs/, distilled/, scores/, stages.log (each stage's
+# start and end) and heartbeat.tsv (the running stage, once a minute: the time each stage took
+# across stops, which `benchmarks/distillation_report.py WORK_DIR` turns into the RESULTS tables).
+# Run the same command again after a stop: a finished stage is skipped, a killed kt-train resumes
+# from its backup, a killed corpus translation from its written chunks.
 # KT_PIPELINE_TRAIN_ARGS (added to every kt-train, later arguments win) and KT_PIPELINE_SPEED_ARGS
 # (added to student_speed.py) shrink it for a rehearsal, e.g. the test's tiny models and steps.
 set -euo pipefail
@@ -17,8 +19,17 @@ WORK="$(realpath -m "${1:?usage: distillation_pipeline.sh WORK_DIR}")"
 cd "$(dirname "$0")/.."
 M="${KT_SHARED_DATA:-../shared/data}/multi30k"
 D="$WORK/data"
-mkdir -p "$D" "$WORK/runs" "$WORK/distilled"
+mkdir -p "$D" "$WORK/runs" "$WORK/distilled" "$WORK/scores"
 log() { echo "$(date -u +%FT%TZ) $*" | tee -a "$WORK/stages.log"; }
+heartbeat() {  # a stopped machine (or script) stops this clock too: stops cost no stage time
+  while sleep "${KT_PIPELINE_HEARTBEAT_SECONDS:-60}" && kill -0 $$ 2> /dev/null; do
+    echo "$(date +%s) $(grep ' start ' "$WORK/stages.log" 2> /dev/null | tail -1 | cut -d' ' -f3-)" \
+      >> "$WORK/heartbeat.tsv"
+  done
+}
+heartbeat &
+HEARTBEAT=$!
+trap 'kill "$HEARTBEAT"' EXIT
 
 for split in train val test_2016_flickr; do
   [ -s "$D/$split.de" ] || python -m trainers moses_form --src "$M/$split.en.gz" \
@@ -50,14 +61,20 @@ train student_deep_s1 "${DISTILLED[@]}" --seed 1 --set num_encoder_layers=8 --se
 train student_s1 "${DISTILLED[@]}" --seed 1
 train student_s2 "${DISTILLED[@]}" --seed 2
 
+score() {  # NAME, then kt-evaluate's model arguments: tokenized BLEU on test_2016_flickr
+  local name=$1; shift
+  [ -f "$WORK/scores/$name.json" ] && return
+  log "start scoring $name"
+  kt-evaluate "$@" --src "$D/test_2016_flickr.en" --ref "$D/test_2016_flickr.de" \
+    --hypotheses "$WORK/scores/$name.hyp" > "$WORK/scores/$name.txt"
+  sacrebleu "$D/test_2016_flickr.de" -i "$WORK/scores/$name.hyp" --tokenize none -lc -w 2 \
+    > "$WORK/scores/$name.json.partial"
+  mv "$WORK/scores/$name.json.partial" "$WORK/scores/$name.json"
+}
 for run in teacher_s1 teacher_s2 student_deep_s1 student_s1 student_s2; do
-  [ -f "$WORK/runs/$run/test_tok.json" ] && continue
-  kt-evaluate "$WORK/runs/$run" --src "$D/test_2016_flickr.en" --ref "$D/test_2016_flickr.de" \
-    --hypotheses "$WORK/runs/$run/test.hyp" > "$WORK/runs/$run/test_eval.txt"
-  sacrebleu "$D/test_2016_flickr.de" -i "$WORK/runs/$run/test.hyp" --tokenize none -lc -w 2 \
-    > "$WORK/runs/$run/test_tok.json.partial"
-  mv "$WORK/runs/$run/test_tok.json.partial" "$WORK/runs/$run/test_tok.json"
+  score "$run" "$WORK/runs/$run"
 done
+score teachers "$WORK/runs/teacher_s1" --ensemble "$WORK/runs/teacher_s2"
 if [ ! -s "$WORK/student_speed.txt" ]; then
   log "start student_speed"
   # shellcheck disable=SC2086

@@ -5,6 +5,8 @@ import gzip
 import json
 import os
 import subprocess
+import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -37,7 +39,7 @@ def multi30k_layout(directory: Path) -> Path:
 
 def run_pipeline(work: Path, shared: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "KT_SHARED_DATA": str(shared), "KT_PIPELINE_TRAIN_ARGS": MICRO,
-           "KT_PIPELINE_SPEED_ARGS": "--sentences 3"}
+           "KT_PIPELINE_SPEED_ARGS": "--sentences 3", "KT_PIPELINE_HEARTBEAT_SECONDS": "1"}
     return subprocess.run(["bash", "benchmarks/distillation_pipeline.sh", str(work)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=1800)
 
@@ -51,7 +53,9 @@ def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path):
     stages = (work / "stages.log").read_text().splitlines()
     started = [line.split(" ", 1)[1] for line in stages if " start " in line]
     assert started == [*(f"start {run}" for run in RUNS[:2]), "start translation of train",
-                       *(f"start {run}" for run in RUNS[2:]), "start student_speed"]
+                       *(f"start {run}" for run in RUNS[2:]),
+                       *(f"start scoring {run}" for run in RUNS + ("teachers",)),
+                       "start student_speed"]
     distilled = (work / "distilled" / "train.de").read_text(encoding="utf-8").splitlines()
     assert len(distilled) == LINES["train"]
 
@@ -59,8 +63,9 @@ def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path):
         run_dir = work / "runs" / run
         assert "dev_bleu" in json.loads((run_dir / "result.json").read_text())
         assert (run_dir / "checkpoints" / "ckpt-00000006.weights.h5").exists()
-        assert json.loads((run_dir / "test_tok.json").read_text())["name"] == "BLEU"
-        hypotheses = (run_dir / "test.hyp").read_text(encoding="utf-8").splitlines()
+    for name in RUNS + ("teachers",):
+        assert json.loads((work / "scores" / f"{name}.json").read_text())["name"] == "BLEU"
+        hypotheses = (work / "scores" / f"{name}.hyp").read_text(encoding="utf-8").splitlines()
         assert len(hypotheses) == LINES["test_2016_flickr"]
     architecture = RunDir(work / "runs" / "student_deep_s1").load_recipe().architecture
     assert (architecture.encoder_depth, architecture.decoder_depth) == (8, 1)
@@ -73,8 +78,25 @@ def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path):
     assert set(speed["exports"]) == {f"{run} {kind}" for run in ("teacher_s1", "student_deep_s1")
                                      for kind in ("SavedModel", "CTranslate2 float32")}
 
+    report = subprocess.run([sys.executable, "benchmarks/distillation_report.py", str(work)],
+                            cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    rows = {row.split(" | ")[0].strip("| "): row.split(" | ")[1:] for row in report.splitlines()
+            if row.startswith("| ") and " | " in row}
+    scores = {name: json.loads((work / "scores" / f"{name}.json").read_text())["score"]
+              for name in RUNS + ("teachers",)}
+    assert rows["student_deep_s1"][0] == "8 + 1" and rows["teacher_s1"][0] == "1 + 1"
+    assert float(rows["student_s2"][3]) == pytest.approx(scores["student_s2"], abs=0.006)
+    mean = rows["students of the recipe's size, mean of 2 seeds"][3].strip("*")
+    assert float(mean) == pytest.approx((scores["student_s1"] + scores["student_s2"]) / 2,
+                                        abs=0.006)
+    times = [datetime.fromisoformat(line.split(" ")[0]) for line in stages]
+    wall = (times[-1] - times[0]).total_seconds() / 60
+    pipeline = float(rows["the pipeline (teachers, translation, students)"][0].strip("*| "))
+    scoring = float(rows["then: test scores and the speed comparison"][0].strip("| "))
+    assert 0.8 * wall - 1 <= pipeline + scoring <= wall + 1
+
     modified = {path: path.stat().st_mtime_ns for path in work.rglob("*")
-                if path.is_file() and path.name != "stages.log"}
+                if path.is_file() and path.name not in ("stages.log", "heartbeat.tsv")}
     second = run_pipeline(work, shared)
     assert second.returncode == 0, second.stderr[-3000:]
     again = (work / "stages.log").read_text().splitlines()[len(stages):]

@@ -1,0 +1,111 @@
+"""The RESULTS tables of a `benchmarks/distillation_pipeline.sh` work directory: each model's dev
+and test BLEU, the students' mean, the time of every stage and of the whole pipeline, and the
+one-sentence decoding times of `benchmarks/student_speed.py`.
+
+    python benchmarks/distillation_report.py WORK_DIR
+
+Test BLEU is the pipeline's `scores/NAME.json` (sacrebleu, tokenized lowercased text against the
+Moses-form references); dev BLEU is kt-train's on 400 dev sentences (greedy) with the weights
+the run kept (`result.json`). A stage's minutes are the heartbeat's (`heartbeat.tsv`: the
+running stage once a minute), so the time the pipeline or its machine was stopped counts for no
+stage.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Optional
+
+from keras_transformer.training.run_dir import RunDir
+
+TEACHERS = ("teacher_s1", "teacher_s2")
+STUDENTS = ("student_s1", "student_s2")
+RUNS = TEACHERS + ("student_deep_s1",) + STUDENTS
+
+
+def stage_minutes(heartbeat: Path) -> dict[str, float]:
+    """Stage -> minutes it ran, from `heartbeat.tsv` lines "EPOCH_SECONDS STAGE"."""
+    beats = []
+    for line in heartbeat.read_text(encoding="utf-8").splitlines() if heartbeat.exists() else []:
+        seconds, _, stage = line.partition(" ")
+        beats.append((int(seconds), stage))
+    minutes: dict[str, float] = {}
+    if len(beats) < 2:
+        return minutes
+    gaps = [next_time - time for (time, _), (next_time, _) in zip(beats, beats[1:])]
+    interval = statistics.median(gaps)  # the heartbeat's; a gap far longer spans a stop
+    for (_, stage), gap in zip(beats, gaps):
+        if gap <= 2 * interval:
+            minutes[stage] = minutes.get(stage, 0.0) + gap / 60
+    return minutes
+
+
+def test_bleu(work: Path, name: str) -> Optional[float]:
+    path = work / "scores" / f"{name}.json"
+    return json.loads(path.read_text())["score"] if path.exists() else None
+
+
+def dev_bleu(run_dir: Path) -> Optional[float]:
+    path = run_dir / "result.json"
+    if not path.exists():
+        return None
+    result = json.loads(path.read_text())
+    kept = "averaged" if result["weights"].startswith("averaged") else "final"
+    return result["dev_bleu"][kept]
+
+
+def cell(value: Optional[float], digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def model_table(work: Path, minutes: dict[str, float]) -> list[str]:
+    rows = ["| model | encoder + decoder layers | trained on | dev BLEU | test BLEU | minutes |",
+            "|---|---|---|---:|---:|---:|"]
+    for name in RUNS:
+        run_dir = work / "runs" / name
+        if not (run_dir / "config.json").exists():
+            continue
+        architecture = RunDir(run_dir).load_recipe().architecture
+        corpus = "original" if name in TEACHERS else "original + distilled"
+        rows.append(f"| {name} | {architecture.encoder_depth} + {architecture.decoder_depth} | "
+                    f"{corpus} | {cell(dev_bleu(run_dir))} | {cell(test_bleu(work, name))} | "
+                    f"{cell(minutes.get(name), 0)} |")
+    rows.append(f"| the teachers' ensemble | 2 x the teacher's | - | - | "
+                f"{cell(test_bleu(work, 'teachers'))} | - |")
+    students = [test_bleu(work, name) for name in STUDENTS]
+    if None not in students:
+        rows.append(f"| students of the recipe's size, mean of 2 seeds | - | original + "
+                    f"distilled | - | **{statistics.fmean(students):.2f}** | - |")
+    return rows
+
+
+def stage_table(minutes: dict[str, float]) -> list[str]:
+    groups = {"teachers (2)": TEACHERS, "the ensemble translating train (beam 5)":
+              ("translation of train",), "students (3)": ("student_deep_s1",) + STUDENTS}
+    rows = ["| stage | minutes |", "|---|---:|"]
+    for label, stages in groups.items():
+        rows.append(f"| {label} | {sum(minutes.get(stage, 0.0) for stage in stages):.0f} |")
+    pipeline = sum(minutes.get(stage, 0.0) for stages in groups.values() for stage in stages)
+    rows.append(f"| the pipeline (teachers, translation, students) | **{pipeline:.0f}** |")
+    scoring = sum(value for stage, value in minutes.items()
+                  if stage.startswith("scoring") or stage == "student_speed")
+    rows.append(f"| then: test scores and the speed comparison | {scoring:.0f} |")
+    return rows
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("work_dir", type=Path, help="distillation_pipeline.sh's WORK_DIR")
+    work = parser.parse_args(argv).work_dir
+    minutes = stage_minutes(work / "heartbeat.tsv")
+    lines = model_table(work, minutes) + [""] + stage_table(minutes)
+    speed = work / "student_speed.txt"
+    if speed.exists():
+        lines += [""] + [line for line in speed.read_text().splitlines() if line.startswith("|")]
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
