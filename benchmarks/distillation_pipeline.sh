@@ -57,9 +57,9 @@ if [ ! -s "$WORK/distilled/train.de" ]; then
   log "end translation of train"
 fi
 DISTILLED=("${ORIGINAL[@]}" --train-src "$D/train.en" --train-tgt "$WORK/distilled/train.de")
-train student_deep_s1 "${DISTILLED[@]}" --seed 1 --set num_encoder_layers=8 --set num_decoder_layers=1
 train student_s1 "${DISTILLED[@]}" --seed 1
 train student_s2 "${DISTILLED[@]}" --seed 2
+train student_deep_s1 "${DISTILLED[@]}" --seed 1 --set num_encoder_layers=8 --set num_decoder_layers=1
 
 score() {  # NAME, then kt-evaluate's model arguments: tokenized BLEU on test_2016_flickr
   local name=$1; shift
@@ -71,7 +71,7 @@ score() {  # NAME, then kt-evaluate's model arguments: tokenized BLEU on test_20
     > "$WORK/scores/$name.json.partial"
   mv "$WORK/scores/$name.json.partial" "$WORK/scores/$name.json"
 }
-for run in teacher_s1 teacher_s2 student_deep_s1 student_s1 student_s2; do
+for run in teacher_s1 teacher_s2 student_s1 student_s2 student_deep_s1; do
   score "$run" "$WORK/runs/$run"
 done
 score teachers "$WORK/runs/teacher_s1" --ensemble "$WORK/runs/teacher_s2"

@@ -22,7 +22,7 @@ from keras_transformer.training.run_dir import RunDir
 
 TEACHERS = ("teacher_s1", "teacher_s2")
 STUDENTS = ("student_s1", "student_s2")
-RUNS = TEACHERS + ("student_deep_s1",) + STUDENTS
+RUNS = TEACHERS + STUDENTS + ("student_deep_s1",)
 
 
 def stage_minutes(heartbeat: Path) -> dict[str, float]:

@@ -20,7 +20,7 @@ MICRO = ("--set vocab_size=400 --set d_model=32 --set d_ff=64 --set num_layers=1
          "--set num_heads=2 --set batch_tokens=512 --set max_length=48 --steps 6 "
          "--checkpoint-every-steps 3 --eval-every 3 --eval-sentences 8 --attention-sentences 1 "
          "--progress-seconds 0")
-RUNS = ("teacher_s1", "teacher_s2", "student_deep_s1", "student_s1", "student_s2")
+RUNS = ("teacher_s1", "teacher_s2", "student_s1", "student_s2", "student_deep_s1")
 
 
 def multi30k_layout(directory: Path) -> Path:
