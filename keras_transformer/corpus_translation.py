@@ -9,9 +9,14 @@ written whole and durably to `OUTPUT.parts/chunk-NNNNNN.txt` (`atomic_files`), s
   as one unit, whatever ran before it): the output is never duplicated, torn or lost;
 - `N` shards (`Shard`: workers or machines sharing the directory) take every N-th chunk, and
   their chunks join in input order into the same output as one job's;
-- `OUTPUT.parts/manifest.json` records the input (path, SHA-256, lines), the chunk size and
-  the teacher's identity (weights and vocabulary digests, search settings); a restart or a
-  shard whose input, chunk size or teacher differs from it is refused, naming what differs.
+- `OUTPUT.parts/manifest.json` records the input (path, SHA-256, lines), the chunk size, the
+  teacher's identity (weights and vocabulary digests, search settings) and the reference
+  translations if the job has them; a restart or a shard whose input, chunk size, teacher or
+  reference differs from it is refused, naming what differs.
+
+With reference translations (the target side of the corpus, line for line), each chunk's
+references are given to the teacher beside its lines, e.g. to keep, of each line's n-best list,
+the hypothesis closest to its reference (`text_translation.closest_lines`).
 
 `OUTPUT` itself is written (atomically) once every chunk is there, by whichever shard writes
 the last one, or by `join()`; the parts stay until the caller deletes them.
@@ -30,7 +35,8 @@ from keras_transformer.atomic_files import write_atomic
 from keras_transformer.data.text_files import count_lines, iter_raw_lines
 
 MANIFEST = "manifest.json"
-TranslateLines = Callable[[list[bytes]], list[str]]
+# lines -> outputs, or with references: (lines, references) -> outputs
+TranslateLines = Callable[..., list[str]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,13 +114,17 @@ class CorpusTranslation:
         teacher: what translates, as JSON-able values (e.g. `{"runs": [...digests...],
             "search": {...}}`): recorded in the manifest and compared on every restart.
         chunk_lines: input lines per chunk (the unit of resumption and of sharding).
+        reference_path: optional reference translations, one per input line, plain or
+            gzipped: `run`'s `translate` then gets each chunk's references too.
     """
 
     def __init__(self, input_path: str | os.PathLike, output_path: str | os.PathLike,
-                 teacher: dict[str, Any], chunk_lines: int = 10_000):
+                 teacher: dict[str, Any], chunk_lines: int = 10_000,
+                 reference_path: Optional[str | os.PathLike] = None):
         if not isinstance(chunk_lines, int) or chunk_lines < 1:
             raise ValueError(f"chunk_lines: must be a positive integer, got {chunk_lines!r}")
         self.input_path = Path(input_path)
+        self.reference_path = None if reference_path is None else Path(reference_path)
         self.output_path = Path(output_path)
         self.parts = self.output_path.with_name(self.output_path.name + ".parts")
         self.teacher = teacher
@@ -147,7 +157,8 @@ class CorpusTranslation:
         Args:
             translate: raw input lines (bytes, without line endings, possibly invalid UTF-8)
                 -> one output line each, without line breaks (e.g.
-                `text_translation.best_lines`).
+                `text_translation.best_lines`); with a reference, (lines, their references
+                as raw lines) -> output lines.
             shard: the chunks this call takes.
             on_progress: called after each chunk.
 
@@ -160,12 +171,12 @@ class CorpusTranslation:
         lines_left = sum(self._chunk_size(chunk) for chunk in todo)
         translated_lines, invalid = 0, []
         pending = set(todo)
-        for chunk, first_number, lines in self._chunks():
+        for chunk, first_number, lines, references in self._chunks():
             if chunk not in pending:
                 continue
             invalid += [first_number + offset for offset, line in enumerate(lines)
                         if not _is_utf8(line)]
-            outputs = translate(lines)
+            outputs = translate(lines) if references is None else translate(lines, references)
             if len(outputs) != len(lines):
                 raise RuntimeError(f"translate: {len(outputs)} outputs for the {len(lines)} "
                                    f"lines of chunk {chunk}")
@@ -204,36 +215,60 @@ class CorpusTranslation:
                     "lines": count_lines(self.input_path),
                     "chunk_lines": self.chunk_lines,
                     "teacher": json.loads(json.dumps(self.teacher))}
+        if self.reference_path is not None:
+            manifest.update(self._reference(manifest["lines"]))
         path = self.parts / MANIFEST
         if path.is_file():
             recorded = json.loads(path.read_text(encoding="utf-8"))
             differences = [f"{key}: {recorded.get(key)!r} when the partial output was "
-                           f"written, {manifest[key]!r} now"
-                           for key in ("input_sha256", "lines", "chunk_lines", "teacher")
-                           if recorded.get(key) != manifest[key]]
+                           f"written, {manifest.get(key)!r} now"
+                           for key in ("input_sha256", "lines", "chunk_lines", "teacher",
+                                       "reference_sha256")
+                           if recorded.get(key) != manifest.get(key)]
             if differences:
                 raise ValueError(f"{self.parts}: this partial output was written from another "
-                                 f"input or teacher; continue it with the same ones, or delete "
-                                 f"it to start again ({'; '.join(differences)})")
+                                 f"input, teacher or reference; continue it with the same ones, "
+                                 f"or delete it to start again ({'; '.join(differences)})")
             return recorded
         self.parts.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(manifest, indent=1, sort_keys=True))
         return manifest
 
+    def _reference(self, lines: int) -> dict[str, Any]:
+        """The manifest's entries of the reference, which must have the input's lines."""
+        if not self.reference_path.is_file():
+            raise FileNotFoundError(f"reference: no such file {str(self.reference_path)!r}")
+        reference_lines = count_lines(self.reference_path)
+        if reference_lines != lines:
+            raise ValueError(f"reference: {str(self.reference_path)!r} has {reference_lines} "
+                             f"lines, the input {str(self.input_path)!r} {lines}: they must be "
+                             "line-aligned")
+        return {"reference": os.fspath(self.reference_path.resolve()),
+                "reference_sha256": file_sha256(self.reference_path)}
+
     def _chunk_size(self, chunk: int) -> int:
         return min(self.chunk_lines, self.manifest["lines"] - chunk * self.chunk_lines)
 
-    def _chunks(self) -> Iterator[tuple[int, int, list[bytes]]]:
-        """`(chunk, its first line's 1-based number, its lines)` of the input, streamed."""
-        lines: list[bytes] = []
-        chunk = 0
-        for line in iter_raw_lines(self.input_path):
+    def _chunks(self) -> Iterator[tuple[int, int, list[bytes], Optional[list[bytes]]]]:
+        """`(chunk, its first line's 1-based number, its lines, their references or None)`
+        of the input, streamed."""
+        pairs = (zip(iter_raw_lines(self.input_path), iter_raw_lines(self.reference_path))
+                 if self.reference_path is not None
+                 else ((line, None) for line in iter_raw_lines(self.input_path)))
+        chunk, lines, references = 0, [], []
+        for line, reference in pairs:
             lines.append(line)
+            references.append(reference)
             if len(lines) == self.chunk_lines:
-                yield chunk, chunk * self.chunk_lines + 1, lines
-                chunk, lines = chunk + 1, []
+                yield self._chunk(chunk, lines, references)
+                chunk, lines, references = chunk + 1, [], []
         if lines:
-            yield chunk, chunk * self.chunk_lines + 1, lines
+            yield self._chunk(chunk, lines, references)
+
+    def _chunk(self, chunk: int, lines: list[bytes], references: list
+               ) -> tuple[int, int, list[bytes], Optional[list[bytes]]]:
+        return (chunk, chunk * self.chunk_lines + 1, lines,
+                None if self.reference_path is None else references)
 
 
 def _is_utf8(line: bytes) -> bool:

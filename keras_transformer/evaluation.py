@@ -65,6 +65,12 @@ _LOG = logging.getLogger(__name__)
 _NOTED_TOKENIZED = False
 
 
+def sentence_bleu(hypothesis: str, reference: str) -> float:
+    """One sentence's BLEU against one reference (sacreBLEU's smoothed sentence BLEU, 13a
+    tokenization: idempotent on tokenized text)."""
+    return sacrebleu.sentence_bleu(hypothesis, [reference]).score
+
+
 def _looks_tokenized(hypotheses: Sequence[str]) -> bool:
     """The rule of sacreBLEU's hint: more than 100 lines end in a detached period."""
     return sum(line.rstrip().endswith(" .") for line in hypotheses) > 100

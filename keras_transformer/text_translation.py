@@ -92,6 +92,39 @@ class TextTranslator:
                 for row, row_scores in zip(words, scores)]
 
 
+def closest_lines(translator: TextTranslator, lines: Sequence[bytes],
+                  references: Sequence[bytes], similarity: Callable[[str, str], float],
+                  batch_size: int = 64, batch_tokens: int = 6000) -> list[str]:
+    """Of each line's n-best list (the whole beam), the translation most similar to the line's
+    reference, as an `output_line`: Kim & Rush's (2016) sequence-level interpolation, the
+    distillation target between the teacher's best translation and the reference. A tie goes
+    to the better-scored translation.
+
+    Args:
+        translator: what translates (a beam search: its every hypothesis is a candidate).
+        lines: raw input lines (possibly invalid UTF-8: decoded with replacements).
+        references: raw reference lines, one per input line.
+        similarity: (translation, reference) -> a number, higher is closer (e.g.
+            `evaluation.sentence_bleu`).
+        batch_size: at most this many lines a batch.
+        batch_tokens: at most this many padded words a batch.
+
+    Returns:
+        One output line per input line.
+    """
+    if len(references) != len(lines):
+        raise ValueError(f"references: {len(references)} for {len(lines)} lines")
+    outputs = [""] * len(lines)
+    for batch in length_batches([len(line.split()) for line in lines], batch_size,
+                                batch_tokens):
+        nbest = translator.nbest([lines[index] for index in batch], translator.beam_size)
+        for index, hypotheses in zip(batch, nbest):
+            reference = output_line(references[index])
+            candidates = [output_line(text) for text, _ in hypotheses]
+            outputs[index] = max(candidates, key=lambda text: similarity(text, reference))
+    return outputs
+
+
 def length_batches(lengths: Sequence[int], batch_size: int,
                    batch_tokens: int) -> Iterator[list[int]]:
     """Indices of texts in batches sorted by length: at most `batch_size` texts and, padded

@@ -2,6 +2,7 @@
 writes, shards join into one job's output, and a restart with another input, chunking or
 teacher is refused naming what differs (the job with a stand-in translator, then
 kt-translate-corpus with a real run, killed by a signal)."""
+import dataclasses
 import os
 import signal
 import subprocess
@@ -12,7 +13,13 @@ from pathlib import Path
 import pytest
 
 from conftest import random_run
+from keras_transformer import fast
 from keras_transformer.corpus_translation import CorpusTranslation, Shard
+from keras_transformer.decoding.translator import Translator
+from keras_transformer.evaluation import sentence_bleu
+from keras_transformer.text_translation import (TextTranslator, best_lines, closest_lines,
+                                                length_batches, output_line)
+from trainers.common import load_run_model
 
 TEACHER = {"runs": [{"weights_sha256": "ab"}], "search": {"beam_size": 4}}
 LINES = [f"sentence {index} " * (1 + index % 5) for index in range(47)]
@@ -38,7 +45,7 @@ class Crash(Exception):
 
 def crashing_after(chunks: int, calls: list):
     """`reversed_words` that dies (mid-write of nothing) at chunk `chunks`, like a kill."""
-    def translate(lines):
+    def translate(lines, references=None):
         if len(calls) == chunks:
             raise Crash()
         calls.append(len(lines))
@@ -98,9 +105,68 @@ def test_a_restart_with_other_input_teacher_or_chunking_is_refused(corpus, tmp_p
         teacher = {**TEACHER, "search": {"beam_size": 5}}
     else:
         chunk_lines = 11
-    with pytest.raises(ValueError, match=f"another input or teacher.*{named}: .* when the "
-                                         "partial output was written"):
+    with pytest.raises(ValueError, match=f"another input, teacher or reference.*{named}: .* "
+                                         "when the partial output was written"):
         CorpusTranslation(corpus, output, teacher, chunk_lines).run(reversed_words)
+
+
+def test_references_reach_the_teacher_line_for_line_and_restarts_keep_them(corpus, tmp_path):
+    reference = tmp_path / "train.de"
+    reference.write_text("".join(f"reference {index}\n" for index in range(len(LINES))))
+
+    def beside_reference(lines, references):
+        return [f"{ref.decode()} | {line.decode('utf-8', 'replace')}"
+                for line, ref in zip(lines, references)]
+
+    whole = tmp_path / "whole.de"
+    assert CorpusTranslation(corpus, whole, TEACHER, 10, reference).run(beside_reference).complete
+    assert whole.read_text().splitlines() == beside_reference(
+        corpus.read_bytes().split(b"\n")[:-1], reference.read_bytes().split(b"\n")[:-1])
+
+    output = tmp_path / "out.de"
+    with pytest.raises(Crash):
+        CorpusTranslation(corpus, output, TEACHER, 10, reference).run(crashing_after(1, []))
+    with pytest.raises(ValueError, match="reference_sha256: .* when the partial output"):
+        CorpusTranslation(corpus, output, TEACHER, 10).run(reversed_words)
+    reference.write_text(reference.read_text().replace("reference 33", "reference 34"))
+    with pytest.raises(ValueError, match="reference_sha256: .* when the partial output"):
+        CorpusTranslation(corpus, output, TEACHER, 10, reference).run(beside_reference)
+    reference.write_text("".join(f"reference {index}\n" for index in range(len(LINES) - 1)))
+    with pytest.raises(ValueError, match=f"reference: '{reference}' has 46 lines, the input "
+                                         f"'{corpus}' 47: they must be line-aligned"):
+        CorpusTranslation(corpus, tmp_path / "new.de", TEACHER, 10, reference).run(
+            beside_reference)
+
+
+class ListedTranslator:
+    """A stand-in beam of 4: hypothesis i of a line is the line with its first i words
+    dropped, scored -i."""
+
+    beam_size = 4
+
+    def __init__(self):
+        self.batches: list[int] = []
+
+    def nbest(self, texts, k):
+        self.batches.append(len(texts))
+        return [[(b" ".join(text.split()[i:]), -float(i)) for i in range(k)] for text in texts]
+
+
+def test_closest_lines_keeps_the_hypothesis_nearest_each_reference():
+    lines = [" ".join(f"w{index}x{word}" for word in range(3 + index % 4)).encode()
+             for index in range(9)]
+    translator = ListedTranslator()
+    wanted = [index % 4 for index in range(9)]  # the hypothesis each reference copies
+    references = [b" ".join(line.split()[drop:]) + b" extra" for line, drop in
+                  zip(lines, wanted)]
+    chosen = closest_lines(translator, lines, references, sentence_bleu, batch_size=4)
+    assert chosen == [" ".join(line.decode().split()[drop:]) for line, drop in
+                      zip(lines, wanted)]
+    assert translator.batches == [4, 4, 1]
+    # Equally close hypotheses: the better-scored one.
+    assert closest_lines(translator, [b"a b c d"], [b"z"], lambda *_: 0.0) == ["a b c d"]
+    with pytest.raises(ValueError, match="references: 1 for 2 lines"):
+        closest_lines(translator, [b"a", b"b"], [b"a"], sentence_bleu)
 
 
 @pytest.mark.parametrize("text", ["3/2", "0/2", "2", "a/b", "1/0"])
@@ -167,3 +233,36 @@ def test_kt_translate_corpus_killed_by_a_signal_resumes_exactly(demo_vocab, demo
     assert code == 2 and "teacher" in err and "max_decode_extra" in err
     code, err = kt_translate_corpus(*common, "--output", str(sharded), "--shard", "3/2")
     assert code == 2 and "--shard: 3/2 is not a shard I/N" in err
+
+
+def test_kt_translate_corpus_closest_to_reference(demo_vocab, demo_train, tmp_path):
+    """With references made of the second hypotheses of the run's model (its beam of 3, the
+    command's batches), the command outputs exactly those; a search without a beam, or a
+    reference of other length, is refused by name."""
+    run = random_run(demo_vocab, tmp_path / "teacher")
+    model, tokenizer = load_run_model(str(run.root))
+    settings = dataclasses.replace(run.load_recipe().search, beam_size=3, max_decode_extra=5)
+    translator = TextTranslator.from_translator(Translator(
+        model, tokenizer, settings, step_builder=fast.decoding_step()))
+    sources = [line.encode() for line in demo_train[0][:30]]
+    seconds = [""] * len(sources)
+    for batch in length_batches([len(line.split()) for line in sources], 64, 6000):
+        for index, hypotheses in zip(batch, translator.nbest([sources[i] for i in batch], 3)):
+            seconds[index] = output_line(hypotheses[1][0])
+    assert seconds != best_lines(translator, sources)
+    corpus, reference = tmp_path / "train.en", tmp_path / "train.de"
+    corpus.write_bytes(b"\n".join(sources) + b"\n")
+    reference.write_text("\n".join(seconds) + "\n", encoding="utf-8")
+    common = [str(run.root), str(corpus), "--max-decode-extra", "5", "--closest-to-reference",
+              str(reference)]
+    code, err = kt_translate_corpus(*common, "--beam-size", "3", "--output",
+                                    str(tmp_path / "out.de"))
+    assert code == 0 and "complete" in err, err
+    assert (tmp_path / "out.de").read_text(encoding="utf-8").split("\n") == seconds + [""]
+
+    code, err = kt_translate_corpus(*common, "--beam-size", "1", "--output",
+                                    str(tmp_path / "greedy.de"))
+    assert code == 2 and "--closest-to-reference: needs a beam search of 2 or more" in err
+    reference.write_text("one line\n", encoding="utf-8")
+    code, err = kt_translate_corpus(*common, "--output", str(tmp_path / "short.de"))
+    assert code == 2 and f"reference: '{reference}' has 1 lines" in err

@@ -11,7 +11,10 @@ killed job started again with the same command continues where it stopped, with 
 output as an uninterrupted one; shards (`--shard I/N`, workers sharing the directory) each take
 every N-th chunk, and whichever writes the last chunk joins them into OUTPUT in input order.
 A restart whose input, chunking or teacher (weights, vocabulary, search settings) differs from
-the partial output's is refused, naming what differs. Lines follow kt-translate's rules: an
+the partial output's is refused, naming what differs. With `--closest-to-reference REF` (the
+corpus' target side), each line's translation is, of the beam's every hypothesis, the one with
+the highest sentence BLEU against its reference (Kim & Rush's sequence-level interpolation)
+instead of the best-scored one. Lines follow kt-translate's rules: an
 empty line gives an empty line, invalid UTF-8 is translated with U+FFFD replacements (a warning
 names the line), a line longer than the model's `max_length` is translated from its start.
 """
@@ -25,8 +28,9 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from keras_transformer.corpus_translation import CorpusTranslation, Progress, Shard, file_sha256
+from keras_transformer.evaluation import sentence_bleu
 from keras_transformer.export_loading import export_version
-from keras_transformer.text_translation import best_lines
+from keras_transformer.text_translation import best_lines, closest_lines
 from keras_transformer.training.run_dir import RunDir
 from trainers.common import add_ensemble_argument, add_search_arguments, search_settings
 from trainers.translate import load_translator
@@ -48,6 +52,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="sentences per batch (default: 64)")
     parser.add_argument("--batch-tokens", type=int, default=6000,
                         help="at most this many padded words per batch (default: 6000)")
+    parser.add_argument("--closest-to-reference", metavar="REF",
+                        help="reference translations, line-aligned with the input: keep the "
+                             "beam's hypothesis with the highest sentence BLEU against each")
     parser.add_argument("--weights", help="with a run directory: a .weights.h5 file")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--progress-seconds", type=float, default=30.0,
@@ -120,15 +127,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     try:
         job = CorpusTranslation(args.input, args.output, teacher_identity(args),
-                                args.chunk_lines)
+                                args.chunk_lines, args.closest_to_reference)
         has_work = any(args.shard.owns(chunk) for chunk in job.missing_chunks())
         translator = load_translator(args) if has_work else None
+        if translator is not None and args.closest_to_reference and translator.beam_size < 2:
+            raise ValueError("--closest-to-reference: needs a beam search of 2 or more "
+                             f"hypotheses to choose from; this teacher keeps "
+                             f"{translator.beam_size}")
     except (ValueError, FileNotFoundError, OSError) as error:
         print(f"kt-translate-corpus: error: {error}", file=sys.stderr)
         return 2
 
-    def translate(lines: list[bytes]) -> list[str]:
-        return best_lines(translator, lines, args.batch_size, args.batch_tokens)
+    def translate(lines: list[bytes], references: Optional[list[bytes]] = None) -> list[str]:
+        if references is None:
+            return best_lines(translator, lines, args.batch_size, args.batch_tokens)
+        return closest_lines(translator, lines, references, sentence_bleu, args.batch_size,
+                             args.batch_tokens)
 
     report = job.run(translate, args.shard,
                      ProgressLines(args.shard, args.progress_seconds, args.quiet))
