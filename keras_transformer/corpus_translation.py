@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import time
@@ -252,23 +253,16 @@ class CorpusTranslation:
     def _chunks(self) -> Iterator[tuple[int, int, list[bytes], Optional[list[bytes]]]]:
         """`(chunk, its first line's 1-based number, its lines, their references or None)`
         of the input, streamed."""
-        pairs = (zip(iter_raw_lines(self.input_path), iter_raw_lines(self.reference_path))
-                 if self.reference_path is not None
-                 else ((line, None) for line in iter_raw_lines(self.input_path)))
-        chunk, lines, references = 0, [], []
-        for line, reference in pairs:
-            lines.append(line)
-            references.append(reference)
-            if len(lines) == self.chunk_lines:
-                yield self._chunk(chunk, lines, references)
-                chunk, lines, references = chunk + 1, [], []
-        if lines:
-            yield self._chunk(chunk, lines, references)
-
-    def _chunk(self, chunk: int, lines: list[bytes], references: list
-               ) -> tuple[int, int, list[bytes], Optional[list[bytes]]]:
-        return (chunk, chunk * self.chunk_lines + 1, lines,
-                None if self.reference_path is None else references)
+        references = (iter_raw_lines(self.reference_path) if self.reference_path is not None
+                      else itertools.repeat(None))
+        pairs = zip(iter_raw_lines(self.input_path), references)
+        for chunk in itertools.count():
+            block = list(itertools.islice(pairs, self.chunk_lines))
+            if not block:
+                return
+            lines, chunk_references = (list(side) for side in zip(*block))
+            yield (chunk, chunk * self.chunk_lines + 1, lines,
+                   None if self.reference_path is None else chunk_references)
 
 
 def _is_utf8(line: bytes) -> bool:
