@@ -3,10 +3,12 @@ and test BLEU, the students' mean, the time of every stage and of the whole pipe
 one-sentence decoding times of `benchmarks/student_speed.py`.
 
     python benchmarks/distillation_report.py WORK_DIR
+    python benchmarks/distillation_report.py WORK_DIR --better-on-dev RUN OTHER_RUN
 
 Test BLEU is the pipeline's `scores/NAME.json` (sacrebleu, tokenized lowercased text against the
-Moses-form references); dev BLEU is kt-train's on 400 dev sentences (greedy) with the weights
-the run kept (`result.json`). A stage's minutes are the heartbeat's (`heartbeat.tsv`: the
+Moses-form references); dev BLEU is kt-train's on the whole dev set (greedy) with the weights
+the run kept (`result.json`). `--better-on-dev` prints both runs' dev BLEU and exits 0 only when
+the first run's is higher: the pipeline's choice whether an attempt gets its second seed. A stage's minutes are the heartbeat's (`heartbeat.tsv`: the
 running stage once a minute), so the time the pipeline or its machine was stopped counts for no
 stage.
 """
@@ -21,8 +23,13 @@ from typing import Optional
 from keras_transformer.training.run_dir import RunDir
 
 TEACHERS = ("teacher_s1", "teacher_s2")
-STUDENTS = ("student_s1", "student_s2")
-RUNS = TEACHERS + STUDENTS + ("student_deep_s1",)
+DISTILLED = "original + ensemble's"
+DIVERSE = "original + ensemble's + each teacher's"
+STUDENT_SEEDS = {DISTILLED: ("student_s1", "student_s2"),
+                 DIVERSE: ("student_diverse_s1", "student_diverse_s2")}
+CORPORA = {**dict.fromkeys(TEACHERS, "original"), "student_s1": DISTILLED,
+           "student_s2": DISTILLED, "student_deep_s1": DISTILLED,
+           "student_diverse_s1": DIVERSE, "student_diverse_s2": DIVERSE}
 
 
 def stage_minutes(heartbeat: Path) -> dict[str, float]:
@@ -63,42 +70,59 @@ def cell(value: Optional[float], digits: int = 2) -> str:
 def model_table(work: Path, minutes: dict[str, float]) -> list[str]:
     rows = ["| model | encoder + decoder layers | trained on | dev BLEU | test BLEU | minutes |",
             "|---|---|---|---:|---:|---:|"]
-    for name in RUNS:
+    for name, corpus in CORPORA.items():
         run_dir = work / "runs" / name
         if not (run_dir / "config.json").exists():
             continue
         architecture = RunDir(run_dir).load_recipe().architecture
-        corpus = "original" if name in TEACHERS else "original + distilled"
         rows.append(f"| {name} | {architecture.encoder_depth} + {architecture.decoder_depth} | "
                     f"{corpus} | {cell(dev_bleu(run_dir))} | {cell(test_bleu(work, name))} | "
                     f"{cell(minutes.get(name), 0)} |")
     rows.append(f"| the teachers' ensemble | 2 x the teacher's | - | - | "
                 f"{cell(test_bleu(work, 'teachers'))} | - |")
-    students = [test_bleu(work, name) for name in STUDENTS]
-    if None not in students:
-        rows.append(f"| students of the recipe's size, mean of 2 seeds | - | original + "
-                    f"distilled | - | **{statistics.fmean(students):.2f}** | - |")
+    for corpus, seeds in STUDENT_SEEDS.items():
+        scores = [test_bleu(work, name) for name in seeds]
+        if None not in scores:
+            rows.append(f"| mean of {' and '.join(seeds)} | - | {corpus} | - | "
+                        f"**{statistics.fmean(scores):.2f}** | - |")
     return rows
 
 
 def stage_table(minutes: dict[str, float]) -> list[str]:
-    groups = {"teachers (2)": TEACHERS, "the ensemble translating train (beam 5)":
-              ("translation of train",), "students (3)": ("student_deep_s1",) + STUDENTS}
+    groups = {"teachers (2)": [stage for stage in minutes if stage.startswith("teacher")],
+              "translations of train (beam 5)":
+                  [stage for stage in minutes if stage.startswith("translation")],
+              "students": [stage for stage in minutes if stage.startswith("student_")]}
     rows = ["| stage | minutes |", "|---|---:|"]
     for label, stages in groups.items():
-        rows.append(f"| {label} | {sum(minutes.get(stage, 0.0) for stage in stages):.0f} |")
-    pipeline = sum(minutes.get(stage, 0.0) for stages in groups.values() for stage in stages)
-    rows.append(f"| the pipeline (teachers, translation, students) | **{pipeline:.0f}** |")
+        rows.append(f"| {label} | {sum(minutes[stage] for stage in stages):.0f} |")
+    pipeline = sum(minutes[stage] for stages in groups.values() for stage in stages)
+    rows.append(f"| the pipeline (teachers, translations, students) | **{pipeline:.0f}** |")
     scoring = sum(value for stage, value in minutes.items()
                   if stage.startswith("scoring") or stage == "student_speed")
     rows.append(f"| then: test scores and the speed comparison | {scoring:.0f} |")
     return rows
 
 
+def better_on_dev(work: Path, run: str, other: str) -> bool:
+    """Prints both runs' dev BLEU; whether `run`'s is the higher."""
+    scores = {name: dev_bleu(work / "runs" / name) for name in (run, other)}
+    print(" ".join(f"{name} {cell(score)}" for name, score in scores.items()))
+    missing = [name for name, score in scores.items() if score is None]
+    if missing:
+        raise SystemExit(f"--better-on-dev: no result.json in {work / 'runs' / missing[0]}")
+    return scores[run] > scores[other]
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("work_dir", type=Path, help="distillation_pipeline.sh's WORK_DIR")
-    work = parser.parse_args(argv).work_dir
+    parser.add_argument("--better-on-dev", nargs=2, metavar=("RUN", "OTHER_RUN"),
+                        help="exit 0 when RUN's dev BLEU is higher than OTHER_RUN's, else 1")
+    args = parser.parse_args(argv)
+    work = args.work_dir
+    if args.better_on_dev:
+        raise SystemExit(0 if better_on_dev(work, *args.better_on_dev) else 1)
     minutes = stage_minutes(work / "heartbeat.tsv")
     lines = model_table(work, minutes) + [""] + stage_table(minutes)
     speed = work / "student_speed.txt"

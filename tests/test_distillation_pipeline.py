@@ -1,6 +1,8 @@
 """benchmarks/distillation_pipeline.sh end to end with micro models on a few hundred demo pairs
 laid out as Multi30k: every stage runs (teachers, the ensemble's translation of train, students
-on two corpora with separate depths, test scores, exports timed), and a second run redoes none."""
+on two corpora with separate depths, test scores, exports timed, then the diversification
+attempt: each teacher's translation, a student on four corpora, its second seed as dev decides),
+and a second run redoes none."""
 import gzip
 import json
 import os
@@ -21,6 +23,11 @@ MICRO = ("--set vocab_size=400 --set d_model=32 --set d_ff=64 --set num_layers=1
          "--checkpoint-every-steps 3 --eval-every 3 --eval-sentences 8 --attention-sentences 1 "
          "--progress-seconds 0")
 RUNS = ("teacher_s1", "teacher_s2", "student_s1", "student_s2", "student_deep_s1")
+
+
+def kept_dev_bleu(run_dir: Path) -> float:
+    result = json.loads((run_dir / "result.json").read_text())
+    return result["dev_bleu"]["averaged" if result["weights"].startswith("averaged") else "final"]
 
 
 def multi30k_layout(directory: Path) -> Path:
@@ -52,12 +59,22 @@ def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path):
 
     stages = (work / "stages.log").read_text().splitlines()
     started = [line.split(" ", 1)[1] for line in stages if " start " in line]
+    second_seed = (kept_dev_bleu(work / "runs" / "student_diverse_s1")
+                   > kept_dev_bleu(work / "runs" / "student_s1"))
     assert started == [*(f"start {run}" for run in RUNS[:2]), "start translation of train",
                        *(f"start {run}" for run in RUNS[2:]),
                        *(f"start scoring {run}" for run in RUNS + ("teachers",)),
-                       "start student_speed"]
-    distilled = (work / "distilled" / "train.de").read_text(encoding="utf-8").splitlines()
-    assert len(distilled) == LINES["train"]
+                       "start student_speed",
+                       *(f"start translation of train by {run}" for run in RUNS[:2]),
+                       "start student_diverse_s1", "start scoring student_diverse_s1",
+                       *(["start student_diverse_s2", "start scoring student_diverse_s2"]
+                         if second_seed else [])]
+    for name in ("train", "train.teacher_s1", "train.teacher_s2"):
+        distilled = (work / "distilled" / f"{name}.de").read_text(encoding="utf-8").splitlines()
+        assert len(distilled) == LINES["train"]
+    diverse = json.loads((work / "runs" / "student_diverse_s1" / "prepared" / "manifest.json")
+                         .read_text())
+    assert [corpus["pairs"]["read"] for corpus in diverse["corpora"]] == [LINES["train"]] * 4
 
     for run in RUNS:
         run_dir = work / "runs" / run
@@ -86,12 +103,12 @@ def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path):
               for name in RUNS + ("teachers",)}
     assert rows["student_deep_s1"][0] == "8 + 1" and rows["teacher_s1"][0] == "1 + 1"
     assert float(rows["student_s2"][3]) == pytest.approx(scores["student_s2"], abs=0.006)
-    mean = rows["students of the recipe's size, mean of 2 seeds"][3].strip("*")
+    mean = rows["mean of student_s1 and student_s2"][3].strip("*")
     assert float(mean) == pytest.approx((scores["student_s1"] + scores["student_s2"]) / 2,
                                         abs=0.006)
     times = [datetime.fromisoformat(line.split(" ")[0]) for line in stages]
     wall = (times[-1] - times[0]).total_seconds() / 60
-    pipeline = float(rows["the pipeline (teachers, translation, students)"][0].strip("*| "))
+    pipeline = float(rows["the pipeline (teachers, translations, students)"][0].strip("*| "))
     scoring = float(rows["then: test scores and the speed comparison"][0].strip("| "))
     assert 0.8 * wall - 1 <= pipeline + scoring <= wall + 1
 
