@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The Multi30k teacher-to-student pipeline of docs/training.md as one resumable job: the
 # benchmark's text form, two teachers (the recipe, seeds 1 and 2), their ensemble translating
-# train (beam 5), a deep-encoder/shallow-decoder student and two students of the recipe's size on
-# the originals plus the distilled targets, each scored on test_2016_flickr, then one sentence at
-# a time through all their exports; then the data-diversification attempt (below). About 6.5
-# hours on 2 CPU cores, 8 with the attempt's first student and 9.5 with its second; run it in the
-# background:
+# train (beam 5), two students of the recipe's size and two deep-encoder/shallow-decoder students
+# (8 + 1 and 6 + 2 layers) on the originals plus the distilled targets, each scored on
+# test_2016_flickr, then one sentence at a time through the deep students' and a teacher's
+# exports; then the data-diversification attempt (below). About 8 hours on 2 CPU cores, 9.5 with
+# the attempt's first student and 11 with its second; run it in the background:
 #
 #     nohup nice -n 19 bash benchmarks/distillation_pipeline.sh WORK_DIR > WORK_DIR.log 2>&1 &
 #
@@ -64,7 +64,9 @@ translate "translation of train" "$WORK/distilled/train.de" "$WORK/runs/teacher_
 DISTILLED=("${ORIGINAL[@]}" --train-src "$D/train.en" --train-tgt "$WORK/distilled/train.de")
 train student_s1 "${DISTILLED[@]}" --seed 1
 train student_s2 "${DISTILLED[@]}" --seed 2
+# Deep encoders, shallow decoders: Kasai et al.'s one-layer decoder, and two decoder layers.
 train student_deep_s1 "${DISTILLED[@]}" --seed 1 --set num_encoder_layers=8 --set num_decoder_layers=1
+train student_e6d2_s1 "${DISTILLED[@]}" --seed 1 --set num_encoder_layers=6 --set num_decoder_layers=2
 
 score() {  # NAME, then kt-evaluate's model arguments: tokenized BLEU on test_2016_flickr
   local name=$1; shift
@@ -76,14 +78,14 @@ score() {  # NAME, then kt-evaluate's model arguments: tokenized BLEU on test_20
     > "$WORK/scores/$name.json.partial"
   mv "$WORK/scores/$name.json.partial" "$WORK/scores/$name.json"
 }
-for run in teacher_s1 teacher_s2 student_s1 student_s2 student_deep_s1; do
+for run in teacher_s1 teacher_s2 student_s1 student_s2 student_deep_s1 student_e6d2_s1; do
   score "$run" "$WORK/runs/$run"
 done
 score teachers "$WORK/runs/teacher_s1" --ensemble "$WORK/runs/teacher_s2"
 if [ ! -s "$WORK/student_speed.txt" ]; then
   log "start student_speed"
   # shellcheck disable=SC2086
-  python benchmarks/student_speed.py "$WORK/runs/teacher_s1" "$WORK/runs/student_deep_s1" \
+  python benchmarks/student_speed.py "$WORK/runs/"{teacher_s1,student_deep_s1,student_e6d2_s1} \
     --src "$D/test_2016_flickr.en" --beam-size 5 --ctranslate2 float32 ${KT_PIPELINE_SPEED_ARGS:-} \
     > "$WORK/student_speed.txt.partial"
   mv "$WORK/student_speed.txt.partial" "$WORK/student_speed.txt"

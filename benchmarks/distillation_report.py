@@ -8,9 +8,9 @@ one-sentence decoding times of `benchmarks/student_speed.py`.
 Test BLEU is the pipeline's `scores/NAME.json` (sacrebleu, tokenized lowercased text against the
 Moses-form references); dev BLEU is kt-train's on the whole dev set (greedy) with the weights
 the run kept (`result.json`). `--better-on-dev` prints both runs' dev BLEU and exits 0 only when
-the first run's is higher: the pipeline's choice whether an attempt gets its second seed. A stage's minutes are the heartbeat's (`heartbeat.tsv`: the
-running stage once a minute), so the time the pipeline or its machine was stopped counts for no
-stage.
+the first run's is higher: the pipeline's choice whether an attempt gets its second seed. A
+stage's minutes are the heartbeat's (`heartbeat.tsv`: the running stage once a minute), so the
+time the pipeline or its machine was stopped counts for no stage.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ DIVERSE = "original + ensemble's + each teacher's"
 STUDENT_SEEDS = {DISTILLED: ("student_s1", "student_s2"),
                  DIVERSE: ("student_diverse_s1", "student_diverse_s2")}
 CORPORA = {**dict.fromkeys(TEACHERS, "original"), "student_s1": DISTILLED,
-           "student_s2": DISTILLED, "student_deep_s1": DISTILLED,
+           "student_s2": DISTILLED, "student_deep_s1": DISTILLED, "student_e6d2_s1": DISTILLED,
            "student_diverse_s1": DIVERSE, "student_diverse_s2": DIVERSE}
 
 

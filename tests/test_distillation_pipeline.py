@@ -22,7 +22,8 @@ MICRO = ("--set vocab_size=400 --set d_model=32 --set d_ff=64 --set num_layers=1
          "--set num_heads=2 --set batch_tokens=512 --set max_length=48 --steps 6 "
          "--checkpoint-every-steps 3 --eval-every 3 --eval-sentences 8 --attention-sentences 1 "
          "--progress-seconds 0")
-RUNS = ("teacher_s1", "teacher_s2", "student_s1", "student_s2", "student_deep_s1")
+RUNS = ("teacher_s1", "teacher_s2", "student_s1", "student_s2", "student_deep_s1",
+        "student_e6d2_s1")
 
 
 def kept_dev_bleu(run_dir: Path) -> float:
@@ -84,15 +85,16 @@ def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path):
         assert json.loads((work / "scores" / f"{name}.json").read_text())["name"] == "BLEU"
         hypotheses = (work / "scores" / f"{name}.hyp").read_text(encoding="utf-8").splitlines()
         assert len(hypotheses) == LINES["test_2016_flickr"]
-    architecture = RunDir(work / "runs" / "student_deep_s1").load_recipe().architecture
-    assert (architecture.encoder_depth, architecture.decoder_depth) == (8, 1)
+    for run, depths in (("student_deep_s1", (8, 1)), ("student_e6d2_s1", (6, 2))):
+        architecture = RunDir(work / "runs" / run).load_recipe().architecture
+        assert (architecture.encoder_depth, architecture.decoder_depth) == depths
     manifest = json.loads((work / "runs" / "student_s1" / "prepared" / "manifest.json")
                           .read_text())
     assert [corpus["pairs"]["read"] for corpus in manifest["corpora"]] == [LINES["train"]] * 2
 
     speed = json.loads((work / "student_speed.txt").read_text().splitlines()[-1])
     assert speed["sentences"] == 3 and speed["beam_size"] == 5
-    assert set(speed["exports"]) == {f"{run} {kind}" for run in ("teacher_s1", "student_deep_s1")
+    assert set(speed["exports"]) == {f"{run} {kind}" for run in ("teacher_s1", *RUNS[4:])
                                      for kind in ("SavedModel", "CTranslate2 float32")}
 
     report = subprocess.run([sys.executable, "benchmarks/distillation_report.py", str(work)],
