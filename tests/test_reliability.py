@@ -263,9 +263,11 @@ def wait_for(condition, process: subprocess.Popen, seconds: float = 240.0,
 
 @pytest.mark.slow
 def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path):
-    """SIGKILL at seven moments (during backup and checkpoint writes, during a dev evaluation,
-    at random times); restarted with the same command each time, the run ends at the same step
-    as an uninterrupted one, every step trained on the same batch, with the same weights."""
+    """A run finished at half the steps, then continued with the whole `--steps` (a longer
+    budget) and killed with SIGKILL at seven moments (during backup and checkpoint writes, during
+    a dev evaluation, at random times); restarted with the same command each time, it ends at
+    the same step as an uninterrupted run, every step trained on the same batch, with the same
+    weights."""
     from keras_transformer.data import write_demo_corpus
 
     steps = 96
@@ -278,6 +280,9 @@ def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path):
 
     log = tmp_path / "killed.log"
     argv = run_args(data, killed_dir, *extra)
+    half = start(argv + ["--steps", str(steps // 2)], log)  # the last --steps counts
+    assert half.wait(timeout=600) == 0, log.read_text()[-3000:]
+    assert final_json(log.read_text())["steps"] == steps // 2
     backup, checkpoints = killed_dir / "backup", killed_dir / "checkpoints"
     rng = random.Random(7)
 
@@ -297,7 +302,7 @@ def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path):
 
     # Three kills at random steps spread over the rest of the run, a random time into the step.
     moments = ["backup write", "checkpoint write", "evaluation", "backup write",
-               *sorted(rng.sample(range(24, steps - 4), 3))]
+               *sorted(rng.sample(range(steps // 2 + 24, steps - 4), 3))]
     kills, torn = 0, 0
     for moment in moments:
         seen = {mark.name for mark in list_backups(backup)}
