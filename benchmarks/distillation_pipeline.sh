@@ -4,8 +4,9 @@
 # train (beam 5), two students of the recipe's size and two deep-encoder/shallow-decoder students
 # (8 + 1 and 6 + 2 layers) on the originals plus the distilled targets, each scored on
 # test_2016_flickr, then one sentence at a time through the deep students' and a teacher's
-# exports; then the data-diversification attempt (below). About 8 hours on 2 CPU cores, 9.5 with
-# the attempt's first student and 11 with its second; run it in the background:
+# exports; then the data-diversification and Seq-Inter attempts (below). About 8 hours on 2 CPU
+# cores, 1.5 more for each attempt's first student (with its translations), 1.2 for a second;
+# run it in the background:
 #
 #     nohup nice -n 19 bash benchmarks/distillation_pipeline.sh WORK_DIR > WORK_DIR.log 2>&1 &
 #
@@ -108,5 +109,19 @@ if python benchmarks/distillation_report.py "$WORK" --better-on-dev student_dive
 then
   train student_diverse_s2 "${DIVERSE[@]}" --seed 2
   score student_diverse_s2 "$WORK/runs/student_diverse_s2"
+fi
+
+# The attempt after it: Kim & Rush's Seq-Inter (2016), the ensemble's beam hypothesis nearest
+# the reference (sentence BLEU) instead of its best-scored one, beside the originals (58,000
+# pairs). Its second seed only when its first beats student_s1 on dev.
+translate "translation of train nearest the references" "$WORK/distilled/train.closest.de" \
+  "$WORK/runs/teacher_s1" --ensemble "$WORK/runs/teacher_s2" --closest-to-reference "$D/train.de"
+CLOSEST=("${ORIGINAL[@]}" --train-src "$D/train.en" --train-tgt "$WORK/distilled/train.closest.de")
+train student_closest_s1 "${CLOSEST[@]}" --seed 1
+score student_closest_s1 "$WORK/runs/student_closest_s1"
+if python benchmarks/distillation_report.py "$WORK" --better-on-dev student_closest_s1 student_s1
+then
+  train student_closest_s2 "${CLOSEST[@]}" --seed 2
+  score student_closest_s2 "$WORK/runs/student_closest_s2"
 fi
 log "pipeline done"

@@ -1,11 +1,13 @@
 """benchmarks/distillation_pipeline.sh end to end with micro models on a few hundred demo pairs
 laid out as Multi30k: every stage runs (teachers, the ensemble's translation of train, students
 on two corpora with separate depths, test scores, exports timed, then the diversification
-attempt: each teacher's translation, a student on four corpora, its second seed as dev decides),
-and a second run redoes none."""
+attempt: each teacher's translation, a student on four corpora, its second seed as dev decides;
+then the Seq-Inter attempt: the ensemble's hypotheses nearest the references, a student on them
+and the originals, its second seed as dev decides), and a second run redoes none."""
 import gzip
 import json
 import os
+import statistics
 import subprocess
 import sys
 from datetime import datetime
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from keras_transformer.data import write_demo_corpus
+from keras_transformer.evaluation import sentence_bleu
 from keras_transformer.training.run_dir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,22 +63,37 @@ def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path):
 
     stages = (work / "stages.log").read_text().splitlines()
     started = [line.split(" ", 1)[1] for line in stages if " start " in line]
-    second_seed = (kept_dev_bleu(work / "runs" / "student_diverse_s1")
-                   > kept_dev_bleu(work / "runs" / "student_s1"))
+    def second_seed(attempt: str) -> list[str]:
+        """The stages of the attempt's second seed, when its first beats student_s1 on dev."""
+        better = (kept_dev_bleu(work / "runs" / f"student_{attempt}_s1")
+                  > kept_dev_bleu(work / "runs" / "student_s1"))
+        return ([f"start student_{attempt}_s2", f"start scoring student_{attempt}_s2"]
+                if better else [])
+
     assert started == [*(f"start {run}" for run in RUNS[:2]), "start translation of train",
                        *(f"start {run}" for run in RUNS[2:]),
                        *(f"start scoring {run}" for run in RUNS + ("teachers",)),
                        "start student_speed",
                        *(f"start translation of train by {run}" for run in RUNS[:2]),
                        "start student_diverse_s1", "start scoring student_diverse_s1",
-                       *(["start student_diverse_s2", "start scoring student_diverse_s2"]
-                         if second_seed else [])]
-    for name in ("train", "train.teacher_s1", "train.teacher_s2"):
+                       *second_seed("diverse"),
+                       "start translation of train nearest the references",
+                       "start student_closest_s1", "start scoring student_closest_s1",
+                       *second_seed("closest")]
+    for name in ("train", "train.teacher_s1", "train.teacher_s2", "train.closest"):
         distilled = (work / "distilled" / f"{name}.de").read_text(encoding="utf-8").splitlines()
         assert len(distilled) == LINES["train"]
     diverse = json.loads((work / "runs" / "student_diverse_s1" / "prepared" / "manifest.json")
                          .read_text())
     assert [corpus["pairs"]["read"] for corpus in diverse["corpora"]] == [LINES["train"]] * 4
+    references = (work / "data" / "train.de").read_text(encoding="utf-8").splitlines()
+    nearness = {name: statistics.fmean(map(sentence_bleu, (work / "distilled" / f"{name}.de")
+                                           .read_text(encoding="utf-8").splitlines(), references))
+                for name in ("train", "train.closest")}
+    assert nearness["train.closest"] >= nearness["train"]  # the beam's best is a candidate too
+    closest = json.loads((work / "runs" / "student_closest_s1" / "prepared" / "manifest.json")
+                         .read_text())
+    assert [corpus["pairs"]["read"] for corpus in closest["corpora"]] == [LINES["train"]] * 2
 
     for run in RUNS:
         run_dir = work / "runs" / run
