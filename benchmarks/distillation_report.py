@@ -27,12 +27,14 @@ SPEED_STAGE = "student_speed"  # the pipeline's timing stage: scoring, not a stu
 DISTILLED = "original + ensemble's"
 DIVERSE = "original + ensemble's + each teacher's"
 CLOSEST = "original + ensemble's nearest the reference"
+LONGER = "original + ensemble's, twice the steps"
 STUDENT_SEEDS = {DISTILLED: ("student_s1", "student_s2"),
                  DIVERSE: ("student_diverse_s1", "student_diverse_s2"),
-                 CLOSEST: ("student_closest_s1", "student_closest_s2")}
+                 CLOSEST: ("student_closest_s1", "student_closest_s2"),
+                 LONGER: ("student_longer_s1", "student_longer_s2")}
 CORPORA = {**dict.fromkeys(TEACHERS, "original"), "student_s1": DISTILLED,
            "student_s2": DISTILLED, "student_deep_s1": DISTILLED, "student_e6d2_s1": DISTILLED,
-           **{name: corpus for corpus in (DIVERSE, CLOSEST) for name in STUDENT_SEEDS[corpus]}}
+           **{name: corpus for corpus in (DIVERSE, CLOSEST, LONGER) for name in STUDENT_SEEDS[corpus]}}
 
 
 def stage_minutes(heartbeat: Path) -> dict[str, float]:

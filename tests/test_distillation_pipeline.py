@@ -3,7 +3,8 @@ laid out as Multi30k: every stage runs (teachers, the ensemble's translation of 
 on two corpora with separate depths, test scores, exports timed, then the diversification
 attempt: each teacher's translation, a student on four corpora, its second seed as dev decides;
 then the Seq-Inter attempt: the ensemble's hypotheses nearest the references, a student on them
-and the originals, its second seed as dev decides), and a second run redoes none."""
+and the originals; then the students continued to twice the steps; each attempt's second seed
+as dev decides), and a second run redoes none."""
 import gzip
 import json
 import os
@@ -22,7 +23,7 @@ from keras_transformer.training.run_dir import RunDir
 ROOT = Path(__file__).resolve().parents[1]
 LINES = {"train": 300, "val": 40, "test_2016_flickr": 12}
 MICRO = ("--set vocab_size=400 --set d_model=32 --set d_ff=64 --set num_layers=1 "
-         "--set num_heads=2 --set batch_tokens=512 --set max_length=48 --steps 6 "
+         "--set num_heads=2 --set batch_tokens=512 --set max_length=48 "
          "--checkpoint-every-steps 3 --eval-every 3 --eval-sentences 8 --attention-sentences 1 "
          "--progress-seconds 0")
 RUNS = ("teacher_s1", "teacher_s2", "student_s1", "student_s2", "student_deep_s1",
@@ -49,7 +50,8 @@ def multi30k_layout(directory: Path) -> Path:
 
 
 def run_pipeline(work: Path, shared: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "KT_SHARED_DATA": str(shared), "KT_PIPELINE_TRAIN_ARGS": MICRO,
+    env = {**os.environ, "KT_SHARED_DATA": str(shared), "KT_PIPELINE_STEPS": "6",
+           "KT_PIPELINE_TRAIN_ARGS": MICRO,
            "KT_PIPELINE_SPEED_ARGS": "--sentences 3", "KT_PIPELINE_HEARTBEAT_SECONDS": "1"}
     return subprocess.run(["bash", "benchmarks/distillation_pipeline.sh", str(work)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=1800)
@@ -79,7 +81,9 @@ def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path):
                        *second_seed("diverse"),
                        "start translation of train nearest the references",
                        "start student_closest_s1", "start scoring student_closest_s1",
-                       *second_seed("closest")]
+                       *second_seed("closest"),
+                       "start student_longer_s1", "start scoring student_longer_s1",
+                       *second_seed("longer")]
     for name in ("train", "train.teacher_s1", "train.teacher_s2", "train.closest"):
         distilled = (work / "distilled" / f"{name}.de").read_text(encoding="utf-8").splitlines()
         assert len(distilled) == LINES["train"]
@@ -99,6 +103,11 @@ def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path):
         run_dir = work / "runs" / run
         assert "dev_bleu" in json.loads((run_dir / "result.json").read_text())
         assert (run_dir / "checkpoints" / "ckpt-00000006.weights.h5").exists()
+        assert not (run_dir / "checkpoints" / "ckpt-00000012.weights.h5").exists()
+    longer = work / "runs" / "student_longer_s1"  # student_s1's copy, continued to 12 steps
+    assert (longer / "checkpoints" / "ckpt-00000012.weights.h5").exists()
+    curve = (longer / "bleu_curve.tsv").read_text().splitlines()[1:]
+    assert [int(line.split()[0]) for line in curve] == [3, 6, 9, 12]
     for name in RUNS + ("teachers",):
         assert json.loads((work / "scores" / f"{name}.json").read_text())["name"] == "BLEU"
         hypotheses = (work / "scores" / f"{name}.hyp").read_text(encoding="utf-8").splitlines()
