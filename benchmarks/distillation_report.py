@@ -34,7 +34,8 @@ STUDENT_SEEDS = {DISTILLED: ("student_s1", "student_s2"),
                  LONGER: ("student_longer_s1", "student_longer_s2")}
 CORPORA = {**dict.fromkeys(TEACHERS, "original"), "student_s1": DISTILLED,
            "student_s2": DISTILLED, "student_deep_s1": DISTILLED, "student_e6d2_s1": DISTILLED,
-           **{name: corpus for corpus in (DIVERSE, CLOSEST, LONGER) for name in STUDENT_SEEDS[corpus]}}
+           **{name: corpus for corpus in (DIVERSE, CLOSEST, LONGER)
+              for name in STUDENT_SEEDS[corpus]}}
 
 
 def stage_minutes(heartbeat: Path) -> dict[str, float]:
