@@ -4,8 +4,9 @@
 # train (beam 5), two students of the recipe's size and two deep-encoder/shallow-decoder students
 # (8 + 1 and 6 + 2 layers) on the originals plus the distilled targets, each scored on
 # test_2016_flickr, then one sentence at a time through the deep students' and a teacher's
-# exports; then the data-diversification and Seq-Inter attempts (below). About 8 hours on 2 CPU
-# cores, 1.5 more for each attempt's first student (with its translations), 1.2 for a second;
+# exports; then the attempts at the target (below: data diversification, Seq-Inter, twice the
+# steps, sampled translations). About 8 hours on 2 CPU cores, 1.5 more for each attempt's first
+# student (with its translations), 1.2 for a second;
 # run it in the background:
 #
 #     nohup nice -n 19 bash benchmarks/distillation_pipeline.sh WORK_DIR > WORK_DIR.log 2>&1 &
@@ -16,8 +17,9 @@
 # Run the same command again after a stop: a finished stage is skipped, a killed kt-train resumes
 # from its backup, a killed corpus translation from its written chunks.
 # KT_PIPELINE_STEPS (the recipe's 8000), KT_PIPELINE_TRAIN_ARGS (added to every kt-train, later
-# arguments win) and KT_PIPELINE_SPEED_ARGS (added to student_speed.py) shrink it for a
-# rehearsal, e.g. the test's tiny models and steps.
+# arguments win), KT_PIPELINE_SPEED_ARGS (added to student_speed.py) and KT_PIPELINE_SAMPLING
+# (the sampled translation's flags, "--top-p 0.9 --seed 1") shrink it for a rehearsal, e.g. the
+# test's tiny models and steps.
 set -euo pipefail
 WORK="$(realpath -m "${1:?usage: distillation_pipeline.sh WORK_DIR}")"
 cd "$(dirname "$0")/.."
@@ -94,9 +96,32 @@ if [ ! -s "$WORK/student_speed.txt" ]; then
   mv "$WORK/student_speed.txt.partial" "$WORK/student_speed.txt"
 fi
 
-# The next attempt when the students stall below the target: data diversification (Nguyen et al.
-# 2020), each teacher's own translation of train as a corpus of its own beside the originals and
-# the ensemble's (116,000 pairs). Its second seed only when its first beats student_s1 on dev.
+# Attempts at the target when the students stall below it, each from its first student: PREFIX_s1
+# trained and scored, then PREFIX_s2 only when PREFIX_s1 beats student_s1 on dev.
+continued() {  # FROM NAME: NAME starts as a copy of the finished run FROM, for kt-train to continue
+  local from=$1 name=$2
+  [ -d "$WORK/runs/$name" ] && return
+  rm -rf "$WORK/runs/$name.copy"
+  cp -r "$WORK/runs/$from" "$WORK/runs/$name.copy"
+  rm "$WORK/runs/$name.copy/result.json"
+  mv "$WORK/runs/$name.copy" "$WORK/runs/$name"
+}
+attempt() {  # PREFIX FROM (the runs each seed continues, FROM_sN, or ""), then kt-train's arguments
+  local prefix=$1 from=$2 seed name; shift 2
+  for seed in 1 2; do
+    name="${prefix}_s$seed"
+    if [ "$seed" = 2 ] && ! python benchmarks/distillation_report.py "$WORK" \
+        --better-on-dev "${prefix}_s1" student_s1; then
+      return
+    fi
+    [ -z "$from" ] || continued "${from}_s$seed" "$name"
+    train "$name" "$@" --seed "$seed"
+    score "$name" "$WORK/runs/$name"
+  done
+}
+
+# Data diversification (Nguyen et al. 2020): each teacher's own translation of train as a corpus
+# of its own beside the originals and the ensemble's (116,000 pairs).
 for teacher in teacher_s1 teacher_s2; do
   translate "translation of train by $teacher" "$WORK/distilled/train.$teacher.de" \
     "$WORK/runs/$teacher"
@@ -105,46 +130,26 @@ DIVERSE=("${DISTILLED[@]}")
 for teacher in teacher_s1 teacher_s2; do
   DIVERSE+=(--train-src "$D/train.en" --train-tgt "$WORK/distilled/train.$teacher.de")
 done
-train student_diverse_s1 "${DIVERSE[@]}" --seed 1
-score student_diverse_s1 "$WORK/runs/student_diverse_s1"
-if python benchmarks/distillation_report.py "$WORK" --better-on-dev student_diverse_s1 student_s1
-then
-  train student_diverse_s2 "${DIVERSE[@]}" --seed 2
-  score student_diverse_s2 "$WORK/runs/student_diverse_s2"
-fi
+attempt student_diverse "" "${DIVERSE[@]}"
 
-# The attempt after it: Kim & Rush's Seq-Inter (2016), the ensemble's beam hypothesis nearest
-# the reference (sentence BLEU) instead of its best-scored one, beside the originals (58,000
-# pairs). Its second seed only when its first beats student_s1 on dev.
+# Kim & Rush's Seq-Inter (2016): the ensemble's beam hypothesis nearest the reference (sentence
+# BLEU) instead of its best-scored one, beside the originals (58,000 pairs).
 translate "translation of train nearest the references" "$WORK/distilled/train.closest.de" \
   "$WORK/runs/teacher_s1" --ensemble "$WORK/runs/teacher_s2" --closest-to-reference "$D/train.de"
-CLOSEST=("${ORIGINAL[@]}" --train-src "$D/train.en" --train-tgt "$WORK/distilled/train.closest.de")
-train student_closest_s1 "${CLOSEST[@]}" --seed 1
-score student_closest_s1 "$WORK/runs/student_closest_s1"
-if python benchmarks/distillation_report.py "$WORK" --better-on-dev student_closest_s1 student_s1
-then
-  train student_closest_s2 "${CLOSEST[@]}" --seed 2
-  score student_closest_s2 "$WORK/runs/student_closest_s2"
-fi
+attempt student_closest "" "${ORIGINAL[@]}" --train-src "$D/train.en" \
+  --train-tgt "$WORK/distilled/train.closest.de"
 
-# The attempt after it: the students trained twice as long (their dev BLEU still rose at the
-# recipe's last steps; they see each of their 58,000 pairs half as often as a teacher its 29,000),
-# each a copy of its finished run continued to twice the steps: the batches and weights of one
-# run that long. Its second seed only when its first beats student_s1 on dev.
-longer() {  # NAME FROM, then kt-train's corpus and seed arguments
-  local name=$1 from=$2; shift 2
-  if [ ! -d "$WORK/runs/$name" ]; then
-    rm -rf "$WORK/runs/$name.copy"
-    cp -r "$WORK/runs/$from" "$WORK/runs/$name.copy"
-    rm "$WORK/runs/$name.copy/result.json"
-    mv "$WORK/runs/$name.copy" "$WORK/runs/$name"
-  fi
-  train "$name" "$@" --steps $((2 * STEPS))
-  score "$name" "$WORK/runs/$name"
-}
-longer student_longer_s1 student_s1 "${DISTILLED[@]}" --seed 1
-if python benchmarks/distillation_report.py "$WORK" --better-on-dev student_longer_s1 student_s1
-then
-  longer student_longer_s2 student_s2 "${DISTILLED[@]}" --seed 2
-fi
+# The students trained twice as long (their dev BLEU still rose at the recipe's last steps; they
+# see each of their 58,000 pairs half as often as a teacher its 29,000), each a copy of its
+# finished run continued to twice the steps: the batches and weights of one run that long.
+attempt student_longer student "${DISTILLED[@]}" --steps $((2 * STEPS))
+
+# Edunov et al.'s (2018) sampled translations: the ensemble's samples of train (nucleus, top-p
+# 0.9), a corpus beside the originals and the ensemble's beam output (87,000 pairs).
+# shellcheck disable=SC2086
+translate "translation of train by sampling" "$WORK/distilled/train.sampled.de" \
+  "$WORK/runs/teacher_s1" --ensemble "$WORK/runs/teacher_s2" \
+  ${KT_PIPELINE_SAMPLING:---top-p 0.9 --seed 1}
+attempt student_sampled "" "${DISTILLED[@]}" --train-src "$D/train.en" \
+  --train-tgt "$WORK/distilled/train.sampled.de"
 log "pipeline done"

@@ -28,13 +28,15 @@ DISTILLED = "original + ensemble's"
 DIVERSE = "original + ensemble's + each teacher's"
 CLOSEST = "original + ensemble's nearest the reference"
 LONGER = "original + ensemble's, twice the steps"
+SAMPLED = "original + ensemble's + ensemble's sampled"
 STUDENT_SEEDS = {DISTILLED: ("student_s1", "student_s2"),
                  DIVERSE: ("student_diverse_s1", "student_diverse_s2"),
                  CLOSEST: ("student_closest_s1", "student_closest_s2"),
-                 LONGER: ("student_longer_s1", "student_longer_s2")}
+                 LONGER: ("student_longer_s1", "student_longer_s2"),
+                 SAMPLED: ("student_sampled_s1", "student_sampled_s2")}
 CORPORA = {**dict.fromkeys(TEACHERS, "original"), "student_s1": DISTILLED,
            "student_s2": DISTILLED, "student_deep_s1": DISTILLED, "student_e6d2_s1": DISTILLED,
-           **{name: corpus for corpus in (DIVERSE, CLOSEST, LONGER)
+           **{name: corpus for corpus in (DIVERSE, CLOSEST, LONGER, SAMPLED)
               for name in STUDENT_SEEDS[corpus]}}
 
 
@@ -96,7 +98,7 @@ def model_table(work: Path, minutes: dict[str, float]) -> list[str]:
 
 def stage_table(minutes: dict[str, float]) -> list[str]:
     groups = {"teachers (2)": [stage for stage in minutes if stage.startswith("teacher")],
-              "translations of train (beam 5)":
+              "translations of train":
                   [stage for stage in minutes if stage.startswith("translation")],
               "students": [stage for stage in minutes
                            if stage.startswith("student_") and stage != SPEED_STAGE]}

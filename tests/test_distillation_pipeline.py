@@ -3,8 +3,9 @@ laid out as Multi30k: every stage runs (teachers, the ensemble's translation of 
 on two corpora with separate depths, test scores, exports timed, then the diversification
 attempt: each teacher's translation, a student on four corpora, its second seed as dev decides;
 then the Seq-Inter attempt: the ensemble's hypotheses nearest the references, a student on them
-and the originals; then the students continued to twice the steps; each attempt's second seed
-as dev decides), and a second run redoes none."""
+and the originals; then the students continued to twice the steps; then the ensemble's sampled
+translations, a student on them, the originals and the beam's; each attempt's second seed as dev
+decides), and a second run redoes none."""
 import gzip
 import json
 import os
@@ -35,6 +36,12 @@ def kept_dev_bleu(run_dir: Path) -> float:
     return result["dev_bleu"]["averaged" if result["weights"].startswith("averaged") else "final"]
 
 
+def text_lines(path: Path) -> list[str]:
+    """The lines of a corpus file as kt-train reads them, split at newlines only (str.splitlines
+    also splits at U+0085, U+2028 and others, which untrained models' samples hold)."""
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
 def multi30k_layout(directory: Path) -> Path:
     """Demo pairs as `multi30k/<split>.<lang>.gz` under `directory` (KT_SHARED_DATA's layout)."""
     demo = write_demo_corpus(directory / "demo")
@@ -52,7 +59,10 @@ def multi30k_layout(directory: Path) -> Path:
 def run_pipeline(work: Path, shared: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "KT_SHARED_DATA": str(shared), "KT_PIPELINE_STEPS": "6",
            "KT_PIPELINE_TRAIN_ARGS": MICRO,
-           "KT_PIPELINE_SPEED_ARGS": "--sentences 3", "KT_PIPELINE_HEARTBEAT_SECONDS": "1"}
+           "KT_PIPELINE_SPEED_ARGS": "--sentences 3", "KT_PIPELINE_HEARTBEAT_SECONDS": "1",
+           # nucleus samples of untrained models are bytes of every script, more characters
+           # than a micro vocabulary holds: the few likeliest pieces instead
+           "KT_PIPELINE_SAMPLING": "--top-k 3 --seed 1"}
     return subprocess.run(["bash", "benchmarks/distillation_pipeline.sh", str(work)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=1800)
 
@@ -83,21 +93,26 @@ def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path):
                        "start student_closest_s1", "start scoring student_closest_s1",
                        *second_seed("closest"),
                        "start student_longer_s1", "start scoring student_longer_s1",
-                       *second_seed("longer")]
-    for name in ("train", "train.teacher_s1", "train.teacher_s2", "train.closest"):
-        distilled = (work / "distilled" / f"{name}.de").read_text(encoding="utf-8").splitlines()
-        assert len(distilled) == LINES["train"]
-    diverse = json.loads((work / "runs" / "student_diverse_s1" / "prepared" / "manifest.json")
-                         .read_text())
-    assert [corpus["pairs"]["read"] for corpus in diverse["corpora"]] == [LINES["train"]] * 4
-    references = (work / "data" / "train.de").read_text(encoding="utf-8").splitlines()
-    nearness = {name: statistics.fmean(map(sentence_bleu, (work / "distilled" / f"{name}.de")
-                                           .read_text(encoding="utf-8").splitlines(), references))
+                       *second_seed("longer"),
+                       "start translation of train by sampling",
+                       "start student_sampled_s1", "start scoring student_sampled_s1",
+                       *second_seed("sampled")]
+    for name in ("train", "train.teacher_s1", "train.teacher_s2", "train.closest",
+                 "train.sampled"):
+        assert len(text_lines(work / "distilled" / f"{name}.de")) == LINES["train"]
+    references = text_lines(work / "data" / "train.de")
+    nearness = {name: statistics.fmean(map(sentence_bleu,
+                                           text_lines(work / "distilled" / f"{name}.de"),
+                                           references))
                 for name in ("train", "train.closest")}
     assert nearness["train.closest"] >= nearness["train"]  # the beam's best is a candidate too
-    closest = json.loads((work / "runs" / "student_closest_s1" / "prepared" / "manifest.json")
-                         .read_text())
-    assert [corpus["pairs"]["read"] for corpus in closest["corpora"]] == [LINES["train"]] * 2
+    for run, corpora in (("student_s1", 2), ("student_diverse_s1", 4), ("student_closest_s1", 2),
+                         ("student_sampled_s1", 3)):
+        manifest = json.loads((work / "runs" / run / "prepared" / "manifest.json").read_text())
+        assert [corpus["pairs"]["read"] for corpus in manifest["corpora"]] == \
+            [LINES["train"]] * corpora
+    assert (text_lines(work / "distilled" / "train.sampled.de")
+            != text_lines(work / "distilled" / "train.de"))
 
     for run in RUNS:
         run_dir = work / "runs" / run
@@ -115,9 +130,6 @@ def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path):
     for run, depths in (("student_deep_s1", (8, 1)), ("student_e6d2_s1", (6, 2))):
         architecture = RunDir(work / "runs" / run).load_recipe().architecture
         assert (architecture.encoder_depth, architecture.decoder_depth) == depths
-    manifest = json.loads((work / "runs" / "student_s1" / "prepared" / "manifest.json")
-                          .read_text())
-    assert [corpus["pairs"]["read"] for corpus in manifest["corpora"]] == [LINES["train"]] * 2
 
     speed = json.loads((work / "student_speed.txt").read_text().splitlines()[-1])
     assert speed["sentences"] == 3 and speed["beam_size"] == 5
