@@ -36,8 +36,8 @@ STUDENT_SEEDS = {DISTILLED: ("student_s1", "student_s2"),
                  SAMPLED: ("student_sampled_s1", "student_sampled_s2")}
 CORPORA = {**dict.fromkeys(TEACHERS, "original"), "student_s1": DISTILLED,
            "student_s2": DISTILLED, "student_deep_s1": DISTILLED, "student_e6d2_s1": DISTILLED,
-           **{name: corpus for corpus in (DIVERSE, CLOSEST, LONGER, SAMPLED)
-              for name in STUDENT_SEEDS[corpus]}}
+           **{name: corpus for corpus, seeds in STUDENT_SEEDS.items() if corpus != DISTILLED
+              for name in seeds}}
 
 
 def stage_minutes(heartbeat: Path) -> dict[str, float]:
