@@ -5,9 +5,9 @@
 # (8 + 1 and 6 + 2 layers) on the originals plus the distilled targets, each scored on
 # test_2016_flickr, then one sentence at a time through the deep students' and a teacher's
 # exports; then the attempts at the target (below: data diversification, Seq-Inter, twice the
-# steps, sampled translations). About 8 hours on 2 CPU cores, 1.5 more for each attempt's first
-# student (with its translations), 1.2 for a second;
-# run it in the background:
+# steps, sampled translations, diversification for twice the steps). About 8 hours on 2 CPU
+# cores, 1.5 more for each attempt's first student (with its translations), 1.2 for a second (2.4
+# for one trained twice the steps from the start); run it in the background:
 #
 #     nohup nice -n 19 bash benchmarks/distillation_pipeline.sh WORK_DIR > WORK_DIR.log 2>&1 &
 #
@@ -99,8 +99,10 @@ fi
 # Attempts at the target when the students stall below it, each from its first student: PREFIX_s1
 # trained and scored, then PREFIX_s2 only when PREFIX_s1 beats student_s1 on dev.
 continued() {  # FROM NAME: NAME starts as a copy of the finished run FROM, for kt-train to continue
+  # (a run FROM never trained, e.g. the second seed of an attempt stopped after its first: NAME
+  # trains from the start, the same run)
   local from=$1 name=$2
-  [ -d "$WORK/runs/$name" ] && return
+  [ -d "$WORK/runs/$name" ] || [ ! -f "$WORK/runs/$from/result.json" ] && return
   rm -rf "$WORK/runs/$name.copy"
   cp -r "$WORK/runs/$from" "$WORK/runs/$name.copy"
   rm "$WORK/runs/$name.copy/result.json"
@@ -152,4 +154,8 @@ translate "translation of train by sampling" "$WORK/distilled/train.sampled.de" 
   ${KT_PIPELINE_SAMPLING:---top-p 0.9 --seed 1}
 attempt student_sampled "" "${DISTILLED[@]}" --train-src "$D/train.en" \
   --train-tgt "$WORK/distilled/train.sampled.de"
+
+# The two routes with a dev gain together: the diversification corpora (116,000 pairs) for twice
+# the steps, seed 1 continuing student_diverse_s1.
+attempt student_diverse_longer student_diverse "${DIVERSE[@]}" --steps $((2 * STEPS))
 log "pipeline done"

@@ -20,8 +20,6 @@ import statistics
 from pathlib import Path
 from typing import Optional
 
-from keras_transformer.training.run_dir import RunDir
-
 TEACHERS = ("teacher_s1", "teacher_s2")
 SPEED_STAGE = "student_speed"  # the pipeline's timing stage: scoring, not a student
 DISTILLED = "original + ensemble's"
@@ -29,11 +27,13 @@ DIVERSE = "original + ensemble's + each teacher's"
 CLOSEST = "original + ensemble's nearest the reference"
 LONGER = "original + ensemble's, twice the steps"
 SAMPLED = "original + ensemble's + ensemble's sampled"
+DIVERSE_LONGER = "original + ensemble's + each teacher's, twice the steps"
 STUDENT_SEEDS = {DISTILLED: ("student_s1", "student_s2"),
                  DIVERSE: ("student_diverse_s1", "student_diverse_s2"),
                  CLOSEST: ("student_closest_s1", "student_closest_s2"),
                  LONGER: ("student_longer_s1", "student_longer_s2"),
-                 SAMPLED: ("student_sampled_s1", "student_sampled_s2")}
+                 SAMPLED: ("student_sampled_s1", "student_sampled_s2"),
+                 DIVERSE_LONGER: ("student_diverse_longer_s1", "student_diverse_longer_s2")}
 CORPORA = {**dict.fromkeys(TEACHERS, "original"), "student_s1": DISTILLED,
            "student_s2": DISTILLED, "student_deep_s1": DISTILLED, "student_e6d2_s1": DISTILLED,
            **{name: corpus for corpus, seeds in STUDENT_SEEDS.items() if corpus != DISTILLED
@@ -76,6 +76,10 @@ def cell(value: Optional[float], digits: int = 2) -> str:
 
 
 def model_table(work: Path, minutes: dict[str, float]) -> list[str]:
+    # imported here: the pipeline's --better-on-dev checks between stages read JSON alone, and
+    # keras_transformer's import (TensorFlow's) would cost each of them seconds
+    from keras_transformer.training.run_dir import RunDir
+
     rows = ["| model | encoder + decoder layers | trained on | dev BLEU | test BLEU | minutes |",
             "|---|---|---|---:|---:|---:|"]
     for name, corpus in CORPORA.items():

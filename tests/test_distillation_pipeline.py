@@ -4,8 +4,9 @@ on two corpora with separate depths, test scores, exports timed, then the divers
 attempt: each teacher's translation, a student on four corpora, its second seed as dev decides;
 then the Seq-Inter attempt: the ensemble's hypotheses nearest the references, a student on them
 and the originals; then the students continued to twice the steps; then the ensemble's sampled
-translations, a student on them, the originals and the beam's; each attempt's second seed as dev
-decides), and a second run redoes none."""
+translations, a student on them, the originals and the beam's; then the diversification student
+continued to twice the steps, its second seed from the start if the first attempt had none; each
+attempt's second seed as dev decides), and a second run redoes none."""
 import gzip
 import json
 import os
@@ -96,7 +97,9 @@ def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path):
                        *second_seed("longer"),
                        "start translation of train by sampling",
                        "start student_sampled_s1", "start scoring student_sampled_s1",
-                       *second_seed("sampled")]
+                       *second_seed("sampled"),
+                       "start student_diverse_longer_s1",
+                       "start scoring student_diverse_longer_s1", *second_seed("diverse_longer")]
     for name in ("train", "train.teacher_s1", "train.teacher_s2", "train.closest",
                  "train.sampled"):
         assert len(text_lines(work / "distilled" / f"{name}.de")) == LINES["train"]
@@ -107,7 +110,7 @@ def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path):
                 for name in ("train", "train.closest")}
     assert nearness["train.closest"] >= nearness["train"]  # the beam's best is a candidate too
     for run, corpora in (("student_s1", 2), ("student_diverse_s1", 4), ("student_closest_s1", 2),
-                         ("student_sampled_s1", 3)):
+                         ("student_sampled_s1", 3), ("student_diverse_longer_s1", 4)):
         manifest = json.loads((work / "runs" / run / "prepared" / "manifest.json").read_text())
         assert [corpus["pairs"]["read"] for corpus in manifest["corpora"]] == \
             [LINES["train"]] * corpora
@@ -119,10 +122,16 @@ def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path):
         assert "dev_bleu" in json.loads((run_dir / "result.json").read_text())
         assert (run_dir / "checkpoints" / "ckpt-00000006.weights.h5").exists()
         assert not (run_dir / "checkpoints" / "ckpt-00000012.weights.h5").exists()
-    longer = work / "runs" / "student_longer_s1"  # student_s1's copy, continued to 12 steps
-    assert (longer / "checkpoints" / "ckpt-00000012.weights.h5").exists()
-    curve = (longer / "bleu_curve.tsv").read_text().splitlines()[1:]
-    assert [int(line.split()[0]) for line in curve] == [3, 6, 9, 12]
+    # copies of student_s1 and student_diverse_s1 continued to 12 steps; student_diverse_longer_s2
+    # (when trained) from the start, or from student_diverse_s2 when that was trained
+    longer = [work / "runs" / name for name in ("student_longer_s1", "student_diverse_longer_s1",
+                                                "student_diverse_longer_s2")]
+    for run_dir in [path for path in longer if path.exists()]:
+        assert (run_dir / "checkpoints" / "ckpt-00000012.weights.h5").exists()
+        curve = (run_dir / "bleu_curve.tsv").read_text().splitlines()[1:]
+        assert [int(line.split()[0]) for line in curve] == [3, 6, 9, 12]
+    assert ((longer[1] / "bleu_curve.tsv").read_text().splitlines()[:3]
+            == (work / "runs" / "student_diverse_s1" / "bleu_curve.tsv").read_text().splitlines())
     for name in RUNS + ("teachers",):
         assert json.loads((work / "scores" / f"{name}.json").read_text())["name"] == "BLEU"
         hypotheses = (work / "scores" / f"{name}.hyp").read_text(encoding="utf-8").splitlines()
