@@ -26,8 +26,9 @@ setup(
         # PredictionLog protos (252 KB of Python; its grpcio and protobuf come with tensorflow).
         "tensorflow-serving-api>=2.20,<2.22",
     ],
-    # ctranslate2: `kt-export --format ctranslate2` and its translations are tested.
-    extras_require={"test": ["pytest>=8.0", "ruff>=0.6", "ctranslate2>=4.8",
+    # ctranslate2: `kt-export --format ctranslate2` and its translations are tested;
+    # pytest-xdist: the README's test command runs the suite in two processes.
+    extras_require={"test": ["pytest>=8.0", "pytest-xdist>=3.5", "ruff>=0.6", "ctranslate2>=4.8",
                              "sacremoses>=0.1"],
                     "ctranslate2": ["ctranslate2>=4.8"],
                     "benchmark-text": ["sacremoses>=0.1"]},
