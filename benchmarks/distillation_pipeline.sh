@@ -102,7 +102,7 @@ continued() {  # FROM NAME: NAME starts as a copy of the finished run FROM, for 
   # (a run FROM never trained, e.g. the second seed of an attempt stopped after its first: NAME
   # trains from the start, the same run)
   local from=$1 name=$2
-  [ -d "$WORK/runs/$name" ] || [ ! -f "$WORK/runs/$from/result.json" ] && return
+  if [ -d "$WORK/runs/$name" ] || [ ! -f "$WORK/runs/$from/result.json" ]; then return; fi
   rm -rf "$WORK/runs/$name.copy"
   cp -r "$WORK/runs/$from" "$WORK/runs/$name.copy"
   rm "$WORK/runs/$name.copy/result.json"
