@@ -14,6 +14,12 @@ import pytest
 # The kernel set under test (CI runs the suite with each); fast unless KT_KERNELS says otherwise,
 # so that no test waits for the auto probe. Child processes inherit it.
 os.environ.setdefault("KT_KERNELS", "fast")
+# oneDNN's CPU allocator keeps every large block it ever allocated in a pool of its own, which
+# never shrinks: a test process would hold its peak for good (test_config.py's paper-size models:
+# 2.6 GB kept, 1.4 GB with the system allocator). The system allocator returns freed blocks to
+# the machine; the kernels and their results are the same. Set before TensorFlow loads, and
+# inherited by the command lines the tests start.
+os.environ.setdefault("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
 
 import keras_transformer  # noqa: F401,E402  (selects the TensorFlow backend before keras loads)
 import keras  # noqa: E402

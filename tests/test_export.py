@@ -1,6 +1,7 @@
 """SavedModel export: layout, signatures, op set, fresh-process loading, bad serving input."""
 from __future__ import annotations
 
+import gc
 import glob
 import json
 import os
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow.python.eager import context
 from tensorflow.python.framework import op_def_registry
 
 import keras_transformer as kt
@@ -167,6 +169,23 @@ def test_graph_uses_only_core_and_tf_text_ops(exported):
     print("op types:", sorted(used))
     assert not unknown, f"ops neither core TF nor TF Text: {unknown}"
     assert used & text_ops, "tokenization is not inside the graph"
+
+
+def test_reloads_keep_nothing_of_the_earlier_loads(exported):
+    """An export only infers: it holds no gradient functions (the fast kernels' custom
+    gradients), which TensorFlow would register for good at each load, so that a process
+    reloading an export (a server's new version, a test) would grow by every load."""
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(exported, "saved_model.pb"), "rb") as handle:
+        proto.ParseFromString(handle.read())
+    assert not proto.meta_graphs[0].graph_def.library.registered_gradients
+    functions = context.context().list_function_names
+    tf.saved_model.load(exported).signatures["serving_default"](text=tf.constant(GOOD))
+    gc.collect()
+    kept = set(functions())
+    tf.saved_model.load(exported).signatures["serving_default"](text=tf.constant(GOOD))
+    gc.collect()
+    assert set(functions()) == kept
 
 
 def test_empty_string_gives_empty_translation(serving):
