@@ -16,7 +16,7 @@ Restarts: seconds from opening the 4M-pair storage to the first batch of a resum
 steps 0, 10,000 and 100,000 (`base`'s 25,000-token batches). The input rate: real source +
 target tokens per second the batch plan pads and yields on one Python thread, beside the
 tokens per second an 8-GPU machine trains `base` at (analytic FLOPs per token,
-`keras_transformer.flops`, at a stated peak and MFU).
+`keras_transformer.training.flops`, at a stated peak and MFU).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from keras_transformer.config import TransformerConfig  # noqa: E402
 from keras_transformer.data import shared_data_dir  # noqa: E402
 from keras_transformer.data.batch_plan import BatchPlan  # noqa: E402
 from keras_transformer.data.token_storage import TokenStorage  # noqa: E402
-from keras_transformer.flops import training_flops  # noqa: E402
+from keras_transformer.training.flops import training_flops  # noqa: E402
 from keras_transformer.vocab_ids import PAD_ID  # noqa: E402
 
 GPU_PEAK_TFLOPS = 312.0  # one A100's dense bfloat16 peak (NVIDIA's data sheet)

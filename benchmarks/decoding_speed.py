@@ -6,7 +6,7 @@ Model Garden `Seq2SeqTransformer`, on newstest2014 English sources.
         [--ctranslate2-python PYTHON] [--export-dtypes float32,bfloat16] [--profile] \
         [--shortlists 1000,20 1000,50 --shortlist-data SRC,TGT[,SRC,TGT...]]
 
-CTranslate2 runs OUR model, converted by `keras_transformer.ctranslate2_export` (what
+CTranslate2 runs OUR model, converted by `keras_transformer.serving.ctranslate2_export` (what
 `kt-export --format ctranslate2` writes) once per `--ctranslate2-types` quantization, searched
 by the library's CTranslate2 path (`ctranslate2_functions`: what `kt-translate` runs, with the
 same search settings as our export), and the first sentences' output ids are compared with the
@@ -140,7 +140,7 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
     from keras_transformer import fast
     from keras_transformer.data import SubwordTokenizer
     from keras_transformer.decoding import beam_search
-    from keras_transformer.export import export_translator
+    from keras_transformer.serving.export import export_translator
     from keras_transformer.config import SearchSettings
     from trainers.export import learn_shortlist
 
@@ -302,12 +302,12 @@ def op_time_by_part(call, steps: int) -> dict:
 
 def ctranslate2_worker(directories_json: str, ids_path: str, settings_json: str) -> None:
     """Runs where ctranslate2 and this package are installed: for each model directory (one
-    per quantization, written by `keras_transformer.ctranslate2_export`), prints its `measure`
+    per quantization, written by `keras_transformer.serving.ctranslate2_export`), prints its `measure`
     result and the first sentences' ids as JSON, searched by the library's
     `ctranslate2_functions` (the export's search settings, our rules for PAD, BOS and EOS)."""
     import tensorflow as tf
 
-    from keras_transformer.ctranslate2_export import ctranslate2_functions
+    from keras_transformer.serving.ctranslate2_export import ctranslate2_functions
 
     settings, ids = json.loads(settings_json), np.load(ids_path)
     results = {}
@@ -332,7 +332,7 @@ def run_ctranslate2(python: str, model, tokenizer, search, ids: np.ndarray, sett
     `kt-export --format ctranslate2`'s converter once per quantization in `types`, with our
     export's `search` settings; with our `shortlist` (the last of `--shortlists`), also with the
     same table as its vocabulary map (`use_vmap`)."""
-    from keras_transformer.ctranslate2_export import export_ctranslate2
+    from keras_transformer.serving.ctranslate2_export import export_ctranslate2
 
     directories = {kind: os.fspath(export_ctranslate2(
         model, tokenizer, os.path.join(workdir, f"ct2_{kind}"), kind, search)) for kind in types}

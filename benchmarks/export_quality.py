@@ -55,7 +55,7 @@ def main(argv=None) -> None:
     from keras_transformer.data import read_lines, read_parallel
     from keras_transformer.evaluation import (corpus_scores, tokenized_lowercase_bleu,
                                               translate_corpus)
-    from keras_transformer.export import export_translator
+    from keras_transformer.serving.export import export_translator
     from keras_transformer.config import SearchSettings
     from keras_transformer.training.run_dir import RunDir
     from trainers.common import load_run_model

@@ -125,7 +125,7 @@ def kernel_rows(settings: dict, repeats: int):
     from keras_transformer.fast import decode_cache, kernels, loss, optimizers, packed
     from keras_transformer.fast.loss import factor_logits
     from keras_transformer.layers import EncoderLayer
-    from keras_transformer.layers.attention import linear
+    from keras_transformer.layers.dense import linear
     from keras_transformer.layers.residual import dropout, layer_norm
     from keras_transformer.losses import smoothed_cross_entropy
     from keras_transformer.metrics import log_normalizer, predicted_ids

@@ -30,9 +30,9 @@ import tensorflow as tf
 
 from keras_transformer import fast
 from keras_transformer.config import SearchSettings
-from keras_transformer.ctranslate2_export import ctranslate2_functions, export_ctranslate2
+from keras_transformer.serving.ctranslate2_export import ctranslate2_functions, export_ctranslate2
 from keras_transformer.data.text_files import read_lines
-from keras_transformer.export import export_translator
+from keras_transformer.serving.export import export_translator
 from keras_transformer.training.run_dir import RunDir
 from trainers.common import load_run_model
 

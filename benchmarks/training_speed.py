@@ -35,7 +35,7 @@ the paper's schedule (section 5.3). Method:
 * Biases: the Model Garden's one `use_bias` switch covers attention and feed-forward layers;
   it is `attention_bias` of our config (False, the paper's attention). So by default the
   Model Garden model also lacks the feed-forward biases ours has (slightly less work for it).
-* MFU: `keras_transformer.flops.training_flops` (analytic matmul FLOPs, 3x forward, real
+* MFU: `keras_transformer.training.flops.training_flops` (analytic matmul FLOPs, 3x forward, real
   non-padding lengths: padding is waste, not model FLOPs) per second, over the best
   GFLOP/s of a chain of square `tf.matmul`s of the step's compute dtype (float32 or bfloat16),
   best over `--peak-sizes` (1024^2, 2048^2, 4096^2 by default: on an AVX2-only machine the
@@ -407,7 +407,7 @@ def make_batches(args, workdir: str) -> dict[int, dict]:
 
 def measure_all(args, workdir: str) -> dict:
     sys.path.insert(0, REPO_ROOT)
-    from keras_transformer.flops import training_flops
+    from keras_transformer.training.flops import training_flops
     from keras_transformer.config import Recipe
 
     data = make_batches(args, workdir)

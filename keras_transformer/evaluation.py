@@ -14,7 +14,7 @@ import sacrebleu
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from keras_transformer.decoding.translator import Translator
-from keras_transformer.text_translation import length_batches
+from keras_transformer.serving.text_translation import length_batches
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ a replacement is installed under its name. Only `keras_transformer.fast` install
     def linear(rows, kernel, bias=None, relu=False):
         ...plain TensorFlow...
 
-The hooks are kernels only: `linear` (layers/attention.py), `layer_norm` and `dropout`
+The hooks are kernels only: `linear` (layers/dense.py), `layer_norm` and `dropout`
 (layers/residual.py), `smoothed_cross_entropy` (losses.py), `log_normalizer` and
 `predicted_ids` (metrics.py) and `adam` (optimization.py); each reference's docstring says what
 its replacement must compute. (A whole decoding step is no kernel: the searches take theirs as

@@ -88,11 +88,17 @@ def test_data_and_exports_import_no_training_code():
     provenance) and the text translator sit below `training/`, which uses them."""
     graph = module_graph()
     training = {module for module in graph if module.startswith(f"{PACKAGE}.training")}
-    below = [module for module in graph if module.startswith(f"{PACKAGE}.data")] + [
-        f"{PACKAGE}.{name}" for name in ("export", "ctranslate2_export", "export_loading",
-                                         "warmup", "provenance", "text_translation")]
+    below = [module for module in graph
+             if module.startswith((f"{PACKAGE}.data", f"{PACKAGE}.serving"))]
     assert {module: reachable(graph, module) & training for module in below
             if reachable(graph, module) & training} == {}
+
+
+def test_the_top_level_holds_at_most_twelve_modules():
+    """The package's folders show the architecture: serving, distillation, training, data,
+    layers and decoding each have their own; the top level keeps the model and its settings."""
+    modules = [path.stem for path in (ROOT / PACKAGE).glob("*.py") if path.stem != "__init__"]
+    assert len(modules) <= 12, sorted(modules)
 
 
 def test_the_core_imports_neither_the_fast_subpackage_nor_private_apis():

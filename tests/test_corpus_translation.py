@@ -14,10 +14,10 @@ import pytest
 
 from conftest import random_run
 from keras_transformer import fast
-from keras_transformer.corpus_translation import CorpusTranslation, Shard
+from keras_transformer.distillation.corpus_translation import CorpusTranslation, Shard
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.evaluation import sentence_bleu
-from keras_transformer.text_translation import (TextTranslator, best_lines, closest_lines,
+from keras_transformer.serving.text_translation import (TextTranslator, best_lines, closest_lines,
                                                 length_batches, output_line)
 from trainers.common import load_run_model
 

@@ -8,12 +8,12 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer import search
 from keras_transformer.config import SearchSettings
-from keras_transformer.ctranslate2_export import (check_convertible, ctranslate2_functions,
+from keras_transformer.serving.ctranslate2_export import (check_convertible, ctranslate2_functions,
                                                   export_ctranslate2, is_ctranslate2_model)
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.decoding.transformer_search import cached_step, output_limits
 from keras_transformer.decoding.translator import Translator
-from keras_transformer.text_translation import TextTranslator
+from keras_transformer.serving.text_translation import TextTranslator
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 

@@ -10,7 +10,7 @@ import pytest
 import keras_transformer as kt
 from keras_transformer.data import SubwordTokenizer, write_demo_corpus
 from keras_transformer.data.prepare import prepare, text_file_source
-from keras_transformer.export import export_translator
+from keras_transformer.serving.export import export_translator
 from keras_transformer.training.checkpoints import save_weights_atomic
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"),

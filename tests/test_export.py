@@ -18,7 +18,7 @@ from tensorflow.python.framework import op_def_registry
 import keras_transformer as kt
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.decoding.translator import Translator
-from keras_transformer.export import export_translator, next_version
+from keras_transformer.serving.export import export_translator, next_version
 from keras_transformer.config import SearchSettings
 from trainers import export as export_cli
 

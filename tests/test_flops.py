@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.flops import forward_flops, training_flops
+from keras_transformer.training.flops import forward_flops, training_flops
 from keras_transformer.model import Transformer
 
 # d_k, d_v, d_ff and the lengths all differ, so a swapped term changes the count.

@@ -30,7 +30,7 @@ import keras_transformer as kt
 from keras_transformer.data import read_lines, read_parallel
 from keras_transformer.data.text_files import read_raw_lines
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.export import export_translator
+from keras_transformer.serving.export import export_translator
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 BOM = b"\xef\xbb\xbf"

@@ -12,7 +12,7 @@ from keras_transformer.decoding.transformer_search import cached_step
 from keras_transformer.fast import decode_cache, kernels, loss
 from keras_transformer.fast.loss import factor_logits
 from keras_transformer.fast.packed import PADDED, TokenLayout
-from keras_transformer.layers.attention import linear
+from keras_transformer.layers.dense import linear
 from keras_transformer.layers.residual import dropout, layer_norm
 from keras_transformer.losses import smoothed_cross_entropy
 from keras_transformer.metrics import log_normalizer, predicted_ids

@@ -10,11 +10,11 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.export import export_translator
-from keras_transformer.provenance import PROVENANCE_FILE, file_provenance, read_provenance
+from keras_transformer.serving.export import export_translator
+from keras_transformer.serving.provenance import PROVENANCE_FILE, file_provenance, read_provenance
 from keras_transformer.training.checkpoints import save_weights_atomic
 from keras_transformer.training.run_dir import RESULT_FILE, TEST_FILE, RunDir
-from keras_transformer.warmup import WARMUP_FILE
+from keras_transformer.serving.warmup import WARMUP_FILE
 from trainers import export as export_cli
 
 SETTINGS = kt.SearchSettings(beam_size=2, length_penalty=0.3, max_decode_extra=4)
@@ -155,7 +155,7 @@ def test_a_ctranslate2_export_records_its_provenance_too(run_dir, tmp_path, caps
 
 
 def test_the_commit_is_only_claimed_from_the_packages_own_checkout(tmp_path, monkeypatch):
-    from keras_transformer import provenance
+    from keras_transformer.serving import provenance
 
     def git(*arguments: str) -> str:
         return subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c",

@@ -19,7 +19,7 @@ from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.export import export_translator
+from keras_transformer.serving.export import export_translator
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = ["I have forty-two apples", "", "caf\u00e9 \u00fcber alles"]

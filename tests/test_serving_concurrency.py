@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.export import export_translator
+from keras_transformer.serving.export import export_translator
 
 TEXTS = ["I have forty-two apples", "", "She sees three dogs today", "one cat",
          "seventeen green pears and a dog", "we have two hundred and eleven chairs"]

@@ -9,7 +9,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.translator import Translator
-from keras_transformer.export import export_translator
+from keras_transformer.serving.export import export_translator
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = ["I have forty-two apples", "", "She sees three dogs today", "one cat"]

@@ -15,7 +15,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import build_shortlist
-from keras_transformer.export import export_translator
+from keras_transformer.serving.export import export_translator
 
 STOCK_PYTHON = os.environ.get("KT_STOCK_RUNTIME_PYTHON")
 TEXTS = ["I have forty-two apples", "", "She sees three dogs today"]

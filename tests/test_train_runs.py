@@ -16,7 +16,7 @@ from tensorflow.core.framework import types_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 
 from keras_transformer.data import write_demo_corpus
-from keras_transformer.provenance import read_provenance
+from keras_transformer.serving.provenance import read_provenance
 from trainers import evaluate, train
 from conftest import final_json
 

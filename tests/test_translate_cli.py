@@ -8,9 +8,9 @@ import tensorflow as tf
 import keras_transformer as kt
 from conftest import random_run
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.export import export_translator
-from keras_transformer.export_loading import export_version, load_export
-from keras_transformer.text_translation import length_batches
+from keras_transformer.serving.export import export_translator
+from keras_transformer.serving.loading import export_version, load_export
+from keras_transformer.serving.text_translation import length_batches
 from trainers import translate
 
 LINES = [b"I have forty-two apples", b"", b"\xff\xfe caf\xc3 broken", b"She sees three dogs",
@@ -176,7 +176,7 @@ def test_sampling_flags_draw_reproducibly_and_exports_fix_them(demo_vocab, input
     seed, other lines; `--seed` alone is refused. An export fixes the sampling settings: its
     SavedModel translates as the in-process `Translator` with the same settings."""
     from keras_transformer.decoding.translator import Translator
-    from keras_transformer.text_translation import TextTranslator
+    from keras_transformer.serving.text_translation import TextTranslator
 
     run_dir = random_run(demo_vocab, tmp_path / "run")
     flags = ["--top-p", "0.95", "--temperature", "1.5", "--max-decode-extra", "4"]

@@ -9,8 +9,8 @@ from tensorflow_serving.apis import prediction_log_pb2
 import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.translator import Translator
-from keras_transformer.export import export_translator
-from keras_transformer.warmup import WARMUP_FILE, warmup_widths
+from keras_transformer.serving.export import export_translator
+from keras_transformer.serving.warmup import WARMUP_FILE, warmup_widths
 
 SIGNATURES = {"serving_default", "translate_ids", "translate_nbest", "translate_with_prefix",
               "translate_with_alignment"}

@@ -18,12 +18,12 @@ the 1,000 most frequent target pieces plus the 20 most specific translations of 
 piece (learned from `--shortlist-data`, default the files a run directory trained on): faster
 where the output projection is a large part of a step, translations approximate the full
 vocabulary's (`decoding.shortlist`). `--format ctranslate2` writes a CTranslate2 model
-directory instead (`keras_transformer.ctranslate2_export`), quantized as `--quantization` says.
+directory instead (`keras_transformer.serving.ctranslate2_export`), quantized as `--quantization` says.
 
-Every export records where it came from in `assets.extra/` (`keras_transformer.provenance`: the
+Every export records where it came from in `assets.extra/` (`keras_transformer.serving.provenance`: the
 run, the weights and why they were chosen, dev/test figures, settings, code version), which
 `--describe` prints; a SavedModel also carries TF Serving's warm-up requests there
-(`keras_transformer.warmup`; `--xla` exports one per padded width up to `--warmup-max-width`).
+(`keras_transformer.serving.warmup`; `--xla` exports one per padded width up to `--warmup-max-width`).
 """
 from __future__ import annotations
 
@@ -42,15 +42,15 @@ from keras_transformer.data.demo_corpus import DEMO_LANGS
 from keras_transformer.data.text_files import iter_parallel
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
-from keras_transformer.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
-from keras_transformer.export import export_translator, publish_version
+from keras_transformer.serving.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
+from keras_transformer.serving.export import export_translator, publish_version
 from keras_transformer.model import Transformer
 from trainers.probes import choose_serving_dtype
 from keras_transformer.config import SearchSettings
 from keras_transformer.precision import SERVING_DTYPES
-from keras_transformer.provenance import (describe, export_record, file_provenance,
+from keras_transformer.serving.provenance import (describe, export_record, file_provenance,
                                           read_provenance, write_provenance)
-from keras_transformer.warmup import DEFAULT_MAX_WIDTH
+from keras_transformer.serving.warmup import DEFAULT_MAX_WIDTH
 from keras_transformer.training.run_dir import RunDir
 from trainers.common import add_search_arguments, run_model, search_settings, set_up_kernels
 

@@ -34,7 +34,7 @@ from keras_transformer.config import Recipe
 from keras_transformer.data.batch_plan import BatchPlan
 from keras_transformer.data.token_storage import TokenStorage
 from keras_transformer.evaluation import corpus_scores
-from keras_transformer.export import export_translator
+from keras_transformer.serving.export import export_translator
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity
 from keras_transformer.model import Transformer

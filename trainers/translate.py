@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
 from keras_transformer import fast
-from keras_transformer.ctranslate2_export import is_ctranslate2_model
+from keras_transformer.serving.ctranslate2_export import is_ctranslate2_model
 from keras_transformer.data.text_files import read_raw_lines
 from keras_transformer.decoding.translator import Translator
-from keras_transformer.export_loading import load_export
-from keras_transformer.text_translation import (TextTranslator, best_lines, length_batches,
+from keras_transformer.serving.loading import load_export
+from keras_transformer.serving.text_translation import (TextTranslator, best_lines, length_batches,
                                                 output_line)
 from keras_transformer.training.run_dir import RunDir
 from trainers.common import (add_ensemble_argument, add_search_arguments, given_search_flags,

@@ -6,7 +6,7 @@ of runs, or an export), resumably and in shards: the data job of distillation.
     kt-translate-corpus runs/teacher1 train.en --output distilled/train.de --shard 2/4  # 1 of 4
 
 The input is cut into chunks of `--chunk-lines` lines, each translated in length-sorted
-batches and written whole into OUTPUT.parts/ (see `keras_transformer.corpus_translation`): a
+batches and written whole into OUTPUT.parts/ (see `keras_transformer.distillation.corpus_translation`): a
 killed job started again with the same command continues where it stopped, with the same
 output as an uninterrupted one; shards (`--shard I/N`, workers sharing the directory) each take
 every N-th chunk, and whichever writes the last chunk joins them into OUTPUT in input order.
@@ -27,10 +27,10 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from keras_transformer.corpus_translation import CorpusTranslation, Progress, Shard, file_sha256
+from keras_transformer.distillation.corpus_translation import CorpusTranslation, Progress, Shard, file_sha256
 from keras_transformer.evaluation import sentence_bleu
-from keras_transformer.export_loading import export_version
-from keras_transformer.text_translation import best_lines, closest_lines
+from keras_transformer.serving.loading import export_version
+from keras_transformer.serving.text_translation import best_lines, closest_lines
 from keras_transformer.training.run_dir import RunDir
 from trainers.common import add_ensemble_argument, add_search_arguments, search_settings
 from trainers.translate import load_translator

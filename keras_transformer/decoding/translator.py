@@ -1,6 +1,6 @@
 """Strings in, translations out: tokenizer, beam search and detokenizer in one graph.
 
-A `Translator` is the module that `keras_transformer.export` saves; in-process it gives the
+A `Translator` is the module that `keras_transformer.serving.export` saves; in-process it gives the
 exported model's exact outputs.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ It depends on the core and never the reverse. Use it with
 
 | trick | module | the core's reference |
 | --- | --- | --- |
-| float32 gradients in oneDNN's faster layouts | `kernels.linear` | `layers.attention.linear` |
+| float32 gradients in oneDNN's faster layouts | `kernels.linear` | `layers.dense.linear` |
 | closed-form layer-norm backward | `kernels.layer_norm` | `layers.residual.layer_norm` |
 | 16-bit dropout masks | `kernels.dropout` | `layers.residual.dropout` |
 | packed real tokens in training steps | `packed`, `model.FastTransformer` | `Transformer.call` |

@@ -33,8 +33,9 @@ import tensorflow as tf
 from keras_transformer.decoding import transformer_search
 from keras_transformer.fast import compat
 from keras_transformer.layers import DecoderLayer, LayerNorm, ResidualNorm
-from keras_transformer.layers.attention import (heads_first, linear,
-                                                scaled_dot_product_attention, tokens_first)
+from keras_transformer.layers.attention import (heads_first, scaled_dot_product_attention,
+                                                tokens_first)
+from keras_transformer.layers.dense import linear
 from keras_transformer.layers.residual import layer_norm
 from keras_transformer.model import Transformer, source_padding_mask
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from keras_transformer.layers.attention import linear as reference_linear
+from keras_transformer.layers.dense import linear as reference_linear
 
 _LEVELS = 1 << 16  # dropout masks compare 16-bit random integers against a threshold
 

@@ -1,6 +1,6 @@
 """Keras layers of the Transformer, each serializable with `get_config`."""
-from keras_transformer.layers.attention import (HeadsDense, MultiHeadAttention,
-                                                scaled_dot_product_attention)
+from keras_transformer.layers.attention import MultiHeadAttention, scaled_dot_product_attention
+from keras_transformer.layers.dense import HeadsDense
 from keras_transformer.layers.embedding import (LearnedPositionalEmbedding, ScaledEmbedding,
                                                 SinusoidalPositionalEncoding)
 from keras_transformer.layers.encoder_decoder import DecoderLayer, EncoderLayer

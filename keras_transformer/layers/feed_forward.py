@@ -1,7 +1,7 @@
 """Position-wise feed-forward network, eq. (2): FFN(x) = max(0, x W1 + b1) W2 + b2."""
 import keras
 
-from keras_transformer.layers.attention import HeadsDense
+from keras_transformer.layers.dense import HeadsDense
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -96,7 +96,7 @@ class RunDir:
         return {**result, "test": test} if test is not None else result
 
     def provenance(self, weights: str | os.PathLike | None = None) -> dict[str, Any]:
-        """The facts of this run an export of it records (`keras_transformer.provenance`): its
+        """The facts of this run an export of it records (`keras_transformer.serving.provenance`): its
         path, the weights used (`weights` if given, else `chosen_weights`) and why, its
         recorded results and the training precision."""
         if weights:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from keras_transformer.ctranslate2_export import ctranslate2_functions, is_ctranslate2_model
-from keras_transformer.text_translation import TextTranslator
+from keras_transformer.serving.ctranslate2_export import ctranslate2_functions, is_ctranslate2_model
+from keras_transformer.serving.text_translation import TextTranslator
 
 
 def is_export(directory: Path) -> bool:

@@ -33,8 +33,8 @@ from keras_transformer.decoding.translator import Translator
 from keras_transformer.model import Transformer
 from keras_transformer.config import SearchSettings
 from keras_transformer.precision import serving_copy
-from keras_transformer.provenance import export_record, shortlist_record, write_provenance
-from keras_transformer.warmup import (DEFAULT_MAX_WIDTH, WARMUP_FILE, warmup_requests,
+from keras_transformer.serving.provenance import export_record, shortlist_record, write_provenance
+from keras_transformer.serving.warmup import (DEFAULT_MAX_WIDTH, WARMUP_FILE, warmup_requests,
                                       warmup_widths, write_warmup_requests)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -53,9 +53,9 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
     `dtype` (one of `precision.SERVING_DTYPES`) is what its weights are stored and computed in.
     `shortlist`: restricts each batch's search to the target ids it gives (None: none).
     `jit_compile`: the search is saved as one XLA-compiled function (`Translator`).
-    The export carries TF Serving warm-up requests (`keras_transformer.warmup`; an XLA export's
+    The export carries TF Serving warm-up requests (`keras_transformer.serving.warmup`; an XLA export's
     cover source widths up to `warmup_max_width` pieces) and a provenance record
-    (`keras_transformer.provenance`) holding `provenance`, the facts of the model's origin
+    (`keras_transformer.serving.provenance`) holding `provenance`, the facts of the model's origin
     (`RunDir.provenance` or `provenance.file_provenance`; None: unknown).
     `step_builder`: the search's cached step function (default: the core's).
     """

@@ -1,0 +1,210 @@
+"""Random Marian (OPUS-MT) model folders in Marian's native format, for the importer's tests.
+
+`write_marian_model` writes what an OPUS-MT release folder holds: `model.npz` (random weights
+under Marian's parameter names, with its `special:model.yml` entry), the vocabulary yml file(s),
+`source.spm` / `target.spm` (tiny SentencePiece models trained on `training_sentences`) and
+`decoder.yml`. The layout follows /work/notes/marian_format.md.
+"""
+import json
+import random
+import re
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import sentencepiece as spm
+import yaml
+
+SPECIAL = ["</s>", "<unk>"]  # Marian's fixed ids 0 and 1
+SOURCE_WORDS = ("one two three four five six seven eight nine ten the a red green blue small big "
+                "dog cat bird book house car tree river city friend sees buys has likes sells "
+                "finds and but not very old new").split()
+TARGET_WORDS = ("un deux trois quatre cinq six sept huit neuf dix le la rouge vert bleu petit "
+                "grand chien chat oiseau livre maison voiture arbre rivière ville ami voit "
+                "achète a aime vend trouve et mais pas très vieux nouveau").split()
+SUBJECTS = [("I", "je"), ("we", "nous"), ("they", "ils"), ("she", "elle"), ("my friend", "mon ami")]
+PUNCTUATION = [(".", "."), ("?", " ?"), ("!", " !"), (": yes.", " : oui."), ('"', ' "')]
+
+
+@dataclass(frozen=True)
+class MarianVariant:
+    """One architecture: `norm` "post" (preprocess "", postprocess "dan") or "pre" ("n", "da",
+    postprocess-top "n"); `activation` swish|relu|gelu; `embedding_norm` the layer norm after the
+    embeddings (postprocess-emb "nd"); `learned_positions` a `Wpos` table of `max_length` rows;
+    `tied_all` one vocabulary and `Wemb` for source, target and output, else `encoder_Wemb` and
+    `decoder_Wemb` with separate vocabularies; `tied_output` the output layer reuses the target
+    embeddings (else `decoder_ff_logit_out_Wt`); `languages` the `>>xx<<` tokens of a
+    multi-target model."""
+
+    enc_depth: int = 2
+    dec_depth: int = 2
+    dim_emb: int = 32
+    heads: int = 4
+    dim_ffn: int = 64
+    activation: str = "swish"
+    norm: str = "post"
+    embedding_norm: bool = False
+    learned_positions: bool = False
+    tied_all: bool = True
+    tied_output: bool = True
+    languages: tuple = ()
+    max_length: int = 64
+    seed: int = 0
+
+
+def training_sentences(count: int = 240, seed: int = 0) -> tuple:
+    """The `count` generated (sources, targets) sentence lists the SentencePiece models train on,
+    a toy English / French-like pair (same `seed`, same lists)."""
+    rng = random.Random(seed)
+    sources, targets = [], []
+    for _ in range(count):
+        subject, subject_t = rng.choice(SUBJECTS)
+        picks = rng.sample(range(len(SOURCE_WORDS)), rng.randint(2, 6))
+        mark, mark_t = rng.choice(PUNCTUATION)
+        sources.append(" ".join([subject] + [SOURCE_WORDS[i] for i in picks]) + mark)
+        targets.append(" ".join([subject_t] + [TARGET_WORDS[i] for i in picks]) + mark_t)
+    return sources, targets
+
+
+def _train_spm(lines: list, prefix: Path, vocab_size: int) -> spm.SentencePieceProcessor:
+    """Trains a unigram SentencePiece model on `lines`, writes `prefix`.spm; returns it loaded."""
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_prefix=str(prefix), vocab_size=vocab_size,
+        model_type="unigram", character_coverage=1.0, hard_vocab_limit=False, num_threads=1,
+        minloglevel=2)
+    Path(f"{prefix}.model").rename(f"{prefix}.spm")
+    Path(f"{prefix}.vocab").unlink()
+    return spm.SentencePieceProcessor(model_file=f"{prefix}.spm")
+
+
+def _pieces(processor: spm.SentencePieceProcessor) -> list:
+    """The normal pieces of `processor` in id order (its <unk>, <s>, </s> left out)."""
+    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())
+            if not (processor.is_control(i) or processor.is_unknown(i))]
+
+
+_PLAIN = re.compile(r"[\w\u2581]+")
+_YAML_WORDS = {"y", "n", "yes", "no", "true", "false", "on", "off", "null", "~"}
+
+
+def _yaml_key(token: str) -> str:
+    """`token` as a YAML key the way yaml-cpp writes it: bare when safe, else double-quoted."""
+    plain = (_PLAIN.fullmatch(token) and token.lower() not in _YAML_WORDS
+             and not re.fullmatch(r"[-+.\d]+", token))
+    return token if plain else json.dumps(token, ensure_ascii=False)
+
+
+def write_vocabulary(path: Path, tokens: list) -> None:
+    """Writes `tokens` (id = position, `</s>` and `<unk>` first) as a Marian vocabulary yml."""
+    path.write_text("".join(f"{_yaml_key(t)}: {i}\n" for i, t in enumerate(tokens)),
+                    encoding="utf-8")
+
+
+def model_config(variant: MarianVariant, vocab_sizes: tuple) -> dict:
+    """The `special:model.yml` options Marian saves for `variant` with `vocab_sizes`."""
+    pre = variant.norm == "pre"
+    return {
+        "type": "transformer", "dim-vocabs": list(vocab_sizes), "dim-emb": variant.dim_emb,
+        "enc-depth": variant.enc_depth, "dec-depth": variant.dec_depth,
+        "transformer-heads": variant.heads, "transformer-dim-ffn": variant.dim_ffn,
+        "transformer-decoder-dim-ffn": 0, "transformer-ffn-depth": 2,
+        "transformer-decoder-ffn-depth": 0, "transformer-ffn-activation": variant.activation,
+        "transformer-preprocess": "n" if pre else "", "transformer-postprocess": "da" if pre
+        else "dan", "transformer-postprocess-top": "n" if pre else "",
+        "transformer-postprocess-emb": "nd" if variant.embedding_norm else "d",
+        "transformer-train-position-embeddings": variant.learned_positions,
+        "transformer-decoder-autoreg": "self-attention", "transformer-tied-layers": [],
+        "transformer-no-projection": False, "transformer-guided-alignment-layer": "last",
+        "transformer-aan-depth": 2, "transformer-aan-activation": "swish",
+        "transformer-aan-nogate": False, "transformer-dim-aan": 2048,
+        "tied-embeddings": variant.tied_output, "tied-embeddings-all": variant.tied_all,
+        "tied-embeddings-src": False, "layer-normalization": False, "right-left": False,
+        "skip": False, "ulr": False, "ulr-dim-emb": 0, "output-omit-bias": False,
+        "factors-combine": "sum", "lemma-dim-emb": 0,
+        "dec-cell-base-depth": 2, "dec-cell-high-depth": 1, "version": "v1.11.0 fixture",
+    }
+
+
+def random_weights(variant: MarianVariant, vocab_sizes: tuple) -> dict:
+    """Random float32 parameters of `variant` under Marian's names and shapes ([in, out])."""
+    rng = np.random.default_rng(variant.seed)
+    d, f = variant.dim_emb, variant.dim_ffn
+    w = {}
+
+    def dense(name: str, rows: int, cols: int, suffix: str = "") -> None:
+        w[f"{name}_W{suffix}"] = rng.normal(0, rows ** -0.5, (rows, cols))
+        w[f"{name}_b{suffix}"] = rng.normal(0, 0.1, (1, cols))
+
+    def norm(name: str, pre: bool = variant.norm == "pre") -> None:
+        w[f"{name}_ln_scale{'_pre' if pre else ''}"] = 1 + rng.normal(0, 0.1, (1, d))
+        w[f"{name}_ln_bias{'_pre' if pre else ''}"] = rng.normal(0, 0.1, (1, d))
+
+    for stack, depth in (("encoder", variant.enc_depth), ("decoder", variant.dec_depth)):
+        for layer in range(1, depth + 1):
+            for block in ("self", "context") if stack == "decoder" else ("self",):
+                scope = f"{stack}_l{layer}_{block}"
+                for part in "qkvo":
+                    dense(scope, d, d, part)
+                norm(f"{scope}_Wo")
+            dense(f"{stack}_l{layer}_ffn", d, f, "1")
+            dense(f"{stack}_l{layer}_ffn", f, d, "2")
+            norm(f"{stack}_l{layer}_ffn_ffn")
+        if variant.embedding_norm:
+            norm(f"{stack}_emb", pre=True)
+        if variant.norm == "pre":
+            norm(f"{stack}_top", pre=False)
+    if variant.tied_all:
+        w["Wemb"] = rng.normal(0, d ** -0.5, (vocab_sizes[1], d))
+    else:
+        w["encoder_Wemb"] = rng.normal(0, d ** -0.5, (vocab_sizes[0], d))
+        w["decoder_Wemb"] = rng.normal(0, d ** -0.5, (vocab_sizes[1], d))
+    if not variant.tied_output:
+        w["decoder_ff_logit_out_Wt"] = rng.normal(0, d ** -0.5, (vocab_sizes[1], d))
+    w["decoder_ff_logit_out_b"] = rng.normal(0, 0.5, (1, vocab_sizes[1]))
+    if variant.learned_positions:
+        w["Wpos"] = rng.normal(0, 0.5, (variant.max_length, d))
+    return {name: value.astype(np.float32) for name, value in w.items()}
+
+
+def write_marian_model(folder, variant: MarianVariant = MarianVariant(), **changes) -> Path:
+    """Writes a random OPUS-MT-style model folder of `variant` (fields overridden by `changes`)
+    into `folder` (created) and returns its path."""
+    variant = replace(variant, **changes)
+    if variant.tied_all and not variant.tied_output:
+        raise ValueError("tied-embeddings-all ties the output layer too")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    sources, targets = training_sentences()
+    source_pieces = _pieces(_train_spm(sources, folder / "source", 160))
+    target_pieces = _pieces(_train_spm(targets, folder / "target", 160))
+    tags = [f">>{language}<<" for language in variant.languages]
+    if variant.tied_all:
+        shared = SPECIAL + tags + list(dict.fromkeys(source_pieces + target_pieces))
+        vocabularies = {"opus.vocab.yml": shared}
+        vocab_files = ["opus.vocab.yml", "opus.vocab.yml"]
+    else:
+        vocabularies = {"opus.src.vocab.yml": SPECIAL + tags + source_pieces,
+                        "opus.trg.vocab.yml": SPECIAL + target_pieces}
+        vocab_files = list(vocabularies)
+    for name, tokens in vocabularies.items():
+        write_vocabulary(folder / name, tokens)
+    sizes = tuple(len(vocabularies[name]) for name in vocab_files)
+    config = yaml.safe_dump(model_config(variant, sizes), sort_keys=False)
+    weights = random_weights(variant, sizes)
+    weights["special:model.yml"] = np.frombuffer(config.encode() + b"\0", dtype=np.int8)
+    np.savez(folder / "model.npz", **weights)
+    decoder = {"relative-paths": True, "models": ["model.npz"], "vocabs": vocab_files,
+               "beam-size": 4, "normalize": 0.6, "word-penalty": 0, "mini-batch": 16,
+               "maxi-batch": 100, "maxi-batch-sort": "src"}
+    (folder / "decoder.yml").write_text(yaml.safe_dump(decoder, sort_keys=False))
+    (folder / "variant.json").write_text(json.dumps(asdict(variant)))
+    return folder
+
+
+def tokenize(folder, sentence: str, side: str = "source",
+             language: Optional[str] = None) -> list:
+    """`sentence` as the token strings Marian reads (no `</s>`): the `side` ("source" or
+    "target") SentencePiece pieces of model `folder`, after `>>language<<` when given."""
+    processor = spm.SentencePieceProcessor(model_file=str(Path(folder) / f"{side}.spm"))
+    return ([f">>{language}<<"] if language else []) + processor.encode(sentence, out_type=str)
