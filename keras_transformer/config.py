@@ -10,7 +10,9 @@ import json
 from typing import Any, Optional
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
+SINUSOID_LAYOUTS = ("interleaved", "halves")
 NORM_KINDS = ("post", "pre")
+ACTIVATIONS = ("relu", "swish", "gelu", "gelu_sigmoid")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +46,14 @@ class TransformerConfig:
     tie_output: bool = True
     max_length: int = 256
     layer_norm_epsilon: float = 1e-6
+    # Options of models trained elsewhere (e.g. imported Marian ones); the defaults are the
+    # paper's. The feed-forward activation; the sinusoids' order across dimensions (the
+    # paper's sin/cos interleaved, or all sines then all cosines); a layer norm on the
+    # embeddings plus positions; a bias on the pre-softmax projection.
+    activation: str = "relu"
+    sinusoid_layout: str = "interleaved"
+    embedding_norm: bool = False
+    output_bias: bool = False
 
     def __post_init__(self) -> None:
         positive_ints = ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads",
@@ -61,6 +71,9 @@ class TransformerConfig:
         _require(self.layer_norm_epsilon > 0, "layer_norm_epsilon", "must be positive")
         _require(self.positional in POSITIONAL_KINDS, "positional", f"must be one of {POSITIONAL_KINDS}")
         _require(self.norm in NORM_KINDS, "norm", f"must be one of {NORM_KINDS}")
+        _require(self.activation in ACTIVATIONS, "activation", f"must be one of {ACTIVATIONS}")
+        _require(self.sinusoid_layout in SINUSOID_LAYOUTS, "sinusoid_layout",
+                 f"must be one of {SINUSOID_LAYOUTS}")
         if self.d_k is None or self.d_v is None:
             _require(self.d_model % self.num_heads == 0, "num_heads",
                      f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; "

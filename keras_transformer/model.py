@@ -40,7 +40,8 @@ class Transformer(keras.Model):
         self.output_projection = (None if c.tie_output else keras.layers.Dense(
             c.output_vocab_size, use_bias=False, name="output_projection"))
         if c.positional == "sinusoidal":
-            self.source_positions = SinusoidalPositionalEncoding(name="positional_encoding")
+            self.source_positions = SinusoidalPositionalEncoding(c.sinusoid_layout,
+                                                                 name="positional_encoding")
             self.target_positions = self.source_positions
         else:
             self.source_positions = LearnedPositionalEmbedding(c.max_length,
@@ -49,10 +50,14 @@ class Transformer(keras.Model):
                                                                name="target_positions")
         self.source_dropout = HookDropout(c.dropout)
         self.target_dropout = HookDropout(c.dropout)
+        embedding_norm = (lambda name: LayerNorm(
+            epsilon=c.layer_norm_epsilon, name=name) if c.embedding_norm else None)
+        self.source_embedding_norm = embedding_norm("source_embedding_norm")
+        self.target_embedding_norm = embedding_norm("target_embedding_norm")
         layer_args = dict(num_heads=c.num_heads, key_dim=c.key_dim, value_dim=c.value_dim,
                           d_ff=c.d_ff, dropout=c.dropout, attention_dropout=c.attention_dropout,
                           attention_bias=c.attention_bias, norm=c.norm,
-                          epsilon=c.layer_norm_epsilon)
+                          epsilon=c.layer_norm_epsilon, activation=c.activation)
         self.encoder_layers = [EncoderLayer(**layer_args, name=f"encoder_layer_{i}")
                                for i in range(c.encoder_depth)]
         self.decoder_layers = [DecoderLayer(**layer_args, name=f"decoder_layer_{i}")
@@ -62,6 +67,7 @@ class Transformer(keras.Model):
             epsilon=c.layer_norm_epsilon, name=name) if c.norm == "pre" else None)
         self.encoder_norm = final_norm("encoder_norm")
         self.decoder_norm = final_norm("decoder_norm")
+        self.output_bias = None
         self.build()
 
     def build(self, input_shape=None) -> None:
@@ -70,11 +76,16 @@ class Transformer(keras.Model):
         unique = {id(layer): layer for layer in (
             self.source_embedding, self.target_embedding, self.source_positions,
             self.target_positions, self.encoder_norm, self.decoder_norm, self.output_projection,
+            self.source_embedding_norm, self.target_embedding_norm,
             *self.encoder_layers) if layer is not None}
         for layer in unique.values():
             layer.build(hidden)
         for layer in self.decoder_layers:
             layer.build(hidden, hidden)
+        if self.config.output_bias:
+            self.output_bias = self.add_weight(name="output_bias",
+                                               shape=(self.config.output_vocab_size,),
+                                               initializer="zeros", autocast=False)
         self.built = True
 
     def compile(self, optimizer="rmsprop", *args, auto_scale_loss: bool = True, **kwargs):
@@ -94,8 +105,7 @@ class Transformer(keras.Model):
 
     def encode(self, source_ids, training=None, return_attention_scores: bool = False):
         """Encoder output `[batch, src_len, d_model]` (and per-layer self-attention weights)."""
-        x = self.embed(source_ids, self.source_embedding, self.source_positions,
-                       self.source_dropout, training)
+        x = self.embed(source_ids, "source", training)
         mask = ops.expand_dims(source_padding_mask(source_ids), 1)
         weights = []
         for layer in self.encoder_layers:
@@ -118,8 +128,7 @@ class Transformer(keras.Model):
             return_attention_scores: also return the per-layer self and encoder-decoder
                 attention weights.
         """
-        x = self.embed(target_input_ids, self.target_embedding, self.target_positions,
-                       self.target_dropout, training)
+        x = self.embed(target_input_ids, "target", training)
         self_mask = causal_mask(target_input_ids)
         cross_mask = ops.expand_dims(source_mask, 1)
         self_weights, cross_weights = [], []
@@ -150,11 +159,11 @@ class Transformer(keras.Model):
         its `beam_size` hypotheses. `self`: per-layer self-attention caches of
         `batch * beam_size` rows (one per hypothesis) and `max_length` positions, filled one
         position per step; a beam search reorders their rows with the hypotheses.
-        `output_kernel`: the pre-softmax projection `[d_model, vocab]`, or its columns of
-        `vocabulary_ids` (`output_kernel`).
+        `output`: the pre-softmax projection (and bias), or its columns of `vocabulary_ids`
+        (`output_weights`).
         """
         rows = ops.shape(encoder_output)[0] * beam_size
-        return {"output_kernel": self.output_kernel(vocabulary_ids),
+        return {"output": self.output_weights(vocabulary_ids),
                 "cross": self.cross_cache(encoder_output),
                 "self": [layer.self_attention.init_cache(rows, max_length, self.compute_dtype)
                          for layer in self.decoder_layers]}
@@ -178,26 +187,37 @@ class Transformer(keras.Model):
                                                   cache["cross"]):
             x, self_cache = layer.step(x, self_cache, cross_cache, step, cross_mask)
             new_self.append(self_cache)
-        return self.step_logits(x, cache["output_kernel"]), {**cache, "self": new_self}
+        return self.step_logits(x, cache["output"]), {**cache, "self": new_self}
 
     def embed_step(self, token_ids, step):
         """The decoder input `[batch, beam, d_model]` of `token_ids` `[batch, beam]` at target
         position `step` (no dropout: inference)."""
         x = self.target_embedding(token_ids)
-        return x + self.target_positions(x[:, :1], start_index=step)
+        return self.embedding_output(x + self.target_positions(x[:, :1], start_index=step),
+                                     "target")
 
-    def step_logits(self, hidden, output_kernel):
+    def step_logits(self, hidden, output: dict[str, tf.Tensor]):
         """Float32 logits `[batch, beam, vocab]` of a decoding step's output `hidden` with the
-        `[d_model, vocab]` `output_kernel` (`output_kernel()`, or its shortlisted columns)."""
+        pre-softmax projection `output` (`output_weights()`, or its shortlisted columns)."""
         if self.decoder_norm is not None:
             hidden = self.decoder_norm(hidden)
-        return ops.cast(ops.matmul(hidden, ops.cast(output_kernel, hidden.dtype)), "float32")
+        logits = ops.cast(ops.matmul(hidden, ops.cast(output["kernel"], hidden.dtype)),
+                          "float32")
+        return logits + output["bias"] if "bias" in output else logits
 
     # ---------------------------------------------------------------------------- helpers
-    def embed(self, ids, embedding, positions, dropout, training):
-        """Dropout(E[ids] * sqrt(d_model) + positions) `[batch, len, d_model]` (section 3.4)."""
-        x = embedding(ids)
-        return dropout(x + positions(x), training=training)
+    def embed(self, ids, side: str, training):
+        """Dropout(E[ids] * sqrt(d_model) + positions) `[batch, len, d_model]` (section 3.4) of
+        the `side` ("source" or "target")."""
+        x = getattr(self, f"{side}_embedding")(ids)
+        x = self.embedding_output(x + getattr(self, f"{side}_positions")(x), side)
+        return getattr(self, f"{side}_dropout")(x, training=training)
+
+    def embedding_output(self, x, side: str):
+        """The embeddings plus positions `x` of the `side`, layer-normalized with
+        `embedding_norm` (else as they are), before dropout."""
+        norm = getattr(self, f"{side}_embedding_norm")
+        return x if norm is None else norm(x)
 
     def output_logits(self, hidden):
         """Float32 logits `[..., vocab]` of the decoder output `hidden` (after the final norm of
@@ -205,8 +225,21 @@ class Transformer(keras.Model):
         if self.decoder_norm is not None:
             hidden = self.decoder_norm(hidden)
         if self.output_projection is not None:
-            return ops.cast(self.output_projection(hidden), "float32")
-        return self.target_embedding.logits(hidden)
+            logits = ops.cast(self.output_projection(hidden), "float32")
+        else:
+            logits = self.target_embedding.logits(hidden)
+        return logits if self.output_bias is None else logits + ops.cast(self.output_bias,
+                                                                          "float32")
+
+    def output_weights(self, vocabulary_ids=None) -> dict[str, tf.Tensor]:
+        """The pre-softmax projection for decoding steps: `{"kernel"}` `[d_model, vocab]` in the
+        compute dtype (`output_kernel`) and, with `output_bias`, `{"bias"}` `[vocab]` float32;
+        with `vocabulary_ids` `[n]`, their columns only."""
+        weights = {"kernel": self.output_kernel(vocabulary_ids)}
+        if self.output_bias is not None:
+            bias = ops.cast(self.output_bias, "float32")
+            weights["bias"] = bias if vocabulary_ids is None else tf.gather(bias, vocabulary_ids)
+        return weights
 
     def output_kernel(self, vocabulary_ids=None):
         """The pre-softmax projection as a `[d_model, vocab]` tensor in the compute dtype (a

@@ -3,7 +3,7 @@
 `write_marian_model` writes what an OPUS-MT release folder holds: `model.npz` (random weights
 under Marian's parameter names, with its `special:model.yml` entry), the vocabulary yml file(s),
 `source.spm` / `target.spm` (tiny SentencePiece models trained on `training_sentences`) and
-`decoder.yml`. The layout follows /work/notes/marian_format.md.
+`decoder.yml`, as `keras_transformer.importing.marian` reads them.
 """
 import json
 import random
@@ -17,12 +17,16 @@ import sentencepiece as spm
 import yaml
 
 SPECIAL = ["</s>", "<unk>"]  # Marian's fixed ids 0 and 1
-SOURCE_WORDS = ("one two three four five six seven eight nine ten the a red green blue small big "
-                "dog cat bird book house car tree river city friend sees buys has likes sells "
-                "finds and but not very old new").split()
-TARGET_WORDS = ("un deux trois quatre cinq six sept huit neuf dix le la rouge vert bleu petit "
-                "grand chien chat oiseau livre maison voiture arbre rivière ville ami voit "
-                "achète a aime vend trouve et mais pas très vieux nouveau").split()
+SOURCE_WORDS = ("one two three four five six seven eight nine ten eleven twelve twenty hundred "
+                "the a red green blue yellow black white small big long short dog cat bird horse "
+                "fish book house car tree river city friend teacher garden window door table "
+                "sees buys has likes sells finds reads writes opens closes wants and but not very "
+                "old new today tomorrow").split()
+TARGET_WORDS = ("un deux trois quatre cinq six sept huit neuf dix onze douze vingt cent le la "
+                "rouge vert bleu jaune noir blanc petit grand long court chien chat oiseau cheval "
+                "poisson livre maison voiture arbre rivière ville ami professeur jardin fenêtre "
+                "porte table voit achète a aime vend trouve lit écrit ouvre ferme veut et mais pas "
+                "très vieux nouveau aujourd'hui demain").split()
 SUBJECTS = [("I", "je"), ("we", "nous"), ("they", "ils"), ("she", "elle"), ("my friend", "mon ami")]
 PUNCTUATION = [(".", "."), ("?", " ?"), ("!", " !"), (": yes.", " : oui."), ('"', ' "')]
 
@@ -35,7 +39,8 @@ class MarianVariant:
     `tied_all` one vocabulary and `Wemb` for source, target and output, else `encoder_Wemb` and
     `decoder_Wemb` with separate vocabularies; `tied_output` the output layer reuses the target
     embeddings (else `decoder_ff_logit_out_Wt`); `languages` the `>>xx<<` tokens of a
-    multi-target model."""
+    multi-target model (source side). Like OPUS-MT's, a `tied_all` config says
+    `tied-embeddings: false`: Marian ties the output when either option is true."""
 
     enc_depth: int = 2
     dec_depth: int = 2
@@ -48,7 +53,7 @@ class MarianVariant:
     learned_positions: bool = False
     tied_all: bool = True
     tied_output: bool = True
-    languages: tuple = ()
+    languages: tuple[str, ...] = ()
     max_length: int = 64
     seed: int = 0
 
@@ -118,7 +123,8 @@ def model_config(variant: MarianVariant, vocab_sizes: tuple) -> dict:
         "transformer-no-projection": False, "transformer-guided-alignment-layer": "last",
         "transformer-aan-depth": 2, "transformer-aan-activation": "swish",
         "transformer-aan-nogate": False, "transformer-dim-aan": 2048,
-        "tied-embeddings": variant.tied_output, "tied-embeddings-all": variant.tied_all,
+        "tied-embeddings": variant.tied_output and not variant.tied_all,  # as OPUS-MT
+        "tied-embeddings-all": variant.tied_all,
         "tied-embeddings-src": False, "layer-normalization": False, "right-left": False,
         "skip": False, "ulr": False, "ulr-dim-emb": 0, "output-omit-bias": False,
         "factors-combine": "sum", "lemma-dim-emb": 0,
@@ -200,6 +206,12 @@ def write_marian_model(folder, variant: MarianVariant = MarianVariant(), **chang
     (folder / "decoder.yml").write_text(yaml.safe_dump(decoder, sort_keys=False))
     (folder / "variant.json").write_text(json.dumps(asdict(variant)))
     return folder
+
+
+def read_variant(folder) -> MarianVariant:
+    """The `MarianVariant` that `write_marian_model` wrote into `folder` (its variant.json)."""
+    fields = json.loads((Path(folder) / "variant.json").read_text())
+    return MarianVariant(**{**fields, "languages": tuple(fields["languages"])})
 
 
 def tokenize(folder, sentence: str, side: str = "source",

@@ -119,13 +119,12 @@ def test_learned_positions_index_their_table():
     np.testing.assert_allclose(layer.at(positions), np.asarray(layer.table)[positions])
 
 
-def test_embedding_is_scaled_tied_and_masks_padding():
+def test_embedding_is_scaled_and_tied():
     layer = ScaledEmbedding(vocab_size=11, d_model=16)
     ids = np.array([[4, 5, 0]], "int32")
     vectors = np.asarray(layer(ids))
     table = np.asarray(layer.embeddings)
     np.testing.assert_allclose(vectors[0, 0], table[4] * 4.0, rtol=1e-6)
-    np.testing.assert_array_equal(np.asarray(layer.compute_mask(ids)), [[True, True, False]])
     hidden = rng.normal(size=(1, 2, 16)).astype("float32")
     np.testing.assert_allclose(layer.logits(hidden), hidden @ table.T, rtol=1e-5,
                                atol=1e-6)
@@ -138,6 +137,28 @@ def test_feed_forward_is_relu_between_two_linear_maps():
     inner = np.maximum(0, x @ np.asarray(ffn.inner.kernel) + np.asarray(ffn.inner.bias))
     np.testing.assert_allclose(out, inner @ np.asarray(ffn.outer.kernel)
                                + np.asarray(ffn.outer.bias), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("activation, formula", [
+    ("swish", lambda x: x / (1 + np.exp(-x))),
+    ("gelu", lambda x: x * 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))),
+    ("gelu_sigmoid", lambda x: x / (1 + np.exp(-1.702 * x)))])
+def test_feed_forward_activations_follow_their_formulas(activation, formula):
+    ffn = PositionwiseFeedForward(d_ff=32, activation=activation)
+    x = rng.normal(size=(2, 3, 8)).astype("float32")
+    output = np.asarray(ffn(x))
+    inner = formula(x @ np.asarray(ffn.inner.kernel) + np.asarray(ffn.inner.bias))
+    np.testing.assert_allclose(output, inner @ np.asarray(ffn.outer.kernel)
+                               + np.asarray(ffn.outer.bias), rtol=1e-5, atol=1e-5)
+
+
+def test_sinusoid_halves_hold_the_interleaved_sines_then_cosines():
+    x = np.zeros((1, 7, 16), "float32")
+    interleaved = np.asarray(SinusoidalPositionalEncoding()(x))
+    halves = np.asarray(SinusoidalPositionalEncoding("halves")(x))
+    np.testing.assert_array_equal(halves, np.concatenate(
+        [interleaved[:, 0::2], interleaved[:, 1::2]], axis=-1))
+    assert not np.array_equal(halves, interleaved)
 
 
 def test_post_norm_and_pre_norm_residuals():
@@ -200,4 +221,4 @@ def test_heads_dense_rejects_unknown_activation():
     from keras_transformer.layers import HeadsDense
 
     with pytest.raises(ValueError, match="activation"):
-        HeadsDense((4,), activation="gelu")
+        HeadsDense((4,), activation="tanh")

@@ -16,12 +16,19 @@ VARIANTS = {
                                        "share_embeddings": False, "tie_output": False,
                                        "target_vocab_size": 70, "num_encoder_layers": 3,
                                        "num_decoder_layers": 1},
+    # The options of models trained elsewhere (e.g. Marian's), all on.
+    "swish_halves_embedding_norm_output_bias": {
+        "activation": "swish", "sinusoid_layout": "halves", "embedding_norm": True,
+        "output_bias": True, "attention_bias": True},
 }
 
 
 def tiny_model(**overrides) -> kt.Transformer:
     config = kt.TransformerConfig.preset("tiny", vocab_size=60, dropout=0.0, **overrides)
-    return kt.Transformer(config)
+    model = kt.Transformer(config)
+    if model.output_bias is not None:  # zeros when built: a bias that changes the logits
+        model.output_bias.assign(rng.normal(size=model.output_bias.shape).astype("float32"))
+    return model
 
 
 def random_ids(shape, low=4, high=60):
@@ -217,7 +224,8 @@ def test_fit_and_evaluate_score_only_real_target_tokens(jit_compile):
 def test_training_differentiates_the_loss_through_the_logit_factors(variant):
     """With fast kernels the train step's loss reaches the weights through `hidden @ kernel`
     (tied or not) and only the real target tokens, with no one-hot over `[tokens, vocab]`; the
-    gradients are those of the core model's padded, autodiff loss with the reference kernels."""
+    gradients are those of the core model's padded, autodiff loss with the reference kernels
+    (with an output bias too, whose loss goes through the packed logits instead)."""
     from trainers.train import compiled_model
 
     model, _ = compiled_model(kt.Recipe.preset("tiny", vocab_size=60, dropout=0.0,
@@ -247,9 +255,36 @@ def test_training_differentiates_the_loss_through_the_logit_factors(variant):
     reference, reference_graph = traced_gradients("reference")
     with fast.kernels_scope("fast"):
         step_graph = tf.function(model.train_step).get_concrete_function(data).graph
-    assert "OneHot" not in {op.type for op in step_graph.get_operations()}
+    # An output bias is a term the factors do not carry: that loss runs on the logits.
+    through_factors = model.output_bias is None
+    assert ("OneHot" not in {op.type for op in step_graph.get_operations()}) == through_factors
     for got, want in zip(ours, reference):
         np.testing.assert_allclose(tf.convert_to_tensor(got).numpy(),
                                    tf.convert_to_tensor(want).numpy(), rtol=1e-4, atol=1e-6)
     assert "Cumsum" in {op.type for op in fast_graph.get_operations()}  # TokenLayout ran
     assert "Cumsum" not in {op.type for op in reference_graph.get_operations()}
+
+
+def test_output_bias_and_embedding_norm_follow_their_formulas():
+    """Logits `h E^T + b` at every position and in the decoding step (also of a shortlist's
+    columns), and the embedding layer norm's output `LN(E[ids] sqrt(d) + PE)`."""
+    model = tiny_model(output_bias=True, embedding_norm=True)
+    source, target = random_ids((2, 5)), random_ids((2, 4))
+    hidden = model.decoder_layers[-1](
+        model.embed(target, "target", False), model.encode(source),
+        self_mask=kt.model.causal_mask(target),
+        cross_mask=np.ones((2, 1, 5), bool))
+    table, bias = np.asarray(model.target_embedding.embeddings), np.asarray(model.output_bias)
+    np.testing.assert_allclose(model.output_logits(hidden), np.asarray(hidden) @ table.T + bias,
+                               rtol=1e-5, atol=1e-5)
+    shortlist = np.array([3, 7, 11], "int32")
+    weights = model.output_weights(shortlist)
+    step_logits = model.step_logits(hidden[:, :1], weights)
+    np.testing.assert_allclose(step_logits, np.asarray(model.output_logits(hidden[:, :1]))[
+        ..., shortlist], rtol=1e-5, atol=1e-5)
+    embedded = table[target] * np.sqrt(model.config.d_model) + np.asarray(
+        model.target_positions(np.zeros((1, 4, model.config.d_model), "float32")))
+    normalized = (embedded - embedded.mean(-1, keepdims=True)) / np.sqrt(
+        embedded.var(-1, keepdims=True) + model.config.layer_norm_epsilon)
+    np.testing.assert_allclose(model.embed(target, "target", False), normalized, rtol=1e-4,
+                               atol=1e-4)

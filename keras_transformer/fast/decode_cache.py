@@ -35,7 +35,7 @@ from keras_transformer.fast import compat
 from keras_transformer.layers import DecoderLayer, LayerNorm, ResidualNorm
 from keras_transformer.layers.attention import (heads_first, scaled_dot_product_attention,
                                                 tokens_first)
-from keras_transformer.layers.dense import linear
+from keras_transformer.layers.dense import activate, linear
 from keras_transformer.layers.residual import layer_norm
 from keras_transformer.model import Transformer, source_padding_mask
 
@@ -55,7 +55,7 @@ def lean_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
     cross_mask = tf.expand_dims(source_padding_mask(source_ids), 1)
     layers = [_LayerStep(layer, encoder_output, cross_mask, dtype)
               for layer in model.decoder_layers]
-    output_kernel = model.output_kernel(vocabulary_ids)
+    output = model.output_weights(vocabulary_ids)
     positions = model.target_positions.at(tf.range(buffer_length))
     heads = layers[0].heads
     state = {"self": [layer.empty_cache(rows, buffer_length, static) for layer in layers],
@@ -71,12 +71,13 @@ def lean_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
         else:
             slots, written = _history_slots(ancestors, position, heads), None
         embedded = model.target_embedding(token_ids)
-        x = tf.reshape(embedded, [rows, -1]) + positions[position]
+        x = model.embedding_output(tf.reshape(embedded, [rows, -1]) + positions[position],
+                                   "target")
         caches = []
         for layer, cache in zip(layers, state["self"]):
             x, cache = layer(x, cache, position, slots, written)
             caches.append(cache)
-        logits = model.step_logits(tf.reshape(x, tf.shape(embedded)), output_kernel)
+        logits = model.step_logits(tf.reshape(x, tf.shape(embedded)), output)
         return (transformer_search.log_probs(logits, never, unscored),
                 {"self": caches, "ancestors": ancestors})
 
@@ -107,6 +108,7 @@ class _LayerStep:
         self.cross_keys, self.cross_values = cross.project_key_value(encoder_output)
         self.cross_mask = cross_mask  # `[batch, 1, src_len]`, True on real source tokens
         self.inner = layer.feed_forward.inner.matrix(dtype)
+        self.activation = layer.feed_forward.activation
         self.outer = layer.feed_forward.outer.matrix(dtype)
         self.blocks = [_Residual(block) for block in (layer.self_residual, layer.cross_residual,
                                                       layer.feed_forward_residual)]
@@ -159,7 +161,10 @@ class _LayerStep:
 
     def _feed_forward(self, x):
         with tf.name_scope("feed_forward"):
-            return _linear(_linear(x, self.inner, relu=True), self.outer)
+            inner = _linear(x, self.inner, relu=self.activation == "relu")
+            if self.activation != "relu":
+                inner = activate(inner, self.activation)
+            return _linear(inner, self.outer)
 
     def _concatenated(self, attended: tf.Tensor) -> tf.Tensor:
         """The heads' outputs of each row side by side, `[rows, heads * d_v]` (W^O's input)."""

@@ -56,14 +56,16 @@ class FastTransformer(compat.LocalBatchSymbolicBuild, Transformer):
 
     def _loss(self, x, y, logits, factors: LogitFactors | None, sample_weight, training: bool):
         """The step's loss: through the logits' `factors` (the fast path) for
-        `LabelSmoothedCrossEntropy` alone, else Keras's `compute_loss` of the logits.
+        `LabelSmoothedCrossEntropy` alone (and logits without an output bias, a term the
+        factors do not carry), else Keras's `compute_loss` of the logits.
 
         `fit`'s "loss" is the global batch's: every replica's loss (its share of the global
         mean) counts alike, scaled up by the replica count, so that the logged figure is the
         per-token loss of a one-device run on the same batches. (Keras's own steps weight each
         replica by its rows, which differ between replicas of a token-budget batch.)
         """
-        if (factors is not None and isinstance(self.loss, LabelSmoothedCrossEntropy)
+        if (factors is not None and self.output_bias is None
+                and isinstance(self.loss, LabelSmoothedCrossEntropy)
                 and sample_weight is None and not self.losses):
             labels = ops.cast(y, "int32")
             loss = ops.sum(self.loss.normalized(labels, smoothed_cross_entropy_through_factors(

@@ -157,7 +157,8 @@ def logit_factors(model: Transformer, source_ids: tf.Tensor, target_input_ids: t
         training: dropout.
 
     Returns:
-        `LogitFactors` of the float32 logits.
+        `LogitFactors` of the float32 logits (whose `logits` add the model's output bias, if
+        any, which the factors leave out).
     """
     packed = positions is not None
     source_layout = TokenLayout(source_ids) if packed else PADDED
@@ -178,8 +179,12 @@ def logit_factors(model: Transformer, source_ids: tf.Tensor, target_input_ids: t
     if model.decoder_norm is not None:
         x = model.decoder_norm(x)
     if model.output_projection is not None:
-        return factor_logits(x, model.output_projection.kernel, transposed=False)
-    return factor_logits(x, model.target_embedding.embeddings, transposed=True)
+        factors = factor_logits(x, model.output_projection.kernel, transposed=False)
+    else:
+        factors = factor_logits(x, model.target_embedding.embeddings, transposed=True)
+    if model.output_bias is None:
+        return factors
+    return factors._replace(logits=factors.logits + tf.cast(model.output_bias, tf.float32))
 
 
 def _embed(model: Transformer, ids: tf.Tensor, side: str, layout: Layout, training):
@@ -187,9 +192,10 @@ def _embed(model: Transformer, ids: tf.Tensor, side: str, layout: Layout, traini
     embedding, positions, dropout = (getattr(model, f"{side}_{part}")
                                      for part in ("embedding", "positions", "dropout"))
     if layout is PADDED:
-        return model.embed(ids, embedding, positions, dropout, training)
+        return model.embed(ids, side, training)
     x = embedding(layout.pack(ids))
-    return dropout(x + positions.at(layout.token_positions), training=training)
+    x = model.embedding_output(x + positions.at(layout.token_positions), side)
+    return dropout(x, training=training)
 
 
 def _encoder_layer(layer: EncoderLayer, x, padding_mask, layout: Layout, training):

@@ -13,6 +13,21 @@ from keras import ops
 from keras_transformer.hooks import replaceable
 
 
+ACTIVATIONS = ("swish", "gelu", "gelu_sigmoid")
+
+
+def activate(x: tf.Tensor, activation: str) -> tf.Tensor:
+    """A feed-forward activation other than ReLU: `swish` x sigmoid(x), `gelu` x Phi(x) (the
+    exact form), `gelu_sigmoid` x sigmoid(1.702 x) (Marian's approximation)."""
+    if activation == "swish":
+        return tf.nn.silu(x)
+    if activation == "gelu":
+        return tf.nn.gelu(x, approximate=False)
+    if activation == "gelu_sigmoid":
+        return x * tf.sigmoid(tf.cast(1.702, x.dtype) * x)
+    raise ValueError(f"activation: must be one of {ACTIVATIONS}, got {activation!r}")
+
+
 @replaceable
 def linear(rows: tf.Tensor, kernel: tf.Tensor, bias: Optional[tf.Tensor] = None,
            relu: bool = False) -> tf.Tensor:
@@ -28,7 +43,7 @@ def linear(rows: tf.Tensor, kernel: tf.Tensor, bias: Optional[tf.Tensor] = None,
 class HeadsDense(keras.layers.Layer):
     """`[..., *in_dims] -> [..., *out_dims]`: contracts the last `input_rank` axes with a kernel
     of shape `in_dims + out_dims`, adds a bias of shape `out_dims` (unless `use_bias=False`) and
-    applies `activation` (None or "relu").
+    applies `activation` (None, "relu" (fused into the `linear` hook) or one of `activate`'s).
 
     E.g. the query projection maps `[batch, len, d_model]` to `[batch, len, heads, d_k]`
     (`input_rank=1`, `output_dims=(heads, d_k)`) and W^O maps `[batch, len, heads, d_v]` back
@@ -37,7 +52,7 @@ class HeadsDense(keras.layers.Layer):
     make its gradient a batched matmul followed by a sum over the batch.
     """
 
-    ACTIVATIONS = (None, "relu")
+    ACTIVATIONS = (None, "relu", *ACTIVATIONS)
 
     def __init__(self, output_dims: Sequence[int], input_rank: int = 1, use_bias: bool = True,
                  activation: Optional[str] = None, **kwargs):
@@ -61,6 +76,8 @@ class HeadsDense(keras.layers.Layer):
         leading = ops.shape(inputs)[:-self.input_rank]
         rows = ops.reshape(inputs, (-1, kernel.shape[0]))
         outputs = linear(rows, kernel, bias, relu=self.activation == "relu")
+        if self.activation not in (None, "relu"):
+            outputs = activate(outputs, self.activation)
         return ops.reshape(outputs, (*leading, *self.output_dims))
 
     def matrix(self, dtype) -> tuple[tf.Tensor, Optional[tf.Tensor]]:

@@ -6,15 +6,10 @@ import math
 import keras
 from keras import ops
 
-from keras_transformer.vocab_ids import PAD_ID
-
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class ScaledEmbedding(keras.layers.Layer):
-    """`ids -> E[ids] * sqrt(d_model)`; `logits(x) = x E^T` reuses the same matrix.
-
-    Masks padding (id 0) through `compute_mask`.
-    """
+    """`ids -> E[ids] * sqrt(d_model)`; `logits(x) = x E^T` reuses the same matrix."""
 
     def __init__(self, vocab_size: int, d_model: int, **kwargs):
         super().__init__(**kwargs)
@@ -31,9 +26,6 @@ class ScaledEmbedding(keras.layers.Layer):
         return ops.cast(vectors, self.compute_dtype) * ops.cast(self.d_model ** 0.5,
                                                                self.compute_dtype)
 
-    def compute_mask(self, ids, mask=None):
-        return ops.not_equal(ids, PAD_ID)
-
     def logits(self, hidden):
         """The tied pre-softmax linear transformation `hidden E^T`, float32 `[..., vocab]`."""
         rows = ops.reshape(hidden, (-1, self.d_model))
@@ -48,14 +40,7 @@ class _PositionalEncoding(keras.layers.Layer):
     """`call(x, start_index)`: the encoding `[length, d_model]` of positions `start_index ...
     start_index + length - 1` of `x` `[batch, length, d_model]`, for the caller to add to the
     scaled token embeddings; `at(positions)`: the encoding of any int positions, `[..., d_model]`.
-    A position carries no mask."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.supports_masking = True
-
-    def compute_mask(self, inputs, mask=None):
-        return None
+    """
 
     def call(self, inputs, start_index=0):
         return self.at(ops.arange(ops.shape(inputs)[1]) + start_index)
@@ -63,7 +48,15 @@ class _PositionalEncoding(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class SinusoidalPositionalEncoding(_PositionalEncoding):
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d))."""
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
+
+    `layout="halves"` puts the same sines in the first d/2 dimensions and the cosines in the
+    last d/2 (as tensor2tensor and Marian write them) instead of interleaving them.
+    """
+
+    def __init__(self, layout: str = "interleaved", **kwargs):
+        super().__init__(**kwargs)
+        self.layout = layout
 
     def build(self, input_shape) -> None:
         self.d_model = input_shape[-1]
@@ -81,10 +74,15 @@ class SinusoidalPositionalEncoding(_PositionalEncoding):
         d_model = self.d_model
         angles = ops.cast(positions, "float32")[:, None] * ops.exp(
             ops.arange(0, d_model, 2, dtype="float32") * (-math.log(10000.0) / d_model))[None, :]
-        # Interleave so that even dimensions hold sines and odd ones cosines, as in eq. (3.5).
-        encoding = ops.reshape(ops.stack([ops.sin(angles), ops.cos(angles)], axis=-1),
-                               (ops.shape(positions)[0], -1))[:, :d_model]
-        return ops.cast(encoding, self.compute_dtype)
+        if self.layout == "halves":
+            encoding = ops.concatenate([ops.sin(angles), ops.cos(angles)], axis=-1)
+        else:  # even dimensions hold sines and odd ones cosines, as in section 3.5
+            encoding = ops.reshape(ops.stack([ops.sin(angles), ops.cos(angles)], axis=-1),
+                                   (ops.shape(positions)[0], -1))
+        return ops.cast(encoding[:, :d_model], self.compute_dtype)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "layout": self.layout}
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -16,14 +16,15 @@ class TransformerBlock(keras.layers.Layer):
     def __init__(self, num_heads: int, key_dim: int, value_dim: int, d_ff: int,
                  dropout: float = 0.1, attention_dropout: float = 0.0,
                  attention_bias: bool = True, norm: str = "post", epsilon: float = 1e-6,
-                 **kwargs):
+                 activation: str = "relu", **kwargs):
         super().__init__(**kwargs)
         self.settings = dict(num_heads=num_heads, key_dim=key_dim, value_dim=value_dim,
                              d_ff=d_ff, dropout=dropout, attention_dropout=attention_dropout,
-                             attention_bias=attention_bias, norm=norm, epsilon=epsilon)
+                             attention_bias=attention_bias, norm=norm, epsilon=epsilon,
+                             activation=activation)
         self.self_attention = self.attention("self_attention")
         self.self_residual = self.residual("self_residual")
-        self.feed_forward = PositionwiseFeedForward(d_ff, name="feed_forward")
+        self.feed_forward = PositionwiseFeedForward(d_ff, activation, name="feed_forward")
         self.feed_forward_residual = self.residual("feed_forward_residual")
 
     def attention(self, name: str) -> MultiHeadAttention:

@@ -1,4 +1,5 @@
-"""Position-wise feed-forward network, eq. (2): FFN(x) = max(0, x W1 + b1) W2 + b2."""
+"""Position-wise feed-forward network, eq. (2): FFN(x) = max(0, x W1 + b1) W2 + b2 (or another
+activation than ReLU's max(0, .), for models trained elsewhere)."""
 import keras
 
 from keras_transformer.layers.dense import HeadsDense
@@ -6,14 +7,16 @@ from keras_transformer.layers.dense import HeadsDense
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PositionwiseFeedForward(keras.layers.Layer):
-    """Two linear maps with a ReLU between them, applied to each position alike."""
+    """Two linear maps with a ReLU (or `activation`) between them, applied to each position
+    alike."""
 
-    def __init__(self, d_ff: int, **kwargs):
+    def __init__(self, d_ff: int, activation: str = "relu", **kwargs):
         super().__init__(**kwargs)
         self.d_ff = d_ff
+        self.activation = activation
 
     def build(self, input_shape) -> None:
-        self.inner = HeadsDense((self.d_ff,), activation="relu", name="inner")
+        self.inner = HeadsDense((self.d_ff,), activation=self.activation, name="inner")
         self.outer = HeadsDense((input_shape[-1],), name="outer")
         self.inner.build(input_shape)
         self.outer.build(tuple(input_shape[:-1]) + (self.d_ff,))
@@ -22,4 +25,4 @@ class PositionwiseFeedForward(keras.layers.Layer):
         return self.outer(self.inner(inputs))
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "d_ff": self.d_ff}
+        return {**super().get_config(), "d_ff": self.d_ff, "activation": self.activation}

@@ -1,0 +1,365 @@
+"""Marian transformer models (OPUS-MT release folders) as our config, weights and tokenizer.
+
+A release folder holds `decoder.yml` (naming the `.npz` model and its vocabularies), the
+`.npz` weights with the model's options as YAML in its `special:model.yml` entry, the
+vocabulary YAML file(s) (`piece: id`, `</s>` = 0, `<unk>` = 1) and the `source.spm` /
+`target.spm` SentencePiece models. Marian's options map onto `TransformerConfig`:
+
+| Marian | ours |
+|---|---|
+| `transformer-preprocess` "" / `postprocess` "dan" | `norm="post"` |
+| `transformer-preprocess` "n" / `postprocess` "da" / `postprocess-top` "n" | `norm="pre"` |
+| `transformer-postprocess-emb` "n" or "nd" | `embedding_norm=True` |
+| `transformer-ffn-activation` swish / relu / gelu | `activation` (gelu: `gelu_sigmoid` before v1.12) |
+| sinusoids, sines then cosines | `sinusoid_layout="halves"` |
+| `Wpos` (learned positions) | `positional="learned"` |
+| `tied-embeddings-all` / `-src`, `tied-embeddings` | `share_embeddings`, `tie_output` |
+| biases on every projection, `decoder_ff_logit_out_b` | `attention_bias=True`, `output_bias=True` |
+
+Marian's decoder starts from a zero vector instead of a start token, and its vocabulary has
+no padding: the import keeps our reserved ids (`vocab_ids`) and moves Marian's pieces after
+them, with zero embedding rows for padding and for the start token (so the first decoder input
+is Marian's zero vector) and an output bias of `NEVER_EMITTED_BIAS` for both (so the softmax
+over our vocabulary equals Marian's over its own). Where Marian's own code and the converters
+everyone runs its models with differ, the import follows the converters (CTranslate2's and
+Hugging Face's): the sinusoids' frequencies are `10000^(-2i/d)` (Marian's C++ divides by
+`d/2 - 1` instead of `d/2`), and learned positions are added to scaled embeddings.
+"""
+from __future__ import annotations
+
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+NEVER_EMITTED_BIAS = -100.0
+"""The output bias of padding and the start token, which Marian's vocabulary does not have:
+their probability is below 1e-40 of the likeliest token's for any logit in Marian models'
+range, and finite, so that label smoothing's mean over the logits stays finite when
+fine-tuning."""
+OUR_SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
+MARIAN_EOS, MARIAN_UNK = 0, 1
+LANGUAGE_TOKEN = re.compile(r">>[^<>\s]+<<")
+
+# Options whose values we cannot represent, with the value that we can.
+_REQUIRED = {"transformer-decoder-autoreg": "self-attention", "transformer-tied-layers": [],
+             "transformer-no-projection": False, "right-left": False, "ulr": False,
+             "output-omit-bias": False, "transformer-no-bias": False,
+             "transformer-no-affine": False, "lemma-dim-emb": 0}
+_NORMS = {("", "dan", ""): "post", ("n", "da", "n"): "pre"}
+_EMBEDDING_NORMS = {"": False, "d": False, "n": True, "nd": True, "dn": True}
+_REFUSED_WEIGHTS = (("factor_", "factored vocabularies"), ("_Wemb_lemma", "factored vocabularies"),
+                    ("_rms_", "RMS normalization"), ("ffn_W3", "a feed-forward depth of 3"),
+                    ("_QuantMult", "quantized weights"))
+
+
+class MarianFormatError(ValueError):
+    """A Marian model that cannot be imported, naming the file and the option or weight."""
+
+
+@dataclass(frozen=True)
+class MarianModel:
+    """A Marian model read from its folder: our architecture, our weights by variable path
+    (`weights_for(model)` orders them), the tokenizer's pieces in our id order per side, the
+    SentencePiece models, the search settings of `decoder.yml`, and the files read."""
+
+    config: TransformerConfig
+    arrays: dict[str, np.ndarray]
+    source_pieces: list[str]
+    target_pieces: list[str]
+    source_spm: bytes
+    target_spm: bytes
+    beam_size: int
+    files: list[Path]
+    options: dict[str, Any]
+
+
+def read_marian_folder(folder: str | Path) -> MarianModel:
+    """Reads and checks a Marian release folder (`decoder.yml`, the `.npz`, its vocabularies,
+    `source.spm`, `target.spm`).
+
+    Raises:
+        MarianFormatError: naming the file and the option, weight or piece we cannot import
+            (an SSRU/RNN or average-attention decoder, tied layers, factors, a vocabulary
+            that does not fit the embeddings or the SentencePiece models, a corrupt file).
+    """
+    folder = Path(folder)
+    decoder_yml = folder / "decoder.yml"
+    decoder = _read_yaml(decoder_yml)
+    models, vocabularies = decoder.get("models") or [], decoder.get("vocabs") or []
+    if len(models) != 1 or len(vocabularies) not in (1, 2):
+        raise MarianFormatError(f"{decoder_yml}: needs one model and one or two vocabularies, "
+                                f"found models {models} and vocabs {vocabularies}")
+    npz_path = folder / models[0]
+    arrays = _read_npz(npz_path)
+    options = _model_options(arrays.pop("special:model.yml", None), npz_path)
+    vocabulary_paths = [folder / vocabularies[0], folder / vocabularies[-1]]
+    source_vocabulary, target_vocabulary = (_read_vocabulary(path) for path in vocabulary_paths)
+    spm_models = [_read_bytes(folder / name) for name in ("source.spm", "target.spm")]
+    for vocabulary, path in zip((source_vocabulary, target_vocabulary), vocabulary_paths):
+        _check_pieces_in_sentencepiece(vocabulary, path, spm_models)
+    config = _config(options, arrays, npz_path, len(source_vocabulary),
+                     len(target_vocabulary))
+    return MarianModel(
+        config=config, arrays=_our_arrays(arrays, options, config, npz_path),
+        source_pieces=_our_pieces(source_vocabulary), target_pieces=_our_pieces(target_vocabulary),
+        source_spm=spm_models[0], target_spm=spm_models[1],
+        beam_size=int(decoder.get("beam-size", 4)),
+        files=[decoder_yml, npz_path, *dict.fromkeys(vocabulary_paths),
+               folder / "source.spm", folder / "target.spm"],
+        options=options)
+
+
+# ------------------------------------------------------------------------------ reading files
+def _read_bytes(path: Path) -> bytes:
+    if not path.is_file():
+        raise MarianFormatError(f"{path}: no such file")
+    return path.read_bytes()
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        value = yaml.safe_load(_read_bytes(path).decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise MarianFormatError(f"{path}: not valid YAML ({error})") from None
+    if not isinstance(value, dict):
+        raise MarianFormatError(f"{path}: not a YAML mapping")
+    return value
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    _read_bytes(path)  # names a missing file
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
+        raise MarianFormatError(f"{path}: not a readable .npz archive, truncated or corrupt "
+                                f"({error})") from None
+
+
+def _model_options(entry: np.ndarray | None, path: Path) -> dict[str, Any]:
+    """The `special:model.yml` entry: YAML bytes with trailing NULs (one, or padding)."""
+    if entry is None:
+        raise MarianFormatError(f"{path}: no 'special:model.yml' entry (not a Marian model)")
+    text = entry.astype(np.uint8).tobytes().rstrip(b"\0").decode("utf-8", "replace")
+    try:
+        options = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise MarianFormatError(f"{path}: special:model.yml is not valid YAML ({error})") from None
+    if not isinstance(options, dict):
+        raise MarianFormatError(f"{path}: special:model.yml is not a YAML mapping")
+    return options
+
+
+def _read_vocabulary(path: Path) -> list[str]:
+    """The pieces of a Marian vocabulary file in id order (ids 0 .. V-1, `</s>` 0, `<unk>` 1).
+    Keys are read as strings (YAML's base loader: `yes` stays "yes")."""
+    try:
+        mapping = yaml.load(_read_bytes(path).decode("utf-8"), Loader=yaml.BaseLoader)
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise MarianFormatError(f"{path}: not a valid vocabulary YAML file ({error})") from None
+    if not isinstance(mapping, dict) or not mapping:
+        raise MarianFormatError(f"{path}: not a YAML mapping of pieces to ids")
+    try:
+        by_id = {int(index): piece for piece, index in mapping.items()}
+    except ValueError:
+        raise MarianFormatError(f"{path}: ids must be integers") from None
+    if sorted(by_id) != list(range(len(mapping))):
+        raise MarianFormatError(f"{path}: ids are not 0 .. {len(mapping) - 1}, each once")
+    if by_id[MARIAN_EOS] != "</s>" or by_id[MARIAN_UNK] != "<unk>":
+        raise MarianFormatError(f"{path}: id 0 must be '</s>' and id 1 '<unk>', found "
+                                f"{by_id[MARIAN_EOS]!r} and {by_id[MARIAN_UNK]!r}")
+    return [by_id[index] for index in range(len(by_id))]
+
+
+def _check_pieces_in_sentencepiece(pieces: list[str], path: Path,
+                                   spm_models: list[bytes]) -> None:
+    """Every piece of the vocabulary (but `</s>`, `<unk>` and `>>xx<<` language tokens) must be
+    a piece of one of the SentencePiece models: else the vocabulary is another model's."""
+    import sentencepiece  # only here: reading a model is all the import needs of it
+
+    known = set()
+    for spm_model in spm_models:
+        processor = sentencepiece.SentencePieceProcessor(model_proto=spm_model)
+        known.update(processor.id_to_piece(index) for index in range(processor.get_piece_size()))
+    foreign = [piece for piece in pieces[2:]
+               if piece not in known and not LANGUAGE_TOKEN.fullmatch(piece)]
+    if foreign:
+        raise MarianFormatError(f"{path}: {len(foreign)} pieces are not in its SentencePiece "
+                                f"model (e.g. {foreign[:3]}): the vocabulary does not match "
+                                "source.spm/target.spm")
+
+
+# ------------------------------------------------------------------------ options to config
+def _config(options: dict[str, Any], arrays: dict[str, np.ndarray], path: Path,
+            source_size: int, target_size: int) -> TransformerConfig:
+    """Our `TransformerConfig` of Marian's `options`, checked against the weights' shapes."""
+    def option(name: str, default: Any) -> Any:
+        return options.get(name, default)
+
+    refused = [f"{name}: {option(name, wanted)!r} (we need {wanted!r})"
+               for name, wanted in _REQUIRED.items() if option(name, wanted) not in (wanted, None)]
+    if option("type", "amun") != "transformer":
+        refused.append(f"type: {option('type', 'amun')!r} (only 'transformer' models)")
+    for name in ("transformer-ffn-depth", "transformer-decoder-ffn-depth"):
+        if int(option(name, 2) or 2) != 2:
+            refused.append(f"{name}: {option(name, 2)} (two linear maps only)")
+    if option("factors-dim-emb", 0) not in (0, None):
+        refused.append(f"factors-dim-emb: {option('factors-dim-emb', 0)} (factored "
+                       "vocabularies)")
+    if option("transformer-attention-mask", "") not in ("", None):
+        refused.append(f"transformer-attention-mask: "
+                       f"{option('transformer-attention-mask', '')!r}")
+    norm = _NORMS.get((option("transformer-preprocess", "") or "",
+                       option("transformer-postprocess", "dan") or "",
+                       option("transformer-postprocess-top", "") or ""))
+    if norm is None:
+        refused.append("transformer-preprocess/-postprocess/-postprocess-top: "
+                       f"{option('transformer-preprocess', '')!r}/"
+                       f"{option('transformer-postprocess', 'dan')!r}/"
+                       f"{option('transformer-postprocess-top', '')!r} (post-norm ''/dan/'' "
+                       "or pre-norm n/da/n only)")
+    embedding_norm = _EMBEDDING_NORMS.get(option("transformer-postprocess-emb", "d") or "")
+    if embedding_norm is None:
+        refused.append(f"transformer-postprocess-emb: "
+                       f"{option('transformer-postprocess-emb', 'd')!r}")
+    activation = _activation(option("transformer-ffn-activation", "swish"),
+                             str(option("version", "")))
+    if activation is None:
+        refused.append(f"transformer-ffn-activation: "
+                       f"{option('transformer-ffn-activation', 'swish')!r}")
+    refused += [f"weight {name} ({what})" for name in arrays for part, what in _REFUSED_WEIGHTS
+                if part in name]
+    refused += [f"weight {name}: dtype {array.dtype} (float32 weights only)"
+                for name, array in arrays.items() if array.dtype != np.float32][:3]
+    if refused:
+        raise MarianFormatError(f"{path}: cannot import: " + "; ".join(refused))
+
+    share = "Wemb" in arrays
+    tie_output = bool(option("tied-embeddings", False) or option("tied-embeddings-all", False))
+    source_rows = arrays["Wemb" if share else "encoder_Wemb"].shape[0]
+    target_rows = arrays["Wemb" if share else "decoder_Wemb"].shape[0]
+    if (source_rows, target_rows) != (source_size, target_size):
+        raise MarianFormatError(f"{path}: embeddings of {source_rows}/{target_rows} rows but "
+                                f"vocabularies of {source_size}/{target_size} pieces")
+    if "Wpos" in arrays:
+        positional = {"positional": "learned", "max_length": int(arrays["Wpos"].shape[0])}
+    else:
+        positional = {"positional": "sinusoidal", "sinusoid_layout": "halves",
+                      "max_length": 512}
+    return TransformerConfig(
+        vocab_size=source_size + 2, target_vocab_size=None if share else target_size + 2,
+        num_layers=int(option("enc-depth", 1)), num_encoder_layers=int(option("enc-depth", 1)),
+        num_decoder_layers=int(option("dec-depth", 1)), d_model=int(option("dim-emb", 512)),
+        d_ff=int(arrays["encoder_l1_ffn_W1"].shape[1]),
+        num_heads=int(option("transformer-heads", 8)), dropout=0.1, attention_dropout=0.0,
+        attention_bias=True, norm=norm, share_embeddings=share, tie_output=tie_output,
+        layer_norm_epsilon=1e-6, activation=activation, embedding_norm=embedding_norm,
+        output_bias=True, **positional)
+
+
+def _activation(name: str, version: str) -> str | None:
+    """Our name of Marian's feed-forward activation: `gelu` was `x sigmoid(1.702 x)` before
+    Marian v1.12 and the exact form since."""
+    if name == "gelu":
+        found = re.match(r"v?(\d+)\.(\d+)", version)
+        return "gelu" if found and tuple(map(int, found.groups())) >= (1, 12) else "gelu_sigmoid"
+    return name if name in ("swish", "relu") else None
+
+
+# ------------------------------------------------------------------------ weights to ours
+def _our_pieces(pieces: list[str]) -> list[str]:
+    """Our vocabulary: our reserved pieces, then Marian's after its `</s>` and `<unk>`."""
+    return [*OUR_SPECIAL_PIECES, *pieces[2:]]
+
+
+def _our_rows(matrix: np.ndarray, fill: float = 0.0) -> np.ndarray:
+    """Rows (or entries) of Marian's ids in our order: padding and start `fill`, then `<unk>`,
+    `</s>` and Marian's other pieces (`_our_pieces`)."""
+    rows = np.full((matrix.shape[0] + 2, *matrix.shape[1:]), fill, matrix.dtype)
+    rows[UNK_ID], rows[EOS_ID], rows[4:] = matrix[MARIAN_UNK], matrix[MARIAN_EOS], matrix[2:]
+    assert PAD_ID == 0 and BOS_ID == 2 and EOS_ID == 3  # the order `_our_pieces` writes
+    return rows
+
+
+def _our_arrays(arrays: dict[str, np.ndarray], options: dict[str, Any],
+                config: TransformerConfig, path: Path) -> dict[str, np.ndarray]:
+    """Our weights by variable path (`Transformer` variable `.path`) from Marian's arrays.
+
+    Raises:
+        MarianFormatError: naming a weight the model needs that is missing or misshapen.
+    """
+    heads, key_dim = config.num_heads, config.key_dim
+    pre = "_pre" if config.norm == "pre" else ""
+
+    def get(name: str, shape: tuple[int, ...]) -> np.ndarray:
+        if name not in arrays:
+            raise MarianFormatError(f"{path}: weight {name} is missing")
+        array = arrays[name]
+        if array.size != int(np.prod(shape)):
+            raise MarianFormatError(f"{path}: weight {name} has shape {array.shape}, expected "
+                                    f"{shape}")
+        return array.reshape(shape)
+
+    d, ours = config.d_model, {}
+
+    def attention(prefix: str, marian: str) -> None:
+        for part in ("q", "k", "v"):
+            dense = {"q": "query", "k": "key", "v": "value"}[part]
+            ours[f"{prefix}/{dense}/kernel"] = get(f"{marian}_W{part}", (d, heads, key_dim))
+            ours[f"{prefix}/{dense}/bias"] = get(f"{marian}_b{part}", (heads, key_dim))
+        ours[f"{prefix}/output/kernel"] = get(f"{marian}_Wo", (heads, key_dim, d))
+        ours[f"{prefix}/output/bias"] = get(f"{marian}_bo", (d,))
+
+    def norm(prefix: str, marian: str, suffix: str = pre) -> None:
+        ours[f"{prefix}/gamma"] = get(f"{marian}_scale{suffix}", (d,))
+        ours[f"{prefix}/beta"] = get(f"{marian}_bias{suffix}", (d,))
+
+    def layer(prefix: str, marian: str, sublayers: tuple[str, ...]) -> None:
+        for sublayer in sublayers:
+            attention(f"{prefix}/{sublayer}_attention", f"{marian}_{sublayer}".replace(
+                "_cross", "_context"))
+            norm(f"{prefix}/{sublayer}_residual/layer_norm",
+                 f"{marian}_{sublayer}_Wo_ln".replace("_cross", "_context"))
+        for ours_name, marian_name, shape in (("inner/kernel", "W1", (d, config.d_ff)),
+                                              ("inner/bias", "b1", (config.d_ff,)),
+                                              ("outer/kernel", "W2", (config.d_ff, d)),
+                                              ("outer/bias", "b2", (d,))):
+            ours[f"{prefix}/feed_forward/{ours_name}"] = get(f"{marian}_ffn_{marian_name}",
+                                                             shape)
+        norm(f"{prefix}/feed_forward_residual/layer_norm", f"{marian}_ffn_ffn_ln")
+
+    for index in range(config.encoder_depth):
+        layer(f"encoder_layer_{index}", f"encoder_l{index + 1}", ("self",))
+    for index in range(config.decoder_depth):
+        layer(f"decoder_layer_{index}", f"decoder_l{index + 1}", ("self", "cross"))
+    if config.norm == "pre":  # the top layer norms have no `_pre`
+        norm("encoder_norm", "encoder_top_ln", suffix="")
+        norm("decoder_norm", "decoder_top_ln", suffix="")
+    if config.embedding_norm:  # the embeddings' layer norms always have it
+        norm("source_embedding_norm", "encoder_emb_ln", suffix="_pre")
+        norm("target_embedding_norm", "decoder_emb_ln", suffix="_pre")
+    if config.share_embeddings:
+        ours["shared_embedding/embeddings"] = _our_rows(get("Wemb", arrays["Wemb"].shape))
+    else:
+        ours["source_embedding/embeddings"] = _our_rows(arrays["encoder_Wemb"])
+        ours["target_embedding/embeddings"] = _our_rows(arrays["decoder_Wemb"])
+    target_size = config.output_vocab_size - 2
+    if not config.tie_output:
+        if "decoder_ff_logit_out_Wt" in arrays:
+            kernel = get("decoder_ff_logit_out_Wt", (target_size, d))
+        else:
+            kernel = get("decoder_ff_logit_out_W", (d, target_size)).T
+        ours["output_projection/kernel"] = _our_rows(kernel).T
+    ours["output_bias"] = _our_rows(get("decoder_ff_logit_out_b", (target_size,)),
+                                    fill=NEVER_EMITTED_BIAS)
+    if config.positional == "learned":
+        ours["source_positions/table"] = ours["target_positions/table"] = arrays["Wpos"]
+    return ours
