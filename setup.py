@@ -18,6 +18,11 @@ setup(
         "keras>=3.10,<3.16",
         "tensorflow-text>=2.20,<2.22",
         "tensorflow-datasets>=4.9.9",
+        # tensorflow-datasets imports it to prepare a dataset but declares it for Python < 3.9
+        # only: without it every download_and_prepare fails.
+        "importlib-resources>=6.0",
+        # Marian models' options and vocabularies are YAML (`kt-import`).
+        "pyyaml>=6.0.1",
         "sacrebleu>=2.4",
         "sentencepiece>=0.2.0",
         "matplotlib>=3.9",
@@ -42,6 +47,7 @@ setup(
             "kt-translate=trainers.launch:translate",
             "kt-translate-corpus=trainers.launch:translate_corpus",
             "kt-plot-attention=trainers.launch:plot_attention",
+            "kt-import=trainers.launch:import_model",
         ]
     },
 )

@@ -15,8 +15,11 @@ sends `--signature`'s request (default `serving_default`) to `--server` over RES
 `/v1/models/NAME`) or gRPC (`PredictionService/Predict`): `--requests` of them at most, for
 `--max-seconds` at most, from `--concurrency` threads; checks that every answer holds the
 signature's outputs and prints one JSON line with the count, the rate and the latency p50, p95
-and p99 in milliseconds. NAME is `--model`, by default the export's directory name. Needs
-tensorflow, tensorflow_text and tensorflow-serving-api (a dependency of keras-transformer).
+and p99 in milliseconds. NAME is `--model`, by default the export's directory name. The
+signatures are read from the export's `saved_model.pb` (as TF Serving reads them), not loaded.
+Runs where keras-transformer is installed (tensorflow and tensorflow-serving-api are its
+dependencies), with TensorFlow's C++ start-up lines hidden as in its commands (set
+`TF_CPP_MIN_LOG_LEVEL` to keep them).
 """
 from __future__ import annotations
 
@@ -32,9 +35,13 @@ from typing import Any, Callable, Optional
 
 import grpc
 import numpy as np
-import tensorflow as tf
-import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the export uses)
-from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+from trainers.launch import import_tensorflow_quietly
+
+import_tensorflow_quietly()  # before tensorflow's first import: its start-up lines hidden
+import tensorflow as tf  # noqa: E402
+from tensorflow.core.protobuf import saved_model_pb2  # noqa: E402
+from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc  # noqa: E402
 
 MAX_REQUESTS = 100_000
 MAX_CONCURRENCY = 64
@@ -42,11 +49,17 @@ MAX_CONCURRENCY = 64
 
 def read_signatures(saved_model_dir: str) -> dict[str, tuple[dict[str, tf.TensorSpec],
                                                             list[str]]]:
-    """Signature name -> (its input name -> `TensorSpec`, its output names), as saved."""
-    loaded = tf.saved_model.load(saved_model_dir)
-    return {name: (dict(function.structured_input_signature[1]),
-                   sorted(function.structured_outputs))
-            for name, function in loaded.signatures.items()}
+    """Signature name -> (its input name -> `TensorSpec`, its output names), as saved: the
+    `serve` graph's signature definitions in `saved_model.pb`, read without loading the model
+    (TF Serving's own view of it; internal ones, named `__...`, left out)."""
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as handle:
+        saved_model.ParseFromString(handle.read())
+    graph = next(graph for graph in saved_model.meta_graphs
+                 if "serve" in graph.meta_info_def.tags)
+    return {name: ({key: tf.TensorSpec(tf.TensorShape(info.tensor_shape), info.dtype, key)
+                    for key, info in signature.inputs.items()}, sorted(signature.outputs))
+            for name, signature in graph.signature_def.items() if not name.startswith("__")}
 
 
 def signature_inputs(saved_model_dir: str) -> dict[str, dict[str, tf.TensorSpec]]:

@@ -7,7 +7,7 @@ import html
 import logging
 import sys
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import sacrebleu
@@ -29,9 +29,10 @@ class Score:
         return f"{self.name} = {self.value:.2f}  ({self.signature})"
 
 
-def translate_corpus(translator: Translator, sources: Sequence[str],
-                     batch_size: int = 64) -> list[str]:
-    """Translations of `sources`, in order; sentences are batched by length for speed."""
+def translate_corpus(translator: Translator, sources: Sequence[str], batch_size: int = 64,
+                     on_batch: Optional[Callable[[int], None]] = None) -> list[str]:
+    """Translations of `sources`, in order; sentences are batched by length for speed, and
+    `on_batch` (if given) is called with each batch's size once it is translated."""
     if batch_size < 1:
         raise ValueError(f"batch_size: must be positive, got {batch_size}")
     hypotheses: list[str] = [""] * len(sources)
@@ -39,6 +40,8 @@ def translate_corpus(translator: Translator, sources: Sequence[str],
         outputs = translator.translate(np.array([sources[i] for i in indices], dtype=object))
         for index, text in zip(indices, outputs["translation"].numpy()):
             hypotheses[index] = text.decode("utf-8")
+        if on_batch is not None:
+            on_batch(len(indices))
     return hypotheses
 
 

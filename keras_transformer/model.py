@@ -96,6 +96,14 @@ class Transformer(keras.Model):
             optimizer = with_loss_scaling(keras.optimizers.get(optimizer), self.dtype_policy)
         super().compile(optimizer, *args, auto_scale_loss=auto_scale_loss, **kwargs)
 
+    def compile_from_config(self, config: dict[str, Any]) -> None:
+        """Compiles as the saved `get_compile_config()` says, through `compile` above, and
+        creates the optimizer's variables: `keras.models.load_model` then restores their saved
+        values (Keras's own method does neither for a model whose `compile` is overridden)."""
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
     def call(self, inputs, training=None):
         """`(source_ids, target_input_ids)` -> logits `[batch, tgt_len, vocab]` (float32)."""
         source_ids, target_input_ids = inputs

@@ -21,6 +21,7 @@ KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
 DPI = 80
 CELL_INCHES = 0.2
 LABEL_POINTS = 9
+COLORBAR_INCHES = 0.6  # a panel's colour scale and its labels
 
 
 @dataclass(frozen=True)
@@ -59,13 +60,14 @@ def attention_maps(model: Transformer, tokenizer: SubwordTokenizer, source: str,
 def attention_figure(attention: AttentionMap, average_heads: bool = False) -> plt.Figure:
     """One heatmap per head, four to a row, or with `average_heads` one heatmap of the heads'
     mean (what TensorBoard shows: one panel stays legible at its display size); queries on
-    the y axis, keys on the x axis."""
+    the y axis, keys on the x axis, each panel with its colour scale (attention weights, 0 to
+    1)."""
     panels = attention.weights.mean(axis=0, keepdims=True) if average_heads else attention.weights
     columns = min(len(panels), 4)
     rows = -(-len(panels) // columns)
     # Cells plus room for the longest labels (about 0.1 inch a character).
     labels = max(len(token) for token in attention.key_tokens + attention.query_tokens)
-    width = CELL_INCHES * len(attention.key_tokens) + 0.1 * labels + 0.4
+    width = CELL_INCHES * len(attention.key_tokens) + 0.1 * labels + 0.4 + COLORBAR_INCHES
     height = CELL_INCHES * len(attention.query_tokens) + 0.1 * labels + 0.6
     figure, axes = plt.subplots(rows, columns, figsize=(columns * width, rows * height),
                                 squeeze=False)
@@ -73,7 +75,9 @@ def attention_figure(attention: AttentionMap, average_heads: bool = False) -> pl
         if head >= len(panels):
             axis.axis("off")
             continue
-        axis.imshow(panels[head], cmap="viridis", vmin=0.0, vmax=1.0)
+        image = axis.imshow(panels[head], cmap="viridis", vmin=0.0, vmax=1.0)
+        scale = figure.colorbar(image, ax=axis, fraction=0.05, pad=0.03)
+        scale.ax.tick_params(labelsize=LABEL_POINTS)
         axis.set_title(f"mean of {len(attention.weights)} heads" if average_heads
                        else f"head {head}", fontsize=LABEL_POINTS)
         axis.set_xticks(range(len(attention.key_tokens)))

@@ -172,3 +172,95 @@ def test_run_result_without_enough_checkpoints_is_the_final_weights(tmp_path):
     result = keep_better_of_average_and_final(model, run, 5, lambda: 12.345)
     assert result["dev_bleu"] == {"final": 12.35} and result["averaged"] == []
     assert not run.averaged_weights.exists() and run.default_weights() == run.final_weights
+
+
+@pytest.mark.parametrize("average_wins", [True, False])
+def test_averaging_again_updates_the_runs_result(tmp_path, average_wins, capsys):
+    """kt-average-checkpoints rewriting a finished run's averaged weights brings result.json
+    in line: it names the checkpoints averaged now and no longer the earlier average's dev
+    BLEU; the chosen weights stay. An average written elsewhere leaves it as it was."""
+    import json
+
+    from keras_transformer.training.run_dir import RunDir, keep_better_of_average_and_final
+    from trainers import average_checkpoints
+
+    run = RunDir(tmp_path)
+    run.write_json("config.json", kt.Recipe(architecture=CONFIG).to_dict())
+    model = kt.Transformer(CONFIG)
+    for step in (10, 20, 30):
+        randomized(model, step)
+        save_checkpoint(model, run.checkpoints, step, keep=5)
+    save_weights_atomic(model, run.final_weights)
+    scores = iter([1.0, 2.0] if average_wins else [2.0, 1.0])  # final's, then the average's
+    keep_better_of_average_and_final(model, run, 2, lambda: next(scores))
+    before = json.loads((tmp_path / "result.json").read_text())
+    assert before["weights"] == ("averaged" if average_wins else "model") + ".weights.h5"
+    assert before["averaged"] == ["ckpt-00000020.weights.h5", "ckpt-00000030.weights.h5"]
+
+    assert average_checkpoints.main([str(tmp_path), "--last", "2", "--output",
+                                     str(tmp_path / "elsewhere.weights.h5")]) == 0
+    assert json.loads((tmp_path / "result.json").read_text()) == before
+    assert average_checkpoints.main([str(tmp_path), "--last", "3"]) == 0
+    after = json.loads((tmp_path / "result.json").read_text())
+    assert after["averaged"] == [f"ckpt-000000{step}.weights.h5" for step in (10, 20, 30)]
+    assert after["average_last"] == 3 and after["weights"] == before["weights"]
+    assert after["dev_bleu"] == {"final": before["dev_bleu"]["final"], "averaged": None}
+    assert "result.json: names these checkpoints" in capsys.readouterr().out
+    weights, why = run.chosen_weights()
+    assert weights.name == before["weights"]
+    assert ("not scored on dev" in why) == (weights == run.averaged_weights)
+
+
+@pytest.mark.parametrize("kept, last, expected, note", [
+    (4, 10, 4, "4 of the newest 10 checkpoints asked (only 4 kept)"),
+    (6, 5, 5, "the newest 5 checkpoints"),
+    (1, 5, 0, "one checkpoint: nothing to average"),
+    (0, 5, 0, "no checkpoint: nothing to average"),
+    (6, 1, 0, "average_last 1: no averaging"),
+])
+def test_what_is_averaged_is_said(tmp_path, kept, last, expected, note):
+    from keras_transformer.training.checkpoints import checkpoints_to_average
+
+    checkpoints = [tmp_path / f"ckpt-{step:08d}.weights.h5" for step in range(kept)]
+    assert checkpoints_to_average(checkpoints, last) == (checkpoints[kept - expected:]
+                                                         if expected else [], note)
+
+
+def test_a_run_with_one_checkpoint_says_why_nothing_was_averaged(tmp_path):
+    import json
+
+    from keras_transformer.training.run_dir import RunDir, keep_better_of_average_and_final
+
+    run = RunDir(tmp_path)
+    model = kt.Transformer(CONFIG)
+    save_checkpoint(model, run.checkpoints, 5, keep=5)
+    save_weights_atomic(model, run.final_weights)
+    keep_better_of_average_and_final(model, run, 5, lambda: 12.345)
+    recorded = json.loads((tmp_path / "result.json").read_text())
+    assert recorded["averaged"] == [] and recorded["averaging"] == (
+        "one checkpoint: nothing to average")
+
+
+def test_average_checkpoints_takes_what_was_kept_as_kt_train_does(tmp_path, capsys):
+    """Without --last: the recipe's average_last, or every checkpoint kept when fewer (as
+    kt-train's end does), said so; --last K asks for exactly K, and 1 is refused as --last's."""
+    from keras_transformer.training.run_dir import RunDir
+    from trainers import average_checkpoints
+
+    run = RunDir(tmp_path)
+    run.write_json("config.json", kt.Recipe(
+        architecture=CONFIG, training=kt.TrainingSettings(average_last=10)).to_dict())
+    model = kt.Transformer(CONFIG)
+    for step in (10, 20, 30, 40):
+        randomized(model, step)
+        save_checkpoint(model, run.checkpoints, step, keep=10)
+    assert average_checkpoints.main([str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith(
+        "averaged 4 of the newest 10 checkpoints asked (only 4 kept): ckpt-00000010")
+    assert run.averaged_weights.is_file()
+    assert average_checkpoints.main([str(tmp_path), "--last", "5"]) == 2
+    assert "--last 5: only 4 checkpoint(s)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        average_checkpoints.main([str(tmp_path), "--last", "1"])
+    error = capsys.readouterr().err
+    assert "--last: must be at least 2" in error and "recipe" not in error

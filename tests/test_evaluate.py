@@ -1,9 +1,12 @@
 """Scoring (sacreBLEU, chrF, Multi30k tokenized BLEU) and the evaluate/average command lines."""
+from types import SimpleNamespace
 
 import pytest
+import tensorflow as tf
 
 from keras_transformer.data import write_demo_corpus
-from keras_transformer.evaluation import corpus_scores, tokenized_lowercase_bleu
+from keras_transformer.evaluation import (corpus_scores, tokenized_lowercase_bleu,
+                                          translate_corpus)
 from trainers import average_checkpoints, evaluate, train
 from conftest import final_json
 
@@ -20,6 +23,17 @@ def test_scores_carry_signatures_and_rank_hypotheses():
     assert "tok:13a" in perfect[0].signature and "case:mixed" in perfect[0].signature
     worse = corpus_scores(["Ein Mann mit Hut.", "Hunde spielen."], REFERENCES)
     assert all(w.value < p.value for w, p in zip(worse, perfect))
+
+
+def test_translating_a_corpus_reports_each_batch():
+    """What kt-evaluate's progress lines count: each batch's sentences once translated."""
+    translator = SimpleNamespace(translate=lambda texts: {"translation": tf.constant(
+        [text.upper() for text in texts])})
+    sizes = []
+    sources = [f"sentence {index}" for index in range(10)]
+    assert translate_corpus(translator, sources, 4, sizes.append) == [
+        text.upper() for text in sources]
+    assert sorted(sizes) == [2, 4, 4]
 
 
 def test_tokenized_bleu_lowercases_and_tokenizes_detokenized_output():
@@ -80,8 +94,10 @@ def test_train_average_evaluate_round_trip(tmp_path, capsys):
     assert evaluate.main([str(run_dir), "--src", paths["test"][0], "--ref", paths["test"][1],
                           "--tokenized-ref", paths["test"][1], "--beam-size", "2",
                           "--hypotheses", str(hypotheses)]) == 0
-    result = final_json(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    result = final_json(captured.out)
     assert result["sentences"] == 500
+    assert "kt-evaluate: translating: 500/500 sentences, " in captured.err  # progress
     assert len(hypotheses.read_text(encoding="utf-8").splitlines()) == 500
     assert set(result) >= {"BLEU", "CHRF", "tokenized lowercase BLEU", "signatures"}
     assert "nrefs:1" in result["signatures"]["BLEU"]

@@ -104,9 +104,9 @@ def test_vocabulary_training_fails_loudly_on_bad_input(command, tmp_path, capsys
 
 
 def test_prepared_storage_of_another_preset_names_the_fix(tmp_path, capsys):
-    """kt-prepare's default preset is `base`, kt-train's `tiny`: storage whose vocabulary size
-    the recipe does not match is refused naming `--prepared` and the preset to repeat, before
-    anything is written into the run directory."""
+    """Storage prepared with other recipe settings than kt-train is given: storage whose
+    vocabulary size the recipe does not match is refused naming `--prepared` and the preset to
+    repeat, before anything is written into the run directory."""
     data = write_demo_corpus(tmp_path / "data")
     assert prepare.main(["--preset", "tiny", "--set", "vocab_size=500", "--train-src",
                          data["train"][0], "--train-tgt", data["train"][1],

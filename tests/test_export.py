@@ -264,6 +264,23 @@ def test_an_xla_export_translates_as_the_graph_export(model, tokenizer, serving,
         export_cli.parse_args(["m", "v", "--name", "x", "--xla", "--format", "ctranslate2"])
 
 
+def test_cli_refuses_to_export_into_a_model_directory_or_an_export(model, tokenizer, exported,
+                                                                   tmp_path, capsys):
+    """`--base-dir saved_models/demo --name 1` would write saved_models/demo/1/1, an export
+    inside version 1: refused, naming the directory, as is a version as the base; nothing
+    is written."""
+    model.save(tmp_path / "model.keras")
+    tokenizer.save(tmp_path / "vocabulary")
+    model_dir = os.path.dirname(exported)
+    before = sorted(os.walk(model_dir))
+    for base, message in ((model_dir, "is the directory of a model, holding its versions 1"),
+                          (exported, "is an export, not the root of a model tree")):
+        code = export_cli.main([str(tmp_path / "model.keras"), str(tmp_path / "vocabulary"),
+                                "--name", "1", "--base-dir", base])
+        assert code == 2 and f"base_dir: {base!r} {message}" in capsys.readouterr().err
+    assert sorted(os.walk(model_dir)) == before
+
+
 def test_cli_names_bad_arguments(tmp_path, capsys):
     from trainers.common import search_settings
 

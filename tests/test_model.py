@@ -120,6 +120,52 @@ def test_keras_save_load_gives_identical_outputs(variant, tmp_path):
     np.testing.assert_array_equal(np.asarray(restored(inputs)), np.asarray(model(inputs)))
 
 
+def compiled_core_model(recipe: kt.Recipe) -> kt.Transformer:
+    """The core `Transformer` compiled as kt-train compiles its `FastTransformer`."""
+    model = kt.Transformer(recipe.architecture)
+    model.compile(optimizer=kt.make_optimizer(recipe.architecture.d_model, recipe.training),
+                  loss=kt.LabelSmoothedCrossEntropy(recipe.training.label_smoothing),
+                  metrics=[kt.MaskedTokenAccuracy(), kt.Perplexity()])
+    return model
+
+
+def compiled_fast_model(recipe: kt.Recipe) -> kt.Transformer:
+    """kt-train's model, compiled."""
+    from trainers.train import compiled_model
+
+    return compiled_model(recipe)[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compiled", [compiled_core_model, compiled_fast_model])
+def test_a_saved_compiled_model_reloads_compiled_and_trains_on(compiled, tmp_path):
+    recipe = kt.Recipe.preset("tiny", vocab_size=60, dropout=0.0, warmup_steps=10)
+    model = compiled(recipe)
+    batch = ((random_ids((4, 6)), random_ids((4, 5))), random_ids((4, 5)))
+    model.fit(*batch, epochs=1, verbose=0)
+    path = tmp_path / "model.keras"
+    model.save(path)
+    restored = keras.models.load_model(path)
+    assert type(restored) is type(model) and restored.compiled
+    assert restored.get_compile_config() == model.get_compile_config()
+    assert isinstance(restored.loss, kt.LabelSmoothedCrossEntropy)
+    schedule = kt.TransformerSchedule(recipe.architecture.d_model, warmup_steps=10)
+    assert int(restored.optimizer.iterations) == 1
+    assert float(restored.optimizer.learning_rate) == pytest.approx(float(schedule(1)))
+    for saved, loaded in zip(model.optimizer.variables, restored.optimizer.variables):
+        np.testing.assert_array_equal(loaded.numpy(), saved.numpy())
+    expected = {name: values[0] for name, values in
+                model.fit(*batch, epochs=1, verbose=0).history.items()}
+    logs = {name: values[0] for name, values in
+            restored.fit(*batch, epochs=1, verbose=0).history.items()}
+    assert logs == pytest.approx(expected) and set(logs) == {"loss", "token_accuracy",
+                                                             "perplexity"}
+    assert int(restored.optimizer.iterations) == 2
+    assert float(restored.optimizer.learning_rate) == pytest.approx(float(schedule(2)))
+    for saved, loaded in zip(model.weights, restored.weights):
+        np.testing.assert_allclose(loaded.numpy(), saved.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_get_config_from_config_round_trip():
     model = tiny_model(norm="pre")
     clone = kt.Transformer.from_config(model.get_config())

@@ -1,13 +1,18 @@
-"""Progress lines: ETA against the step budget or the time limit, whichever ends first."""
+"""Progress lines: ETA against the step budget or the time limit, whichever ends first; named
+evaluation figures; counted work and stages, so that no command is silent for long."""
 import io
 from types import SimpleNamespace
 
 import pytest
 import tensorflow as tf
 
+from keras_transformer.data import write_demo_corpus
+from keras_transformer.data.prepare import combined_source, text_file_source
 from keras_transformer.metrics import MaskedTokenAccuracy
 from keras_transformer.training.callbacks import Schedule, StepClock
-from keras_transformer.training.progress import ProgressLines, duration
+from keras_transformer.training.progress import CountProgress, ProgressLines, duration, stage
+from trainers import prepare
+from trainers.common import counted_source
 from conftest import FakeClock
 
 
@@ -72,3 +77,94 @@ def test_lines_span_epochs_shorter_than_their_interval():
 
 def test_duration_reads_like_a_clock():
     assert [duration(s) for s in (5, 250, 3720)] == ["5s", "4m10s", "1h02m"]
+
+
+def test_evaluation_lines_name_their_figures():
+    """The dev BLEU of an evaluation is printed under the name that says how it was measured,
+    not as the `dev_bleu` key of the logs."""
+    clock, stream = FakeClock(), io.StringIO()
+    steps = StepClock()
+    progress = ProgressLines(None, None, MaskedTokenAccuracy(), Schedule(steps, 1), stream=stream,
+                             clock=clock, names={"dev_bleu": "dev greedy BLEU (200 sentences)"})
+    progress.set_model(SimpleNamespace(distribute_strategy=tf.distribute.get_strategy(),
+                                       stop_training=False))
+    progress.on_train_begin()
+    steps.on_epoch_begin(0)
+    progress.on_epoch_begin(0)
+    steps.on_train_batch_end(0)
+    progress.on_train_batch_end(0, {"loss": 2.5})
+    progress.on_epoch_end(0, {"loss": 2.5, "dev_bleu": 2.411})
+    assert stream.getvalue() == "kt-train: step 1: loss 2.5, dev greedy BLEU (200 sentences) 2.411\n"
+
+
+def test_count_progress_reports_every_interval_and_at_the_end():
+    clock, stream = FakeClock(), io.StringIO()
+    progress = CountProgress("kt-evaluate", 1000, every_seconds=10, stream=stream, clock=clock,
+                             doing="translating")
+    for _ in range(10):  # 100 sentences every 4 s
+        clock.now += 4.0
+        progress.advance(100)
+    assert stream.getvalue().splitlines() == [
+        "kt-evaluate: translating: 300/1,000 sentences, 25.0 sentences/s, ETA 28s",
+        "kt-evaluate: translating: 600/1,000 sentences, 25.0 sentences/s, ETA 16s",
+        "kt-evaluate: translating: 900/1,000 sentences, 25.0 sentences/s, ETA 4s",
+        "kt-evaluate: translating: 1,000/1,000 sentences, 25.0 sentences/s"]
+    quiet = CountProgress("kt-translate", 10, quiet=True, stream=stream, clock=clock)
+    quiet.advance(10)
+    assert len(stream.getvalue().splitlines()) == 4
+
+
+def test_count_progress_without_a_total_counts_alone():
+    clock, stream = FakeClock(), io.StringIO()
+    progress = CountProgress("kt-prepare", None, "pairs", every_seconds=1, stream=stream,
+                             clock=clock)
+    clock.now = 2.0
+    progress.advance(5000)
+    assert stream.getvalue() == "kt-prepare: 5,000 pairs, 2,500.0 pairs/s\n"
+
+
+def test_a_stage_prints_its_start_and_end():
+    clock, stream = FakeClock(), io.StringIO()
+    with stage("kt-train", "exporting demo-staging", stream=stream, clock=clock):
+        clock.now = 75.0
+    assert stream.getvalue().splitlines() == ["kt-train: exporting demo-staging ...",
+                                              "kt-train: exporting demo-staging: done in 1m15s"]
+    with pytest.raises(ValueError):
+        with stage("kt-train", "averaging", stream=stream, clock=clock):
+            raise ValueError("a full disk")
+    assert stream.getvalue().splitlines()[-1] == "kt-train: averaging ..."
+
+
+def test_counted_source_counts_each_pair_as_it_is_read(tmp_path):
+    """kt-prepare's and kt-train's tokenizing lines: every pair read is counted once, also
+    through several corpora, and counting the source (as preparing does first) sets the
+    total, with the same description as the source (storage prepared from either is the
+    same)."""
+    files = []
+    for name, lines in (("a", 3), ("b", 2)):
+        for side in ("src", "tgt"):
+            path = tmp_path / f"{name}.{side}"
+            path.write_text("".join(f"{name} {index}\n" for index in range(lines)))
+            files.append(path)
+    source = combined_source([text_file_source(files[0], files[1]),
+                              text_file_source(files[2], files[3])])
+    progress = CountProgress("kt-prepare", None, "pairs", stream=io.StringIO())
+    counted = counted_source(source, progress)
+    assert counted.description == source.description
+    assert counted.count() == 5 and progress.total == 5
+    assert [len(list(part.pairs())) for part in counted.parts] == [3, 2]
+    assert progress.done == 5
+    assert list(counted.pairs()) == list(source.pairs()) and progress.done == 10
+
+
+def test_prepare_command_prints_its_stages(tmp_path, capsys):
+    paths = write_demo_corpus(tmp_path / "data")
+    assert prepare.main(["--set", "vocab_size=300", "--train-src", paths["train"][0],
+                         "--train-tgt", paths["train"][1], "--output-dir",
+                         str(tmp_path / "prepared")]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[:2] == ["kt-prepare: learning a vocabulary of 300 pieces from up to "
+                         "2,000,000 sentences ...", lines[1]]
+    assert lines[1].startswith("kt-prepare: learning a vocabulary of 300 pieces from up to "
+                               "2,000,000 sentences: done in ")
+    assert any(line.startswith("kt-prepare: tokenizing: 15,000/15,000 pairs, ") for line in lines)

@@ -7,7 +7,10 @@ import concurrent.futures
 import http.server
 import importlib.util
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.serving.export import export_translator
+from keras_transformer.serving.loading import load_export
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = ["I have forty-two apples", "", "caf\u00e9 \u00fcber alles"]
@@ -245,3 +249,46 @@ def test_answers_without_the_signatures_outputs_and_server_errors_are_raised(exp
     with pytest.raises(SystemExit):
         client.parse_args([export, "x", "--send", "rest", "--server", address, "--requests",
                            str(client.MAX_REQUESTS + 1)])
+
+
+@pytest.mark.slow
+def test_the_client_runs_quietly(export):
+    """As a process: the REST bodies on stdout and nothing on stderr (no TensorFlow start-up
+    lines, CUDA errors or SentencePiece INFO lines: the signatures are read, not loaded)."""
+    environment = {key: value for key, value in os.environ.items()
+                   if key != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "serving_client.py"), export,
+                           "one cat"], capture_output=True, text=True, env=environment,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert len(done.stdout.splitlines()) == 5
+
+
+def test_loading_an_export_prints_nothing(export, capfd, caplog, monkeypatch):
+    """Loading an export as kt-translate does (TensorFlow's C++ lines off): no SentencePiece
+    INFO line, no warning about custom gradients (exports are saved without them)."""
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "3")
+    capfd.readouterr()
+    translator = load_export(export)
+    assert translator.beam_size == 2
+    printed = capfd.readouterr().err
+    assert "LOG(INFO)" not in printed and "gradient" not in printed
+    assert not [record for record in caplog.records if "gradient" in record.getMessage()]
+
+
+def test_the_documented_rest_answers_hold_the_signatures_outputs(export):
+    """docs/decoding-and-serving.md's REST examples: each answer names exactly its signature's
+    outputs, and no score or index is written as a number (they depend on the weights)."""
+    text = (ROOT / "docs" / "decoding-and-serving.md").read_text(encoding="utf-8")
+    paragraph = " ".join(text.split("REST examples, ")[1].split("\n\n")[0].split())
+    answers = re.findall(r'`\{"signature_name": "(\w+)".*?` answers `(\{"predictions".*?\})`',
+                         paragraph)
+    assert [name for name, _ in answers] == ["translate_with_alignment", "translate_nbest",
+                                             "translate_with_prefix"]
+    outputs = {name: set(function.structured_outputs)
+               for name, function in tf.saved_model.load(export).signatures.items()}
+    for name, answer in answers:
+        keys = set(re.findall(r'"(\w+)":', answer)) - {"predictions"}
+        assert keys == outputs[name], name
+    assert not re.findall(r"-?\d+\.\d+", paragraph)

@@ -1,5 +1,7 @@
 """The export's n-best and alignment signatures: consistent with the best-translation ones, and
 (on the trained demo model) meaningful."""
+import gc
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -125,3 +127,17 @@ def test_trained_demo_model_continues_a_prefix_with_the_source_meaning(tokenizer
     assert first == "ich habe zweiundvierzig Äpfel"
     assert second.startswith("wir haben") and "zweiundvierzig Äpfel" in second
     assert out["score"][1] < out["score"][0]  # the forced start is less likely
+
+
+def test_a_translator_used_inline_translates_as_one_kept_and_is_freed_after(tokenizer):
+    model = kt.Transformer(kt.TransformerConfig.preset(
+        "tiny", vocab_size=tokenizer.vocab_size, max_length=24, num_layers=1))
+    settings = kt.SearchSettings(beam_size=2, max_decode_extra=5)
+    inline = Translator(model, tokenizer, settings).translate(tf.constant(TEXTS))
+    kept = Translator(model, tokenizer, settings)
+    assert inline["translation"].numpy().tolist() == \
+        kept.translate(tf.constant(TEXTS))["translation"].numpy().tolist()
+    freed = weakref.ref(kept)
+    del kept
+    gc.collect()
+    assert freed() is None

@@ -99,7 +99,7 @@ def test_evaluate_and_average_reject_bad_input(capsys, tmp_path):
     message = parse_error(capsys, evaluate.parse_args,
                           [str(tmp_path), "--src", str(tmp_path / "x.en"), "--ref", "y"])
     assert "--src: no such file" in message
-    assert "--last: must be at least 1" in parse_error(capsys, average_checkpoints.parse_args,
+    assert "--last: must be at least 2" in parse_error(capsys, average_checkpoints.parse_args,
                                                        [str(tmp_path), "--last", "0"])
     assert average_checkpoints.main([str(tmp_path)]) == 2
     assert "no config.json" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 SIGKILL."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -53,13 +54,14 @@ def test_short_run_logs_scalars_and_attention_images(tmp_path, capsys):
         warnings.simplefilter("always")
         assert train.main(MICRO + ["--output-dir", str(run_dir), "--steps", "4",
                                    "--eval-every", "2", "--test-beam-size", "1",
-                                   "--progress-seconds", "0"]) == 0
+                                   "--progress-seconds", "0", "--log-every-steps", "1"]) == 0
     assert not [warning for warning in caught if "shuffle" in str(warning.message)]
     captured = capsys.readouterr()
     result = final_json(captured.out)
     assert result["steps"] == 4 and "BLEU" in result["test"]
     # One checkpoint (at the end): nothing to average; the result is the final weights.
     assert result["weights"] == str(run_dir / "model.weights.h5") and result["averaged"] == []
+    assert result["averaging"] == "one checkpoint: nothing to average"
     assert set(result["dev_bleu"]) == {"final"}
     # Progress: a line per step (--progress-seconds 0) with the budget and an ETA, a line per
     # evaluation, and none of Keras' "Epoch 1/2" lines.
@@ -67,12 +69,25 @@ def test_short_run_logs_scalars_and_attention_images(tmp_path, capsys):
     assert [line.split(",")[0] for line in progress[:4]] == [
         f"kt-train: step {step}/4 ({25 * step}%)" for step in (1, 2, 3, 4)]
     assert all("ETA" in line and "elapsed" in line for line in progress)
-    evaluations = [line for line in captured.err.splitlines() if "dev_bleu" in line]
+    # Evaluations name their dev figure; after the last step, a line as each stage starts
+    # and ends, and the final dev figure named by its kind.
+    evaluations = [line for line in captured.err.splitlines()
+                   if "dev greedy BLEU (8 sentences) " in line]
     assert [line.split(":")[1].strip() for line in evaluations] == ["step 2", "step 4"]
+    assert "dev_bleu" not in captured.err and "{" not in captured.err
+    after = captured.err.split("kt-train: step 4: ")[1].splitlines()[1:]
+    assert [line.split(" ...")[0].split(": done")[0] for line in after] == [
+        "kt-train: dev BLEU of the final weights", "kt-train: dev BLEU of the final weights",
+        "kt-train: one checkpoint: nothing to average", after[3],
+        "kt-train: test set: translating 500 sentences (beam 1)",
+        "kt-train: test set: translating 500 sentences (beam 1)"]
+    assert re.fullmatch(r"kt-train: dev greedy BLEU \(\d+ sentences\): final \d+\.\d\d; "
+                        r"the run's result: .*model\.weights\.h5", after[3])
     assert "Epoch" not in captured.out + captured.err
     found = summaries(run_dir / "tensorboard")
     assert SCALARS <= set(found)
-    assert [step for step, _ in found["loss"]] == [2, 4]
+    assert [step for step, _ in found["loss"]] == [1, 2, 3, 4]  # --log-every-steps 1
+    assert [step for step, _ in found["dev_bleu"]] == [2, 4]
     learning_rates = [tf.make_ndarray(value.tensor) for _, value in found["learning_rate"]]
     assert learning_rates[1] > learning_rates[0] > 0  # warmup: the rate rises
     images = {tag: values for tag, values in found.items() if tag.startswith("attention/")}

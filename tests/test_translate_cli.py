@@ -74,7 +74,7 @@ def test_exports_keep_their_search_settings_and_errors_name_paths(export_dir, in
                        capsys)
     assert code == 2 and "--ensemble: an export's weights and search settings are fixed" in err
     code, _, err = run([str(tmp_path / "nowhere"), str(input_file)], capsys)
-    assert code == 2 and "nowhere" in err
+    assert code == 2 and f"model: '{tmp_path / 'nowhere'}' does not exist" in err
     code, _, err = run([str(export_dir), str(tmp_path / "missing.en")], capsys)
     assert code == 2 and "missing.en" in err
     assert export_version(export_dir) == export_dir / "2"
@@ -124,6 +124,9 @@ class LineBreakingTranslator:
 
     def nbest(self, texts, k):
         return [[(b"x\ny", -1.0), (b"z\r", -2.0)][:k] for _ in texts]
+
+    def truncated(self, texts):
+        return []
 
 
 def test_line_breaks_inside_translations_never_shift_lines(input_file, tmp_path, capsys,
@@ -203,3 +206,62 @@ def test_sampling_flags_draw_reproducibly_and_exports_fix_them(demo_vocab, input
     code, _, err = run([str(tmp_path / "exports" / "sampled"), str(input_file), "--seed", "3"],
                        capsys)
     assert code == 2 and "--seed" in err and "fixed when it is written" in err
+
+
+def test_lines_longer_than_the_model_takes_are_counted_and_named(export_dir, demo_vocab,
+                                                                  input_file, tmp_path, capsys):
+    """Line 5 (120 words) is cut to the export's and the run's 23 source subwords: a warning
+    counts it and names it, for an export as for a run directory; lines within the limit
+    give none."""
+    cut = (f"{input_file}: 1 line longer than the model takes (max_length 24), translated "
+           "from its first 23 subwords: line 5")
+    run_dir = random_run(demo_vocab, tmp_path / "run")
+    for model in (export_dir, run_dir.root):
+        code, outputs, err = run([str(model), str(input_file), "--quiet"], capsys)
+        assert code == 0 and len(outputs) == len(LINES) and cut in err
+    short = tmp_path / "short.en"
+    short.write_bytes(b"\n".join(line for line in LINES if len(line) < 100) + b"\n")
+    code, _, err = run([str(export_dir), str(short), "--quiet"], capsys)
+    assert code == 0 and "longer than the model takes" not in err
+
+
+def test_truncated_sources_are_those_the_translator_cuts(demo_vocab, tmp_path):
+    """Of the growing prefixes of a long line, those a `Translator` of a max_length 24 model
+    searches from fewer pieces than the text has (its `source_pieces`) are the ones
+    `truncated_sources` names."""
+    from keras_transformer.decoding.translator import Translator, truncated_sources
+    from trainers.common import load_run_model
+
+    model, tokenizer = load_run_model(str(random_run(demo_vocab, tmp_path / "run").root))
+    translator = Translator(model, tokenizer, kt.SearchSettings(beam_size=1,
+                                                                max_decode_extra=1))
+    words = LINES[4].split()
+    prefixes = [b" ".join(words[:count]) for count in range(1, 16)]
+    searched = translator.translate_with_alignment(tf.constant(prefixes))["source_pieces"]
+    whole = tokenizer.tokenize(tf.constant(prefixes)).to_list()
+    cut = [index for index, (pieces, ids) in enumerate(zip(searched.numpy(), whole))
+           if sum(piece != b"" for piece in pieces) - 1 < len(ids)]  # - 1: the EOS
+    assert 0 < len(cut) < len(prefixes)
+    assert truncated_sources(tokenizer, prefixes, 24, batch_size=4) == cut
+
+
+def test_corpus_translation_and_evaluation_name_the_lines_they_cut(demo_vocab, tmp_path,
+                                                                   capsys):
+    """kt-translate-corpus (lines 5 and 7 cut, in two chunks) and kt-evaluate warn as
+    kt-translate does."""
+    from trainers import evaluate, translate_corpus
+
+    run_dir = random_run(demo_vocab, tmp_path / "run")
+    lines = ["one cat"] * 7
+    lines[4] = lines[6] = "seventeen green pears " * 20
+    corpus = tmp_path / "train.en"
+    corpus.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    cut = (f"{corpus}: 2 lines longer than the model takes (max_length 24), translated from "
+           "their first 23 subwords: lines 5, 7")
+    assert translate_corpus.main([str(run_dir.root), str(corpus), "--output",
+                                  str(tmp_path / "out.de"), "--chunk-lines", "3",
+                                  "--quiet"]) == 0
+    assert cut in capsys.readouterr().err
+    assert evaluate.main([str(run_dir.root), "--src", str(corpus), "--ref", str(corpus),
+                          "--hypotheses", str(tmp_path / "hyp.de")]) == 0
+    assert cut in capsys.readouterr().err

@@ -59,3 +59,14 @@ def test_tensorboard_figure_is_one_legible_panel(model, demo_tokenizer):
     assert 10 <= label_pixels <= CELL_INCHES * DPI
     width, height = tf.io.decode_png(figure_png(figure)).shape[1::-1]
     assert 200 <= width <= 700 and height <= 700
+
+
+@pytest.mark.parametrize("average_heads", [True, False])
+def test_every_panel_has_a_colour_scale_from_0_to_1(model, demo_tokenizer, average_heads):
+    attention = attention_maps(model, demo_tokenizer, "one cat", "eine Katze")[0]
+    figure = attention_figure(attention, average_heads=average_heads)
+    panels = [axis for axis in figure.axes if axis.get_images()]
+    scales = [image.colorbar for panel in panels for image in panel.get_images()]
+    assert len(panels) == (1 if average_heads else 2) and None not in scales
+    assert all(scale.mappable.get_clim() == (0.0, 1.0) for scale in scales)
+    assert all(scale.ax in figure.axes for scale in scales)

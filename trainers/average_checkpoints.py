@@ -3,21 +3,27 @@
     kt-average-checkpoints runs/multi30k            # the recipe's average_last (5; big: 20)
     kt-average-checkpoints runs/multi30k --last 3
 
+Without `--last`, as kt-train at the end of a run: the newest `average_last` checkpoints, or
+all of them when fewer were kept (said so on the console); `--last K` averages exactly K.
+
 Writes `<run_dir>/averaged.weights.h5` (or `--output`). `kt-evaluate` and `kt-export` use it by
 default unless the run's `result.json` chose other weights (a finished kt-train run keeps the
-better on dev of the averaged and the final ones); `--weights FILE` picks any.
+better on dev of the averaged and the final ones); `--weights FILE` picks any. A finished
+run's `result.json` is updated with them: it names the checkpoints averaged now, and records
+their dev BLEU as not known (null) instead of the earlier average's.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Optional, Sequence
 
 from keras_transformer.model import Transformer
-from keras_transformer.training.checkpoints import (average_weights, list_checkpoints,
-                                                    save_weights_atomic)
-from keras_transformer.training.run_dir import RunDir
+from keras_transformer.training.checkpoints import (average_weights, checkpoints_to_average,
+                                                    list_checkpoints, save_weights_atomic)
+from keras_transformer.training.run_dir import RESULT_FILE, RunDir, record_average
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -26,12 +32,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                                      description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", help="the directory kt-train wrote")
     parser.add_argument("--last", type=int,
-                        help="how many of the newest checkpoints (default: the run's recipe's "
-                             "average_last; paper: 5 base, 20 big)")
+                        help="how many of the newest checkpoints, 2 or more (default: the "
+                             "run's recipe's average_last, or as many as were kept if fewer; "
+                             "paper: 5 base, 20 big)")
     parser.add_argument("--output", help="default: <run_dir>/averaged.weights.h5")
     args = parser.parse_args(argv)
-    if args.last is not None and args.last < 1:
-        parser.error(f"--last: must be at least 1, got {args.last}")
+    if args.last is not None and args.last < 2:
+        parser.error(f"--last: must be at least 2 (one checkpoint is nothing to average), got "
+                     f"{args.last}")
     if args.output and not args.output.endswith(".weights.h5"):
         parser.error(f"--output: must end in .weights.h5, got {args.output!r}")
     return args
@@ -43,22 +51,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     run = RunDir(args.run_dir)
     try:
         recipe = run.load_recipe()
-        last = args.last or recipe.training.average_last
-        if last < 2:
-            raise ValueError(f"--last: the recipe's average_last is {last} (no averaging); "
-                             "give --last K to average K checkpoints")
         checkpoints = list_checkpoints(run.checkpoints)
-        if len(checkpoints) < last:
-            raise ValueError(f"--last {last}: only {len(checkpoints)} checkpoint(s) in "
+        if args.last is not None and len(checkpoints) < args.last:
+            raise ValueError(f"--last {args.last}: only {len(checkpoints)} checkpoint(s) in "
                              f"{str(run.checkpoints)!r}")
+        last = args.last or recipe.training.average_last
+        if last < 2:  # the recipe's: --last is 2 or more
+            raise ValueError(f"the recipe's average_last is {last} (no averaging); give --last "
+                             "K to average K checkpoints")
+        chosen, averaging = checkpoints_to_average(checkpoints, last)
+        if not chosen:
+            raise ValueError(f"{averaging} in {str(run.checkpoints)!r}")
         model = Transformer(recipe.architecture)
-        average_weights(model, checkpoints[-last:])
+        average_weights(model, chosen)
         output = save_weights_atomic(model, args.output or run.averaged_weights)
+        result = (record_average(run, chosen, averaging, last)
+                  if Path(output).resolve() == run.averaged_weights.resolve() else None)
     except (ValueError, FileNotFoundError) as error:
         print(f"kt-average-checkpoints: error: {error}", file=sys.stderr)
         return 2
-    print(f"averaged {', '.join(path.name for path in checkpoints[-last:])} -> "
+    print(f"averaged {averaging}: {', '.join(path.name for path in chosen)} -> "
           f"{os.fspath(output)}")
+    if result is not None:
+        print(f"{run.root / RESULT_FILE}: names these checkpoints, their dev BLEU not known "
+              f"(null); the run's result stays {result['weights']}")
     return 0
 
 

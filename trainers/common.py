@@ -2,27 +2,76 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
 from keras_transformer import fast
 from keras_transformer.config import PRESETS, Recipe, SearchSettings, TransformerConfig
+from keras_transformer.data.prepare import ParallelSource, sample_sentences
+from keras_transformer.data.sentencepiece_pair import load_tokenizer
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.model import Transformer
 from trainers.probes import choose_kernels
 from keras_transformer.training.checkpoints import load_weights_file
+from keras_transformer.training.progress import CountProgress, stage
 from keras_transformer.training.run_dir import RunDir
 
 
-def add_recipe_arguments(parser: argparse.ArgumentParser, default_preset: str) -> None:
-    """`--preset`, `--config FILE.json` and repeated `--set key=value` (applied in that order)."""
-    parser.add_argument("--preset", default=default_preset, choices=sorted(PRESETS),
+# kt-train's and kt-prepare's: storage prepared with the defaults trains with the defaults.
+DEFAULT_PRESET = "tiny"
+
+
+def command_description(docstring: str) -> str:
+    """A command's `--help` description: the first paragraph of its module's `docstring`, its
+    lines joined (a summary may take more than one line)."""
+    return " ".join(docstring.strip().split("\n\n")[0].split())
+
+
+def counted_source(source: ParallelSource, progress: CountProgress) -> ParallelSource:
+    """`source` with each pair its corpora stream counted by `progress` as it is read, and its
+    `count()` setting `progress.total` (preparing counts the pairs first: no extra pass). The
+    description is the same, so storage prepared from it is the same."""
+    def count() -> int:
+        progress.total = source.count()
+        return progress.total
+
+    def counted(corpus: ParallelSource) -> ParallelSource:
+        def pairs() -> Iterator[tuple[str, str]]:
+            for pair in corpus.pairs():
+                progress.advance(1)
+                yield pair
+        return dataclasses.replace(corpus, pairs=pairs)
+
+    if not source.parts:
+        return dataclasses.replace(counted(source), count=count)
+    parts = tuple(counted(corpus) for corpus in source.parts)
+    return dataclasses.replace(source, count=count, parts=parts, pairs=lambda: (
+        itertools.chain.from_iterable(corpus.pairs() for corpus in parts)))
+
+
+def learn_vocabulary(command: str, source: ParallelSource, vocab_size: int, sentences: int,
+                     directory: str | os.PathLike, seed: int) -> SubwordTokenizer:
+    """A `vocab_size`-piece shared vocabulary learned from a seeded sample of `sentences`
+    sentences of `source` (`sample_sentences`) into `directory`, as a `stage` of `command`
+    (its start and end printed)."""
+    with stage(command, f"learning a vocabulary of {vocab_size:,} pieces from up to "
+                        f"{sentences:,} sentences"):
+        return SubwordTokenizer.train(sample_sentences(source, sentences, seed), vocab_size,
+                                      directory, seed=seed)
+
+
+def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--preset` (default `DEFAULT_PRESET`), `--config FILE.json` and repeated `--set
+    key=value` (applied in that order)."""
+    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS),
                         help=f"named recipe: architecture, training and search settings "
-                             f"(default: {default_preset})")
+                             f"(default: {DEFAULT_PRESET})")
     parser.add_argument("--config", metavar="FILE.json",
                         help="JSON object of recipe fields overriding the preset")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
@@ -109,10 +158,21 @@ def run_model(run_dir: str, weights: Optional[str] = None) -> Transformer:
     return model
 
 
+def add_weights_argument(parser: argparse.ArgumentParser, run_directory_only: bool) -> None:
+    """`--weights FILE`, with its default (`RunDir.default_weights`) in its help;
+    `run_directory_only`: the command also takes exports, which have no weights to choose."""
+    parser.add_argument("--weights", metavar="FILE",
+                        help=("with a run directory: " if run_directory_only else "")
+                        + "a .weights.h5 file (default: the weights the run's result.json "
+                        "chose, the better on dev of the averaged and the final ones; without "
+                        "one, the averaged weights, else the final weights, else the newest "
+                        "checkpoint)")
+
+
 def load_run_model(run_dir: str, weights: Optional[str] = None
                    ) -> tuple[Transformer, SubwordTokenizer]:
     """`run_model` and the run's tokenizer."""
-    return run_model(run_dir, weights), SubwordTokenizer.load(RunDir(run_dir).vocab)
+    return run_model(run_dir, weights), load_tokenizer(RunDir(run_dir).vocab)
 
 
 def add_ensemble_argument(parser: argparse.ArgumentParser) -> None:
@@ -129,7 +189,7 @@ def load_ensemble(run_dirs: list[str], tokenizer: SubwordTokenizer) -> list[Tran
     pieces = tokenizer.id_to_piece(range(tokenizer.vocab_size))
     models = []
     for run_dir in run_dirs:
-        own = SubwordTokenizer.load(RunDir(run_dir).vocab)  # checked before loading weights
+        own = load_tokenizer(RunDir(run_dir).vocab)  # checked before loading weights
         if own.vocab_size != tokenizer.vocab_size or own.id_to_piece(
                 range(own.vocab_size)) != pieces:
             raise ValueError(f"--ensemble: {run_dir!r} has another vocabulary than the run's "

@@ -7,7 +7,9 @@
 
 Reports detokenized, cased sacreBLEU and chrF with their signatures, writes the hypotheses
 (one a line) and, with `--tokenized-ref`, the lowercased tokenized BLEU of published
-Multi30k results. Weights: `--weights`, else the run's averaged, final or newest checkpoint.
+Multi30k results. Weights: `--weights`, else the run's result (`result.json`), else its
+averaged, final or newest checkpoint. Progress (sentences translated, their rate, the ETA)
+goes to stderr every 10 seconds.
 `--ensemble RUN_DIR ...` decodes with those runs' models too (same vocabulary), averaging
 their probabilities.
 
@@ -25,24 +27,28 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from trainers.common import (add_ensemble_argument, add_search_arguments, load_ensemble,
-                             load_run_model, search_settings)
+from trainers.common import (add_ensemble_argument, add_search_arguments, add_weights_argument,
+                             command_description, load_ensemble, load_run_model,
+                             search_settings)
 from keras_transformer import fast
 from keras_transformer.data import load_tfds, read_lines, read_parallel
-from keras_transformer.decoding.translator import Translator
+from keras_transformer.decoding.translator import Translator, truncated_sources
 from keras_transformer.evaluation import (corpus_scores, tokenized_lowercase_bleu,
                                           translate_corpus, write_lines)
 from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
+from keras_transformer.serving.text_translation import truncation_warning
+from keras_transformer.training.progress import CountProgress
 from keras_transformer.training.run_dir import RunDir
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
-    parser = argparse.ArgumentParser(prog="kt-evaluate", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="kt-evaluate",
+                                     description=command_description(__doc__))
     parser.add_argument("run_dir", help="the directory kt-train wrote")
     parser.add_argument("--task", choices=("translation", "parsing"), default="translation",
                         help="translation (BLEU, default) or parsing (bracket F1, needs --trees)")
-    parser.add_argument("--weights", help="a .weights.h5 file (default: see above)")
+    add_weights_argument(parser, run_directory_only=False)
     parser.add_argument("--src", help="source sentences, one a line (plain or .gz)")
     parser.add_argument("--ref", help="reference translations, line-aligned with --src")
     parser.add_argument("--trees", help="--task parsing: gold trees, one per --src sentence")
@@ -50,14 +56,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "(default: the --hypotheses path with .parsed.tree for .hyp)")
     parser.add_argument("--tfds", metavar="NAME", help="tensorflow-datasets builder instead")
     parser.add_argument("--split", default="test", help="tfds split (default: test)")
-    parser.add_argument("--source-lang", default="en", help="tfds source language")
-    parser.add_argument("--target-lang", default="de", help="tfds target language")
+    parser.add_argument("--source-lang", default="en", help="tfds source language (default: en)")
+    parser.add_argument("--target-lang", default="de", help="tfds target language (default: de)")
     parser.add_argument("--tfds-data-dir", help="tensorflow-datasets data directory")
     parser.add_argument("--tokenized-ref", help="lowercased tokenized references (Multi30k "
                         "tok/*.lc.norm.tok.de) for the tokenized BLEU")
     add_search_arguments(parser, "of the search")
     add_ensemble_argument(parser)
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    parser.add_argument("--batch-size", type=int, default=64,
+                        help="sentences per batch (default: 64)")
     parser.add_argument("--hypotheses", help="output file (default: <run_dir>/<src name>.hyp)")
     args = parser.parse_args(argv)
     if args.task == "parsing":
@@ -133,7 +140,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                 search_settings(args, RunDir(args.run_dir).load_recipe().search),
                                 ensemble=load_ensemble(args.ensemble, tokenizer),
                                 step_builder=fast.decoding_step())
-        hypotheses = translate_corpus(translator, sources, args.batch_size)
+        max_length = model.config.max_length
+        truncated = truncated_sources(tokenizer, sources, max_length)
+        if truncated:
+            print("kt-evaluate: warning: " + truncation_warning(
+                args.src or f"{args.tfds} {args.split}", [index + 1 for index in truncated],
+                max_length), file=sys.stderr)
+        hypotheses = translate_corpus(translator, sources, args.batch_size,
+                                      CountProgress("kt-evaluate", len(sources),
+                                                    doing="translating").advance)
         if args.task == "parsing":
             trees, scores = parse_scores(hypotheses, references)
         else:

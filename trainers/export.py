@@ -40,10 +40,12 @@ import tensorflow as tf
 from keras_transformer import fast
 from keras_transformer.data.demo_corpus import DEMO_LANGS
 from keras_transformer.data.text_files import iter_parallel
+from keras_transformer.data.sentencepiece_pair import load_tokenizer
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
 from keras_transformer.serving.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
-from keras_transformer.serving.export import export_translator, publish_version
+from keras_transformer.serving.export import (check_model_tree, export_translator,
+                                              publish_version)
 from keras_transformer.model import Transformer
 from trainers.probes import choose_serving_dtype
 from keras_transformer.config import SearchSettings
@@ -52,13 +54,16 @@ from keras_transformer.serving.provenance import (describe, export_record, file_
                                           read_provenance, write_provenance)
 from keras_transformer.serving.warmup import DEFAULT_MAX_WIDTH
 from keras_transformer.training.run_dir import RunDir
-from trainers.common import add_search_arguments, run_model, search_settings, set_up_kernels
+from trainers.common import (add_search_arguments, add_weights_argument, command_description,
+                             run_model, search_settings, set_up_kernels)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
-    parser = argparse.ArgumentParser(prog="kt-export", description=__doc__.split("\n")[0])
-    parser.add_argument("model", nargs="?", help="a .keras file, or a checkpoint directory")
+    parser = argparse.ArgumentParser(prog="kt-export",
+                                     description=command_description(__doc__))
+    parser.add_argument("model", nargs="?", help="a .keras file, a directory holding one (the "
+                        "newest is used), or a kt-train run directory")
     parser.add_argument("vocabulary", nargs="?", help="directory with the tokenizer's spm.model")
     parser.add_argument("--name", help="model name: <base-dir>/<name>/<version> (required)")
     parser.add_argument("--describe", metavar="EXPORT",
@@ -67,8 +72,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--base-dir", "--export-dir", dest="base_dir", default="saved_models",
                         help="root of the TF Serving model tree, as kt-train's --base-dir "
                              "(default: saved_models)")
-    parser.add_argument("--weights", help="with a run directory: a .weights.h5 file "
-                        "(default: see above)")
+    add_weights_argument(parser, run_directory_only=True)
     parser.add_argument("--precision", choices=(*SERVING_DTYPES, "auto"), default="float32",
                         help="dtype the export stores and computes in (default: float32; auto: "
                              "bfloat16 where its matmuls measure at least 1.25x float32's "
@@ -81,8 +85,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                              "directory's training files); the first "
                              f"{SHORTLIST_SENTENCES:,} pairs are used")
     parser.add_argument("--format", choices=("savedmodel", "ctranslate2"), default="savedmodel",
-                        help="a TF Serving SavedModel (default), or a CTranslate2 model "
-                             "directory (pip install -e '.[ctranslate2]')")
+                        help="savedmodel, a TF Serving SavedModel (default: savedmodel), or "
+                             "ctranslate2, a CTranslate2 model directory (pip install -e "
+                             "'.[ctranslate2]')")
     parser.add_argument("--quantization", choices=QUANTIZATIONS, default="int8",
                         help="--format ctranslate2: how CTranslate2 stores the weights "
                              "(default: int8)")
@@ -252,7 +257,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.describe:
         return describe_export(args.describe)
     try:
-        tokenizer = SubwordTokenizer.load(args.vocabulary)
+        check_model_tree(args.base_dir, args.name)  # before the minutes a model may take
+        tokenizer = load_tokenizer(args.vocabulary)
         model, defaults, source = load_model(args.model, args.weights)
         settings = search_settings(args, defaults)
         if args.format == "ctranslate2":

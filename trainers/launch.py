@@ -43,7 +43,8 @@ def import_tensorflow_quietly(argv: Optional[Sequence[str]] = None) -> None:
 
 # The commands `python -m trainers COMMAND` runs; the `kt-*` ones are console scripts too.
 COMMANDS = ("train", "prepare", "evaluate", "average_checkpoints", "export", "translate",
-            "translate_corpus", "prepare_parsing", "moses_form", "plot_attention")
+            "translate_corpus", "prepare_parsing", "moses_form", "plot_attention",
+            "import_model")
 
 
 def launch(command: str, argv: Optional[Sequence[str]] = None) -> int:
@@ -95,3 +96,8 @@ def translate_corpus() -> int:
 def plot_attention() -> int:
     """`kt-plot-attention`."""
     return launch("plot_attention")
+
+
+def import_model() -> int:
+    """`kt-import`."""
+    return launch("import_model")

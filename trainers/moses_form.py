@@ -11,7 +11,6 @@ A model trained on them takes and gives text in that form: for comparing with pu
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Optional, Sequence
 
@@ -33,10 +32,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line; returns its exit status (2 on a user error)."""
     args = parse_args(argv)
-    directory = os.path.dirname(args.output_prefix)
     try:
-        if directory:
-            os.makedirs(directory, exist_ok=True)
         paths = write_moses_form(args.src, args.tgt, tuple(args.langs), args.output_prefix)
     except (ValueError, FileNotFoundError, ImportError) as error:
         print(f"moses_form: error: {error}", file=sys.stderr)

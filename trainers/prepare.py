@@ -8,7 +8,10 @@
 `--set subword_dropout=0.1` stores `subword_samples` (16) BPE-dropout segmentations of each
 pair instead of one deterministic one. The corpus is streamed, never held: memory stays that of the vocabulary's sentence sample.
 The vocabulary is learned from a seeded sample (or taken from `--vocab DIR`) and saved as the
-directory's `spm.model`; the manifest, written last, records the pairs stored and dropped.
+directory's `spm.model`; the manifest, written last, records the pairs stored and dropped,
+and those longer than the recipe's `max_length` (stored: another model may take them), with
+the first line numbers of each kind, which a warning on stderr names too. Learning the
+vocabulary prints a line as it starts and as it ends, tokenizing a line every 10 seconds.
 `kt-train` given raw files does the same into its run directory by itself.
 """
 from __future__ import annotations
@@ -19,16 +22,20 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from trainers.common import add_recipe_arguments, recipe_from_args
-from keras_transformer.data.prepare import (DEFAULT_SHARD_PAIRS, combined_source, prepare,
-                                            sample_sentences, text_file_source, tfds_source)
-from keras_transformer.data.tokenizer import SubwordTokenizer
+from trainers.common import (add_recipe_arguments, command_description, counted_source,
+                             learn_vocabulary, recipe_from_args)
+from keras_transformer.data.prepare import (DEFAULT_SHARD_PAIRS, check_pairs, combined_source,
+                                            describe_left_out, left_out, prepare,
+                                            text_file_source, tfds_source)
+from keras_transformer.data.sentencepiece_pair import load_tokenizer
+from keras_transformer.training.progress import CountProgress
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
-    parser = argparse.ArgumentParser(prog="kt-prepare", description=__doc__.split("\n")[0])
-    add_recipe_arguments(parser, default_preset="base")
+    parser = argparse.ArgumentParser(prog="kt-prepare",
+                                     description=command_description(__doc__))
+    add_recipe_arguments(parser)
     parser.add_argument("--train-src", metavar="FILE", action="append",
                         help="source sentences, one a line (plain or .gz); repeat "
                         "--train-src/--train-tgt for several corpora, counted apart in the "
@@ -80,15 +87,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                               args.tfds_data_dir) if args.tfds
                   else combined_source([text_file_source(source, target) for source, target
                                         in zip(args.train_src, args.train_tgt)]))
+        check_pairs(source, "--tfds" if args.tfds else "--train-src/--train-tgt")
         if args.vocab:
-            tokenizer = SubwordTokenizer.load(args.vocab)
+            tokenizer = load_tokenizer(args.vocab, refuse_pair="kt-prepare")
         else:
-            tokenizer = SubwordTokenizer.train(
-                sample_sentences(source, args.vocab_sentences, args.seed),
-                args.recipe.architecture.vocab_size, args.output_dir, seed=args.seed)
+            tokenizer = learn_vocabulary("kt-prepare", source,
+                                         args.recipe.architecture.vocab_size,
+                                         args.vocab_sentences, args.output_dir, args.seed)
         training = args.recipe.training
-        storage = prepare(source, args.output_dir, tokenizer, args.shard_pairs, args.seed,
-                          args.threads, training.subword_dropout, training.subword_samples)
+        progress = CountProgress("kt-prepare", None, "pairs", doing="tokenizing")
+        storage = prepare(counted_source(source, progress), args.output_dir, tokenizer,
+                          args.shard_pairs, args.seed, args.threads, training.subword_dropout,
+                          training.subword_samples, args.recipe.architecture.max_length)
     except (ValueError, FileNotFoundError) as error:
         print(f"kt-prepare: error: {error}", file=sys.stderr)
         return 2
@@ -97,6 +107,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"{error.strerror or error}; the directory holds no manifest: nothing will take "
               "it for prepared data", file=sys.stderr)
         return 1
+    for entry in left_out(storage.manifest, args.recipe.architecture.max_length):
+        print(f"kt-prepare: warning: {describe_left_out(entry)}", file=sys.stderr)
     summary = {"directory": str(storage.directory), "shards": len(storage.shards),
                "vocab_size": storage.vocab_size, "pairs": storage.manifest["pairs"],
                **({"corpora": [corpus["pairs"] for corpus in storage.manifest["corpora"]]}

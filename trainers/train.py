@@ -31,15 +31,14 @@ import tensorflow as tf
 
 from keras_transformer import fast
 from keras_transformer.config import Recipe
-from keras_transformer.data.batch_plan import BatchPlan
+from keras_transformer.data.batch_plan import BatchPlan, check_batch_tokens
 from keras_transformer.data.token_storage import TokenStorage
 from keras_transformer.evaluation import corpus_scores
-from keras_transformer.serving.export import export_translator
+from keras_transformer.serving.export import check_model_tree, export_translator
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity
 from keras_transformer.model import Transformer
 from keras_transformer.optimization import make_optimizer
-from keras_transformer.parsing.evaluate import read_gold_trees
 from keras_transformer.training.backup import BackupError, newest_step, restore_latest
 from keras_transformer.training.batch_stream import per_replica_tokens, training_batches
 from keras_transformer.training.callbacks import (DevEvaluation, PeriodicBackup,
@@ -49,7 +48,7 @@ from keras_transformer.training.checkpoints import save_weights_atomic
 from trainers.probes import choose_kernels, choose_precision, gpus_tensorflow_cannot_see
 from keras_transformer.precision import POLICIES as PRECISIONS
 from keras_transformer.precision import precision_scope
-from keras_transformer.training.progress import ProgressLines
+from keras_transformer.training.progress import ProgressLines, stage
 from keras_transformer.training.run_dir import TEST_FILE, RunDir
 from keras_transformer.training.run_dir import keep_better_of_average_and_final
 from keras_transformer.training.strategy import (any_across_workers, chief_values, is_chief,
@@ -57,9 +56,9 @@ from keras_transformer.training.strategy import (any_across_workers, chief_value
                                                  worker_count)
 from keras_transformer.visualization import attention_maps
 from trainers.train_arguments import parse_args, run_options
-from trainers.train_data import (load_corpora, load_or_train_tokenizer, step_budget,
+from trainers.train_data import (keep_vocabulary, report_left_out, run_inputs, step_budget,
                                  training_storage)
-from trainers.train_evaluation import dev_translation, evaluate_test
+from trainers.train_evaluation import dev_bleu_name, dev_translation, evaluate_test
 
 
 def compiled_model(recipe: Recipe, jit_compile: bool = False,
@@ -82,8 +81,9 @@ def training_callbacks(args: argparse.Namespace, run: RunDir, model_parts: tuple
                        first_step: int) -> list:
     """The step clock first; backups after the NaN check (a diverged step is not backed up);
     dev BLEU before the scalar writer, which records it. None reads a device variable after
-    each batch (Keras itself fetches the step's logs after each call of the train function:
-    `--steps-per-execution` makes that once per several steps)."""
+    each batch: only every `--log-every-steps` steps (TensorBoard's training scalars) and at
+    progress lines (Keras itself fetches the step's logs after each call of the train
+    function: `--steps-per-execution` makes that once per several steps)."""
     model, accuracy, tokenizer = model_parts
     strategy = model.distribute_strategy
     any_worker = (None if worker_count(strategy) == 1
@@ -103,8 +103,9 @@ def training_callbacks(args: argparse.Namespace, run: RunDir, model_parts: tuple
         DevEvaluation(dev_translation(args, model, tokenizer), sources, references,
                       lambda source, target: attention_maps(model, tokenizer, source, target),
                       pairs, writer, run.root / "bleu_curve.tsv", evaluation),
-        TensorBoardScalars(writer, accuracy, evaluation),
-        ProgressLines(max_steps, args.max_minutes, accuracy, evaluation, args.progress_seconds),
+        TensorBoardScalars(writer, accuracy, evaluation, args.log_every_steps),
+        ProgressLines(max_steps, args.max_minutes, accuracy, evaluation, args.progress_seconds,
+                      names={"dev_bleu": dev_bleu_name(args.eval_beam_size, len(sources))}),
         PeriodicCheckpoint(steps, run.checkpoints, args.checkpoint_every_steps,
                            args.checkpoint_every_minutes,
                            args.keep_checkpoints or max(5, args.recipe.training.average_last)),
@@ -112,12 +113,12 @@ def training_callbacks(args: argparse.Namespace, run: RunDir, model_parts: tuple
 
 
 def hardware_choices(args: argparse.Namespace, recipe: Recipe, recorded: dict,
-                     strategy: tf.distribute.Strategy) -> tuple[str, str]:
+                     strategy: tf.distribute.Strategy) -> tuple[str, str, dict]:
     """The precision and kernel set of the run: as given; for auto, as an earlier start of the
-    run recorded them, else measured here (`probes`), printed with the figures and kept in the
-    run directory's `hardware.json`. In a multi-worker cluster the chief decides: it alone
-    measures, and every worker takes its choices (workers that measured apart could build
-    different graphs)."""
+    run recorded them, else measured here (`probes`), printed with the figures; and the
+    figures measured, for the run directory's `hardware.json`. In a multi-worker cluster the
+    chief decides: it alone measures, and every worker takes its choices (workers that
+    measured apart could build different graphs)."""
     choices, measured = {}, {}
     config = recipe.architecture
     probe_tokens = min(recipe.training.batch_tokens, 2048)
@@ -147,10 +148,14 @@ def hardware_choices(args: argparse.Namespace, recipe: Recipe, recorded: dict,
             if not chief and taken != choices[name]:
                 print(f"kt-train: {name} {taken} (the chief's choice)", file=sys.stderr)
             choices[name] = taken
-    if measured:
-        RunDir(args.output_dir).write_json(
-            "hardware.json", {name: result.to_dict() for name, result in measured.items()})
-    return choices["precision"], choices["kernels"]
+    return (choices["precision"], choices["kernels"],
+            {name: result.to_dict() for name, result in measured.items()})
+
+
+def export_name(args: argparse.Namespace, run: RunDir) -> str:
+    """The model name the run exports under: `--export-name`, else the run directory's name
+    with "-staging"."""
+    return args.export_name or f"{run.root.resolve().name}-staging"
 
 
 def train(args: argparse.Namespace) -> dict:
@@ -165,24 +170,37 @@ def train(args: argparse.Namespace) -> dict:
               f"\"tensorflow[and-cuda]=={tf.__version__}\" (docs/training.md, \"Training on "
               "GPUs\")", file=sys.stderr)
     strategy = make_strategy(args.cpu_replicas)
-    precision, kernel_set = hardware_choices(args, recipe, run.recorded_options(), strategy)
+    replicas = strategy.num_replicas_in_sync
+    # A refused start writes nothing (its corrected command then starts): everything it can
+    # be refused for is checked before the claim, its first write.
+    batch_tokens = per_replica_tokens(recipe.training.batch_tokens, replicas)
+    check_batch_tokens(batch_tokens, config.max_length)
+    if not args.no_export:
+        check_model_tree(args.export_dir, export_name(args, run))
+    precision, kernel_set, measured = hardware_choices(args, recipe, run.recorded_options(),
+                                                       strategy)
     fast.set_kernels(kernel_set)
     # What fixes the data stream too: the replicas (each takes batch_tokens / replicas) and the
     # prepared storage's identity (storage prepared again in place is another stream).
-    stream = {"replicas": strategy.num_replicas_in_sync}
+    stream = {"replicas": replicas}
     if args.prepared:
         stream["prepared_storage"] = TokenStorage.open(args.prepared).identity
-    resumed = run.claim(recipe, {**run_options(args), "precision": precision,
-                                 "kernels": kernel_set, **stream})
+    options = {**run_options(args), "precision": precision, "kernels": kernel_set, **stream}
+    run.check_claim(recipe, options)
+    # Before any tokenizer is built: seeding clears TensorFlow's kernel cache, and with it the
+    # SentencePiece resource of a tokenizer built earlier.
     keras.utils.set_random_seed(args.seed)
-    source, corpora = load_corpora(args, run)
-    gold_trees = (read_gold_trees(args.test_tree, corpora["test"][0], args.test_src)
-                  if args.test_tree else None)
-    tokenizer = load_or_train_tokenizer(run, config, source, args)
-    replicas = strategy.num_replicas_in_sync
-    plan = BatchPlan(training_storage(run, source, tokenizer, args),
-                     per_replica_tokens(recipe.training.batch_tokens, replicas),
-                     config.max_length, args.seed, word_dropout=recipe.training.word_dropout)
+    demo = not (args.tfds or args.dev_src)  # its corpus is written into the claimed run
+    inputs = None if demo else run_inputs(args, run)
+    resumed = run.claim(recipe, options)
+    if measured:
+        run.write_json("hardware.json", measured)
+    inputs = inputs or run_inputs(args, run)
+    corpora, gold_trees, tokenizer = inputs.corpora, inputs.gold_trees, inputs.tokenizer
+    keep_vocabulary(run, tokenizer)
+    plan = BatchPlan(training_storage(run, inputs, args), batch_tokens, config.max_length,
+                     args.seed, word_dropout=recipe.training.word_dropout)
+    report_left_out(run, plan)
     max_steps = step_budget(args, plan, replicas)
     with strategy.scope(), precision_scope(precision):
         model, accuracy = compiled_model(recipe, args.jit_compile, args.steps_per_execution)
@@ -224,19 +242,27 @@ def train(args: argparse.Namespace) -> dict:
     sources, references = corpora["dev"]
     result = keep_better_of_average_and_final(
         model, run, recipe.training.average_last,
-        lambda: corpus_scores(translate_dev(sources), references)[0].value)
-    print(f"kt-train: result {result['weights']} (dev BLEU {result['dev_bleu']})",
-          file=sys.stderr)
+        lambda: corpus_scores(translate_dev(sources), references)[0].value,
+        lambda what: stage("kt-train", what))
+    if not result["averaged"]:
+        print(f"kt-train: {result['averaging']}", file=sys.stderr)
+    scores = ", ".join(f"{kind} {value:.2f}" for kind, value in result["dev_bleu"].items())
+    print(f"kt-train: {dev_bleu_name(args.eval_beam_size, len(sources))}: {scores}; the "
+          f"run's result: {result['weights']}", file=sys.stderr)
     summary = {"run_dir": os.fspath(run.root), "steps": callbacks[0].step,
                "precision": precision, "kernels": kernel_set, **result}
     if "test" in corpora:
-        summary["test"] = evaluate_test(args, run, model, tokenizer, corpora["test"],
-                                        gold_trees)
+        beam_size = args.test_beam_size or recipe.search.beam_size
+        with stage("kt-train", f"test set: translating {len(corpora['test'][0]):,} sentences "
+                   f"(beam {beam_size})"):
+            summary["test"] = evaluate_test(args, run, model, tokenizer, corpora["test"],
+                                            gold_trees)
         run.write_json(TEST_FILE, summary["test"])
     if not args.no_export:
-        name = args.export_name or f"{run.root.resolve().name}-staging"
-        summary["export"] = export_translator(model, tokenizer, name, args.export_dir,
-                                              recipe.search, provenance=run.provenance())
+        name = export_name(args, run)
+        with stage("kt-train", f"exporting {name} to {args.export_dir}"):
+            summary["export"] = export_translator(model, tokenizer, name, args.export_dir,
+                                                  recipe.search, provenance=run.provenance())
     return summary
 
 

@@ -19,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kt-train", description="Trains a Transformer with Keras fit, evaluates it and "
         "exports it.")
-    add_recipe_arguments(parser, default_preset="tiny")
+    add_recipe_arguments(parser)
     parser.add_argument("--task", choices=("translation", "parsing"), default="translation",
                         help="translation (default) or parsing: sources are sentences, targets "
                              "linearized trees (prepare_parsing's files); the final test "
@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="train on storage written by kt-prepare (its vocabulary) instead of "
                            "--train-src/--train-tgt; dev and test files as usual")
     data.add_argument("--vocab-sentences", type=int, default=2_000_000,
-                      help="sentences sampled to learn the subword vocabulary")
+                      help="sentences sampled to learn the subword vocabulary (default: "
+                           "2,000,000)")
     run = parser.add_argument_group("run")
     run.add_argument("--output-dir", default=os.path.join("runs", "demo"),
                      help="run directory: config, vocab, checkpoints, logs (default: runs/demo)")
@@ -59,8 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--epochs", type=float, help="passes over the training data instead")
     run.add_argument("--max-minutes", type=float, help="stop after this much wall clock")
     run.add_argument("--cpu-replicas", type=int, default=0,
-                     help="split the CPU into N logical devices and mirror over them")
-    run.add_argument("--seed", type=int, default=0, help="data order and initialization seed")
+                     help="split the CPU into N logical devices and mirror over them "
+                          "(default: 0, no split)")
+    run.add_argument("--seed", type=int, default=0, help="data order and initialization seed "
+                     "(default: 0)")
     run.add_argument("--precision", choices=CHOICES, default="auto",
                      help="Keras dtype policy (default: auto = a reduced precision where its "
                           "matmuls measure at least 1.25x float32's on this machine, else "
@@ -85,11 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also evaluate at the first backup interval's end this many minutes "
                           "after the previous evaluation (default: by steps only)")
     run.add_argument("--eval-sentences", type=int, default=200,
-                     help="dev sentences translated at each evaluation")
+                     help="dev sentences translated at each evaluation (default: 200)")
     run.add_argument("--eval-beam-size", type=int, default=1,
-                     help="beam size of the periodic dev evaluation (1 = greedy)")
+                     help="beam size of the periodic dev evaluation and of the final dev "
+                          "scoring of the averaged and final weights (default: 1, greedy)")
     run.add_argument("--attention-sentences", type=int, default=2,
-                     help="dev pairs drawn as attention heatmaps at each evaluation")
+                     help="dev pairs drawn as attention heatmaps at each evaluation "
+                          "(default: 2)")
     run.add_argument("--checkpoint-every-steps", type=int,
                      help="also checkpoint every N steps (default: by minutes only; both "
                           "intervals fire)")
@@ -107,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-batches", action="store_true",
                      help="append each training batch's step and a digest of its ids to "
                           "batches.tsv in the run directory (to audit resumed runs)")
+    run.add_argument("--log-every-steps", type=int, default=50,
+                     help="steps between TensorBoard's training scalars (loss, token accuracy, "
+                          "perplexity, learning rate, tokens/s); 0: at evaluations only "
+                          "(default: 50)")
     run.add_argument("--progress-seconds", type=float, default=30.0,
                      help="seconds between progress lines (step, loss, tok/s, ETA; default 30)")
     run.add_argument("--verbose", action="store_true",
@@ -170,7 +179,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     for name, value in positive.items():
         if value is not None and value <= 0:
             parser.error(f"--{name.replace('_', '-')}: must be positive, got {value}")
-    for name in ("cpu_replicas", "attention_sentences", "progress_seconds"):
+    for name in ("cpu_replicas", "attention_sentences", "progress_seconds", "log_every_steps"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')}: must be non-negative")
     if args.steps_per_execution < 1:

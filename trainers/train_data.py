@@ -6,18 +6,54 @@ import argparse
 import math
 import sys
 import time
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.data import (SubwordTokenizer, load_tfds, read_parallel,
                                     write_demo_corpus)
 from keras_transformer.data.batch_plan import BatchPlan
-from keras_transformer.data.prepare import (ParallelSource, check_segmentation, combined_source,
-                                            prepared, sample_sentences, text_file_source,
-                                            tfds_source)
+from keras_transformer.data.prepare import (ParallelSource, check_pairs, check_segmentation,
+                                            combined_source, describe_left_out, left_out,
+                                            prepared, text_file_source, tfds_source)
+from keras_transformer.data.sentencepiece_pair import load_tokenizer
 from keras_transformer.data.token_storage import TokenStorage
 from keras_transformer.data.tokenizer import MODEL_FILENAME
-from keras_transformer.training.run_dir import RunDir
+from keras_transformer.training.progress import CountProgress
+from keras_transformer.parsing.evaluate import read_gold_trees
+from keras_transformer.training.run_dir import LEFT_OUT_FILE, RunDir
+from trainers.common import counted_source, learn_vocabulary
+
+
+class RunInputs(NamedTuple):
+    """What a start reads: the training pairs as a stream (None with `--prepared`), split ->
+    (sources, targets) of dev and test (test optional), the gold trees of the test sources
+    (`--test-tree`, else None), the run's vocabulary, and `--prepared`'s storage, checked."""
+
+    source: Optional[ParallelSource]
+    corpora: dict[str, tuple[list, list]]
+    gold_trees: Optional[list]
+    tokenizer: SubwordTokenizer
+    storage: Optional[TokenStorage]
+
+
+def run_inputs(args: argparse.Namespace, run: RunDir) -> RunInputs:
+    """Reads and checks every input of a start, writing nothing (the demo corpus excepted,
+    which `load_corpora` writes into the run directory): whatever a start can be refused for
+    is found before its first write. The vocabulary is learned here when the run has none
+    yet; `keep_vocabulary` saves it."""
+    source, corpora = load_corpora(args, run)
+    if source is not None:
+        check_pairs(source, "--tfds" if args.tfds else "--train-src/--train-tgt")
+    gold_trees = (read_gold_trees(args.test_tree, corpora["test"][0], args.test_src)
+                  if args.test_tree else None)
+    tokenizer = load_or_train_tokenizer(run, args.recipe.architecture, source, args)
+    storage = None
+    if source is None:
+        storage = TokenStorage.open(args.prepared)
+        storage.check_vocabulary(tokenizer.model_proto, f"the run's {run.vocab / MODEL_FILENAME}")
+        training = args.recipe.training
+        check_segmentation(storage, training.subword_dropout, training.subword_samples)
+    return RunInputs(source, corpora, gold_trees, tokenizer, storage)
 
 
 def load_corpora(args: argparse.Namespace,
@@ -47,44 +83,57 @@ def load_or_train_tokenizer(run: RunDir, config: TransformerConfig,
                             source: Optional[ParallelSource], args: argparse.Namespace
                             ) -> SubwordTokenizer:
     """The run's shared vocabulary: reloaded on restart; else `--prepared`'s, or learned from a
-    seeded sample of `--vocab-sentences` training sentences."""
+    seeded sample of `--vocab-sentences` training sentences (not saved: `keep_vocabulary`)."""
     if (run.vocab / MODEL_FILENAME).is_file():
-        tokenizer, where = SubwordTokenizer.load(run.vocab), f"vocab: {run.vocab}"
+        tokenizer, where = load_tokenizer(run.vocab, refuse_pair="kt-train"), f"vocab: {run.vocab}"
     elif source is None:
-        tokenizer = SubwordTokenizer.load(args.prepared)
-        where = (f"--prepared: {args.prepared} (kt-prepare's default preset is base; give "
-                 "kt-train the --preset and --set it was prepared with)")
+        tokenizer = load_tokenizer(args.prepared, refuse_pair="kt-train")
+        where = (f"--prepared: {args.prepared} (give kt-train the --preset and --set it was "
+                 "prepared with)")
     else:
-        sample = sample_sentences(source, args.vocab_sentences, args.seed)
-        tokenizer = SubwordTokenizer.train(sample, config.vocab_size, run.vocab,
-                                           seed=args.seed)
+        tokenizer = learn_vocabulary("kt-train", source, config.vocab_size,
+                                     args.vocab_sentences, None, args.seed)
         where = f"vocab: {run.vocab}"
     if tokenizer.vocab_size != config.vocab_size:
         raise ValueError(f"{where} has a vocabulary of {tokenizer.vocab_size} pieces but the "
                          f"recipe (--preset {args.preset}) says vocab_size={config.vocab_size}")
-    if not (run.vocab / MODEL_FILENAME).is_file():
-        tokenizer.save(run.vocab)
     return tokenizer
 
 
-def training_storage(run: RunDir, source: Optional[ParallelSource], tokenizer: SubwordTokenizer,
-                     args: argparse.Namespace) -> TokenStorage:
-    """The training pairs as token storage: `--prepared`'s (refused if of another
-    vocabulary), else prepared into the run directory once and reused by its restarts."""
+def keep_vocabulary(run: RunDir, tokenizer: SubwordTokenizer) -> None:
+    """Saves `tokenizer` as the run's vocabulary, unless the run has one."""
+    if not (run.vocab / MODEL_FILENAME).is_file():
+        tokenizer.save(run.vocab)
+
+
+def training_storage(run: RunDir, inputs: RunInputs, args: argparse.Namespace) -> TokenStorage:
+    """The training pairs as token storage: `--prepared`'s (checked by `run_inputs`), else
+    prepared into the run directory once and reused by its restarts."""
+    if inputs.storage is not None:
+        return inputs.storage
     training = args.recipe.training
-    if source is None:
-        storage = TokenStorage.open(args.prepared)
-        storage.check_vocabulary(tokenizer.model_proto, f"the run's {run.vocab / MODEL_FILENAME}")
-        check_segmentation(storage, training.subword_dropout, training.subword_samples)
-        return storage
     started = time.monotonic()
-    storage, reused = prepared(source, run.root / "prepared", tokenizer, seed=args.seed,
+    progress = CountProgress("kt-train", None, "pairs",
+                             doing="tokenizing the training pairs")
+    storage, reused = prepared(counted_source(inputs.source, progress), run.root / "prepared",
+                               inputs.tokenizer, seed=args.seed,
                                subword_dropout=training.subword_dropout,
-                               samples=training.subword_samples)
+                               samples=training.subword_samples,
+                               max_length=args.recipe.architecture.max_length)
     print(f"kt-train: {'reusing' if reused else 'prepared'} {storage.pairs:,} training pairs in "
           f"{len(storage.shards)} shard(s) in {storage.directory}"
           + ("" if reused else f" ({time.monotonic() - started:.0f} s)"), file=sys.stderr)
     return storage
+
+
+def report_left_out(run: RunDir, plan: BatchPlan) -> None:
+    """Prints the training pairs the run does not train on (`prepare.left_out`: per corpus
+    and reason, the count and the first line numbers) and keeps them in the run directory's
+    `LEFT_OUT_FILE`."""
+    entries = left_out(plan.storage.manifest, plan.max_length, plan.pairs_per_epoch)
+    for entry in entries:
+        print(f"kt-train: warning: {describe_left_out(entry)}", file=sys.stderr)
+    run.write_json(LEFT_OUT_FILE, entries)
 
 
 def step_budget(args: argparse.Namespace, plan: BatchPlan, replicas: int) -> Optional[int]:

@@ -17,6 +17,13 @@ from keras_transformer.precision import serving_copy
 from keras_transformer.training.run_dir import RunDir
 
 
+def dev_bleu_name(beam_size: int, sentences: int) -> str:
+    """How the console names a dev BLEU figure, with its search and sentence count: `dev
+    greedy BLEU (200 sentences)`, `dev BLEU (beam 4, 1,014 sentences)`."""
+    search = "greedy BLEU (" if beam_size == 1 else f"BLEU (beam {beam_size}, "
+    return f"dev {search}{sentences:,} sentences)"
+
+
 def dev_translation(args: argparse.Namespace, model: Transformer,
                     tokenizer: SubwordTokenizer) -> Callable[[Sequence[str]], list[str]]:
     """How dev sentences are translated: `--eval-beam-size` (greedy by default)."""

@@ -9,7 +9,7 @@
 One output line per input line, in order: an empty line gives an empty line, a line that is not
 valid UTF-8 is translated with U+FFFD replacements (with a warning naming file and line), and a
 line longer than the model's `max_length` is translated from its first `max_length - 1`
-subwords. With `--nbest K` each input line gives K lines `INDEX ||| TRANSLATION ||| SCORE`
+subwords (a warning counts such lines and names the first). With `--nbest K` each input line gives K lines `INDEX ||| TRANSLATION ||| SCORE`
 (INDEX: the 0-based line number in its file), best first. With `--prefix FILE` (one per input,
 line for line) each translation starts with its prefix line (the target text typed so far; an
 empty line leaves the sentence free). `--ensemble RUN_DIR ...` (with a run directory) decodes
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
@@ -30,15 +29,18 @@ from keras_transformer.data.text_files import read_raw_lines
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.serving.loading import load_export
 from keras_transformer.serving.text_translation import (TextTranslator, best_lines, length_batches,
-                                                output_line)
+                                                output_line, truncation_warning)
+from keras_transformer.training.progress import CountProgress
 from keras_transformer.training.run_dir import RunDir
-from trainers.common import (add_ensemble_argument, add_search_arguments, given_search_flags,
-                             load_ensemble, load_run_model, search_settings)
+from trainers.common import (add_ensemble_argument, add_search_arguments, add_weights_argument,
+                             command_description, given_search_flags, load_ensemble,
+                             load_run_model, search_settings)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
-    parser = argparse.ArgumentParser(prog="kt-translate", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="kt-translate",
+                                     description=command_description(__doc__))
     parser.add_argument("model", help="an export (NAME/ for its newest version, or NAME/N/) or "
                         "a kt-train run directory")
     parser.add_argument("inputs", nargs="*", default=["-"],
@@ -46,14 +48,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--output", nargs="+", metavar="FILE",
                         help="one output file per input (default: standard output)")
     parser.add_argument("--nbest", type=int, default=0, metavar="K",
-                        help="K best translations per line as INDEX ||| TEXT ||| SCORE")
+                        help="K best translations per line as INDEX ||| TEXT ||| SCORE "
+                        "(default: 0, the best translation alone)")
     parser.add_argument("--prefix", nargs="+", metavar="FILE",
                         help="one file per input: line N is the start forced on the "
                         "translation of input line N")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    parser.add_argument("--batch-size", type=int, default=64,
+                        help="sentences per batch (default: 64)")
     parser.add_argument("--batch-tokens", type=int, default=6000,
                         help="at most this many padded words per batch (default: 6000)")
-    parser.add_argument("--weights", help="with a run directory: a .weights.h5 file")
+    add_weights_argument(parser, run_directory_only=True)
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_search_arguments(parser, "(run directories only: an export's are fixed)")
     add_ensemble_argument(parser)
@@ -92,7 +96,7 @@ def load_translator(args: argparse.Namespace) -> TextTranslator:
 
 
 def translate_lines(translator: TextTranslator, lines: list[bytes], args: argparse.Namespace,
-                    progress: Progress, prefixes: Optional[list[bytes]] = None) -> list[str]:
+                    progress: CountProgress, prefixes: Optional[list[bytes]] = None) -> list[str]:
     """The output lines (without newlines) for `lines` (each starting with its line of
     `prefixes`, when given), in their order."""
     if not args.nbest:
@@ -125,24 +129,6 @@ def read_prefixes(args: argparse.Namespace, inputs: list[tuple[list[bytes], list
     return prefixes
 
 
-class Progress:
-    """`kt-translate: N/TOTAL sentences, X sentences/s` on stderr every few seconds."""
-
-    def __init__(self, total: int, quiet: bool, every_seconds: float = 5.0):
-        self.total, self.quiet, self.every_seconds = total, quiet, every_seconds
-        self.done, self._start = 0, time.monotonic()
-        self._last = self._start
-
-    def advance(self, count: int) -> None:
-        self.done += count
-        now = time.monotonic()
-        if not self.quiet and (now - self._last >= self.every_seconds or self.done == self.total):
-            self._last = now
-            rate = self.done / max(now - self._start, 1e-9)
-            print(f"kt-translate: {self.done:,}/{self.total:,} sentences, {rate:,.1f} "
-                  "sentences/s", file=sys.stderr, flush=True)
-
-
 def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) -> int:
     """Runs the command line; returns its exit status (2 on a user error)."""
     args = parse_args(argv)
@@ -159,11 +145,17 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) 
     except (ValueError, FileNotFoundError, OSError) as error:
         print(f"kt-translate: error: {error}", file=sys.stderr)
         return 2
-    progress = Progress(sum(len(lines) for lines, _ in inputs), args.quiet)
+    progress = CountProgress("kt-translate", sum(len(lines) for lines, _ in inputs),
+                             every_seconds=5.0, quiet=args.quiet)
     for position, (path, (lines, invalid)) in enumerate(zip(args.inputs, inputs)):
         for number in invalid:
             print(f"kt-translate: warning: {path}:{number}: not valid UTF-8, translated with "
                   "U+FFFD replacements", file=sys.stderr)
+        truncated = translator.truncated(lines)
+        if truncated:
+            print("kt-translate: warning: " + truncation_warning(
+                path, [index + 1 for index in truncated], translator.max_length),
+                file=sys.stderr)
         text = "".join(line + "\n" for line in translate_lines(translator, lines, args,
                                                                 progress, prefixes[position]))
         if args.output:

@@ -16,7 +16,8 @@ corpus' target side), each line's translation is, of the beam's every hypothesis
 the highest sentence BLEU against its reference (Kim & Rush's sequence-level interpolation)
 instead of the best-scored one. Lines follow kt-translate's rules: an
 empty line gives an empty line, invalid UTF-8 is translated with U+FFFD replacements (a warning
-names the line), a line longer than the model's `max_length` is translated from its start.
+names the line), a line longer than the model's `max_length` is translated from its start
+(a warning counts such lines and names the first).
 """
 from __future__ import annotations
 
@@ -30,16 +31,19 @@ from typing import Any, Optional, Sequence
 from keras_transformer.distillation.corpus_translation import CorpusTranslation, Progress, Shard, file_sha256
 from keras_transformer.evaluation import sentence_bleu
 from keras_transformer.serving.loading import export_version
-from keras_transformer.serving.text_translation import best_lines, closest_lines
+from keras_transformer.serving.text_translation import (best_lines, closest_lines,
+                                                        truncation_warning)
+from keras_transformer.training.progress import duration
 from keras_transformer.training.run_dir import RunDir
-from trainers.common import add_ensemble_argument, add_search_arguments, search_settings
+from trainers.common import (add_ensemble_argument, add_search_arguments, add_weights_argument,
+                             command_description, search_settings)
 from trainers.translate import load_translator
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
     parser = argparse.ArgumentParser(prog="kt-translate-corpus",
-                                     description=__doc__.split("\n")[0])
+                                     description=command_description(__doc__))
     parser.add_argument("model", help="a kt-train run directory or an export")
     parser.add_argument("input", help="the source side of the corpus, plain or .gz")
     parser.add_argument("--output", required=True, metavar="FILE",
@@ -55,7 +59,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--closest-to-reference", metavar="REF",
                         help="reference translations, line-aligned with the input: keep the "
                              "beam's hypothesis with the highest sentence BLEU against each")
-    parser.add_argument("--weights", help="with a run directory: a .weights.h5 file")
+    add_weights_argument(parser, run_directory_only=True)
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--progress-seconds", type=float, default=30.0,
                         help="seconds between progress lines (default: 30)")
@@ -110,16 +114,10 @@ class ProgressLines:
             return
         self._last = progress.seconds
         left = progress.seconds_left
-        eta = "" if left is None else f", ETA {_duration(left)}"
+        eta = "" if left is None else f", ETA {duration(left)}"
         print(f"kt-translate-corpus: shard {self.shard.index}/{self.shard.count}: "
               f"{progress.lines_done:,}/{progress.lines_done + progress.lines_left:,} lines, "
               f"{progress.lines_per_second:,.1f} lines/s{eta}", file=sys.stderr, flush=True)
-
-
-def _duration(seconds: float) -> str:
-    minutes, seconds = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -145,15 +143,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              args.batch_tokens)
 
     report = job.run(translate, args.shard,
-                     ProgressLines(args.shard, args.progress_seconds, args.quiet))
+                     ProgressLines(args.shard, args.progress_seconds, args.quiet),
+                     None if translator is None else translator.truncated)
     for number in report.invalid_lines:
         print(f"kt-translate-corpus: warning: {args.input}:{number}: not valid UTF-8, "
               "translated with U+FFFD replacements", file=sys.stderr)
+    if report.truncated_lines:
+        print("kt-translate-corpus: warning: " + truncation_warning(
+            args.input, report.truncated_lines, translator.max_length), file=sys.stderr)
     rate = report.lines_translated / max(report.seconds, 1e-9)
     state = (f"complete: {args.output}" if report.complete else
              f"{len(job.missing_chunks())} chunk(s) left to other shards or a restart")
     print(f"kt-translate-corpus: {report.lines_translated:,} lines in {report.chunks_translated} "
-          f"chunk(s) translated in {_duration(report.seconds)} ({rate:,.1f} lines/s), "
+          f"chunk(s) translated in {duration(report.seconds)} ({rate:,.1f} lines/s), "
           f"{report.chunks_found} chunk(s) written before; {state}", file=sys.stderr)
     return 0
 

@@ -24,10 +24,16 @@ Prepared training data (corpora of any size, streamed; docs/data.md):
         The endless seeded stream of token-budget batches (word dropout optional);
         ``.elements(first, wanted)``, ``.dataset(first, wanted)``, ``.batches_per_epoch``.
 
-Tokenizer (shared vocabulary; ids from keras_transformer.vocab_ids: pad 0 unk 1 bos 2 eos 3):
+Tokenizers (ids from keras_transformer.vocab_ids: pad 0 unk 1 bos 2 eos 3):
     SubwordTokenizer.train(texts, vocab_size, directory) / SubwordTokenizer.load(directory)
-        Writes and reads ``<directory>/spm.model``; ``.tokenize(strings) -> RaggedTensor``,
+        A shared vocabulary. Writes and reads ``<directory>/spm.model``; ``.tokenize(strings) -> RaggedTensor``,
         ``.detokenize(ids) -> strings``, ``.vocab_size``, ``.model_proto``, ``.id_to_piece``.
+    SentencePiecePair(source_model, target_model, source_pieces, target_pieces)
+        An imported model's two SentencePiece models over our ids (source text in, target
+        text out; a leading ``>>xx<<`` token kept whole); ``.save``/``.load`` its
+        ``source.spm``, ``target.spm``, ``vocabulary.json``.
+    load_tokenizer(directory, refuse_pair=None) -> SubwordTokenizer | SentencePiecePair
+        Whichever kind ``directory`` holds.
 
 Batches ``((source, target_in), target_out)``, int32, 0-padded:
     make_training_dataset(sources, targets, tokenizer, batch_tokens, max_length, seed, ...)
@@ -52,16 +58,19 @@ from keras_transformer.data.prepare import (ParallelSource, prepare, sample_sent
                                             text_file_source, tfds_source)
 from keras_transformer.data.tfds_source import load_tfds
 from keras_transformer.data.token_storage import TokenStorage
+from keras_transformer.data.sentencepiece_pair import SentencePiecePair, load_tokenizer
 from keras_transformer.data.tokenizer import SubwordTokenizer
 
 __all__ = [
     "BatchPlan",
     "DEMO_LANGS",
     "ParallelSource",
+    "SentencePiecePair",
     "SubwordTokenizer",
     "TokenStorage",
     "bucket_boundaries",
     "load_tfds",
+    "load_tokenizer",
     "make_eval_dataset",
     "make_source_dataset",
     "make_training_dataset",

@@ -43,9 +43,7 @@ class BatchPlan:
         self.storage, self.max_length, self.seed = storage, max_length, seed
         self.word_dropout = word_dropout
         self.boundaries = np.array(bucket_boundaries(max_length, width=bucket_width))
-        if batch_tokens < self.boundaries[-1]:
-            raise ValueError(f"batch_tokens={batch_tokens} cannot hold one pair of the maximum "
-                             f"length {max_length}; raise batch_tokens or lower max_length")
+        check_batch_tokens(batch_tokens, max_length)
         self.sizes = batch_tokens // self.boundaries
         self.shard_batches = np.array([self._batch_count(info) for info in storage.shards],
                                       np.int64)
@@ -128,6 +126,14 @@ class BatchPlan:
         pairs = np.bincount(np.searchsorted(self.boundaries, lengths), weights=counts,
                             minlength=len(self.boundaries))
         return int(np.sum(np.ceil(pairs / self.sizes)))
+
+
+def check_batch_tokens(batch_tokens: int, max_length: int) -> None:
+    """Refuses (ValueError naming both) a batch budget of `batch_tokens` positions that cannot
+    hold one pair of `max_length` ids (the last bucket's padded length)."""
+    if batch_tokens < max_length:
+        raise ValueError(f"batch_tokens={batch_tokens} cannot hold one pair of the maximum "
+                         f"length {max_length}; raise batch_tokens or lower max_length")
 
 
 def padded_batch(shard: Shard, members: np.ndarray, length: int) -> Batch:

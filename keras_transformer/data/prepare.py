@@ -24,7 +24,8 @@ from typing import Any, Optional
 import numpy as np
 import sentencepiece
 
-from keras_transformer.data.text_files import count_lines, iter_parallel
+from keras_transformer.data.text_files import (FIRST_LINES, count_lines, iter_parallel,
+                                               line_list, require_files)
 from keras_transformer.data.tfds_source import tfds_pairs
 from keras_transformer.data.token_storage import (MANIFEST, MAX_SIDE, StorageWriter,
                                                   TokenStorage, vocabulary_sha256)
@@ -33,6 +34,8 @@ from keras_transformer.data.tokenizer import SubwordTokenizer
 DEFAULT_SHARD_PAIRS = 1_000_000
 MAX_SHARDS = 400  # two files each are open while preparing: within the usual limit of 1,024
 CHUNK_PAIRS = 8192
+EMPTY_SIDE = "an empty side"  # why prepare drops a pair
+OVER_MAX_SIDE = f"a side over {MAX_SIDE} ids"
 
 
 @dataclass(frozen=True)
@@ -66,9 +69,7 @@ def text_file_source(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -
     """Two line-aligned files (plain or .gz); mismatched line counts are refused naming both
     (`iter_parallel`)."""
     paths = [os.path.abspath(os.fspath(path)) for path in (src_path, tgt_path)]
-    for path in paths:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"corpus file not found: {path!r}")
+    require_files(*paths)
     files = [{"path": path, "bytes": os.stat(path).st_size,
               "modified_ns": os.stat(path).st_mtime_ns} for path in paths]
     return ParallelSource({"files": files}, lambda: count_lines(paths[0]),
@@ -114,7 +115,8 @@ def sample_sentences(source: ParallelSource, sentences: int, seed: int) -> Itera
 
 def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: SubwordTokenizer,
             shard_pairs: int = DEFAULT_SHARD_PAIRS, seed: int = 0, threads: Optional[int] = None,
-            subword_dropout: float = 0.0, samples: int = 1) -> TokenStorage:
+            subword_dropout: float = 0.0, samples: int = 1,
+            max_length: Optional[int] = None) -> TokenStorage:
     """Tokenizes every pair of `source` into token storage in `directory`.
 
     Args:
@@ -130,11 +132,15 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Sub
             sampled on one thread from seeds derived from `seed`, so the storage depends on
             the arguments alone.
         samples: segmentations stored per pair when `subword_dropout` > 0.
+        max_length: a model's (optional): the stored segmentations with a side longer than
+            it, EOS included, which such a model does not train on (`BatchPlan`), are counted
+            too ("longer_than_max_length").
 
     Returns:
         The storage. Pairs with an empty side, and segmentations with a side over 65,535 ids,
         are dropped and counted in the manifest ("pairs"; for a `combined_source`, each
-        corpus' counts too, under "corpora").
+        corpus' counts too, under "corpora"), with the first line numbers of each kind
+        (`FIRST_LINES` at most, 1-based in their corpus: "first_lines"); see `left_out`.
     """
     if shard_pairs < 1 or samples < 1:
         raise ValueError(f"shard_pairs and samples must be positive, got {shard_pairs} and "
@@ -149,27 +155,38 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Sub
     counts = []
     try:
         for corpus in source.parts or (source,):
-            read = empty = too_long = stored = 0
+            read = stored = 0
+            found = {reason: _Lines() for reason in (EMPTY_SIDE, OVER_MAX_SIDE)}
+            longer = _Lines()
             pairs = corpus.pairs()
             while chunk := list(itertools.islice(pairs, CHUNK_PAIRS)):
                 number = next(numbers)
-                read += len(chunk)
-                kept = [pair for pair in chunk if pair[0] and pair[1]]
-                empty += len(chunk) - len(kept)
+                kept = [i for i, pair in enumerate(chunk) if pair[0] and pair[1]]
+                found[EMPTY_SIDE].add([read + i + 1 for i, pair in enumerate(chunk)
+                                       if not (pair[0] and pair[1])])
                 for copy in range(copies):
                     sources, targets = (
-                        _segmented(processor, [pair[side] for pair in kept], threads,
+                        _segmented(processor, [chunk[i][side] for i in kept], threads,
                                    subword_dropout, [seed, number, copy, side])
                         for side in (0, 1))
-                    short = [i for i in range(len(kept))
-                             if max(len(sources[i]), len(targets[i])) <= MAX_SIDE]
-                    too_long += len(kept) - len(short)
+                    longest = [max(len(ids), len(other)) for ids, other in zip(sources, targets)]
+                    short = [i for i, length in enumerate(longest) if length <= MAX_SIDE]
+                    found[OVER_MAX_SIDE].add([read + kept[i] + 1 for i, length
+                                              in enumerate(longest) if length > MAX_SIDE])
+                    if max_length is not None:  # as BatchPlan counts: a side and its EOS
+                        longer.add([read + kept[i] + 1 for i in short
+                                    if longest[i] + 1 > max_length])
                     stored += len(short)
                     writer.add(generator.integers(0, shard_count, len(short)),
                                [sources[i] for i in short], [targets[i] for i in short])
+                read += len(chunk)
             counts.append({"read": read, "stored": stored,
-                           "dropped": {"an empty side": empty,
-                                       f"a side over {MAX_SIDE} ids": too_long}})
+                           "dropped": {reason: lines.count for reason, lines in found.items()},
+                           "first_lines": {reason: lines.first
+                                           for reason, lines in found.items()}})
+            if max_length is not None:
+                counts[-1]["longer_than_max_length"] = {
+                    "max_length": max_length, "pairs": longer.count, "first_lines": longer.first}
     except BaseException:
         writer.close()
         raise
@@ -184,11 +201,95 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Sub
 
 
 def _total(counts: list[dict[str, Any]]) -> dict[str, Any]:
-    """The sum of per-corpus pair counts."""
-    return {"read": sum(count["read"] for count in counts),
-            "stored": sum(count["stored"] for count in counts),
-            "dropped": {reason: sum(count["dropped"][reason] for count in counts)
-                        for reason in counts[0]["dropped"]}}
+    """The sum of per-corpus pair counts (one corpus': its counts, with its line numbers)."""
+    if len(counts) == 1:
+        return counts[0]
+    total = {"read": sum(count["read"] for count in counts),
+             "stored": sum(count["stored"] for count in counts),
+             "dropped": {reason: sum(count["dropped"][reason] for count in counts)
+                         for reason in counts[0]["dropped"]}}
+    if "longer_than_max_length" in counts[0]:
+        total["longer_than_max_length"] = {
+            "max_length": counts[0]["longer_than_max_length"]["max_length"],
+            "pairs": sum(count["longer_than_max_length"]["pairs"] for count in counts)}
+    return total
+
+
+class _Lines:
+    """A count of lines found for some reason, and the first `FIRST_LINES` of their numbers
+    (a line found again, in another segmentation of its pair, counted again)."""
+
+    def __init__(self):
+        self.count, self.first = 0, []
+
+    def add(self, numbers: list[int]) -> None:
+        self.count += len(numbers)
+        self.first = sorted(set(self.first) | set(numbers[:FIRST_LINES]))[:FIRST_LINES]
+
+
+def source_name(description: dict[str, Any]) -> str:
+    """A corpus as its `ParallelSource.description` names it: its two files, or its
+    tensorflow-datasets split, or its corpora one after the other."""
+    if "files" in description:
+        return " and ".join(entry["path"] for entry in description["files"])
+    if "tfds" in description:
+        return f"{description['tfds']} split {description['split']}"
+    return "; ".join(source_name(corpus) for corpus in description.get("corpora", []))
+
+
+def check_pairs(source: ParallelSource, what: str) -> None:
+    """Refuses a corpus of `source` in which no pair has two non-empty sides (ValueError
+    naming `what`, e.g. the command's flags, and the corpus): there is nothing to train on.
+    Reads each corpus up to its first such pair."""
+    for corpus in source.parts or (source,):
+        if not any(text and target for text, target in corpus.pairs()):
+            raise ValueError(f"{what}: {source_name(corpus.description)}: no pair with two "
+                             "non-empty sides (an empty file?)")
+
+
+def longer_than(max_length: int) -> str:
+    """Why a stored pair is left out of a model's training: a side too long for its
+    `max_length`."""
+    return f"a side longer than max_length {max_length} (EOS included)"
+
+
+def left_out(manifest: dict[str, Any], max_length: int,
+             trained_on: Optional[int] = None) -> list[dict[str, Any]]:
+    """The pairs of the storage whose manifest is `manifest` that a model of `max_length`
+    does not train on: per corpus and reason, `{"corpus", "reason", "pairs", "first_lines"}`
+    (the first line numbers, 1-based in the corpus; [] for storage prepared without them).
+    `trained_on`: the segmentations a `BatchPlan` of that model takes (`pairs_per_epoch`),
+    which counts the over-long ones of storage prepared for another `max_length`."""
+    corpora = manifest.get("corpora") or [{"source": manifest["source"],
+                                           "pairs": manifest["pairs"]}]
+    entries = []
+    for corpus in corpora:
+        counts, name = corpus["pairs"], source_name(corpus["source"])
+        found = [(reason, count, counts.get("first_lines", {}).get(reason, []))
+                 for reason, count in counts["dropped"].items()]
+        longer = counts.get("longer_than_max_length", {})
+        if longer.get("max_length") == max_length:
+            found.append((longer_than(max_length), longer["pairs"], longer["first_lines"]))
+        entries += [{"corpus": name, "reason": reason, "pairs": count, "first_lines": lines}
+                    for reason, count, lines in found if count]
+    if trained_on is not None:
+        recorded = sum(entry["pairs"] for entry in entries
+                       if entry["reason"] == longer_than(max_length))
+        unrecorded = manifest["pairs"]["stored"] - trained_on - recorded
+        if unrecorded > 0:
+            entries.append({"corpus": source_name(manifest["source"]),
+                            "reason": longer_than(max_length), "pairs": unrecorded,
+                            "first_lines": []})
+    return entries
+
+
+def describe_left_out(entry: dict[str, Any]) -> str:
+    """An entry of `left_out` as a line: the corpus, the count, why, the first lines."""
+    pairs = entry["pairs"]
+    lines = entry["first_lines"]
+    return (f"{entry['corpus']}: {pairs:,} pair{'s' if pairs > 1 else ''} with "
+            f"{entry['reason']}, not trained on"
+            + (f" ({line_list(lines, pairs)})" if lines else " (line numbers not recorded)"))
 
 
 def _segmented(processor: sentencepiece.SentencePieceProcessor, texts: list[str], threads: int,
@@ -211,7 +312,8 @@ def _segmentation(subword_dropout: float, samples: int) -> dict[str, Any]:
 
 def prepared(source: ParallelSource, directory: str | os.PathLike,
              tokenizer: SubwordTokenizer, seed: int = 0, shard_pairs: int = DEFAULT_SHARD_PAIRS,
-             subword_dropout: float = 0.0, samples: int = 1) -> tuple[TokenStorage, bool]:
+             subword_dropout: float = 0.0, samples: int = 1,
+             max_length: Optional[int] = None) -> tuple[TokenStorage, bool]:
     """The storage of `source` in `directory`: the one there if it was prepared from the same
     data with the same vocabulary, seed and segmentation, else prepared now (`prepare`, whose
     arguments these are). Returns it and whether it was reused."""
@@ -227,7 +329,8 @@ def prepared(source: ParallelSource, directory: str | os.PathLike,
                 and storage.vocabulary_sha256 == vocabulary_sha256(tokenizer.model_proto)):
             return storage, True
     return prepare(source, directory, tokenizer, shard_pairs, seed,
-                   subword_dropout=subword_dropout, samples=samples), False
+                   subword_dropout=subword_dropout, samples=samples,
+                   max_length=max_length), False
 
 
 def check_segmentation(storage: TokenStorage, subword_dropout: float, samples: int) -> None:

@@ -7,22 +7,30 @@ import logging
 import os
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import IO
+from typing import IO, Optional
 
 _LOG = logging.getLogger(__name__)
 SHARED_DATA_VARIABLE = "KT_SHARED_DATA"
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
+FIRST_LINES = 10  # line numbers a report of lines (dropped, truncated, ...) names at most
+
+
+def require_files(*paths: str | os.PathLike) -> None:
+    """Raises FileNotFoundError naming the first of `paths` that is no file (checked before a
+    command writes anything)."""
+    for path in paths:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"corpus file not found: {os.fspath(path)!r}")
 
 
 def _open_binary(path: str) -> IO[bytes]:
     """Open ``path`` for reading bytes, decompressing it when it is gzipped."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"corpus file not found: {path!r}")
+    require_files(path)
     with open(path, "rb") as probe:
         gzipped = probe.read(2) == _GZIP_MAGIC
     return gzip.open(path, "rb") if gzipped else open(path, "rb")
@@ -156,6 +164,16 @@ def read_parallel(
             too_long, max_length_chars,
         )
     return kept_src, kept_tgt
+
+
+def line_list(numbers: Sequence[int], count: Optional[int] = None) -> str:
+    """Line `numbers` (ascending) as "line 3", "lines 3, 17", or, for more than `FIRST_LINES`
+    or fewer than `count` (the lines found, of which `numbers` are the first; default: as
+    many as `numbers`), "lines 3, 17, ..."."""
+    count = len(numbers) if count is None else count
+    shown = ", ".join(str(number) for number in numbers[:FIRST_LINES])
+    more = ", ..." if count > min(len(numbers), FIRST_LINES) else ""
+    return f"line{'s' if count > 1 else ''} {shown}{more}"
 
 
 def shared_data_dir() -> Path:

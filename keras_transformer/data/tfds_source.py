@@ -43,6 +43,10 @@ def tfds_pairs(
 
     Returns:
         (pairs in the split, an iterator of (source, target) strings).
+
+    Raises:
+        ValueError: an unknown name, language or split, or a download or preparation that
+            failed (naming the dataset and the reason).
     """
     builder = _builder(name, data_dir)
     languages = sorted(builder.info.features.keys())
@@ -52,7 +56,14 @@ def tfds_pairs(
     if source_lang == target_lang:
         raise ValueError(f"source_lang and target_lang are both {source_lang!r}")
     if download:
-        builder.download_and_prepare()
+        try:
+            builder.download_and_prepare()
+        except (OSError, tfds.download.DownloadError) as error:  # network or disk
+            raise ValueError(
+                f"cannot download and prepare tensorflow-datasets {name!r} into "
+                f"{builder.data_dir}: {str(error).splitlines()[0]}; check the network "
+                "connection and the data directory (a dataset prepared elsewhere is read "
+                "from its data_dir without downloading)") from error
     try:
         dataset = builder.as_dataset(split=split)
     except ValueError as error:

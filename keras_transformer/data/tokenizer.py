@@ -49,11 +49,12 @@ class SubwordTokenizer(tf.Module):
         cls,
         texts: Iterable[str],
         vocab_size: int,
-        directory: str | os.PathLike,
+        directory: str | os.PathLike | None,
         max_sentences: int | None = None,
         seed: int = 0,
     ) -> "SubwordTokenizer":
-        """Learn a vocabulary of ``vocab_size`` pieces from ``texts``, save it in ``directory``.
+        """Learn a vocabulary of ``vocab_size`` pieces from ``texts``, save it in ``directory``
+        (None: not saved; ``save`` writes it later).
 
         ``texts`` should hold both languages (shared vocabulary); they are streamed to
         sentencepiece (which keeps its own copy), so an iterator need not fit in Python's
@@ -115,7 +116,8 @@ class SubwordTokenizer(tf.Module):
         if failures:
             raise failures[0]
         tokenizer = cls(proto.getvalue())
-        tokenizer.save(directory)
+        if directory is not None:
+            tokenizer.save(directory)
         return tokenizer
 
     @classmethod
@@ -166,9 +168,7 @@ class SubwordTokenizer(tf.Module):
 
     @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int32, ragged_rank=1)])
     def _detokenize(self, ids: tf.RaggedTensor) -> tf.Tensor:
-        before_eos = tf.cumsum(tf.cast(ids == EOS_ID, tf.int32), axis=1) == 0
-        kept = tf.ragged.boolean_mask(ids, before_eos & (ids != PAD_ID) & (ids != BOS_ID))
-        return self._sp.detokenize(kept)
+        return self._sp.detokenize(text_ids(ids))
 
     def pieces(self, ids: tf.Tensor) -> tf.Tensor:
         """The piece text (e.g. b'▁Hund') of each id of a dense tensor, in the graph."""
@@ -188,6 +188,13 @@ class SubwordTokenizer(tf.Module):
                 f"sentencepiece model has pad/unk/bos/eos ids {found}, expected "
                 f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}"
             )
+
+
+def text_ids(ids: tf.RaggedTensor) -> tf.RaggedTensor:
+    """The ids of each row of `ids` that stand for text: those before its first EOS, PAD and
+    BOS dropped."""
+    before_eos = tf.cumsum(tf.cast(ids == EOS_ID, tf.int32), axis=1) == 0
+    return tf.ragged.boolean_mask(ids, before_eos & (ids != PAD_ID) & (ids != BOS_ID))
 
 
 @contextlib.contextmanager

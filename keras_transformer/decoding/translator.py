@@ -5,8 +5,9 @@ exported model's exact outputs.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
@@ -19,6 +20,7 @@ from keras_transformer.config import SearchSettings
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 XLA_WIDTH_STEP = 16  # source and prefix widths an XLA-compiled search is given: multiples of it
+TEXT = tf.TensorSpec([None], tf.string, name="text")  # the input of the text signatures
 
 
 class Translator(tf.Module):
@@ -83,17 +85,23 @@ class Translator(tf.Module):
         self.shortlist = shortlist
         self.jit_compile = jit_compile
         self.step_builder = step_builder
+        # The signatures: functions of this instance's bound methods. They hold the instance
+        # (a method decorated in the class holds it by a weak reference only, so that
+        # `Translator(...).translate(text)` would find it gone).
+        self.translate = _signature(self._translate, TEXT)
+        self.translate_nbest = _signature(self._translate_nbest, TEXT)
+        self.translate_with_alignment = _signature(self._translate_with_alignment, TEXT)
+        self.translate_with_prefix = _signature(self._translate_with_prefix, TEXT,
+                                                tf.TensorSpec([None], tf.string, name="prefix"))
+        self.translate_ids = _signature(
+            self._translate_ids, tf.TensorSpec([None, None], tf.int32, name="source_ids"))
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")],
-                 autograph=False)
-    def translate(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _translate(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `translation` `[batch]` strings and `score` `[batch]`."""
         best = self._translate_ragged(self._pieces(text))
         return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"]}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")],
-                 autograph=False)
-    def translate_nbest(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _translate_nbest(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `nbest_translations` `[batch, beam]` strings and `nbest_scores`
         `[batch, beam]`, best first."""
         result = self._translate_ragged(self._pieces(text))
@@ -104,9 +112,7 @@ class Translator(tf.Module):
         return {"nbest_translations": tf.reshape(texts, shape[:2]),
                 "nbest_scores": result["nbest_scores"]}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")],
-                 autograph=False)
-    def translate_with_alignment(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _translate_with_alignment(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `translation`, `score`, `target_pieces` `[batch, T]` (the best
         hypothesis' subwords up to its EOS, "" after), `source_pieces` `[batch, S]` (the
         source's subwords and EOS, "" after) and `alignment` `[batch, T]` int32: for each
@@ -129,10 +135,7 @@ class Translator(tf.Module):
                                           self.tokenizer.pieces(source_ids), ""),
                 "alignment": alignment}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text"),
-                                  tf.TensorSpec([None], tf.string, name="prefix")],
-                 autograph=False)
-    def translate_with_prefix(self, text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _translate_with_prefix(self, text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
         """`text` and `prefix` `[batch]` -> `translation` `[batch]` starting with that row's
         `prefix` (the target text typed so far; "" leaves the row free) and its `score`.
 
@@ -143,9 +146,7 @@ class Translator(tf.Module):
                                           default_value=PAD_ID))
         return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"]}
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")],
-                 autograph=False)
-    def translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         """`source_ids` `[batch, len]` subword ids (right-padded with 0) -> `ids`
         `[batch, len]` (EOS-terminated, 0-padded), `score` `[batch]`, and the n-best
         `nbest_ids` `[batch, beam, len]` and `nbest_scores` `[batch, beam]`."""
@@ -155,17 +156,14 @@ class Translator(tf.Module):
         return self._translate_source(*self._source_ids(pieces))
 
     def _pieces(self, text: tf.Tensor) -> tf.RaggedTensor:
-        """Subword ids of `text` `[batch]`, invalid UTF-8 decoded with U+FFFD replacements."""
-        valid = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
-        return self.tokenizer.tokenize(valid)
+        return text_pieces(self.tokenizer, text)
 
     def _clean(self, pieces: tf.RaggedTensor) -> tf.RaggedTensor:
         """Out-of-vocabulary ids as UNK, special ids dropped, at most `max_length - 1` ids."""
         config = self.model.config
         pieces = tf.ragged.map_flat_values(
             lambda ids: tf.where((ids < 0) | (ids >= config.vocab_size), UNK_ID, ids), pieces)
-        return tf.ragged.boolean_mask(pieces, (pieces != PAD_ID) & (pieces != BOS_ID)
-                                      & (pieces != EOS_ID))[:, :config.max_length - 1]
+        return _without_special_ids(pieces)[:, :config.max_length - 1]
 
     def _source_ids(self, pieces: tf.RaggedTensor) -> tuple[tf.Tensor, tf.Tensor]:
         """The search's input: `_clean` pieces plus EOS, 0-padded; and `[batch, 1]` True for
@@ -203,3 +201,36 @@ class Translator(tf.Module):
         width = tf.maximum(length, tf.minimum((length + XLA_WIDTH_STEP - 1) // XLA_WIDTH_STEP
                                               * XLA_WIDTH_STEP, self.model.config.max_length))
         return tf.pad(ids, [[0, 0], [0, width - length]], constant_values=PAD_ID)
+
+
+def _signature(method: Callable[..., dict[str, tf.Tensor]],
+               *input_signature: tf.TensorSpec) -> tf.types.experimental.PolymorphicFunction:
+    """`method` as a signature: a graph function of the given inputs (no autograph)."""
+    return tf.function(method, input_signature=list(input_signature), autograph=False)
+
+
+def text_pieces(tokenizer: SubwordTokenizer, text: tf.Tensor) -> tf.RaggedTensor:
+    """Subword ids of `text` `[batch]`, invalid UTF-8 decoded with U+FFFD replacements."""
+    valid = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
+    return tokenizer.tokenize(valid)
+
+
+def _without_special_ids(pieces: tf.RaggedTensor) -> tf.RaggedTensor:
+    """`pieces` without PAD, BOS and EOS ids (a source never carries them)."""
+    return tf.ragged.boolean_mask(pieces, (pieces != PAD_ID) & (pieces != BOS_ID)
+                                  & (pieces != EOS_ID))
+
+
+def truncated_sources(tokenizer: SubwordTokenizer, texts: Sequence[bytes | str],
+                      max_length: int, batch_size: int = 10_000) -> list[int]:
+    """The indices of the `texts` that a `Translator` of a model of `max_length` cuts to
+    their first `max_length - 1` subwords (the search's source holds those and EOS): the
+    texts of more pieces, counted as the `Translator` counts them, `batch_size` texts at a
+    time."""
+    indices: list[int] = []
+    for start in range(0, len(texts), batch_size):
+        pieces = text_pieces(tokenizer, tf.constant(list(texts[start:start + batch_size]),
+                                                    tf.string))
+        lengths = _without_special_ids(pieces).row_lengths().numpy()
+        indices += (np.flatnonzero(lengths > max_length - 1) + start).tolist()
+    return indices

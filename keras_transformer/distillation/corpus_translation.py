@@ -87,7 +87,8 @@ class Progress:
 class Report:
     """What `CorpusTranslation.run` did: chunks translated now and found written before,
     the lines translated, the seconds, the 1-based numbers of input lines that are not valid
-    UTF-8 (translated with U+FFFD replacements), and whether the output is complete."""
+    UTF-8 (translated with U+FFFD replacements), whether the output is complete, and the
+    1-based numbers of the lines translated from their start only (`run`'s `truncated`)."""
 
     chunks_translated: int
     chunks_found: int
@@ -95,6 +96,7 @@ class Report:
     seconds: float
     invalid_lines: list[int]
     complete: bool
+    truncated_lines: list[int] = dataclasses.field(default_factory=list)
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -151,7 +153,8 @@ class CorpusTranslation:
         return [chunk for chunk in range(self.chunks) if not self.chunk_path(chunk).is_file()]
 
     def run(self, translate: TranslateLines, shard: Shard = Shard(),
-            on_progress: Optional[Callable[[Progress], None]] = None) -> Report:
+            on_progress: Optional[Callable[[Progress], None]] = None,
+            truncated: Optional[Callable[[list[bytes]], list[int]]] = None) -> Report:
         """Translates this shard's chunks not written yet, then joins the output if every
         chunk is there.
 
@@ -162,6 +165,8 @@ class CorpusTranslation:
                 as raw lines) -> output lines.
             shard: the chunks this call takes.
             on_progress: called after each chunk.
+            truncated: raw input lines -> the indices of those `translate` translates from
+                their start only (e.g. `TextTranslator.truncated`), reported by line number.
 
         Returns:
             A `Report`.
@@ -170,13 +175,15 @@ class CorpusTranslation:
         missing = self.missing_chunks()
         todo = [chunk for chunk in missing if shard.owns(chunk)]
         lines_left = sum(self._chunk_size(chunk) for chunk in todo)
-        translated_lines, invalid = 0, []
+        translated_lines, invalid, cut = 0, [], []
         pending = set(todo)
         for chunk, first_number, lines, references in self._chunks():
             if chunk not in pending:
                 continue
             invalid += [first_number + offset for offset, line in enumerate(lines)
                         if not _is_utf8(line)]
+            if truncated is not None:
+                cut += [first_number + offset for offset in truncated(lines)]
             outputs = translate(lines) if references is None else translate(lines, references)
             if len(outputs) != len(lines):
                 raise RuntimeError(f"translate: {len(outputs)} outputs for the {len(lines)} "
@@ -193,7 +200,7 @@ class CorpusTranslation:
         if complete:
             self.join()
         return Report(len(todo), self.chunks - len(missing), translated_lines,
-                      time.monotonic() - start, invalid, complete)
+                      time.monotonic() - start, invalid, complete, cut)
 
     def join(self) -> None:
         """Writes the output: every chunk, in input order (FileNotFoundError naming the

@@ -101,18 +101,40 @@ def read_marian_folder(folder: str | Path) -> MarianModel:
     arrays = _read_npz(npz_path)
     options = _model_options(arrays.pop("special:model.yml", None), npz_path)
     vocabulary_paths = [folder / vocabularies[0], folder / vocabularies[-1]]
-    source_vocabulary, target_vocabulary = (_read_vocabulary(path) for path in vocabulary_paths)
+    return marian_model(options, arrays, npz_path,
+                        [_read_vocabulary(path) for path in vocabulary_paths], vocabulary_paths,
+                        beam_size=int(decoder.get("beam-size", 4)), extra_files=[decoder_yml])
+
+
+def marian_model(options: dict[str, Any], arrays: dict[str, np.ndarray], weights_path: Path,
+                 vocabularies: list[list[str]], vocabulary_paths: list[Path], beam_size: int,
+                 extra_files: list[Path]) -> MarianModel:
+    """A Marian model from its options and arrays under Marian's names (however stored), its
+    source and target vocabularies (pieces in Marian's id order) and the folder's
+    `source.spm` and `target.spm`, checked.
+
+    Args:
+        options: Marian's model options (`special:model.yml`'s keys).
+        arrays: the weights under Marian's parameter names.
+        weights_path: the file they were read from (named in errors).
+        vocabularies: the source and the target vocabulary (the same list for a joint one).
+        vocabulary_paths: the files they were read from.
+        beam_size: the release's search setting.
+        extra_files: other files read (recorded with the model).
+
+    Returns:
+        The model in our terms.
+    """
+    folder = weights_path.parent
     spm_models = [_read_bytes(folder / name) for name in ("source.spm", "target.spm")]
-    for vocabulary, path in zip((source_vocabulary, target_vocabulary), vocabulary_paths):
+    for vocabulary, path in zip(vocabularies, vocabulary_paths):
         _check_pieces_in_sentencepiece(vocabulary, path, spm_models)
-    config = _config(options, arrays, npz_path, len(source_vocabulary),
-                     len(target_vocabulary))
+    config = _config(options, arrays, weights_path, len(vocabularies[0]), len(vocabularies[1]))
     return MarianModel(
-        config=config, arrays=_our_arrays(arrays, options, config, npz_path),
-        source_pieces=_our_pieces(source_vocabulary), target_pieces=_our_pieces(target_vocabulary),
-        source_spm=spm_models[0], target_spm=spm_models[1],
-        beam_size=int(decoder.get("beam-size", 4)),
-        files=[decoder_yml, npz_path, *dict.fromkeys(vocabulary_paths),
+        config=config, arrays=_our_arrays(arrays, config, weights_path),
+        source_pieces=_our_pieces(vocabularies[0]), target_pieces=_our_pieces(vocabularies[1]),
+        source_spm=spm_models[0], target_spm=spm_models[1], beam_size=beam_size,
+        files=[*extra_files, weights_path, *dict.fromkeys(vocabulary_paths),
                folder / "source.spm", folder / "target.spm"],
         options=options)
 
@@ -165,8 +187,14 @@ def _read_vocabulary(path: Path) -> list[str]:
         mapping = yaml.load(_read_bytes(path).decode("utf-8"), Loader=yaml.BaseLoader)
     except (yaml.YAMLError, UnicodeDecodeError) as error:
         raise MarianFormatError(f"{path}: not a valid vocabulary YAML file ({error})") from None
+    return pieces_by_id(mapping, path)
+
+
+def pieces_by_id(mapping: Any, path: Path) -> list[str]:
+    """The pieces of a vocabulary `mapping` (piece -> id, read from `path`) in id order,
+    checked: ids 0 .. V-1, each once, `</s>` 0 and `<unk>` 1."""
     if not isinstance(mapping, dict) or not mapping:
-        raise MarianFormatError(f"{path}: not a YAML mapping of pieces to ids")
+        raise MarianFormatError(f"{path}: not a mapping of pieces to ids")
     try:
         by_id = {int(index): piece for piece, index in mapping.items()}
     except ValueError:
@@ -289,8 +317,8 @@ def _our_rows(matrix: np.ndarray, fill: float = 0.0) -> np.ndarray:
     return rows
 
 
-def _our_arrays(arrays: dict[str, np.ndarray], options: dict[str, Any],
-                config: TransformerConfig, path: Path) -> dict[str, np.ndarray]:
+def _our_arrays(arrays: dict[str, np.ndarray], config: TransformerConfig,
+                path: Path) -> dict[str, np.ndarray]:
     """Our weights by variable path (`Transformer` variable `.path`) from Marian's arrays.
 
     Raises:

@@ -32,6 +32,7 @@ import sentencepiece
 import tensorflow as tf
 
 from keras_transformer.config import SearchSettings, TransformerConfig
+from keras_transformer.data.sentencepiece_pair import load_tokenizer
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.model import Transformer
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -226,7 +227,7 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
     recorded = json.loads((directory / SETTINGS_FILENAME).read_text(encoding="utf-8"))
     settings = SearchSettings(**recorded["search"])
     max_length = int(recorded["max_length"])
-    tokenizer = SubwordTokenizer.load(directory)
+    tokenizer = load_tokenizer(directory)
     if settings.sampling:  # read by the generators its worker threads create on first use
         ctranslate2.set_random_seed(settings.sampling_seed)
     translator = ctranslate2.Translator(os.fspath(directory), device="cpu",

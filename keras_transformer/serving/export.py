@@ -21,18 +21,21 @@ import os
 import re
 import shutil
 import tempfile
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
 from keras_transformer.atomic_files import sync_directory, sync_tree
-from keras_transformer.data.tokenizer import MODEL_FILENAME, SubwordTokenizer
+from keras_transformer.data.sentencepiece_pair import tokenizer_files
+from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.decoding.transformer_search import StepBuilder
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.model import Transformer
 from keras_transformer.config import SearchSettings
 from keras_transformer.precision import serving_copy
+from keras_transformer.serving.loading import is_export
 from keras_transformer.serving.provenance import export_record, shortlist_record, write_provenance
 from keras_transformer.serving.warmup import (DEFAULT_MAX_WIDTH, WARMUP_FILE, warmup_requests,
                                       warmup_widths, write_warmup_requests)
@@ -66,8 +69,8 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
     def write(staging: str) -> str:
         vocabulary_dir = os.path.join(staging, "vocabulary")
         tokenizer.save(vocabulary_dir)
-        translator.vocabulary = tf.saved_model.Asset(os.path.join(vocabulary_dir,
-                                                                  MODEL_FILENAME))
+        translator.vocabulary = [tf.saved_model.Asset(path)
+                                 for path in tokenizer_files(vocabulary_dir)]
         saved = os.path.join(staging, "model")
         signatures = {"serving_default": translator.translate,
                       "translate_ids": translator.translate_ids,
@@ -98,9 +101,7 @@ def publish_version(write: Callable[[str], str], name: str,
     `staging` and returns its path, then publishes it as the next free version of
     `<base_dir>/<name>`; returns that path. Staging sits in `<base_dir>/<name>/` under a
     non-integer name, which TF Serving skips, so a partial export is never served."""
-    if not _NAME.match(name):
-        raise ValueError(f"name: {name!r} must be letters, digits, '_', '-' or '.', "
-                         "not starting with a symbol")
+    check_model_tree(base_dir, name)
     model_dir = os.path.join(os.fspath(base_dir), name)
     os.makedirs(model_dir, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".export-", dir=model_dir)
@@ -108,6 +109,29 @@ def publish_version(write: Callable[[str], str], name: str,
         return _publish(write(staging), model_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def check_model_tree(base_dir: str | os.PathLike, name: str) -> None:
+    """Refuses (ValueError naming them) a `name` that is no model name, and a `base_dir` that
+    is no root of a model tree but an export or a model's directory holding export versions:
+    `<base_dir>/<name>/<version>` would then put the export inside another one's."""
+    if not _NAME.match(name):
+        raise ValueError(f"name: {name!r} must be letters, digits, '_', '-' or '.', "
+                         "not starting with a symbol")
+    base = Path(base_dir)
+    if is_export(base):
+        raise ValueError(f"base_dir: {str(base)!r} is an export, not the root of a model tree "
+                         f"(<base_dir>/<name>/<version>)")
+    versions = sorted((entry for entry in base.glob("*")
+                       if entry.name.isdigit() and is_export(entry)),
+                      key=lambda entry: int(entry.name))
+    if versions:
+        raise ValueError(
+            f"base_dir: {str(base)!r} is the directory of a model, holding its versions "
+            f"{', '.join(entry.name for entry in versions)}: the export named {name!r} would "
+            f"go inside it, to {str(base / name)!r}/<version>; give the root of the model "
+            f"tree and the model's name instead (base_dir {str(base.parent)!r}, name "
+            f"{base.name!r})")
 
 
 def next_version(model_dir: str | os.PathLike) -> int:

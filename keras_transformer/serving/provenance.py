@@ -23,9 +23,7 @@ import tensorflow as tf
 from keras_transformer.atomic_files import write_atomic
 from keras_transformer.config import SearchSettings, TransformerConfig
 from keras_transformer.decoding.shortlist import VocabularyShortlist
-from keras_transformer.serving.loading import export_version
-
-PROVENANCE_FILE = os.path.join("assets.extra", "keras_transformer_provenance.json")
+from keras_transformer.serving.loading import PROVENANCE_FILE, export_version
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the keras_transformer folder
 
 

@@ -4,6 +4,8 @@ the functions, e.g. `ctranslate2_export.ctranslate2_functions`), n-best lists as
 sorted by length under a budget."""
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
@@ -11,9 +13,29 @@ from typing import Callable, Iterator, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.decoding.translator import Translator
+from keras_transformer.data.text_files import line_list
+from keras_transformer.data.sentencepiece_pair import load_tokenizer
+from keras_transformer.data.tokenizer import SubwordTokenizer, native_info_lines_hidden
+from keras_transformer.decoding.translator import Translator, truncated_sources
 from keras_transformer.vocab_ids import PAD_ID
+
+
+@contextlib.contextmanager
+def quiet_export_loading() -> Iterator[None]:
+    """Hides what loading an export prints that is no news: sentencepiece's INFO line as it
+    parses the model (`native_info_lines_hidden`), and TensorFlow's warning, for each function
+    it imports, that ops with custom gradients have no saved gradients (exports are saved
+    without them on purpose: they only infer)."""
+    def news(record: logging.LogRecord) -> bool:
+        return "with ops with unsaved custom gradients" not in record.getMessage()
+
+    absl = logging.getLogger("absl")  # the logger TensorFlow's SavedModel loader warns through
+    absl.addFilter(news)
+    try:
+        with native_info_lines_hidden():
+            yield
+    finally:
+        absl.removeFilter(news)
 
 
 class TextTranslator:
@@ -21,13 +43,17 @@ class TextTranslator:
     `translation`, `score`), `translate_ids` (`[batch, len]` ids -> `nbest_ids`,
     `nbest_scores`) with `tokenizer` for the n-best lists' text, and `translate_prefixed`
     (texts and prefixes -> `translation`, `score`; None for exports older than it); `owner`
-    is kept alive for them (a loaded SavedModel, or the `Translator` whose methods they are)."""
+    is kept alive for them (a loaded SavedModel, or the `Translator` whose methods they are);
+    `max_length`: the model's, whose sources longer than `max_length - 1` subwords are cut
+    (`truncated` names them; None: not known, as for exports without a provenance record)."""
 
     def __init__(self, translate_text: Callable[[tf.Tensor], dict],
                  translate_ids: Callable[[tf.Tensor], dict], tokenizer: SubwordTokenizer,
                  owner: object = None,
-                 translate_prefixed: Optional[Callable[[tf.Tensor, tf.Tensor], dict]] = None):
+                 translate_prefixed: Optional[Callable[[tf.Tensor, tf.Tensor], dict]] = None,
+                 max_length: Optional[int] = None):
         self._owner = owner
+        self.max_length = max_length
         self._translate_text = translate_text
         self._translate_ids = translate_ids
         self._translate_prefixed = translate_prefixed
@@ -36,22 +62,34 @@ class TextTranslator:
                              ["nbest_ids"].shape[1])
 
     @classmethod
-    def from_saved_model(cls, version: str | os.PathLike) -> "TextTranslator":
-        """The SavedModel in the directory `version` (its search settings are fixed)."""
+    def from_saved_model(cls, version: str | os.PathLike,
+                         max_length: Optional[int] = None) -> "TextTranslator":
+        """The SavedModel in the directory `version` (its search settings are fixed), of a
+        model of `max_length` (None: not known)."""
         version = Path(version)
-        loaded = tf.saved_model.load(os.fspath(version))
+        with quiet_export_loading():
+            loaded = tf.saved_model.load(os.fspath(version))
         signatures = loaded.signatures
         prefixed = signatures.get("translate_with_prefix")
         return cls(lambda text: signatures["serving_default"](text=text),
                    lambda ids: signatures["translate_ids"](source_ids=ids),
-                   SubwordTokenizer.load(version / "assets"), loaded,
-                   prefixed and (lambda text, prefix: prefixed(text=text, prefix=prefix)))
+                   load_tokenizer(version / "assets"), loaded,
+                   prefixed and (lambda text, prefix: prefixed(text=text, prefix=prefix)),
+                   max_length)
 
     @classmethod
     def from_translator(cls, translator: Translator) -> "TextTranslator":
         """An in-process `Translator` (what its export would compute)."""
         return cls(translator.translate, translator.translate_ids, translator.tokenizer,
-                   translator, translator.translate_with_prefix)
+                   translator, translator.translate_with_prefix,
+                   translator.model.config.max_length)
+
+    def truncated(self, texts: Sequence[bytes]) -> list[int]:
+        """The indices of the `texts` translated from their first `max_length - 1` subwords
+        only (`translator.truncated_sources`; none when `max_length` is not known)."""
+        if self.max_length is None:
+            return []
+        return truncated_sources(self.tokenizer, texts, self.max_length)
 
     @property
     def takes_prefixes(self) -> bool:
@@ -138,6 +176,15 @@ def length_batches(lengths: Sequence[int], batch_size: int,
         batch.append(index)
     if batch:
         yield batch
+
+
+def truncation_warning(name: str, line_numbers: Sequence[int], max_length: int) -> str:
+    """The warning that the lines `line_numbers` (1-based, ascending) of the input `name` are
+    translated from their first `max_length - 1` subwords only (`truncated_sources`)."""
+    count = len(line_numbers)
+    return (f"{name}: {count:,} line{'s' if count > 1 else ''} longer than the model takes "
+            f"(max_length {max_length}), translated from {'their' if count > 1 else 'its'} "
+            f"first {max_length - 1} subwords: {line_list(line_numbers)}")
 
 
 def output_line(text: bytes) -> str:

@@ -30,6 +30,7 @@ from keras_transformer.evaluation import corpus_scores
 from keras_transformer.metrics import MaskedTokenAccuracy
 from keras_transformer.training.backup import weights_are_finite, write_backup
 from keras_transformer.training.checkpoints import save_checkpoint
+from keras_transformer.training.strategy import local_sum
 from keras_transformer.visualization import AttentionMap, attention_figure, figure_png
 
 
@@ -227,44 +228,133 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         self._last_time = time.monotonic()
 
 
-class TensorBoardScalars(keras.callbacks.Callback):
-    """At each evaluation (its `Schedule`), adds `learning_rate` and `tokens_per_second`
-    (target tokens of the epoch just ended) to the logs and writes every scalar of the logs to
-    `writer` at the global step.
+class TrainingPace:
+    """The target tokens this process's replicas trained on (in a multi-worker cluster, this
+    worker's; on one machine, all) and the seconds spent training, both counted from `start`.
 
-    Place it after callbacks that add scalars (dev BLEU); the training time is measured up to
-    the epoch's last batch, so evaluation time does not lower the throughput.
+    Keras restarts the token count with each epoch's metrics, so ended epochs are summed; the
+    time between an epoch's last batch and the next epoch's start (evaluations, backups) is not
+    training time. The callback that owns it forwards its events (`start` at `on_train_begin`,
+    `epoch_begin`, `batch_end`, `epoch_end`); `rate(reading)` is the tokens per second since
+    an earlier `reading()`. Reading the tokens never talks to other workers (`local_sum`).
+    """
+
+    def __init__(self, token_metric: MaskedTokenAccuracy,
+                 clock: Callable[[], float] = time.monotonic):
+        self.token_metric = token_metric
+        self.clock = clock
+        self.start(None)
+
+    def start(self, model: keras.Model | None) -> None:
+        """Counts from now, reading `model`'s distribution strategy."""
+        self._model = model
+        self._start = self._last_batch_end = self.clock()
+        self._paused = 0.0
+        self._ended_epochs_tokens = 0.0
+        self._in_epoch = False
+
+    def epoch_begin(self) -> None:
+        self._paused += self.clock() - self._last_batch_end
+        self._in_epoch = True
+
+    def batch_end(self) -> None:
+        self._last_batch_end = self.clock()
+
+    def epoch_end(self) -> None:
+        self._ended_epochs_tokens = self.tokens()
+        self._in_epoch = False
+
+    def tokens(self) -> float:
+        """Target tokens trained on since `start`."""
+        if not self._in_epoch:
+            return self._ended_epochs_tokens
+        epoch = local_sum(self._model.distribute_strategy, self.token_metric.count)
+        return self._ended_epochs_tokens + epoch
+
+    def seconds(self) -> float:
+        """Seconds spent training since `start`: up to now within an epoch, else up to the
+        last batch."""
+        end = self.clock() if self._in_epoch else self._last_batch_end
+        return end - self._start - self._paused
+
+    def reading(self) -> tuple[float, float]:
+        """(tokens, seconds) now, for a later `rate`."""
+        return self.tokens(), self.seconds()
+
+    def rate(self, since: tuple[float, float]) -> float:
+        """Target tokens per second of training since the reading `since`."""
+        tokens, seconds = self.reading()
+        return (tokens - since[0]) / max(seconds - since[1], 1e-9)
+
+
+class TensorBoardScalars(keras.callbacks.Callback):
+    """Scalars for TensorBoard at the global step: the training curve every `every_steps`
+    steps (0: none), and the evaluations (its `Schedule`).
+
+    Every `every_steps` steps it writes the step's logs (loss, token_accuracy, perplexity: the
+    running values of the epoch so far), `learning_rate`, and `tokens_per_second` since the
+    previous point. At each evaluation it adds `learning_rate` and `tokens_per_second` (of the
+    epoch just ended) to the logs and writes each scalar of the logs not written at that step
+    already (dev BLEU, and the rest when the evaluation falls between points). Place it after
+    callbacks that add scalars (dev BLEU); throughput counts training time only (`TrainingPace`),
+    so evaluation time does not lower it.
     """
 
     def __init__(self, writer: tf.summary.SummaryWriter, token_metric: MaskedTokenAccuracy,
-                 schedule: Schedule):
+                 schedule: Schedule, every_steps: int = 50,
+                 clock: Callable[[], float] = time.monotonic):
         super().__init__()
+        if every_steps < 0:
+            raise ValueError(f"--log-every-steps: must be 0 or more, got {every_steps}")
         self.writer = writer
-        self.token_metric = token_metric
         self.schedule = schedule
-        self._start = self._last_batch_end = time.monotonic()
+        self.every_steps = every_steps
+        self.pace = TrainingPace(token_metric, clock)
+        self._written_step: int | None = None
+        self._written: set[str] = set()  # the tags written at `_written_step`
 
     def on_train_begin(self, logs=None):
         self.schedule.start()
+        self.pace.start(self.model)
+        self._point = self._epoch = self.pace.reading()
+        self._point_step = self.schedule.steps.step
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._start = self._last_batch_end = time.monotonic()
+        self.pace.epoch_begin()
+        self._epoch = self.pace.reading()
 
     def on_train_batch_end(self, batch, logs=None):
-        self._last_batch_end = time.monotonic()
+        self.pace.batch_end()
+        step, every = self.schedule.steps.step, self.every_steps
+        if not every or step // every == self._point_step // every:
+            return
+        scalars = {**(logs or {}), "learning_rate": self._learning_rate(),
+                   "tokens_per_second": self.pace.rate(self._point)}
+        self._point, self._point_step = self.pace.reading(), step
+        self._write(scalars, step)
 
     def on_epoch_end(self, epoch, logs=None):
+        self.pace.epoch_end()
         if not self.schedule.due(self.model):
             return
         logs = {} if logs is None else logs
-        elapsed = max(self._last_batch_end - self._start, 1e-9)
-        logs["tokens_per_second"] = float(self.token_metric.count.numpy()) / elapsed
-        learning_rate = self.model.optimizer.learning_rate
-        logs["learning_rate"] = float(keras.ops.convert_to_numpy(learning_rate))
+        logs["tokens_per_second"] = self.pace.rate(self._epoch)
+        logs["learning_rate"] = self._learning_rate()
+        step = self.schedule.steps.step
+        written = self._written if self._written_step == step else set()
+        self._write({name: value for name, value in logs.items() if name not in written}, step)
+
+    def _learning_rate(self) -> float:
+        return float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+
+    def _write(self, scalars: dict[str, float], step: int) -> None:
         with self.writer.as_default():
-            for name, value in logs.items():
-                write_scalar(name, float(value), self.schedule.steps.step)
+            for name, value in scalars.items():
+                write_scalar(name, float(value), step)
         self.writer.flush()
+        if self._written_step != step:
+            self._written_step, self._written = step, set()
+        self._written |= set(scalars)
 
 
 class DevEvaluation(keras.callbacks.Callback):

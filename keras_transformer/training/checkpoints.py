@@ -82,6 +82,22 @@ def load_weights_file(model: keras.Model, path: str | os.PathLike) -> None:
                          "truncated or garbled, or belong to another model") from None
 
 
+def checkpoints_to_average(checkpoints: list[Path], last: int) -> tuple[list[Path], str]:
+    """The newest `last` of `checkpoints` (oldest first), fewer if fewer were kept, and a
+    phrase for the console and `result.json`: which ones ("the newest 5 checkpoints", "4 of
+    the newest 10 checkpoints asked (only 4 kept)"), or why none are chosen ("one checkpoint:
+    nothing to average", "average_last 1: no averaging")."""
+    if last < 2:
+        return [], f"average_last {last}: no averaging"
+    if len(checkpoints) < 2:
+        return [], f"{'one' if checkpoints else 'no'} checkpoint: nothing to average"
+    chosen = checkpoints[-last:]
+    if len(chosen) < last:
+        return chosen, (f"{len(chosen)} of the newest {last} checkpoints asked (only "
+                        f"{len(chosen)} kept)")
+    return chosen, f"the newest {last} checkpoints"
+
+
 def average_weights(model: keras.Model, paths: list[Path]) -> None:
     """Sets `model`'s weights to the element-wise mean of the checkpoints at `paths`.
 

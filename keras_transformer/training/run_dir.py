@@ -7,23 +7,26 @@ than mixing two runs' weights, optimizer state and logs.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager, Optional
 
 import keras
 
 from keras_transformer.atomic_files import write_atomic
 from keras_transformer.config import Recipe
-from keras_transformer.training.checkpoints import (average_weights, list_checkpoints,
-                                                    load_weights_file, save_weights_atomic)
+from keras_transformer.training.checkpoints import (average_weights, checkpoints_to_average,
+                                                    list_checkpoints, load_weights_file,
+                                                    save_weights_atomic)
 
 CONFIG_FILE = "config.json"
 RUN_FILE = "run.json"
 RESULT_FILE = "result.json"  # which weights a finished run chose (`keep_better_of_average_and_final`)
 TEST_FILE = "test.json"  # the figures of kt-train's final test pass
+LEFT_OUT_FILE = "left_out.json"  # the training pairs not trained on (`prepare.left_out`)
 
 
 class RunDir:
@@ -74,8 +77,13 @@ class RunDir:
     def chosen_weights(self) -> tuple[Path, str]:
         """`default_weights` and why they were chosen (a phrase naming the rule that chose
         them)."""
-        recorded = self.recorded_results().get("weights")
+        results = self.recorded_results()
+        recorded = results.get("weights")
         if recorded and (self.root / recorded).is_file():
+            if recorded == self.averaged_weights.name and "averaged" in results.get(
+                    "dev_bleu", {}) and results["dev_bleu"]["averaged"] is None:
+                return self.root / recorded, f"{RESULT_FILE}: the averaged weights, averaged " \
+                    "again after the run (not scored on dev)"
             return self.root / recorded, f"{RESULT_FILE}: the better on dev of the averaged " \
                 "and the final weights"
         for candidate, why in ((self.averaged_weights, "the averaged weights"),
@@ -110,27 +118,35 @@ class RunDir:
                 "training_precision": self.recorded_options().get("precision")}
 
     def check_writable(self) -> None:
-        """Creates the directory and proves a file can be written there."""
+        """Proves a file can be written in the directory or, while it does not exist, in its
+        nearest existing parent (which it will be created in); creates nothing."""
+        existing = next(path for path in (self.root, *self.root.parents) if path.exists())
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=self.root):
+            with tempfile.NamedTemporaryFile(dir=existing):
                 pass
         except OSError as error:
             raise ValueError(f"--output-dir: cannot write to {str(self.root)!r}: "
                              f"{error.strerror or error}") from None
 
     def claim(self, recipe: Recipe, run_options: dict[str, Any]) -> bool:
-        """Writes `config.json` and `run.json`, or checks them against an earlier start.
+        """`check_claim`, then for a new run writes `config.json` and `run.json` (creating the
+        directory); returns whether the directory already held this run (a restart)."""
+        resumed = self.check_claim(recipe, run_options)
+        if not resumed:
+            self.root.mkdir(parents=True, exist_ok=True)
+            for name, value in ((CONFIG_FILE, recipe.to_dict()), (RUN_FILE, run_options)):
+                write_atomic(self.root / name, json.dumps(value, indent=2, sort_keys=True))
+        return resumed
 
-        Returns True when the directory already held this run (a restart).
-        Raises ValueError naming the differing fields when it held another one.
-        """
+    def check_claim(self, recipe: Recipe, run_options: dict[str, Any]) -> bool:
+        """Checks `recipe` and `run_options` against an earlier start's `config.json` and
+        `run.json`, writing nothing. Returns True when the directory holds this run (a
+        restart), False when it holds none; raises ValueError naming the differing fields
+        when it holds another one."""
         self.check_writable()
         wanted = {CONFIG_FILE: recipe.to_dict(), RUN_FILE: run_options}
         existing = {name: _read_json(self.root / name) for name in wanted}
         if all(value is None for value in existing.values()):
-            for name, value in wanted.items():
-                write_atomic(self.root / name, json.dumps(value, indent=2, sort_keys=True))
             return False
         for name, value in wanted.items():
             differences = _differences(existing[name] or {}, value)
@@ -174,28 +190,54 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             if key in old and old.get(key) != new.get(key)]
 
 
-def keep_better_of_average_and_final(model: keras.Model, run: RunDir, average_last: int,
-                                     dev_bleu: Callable[[], float]) -> dict:
+def record_average(run: RunDir, averaged: list[Path], averaging: str,
+                   average_last: int) -> Optional[dict]:
+    """Brings a finished run's `result.json` in line with `run.averaged_weights` written again
+    after the run (by `kt-average-checkpoints`) from the checkpoints `averaged`: it names them
+    (with `averaging`, the phrase of `checkpoints_to_average`, and `average_last`, the count
+    asked for), and records their dev BLEU as not known (null) instead of the earlier
+    average's; the weights it chose stay its result. Returns the result written, or None for
+    a run without one (nothing is written)."""
+    result = _read_json(run.root / RESULT_FILE)
+    if result is None:
+        return None
+    result.update(averaged=[path.name for path in averaged], averaging=averaging,
+                  average_last=average_last)
+    result["dev_bleu"] = {**result.get("dev_bleu", {}), "averaged": None}
+    run.write_json(RESULT_FILE, result)
+    return result
+
+
+def keep_better_of_average_and_final(
+        model: keras.Model, run: RunDir, average_last: int, dev_bleu: Callable[[], float],
+        stage: Callable[[str], ContextManager[None]] = lambda what: contextlib.nullcontext()
+) -> dict:
     """Leaves `model` holding the run's result and returns what `result.json` records.
 
     `model` holds the final weights (already saved as `run.final_weights`); `dev_bleu()` scores
     whatever `model` holds. With `average_last` >= 2 and at least two checkpoints, the newest
-    `average_last` of them (fewer if fewer were kept, noted as `averaged`) are averaged into
-    `run.averaged_weights`, and the average is the result only if its dev BLEU is higher.
+    `average_last` of them (fewer if fewer were kept, listed as `averaged`) are averaged into
+    `run.averaged_weights`, and the average is the result only if its dev BLEU is higher;
+    `averaging` says what was averaged, or why nothing was (`checkpoints_to_average`). Each
+    step runs inside `stage(what it does)` (e.g. `progress.stage`, which prints its start and
+    end).
     """
-    scores = {"final": round(dev_bleu(), 2)}
-    averaged = list_checkpoints(run.checkpoints)[-average_last:] if average_last >= 2 else []
+    with stage("dev BLEU of the final weights"):
+        scores = {"final": round(dev_bleu(), 2)}
+    averaged, averaging = checkpoints_to_average(list_checkpoints(run.checkpoints), average_last)
     chosen = run.final_weights
-    if len(averaged) >= 2:
-        average_weights(model, averaged)
-        save_weights_atomic(model, run.averaged_weights)
-        scores["averaged"] = round(dev_bleu(), 2)
+    if averaged:
+        with stage(f"averaging {averaging}"):
+            average_weights(model, averaged)
+            save_weights_atomic(model, run.averaged_weights)
+        with stage("dev BLEU of the averaged weights"):
+            scores["averaged"] = round(dev_bleu(), 2)
         if scores["averaged"] > scores["final"]:
             chosen = run.averaged_weights
         else:
             load_weights_file(model, run.final_weights)
     result = {"weights": chosen.name, "dev_bleu": scores,
-              "averaged": [path.name for path in averaged] if len(averaged) >= 2 else [],
+              "averaged": [path.name for path in averaged], "averaging": averaging,
               "average_last": average_last}
     run.write_json(RESULT_FILE, result)
     return {**result, "weights": os.fspath(chosen)}

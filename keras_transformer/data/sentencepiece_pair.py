@@ -1,0 +1,254 @@
+"""Two SentencePiece models (source, target) over our ids, applied in-graph: imported models.
+
+A model imported from elsewhere (e.g. an OPUS-MT Marian model) comes with its own
+SentencePiece models, `source.spm` for source text and `target.spm` for target text, whose own
+ids mean nothing to us: the pieces (strings) are mapped to our ids through two vocabulary
+lists (index = our id; the same list twice for a joint vocabulary), which start with our
+special pieces "<pad>", "<unk>", "<s>", "</s>" (ids 0-3, `keras_transformer.vocab_ids`).
+
+`SentencePiecePair` has the interface of `SubwordTokenizer` where the package uses one:
+`tokenize` reads source text, `detokenize`, `pieces` and `id_to_piece` give target text and
+pieces, `vocab_size` is the source side's (the model's `vocab_size`). A source text may start
+with a target-language token such as `>>fra<<` (multi-target models): it maps to its own id
+and is not passed to SentencePiece. `load_tokenizer` reads either kind from a directory.
+
+As for `SubwordTokenizer`, build (or `load`) it after seeding: seeding clears TensorFlow's
+kernel cache, which frees the SentencePiece resources of the tokenizers built before.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Sequence
+from typing import Optional
+
+import sentencepiece
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from keras_transformer.data.tokenizer import (MODEL_FILENAME, SubwordTokenizer,
+                                              native_info_lines_hidden, text_ids)
+from keras_transformer.vocab_ids import EOS_ID, PAD_ID, UNK_ID
+
+SOURCE_FILENAME = "source.spm"
+TARGET_FILENAME = "target.spm"
+VOCABULARY_FILENAME = "vocabulary.json"
+PAIR_FILENAMES = (SOURCE_FILENAME, TARGET_FILENAME, VOCABULARY_FILENAME)
+SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
+"""Our special pieces, by id: `PAD_ID`, `UNK_ID`, `BOS_ID`, `EOS_ID` are 0-3."""
+
+_SPACE = "\t\n\f\r "  # what RE2's and Python's patterns both take for whitespace here
+LANGUAGE_TOKEN = f"^(>>[^<>{_SPACE}]+<<)[{_SPACE}]*"
+"""A leading target-language token (group 1) and the whitespace after it, in RE2 and Python
+syntax alike."""
+_LANGUAGE_TOKEN = re.compile(LANGUAGE_TOKEN)
+
+
+class SentencePiecePair(tf.Module):
+    """`source_model` and `target_model` (serialized SentencePiece models) over our ids, with
+    in-graph `tokenize` (source side) and `detokenize` (target side).
+
+    `source_pieces` and `target_pieces`: the piece of each of our ids (index = id), starting
+    with "<pad>", "<unk>", "<s>", "</s>", without duplicates (ValueError naming the list
+    otherwise). A source piece not in `source_pieces` becomes UNK; a target id out of
+    `target_pieces`' range reads as "<unk>".
+    """
+
+    def __init__(self, source_model: bytes, target_model: bytes, source_pieces: Sequence[str],
+                 target_pieces: Sequence[str], name: str = "sentencepiece_pair") -> None:
+        super().__init__(name=name)
+        self._source_processor = _processor(source_model, "source_model")
+        _processor(target_model, "target_model")
+        self._source_pieces = _checked_pieces(source_pieces, "source_pieces")
+        self._target_pieces = _checked_pieces(target_pieces, "target_pieces")
+        self._source_model, self._target_model = source_model, target_model
+        self._source_index = {piece: index for index, piece in enumerate(self._source_pieces)}
+        # A SavedModel restores each SentencePiece resource under the name it was created
+        # with, and two of one name are one resource (the first model loaded): named by the
+        # model's hash, source and target keep their own models.
+        with native_info_lines_hidden():
+            self._source_sp = tf_text.SentencepieceTokenizer(
+                model=source_model, out_type=tf.string, name=_resource_name(source_model))
+            self._target_sp = tf_text.SentencepieceTokenizer(
+                model=target_model, name=_resource_name(target_model))
+        self._source_ids = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(self._source_pieces, tf.string),
+                tf.range(len(self._source_pieces), dtype=tf.int32)),
+            default_value=UNK_ID)
+        self._target_piece_table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.range(len(self._target_pieces), dtype=tf.int64),
+                tf.constant(self._target_pieces, tf.string)),
+            default_value=self._target_pieces[UNK_ID])
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> "SentencePiecePair":
+        """The pair `save` wrote into `directory` (FileNotFoundError naming a missing file,
+        ValueError naming a malformed `vocabulary.json`)."""
+        paths = [os.path.join(os.fspath(directory), name) for name in PAIR_FILENAMES]
+        for path in paths:
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"no SentencePiece pair file at {path!r}")
+        source_path, target_path, vocabulary_path = paths
+        try:
+            with open(vocabulary_path, encoding="utf-8") as handle:
+                vocabulary = json.load(handle)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{vocabulary_path}: not JSON: {error}") from None
+        if not (isinstance(vocabulary, dict) and all(
+                isinstance(vocabulary.get(side), list) for side in ("source", "target"))):
+            raise ValueError(f'{vocabulary_path}: expected {{"source": [pieces], '
+                             '"target": [pieces]}')
+        with open(source_path, "rb") as source, open(target_path, "rb") as target:
+            models = source.read(), target.read()
+        try:
+            return cls(*models, vocabulary["source"], vocabulary["target"])
+        except ValueError as error:
+            raise ValueError(f"{os.fspath(directory)}: {error}") from None
+
+    def save(self, directory: str | os.PathLike) -> str:
+        """Write `source.spm`, `target.spm` and `vocabulary.json` ({"source": [pieces],
+        "target": [pieces]}) into `directory` (created); return the `vocabulary.json` path."""
+        os.makedirs(directory, exist_ok=True)
+        source_path, target_path, vocabulary_path = (os.path.join(os.fspath(directory), name)
+                                                     for name in PAIR_FILENAMES)
+        for path, model in ((source_path, self._source_model),
+                            (target_path, self._target_model)):
+            with open(path, "wb") as handle:
+                handle.write(model)
+        with open(vocabulary_path, "w", encoding="utf-8") as handle:
+            json.dump({"source": list(self._source_pieces), "target": list(self._target_pieces)},
+                      handle, ensure_ascii=False, indent=0)
+        return vocabulary_path
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of source ids, special ids included: the model's `vocab_size`."""
+        return len(self._source_pieces)
+
+    @property
+    def target_vocab_size(self) -> int:
+        """Number of target ids, special ids included."""
+        return len(self._target_pieces)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        """Map a batch of source strings to ragged int32 ids, without BOS/EOS: a leading
+        `>>xx<<` token's id (UNK if it is no source piece), then the ids of the rest's
+        SentencePiece pieces."""
+        tagged = tf.strings.regex_full_match(texts, f"(?s){LANGUAGE_TOKEN}.*")
+        tags = tf.strings.regex_replace(texts, f"(?s){LANGUAGE_TOKEN}.*", r"\1")
+        rest = tf.strings.regex_replace(texts, LANGUAGE_TOKEN, "", replace_global=False)
+        pieces = tf.concat([tf.ragged.boolean_mask(tags[:, None], tagged[:, None]),
+                            self._source_sp.tokenize(rest)], axis=1)
+        return tf.ragged.map_flat_values(self._source_ids.lookup, pieces)
+
+    def encode(self, text: str) -> list[int]:
+        """The ids `tokenize` gives `text`, in Python (for data preparation)."""
+        ids = []
+        tag = _LANGUAGE_TOKEN.match(text)
+        if tag:
+            ids.append(self._source_index.get(tag.group(1), UNK_ID))
+            text = text[tag.end():]
+        return ids + [self._source_index.get(piece, UNK_ID)
+                      for piece in self._source_processor.encode(text, out_type=str)]
+
+    def detokenize(self, ids: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
+        """Map target ids [batch, length] (dense or ragged) back to strings.
+
+        Ids from the first EOS on are ignored, as are padding and BOS, so decoder output can
+        be passed as is; the other ids' target pieces are joined by `target.spm` (a piece it
+        does not know is kept as it is written).
+        """
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(ids))
+        return self._detokenize(tf.cast(ids, tf.int32))
+
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int32, ragged_rank=1)])
+    def _detokenize(self, ids: tf.RaggedTensor) -> tf.Tensor:
+        return self._target_sp.detokenize(tf.ragged.map_flat_values(self.pieces, text_ids(ids)))
+
+    def pieces(self, ids: tf.Tensor) -> tf.Tensor:
+        """The target piece text (e.g. b'▁chien') of each id of a dense tensor, in the graph."""
+        return self._target_piece_table.lookup(tf.cast(ids, tf.int64))
+
+    def id_to_piece(self, ids: Sequence[int] | tf.Tensor) -> list[str]:
+        """Return the target piece text of each id (for attention plots), e.g. '▁chien'."""
+        pieces = self.pieces(tf.convert_to_tensor(ids, dtype=tf.int32))
+        return [piece.decode("utf-8") for piece in pieces.numpy().tolist()]
+
+
+def load_tokenizer(directory: str | os.PathLike,
+                   refuse_pair: Optional[str] = None) -> SubwordTokenizer | SentencePiecePair:
+    """The tokenizer saved in `directory`: a `SubwordTokenizer` (`spm.model`) or a
+    `SentencePiecePair` (`vocabulary.json`, `source.spm`, `target.spm`).
+
+    `refuse_pair`: the command that cannot use a pair (yet); a pair found then raises
+    ValueError naming it and `directory`. FileNotFoundError naming `directory` when it holds
+    neither kind; ValueError when it holds both.
+    """
+    kind = saved_tokenizer_kind(directory)
+    if kind is SentencePiecePair and refuse_pair:
+        raise ValueError(f"{os.fspath(directory)} holds a SentencePiece pair "
+                         "(an imported model's separate source and target tokenizers), which "
+                         f"{refuse_pair} cannot use yet; it needs a shared subword vocabulary "
+                         f"({MODEL_FILENAME})")
+    return kind.load(directory)
+
+
+def tokenizer_files(directory: str | os.PathLike) -> list[str]:
+    """The paths of the files `load_tokenizer(directory)` reads."""
+    names = ((MODEL_FILENAME,) if saved_tokenizer_kind(directory) is SubwordTokenizer
+             else PAIR_FILENAMES)
+    return [os.path.join(os.fspath(directory), name) for name in names]
+
+
+def saved_tokenizer_kind(directory: str | os.PathLike) -> type:
+    """`SubwordTokenizer` or `SentencePiecePair`: the kind saved in `directory`, told by its
+    `spm.model` or its `vocabulary.json` (FileNotFoundError naming `directory` when it holds
+    neither, ValueError when both)."""
+    subword, pair = (os.path.isfile(os.path.join(os.fspath(directory), name))
+                     for name in (MODEL_FILENAME, VOCABULARY_FILENAME))
+    if subword and pair:
+        raise ValueError(f"{os.fspath(directory)}: holds both a subword vocabulary "
+                         f"({MODEL_FILENAME}) and a SentencePiece pair ({VOCABULARY_FILENAME}): "
+                         "which one is meant is not clear")
+    if not (subword or pair):
+        raise FileNotFoundError(f"no tokenizer in {os.fspath(directory)!r} (neither "
+                                f"{MODEL_FILENAME} nor {VOCABULARY_FILENAME})")
+    return SubwordTokenizer if subword else SentencePiecePair
+
+
+def _processor(model: bytes, argument: str) -> sentencepiece.SentencePieceProcessor:
+    """`model` (a serialized SentencePiece model) loaded; ValueError naming `argument` if it
+    is none."""
+    try:
+        return sentencepiece.SentencePieceProcessor(model_proto=model)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"{argument}: not a serialized SentencePiece model ({error})") from None
+
+
+def _resource_name(model: bytes) -> str:
+    """The name of the SentencePiece resource of `model`: the same for the same model only."""
+    return f"sentencepiece_{hashlib.sha256(model).hexdigest()[:16]}"
+
+
+def _checked_pieces(pieces: Sequence[str], argument: str) -> tuple[str, ...]:
+    """`pieces` as a tuple, after checking that they are strings starting with
+    `SPECIAL_PIECES`, without duplicates (ValueError naming `argument` otherwise)."""
+    pieces = tuple(pieces)
+    for index, piece in enumerate(pieces):
+        if not isinstance(piece, str):
+            raise ValueError(f"{argument}[{index}]: {piece!r} is not a string")
+    if pieces[:len(SPECIAL_PIECES)] != SPECIAL_PIECES:
+        raise ValueError(f"{argument}: must start with {list(SPECIAL_PIECES)} (our ids "
+                         f"{PAD_ID}-{EOS_ID}), starts with {list(pieces[:len(SPECIAL_PIECES)])}")
+    first: dict[str, int] = {}
+    for index, piece in enumerate(pieces):
+        if piece in first:
+            raise ValueError(f"{argument}: {piece!r} is at ids {first[piece]} and {index}")
+        first[piece] = index
+    return pieces

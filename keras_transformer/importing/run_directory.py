@@ -1,0 +1,102 @@
+"""An imported model written as a run directory, whole or not at all: `config.json` (the
+recipe), `model.weights.h5`, `vocab/` (the tokenizer's files) and `import.json` (where the model
+came from: its format, origin, the files read with their SHA-256 digests, its licence and README
+text). Every command takes it like a run kt-train wrote."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from keras_transformer.config import Recipe, SearchSettings, TrainingSettings
+from keras_transformer.data.sentencepiece_pair import SentencePiecePair
+from keras_transformer.importing.marian import MarianModel
+from keras_transformer.model import Transformer
+from keras_transformer.training.run_dir import CONFIG_FILE, RunDir
+
+IMPORT_FILE = "import.json"
+_NOTICE_NAMES = ("README", "LICENSE", "LICENCE")  # text files of the origin kept in import.json
+_NOTICE_BYTES = 20_000
+
+
+def imported_transformer(imported: MarianModel) -> Transformer:
+    """Our `Transformer` with the imported weights.
+
+    Raises:
+        ValueError: when the imported weights and the model's variables differ in names or
+            shapes (a bug of the importer, never silently half-loaded).
+    """
+    model = Transformer(imported.config)
+    variables = {variable.path.split("/", 1)[1]: variable for variable in model.weights}
+    if set(variables) != set(imported.arrays):
+        raise ValueError(f"import: weights without a variable "
+                         f"{sorted(set(imported.arrays) - set(variables))}, variables without a "
+                         f"weight {sorted(set(variables) - set(imported.arrays))}")
+    for name, variable in variables.items():
+        variable.assign(np.asarray(imported.arrays[name], np.float32).reshape(variable.shape))
+    return model
+
+
+def write_imported_run(imported: MarianModel, output_dir: str | os.PathLike, origin: str,
+                       source_format: str) -> RunDir:
+    """Writes `imported` as the run directory `output_dir`, which must not exist yet.
+
+    Everything is written into a temporary folder beside it and renamed into place last, so an
+    interrupted import leaves no directory that looks like a run.
+
+    Args:
+        imported: the model read from its folder.
+        output_dir: the run directory to create.
+        origin: where the model came from (the folder, or a name), recorded in `import.json`.
+        source_format: the format read (e.g. "marian").
+
+    Returns:
+        The new run directory.
+    """
+    output_dir = Path(output_dir)
+    if output_dir.exists():
+        raise ValueError(f"--output-dir: {str(output_dir)!r} exists; an import writes a new "
+                         "run directory")
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.import-"))
+    try:
+        run = RunDir(staging)
+        recipe = Recipe(architecture=imported.config, training=TrainingSettings(),
+                        search=SearchSettings(beam_size=imported.beam_size))
+        run.write_json(CONFIG_FILE, recipe.to_dict())
+        SentencePiecePair(imported.source_spm, imported.target_spm, imported.source_pieces,
+                          imported.target_pieces).save(run.vocab)
+        imported_transformer(imported).save_weights(run.final_weights)
+        run.write_json(IMPORT_FILE, import_record(imported, origin, source_format))
+        os.replace(staging, output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return RunDir(output_dir)
+
+
+def import_record(imported: MarianModel, origin: str, source_format: str) -> dict[str, Any]:
+    """What `import.json` holds: the format, the origin, each file read with its SHA-256, the
+    model's own options, and the text of the origin folder's README and licence files."""
+    folder = imported.files[0].parent
+    notices = {path.name: path.read_bytes()[:_NOTICE_BYTES].decode("utf-8", "replace")
+               for path in sorted(folder.iterdir())
+               if path.is_file() and path.name.upper().startswith(_NOTICE_NAMES)}
+    return {"format": source_format, "origin": origin,
+            "files": {str(path.relative_to(folder)): _sha256(path) for path in imported.files},
+            "options": json.loads(json.dumps(imported.options, default=str)),
+            "notices": notices}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

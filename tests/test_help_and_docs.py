@@ -1,0 +1,176 @@
+"""Help texts and docs against the code: every command's `--help` shows each option's default
+and describes the command in whole sentences, and every `--flag` the prose of README.md and
+docs/*.md names exists in the command it names (the shell blocks: tests/test_readme.py)."""
+import argparse
+import importlib
+import importlib.util
+import re
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from trainers.common import DEFAULT_PRESET
+from trainers.launch import COMMANDS
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+CLIENT = "examples/serving_client.py"
+
+
+class _Parsed(Exception):
+    """Raised instead of parsing: the parser a command built is all the test wants."""
+
+
+def parser_of(parse_args: Callable[[list[str]], object],
+              monkeypatch: pytest.MonkeyPatch) -> argparse.ArgumentParser:
+    """The `argparse` parser a command's `parse_args` builds, caught as it parses."""
+    caught = []
+
+    def catch(parser, *args, **kwargs):
+        caught.append(parser)
+        raise _Parsed
+
+    with monkeypatch.context() as patch:
+        patch.setattr(argparse.ArgumentParser, "parse_args", catch)
+        with pytest.raises(_Parsed):
+            parse_args([])
+    return caught[0]
+
+
+def command_parser(command: str, monkeypatch: pytest.MonkeyPatch) -> argparse.ArgumentParser:
+    """The parser of `trainers.<command>` (`python -m trainers COMMAND`, `kt-*`)."""
+    return parser_of(importlib.import_module(f"trainers.{command}").parse_args, monkeypatch)
+
+
+def client_parser(monkeypatch: pytest.MonkeyPatch) -> argparse.ArgumentParser:
+    """The parser of examples/serving_client.py."""
+    spec = importlib.util.spec_from_file_location("serving_client",
+                                                  ROOT / "examples" / "serving_client.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return parser_of(module.parse_args, monkeypatch)
+
+
+def shown_forms(value) -> set[str]:
+    """How a default may be written in a help text: `64`, `2,000,000`, `10` for 10.0, `en`."""
+    if isinstance(value, list):
+        return {" ".join(map(str, value))}
+    forms = {str(value)}
+    if isinstance(value, int) and not isinstance(value, bool):
+        forms.add(f"{value:,}")
+    if isinstance(value, float):
+        forms |= {f"{value:g}", f"{value:,g}"}
+    return forms
+
+
+def options_with_defaults(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The parser's shown options and arguments that have a default worth showing (not None,
+    not a switch's False, not an empty list)."""
+    return [action for action in parser._actions
+            if action.help != argparse.SUPPRESS and action.default is not None
+            and action.default is not False and action.default != []
+            and action.default != argparse.SUPPRESS]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_shows_every_default(command, monkeypatch):
+    """Each option with a default says "default" and shows the value (`(default: 64)`,
+    `translation (default)`)."""
+    parser = command_parser(command, monkeypatch)
+    missing = []
+    for action in options_with_defaults(parser):
+        # As --help prints it (a formatter class may add the default).
+        text = parser._get_formatter()._expand_help(action) if action.help else ""
+        if "default" not in text or not any(form in text
+                                             for form in shown_forms(action.default)):
+            missing.append(f"{'/'.join(action.option_strings) or action.dest} "
+                           f"(default {action.default!r}): {text!r}")
+    assert not missing, f"{command}: help without its default:\n" + "\n".join(missing)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_descriptions_are_whole_sentences(command, monkeypatch):
+    description = command_parser(command, monkeypatch).description
+    assert description.endswith(".") and description.count("(") == description.count(")")
+
+
+@pytest.mark.parametrize("command", [command for command in COMMANDS if command in (
+    "evaluate", "export", "plot_attention", "translate", "translate_corpus")])
+def test_weights_help_says_which_weights_are_the_default(command, monkeypatch):
+    action = next(action for action in command_parser(command, monkeypatch)._actions
+                  if "--weights" in action.option_strings)
+    assert "default: the weights the run's result.json chose" in action.help
+    assert "see above" not in action.help and "as kt-evaluate" not in action.help
+
+
+def test_train_and_prepare_have_one_default_preset(monkeypatch):
+    presets = {command: next(action.default
+                             for action in command_parser(command, monkeypatch)._actions
+                             if "--preset" in action.option_strings)
+               for command in ("train", "prepare")}
+    assert presets == {"train": DEFAULT_PRESET, "prepare": DEFAULT_PRESET}
+
+
+def test_export_help_names_the_models_it_takes(monkeypatch):
+    """`kt-export`'s model: a .keras file, a directory holding one, or a run directory (what
+    `export.load_model` takes); a directory of checkpoints alone is refused."""
+    model = next(action for action in command_parser("export", monkeypatch)._actions
+                 if action.dest == "model")
+    assert "checkpoint directory" not in model.help
+    assert all(kind in model.help for kind in (".keras file", "directory holding one",
+                                               "run directory"))
+
+
+def prose_code_spans() -> list[tuple[str, str]]:
+    """(file name, text) of every inline code span outside the fenced blocks of
+    `DOCUMENTS` that holds a `--flag`."""
+    spans = []
+    for path in DOCUMENTS:
+        prose = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+        spans += [(path.name, " ".join(span.split()))
+                  for span in re.findall(r"`([^`]+)`", prose) if re.search(r"(^|\s)--\w", span)]
+    return spans
+
+
+def span_command(span: str) -> str | None:
+    """The project command a code span runs (`kt-train ...` -> "train", `python -m trainers
+    moses_form ...` -> "moses_form", `examples/serving_client.py ...` -> `CLIENT`), "" for a
+    bare `--flag ...`, None for another program's line (`sacrebleu ...`, `docker run ...`)."""
+    words = span.split()
+    if words[0].startswith("--"):
+        return ""
+    if words[0] == CLIENT:
+        return CLIENT
+    if words[0].startswith("kt-"):
+        return words[0][3:].replace("-", "_")
+    if words[:3] == ["python", "-m", "trainers"]:
+        return words[3]
+    return words[0] if words[0] in COMMANDS else None
+
+
+def flags_of(parser: argparse.ArgumentParser) -> set[str]:
+    return {flag for action in parser._actions for flag in action.option_strings}
+
+
+def test_every_flag_the_prose_names_exists(monkeypatch):
+    """A span naming a command (`kt-export --describe`) uses that command's flags; a bare
+    `--flag` is some command's (or examples/serving_client.py's). Flags spelled with
+    underscores are TF Serving's (`--model_config_file`), never the project's."""
+    spans = prose_code_spans()
+    assert len(spans) > 50  # the prose is read
+    flags = {command: flags_of(command_parser(command, monkeypatch)) for command in COMMANDS}
+    flags[CLIENT] = flags_of(client_parser(monkeypatch))
+    everywhere = set().union(*flags.values())
+    unknown = []
+    for source, span in spans:
+        command = span_command(span)
+        if command is None:
+            continue
+        known = flags[command] if command else everywhere
+        for flag in re.findall(r"(?:^|[\s/])(--[\w-]+)", span):
+            if "_" in flag and not command:
+                continue  # TF Serving's
+            if flag not in known:
+                unknown.append(f"{source}: `{span}`: {flag}")
+    assert not unknown, "\n".join(unknown)

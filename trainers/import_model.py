@@ -1,0 +1,53 @@
+"""`kt-import`: a released Marian (OPUS-MT) model folder as a run directory.
+
+    kt-import opus-mt-en-de/ --output-dir runs/opus-mt-en-de
+    echo "A man rides a bike." | kt-translate runs/opus-mt-en-de
+
+The folder is a Marian release (`decoder.yml`, the `.npz` model, its vocabulary `.yml`,
+`source.spm`, `target.spm`). The run directory holds our config, weights and tokenizer pair,
+and `import.json` (origin, file digests, licence and README text); every command takes it like
+a run kt-train wrote. A model we cannot represent is refused by name before anything is written.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+FORMATS = ("marian",)
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The command line's options (`argv`: default `sys.argv[1:]`)."""
+    parser = argparse.ArgumentParser(prog="kt-import", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("folder", help="the model's release folder")
+    parser.add_argument("--output-dir", required=True,
+                        help="the run directory to create (must not exist)")
+    parser.add_argument("--format", choices=FORMATS, default="marian",
+                        help="the folder's format")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs the command line; returns its exit status (2 when the model is refused)."""
+    args = parse_args(argv)
+    from keras_transformer.importing.marian import MarianFormatError, read_marian_folder
+    from keras_transformer.importing.run_directory import write_imported_run
+
+    try:
+        imported = read_marian_folder(args.folder)
+        run = write_imported_run(imported, args.output_dir, args.folder, args.format)
+    except (MarianFormatError, ValueError) as error:
+        print(f"kt-import: {error}", file=sys.stderr)
+        return 2
+    config = imported.config
+    print(f"kt-import: {args.folder} -> {run.root} ({config.encoder_depth}+"
+          f"{config.decoder_depth} layers, d_model {config.d_model}, {config.norm}-norm, "
+          f"{config.activation}, {config.vocab_size} source / {config.output_vocab_size} target "
+          "ids)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
