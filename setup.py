@@ -23,6 +23,8 @@ setup(
         "importlib-resources>=6.0",
         # Marian models' options and vocabularies are YAML (`kt-import`).
         "pyyaml>=6.0.1",
+        # Hugging Face's layout of imported models (`model.safetensors`), read without torch.
+        "safetensors>=0.4",
         "sacrebleu>=2.4",
         "sentencepiece>=0.2.0",
         "matplotlib>=3.9",

@@ -12,8 +12,10 @@ from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity  # noqa: E
 from keras_transformer.model import Transformer  # noqa: E402
 from keras_transformer.optimization import (  # noqa: E402
     LossScaleOptimizer, TransformerSchedule, make_optimizer)
+from keras_transformer.training.loaded_run import LoadedRun, load_run  # noqa: E402
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 
-__all__ = ["BOS_ID", "EOS_ID", "LabelSmoothedCrossEntropy", "LossScaleOptimizer",
+__all__ = ["BOS_ID", "EOS_ID", "LabelSmoothedCrossEntropy", "LoadedRun", "LossScaleOptimizer",
            "MaskedTokenAccuracy", "PAD_ID", "PRESETS", "Perplexity", "Recipe", "SearchSettings",
-           "TrainingSettings", "Transformer", "TransformerConfig", "TransformerSchedule", "UNK_ID", "make_optimizer"]
+           "TrainingSettings", "Transformer", "TransformerConfig", "TransformerSchedule", "UNK_ID",
+           "load_run", "make_optimizer"]

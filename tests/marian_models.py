@@ -220,3 +220,71 @@ def tokenize(folder, sentence: str, side: str = "source",
     "target") SentencePiece pieces of model `folder`, after `>>language<<` when given."""
     processor = spm.SentencePieceProcessor(model_file=str(Path(folder) / f"{side}.spm"))
     return ([f">>{language}<<"] if language else []) + processor.encode(sentence, out_type=str)
+
+
+def write_huggingface_folder(marian_folder, folder) -> Path:
+    """The Marian model of `marian_folder` (post-norm, sinusoidal, no embedding layer norm: what
+    Hugging Face's Marian supports) written as Hugging Face's conversion lays it out:
+    `config.json`, `model.safetensors` (PyTorch `[out, in]` projections, a zero `<pad>` row
+    appended to the embeddings, names `model.encoder.layers.N...`), `vocab.json` (and
+    `target_vocab.json`), the SentencePiece models."""
+    from safetensors.numpy import save_file
+
+    marian_folder, folder = Path(marian_folder), Path(folder)
+    variant = read_variant(marian_folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = dict(np.load(marian_folder / "model.npz"))
+    decoder = yaml.safe_load((marian_folder / "decoder.yml").read_text())
+    vocabularies = [yaml.load((marian_folder / name).read_text(), Loader=yaml.BaseLoader)
+                    for name in decoder["vocabs"]]
+    tensors = {}
+
+    def padded(matrix):  # the conversion's extra `<pad>` row (its decoding start): zeros
+        return np.concatenate([matrix, np.zeros((1, *matrix.shape[1:]), matrix.dtype)])
+
+    for side, depth in (("encoder", variant.enc_depth), ("decoder", variant.dec_depth)):
+        for index in range(depth):
+            ours, theirs = f"{side}_l{index + 1}", f"model.{side}.layers.{index}"
+            attentions = {"self_attn": "self", "encoder_attn": "context"}
+            for attention, marian in attentions.items():
+                if side == "encoder" and attention == "encoder_attn":
+                    continue
+                for projection, letter in (("q", "q"), ("k", "k"), ("v", "v"), ("out", "o")):
+                    name = f"{theirs}.{attention}.{projection}_proj"
+                    tensors[f"{name}.weight"] = arrays[f"{ours}_{marian}_W{letter}"].T.copy()
+                    tensors[f"{name}.bias"] = arrays[f"{ours}_{marian}_b{letter}"][0]
+                norm = f"{theirs}.{attention}_layer_norm"
+                tensors[f"{norm}.weight"] = arrays[f"{ours}_{marian}_Wo_ln_scale"][0]
+                tensors[f"{norm}.bias"] = arrays[f"{ours}_{marian}_Wo_ln_bias"][0]
+            for number in (1, 2):
+                tensors[f"{theirs}.fc{number}.weight"] = arrays[f"{ours}_ffn_W{number}"].T.copy()
+                tensors[f"{theirs}.fc{number}.bias"] = arrays[f"{ours}_ffn_b{number}"][0]
+            tensors[f"{theirs}.final_layer_norm.weight"] = arrays[f"{ours}_ffn_ffn_ln_scale"][0]
+            tensors[f"{theirs}.final_layer_norm.bias"] = arrays[f"{ours}_ffn_ffn_ln_bias"][0]
+    if variant.tied_all:
+        tensors["model.shared.weight"] = padded(arrays["Wemb"])
+    else:
+        tensors["model.encoder.embed_tokens.weight"] = padded(arrays["encoder_Wemb"])
+        tensors["model.decoder.embed_tokens.weight"] = padded(arrays["decoder_Wemb"])
+    if not variant.tied_output:
+        tensors["lm_head.weight"] = padded(arrays["decoder_ff_logit_out_Wt"])
+    tensors["final_logits_bias"] = padded(arrays["decoder_ff_logit_out_b"].T).T.copy()
+    save_file(tensors, str(folder / "model.safetensors"))
+    sizes = [len(vocabulary) for vocabulary in vocabularies]
+    for name, vocabulary in zip(("vocab.json", "target_vocab.json"), vocabularies):
+        if name == "vocab.json" or not variant.tied_all:
+            mapping = {piece: int(index) for piece, index in vocabulary.items()}
+            (folder / name).write_text(json.dumps({**mapping, "<pad>": len(mapping)}))
+    config = {"model_type": "marian", "d_model": variant.dim_emb,
+              "encoder_layers": variant.enc_depth, "decoder_layers": variant.dec_depth,
+              "encoder_attention_heads": variant.heads, "decoder_attention_heads": variant.heads,
+              "encoder_ffn_dim": variant.dim_ffn, "decoder_ffn_dim": variant.dim_ffn,
+              "activation_function": variant.activation, "vocab_size": sizes[0] + 1,
+              "decoder_vocab_size": sizes[-1] + 1, "pad_token_id": sizes[0],
+              "decoder_start_token_id": sizes[-1], "eos_token_id": 0, "scale_embedding": True,
+              "share_encoder_decoder_embeddings": variant.tied_all,
+              "tie_word_embeddings": variant.tied_output, "num_beams": 4}
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    for name in ("source.spm", "target.spm"):
+        (folder / name).write_bytes((marian_folder / name).read_bytes())
+    return folder

@@ -8,10 +8,12 @@ import tensorflow as tf
 import yaml
 
 import keras_transformer as kt
+from keras_transformer.importing.huggingface import read_huggingface_folder
 from keras_transformer.importing.marian import MarianFormatError, read_marian_folder
 from keras_transformer.importing.run_directory import (IMPORT_FILE, imported_transformer,
                                                        write_imported_run)
-from marian_models import MarianVariant, tokenize, training_sentences, write_marian_model
+from marian_models import (MarianVariant, tokenize, training_sentences, write_huggingface_folder,
+                           write_marian_model)
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 from ctranslate2.converters import OpusMTConverter  # noqa: E402
@@ -133,3 +135,41 @@ def test_greedy_translations_equal_ctranslate2s(name, tmp_path):
         pieces = [imported.target_pieces[index] for index in row
                   if index not in (kt.PAD_ID, kt.BOS_ID, kt.EOS_ID)]
         assert pieces == result.hypotheses[0]
+
+
+@pytest.mark.parametrize("name", ["post_swish_tied_all", "untied_output_2_1"])
+def test_the_hugging_face_layout_imports_the_same_model(name, tmp_path):
+    """The same weights in Hugging Face's layout (transposed, renamed, a padding row appended):
+    the same config, weights and vocabularies as the native import, so the same
+    log-probabilities."""
+    native_folder = write_marian_model(tmp_path / "marian", VARIANTS[name])
+    native = read_marian_folder(native_folder)
+    converted = read_huggingface_folder(write_huggingface_folder(native_folder,
+                                                                 tmp_path / "hf"))
+    assert converted.config == native.config
+    assert (converted.source_pieces, converted.target_pieces) == (native.source_pieces,
+                                                                  native.target_pieces)
+    assert set(converted.arrays) == set(native.arrays)
+    for key, array in native.arrays.items():
+        np.testing.assert_array_equal(converted.arrays[key], array, err_msg=key)
+
+
+def test_a_hugging_face_folder_without_safetensors_is_refused_by_name(tmp_path):
+    folder = write_huggingface_folder(write_marian_model(tmp_path / "marian"), tmp_path / "hf")
+    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
+    with pytest.raises(MarianFormatError, match="pytorch_model.bin: a PyTorch .bin needs torch"):
+        read_huggingface_folder(folder)
+
+
+def test_kt_import_writes_a_run_or_refuses_by_name(tmp_path, capsys):
+    from trainers import import_model
+
+    marian_folder = write_marian_model(tmp_path / "marian")
+    hf_folder = write_huggingface_folder(marian_folder, tmp_path / "hf")
+    assert import_model.main([str(hf_folder), "--output-dir", str(tmp_path / "run")]) == 0
+    assert json.loads((tmp_path / "run" / IMPORT_FILE).read_text())["format"] == "huggingface"
+    assert "2+2 layers" in capsys.readouterr().err
+    (marian_folder / "source.spm").unlink()
+    assert import_model.main([str(marian_folder), "--output-dir", str(tmp_path / "run2")]) == 2
+    assert "source.spm: no such file" in capsys.readouterr().err
+    assert not (tmp_path / "run2").exists()

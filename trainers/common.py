@@ -18,7 +18,7 @@ from keras_transformer.data.sentencepiece_pair import load_tokenizer
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.model import Transformer
 from trainers.probes import choose_kernels
-from keras_transformer.training.checkpoints import load_weights_file
+from keras_transformer.training.loaded_run import load_run
 from keras_transformer.training.progress import CountProgress, stage
 from keras_transformer.training.run_dir import RunDir
 
@@ -145,17 +145,8 @@ def set_up_kernels(config: TransformerConfig, recorded: Optional[str] = None,
 
 
 def run_model(run_dir: str, weights: Optional[str] = None) -> Transformer:
-    """The model of a run directory with `weights` (default: `RunDir.default_weights`), built
-    with the kernel set the run trained with (`set_up_kernels`)."""
-    run = RunDir(run_dir)
-    config = run.load_recipe().architecture
-    set_up_kernels(config, run.recorded_options().get("kernels"))
-    path = Path(weights) if weights else run.default_weights()
-    if not path.is_file():
-        raise FileNotFoundError(f"--weights: no such file {str(path)!r}")
-    model = Transformer(config)
-    load_weights_file(model, path)
-    return model
+    """`load_run_model`'s model."""
+    return load_run_model(run_dir, weights)[0]
 
 
 def add_weights_argument(parser: argparse.ArgumentParser, run_directory_only: bool) -> None:
@@ -171,8 +162,15 @@ def add_weights_argument(parser: argparse.ArgumentParser, run_directory_only: bo
 
 def load_run_model(run_dir: str, weights: Optional[str] = None
                    ) -> tuple[Transformer, SubwordTokenizer]:
-    """`run_model` and the run's tokenizer."""
-    return run_model(run_dir, weights), load_tokenizer(RunDir(run_dir).vocab)
+    """The model of a run directory holding `weights` (`--weights`; default: the run's
+    choice, `RunDir.default_weights`) and its tokenizer (`kt.load_run`), under the kernel set
+    the run trained with (`set_up_kernels`, before the model is built)."""
+    if weights and not Path(weights).is_file():
+        raise FileNotFoundError(f"--weights: no such file {weights!r}")
+    run = RunDir(run_dir)
+    set_up_kernels(run.load_recipe().architecture, run.recorded_options().get("kernels"))
+    loaded = load_run(run_dir, weights)
+    return loaded.model, loaded.tokenizer
 
 
 def add_ensemble_argument(parser: argparse.ArgumentParser) -> None:

@@ -4,17 +4,19 @@
     echo "A man rides a bike." | kt-translate runs/opus-mt-en-de
 
 The folder is a Marian release (`decoder.yml`, the `.npz` model, its vocabulary `.yml`,
-`source.spm`, `target.spm`). The run directory holds our config, weights and tokenizer pair,
+`source.spm`, `target.spm`) or the same model in Hugging Face's layout (`config.json`,
+`model.safetensors`, `vocab.json`, `source.spm`, `target.spm`). The run directory holds our config, weights and tokenizer pair,
 and `import.json` (origin, file digests, licence and README text); every command takes it like
 a run kt-train wrote. A model we cannot represent is refused by name before anything is written.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Optional, Sequence
 
-FORMATS = ("marian",)
+FORMATS = ("auto", "marian", "huggingface")
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -24,20 +26,27 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("folder", help="the model's release folder")
     parser.add_argument("--output-dir", required=True,
                         help="the run directory to create (must not exist)")
-    parser.add_argument("--format", choices=FORMATS, default="marian",
-                        help="the folder's format")
+    parser.add_argument("--format", choices=FORMATS, default="auto",
+                        help="the folder's layout (auto: Hugging Face's when it holds a "
+                             "config.json, else Marian's)")
     return parser.parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line; returns its exit status (2 when the model is refused)."""
     args = parse_args(argv)
+    from keras_transformer.importing.huggingface import read_huggingface_folder
     from keras_transformer.importing.marian import MarianFormatError, read_marian_folder
     from keras_transformer.importing.run_directory import write_imported_run
 
+    source_format = args.format
+    if source_format == "auto":
+        source_format = ("huggingface" if os.path.isfile(os.path.join(args.folder, "config.json"))
+                         else "marian")
+    read = {"marian": read_marian_folder, "huggingface": read_huggingface_folder}[source_format]
     try:
-        imported = read_marian_folder(args.folder)
-        run = write_imported_run(imported, args.output_dir, args.folder, args.format)
+        imported = read(args.folder)
+        run = write_imported_run(imported, args.output_dir, args.folder, source_format)
     except (MarianFormatError, ValueError) as error:
         print(f"kt-import: {error}", file=sys.stderr)
         return 2

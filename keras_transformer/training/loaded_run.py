@@ -1,0 +1,102 @@
+"""A kt-train run directory loaded in Python: its model holding the weights the run chose, its
+tokenizer and its recipe (`load_run`, exported as `kt.load_run`).
+
+    run = kt.load_run("runs/demo")
+    run.translator().translate(tf.constant(["A man is riding a bike."]))["translation"]
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from keras_transformer.config import Recipe, SearchSettings
+from keras_transformer.model import Transformer
+from keras_transformer.training.checkpoints import load_weights_file
+from keras_transformer.training.run_dir import RunDir
+
+if TYPE_CHECKING:
+    from keras_transformer.data.sentencepiece_pair import SentencePiecePair
+    from keras_transformer.data.tokenizer import SubwordTokenizer
+    from keras_transformer.decoding.translator import Translator
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedRun:
+    """A run directory's model, tokenizer and settings (`load_run`).
+
+    Attributes:
+        model: a `Transformer` of the recipe's architecture holding `weights`.
+        tokenizer: the run's vocabulary (`vocab/`): a `SubwordTokenizer`, or the
+            `SentencePiecePair` of a model imported from elsewhere.
+        recipe: the run's settings (`config.json`): architecture, training and search.
+        weights: the weights file `model` holds.
+        weights_reason: why those weights (`RunDir.chosen_weights`' phrase, or "given").
+        results: what the run recorded (`RunDir.recorded_results`: the weights it chose,
+            their dev BLEU, the final test figures); {} for a run that recorded none.
+        run_dir: the run directory.
+    """
+
+    model: Transformer
+    tokenizer: SubwordTokenizer | SentencePiecePair
+    recipe: Recipe
+    weights: Path
+    weights_reason: str
+    results: dict[str, Any]
+    run_dir: RunDir
+
+    def translator(self, settings: Optional[SearchSettings] = None,
+                   **options: Any) -> Translator:
+        """A `Translator` (strings in, translations out) of the model and tokenizer that
+        searches with `settings` (default: the recipe's); `options` are its other arguments
+        (e.g. `step_builder=keras_transformer.fast.decoding_step()`)."""
+        from keras_transformer.decoding.translator import Translator  # see `load_run`
+
+        return Translator(self.model, self.tokenizer,
+                          self.recipe.search if settings is None else settings, **options)
+
+
+def load_run(path: str | os.PathLike, weights: str | os.PathLike | None = None) -> LoadedRun:
+    """Loads the run directory `path` (written by kt-train, or imported).
+
+    The model is a `Transformer` holding `weights`, by default the weights kt-train chose and
+    evaluation and export use (`RunDir.default_weights`: as `result.json` records, the better
+    on dev of the averaged and the final weights; else the averaged, else the final weights,
+    else the newest checkpoint). It runs under the kernel set in force
+    (`keras_transformer.fast.set_kernels`); the weights are the same under either.
+
+    Args:
+        path: the run directory.
+        weights: a `.weights.h5` file of this run's model to load instead.
+
+    Returns:
+        The `LoadedRun`.
+
+    Raises:
+        FileNotFoundError: `path` is not a run directory (no directory, no `config.json`, no
+            vocabulary or no weights), or `weights` does not exist.
+        ValueError: a file cannot be read as this run's (a bad `config.json`, a vocabulary of
+            another size than the model's, weights of another model).
+    """
+    # Imported here: `import keras_transformer`, which exports `load_run`, then loads neither
+    # the data package (tensorflow-datasets) nor tensorflow-text (about a second).
+    from keras_transformer.data.sentencepiece_pair import load_tokenizer
+
+    run = RunDir(path)
+    if not run.root.is_dir():
+        raise FileNotFoundError(f"run directory: no such directory {os.fspath(path)!r}")
+    recipe = run.load_recipe()
+    tokenizer = load_tokenizer(run.vocab)
+    if tokenizer.vocab_size != recipe.architecture.vocab_size:
+        raise ValueError(f"run directory {os.fspath(path)!r}: its vocabulary has "
+                         f"{tokenizer.vocab_size} ids, its config.json vocab_size="
+                         f"{recipe.architecture.vocab_size}")
+    if weights is None:
+        chosen, reason = run.chosen_weights()
+    else:
+        chosen, reason = Path(weights), "given"
+    model = Transformer(recipe.architecture)
+    load_weights_file(model, chosen)
+    return LoadedRun(model=model, tokenizer=tokenizer, recipe=recipe, weights=chosen,
+                     weights_reason=reason, results=run.recorded_results(), run_dir=run)
