@@ -1,16 +1,17 @@
 """The encoder-decoder Transformer (section 3) as a subclassed `keras.Model`."""
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import keras
 import tensorflow as tf
 from keras import ops
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.layers import (DecoderLayer, EncoderLayer, HookDropout, LayerNorm,
-                                      LearnedPositionalEmbedding, ScaledEmbedding,
+from keras_transformer.layers import (DecoderLayer, EncoderLayer, HeadsDense, HookDropout,
+                                      LayerNorm, LearnedPositionalEmbedding, ScaledEmbedding,
                                       SinusoidalPositionalEncoding)
+from keras_transformer.layers.attention import history_slots
 from keras_transformer.optimization import with_loss_scaling
 from keras_transformer.vocab_ids import PAD_ID
 
@@ -23,10 +24,12 @@ class Transformer(keras.Model):
     `decode_step` with `init_decode_cache` runs the decoder one position at a time, and
     `attention_weights` returns every layer's and head's attention distributions. `fit` and
     `evaluate` run Keras's own steps (`keras_transformer.fast.FastTransformer` is this model
-    with faster ones).
+    with faster ones). `enable_lora(rank)` (or `lora_rank=`) fine-tunes low-rank adapters of
+    the projections only.
     """
 
-    def __init__(self, config: Union[TransformerConfig, dict[str, Any]], **kwargs):
+    def __init__(self, config: Union[TransformerConfig, dict[str, Any]],
+                 lora_rank: Optional[int] = None, lora_alpha: Optional[float] = None, **kwargs):
         super().__init__(**kwargs)
         if isinstance(config, dict):
             config = TransformerConfig.from_saved(config)
@@ -69,6 +72,9 @@ class Transformer(keras.Model):
         self.decoder_norm = final_norm("decoder_norm")
         self.output_bias = None
         self.build()
+        self.lora_rank = self.lora_alpha = None
+        if lora_rank:
+            self.enable_lora(lora_rank, lora_alpha)
 
     def build(self, input_shape=None) -> None:
         hidden = (None, None, self.config.d_model)
@@ -159,50 +165,70 @@ class Transformer(keras.Model):
                 "encoder_decoder": encoder_decoder}
 
     # ------------------------------------------------------------------ incremental decoding
-    def init_decode_cache(self, encoder_output, beam_size: int, max_length,
-                          vocabulary_ids=None) -> dict[str, Any]:
-        """Decoder state for `decode_step`.
+    def init_decode_cache(self, encoder_output, rows_per_sentence: int, max_length,
+                          vocabulary_ids=None, static_shapes: bool = False) -> dict[str, Any]:
+        """The decoder's state for `decode_step`: `rows_per_sentence` hypotheses (rows) of each
+        sentence of `encoder_output` `[batch, src_len, d_model]`, at most `max_length`
+        positions.
 
-        `cross`: each layer's encoder keys/values, computed once per sentence and shared by
-        its `beam_size` hypotheses. `self`: per-layer self-attention caches of
-        `batch * beam_size` rows (one per hypothesis) and `max_length` positions, filled one
-        position per step; a beam search reorders their rows with the hypotheses.
-        `output`: the pre-softmax projection (and bias), or its columns of `vocabulary_ids`
-        (`output_weights`).
+        Fixed during a search: `output`, the pre-softmax projection (`output_weights`, of
+        `vocabulary_ids` only when given); `positions`, the target positional encodings of
+        positions `0 .. max_length - 1`; `layers`, each decoder layer's
+        `DecoderLayer.step_weights` (its matrices, and the encoder keys and values each
+        sentence's rows share). Written by each step: `self`, each layer's self-attention
+        cache (`MultiHeadAttention.init_cache`, position-major), and `ancestors`
+        `[rows, max_length]`, the cache row holding each position of each row's history. A
+        row writes its newest position into its own cache row; a beam search moving
+        hypotheses moves their ancestors (`reorder_decode_cache`), never the caches.
+        `static_shapes`: buffers for XLA (`decode_step`'s).
         """
-        rows = ops.shape(encoder_output)[0] * beam_size
+        dtype = self.compute_dtype
+        rows = ops.shape(encoder_output)[0] * rows_per_sentence
         return {"output": self.output_weights(vocabulary_ids),
-                "cross": self.cross_cache(encoder_output),
-                "self": [layer.self_attention.init_cache(rows, max_length, self.compute_dtype)
-                         for layer in self.decoder_layers]}
+                "positions": self.target_positions.at(ops.arange(max_length)),
+                "layers": [layer.step_weights(encoder_output, dtype)
+                           for layer in self.decoder_layers],
+                "self": [layer.self_attention.init_cache(rows, max_length, dtype, static_shapes)
+                         for layer in self.decoder_layers],
+                "ancestors": tf.tile(tf.range(rows)[:, None], tf.stack([1, max_length]))}
 
-    def cross_cache(self, encoder_output) -> list[dict[str, tf.Tensor]]:
-        """Each decoder layer's encoder keys and values `{"key", "value"}`, `[batch, heads,
-        src_len, dim]`."""
-        return [dict(zip(("key", "value"), layer.cross_attention.project_key_value(
-            encoder_output))) for layer in self.decoder_layers]
+    def decode_step(self, token_ids, position, cache, source_mask, static_shapes: bool = False):
+        """Logits `[batch, per sentence, vocab]` for the next token after `token_ids`
+        `[batch, per sentence]` at target `position` (0 for the start token), and `cache`
+        (`init_decode_cache`) with that position written.
 
-    def decode_step(self, token_ids, step, cache, source_mask):
-        """Logits `[batch, beam, vocab]` for the next token after `token_ids` `[batch, beam]`.
-
-        `token_ids` sit at target position `step` (0 for the start token); `source_mask` is
-        `[batch, src_len]`. Returns the logits and the cache with position `step` written.
+        `source_mask`: `[batch, src_len]`, True on real source tokens. `static_shapes` (what
+        XLA compiles): each row reads every position of its history, those after `position`
+        masked, instead of its `position + 1` written ones.
         """
-        x = self.embed_step(token_ids, step)
+        ancestors = cache["ancestors"]
+        rows, max_length = tf.shape(ancestors)[0], tf.shape(ancestors)[1]
+        ancestors = tf.where(tf.range(max_length) == position, tf.range(rows)[:, None],
+                             ancestors)
+        heads = self.config.num_heads
+        if static_shapes:
+            slots = history_slots(ancestors, max_length, heads)
+            written = (tf.range(max_length) <= position)[None, None]
+        else:
+            slots, written = history_slots(ancestors, position + 1, heads), None
+        embedded = self.embedding_output(
+            self.target_embedding(token_ids) + cache["positions"][position], "target")
+        x = tf.reshape(embedded, [rows, -1])
         cross_mask = ops.expand_dims(source_mask, 1)
         new_self = []
-        for layer, self_cache, cross_cache in zip(self.decoder_layers, cache["self"],
-                                                  cache["cross"]):
-            x, self_cache = layer.step(x, self_cache, cross_cache, step, cross_mask)
+        for layer, weights, self_cache in zip(self.decoder_layers, cache["layers"],
+                                              cache["self"]):
+            x, self_cache = layer.step(x, weights, self_cache, position, slots, written,
+                                       cross_mask)
             new_self.append(self_cache)
-        return self.step_logits(x, cache["output"]), {**cache, "self": new_self}
+        logits = self.step_logits(tf.reshape(x, tf.shape(embedded)), cache["output"])
+        return logits, {**cache, "self": new_self, "ancestors": ancestors}
 
-    def embed_step(self, token_ids, step):
-        """The decoder input `[batch, beam, d_model]` of `token_ids` `[batch, beam]` at target
-        position `step` (no dropout: inference)."""
-        x = self.target_embedding(token_ids)
-        return self.embedding_output(x + self.target_positions(x[:, :1], start_index=step),
-                                     "target")
+    @staticmethod
+    def reorder_decode_cache(cache: dict[str, Any], parents) -> dict[str, Any]:
+        """`cache` (`init_decode_cache`) with row `i` continuing row `parents[i]`: only the
+        `ancestors` move (a beam search's reorder)."""
+        return {**cache, "ancestors": tf.gather(cache["ancestors"], parents)}
 
     def step_logits(self, hidden, output: dict[str, tf.Tensor]):
         """Float32 logits `[batch, beam, vocab]` of a decoding step's output `hidden` with the
@@ -256,6 +282,12 @@ class Transformer(keras.Model):
         the copy."""
         if self.output_projection is not None:
             kernel = self.output_projection.kernel
+            mode = self.output_projection.quantization_mode
+            if mode == "int8":  # Keras's int8 `Dense.kernel` is the stored values: dequantize
+                kernel = ops.cast(kernel, "float32") / self.output_projection.kernel_scale
+            elif mode is not None:
+                raise ValueError(f"output_projection: decoding reads no {mode} kernel; "
+                                 "quantize with 'int8'")
             if vocabulary_ids is not None:
                 kernel = tf.gather(kernel, vocabulary_ids, axis=1)
         else:
@@ -265,8 +297,55 @@ class Transformer(keras.Model):
             kernel = tf.transpose(embeddings)
         return ops.cast(kernel, self.compute_dtype)
 
+    # ---------------------------------------------------------------------------------- LoRA
+    def projections(self) -> list[HeadsDense]:
+        """Every attention projection (W^Q, W^K, W^V, W^O) and feed-forward map, layer by
+        layer, encoder first."""
+        projections = []
+        for layer in (*self.encoder_layers, *self.decoder_layers):
+            attentions = [layer.self_attention] + (
+                [layer.cross_attention] if isinstance(layer, DecoderLayer) else [])
+            for attention in attentions:
+                projections += [attention.query_dense, attention.key_dense,
+                                attention.value_dense, attention.output_dense]
+            projections += [layer.feed_forward.inner, layer.feed_forward.outer]
+        return projections
+
+    def enable_lora(self, rank: int, lora_alpha: Optional[float] = None) -> None:
+        """Gives each projection (`projections()`) trainable LoRA adapters of `rank`
+        (`HeadsDense.enable_lora`, scale `lora_alpha / rank`, 1 by default) and freezes every
+        other weight: kernels, biases, embeddings, layer norms, the output bias. Compile after
+        it."""
+        if self.lora_rank:
+            raise ValueError(f"LoRA is already enabled (rank {self.lora_rank})")
+        projections = self.projections()
+        for dense in projections:
+            dense.enable_lora(rank, lora_alpha)
+        adapters = {id(dense.lora_kernel_a) for dense in projections} | {
+            id(dense.lora_kernel_b) for dense in projections}
+        for weight in self.weights:
+            weight.trainable = id(weight) in adapters
+        self.lora_rank, self.lora_alpha = rank, projections[0].lora_alpha
+
+    def merge_lora(self) -> "Transformer":
+        """A new plain model of the same config and name that computes what this LoRA model
+        computes: each projection's kernel is this one's effective `kernel` (the adapters'
+        scaled product folded in), every other weight a copy. This model is left as it is. An
+        export of the merged model serves one kernel per projection."""
+        if not self.lora_rank:
+            raise ValueError("LoRA is not enabled; there is nothing to merge")
+        merged = type(self)(self.config, name=self.name)
+        weights = {weight.path: weight for weight in self.weights}
+        for weight in merged.weights:
+            weight.assign(weights[weight.path])
+        for dense, merged_dense in zip(self.projections(), merged.projections()):
+            merged_dense.kernel.assign(dense.kernel)
+        return merged
+
     def get_config(self) -> dict[str, Any]:
-        return {"name": self.name, "config": self.config.to_dict()}
+        lora = ({"lora_rank": self.lora_rank, "lora_alpha": self.lora_alpha} if self.lora_rank
+                else {})
+        return {"name": self.name, "config": self.config.to_dict(), **lora}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "Transformer":

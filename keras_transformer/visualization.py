@@ -43,12 +43,13 @@ def attention_maps(model: Transformer, tokenizer: SubwordTokenizer, source: str,
                    target: str) -> list[AttentionMap]:
     """Every layer's attention of each kind for one teacher-forced sentence pair."""
     source_ids = tokenizer.tokenize(tf.constant([source]))[0].numpy().tolist() + [EOS_ID]
-    target_ids = [BOS_ID] + tokenizer.tokenize(tf.constant([target]))[0].numpy().tolist()
+    target_ids = [BOS_ID] + tokenizer.tokenize_target(tf.constant([target]))[0].numpy().tolist()
     limit = model.config.max_length
     source_ids, target_ids = source_ids[:limit], target_ids[:limit]
     weights = model.attention_weights(np.array([source_ids], "int32"),
                                       np.array([target_ids], "int32"))
-    source_tokens = tokenizer.id_to_piece(source_ids)
+    source_tokens = [piece.decode("utf-8") for piece in tokenizer.source_pieces_of(
+        tf.constant(source_ids, tf.int32)).numpy().tolist()]
     target_tokens = tokenizer.id_to_piece(target_ids)
     axes = {"encoder_self": (source_tokens, source_tokens),
             "decoder_self": (target_tokens, target_tokens),

@@ -2,10 +2,7 @@
 dtype policy."""
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,66 +28,9 @@ from keras_transformer.data import (  # noqa: E402
     write_demo_corpus,
 )
 from keras_transformer.precision import set_precision  # noqa: E402
+from helpers import train_vocab  # noqa: E402
 
 fast.active()  # installs the kernel set KT_KERNELS names for the in-process tests
-
-
-def run_script_json(script: str, timeout: int = 300) -> dict:
-    """Runs `script` in a fresh Python process (its own TensorFlow devices) from the project
-    root and returns the JSON object its last output line holds."""
-    completed = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[1],
-                               capture_output=True, text=True, timeout=timeout)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    return json.loads(completed.stdout.strip().splitlines()[-1])
-
-
-def final_json(output: str) -> dict:
-    """The JSON summary a command line prints last (TensorFlow may still log after it)."""
-    output = "\n" + output  # the summary may be the only output
-    summary, _ = json.JSONDecoder().raw_decode(output[output.rindex("\n{\n") + 1:])
-    return summary
-
-
-def final_weights(run_dir: Path) -> list:
-    """The trainable weights (numpy arrays) a finished kt-train run saved in `run_dir`."""
-    import keras_transformer as kt
-    from keras_transformer.training.run_dir import RunDir
-
-    model = kt.Transformer(RunDir(run_dir).load_recipe().architecture)
-    model.load_weights(run_dir / "model.weights.h5")
-    return [variable.numpy() for variable in model.trainable_weights]
-
-
-def random_run(vocab: Path, root: Path, **overrides):
-    """A run directory (`RunDir`) of a random one-layer `tiny` model on `vocab`, its weights
-    spread out so that its translations and samples vary."""
-    import shutil
-
-    import numpy as np
-
-    import keras_transformer as kt
-    from keras_transformer.training.checkpoints import save_weights_atomic
-    from keras_transformer.training.run_dir import RunDir
-
-    recipe = kt.Recipe.preset("tiny", vocab_size=SubwordTokenizer.load(vocab).vocab_size,
-                              **{"num_layers": 1, "max_length": 24, "beam_size": 1,
-                                 **overrides})
-    run_dir = RunDir(root)
-    run_dir.write_json("config.json", recipe.to_dict())
-    shutil.copytree(vocab, run_dir.vocab)
-    model = kt.Transformer(recipe.architecture)
-    rng = np.random.default_rng(0)
-    model.set_weights([weight + rng.normal(size=weight.shape).astype("float32") * 0.3
-                       for weight in model.get_weights()])
-    save_weights_atomic(model, run_dir.final_weights)
-    return run_dir
-
-
-def train_vocab(pairs: tuple[list[str], list[str]], size: int, directory: Path) -> Path:
-    """Learns a shared vocabulary of `size` pieces from both sides of `pairs` into `directory`."""
-    sources, targets = pairs
-    SubwordTokenizer.train(sources + targets, size, directory)
-    return directory
 
 
 @pytest.fixture(scope="session")
@@ -167,13 +107,3 @@ def precision(request: pytest.FixtureRequest) -> Iterator[str]:
         yield set_precision(request.param)
     finally:
         keras.config.set_dtype_policy("float32")
-
-
-class FakeClock:
-    """A clock the test moves."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now

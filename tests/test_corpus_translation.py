@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import random_run
+from helpers import random_run
 from keras_transformer import fast
 from keras_transformer.distillation.corpus_translation import CorpusTranslation, Shard
 from keras_transformer.decoding.translator import Translator

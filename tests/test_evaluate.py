@@ -8,7 +8,7 @@ from keras_transformer.data import write_demo_corpus
 from keras_transformer.evaluation import (corpus_scores, tokenized_lowercase_bleu,
                                           translate_corpus)
 from trainers import average_checkpoints, evaluate, train
-from conftest import final_json
+from helpers import final_json
 
 REFERENCES = ["Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
               "Zwei Hunde spielen im \"hohen\" Gras."]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from keras_transformer.data import write_demo_corpus
-from test_reliability import MICRO, ROOT, run_args
+from helpers import MICRO, ROOT, run_args
 from trainers import prepare, train
 
 

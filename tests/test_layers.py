@@ -174,28 +174,49 @@ def test_post_norm_and_pre_norm_residuals():
     np.testing.assert_allclose(pre.normalize_input(x), post.layer_norm(x), rtol=1e-5)
 
 
+X = rng.normal(size=(2, 5, 8)).astype("float32")
+
+
+def built(layer, *shapes):
+    """`layer`, built for inputs of `shapes` first if it is not (a call on a method other
+    than `call` does not build it)."""
+    if not layer.built:
+        layer.build(*shapes)
+    return layer
+
+
+IDS = np.array([[4, 5, 0], [7, 2, 9]], "int32")
+# Each layer with settings other than its defaults, and a call on inputs.
 LAYERS = [
-    (lambda: MultiHeadAttention(num_heads=2, key_dim=4, value_dim=3, dropout=0.1), (2, 5, 8)),
-    (lambda: PositionwiseFeedForward(d_ff=16), (2, 5, 8)),
-    (lambda: ResidualNorm("pre", 0.1), None),
-    (lambda: EncoderLayer(2, 4, 4, 16, dropout=0.1, norm="pre"), (2, 5, 8)),
-    (lambda: DecoderLayer(2, 4, 4, 16, dropout=0.1), None),
-    (lambda: ScaledEmbedding(11, 8), None),
-    (lambda: SinusoidalPositionalEncoding(), (2, 5, 8)),
-    (lambda: LearnedPositionalEmbedding(12), (2, 5, 8)),
+    (lambda: MultiHeadAttention(num_heads=2, key_dim=4, value_dim=3, dropout=0.1),
+     {"num_heads": 2, "key_dim": 4, "value_dim": 3, "dropout": 0.1}, lambda layer: layer(X)),
+    (lambda: PositionwiseFeedForward(d_ff=16, activation="swish"),
+     {"d_ff": 16, "activation": "swish"}, lambda layer: layer(X)),
+    (lambda: ResidualNorm("pre", 0.1, epsilon=1e-5), {"norm": "pre", "dropout": 0.1,
+                                                     "epsilon": 1e-5},
+     lambda layer: built(layer, X.shape)(X, layer.normalize_input(X))),
+    (lambda: EncoderLayer(2, 4, 4, 16, dropout=0.1, norm="pre", activation="gelu"),
+     {"d_ff": 16, "dropout": 0.1, "norm": "pre", "activation": "gelu"}, lambda layer: layer(X)),
+    (lambda: DecoderLayer(2, 4, 4, 16, dropout=0.2, attention_bias=False),
+     {"dropout": 0.2, "attention_bias": False},
+     lambda layer: built(layer, X.shape, X.shape)(X, X)),
+    (lambda: ScaledEmbedding(11, 8), {"vocab_size": 11, "d_model": 8}, lambda layer: layer(IDS)),
+    (lambda: SinusoidalPositionalEncoding("halves"), {"layout": "halves"},
+     lambda layer: layer(X)),
+    (lambda: LearnedPositionalEmbedding(12), {"max_length": 12}, lambda layer: layer(X)),
 ]
 
 
-@pytest.mark.parametrize("make, shape", LAYERS)
-def test_get_config_round_trip(make, shape):
+@pytest.mark.parametrize("make, settings, run", LAYERS)
+def test_get_config_round_trip(make, settings, run):
+    """The clone keeps every setting given (none falls back to its default) and, with the
+    same weights, computes the same outputs; Keras's serialization restores the class."""
     layer = make()
     clone = layer.__class__.from_config(layer.get_config())
-    assert clone.get_config() == layer.get_config()
-    if shape is not None:
-        x = rng.normal(size=shape).astype("float32")
-        layer(x), clone(x)
-        clone.set_weights(layer.get_weights())
-        np.testing.assert_allclose(clone(x), layer(x), rtol=1e-6)
+    assert {key: clone.get_config()[key] for key in settings} == settings
+    run(layer), run(clone)
+    clone.set_weights(layer.get_weights())
+    np.testing.assert_allclose(run(clone), run(layer), rtol=1e-6)
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert type(restored) is type(layer)
 

@@ -8,31 +8,9 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer import fast
 from keras_transformer.fast import packed
+from helpers import VARIANTS, assert_equal_to_rounding, random_ids, tiny_model
 
 rng = np.random.default_rng(0)
-VARIANTS = {
-    "paper": {},
-    "pre_norm_learned_untied_uneven": {"norm": "pre", "positional": "learned",
-                                       "share_embeddings": False, "tie_output": False,
-                                       "target_vocab_size": 70, "num_encoder_layers": 3,
-                                       "num_decoder_layers": 1},
-    # The options of models trained elsewhere (e.g. Marian's), all on.
-    "swish_halves_embedding_norm_output_bias": {
-        "activation": "swish", "sinusoid_layout": "halves", "embedding_norm": True,
-        "output_bias": True, "attention_bias": True},
-}
-
-
-def tiny_model(**overrides) -> kt.Transformer:
-    config = kt.TransformerConfig.preset("tiny", vocab_size=60, dropout=0.0, **overrides)
-    model = kt.Transformer(config)
-    if model.output_bias is not None:  # zeros when built: a bias that changes the logits
-        model.output_bias.assign(rng.normal(size=model.output_bias.shape).astype("float32"))
-    return model
-
-
-def random_ids(shape, low=4, high=60):
-    return rng.integers(low, high, size=shape).astype("int32")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -43,14 +21,6 @@ def test_logits_shape(variant):
 
 
 PRECISIONS = pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"], indirect=True)
-
-
-def assert_equal_to_rounding(actual, expected, precision: str) -> None:
-    """Equal up to float32 rounding, or 16-bit rounding compounded over a tiny model's layers."""
-    if precision == "float32":
-        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
-    else:
-        np.testing.assert_allclose(actual, expected, rtol=0, atol=0.02 * np.abs(expected).max())
 
 
 @PRECISIONS

@@ -9,7 +9,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.fast import kernels_scope
 from keras_transformer.fast.optimizers import FusedAdam
-from conftest import run_script_json
+from helpers import run_script_json
 
 SHAPES = [(50, 8), (8, 16), (16,), (3, 4, 5)]
 

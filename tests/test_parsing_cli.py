@@ -6,7 +6,7 @@ from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
 from keras_transformer.parsing.linearize import linearize, source_text
 from keras_transformer.parsing.trees import read_tree, read_tree_file
 from trainers import evaluate, train
-from conftest import final_json
+from helpers import final_json
 
 TREES = [
     "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .)))",

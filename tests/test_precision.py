@@ -6,22 +6,17 @@ import pytest
 
 import keras_transformer as kt
 import keras
-from keras_transformer.precision import (POLICIES, precision_scope, serving_copy,
+from keras_transformer.precision import (precision_scope, serving_copy,
                                                   resolve_precision)
 from trainers.train import compiled_model
-from test_model import VARIANTS, assert_equal_to_rounding, random_ids, tiny_model
-from test_training import PAIRS, padded
+from helpers import VARIANTS, assert_equal_to_rounding, random_ids, tiny_model
+from helpers import PAIRS, padded
 
 BFLOAT16 = pytest.mark.parametrize("precision", ["mixed_bfloat16"], indirect=True)
 
 
 def assert_close_to_rounding(actual, expected):
     assert_equal_to_rounding(actual, expected, "mixed_bfloat16")
-
-
-@pytest.mark.parametrize("name", POLICIES)
-def test_policies_pass_through(name):
-    assert resolve_precision(name) == name
 
 
 def test_unknown_policy_is_named():

@@ -13,7 +13,7 @@ from keras_transformer.training.callbacks import Schedule, StepClock
 from keras_transformer.training.progress import CountProgress, ProgressLines, duration, stage
 from trainers import prepare
 from trainers.common import counted_source
-from conftest import FakeClock
+from helpers import FakeClock
 
 
 def started_progress(max_steps, max_minutes):

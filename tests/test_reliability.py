@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from conftest import final_json, final_weights
+from helpers import final_json, final_weights
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.training.backup import (BackupError, list_backups, restore_latest,
                                                write_backup)
@@ -27,6 +27,7 @@ from keras_transformer.precision import precision_scope
 from keras_transformer.training.run_dir import RunDir
 from trainers import average_checkpoints, evaluate, export, train
 from trainers.train import compiled_model
+from helpers import run_args
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = kt.Recipe.preset("tiny", vocab_size=50, num_layers=1, max_length=16)
@@ -231,18 +232,6 @@ def test_tools_name_an_unreadable_weights_file(tmp_path, demo_vocab, capsys):
 
 
 # --- whole runs -------------------------------------------------------------------------------
-
-MICRO = ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
-         "--set", "num_layers=1", "--set", "batch_tokens=512", "--set", "max_length=48",
-         "--eval-sentences", "8", "--attention-sentences", "1", "--no-export",
-         "--precision", "float32", "--kernels", "fast", "--progress-seconds", "0"]
-
-
-def run_args(data: dict, run_dir: Path, *extra: str) -> list[str]:
-    return MICRO + ["--train-src", data["train"][0], "--train-tgt", data["train"][1],
-                    "--dev-src", data["dev"][0], "--dev-tgt", data["dev"][1],
-                    "--output-dir", str(run_dir), *extra]
-
 
 def start(argv: list[str], log: Path) -> subprocess.Popen:
     with open(log, "ab") as output:

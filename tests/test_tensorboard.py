@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from keras_transformer.metrics import MaskedTokenAccuracy
 from keras_transformer.training.callbacks import Schedule, StepClock, TensorBoardScalars
-from conftest import FakeClock
+from helpers import FakeClock
 
 
 def scalars(log_dir) -> dict[str, list[tuple[int, float]]]:

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from keras_transformer.training.callbacks import Schedule, StepClock, StopAtLimit
-from conftest import FakeClock
+from helpers import FakeClock
 
 
 def started_limit(max_steps, max_minutes, any_worker=None):

@@ -19,7 +19,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 from keras_transformer.data import write_demo_corpus
 from keras_transformer.serving.provenance import read_provenance
 from trainers import evaluate, train
-from conftest import final_json
+from helpers import final_json
 
 ROOT = Path(__file__).resolve().parents[1]
 MICRO = ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
@@ -298,7 +298,7 @@ def test_the_final_test_pass_decodes_the_float32_weights_whatever_the_training_p
     import argparse
 
     import keras_transformer as kt
-    from conftest import random_run
+    from helpers import random_run
     from keras_transformer.decoding.translator import Translator
     from keras_transformer.evaluation import translate_corpus
     from keras_transformer.precision import precision_scope

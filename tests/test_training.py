@@ -5,17 +5,7 @@ import keras
 
 import keras_transformer as kt
 from keras_transformer.model import source_padding_mask
-
-PAIRS = [([5, 6, 7], [9, 8]), ([7, 6], [10, 11, 12]), ([8, 9, 10, 11], [11, 10, 9, 8]),
-         ([12, 5], [5]), ([13, 14, 15], [6, 7, 13, 14]), ([4, 4, 9], [15, 12])]
-
-
-def padded(rows, width):
-    out = np.zeros((len(rows), width), "int32")
-    for i, row in enumerate(rows):
-        out[i, :len(row)] = row
-    return out
-
+from helpers import PAIRS, padded
 
 def greedy_by_full_recompute(model, source, max_len):
     """Reference greedy decoding: re-run the whole decoder for every new token."""

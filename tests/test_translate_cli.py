@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from conftest import random_run
+from helpers import random_run
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.serving.export import export_translator
 from keras_transformer.serving.loading import export_version, load_export

@@ -14,11 +14,11 @@ import keras_transformer  # noqa: F401  (selects the TensorFlow backend before k
 from keras_transformer import fast
 from keras_transformer.config import PRESETS, Recipe, SearchSettings, TransformerConfig
 from keras_transformer.data.prepare import ParallelSource, sample_sentences
-from keras_transformer.data.sentencepiece_pair import load_tokenizer
+from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.model import Transformer
 from trainers.probes import choose_kernels
-from keras_transformer.training.loaded_run import load_run
+from keras_transformer.training.loaded_run import chosen_model, load_run
 from keras_transformer.training.progress import CountProgress, stage
 from keras_transformer.training.run_dir import RunDir
 
@@ -145,8 +145,20 @@ def set_up_kernels(config: TransformerConfig, recorded: Optional[str] = None,
 
 
 def run_model(run_dir: str, weights: Optional[str] = None) -> Transformer:
-    """`load_run_model`'s model."""
-    return load_run_model(run_dir, weights)[0]
+    """The model of a run directory holding `weights` (`--weights`; default: the run's
+    choice, `RunDir.default_weights`), built under the kernel set the run trained with
+    (`set_up_kernels`)."""
+    _set_up_run_kernels(run_dir, weights)
+    return chosen_model(run_dir, weights)[0]
+
+
+def _set_up_run_kernels(run_dir: str, weights: Optional[str]) -> None:
+    """Checks that `weights` (`--weights`) exists, then selects the kernel set the run
+    trained with (`set_up_kernels`), before its model is built."""
+    if weights and not Path(weights).is_file():
+        raise FileNotFoundError(f"--weights: no such file {weights!r}")
+    run = RunDir(run_dir)
+    set_up_kernels(run.load_recipe().architecture, run.recorded_options().get("kernels"))
 
 
 def add_weights_argument(parser: argparse.ArgumentParser, run_directory_only: bool) -> None:
@@ -162,13 +174,8 @@ def add_weights_argument(parser: argparse.ArgumentParser, run_directory_only: bo
 
 def load_run_model(run_dir: str, weights: Optional[str] = None
                    ) -> tuple[Transformer, SubwordTokenizer]:
-    """The model of a run directory holding `weights` (`--weights`; default: the run's
-    choice, `RunDir.default_weights`) and its tokenizer (`kt.load_run`), under the kernel set
-    the run trained with (`set_up_kernels`, before the model is built)."""
-    if weights and not Path(weights).is_file():
-        raise FileNotFoundError(f"--weights: no such file {weights!r}")
-    run = RunDir(run_dir)
-    set_up_kernels(run.load_recipe().architecture, run.recorded_options().get("kernels"))
+    """`run_model` and the run's tokenizer (`kt.load_run`)."""
+    _set_up_run_kernels(run_dir, weights)
     loaded = load_run(run_dir, weights)
     return loaded.model, loaded.tokenizer
 
@@ -182,16 +189,15 @@ def add_ensemble_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def load_ensemble(run_dirs: list[str], tokenizer: SubwordTokenizer) -> list[Transformer]:
-    """The models of `run_dirs` (`--ensemble`), each checked to share `tokenizer`'s pieces
-    (ValueError naming the run whose vocabulary differs)."""
-    pieces = tokenizer.id_to_piece(range(tokenizer.vocab_size))
+    """The models of `run_dirs` (`--ensemble`), each checked to share `tokenizer`'s source and
+    target pieces (`vocabulary_pieces`; ValueError naming the run whose vocabulary differs)."""
+    pieces = vocabulary_pieces(tokenizer)
     models = []
     for run_dir in run_dirs:
         own = load_tokenizer(RunDir(run_dir).vocab)  # checked before loading weights
-        if own.vocab_size != tokenizer.vocab_size or own.id_to_piece(
-                range(own.vocab_size)) != pieces:
+        if vocabulary_pieces(own) != pieces:
             raise ValueError(f"--ensemble: {run_dir!r} has another vocabulary than the run's "
-                             "(an ensemble needs the same subword pieces)")
+                             "(an ensemble needs the same source and target pieces)")
         models.append(run_model(run_dir))
     return models
 

@@ -9,7 +9,9 @@ The model is a `.keras` file, or a directory holding one (the newest is used), o
 directory holding `config.json` (its `Recipe`) and weights: `--weights`, else the same
 default as `kt-evaluate` (`RunDir.default_weights`: the run's result as `result.json` records
 it, the better on dev of the averaged and the final weights; else the averaged weights, else
-the final weights, else the newest checkpoint). The vocabulary directory is the one `SubwordTokenizer.save` wrote (`spm.model`).
+the final weights, else the newest checkpoint). The vocabulary directory is a run's `vocab/`:
+a shared vocabulary (`spm.model`) or an imported model's tokenizer pair (`source.spm`,
+`target.spm`, `vocabulary.json`).
 The search settings fixed in the export are the flags', else a run directory's recipe's, else
 the paper's (beam 4, alpha 0.6, +50). `--precision bfloat16` stores and computes in bfloat16:
 faster where the serving hardware's bfloat16 matmuls are; `auto` measures this machine (export
@@ -31,7 +33,7 @@ import argparse
 import glob
 import os
 import sys
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
 import keras
@@ -40,7 +42,7 @@ import tensorflow as tf
 from keras_transformer import fast
 from keras_transformer.data.demo_corpus import DEMO_LANGS
 from keras_transformer.data.text_files import iter_parallel
-from keras_transformer.data.sentencepiece_pair import load_tokenizer
+from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
 from keras_transformer.serving.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
@@ -64,7 +66,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                                      description=command_description(__doc__))
     parser.add_argument("model", nargs="?", help="a .keras file, a directory holding one (the "
                         "newest is used), or a kt-train run directory")
-    parser.add_argument("vocabulary", nargs="?", help="directory with the tokenizer's spm.model")
+    parser.add_argument("vocabulary", nargs="?", help="directory with the tokenizer's files (a "
+                        "run's vocab/)")
     parser.add_argument("--name", help="model name: <base-dir>/<name>/<version> (required)")
     parser.add_argument("--describe", metavar="EXPORT",
                         help="print where the export EXPORT (NAME/N, or NAME for its newest "
@@ -166,8 +169,10 @@ def learn_shortlist(sizes: Optional[str], data: Optional[Sequence[str]], model_p
                 targets.append(target)
     print(f"kt-export: shortlist from {len(sources):,} pairs of {', '.join(data)}",
           file=sys.stderr)
-    return build_shortlist(_ids(tokenizer, sources), _ids(tokenizer, targets),
-                           tokenizer.vocab_size, frequent, per_source)
+    source_pieces, target_pieces = vocabulary_pieces(tokenizer)
+    return build_shortlist(_ids(tokenizer.tokenize, sources),
+                           _ids(tokenizer.tokenize_target, targets), len(source_pieces),
+                           frequent, per_source, target_vocab_size=len(target_pieces))
 
 
 def _training_files(model_path: str) -> Optional[list[str]]:
@@ -187,10 +192,12 @@ def _training_files(model_path: str) -> Optional[list[str]]:
     return None
 
 
-def _ids(tokenizer: SubwordTokenizer, texts: list[str], batch: int = 10_000) -> list[list[int]]:
+def _ids(tokenize: Callable[[tf.Tensor], tf.RaggedTensor], texts: list[str],
+         batch: int = 10_000) -> list[list[int]]:
+    """`texts` as ids, `tokenize`d `batch` at a time."""
     ids: list[list[int]] = []
     for start in range(0, len(texts), batch):
-        ids.extend(tokenizer.tokenize(tf.constant(texts[start:start + batch])).to_list())
+        ids.extend(tokenize(tf.constant(texts[start:start + batch])).to_list())
     return ids
 
 

@@ -47,7 +47,7 @@ def _model_triples(
 
     def triples(sources: tf.Tensor, targets: tf.Tensor) -> tuple[tf.RaggedTensor, ...]:
         source = _with_token(_truncate(tokenizer.tokenize(sources), keep), EOS_ID, first=False)
-        target = _truncate(tokenizer.tokenize(targets), keep)
+        target = _truncate(tokenizer.tokenize_target(targets), keep)
         return (source, _with_token(target, BOS_ID, first=True),
                 _with_token(target, EOS_ID, first=False))
 

@@ -7,10 +7,13 @@ lists (index = our id; the same list twice for a joint vocabulary), which start 
 special pieces "<pad>", "<unk>", "<s>", "</s>" (ids 0-3, `keras_transformer.vocab_ids`).
 
 `SentencePiecePair` has the interface of `SubwordTokenizer` where the package uses one:
-`tokenize` reads source text, `detokenize`, `pieces` and `id_to_piece` give target text and
-pieces, `vocab_size` is the source side's (the model's `vocab_size`). A source text may start
-with a target-language token such as `>>fra<<` (multi-target models): it maps to its own id
-and is not passed to SentencePiece. `load_tokenizer` reads either kind from a directory.
+`tokenize` reads source text and `tokenize_target` target text (a forced prefix, a training
+target), `detokenize`, `pieces` and `id_to_piece` give target text and pieces,
+`source_pieces_of` source pieces, `vocab_size` is the source side's (the model's
+`vocab_size`). A source text may start with a target-language token such as `>>fra<<`
+(multi-target models): it maps to its own id and is not passed to SentencePiece.
+`load_tokenizer` reads either kind from a directory; `vocabulary_pieces` gives either kind's
+pieces per side.
 
 As for `SubwordTokenizer`, build (or `load`) it after seeding: seeding clears TensorFlow's
 kernel cache, which frees the SentencePiece resources of the tokenizers built before.
@@ -48,12 +51,12 @@ _LANGUAGE_TOKEN = re.compile(LANGUAGE_TOKEN)
 
 class SentencePiecePair(tf.Module):
     """`source_model` and `target_model` (serialized SentencePiece models) over our ids, with
-    in-graph `tokenize` (source side) and `detokenize` (target side).
+    in-graph `tokenize` (source side), `tokenize_target` and `detokenize` (target side).
 
     `source_pieces` and `target_pieces`: the piece of each of our ids (index = id), starting
     with "<pad>", "<unk>", "<s>", "</s>", without duplicates (ValueError naming the list
-    otherwise). A source piece not in `source_pieces` becomes UNK; a target id out of
-    `target_pieces`' range reads as "<unk>".
+    otherwise). A piece not in its side's list becomes UNK; an id out of its side's range
+    reads as "<unk>".
     """
 
     def __init__(self, source_model: bytes, target_model: bytes, source_pieces: Sequence[str],
@@ -72,17 +75,11 @@ class SentencePiecePair(tf.Module):
             self._source_sp = tf_text.SentencepieceTokenizer(
                 model=source_model, out_type=tf.string, name=_resource_name(source_model))
             self._target_sp = tf_text.SentencepieceTokenizer(
-                model=target_model, name=_resource_name(target_model))
-        self._source_ids = tf.lookup.StaticHashTable(
-            tf.lookup.KeyValueTensorInitializer(
-                tf.constant(self._source_pieces, tf.string),
-                tf.range(len(self._source_pieces), dtype=tf.int32)),
-            default_value=UNK_ID)
-        self._target_piece_table = tf.lookup.StaticHashTable(
-            tf.lookup.KeyValueTensorInitializer(
-                tf.range(len(self._target_pieces), dtype=tf.int64),
-                tf.constant(self._target_pieces, tf.string)),
-            default_value=self._target_pieces[UNK_ID])
+                model=target_model, out_type=tf.string, name=_resource_name(target_model))
+        self._source_ids, self._target_ids = (_id_table(pieces) for pieces in (
+            self._source_pieces, self._target_pieces))
+        self._source_piece_table, self._target_piece_table = (_piece_table(pieces) for pieces in (
+            self._source_pieces, self._target_pieces))
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "SentencePiecePair":
@@ -146,6 +143,13 @@ class SentencePiecePair(tf.Module):
                             self._source_sp.tokenize(rest)], axis=1)
         return tf.ragged.map_flat_values(self._source_ids.lookup, pieces)
 
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def tokenize_target(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        """Map a batch of target strings to ragged int32 ids, without BOS/EOS: the ids of
+        their `target.spm` pieces."""
+        return tf.ragged.map_flat_values(self._target_ids.lookup,
+                                         self._target_sp.tokenize(texts))
+
     def encode(self, text: str) -> list[int]:
         """The ids `tokenize` gives `text`, in Python (for data preparation)."""
         ids = []
@@ -175,6 +179,11 @@ class SentencePiecePair(tf.Module):
         """The target piece text (e.g. b'▁chien') of each id of a dense tensor, in the graph."""
         return self._target_piece_table.lookup(tf.cast(ids, tf.int64))
 
+    def source_pieces_of(self, ids: tf.Tensor) -> tf.Tensor:
+        """The source piece text (e.g. b'>>fra<<') of each id of a dense tensor, in the
+        graph."""
+        return self._source_piece_table.lookup(tf.cast(ids, tf.int64))
+
     def id_to_piece(self, ids: Sequence[int] | tf.Tensor) -> list[str]:
         """Return the target piece text of each id (for attention plots), e.g. '▁chien'."""
         pieces = self.pieces(tf.convert_to_tensor(ids, dtype=tf.int32))
@@ -197,6 +206,16 @@ def load_tokenizer(directory: str | os.PathLike,
                          f"{refuse_pair} cannot use yet; it needs a shared subword vocabulary "
                          f"({MODEL_FILENAME})")
     return kind.load(directory)
+
+
+def vocabulary_pieces(tokenizer: SubwordTokenizer | SentencePiecePair
+                      ) -> tuple[list[str], list[str]]:
+    """Every source id's piece and every target id's piece, by id (a shared vocabulary's
+    pieces twice)."""
+    if isinstance(tokenizer, SentencePiecePair):
+        return list(tokenizer._source_pieces), list(tokenizer._target_pieces)
+    pieces = tokenizer.id_to_piece(range(tokenizer.vocab_size))
+    return pieces, pieces
 
 
 def tokenizer_files(directory: str | os.PathLike) -> list[str]:
@@ -229,6 +248,20 @@ def _processor(model: bytes, argument: str) -> sentencepiece.SentencePieceProces
         return sentencepiece.SentencePieceProcessor(model_proto=model)
     except (RuntimeError, TypeError) as error:
         raise ValueError(f"{argument}: not a serialized SentencePiece model ({error})") from None
+
+
+def _id_table(pieces: tuple[str, ...]) -> tf.lookup.StaticHashTable:
+    """A table of each piece of `pieces` -> its index (int32; UNK for any other piece)."""
+    return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+        tf.constant(pieces, tf.string), tf.range(len(pieces), dtype=tf.int32)),
+        default_value=UNK_ID)
+
+
+def _piece_table(pieces: tuple[str, ...]) -> tf.lookup.StaticHashTable:
+    """A table of each int64 index -> its piece of `pieces` (`pieces[UNK_ID]` out of range)."""
+    return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+        tf.range(len(pieces), dtype=tf.int64), tf.constant(pieces, tf.string)),
+        default_value=pieces[UNK_ID])
 
 
 def _resource_name(model: bytes) -> str:

@@ -156,6 +156,11 @@ class SubwordTokenizer(tf.Module):
         """Map a batch of strings to ragged int32 ids, without BOS/EOS."""
         return self._sp.tokenize(texts)
 
+    def tokenize_target(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        """Map a batch of target strings to ragged int32 ids: `tokenize` (one vocabulary for
+        both sides; `SentencePiecePair` has one per side)."""
+        return self.tokenize(texts)
+
     def detokenize(self, ids: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
         """Map int ids [batch, length] (dense or ragged) back to strings.
 
@@ -173,6 +178,10 @@ class SubwordTokenizer(tf.Module):
     def pieces(self, ids: tf.Tensor) -> tf.Tensor:
         """The piece text (e.g. b'▁Hund') of each id of a dense tensor, in the graph."""
         return self._sp.id_to_string(tf.cast(ids, tf.int32))
+
+    def source_pieces_of(self, ids: tf.Tensor) -> tf.Tensor:
+        """The piece text of each source id: `pieces` (one vocabulary for both sides)."""
+        return self.pieces(ids)
 
     def id_to_piece(self, ids: Sequence[int] | tf.Tensor) -> list[str]:
         """Return the piece text of each id (for attention plots), e.g. '▁Hund'."""

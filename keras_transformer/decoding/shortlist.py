@@ -24,21 +24,23 @@ _CHUNK_PAIRS = 20_000_000  # (source, target) id pairs counted at once
 
 class VocabularyShortlist(tf.Module):
     """`frequent_ids` `[n]` and `candidates` `[vocab, per_source]` (PAD where a source id has
-    fewer), stored as variables so that an export saves them."""
+    fewer) of target ids below `target_vocab_size` (default: the candidates' rows, one
+    vocabulary for both sides), stored as variables so that an export saves them."""
 
     def __init__(self, frequent_ids: Sequence[int] | np.ndarray,
                  candidates: Sequence[Sequence[int]] | np.ndarray,
-                 name: str = "vocabulary_shortlist"):
+                 name: str = "vocabulary_shortlist", target_vocab_size: Optional[int] = None):
         super().__init__(name=name)
         candidates = np.asarray(candidates, np.int32)
         frequent_ids = np.asarray(frequent_ids, np.int32).reshape([-1])
         if candidates.ndim != 2 or 0 in candidates.shape:
             raise ValueError(f"candidates: expected a [vocab, per_source] table, got shape "
                              f"{list(candidates.shape)}")
-        vocab = candidates.shape[0]
+        self.target_vocab_size = target_vocab_size or candidates.shape[0]
         for what, ids in (("frequent_ids", frequent_ids), ("candidates", candidates)):
-            if ids.size and not (ids.min() >= 0 and ids.max() < vocab):
-                raise ValueError(f"{what}: ids must lie in [0, {vocab}) (the candidates' rows)")
+            if ids.size and not (ids.min() >= 0 and ids.max() < self.target_vocab_size):
+                raise ValueError(f"{what}: ids must lie in [0, {self.target_vocab_size}) (the "
+                                 "target vocabulary)")
         self.frequent_ids = tf.Variable(frequent_ids, trainable=False, name="frequent_ids")
         self.candidates = tf.Variable(candidates, trainable=False, name="candidates")
 
@@ -64,9 +66,10 @@ class VocabularyShortlist(tf.Module):
         sources' and prefixes' ids times their candidates, PAD and EOS, at most the
         vocabulary."""
         listed = self._listed_ids(source_ids, prefix_ids)
-        member = tf.scatter_nd(listed[:, None], tf.ones_like(listed), [self.vocab_size]) > 0
+        member = tf.scatter_nd(listed[:, None], tf.ones_like(listed),
+                               [self.target_vocab_size]) > 0
         # From the input shapes: a constant when XLA compiles, even where tracing saw none.
-        size = tf.minimum(self.vocab_size, tf.shape(listed)[0])
+        size = tf.minimum(self.target_vocab_size, tf.shape(listed)[0])
         ids = tf.argsort(tf.cast(tf.logical_not(member), tf.int32), stable=True)[:size]
         return ids, tf.logical_not(tf.gather(member, ids))
 
@@ -85,30 +88,44 @@ class VocabularyShortlist(tf.Module):
 
 
 def build_shortlist(source_ids: Iterable[Sequence[int]], target_ids: Iterable[Sequence[int]],
-                    vocab_size: int, frequent: int, per_source: int) -> VocabularyShortlist:
+                    vocab_size: int, frequent: int, per_source: int,
+                    target_vocab_size: Optional[int] = None) -> VocabularyShortlist:
     """A `VocabularyShortlist` from line-aligned id sequences of a parallel corpus: the
     `frequent` most common target ids (by token count) and, per source id, the `per_source`
     target ids of highest Dice coefficient 2 c(s, t) / (c(s) + c(t)): c(s, t) counts the
     sentence pairs whose source holds s and whose target holds t, c(s) those whose source
-    holds s, c(t) those whose target holds t."""
+    holds s, c(t) those whose target holds t.
+
+    Args:
+        source_ids: each pair's source ids, below `vocab_size`.
+        target_ids: each pair's target ids, below `target_vocab_size`.
+        vocab_size: the source vocabulary's size.
+        frequent: how many of the most common target ids to keep.
+        per_source: how many target ids to keep per source id.
+        target_vocab_size: the target vocabulary's size (default: `vocab_size`, one
+            vocabulary for both sides).
+
+    Returns:
+        The shortlist.
+    """
     if frequent < 0 or per_source < 1:
         raise ValueError(f"shortlist: needs frequent >= 0 and per_source >= 1, got "
                          f"{frequent} and {per_source}")
-    token_counts = np.zeros(vocab_size, np.int64)
+    target_size = target_vocab_size or vocab_size
+    token_counts = np.zeros(target_size, np.int64)
     source_counts = np.zeros(vocab_size, np.int64)
-    target_counts = np.zeros(vocab_size, np.int64)
+    target_counts = np.zeros(target_size, np.int64)
     chunks, pending, pending_pairs = [], [], 0
     for line, (source, target) in enumerate(zip(source_ids, target_ids, strict=True), start=1):
         source, target = np.asarray(source, np.int64), np.asarray(target, np.int64)
-        if source.size + target.size and max(source.max(initial=0),
-                                             target.max(initial=0)) >= vocab_size:
+        if source.max(initial=0) >= vocab_size or target.max(initial=0) >= target_size:
             raise ValueError(f"shortlist data, pair {line}: ids beyond the vocabulary of "
-                             f"{vocab_size}")
+                             f"{vocab_size} source and {target_size} target ids")
         np.add.at(token_counts, target, 1)
         source, target = np.unique(source), np.unique(target)
         source_counts[source] += 1
         target_counts[target] += 1
-        pending.append((source[:, None] * vocab_size + target[None, :]).reshape([-1]))
+        pending.append((source[:, None] * target_size + target[None, :]).reshape([-1]))
         pending_pairs += pending[-1].size
         if pending_pairs >= _CHUNK_PAIRS:
             chunks.append(_counted(np.concatenate(pending)))
@@ -118,7 +135,7 @@ def build_shortlist(source_ids: Iterable[Sequence[int]], target_ids: Iterable[Se
     candidates = np.full([vocab_size, per_source], PAD_ID, np.int32)
     if chunks:
         keys, counts = _merged(chunks)
-        sources, targets = keys // vocab_size, keys % vocab_size
+        sources, targets = keys // target_size, keys % target_size
         dice = 2.0 * counts / (source_counts[sources] + target_counts[targets])
         order = np.lexsort((targets, -dice, sources))  # per source: best first, ties by id
         sources, targets = sources[order], targets[order]
@@ -126,9 +143,9 @@ def build_shortlist(source_ids: Iterable[Sequence[int]], target_ids: Iterable[Se
         rank = np.arange(sources.size) - first
         keep = rank < per_source
         candidates[sources[keep], rank[keep]] = targets[keep]
-    by_count = np.lexsort((np.arange(vocab_size), -token_counts))
+    by_count = np.lexsort((np.arange(target_size), -token_counts))
     frequent_ids = by_count[:frequent][token_counts[by_count[:frequent]] > 0]
-    return VocabularyShortlist(frequent_ids, candidates)
+    return VocabularyShortlist(frequent_ids, candidates, target_vocab_size=target_size)
 
 
 def _counted(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -6,14 +6,13 @@ scoring on the searches' scale.
 are one graph each;
 `decode(model, source_ids, ...)` builds the same search inside a caller's `tf.function` (the
 exported `Translator`'s). Each takes one `Transformer` or an ensemble: a sequence of them over
-the same vocabulary, whose probabilities the search averages (`search.ensemble`), and the
-builder of the step function the search runs: `cached_step` (the default), the reference
-`recomputed_step` (`use_cache=False`), or another with the same arguments and outputs (e.g.
-`keras_transformer.fast.lean_step`).
+the same vocabulary, whose probabilities the search averages (`search.ensemble`). The step
+function the search runs is `cached_step`, the model's `decode_step` with its key/value cache,
+or with `use_cache=False` its reference `recomputed_step`.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 import tensorflow as tf
 
@@ -26,9 +25,6 @@ from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
 
 
 Models = Union[Transformer, Sequence[Transformer]]  # one model, or an ensemble
-# `(model, source_ids, rows_per_sentence, buffer_length, vocabulary_ids, unscored)` ->
-# `(step, state, reorder)`, `search`'s protocol (`cached_step`'s arguments and outputs).
-StepBuilder = Callable[..., tuple[Callable, Any, Callable]]
 
 
 def ensemble_members(model: Models) -> list[Transformer]:
@@ -51,8 +47,7 @@ def ensemble_members(model: Models) -> list[Transformer]:
 def decode(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSettings] = None,
            use_cache: bool = True, eos_id: int = EOS_ID, prefix_ids: Optional[tf.Tensor] = None,
            shortlist: Optional[VocabularyShortlist] = None, greedy: Optional[bool] = None,
-           static_shortlist: bool = False, num_samples: int = 1,
-           step_builder: Optional[StepBuilder] = None) -> DecodeResult:
+           static_shapes: bool = False, num_samples: int = 1) -> DecodeResult:
     """Builds a search over `source_ids` (call it inside a `tf.function`).
 
     Args:
@@ -65,11 +60,10 @@ def decode(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSettin
         prefix_ids: optional `[batch, P]` target ids every hypothesis starts with (PAD-padded).
         shortlist: score only its `target_ids` for this batch (None: the whole vocabulary).
         greedy: the greedy search (default: when `beam_size` is 1); unused when sampling.
-        static_shortlist: score the shortlist's `padded_target_ids`, whose size the input
-            shapes fix (what XLA compiles), instead of its `target_ids`.
+        static_shapes: build the search with the sizes the input shapes fix (what XLA
+            compiles): the shortlist's `padded_target_ids` instead of its `target_ids`, and
+            caches read whole (`Transformer.decode_step`).
         num_samples: translations drawn per sentence when `settings.sampling`.
-        step_builder: builds the cached step function (default: `cached_step`); only with
-            `use_cache`.
 
     Returns:
         The n-best `DecodeResult` (when sampling, the samples in the order drawn).
@@ -80,16 +74,17 @@ def decode(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSettin
     limits, buffer_length = output_limits(source_ids, settings.max_decode_extra,
                                           members[0].config.max_length, prefix_ids)
     vocabulary_ids = unscored = None
-    if shortlist is not None and static_shortlist:
+    if shortlist is not None and static_shapes:
         vocabulary_ids, unscored = shortlist.padded_target_ids(source_ids, prefix_ids)
     elif shortlist is not None:
         vocabulary_ids = shortlist.target_ids(source_ids, prefix_ids)
     greedy = settings.beam_size == 1 if greedy is None else greedy
     rows_per_sentence = (num_samples if settings.sampling else 1 if greedy
                          else settings.beam_size)
-    build = (step_builder or cached_step) if use_cache else recomputed_step
-    steps = [build(member, source_ids, rows_per_sentence, buffer_length, vocabulary_ids,
-                   unscored) for member in members]
+    steps = [cached_step(member, source_ids, rows_per_sentence, buffer_length, vocabulary_ids,
+                         unscored, static_shapes) if use_cache else
+             recomputed_step(member, source_ids, rows_per_sentence, buffer_length,
+                             vocabulary_ids, unscored) for member in members]
     step, state, reorder = steps[0] if len(steps) == 1 else search.ensemble(steps)
     common = dict(length_penalty=settings.length_penalty, eos_id=eos_id,
                   prefix_ids=prefix_ids, vocabulary_ids=vocabulary_ids)
@@ -113,8 +108,8 @@ decode_xla = tf.function(decode, reduce_retracing=True, autograph=False, jit_com
 def beam_search(model: Models, source_ids, beam_size: int = 4,
                 length_penalty: float = 0.6, max_decode_extra: int = 50,
                 use_cache: bool = True, eos_id: int = EOS_ID, jit_compile: bool = False,
-                prefix_ids=None, shortlist: Optional[VocabularyShortlist] = None,
-                step_builder: Optional[StepBuilder] = None) -> DecodeResult:
+                prefix_ids=None, shortlist: Optional[VocabularyShortlist] = None
+                ) -> DecodeResult:
     """The `beam_size` best translations of `source_ids` `[batch, src_len]`, in one graph.
 
     Arguments as `decode`'s; at most `source length + max_decode_extra` tokens (EOS included,
@@ -123,26 +118,25 @@ def beam_search(model: Models, source_ids, beam_size: int = 4,
     """
     settings = SearchSettings(beam_size, length_penalty, max_decode_extra)
     return _run(model, source_ids, settings, False, use_cache, eos_id, jit_compile,
-                prefix_ids, shortlist, step_builder)
+                prefix_ids, shortlist)
 
 
 def greedy_decode(model: Models, source_ids, length_penalty: float = 0.6,
                   max_decode_extra: int = 50, use_cache: bool = True, eos_id: int = EOS_ID,
-                  prefix_ids=None, shortlist: Optional[VocabularyShortlist] = None,
-                  step_builder: Optional[StepBuilder] = None) -> DecodeResult:
+                  prefix_ids=None, shortlist: Optional[VocabularyShortlist] = None
+                  ) -> DecodeResult:
     """The most likely next token at every step (n = 1), scored like `beam_search`; arguments
     as `decode`'s."""
     settings = SearchSettings(1, length_penalty, max_decode_extra)
     return _run(model, source_ids, settings, True, use_cache, eos_id, False, prefix_ids,
-                shortlist, step_builder)
+                shortlist)
 
 
 def sample(model: Models, source_ids, seed: int = 0, temperature: float = 1.0,
            top_k: int = 0, top_p: float = 1.0, num_samples: int = 1,
            length_penalty: float = 0.6, max_decode_extra: int = 50, use_cache: bool = True,
            eos_id: int = EOS_ID, jit_compile: bool = False, prefix_ids=None,
-           shortlist: Optional[VocabularyShortlist] = None,
-           step_builder: Optional[StepBuilder] = None) -> DecodeResult:
+           shortlist: Optional[VocabularyShortlist] = None) -> DecodeResult:
     """`num_samples` translations of each sentence of `source_ids`, drawn token by token
     (`search.sampling`; the settings as `SearchSettings`'), in one graph; other
     arguments as `beam_search`'s."""
@@ -152,24 +146,20 @@ def sample(model: Models, source_ids, seed: int = 0, temperature: float = 1.0,
                               temperature=temperature, top_k=top_k, top_p=top_p,
                               sampling_seed=seed)
     return _run(model, source_ids, settings, False, use_cache, eos_id, jit_compile,
-                prefix_ids, shortlist, step_builder, num_samples)
+                prefix_ids, shortlist, num_samples)
 
 
 def _run(model, source_ids, settings: SearchSettings, greedy: bool, use_cache, eos_id,
-         jit_compile, prefix_ids, shortlist, step_builder, num_samples: int = 1
-         ) -> DecodeResult:
+         jit_compile, prefix_ids, shortlist, num_samples: int = 1) -> DecodeResult:
     """Checks the arguments eagerly (named errors) and runs the search's graph."""
     if jit_compile and not use_cache:
         raise ValueError("jit_compile: needs use_cache=True (recomputation has dynamic shapes)")
-    if step_builder is not None and not use_cache:
-        raise ValueError("step_builder: builds a cached step; use_cache=False runs the "
-                         "recomputation instead")
     members = ensemble_members(model)
     model = members[0] if len(members) == 1 else tuple(members)
     graph = decode_xla if jit_compile else _decode_graph
     prefix_ids = None if prefix_ids is None else tf.convert_to_tensor(prefix_ids, tf.int32)
     return graph(model, tf.convert_to_tensor(source_ids, tf.int32), settings, use_cache,
-                 eos_id, prefix_ids, shortlist, greedy, jit_compile, num_samples, step_builder)
+                 eos_id, prefix_ids, shortlist, greedy, jit_compile, num_samples)
 
 
 def output_limits(source_ids: tf.Tensor, max_decode_extra: int, max_length: int,
@@ -190,49 +180,53 @@ def output_limits(source_ids: tf.Tensor, max_decode_extra: int, max_length: int,
     return limits, buffer_length
 
 
-def cached_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
+def cached_step(model: Transformer, source_ids: tf.Tensor, rows_per_sentence: int,
                 buffer_length: tf.Tensor, vocabulary_ids: Optional[tf.Tensor] = None,
-                unscored: Optional[tf.Tensor] = None):
+                unscored: Optional[tf.Tensor] = None, static_shapes: bool = False):
     """`(step, state, reorder)` of `model.decode_step` with its key/value cache.
 
     Args:
         model: the Transformer.
         source_ids: `[batch, src_len]`.
-        beam_size: hypotheses (cache rows) per sentence.
+        rows_per_sentence: hypotheses (cache rows) per sentence.
         buffer_length: positions the caches hold.
         vocabulary_ids: optional `[n]` ids the step's log-probabilities score.
         unscored: optional `[n]` bool, True at the ids of `vocabulary_ids` that only pad it
             to a static size (log-probability -inf, outside the normalization).
+        static_shapes: the step XLA compiles (`Transformer.decode_step`).
 
     Returns:
         The step function, its initial state and the state's reorder (`search`'s protocol).
 
-    Encoder keys/values are projected once per sentence and shared by its hypotheses (outside
-    the state). The state is the self-attention caches, one row per hypothesis, which the
-    search's default reorder gathers along the hypotheses it keeps.
+    What a search never changes (the weights a step multiplies by, the encoder's keys and
+    values, the positional encodings) is prepared once, outside the state; the state is the
+    self-attention caches and each row's ancestors, whose reorder moves the ancestors only
+    (`Transformer.reorder_decode_cache`).
     """
-    fixed = model.init_decode_cache(model.encode(source_ids, training=False), beam_size,
-                                    buffer_length, vocabulary_ids)
-    state = fixed.pop("self")  # the rest is the same at every position
+    fixed = model.init_decode_cache(model.encode(source_ids, training=False),
+                                    rows_per_sentence, buffer_length, vocabulary_ids,
+                                    static_shapes)
+    state = {name: fixed.pop(name) for name in ("self", "ancestors")}  # what a step writes
     source_mask = source_padding_mask(source_ids)
     never = never_emitted(vocabulary_ids, model.config.output_vocab_size)
 
     def step(token_ids, position, state):
-        logits, cache = model.decode_step(token_ids, position, {**fixed, "self": state},
-                                          source_mask)
-        return log_probs(logits, never, unscored), cache["self"]
+        logits, cache = model.decode_step(token_ids, position, {**fixed, **state}, source_mask,
+                                          static_shapes)
+        return log_probs(logits, never, unscored), {name: cache[name] for name in state}
 
-    return step, state, search.gather_rows
+    return step, state, model.reorder_decode_cache
 
 
-def recomputed_step(model: Transformer, source_ids: tf.Tensor, beam_size: int,
+def recomputed_step(model: Transformer, source_ids: tf.Tensor, rows_per_sentence: int,
                     buffer_length: tf.Tensor, vocabulary_ids: Optional[tf.Tensor] = None,
                     unscored: Optional[tf.Tensor] = None):
-    """`(step, state, reorder)` without a cache (the reference): the state is each
-    hypothesis' prefix, on which every position reruns the whole decoder (`model.decode`);
-    the default reorder moves the prefixes."""
-    encoder_output = tf.repeat(model.encode(source_ids, training=False), beam_size, axis=0)
-    source_mask = tf.repeat(source_padding_mask(source_ids), beam_size, axis=0)
+    """`(step, state, reorder)` without a cache (the reference; arguments as `cached_step`'s):
+    the state is each hypothesis' prefix, on which every position reruns the whole decoder
+    (`model.decode`); the default reorder moves the prefixes."""
+    encoder_output = tf.repeat(model.encode(source_ids, training=False), rows_per_sentence,
+                               axis=0)
+    source_mask = tf.repeat(source_padding_mask(source_ids), rows_per_sentence, axis=0)
     rows = tf.shape(encoder_output)[0]
     state = {"prefix": tf.fill(tf.stack([rows, buffer_length + 1]), PAD_ID)}
     never = never_emitted(vocabulary_ids, model.config.output_vocab_size)

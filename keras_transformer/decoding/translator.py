@@ -12,8 +12,7 @@ import tensorflow as tf
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist
-from keras_transformer.decoding.transformer_search import (StepBuilder, decode, decode_xla,
-                                                           ensemble_members)
+from keras_transformer.decoding.transformer_search import decode, decode_xla, ensemble_members
 from keras_transformer.model import Transformer
 from keras_transformer.search import DecodeResult
 from keras_transformer.config import SearchSettings
@@ -45,9 +44,6 @@ class Translator(tf.Module):
     `ensemble`: further models over the same vocabulary whose probabilities the search averages
     with `model`'s (the alignment is `model`'s own).
 
-    `step_builder`: the search's cached step function (default: the core's
-    `transformer_search.cached_step`; e.g. `keras_transformer.fast.lean_step`).
-
     `settings` default to the paper's (`SearchSettings()`: beam 4, alpha 0.6, +50). With a
     `shortlist`, each batch's search scores only its `shortlist.target_ids` (faster at large
     vocabularies; translations approximate the full vocabulary's, see `decoding.shortlist`).
@@ -60,8 +56,7 @@ class Translator(tf.Module):
                  settings: Optional[SearchSettings] = None, name: str = "translator",
                  alignment_layer: Optional[int] = None,
                  shortlist: Optional[VocabularyShortlist] = None, jit_compile: bool = False,
-                 ensemble: Sequence[Transformer] = (),
-                 step_builder: Optional[StepBuilder] = None):
+                 ensemble: Sequence[Transformer] = ()):
         super().__init__(name=name)
         config = model.config
         self.model = model
@@ -79,12 +74,14 @@ class Translator(tf.Module):
         if tokenizer.vocab_size != config.vocab_size:
             raise ValueError(f"tokenizer: vocabulary of {tokenizer.vocab_size} ids, but the "
                              f"model expects vocab_size={config.vocab_size}")
-        if shortlist is not None and shortlist.vocab_size != config.vocab_size:
-            raise ValueError(f"shortlist: built for a vocabulary of {shortlist.vocab_size} ids, "
-                             f"but the model has vocab_size={config.vocab_size}")
+        if shortlist is not None and (shortlist.vocab_size, shortlist.target_vocab_size) != (
+                config.vocab_size, config.output_vocab_size):
+            raise ValueError(f"shortlist: built for a vocabulary of {shortlist.vocab_size} "
+                             f"source and {shortlist.target_vocab_size} target ids, but the "
+                             f"model has vocab_size={config.vocab_size} and "
+                             f"{config.output_vocab_size} output ids")
         self.shortlist = shortlist
         self.jit_compile = jit_compile
-        self.step_builder = step_builder
         # The signatures: functions of this instance's bound methods. They hold the instance
         # (a method decorated in the class holds it by a weak reference only, so that
         # `Translator(...).translate(text)` would find it gone).
@@ -132,18 +129,19 @@ class Translator(tf.Module):
         return {"translation": self.tokenizer.detokenize(ids), "score": best["score"],
                 "target_pieces": tf.where(target_real, self.tokenizer.pieces(ids), ""),
                 "source_pieces": tf.where(source_ids != PAD_ID,
-                                          self.tokenizer.pieces(source_ids), ""),
+                                          self.tokenizer.source_pieces_of(source_ids), ""),
                 "alignment": alignment}
 
     def _translate_with_prefix(self, text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
         """`text` and `prefix` `[batch]` -> `translation` `[batch]` starting with that row's
         `prefix` (the target text typed so far; "" leaves the row free) and its `score`.
 
-        The prefix is tokenized like any target text and forced on every hypothesis; the
-        search continues after it as usual (an empty source still gets "")."""
+        The prefix is tokenized like any target text (`tokenize_target`) and forced on every
+        hypothesis; the search continues after it as usual (an empty source still gets "")."""
+        prefix_ids = self._clean(text_pieces(self.tokenizer, prefix, target=True),
+                                 self.model.config.output_vocab_size)
         best = self._translate_source(*self._source_ids(self._pieces(text)),
-                                      prefix_ids=self._clean(self._pieces(prefix)).to_tensor(
-                                          default_value=PAD_ID))
+                                      prefix_ids=prefix_ids.to_tensor(default_value=PAD_ID))
         return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"]}
 
     def _translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -158,17 +156,17 @@ class Translator(tf.Module):
     def _pieces(self, text: tf.Tensor) -> tf.RaggedTensor:
         return text_pieces(self.tokenizer, text)
 
-    def _clean(self, pieces: tf.RaggedTensor) -> tf.RaggedTensor:
-        """Out-of-vocabulary ids as UNK, special ids dropped, at most `max_length - 1` ids."""
-        config = self.model.config
+    def _clean(self, pieces: tf.RaggedTensor, vocab_size: int) -> tf.RaggedTensor:
+        """Ids out of `[0, vocab_size)` as UNK, special ids dropped, at most `max_length - 1`
+        ids."""
         pieces = tf.ragged.map_flat_values(
-            lambda ids: tf.where((ids < 0) | (ids >= config.vocab_size), UNK_ID, ids), pieces)
-        return _without_special_ids(pieces)[:, :config.max_length - 1]
+            lambda ids: tf.where((ids < 0) | (ids >= vocab_size), UNK_ID, ids), pieces)
+        return _without_special_ids(pieces)[:, :self.model.config.max_length - 1]
 
     def _source_ids(self, pieces: tf.RaggedTensor) -> tuple[tf.Tensor, tf.Tensor]:
         """The search's input: `_clean` pieces plus EOS, 0-padded; and `[batch, 1]` True for
         empty sources."""
-        pieces = self._clean(pieces)
+        pieces = self._clean(pieces, self.model.config.vocab_size)
         eos = tf.fill([pieces.nrows(), 1], EOS_ID)
         source_ids = tf.concat([pieces, eos], axis=1).to_tensor(default_value=PAD_ID)
         return source_ids, tf.equal(pieces.row_lengths(), 0)[:, None]
@@ -191,8 +189,7 @@ class Translator(tf.Module):
             prefix_ids = None if prefix_ids is None else self._padded_width(prefix_ids)
         models = (self.model, *self.ensemble) if self.ensemble else self.model
         return search(models, source_ids, settings, prefix_ids=prefix_ids,
-                      shortlist=self.shortlist, static_shortlist=self.jit_compile,
-                      step_builder=self.step_builder)
+                      shortlist=self.shortlist, static_shapes=self.jit_compile)
 
     def _padded_width(self, ids: tf.Tensor) -> tf.Tensor:
         """`ids` `[batch, length]` PAD-padded to the next multiple of `XLA_WIDTH_STEP` (at most
@@ -209,10 +206,12 @@ def _signature(method: Callable[..., dict[str, tf.Tensor]],
     return tf.function(method, input_signature=list(input_signature), autograph=False)
 
 
-def text_pieces(tokenizer: SubwordTokenizer, text: tf.Tensor) -> tf.RaggedTensor:
-    """Subword ids of `text` `[batch]`, invalid UTF-8 decoded with U+FFFD replacements."""
+def text_pieces(tokenizer: SubwordTokenizer, text: tf.Tensor,
+                target: bool = False) -> tf.RaggedTensor:
+    """Subword ids of `text` `[batch]`, source text (`target`: target text), invalid UTF-8
+    decoded with U+FFFD replacements."""
     valid = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
-    return tokenizer.tokenize(valid)
+    return (tokenizer.tokenize_target if target else tokenizer.tokenize)(valid)
 
 
 def _without_special_ids(pieces: tf.RaggedTensor) -> tf.RaggedTensor:

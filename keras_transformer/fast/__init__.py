@@ -1,12 +1,11 @@
 """The opt-in speed subpackage: fast twins of the core's kernel hooks, packed-token training
-steps, caches a beam search never reorders, and every private Keras/TensorFlow API used.
+steps, and every private Keras/TensorFlow API used.
 
 It depends on the core and never the reverse. Use it with
 
     from keras_transformer import fast
     fast.set_kernels("fast")              # or fast.kernels_scope("fast"); KT_KERNELS=fast
     model = fast.FastTransformer(config)  # the Transformer with packed-token fit steps
-    kt.decoding.beam_search(model, source_ids, step_builder=fast.lean_step)
 
 | trick | module | the core's reference |
 | --- | --- | --- |
@@ -17,16 +16,15 @@ It depends on the core and never the reverse. Use it with
 | loss through the logits' factors | `loss` | `losses.smoothed_cross_entropy` |
 | one softmax and argmax shared by the loss and metrics in a step | `loss.log_normalizer`, `loss.predicted_ids` | `metrics.log_normalizer`, `metrics.predicted_ids` |
 | fused Adam update | `optimizers.FusedAdam` | `optimization.adam` |
-| decoding step: weights prepared once, caches never reordered (also under XLA) | `decode_cache.lean_step` (a search's `step_builder`) | `transformer_search.cached_step` |
 
 Each is tested against its reference in value and gradient (tests/test_kernels.py,
-tests/test_model.py, tests/test_losses.py, tests/test_decoding.py), and the suite passes with
-either set.
+tests/test_model.py, tests/test_losses.py), and the suite passes with either set. Decoding has
+no twin here: its cached step (`Transformer.decode_step`) is the core's, whichever set is in
+force.
 """
-from keras_transformer.fast.decode_cache import lean_step
 from keras_transformer.fast.model import FastTransformer
 from keras_transformer.fast.selection import (CHOICES, FAST, KERNEL_SETS, REFERENCE, active,
-                                              decoding_step, kernels_scope, set_kernels)
+                                              kernels_scope, set_kernels)
 
 __all__ = ["CHOICES", "FAST", "FastTransformer", "KERNEL_SETS", "REFERENCE", "active",
-           "decoding_step", "kernels_scope", "lean_step", "set_kernels"]
+           "kernels_scope", "set_kernels"]

@@ -2,8 +2,8 @@
 
 The choice is global, like Keras's dtype policy, and read when a layer is traced: set it before
 building and running a model. `set_kernels("fast")` installs this subpackage's twins of the
-core's kernel hooks (`keras_transformer.hooks`), `set_kernels("reference")` removes them;
-`decoding_step()` names the searches' step function that goes with the set in force.
+core's kernel hooks (`keras_transformer.hooks`), `set_kernels("reference")` removes them.
+Decoding does not depend on the choice: its step is the core's, whichever set is in force.
 `KT_KERNELS` (fast or reference) gives the default of `active()`. The library never measures:
 "auto", the command lines' default, is resolved where a run is set up, by timing both sets on
 the machine (`trainers.probes.choose_kernels`), never from device names or CPU flags.
@@ -15,9 +15,7 @@ import os
 from collections.abc import Iterator
 
 from keras_transformer import hooks
-from keras_transformer.decoding import transformer_search
-from keras_transformer.decoding.transformer_search import StepBuilder
-from keras_transformer.fast import decode_cache, kernels, loss, optimizers
+from keras_transformer.fast import kernels, loss, optimizers
 
 FAST = "fast"
 REFERENCE = "reference"
@@ -75,9 +73,3 @@ def fast_hooks() -> dict:
             "log_normalizer": loss.log_normalizer, "predicted_ids": loss.predicted_ids,
             "adam": optimizers.adam}
 
-
-def decoding_step() -> StepBuilder:
-    """The searches' cached step function that goes with the kernel set in force, to pass as
-    their `step_builder`: the lean step (`decode_cache.lean_step`) with the fast set, the
-    core's `cached_step` with the reference set."""
-    return decode_cache.lean_step if active() == FAST else transformer_search.cached_step

@@ -18,9 +18,8 @@ from keras_transformer.config import Recipe, SearchSettings, TrainingSettings
 from keras_transformer.data.sentencepiece_pair import SentencePiecePair
 from keras_transformer.importing.marian import MarianModel
 from keras_transformer.model import Transformer
-from keras_transformer.training.run_dir import CONFIG_FILE, RunDir
+from keras_transformer.training.run_dir import CONFIG_FILE, IMPORT_FILE, RunDir
 
-IMPORT_FILE = "import.json"
 _NOTICE_NAMES = ("README", "LICENSE", "LICENCE")  # text files of the origin kept in import.json
 _NOTICE_BYTES = 20_000
 

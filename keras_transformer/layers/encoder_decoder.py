@@ -1,11 +1,11 @@
 """The encoder and decoder layers of section 3.1: self-attention, (in the decoder)
 encoder-decoder attention, and the feed-forward network, each in a residual block."""
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import keras
-from keras import ops
 
-from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.attention import MultiHeadAttention, project
+from keras_transformer.layers.dense import activate
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 from keras_transformer.layers.residual import ResidualNorm
 
@@ -171,33 +171,44 @@ class DecoderLayer(TransformerBlock):
             residuals or (self.self_residual, self.cross_residual, self.feed_forward_residual),
             training)
 
-    def step(self, x, self_cache, cross_cache, index, cross_mask):
-        """One incremental decoding position for `beam` hypotheses of each sentence.
+    def step_weights(self, encoder_output, dtype) -> dict[str, Any]:
+        """What `step` multiplies by, in `dtype`, read once per search: each attention's
+        `MultiHeadAttention.step_weights` (the encoder-decoder attention's with the keys and
+        values of `encoder_output` `[batch, src_len, d_model]`) and the feed-forward maps'
+        matrices."""
+        return {"self_attention": self.self_attention.step_weights(dtype),
+                "cross_attention": self.cross_attention.step_weights(dtype, encoder_output),
+                "inner": self.feed_forward.inner.matrix(dtype),
+                "outer": self.feed_forward.outer.matrix(dtype)}
+
+    def step(self, x, weights: dict[str, Any], self_cache: dict, position, slots, written,
+             cross_mask) -> tuple[Any, dict]:
+        """One incremental decoding position of every hypothesis: `blocks` with the
+        attentions' steps.
 
         Args:
-            x: `[batch, beam, d_model]`, the hypotheses' newest positions (position `index`).
-            self_cache: this layer's self-attention cache (`MultiHeadAttention.init_cache`),
-                one row per hypothesis.
-            cross_cache: the encoder's keys/values `[batch, heads, src_len, dim]`.
-            index: scalar int32, the position.
-            cross_mask: `[batch, 1, src_len]`.
+            x: `[rows, d_model]`, each hypothesis' input at `position` (`rows = batch * per
+                sentence`, each sentence's rows in turn).
+            weights: `step_weights()`.
+            self_cache: this layer's self-attention cache (`MultiHeadAttention.init_cache`).
+            position: scalar int32.
+            slots, written: each row's self-attention history (`MultiHeadAttention.step`).
+            cross_mask: `[batch, 1, src_len]`, True on real source tokens.
 
         Returns:
-            The output `[batch, beam, d_model]` and the updated self-attention cache.
-
-        Encoder-decoder attention treats the beam axis as the query axis, so the encoder
-        keys/values serve every hypothesis of a sentence without being tiled or gathered.
+            The output `[rows, d_model]` and the cache with `position` written.
         """
-        def self_attention(query):
-            batch, beam, d_model = ops.shape(query)[0], ops.shape(query)[1], query.shape[-1]
-            attended, cache = self.self_attention.step(
-                ops.reshape(query, (batch * beam, 1, d_model)), self_cache, index)
-            return ops.reshape(attended, (batch, beam, d_model)), cache
+        def feed_forward(x):
+            activation = self.feed_forward.activation
+            inner = project(x, weights["inner"], relu=activation == "relu")
+            return project(inner if activation == "relu" else activate(inner, activation),
+                           weights["outer"])
 
-        def cross_attention(query):
-            attended, _ = self.cross_attention.attend(query, cross_cache["key"],
-                                                      cross_cache["value"], cross_mask)
-            return attended, None
-
-        x, (self_cache, _) = self.blocks(x, self_attention, cross_attention)
+        x, (self_cache, _) = self.blocks(
+            x,
+            lambda query: self.self_attention.step(query, weights["self_attention"], self_cache,
+                                                   position, slots, written),
+            lambda query: (self.cross_attention.attend_step(
+                query, weights["cross_attention"], cross_mask), None),
+            feed_forward)
         return x, self_cache

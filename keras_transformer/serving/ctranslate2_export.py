@@ -1,8 +1,11 @@
 """CTranslate2 models of a trained Transformer, and translating with them.
 
 `export_ctranslate2` writes a CTranslate2 model directory (`kt-export --format ctranslate2`):
-the model's own weights under CTranslate2's `TransformerSpec` (quantized as asked), the
-SentencePiece model beside it so that raw text goes in and out, and the search settings.
+the model's own weights under CTranslate2's `TransformerSpec` (quantized as asked; the
+architecture options of imported models too: the feed-forward activation, the embedding layer
+norm, the output bias, pre-norm, learned or sinusoidal positions in either layout, separate
+source and target vocabularies), the tokenizer's files beside it so that raw text goes in and
+out, and the search settings.
 `ctranslate2_functions` gives such a directory the calls `text_translation.TextTranslator`
 takes, so `kt-translate` runs it as it runs a SavedModel.
 
@@ -28,17 +31,19 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
-import sentencepiece
 import tensorflow as tf
 
 from keras_transformer.config import SearchSettings, TransformerConfig
-from keras_transformer.data.sentencepiece_pair import load_tokenizer
+from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.decoding.translator import text_pieces
 from keras_transformer.model import Transformer
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float32")
 SETTINGS_FILENAME = "keras_transformer.json"  # the search settings and the converted config
+# Our feed-forward activations by the name of CTranslate2's `common_spec.Activation`.
+_ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU", "gelu_sigmoid": "GELUSigmoid"}
 
 
 def is_ctranslate2_model(path: str | os.PathLike) -> bool:
@@ -52,17 +57,14 @@ def check_convertible(config: TransformerConfig) -> None:
     if config.value_dim != config.key_dim:
         raise ValueError(f"d_v: CTranslate2 needs d_v = d_k, got {config.value_dim} and "
                          f"{config.key_dim}")
-    if config.output_vocab_size != config.vocab_size:
-        raise ValueError(f"target_vocab_size: CTranslate2 takes the target vocabulary from the "
-                         f"shared SentencePiece model ({config.vocab_size} pieces), got "
-                         f"{config.output_vocab_size} output ids")
 
 
 def spec_weights(model: Transformer) -> dict[str, np.ndarray]:
     """The model's float32 weights under `TransformerSpec` paths (`encoder.layer.0...`):
     linear weights `[out, in]`, self-attention q/k/v and cross-attention k/v fused, the
-    position encodings as our own tables (sinusoids or learned), so both compute the same
-    function."""
+    position encodings as our own tables (sinusoids in either layout, or learned), the
+    embedding layer norms and the output bias when the model has them, so both compute the
+    same function."""
     config = model.config
 
     def array(variable) -> np.ndarray:
@@ -119,20 +121,31 @@ def spec_weights(model: Transformer) -> dict[str, np.ndarray]:
     for side, final_norm in (("encoder", model.encoder_norm), ("decoder", model.decoder_norm)):
         if final_norm is not None:
             weights.update(norm(f"{side}.layer_norm", final_norm))
+    for side, embedding_norm in (("encoder", model.source_embedding_norm),
+                                 ("decoder", model.target_embedding_norm)):
+        if embedding_norm is not None:
+            weights.update(norm(f"{side}.layernorm_embedding", embedding_norm))
+    if model.output_bias is not None:
+        weights["decoder.projection.bias"] = array(model.output_bias)
     return weights
 
 
 def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer):
     """A `ctranslate2.specs.TransformerSpec` holding `model`'s weights, with the tokenizer's
-    pieces as both vocabularies (ValueError for what it cannot express: `check_convertible`)."""
-    from ctranslate2.specs import transformer_spec as specs
+    source and target pieces as its vocabularies (ValueError for what it cannot express:
+    `check_convertible`, or a tokenizer of other vocabulary sizes than the model's)."""
+    from ctranslate2.specs import common_spec, transformer_spec as specs
 
     config = model.config
     check_convertible(config)
-    if tokenizer.vocab_size != config.vocab_size:
-        raise ValueError(f"tokenizer: vocabulary of {tokenizer.vocab_size} ids, but the model "
-                         f"expects vocab_size={config.vocab_size}")
-    options = {"pre_norm": config.norm == "pre"}
+    source_pieces, target_pieces = vocabulary_pieces(tokenizer)
+    if (len(source_pieces), len(target_pieces)) != (config.vocab_size,
+                                                    config.output_vocab_size):
+        raise ValueError(f"tokenizer: {len(source_pieces)} source and {len(target_pieces)} "
+                         f"target pieces, but the model has vocab_size={config.vocab_size} and "
+                         f"{config.output_vocab_size} output ids")
+    options = {"pre_norm": config.norm == "pre", "layernorm_embedding": config.embedding_norm,
+               "activation": common_spec.Activation[_ACTIVATIONS[config.activation]]}
     if config.key_dim * config.num_heads != config.d_model:
         options["head_dim"] = config.key_dim
     try:
@@ -149,19 +162,12 @@ def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer):
             node = node[int(part)] if part.isdigit() else getattr(node, part)
         setattr(node, leaf, value)
     spec.config.layer_norm_epsilon = config.layer_norm_epsilon
-    pieces = vocabulary_pieces(tokenizer)
-    spec.register_source_vocabulary(pieces)
-    spec.register_target_vocabulary(pieces)
-    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = pieces[1:4]
-    spec.config.decoder_start_token = pieces[2]
+    spec.register_source_vocabulary(source_pieces)
+    spec.register_target_vocabulary(target_pieces)
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = target_pieces[1:4]
+    spec.config.decoder_start_token = target_pieces[2]
     spec.config.add_source_eos = True  # our sources end with EOS
     return spec
-
-
-def vocabulary_pieces(tokenizer: SubwordTokenizer) -> list[str]:
-    """Every id's SentencePiece piece, by id: CTranslate2's tokens."""
-    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto)
-    return [processor.id_to_piece(index) for index in range(processor.get_piece_size())]
 
 
 def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer,
@@ -233,13 +239,15 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
     translator = ctranslate2.Translator(os.fspath(directory), device="cpu",
                                         inter_threads=inter_threads,
                                         intra_threads=intra_threads or os.cpu_count() or 1)
-    pieces = vocabulary_pieces(tokenizer)
-    ids_of = {piece: index for index, piece in enumerate(pieces)}
+    source_pieces, target_pieces = vocabulary_pieces(tokenizer)
+    ids_of = {piece: index for index, piece in enumerate(target_pieces)}
     # As in our search: PAD and BOS are never generated, and the end may come first (an empty
     # translation); CTranslate2 by default generates any token and never ends at the first step.
-    never_generated = [[pieces[PAD_ID]], [pieces[BOS_ID]]]
+    never_generated = [[target_pieces[PAD_ID]], [target_pieces[BOS_ID]]]
 
-    def as_pieces(ids) -> list[list[str]]:
+    def as_pieces(ids, pieces: list[str]) -> list[list[str]]:
+        """Each row of `ids` as its `pieces` (UNK's for ids out of range, special ids
+        dropped), at most `max_length - 1` of them."""
         return [[pieces[token if 0 <= token < len(pieces) else UNK_ID] for token in row
                  if token not in (PAD_ID, BOS_ID, EOS_ID)][:max_length - 1]
                 for row in np.asarray(ids).tolist()]
@@ -275,26 +283,26 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
         return tf.constant([row + [PAD_ID] * (width - len(row)) for row in rows], tf.int32)
 
     def translate_ids(source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
-        found = search(as_pieces(source_ids), nbest=hypotheses)
+        found = search(as_pieces(source_ids, source_pieces), nbest=hypotheses)
         rows = [hypothesis for found_hypotheses, _ in found for hypothesis in found_hypotheses]
         nbest = tf.reshape(padded(rows), [len(found), hypotheses, -1])
         return {"nbest_ids": nbest,
                 "nbest_scores": tf.constant([scores for _, scores in found], tf.float32)}
 
     def best(source_ids: tf.Tensor, prefixes=None) -> dict[str, tf.Tensor]:
-        found = search(as_pieces(source_ids), prefixes)
+        found = search(as_pieces(source_ids, source_pieces), prefixes)
         ids = padded([hypotheses[0] for hypotheses, _ in found])
         return {"translation": tokenizer.detokenize(ids),
                 "score": tf.constant([scores[0] for _, scores in found], tf.float32)}
 
-    def tokenized(text: tf.Tensor) -> tf.Tensor:
-        valid = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
-        return tokenizer.tokenize(valid).to_tensor(default_value=PAD_ID)
+    def tokenized(text: tf.Tensor, target: bool = False) -> tf.Tensor:
+        return text_pieces(tokenizer, text, target).to_tensor(default_value=PAD_ID)
 
     def translate_text(text: tf.Tensor) -> dict[str, tf.Tensor]:
         return best(tokenized(text))
 
     def translate_prefixed(text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
-        return best(tokenized(text), [row or None for row in as_pieces(tokenized(prefix))])
+        return best(tokenized(text), [row or None for row in as_pieces(
+            tokenized(prefix, target=True), target_pieces)])
 
     return translate_text, translate_ids, translate_prefixed, tokenizer, translator

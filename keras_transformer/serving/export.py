@@ -7,8 +7,9 @@ Signatures: `serving_default` (`text` -> `translation`, `score`, tokenization in
 `translation`, `score`, `target_pieces`, `source_pieces`, `alignment`); see `Translator`.
 Loading needs
 only `tensorflow` and `tensorflow_text` (`import tensorflow_text` registers its ops). The
-sentencepiece model is embedded in the graph and also shipped as the asset `spm.model` for
-clients of `translate_ids`. The graph holds a copy of the model's weights (no optimizer state),
+tokenizer is embedded in the graph and its files are also shipped as assets for clients of
+`translate_ids`: `spm.model` (a shared vocabulary), or an imported model's `source.spm`,
+`target.spm` and `vocabulary.json` (`SentencePiecePair`). The graph holds a copy of the model's weights (no optimizer state),
 whatever policy the model was trained under: float32 by default, which any CPU or GPU serves;
 `dtype="bfloat16"` stores and computes in bfloat16 (half the size; faster only where this
 hardware's bfloat16 matmuls are, `probes.choose_serving_dtype` measures it). With a

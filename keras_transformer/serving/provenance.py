@@ -1,7 +1,8 @@
 """Where an export came from: `assets.extra/keras_transformer_provenance.json` in its directory.
 
 The record holds the run directory and the weights taken from it with the reason they were
-chosen (`RunDir.chosen_weights`), the run's dev and test figures when it recorded them, the
+chosen (`RunDir.chosen_weights`), the run's dev and test figures when it recorded them, where
+a model imported from elsewhere came from (`import.json`: format, origin, file digests), the
 search settings, precision, XLA and shortlist fixed in the export, its warm-up widths, the
 model's architecture, and the code that wrote it (package version, git commit when the package
 runs from a checkout, TensorFlow version). TF Serving ignores `assets.extra/`;
@@ -99,6 +100,7 @@ _LABELS = (("created", "written (UTC)"), ("format", "format"), ("run_dir", "run 
            ("model_file", "model file"), ("weights", "weights"),
            ("weights_reason", "weights chosen as"), ("dev_bleu", "dev BLEU"),
            ("averaged_checkpoints", "averaged checkpoints"), ("test", "test figures"),
+           ("imported_from", "imported from"),
            ("search", "search settings"), ("precision", "precision"), ("xla", "XLA-compiled"),
            ("shortlist", "shortlist"), ("quantization", "quantization"),
            ("warmup", "warm-up requests"), ("training_precision", "training precision"),

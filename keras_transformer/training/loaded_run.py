@@ -83,20 +83,35 @@ def load_run(path: str | os.PathLike, weights: str | os.PathLike | None = None) 
     # the data package (tensorflow-datasets) nor tensorflow-text (about a second).
     from keras_transformer.data.sentencepiece_pair import load_tokenizer
 
-    run = RunDir(path)
-    if not run.root.is_dir():
-        raise FileNotFoundError(f"run directory: no such directory {os.fspath(path)!r}")
+    run = _existing_run(path)
     recipe = run.load_recipe()
     tokenizer = load_tokenizer(run.vocab)
     if tokenizer.vocab_size != recipe.architecture.vocab_size:
         raise ValueError(f"run directory {os.fspath(path)!r}: its vocabulary has "
                          f"{tokenizer.vocab_size} ids, its config.json vocab_size="
                          f"{recipe.architecture.vocab_size}")
+    model, chosen, reason = chosen_model(path, weights)
+    return LoadedRun(model=model, tokenizer=tokenizer, recipe=recipe, weights=chosen,
+                     weights_reason=reason, results=run.recorded_results(), run_dir=run)
+
+
+def chosen_model(path: str | os.PathLike, weights: str | os.PathLike | None = None
+                 ) -> tuple[Transformer, Path, str]:
+    """`load_run`'s model alone (a run directory without a vocabulary loads too), the
+    weights file it holds and why those (as `LoadedRun.weights_reason`)."""
+    run = _existing_run(path)
     if weights is None:
         chosen, reason = run.chosen_weights()
     else:
         chosen, reason = Path(weights), "given"
-    model = Transformer(recipe.architecture)
+    model = Transformer(run.load_recipe().architecture)
     load_weights_file(model, chosen)
-    return LoadedRun(model=model, tokenizer=tokenizer, recipe=recipe, weights=chosen,
-                     weights_reason=reason, results=run.recorded_results(), run_dir=run)
+    return model, chosen, reason
+
+
+def _existing_run(path: str | os.PathLike) -> RunDir:
+    """The `RunDir` of `path`; FileNotFoundError naming it if it is no directory."""
+    run = RunDir(path)
+    if not run.root.is_dir():
+        raise FileNotFoundError(f"run directory: no such directory {os.fspath(path)!r}")
+    return run

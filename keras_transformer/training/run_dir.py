@@ -27,6 +27,7 @@ RUN_FILE = "run.json"
 RESULT_FILE = "result.json"  # which weights a finished run chose (`keep_better_of_average_and_final`)
 TEST_FILE = "test.json"  # the figures of kt-train's final test pass
 LEFT_OUT_FILE = "left_out.json"  # the training pairs not trained on (`prepare.left_out`)
+IMPORT_FILE = "import.json"  # where an imported model came from (`importing.run_directory`)
 
 
 class RunDir:
@@ -38,11 +39,6 @@ class RunDir:
     @property
     def config_path(self) -> Path:
         return self.root / CONFIG_FILE
-
-    @property
-    def run_path(self) -> Path:
-        """The training options (data, schedule) that must match on restart."""
-        return self.root / RUN_FILE
 
     @property
     def vocab(self) -> Path:
@@ -106,16 +102,22 @@ class RunDir:
     def provenance(self, weights: str | os.PathLike | None = None) -> dict[str, Any]:
         """The facts of this run an export of it records (`keras_transformer.serving.provenance`): its
         path, the weights used (`weights` if given, else `chosen_weights`) and why, its
-        recorded results and the training precision."""
+        recorded results and the training precision, and for a model imported from elsewhere
+        (`import.json`) its format, origin and the files read with their SHA-256 digests."""
         if weights:
             chosen, why = Path(weights), "given (--weights)"
         else:
             chosen, why = self.chosen_weights()
         results = self.recorded_results()
-        return {"run_dir": os.path.abspath(self.root), "weights": os.path.abspath(chosen),
-                "weights_reason": why, "dev_bleu": results.get("dev_bleu"),
-                "averaged_checkpoints": results.get("averaged"), "test": results.get("test"),
-                "training_precision": self.recorded_options().get("precision")}
+        record = {"run_dir": os.path.abspath(self.root), "weights": os.path.abspath(chosen),
+                  "weights_reason": why, "dev_bleu": results.get("dev_bleu"),
+                  "averaged_checkpoints": results.get("averaged"), "test": results.get("test"),
+                  "training_precision": self.recorded_options().get("precision")}
+        imported = _read_json(self.root / IMPORT_FILE)
+        if imported is not None:
+            record["imported_from"] = {key: imported.get(key)
+                                       for key in ("format", "origin", "files")}
+        return record
 
     def check_writable(self) -> None:
         """Proves a file can be written in the directory or, while it does not exist, in its

@@ -1,0 +1,140 @@
+"""Helpers the tests share (not a test module): running scripts and command lines, reading
+their output, small models, runs and batches."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import keras_transformer as kt
+from keras_transformer.data import SubwordTokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_script_json(script: str, timeout: int = 300) -> dict:
+    """Runs `script` in a fresh Python process (its own TensorFlow devices) from the project
+    root and returns the JSON object its last output line holds."""
+    completed = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[1],
+                               capture_output=True, text=True, timeout=timeout)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def final_json(output: str) -> dict:
+    """The JSON summary a command line prints last (TensorFlow may still log after it)."""
+    output = "\n" + output  # the summary may be the only output
+    summary, _ = json.JSONDecoder().raw_decode(output[output.rindex("\n{\n") + 1:])
+    return summary
+
+
+def final_weights(run_dir: Path) -> list:
+    """The trainable weights (numpy arrays) a finished kt-train run saved in `run_dir`."""
+    from keras_transformer.training.run_dir import RunDir
+
+    model = kt.Transformer(RunDir(run_dir).load_recipe().architecture)
+    model.load_weights(run_dir / "model.weights.h5")
+    return [variable.numpy() for variable in model.trainable_weights]
+
+
+def random_run(vocab: Path, root: Path, **overrides):
+    """A run directory (`RunDir`) of a random one-layer `tiny` model on `vocab`, its weights
+    spread out so that its translations and samples vary."""
+    import shutil
+
+    from keras_transformer.training.checkpoints import save_weights_atomic
+    from keras_transformer.training.run_dir import RunDir
+
+    recipe = kt.Recipe.preset("tiny", vocab_size=SubwordTokenizer.load(vocab).vocab_size,
+                              **{"num_layers": 1, "max_length": 24, "beam_size": 1,
+                                 **overrides})
+    run_dir = RunDir(root)
+    run_dir.write_json("config.json", recipe.to_dict())
+    shutil.copytree(vocab, run_dir.vocab)
+    model = kt.Transformer(recipe.architecture)
+    rng = np.random.default_rng(0)
+    model.set_weights([weight + rng.normal(size=weight.shape).astype("float32") * 0.3
+                       for weight in model.get_weights()])
+    save_weights_atomic(model, run_dir.final_weights)
+    return run_dir
+
+
+def train_vocab(pairs: tuple[list[str], list[str]], size: int, directory: Path) -> Path:
+    """Learns a shared vocabulary of `size` pieces from both sides of `pairs` into `directory`."""
+    sources, targets = pairs
+    SubwordTokenizer.train(sources + targets, size, directory)
+    return directory
+
+
+# --- small models and batches
+
+rng = np.random.default_rng(0)
+VARIANTS = {
+    "paper": {},
+    "pre_norm_learned_untied_uneven": {"norm": "pre", "positional": "learned",
+                                       "share_embeddings": False, "tie_output": False,
+                                       "target_vocab_size": 70, "num_encoder_layers": 3,
+                                       "num_decoder_layers": 1},
+    # The options of models trained elsewhere (e.g. Marian's), all on.
+    "swish_halves_embedding_norm_output_bias": {
+        "activation": "swish", "sinusoid_layout": "halves", "embedding_norm": True,
+        "output_bias": True, "attention_bias": True},
+}
+
+
+def tiny_model(**overrides) -> kt.Transformer:
+    config = kt.TransformerConfig.preset("tiny", vocab_size=60, dropout=0.0, **overrides)
+    model = kt.Transformer(config)
+    if model.output_bias is not None:  # zeros when built: a bias that changes the logits
+        model.output_bias.assign(rng.normal(size=model.output_bias.shape).astype("float32"))
+    return model
+
+
+def random_ids(shape, low=4, high=60):
+    return rng.integers(low, high, size=shape).astype("int32")
+
+
+def assert_equal_to_rounding(actual, expected, precision: str) -> None:
+    """Equal up to float32 rounding, or 16-bit rounding compounded over a tiny model's layers."""
+    if precision == "float32":
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_allclose(actual, expected, rtol=0, atol=0.02 * np.abs(expected).max())
+
+
+PAIRS = [([5, 6, 7], [9, 8]), ([7, 6], [10, 11, 12]), ([8, 9, 10, 11], [11, 10, 9, 8]),
+         ([12, 5], [5]), ([13, 14, 15], [6, 7, 13, 14]), ([4, 4, 9], [15, 12])]
+
+
+def padded(rows, width):
+    out = np.zeros((len(rows), width), "int32")
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = row
+    return out
+
+
+# --- whole kt-train runs
+
+MICRO = ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
+         "--set", "num_layers=1", "--set", "batch_tokens=512", "--set", "max_length=48",
+         "--eval-sentences", "8", "--attention-sentences", "1", "--no-export",
+         "--precision", "float32", "--kernels", "fast", "--progress-seconds", "0"]
+
+
+def run_args(data: dict, run_dir: Path, *extra: str) -> list[str]:
+    return MICRO + ["--train-src", data["train"][0], "--train-tgt", data["train"][1],
+                    "--dev-src", data["dev"][0], "--dev-tgt", data["dev"][1],
+                    "--output-dir", str(run_dir), *extra]
+
+
+class FakeClock:
+    """A clock the test moves."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now

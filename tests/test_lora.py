@@ -1,0 +1,194 @@
+"""Keras's LoRA and int8 APIs on the Transformer's projections: `Transformer.enable_lora`
+(adapters trained, everything else frozen), `merge_lora` (a plain model computing the same),
+saving and loading either, and `model.quantize("int8")`."""
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer import fast
+from keras_transformer.decoding.transformer_search import beam_search
+from helpers import VARIANTS, random_ids, tiny_model
+
+rng = np.random.default_rng(0)
+
+
+def lora_model(rank: int = 2, model_class=kt.Transformer, **overrides) -> kt.Transformer:
+    """A one-layer tiny model with LoRA adapters of `rank` whose product is not zero (as after
+    some training), so that they change the outputs."""
+    config = kt.TransformerConfig.preset("tiny", vocab_size=60, dropout=0.0, num_layers=1,
+                                         **overrides)
+    model = model_class(config, lora_rank=rank, lora_alpha=2 * rank)
+    for dense in model.projections():
+        dense.lora_kernel_b.assign(rng.normal(scale=0.1, size=dense.lora_kernel_b.shape))
+    return model
+
+
+def adapters(model: kt.Transformer) -> list:
+    return [weight for dense in model.projections()
+            for weight in (dense.lora_kernel_a, dense.lora_kernel_b)]
+
+
+def test_enable_lora_freezes_all_but_the_adapters_of_every_projection():
+    model = tiny_model(attention_bias=True, output_bias=True)
+    plain_weights = len(model.weights)
+    model.enable_lora(4)
+    # Per layer: 4 attention projections (8 in a decoder layer) and 2 feed-forward maps.
+    assert len(model.projections()) == 2 * 6 + 2 * 10
+    assert sorted(id(weight) for weight in model.trainable_weights) == sorted(
+        id(weight) for weight in adapters(model))
+    assert len(model.weights) == plain_weights + 2 * len(model.projections())
+    query = model.encoder_layers[0].self_attention.query_dense
+    assert query.lora_kernel_a.shape == (64, 4) and query.lora_kernel_b.shape == (4, 64)
+    assert model.get_config()["lora_rank"] == 4 and model.get_config()["lora_alpha"] == 4
+    with pytest.raises(ValueError, match="already enabled"):
+        model.enable_lora(2)
+
+
+@pytest.mark.slow
+def test_fit_changes_only_the_adapters():
+    """A few training steps (kt-train's model and loss) move every adapter and nothing else."""
+    recipe = kt.Recipe.preset("tiny", vocab_size=60, dropout=0.1, warmup_steps=1,
+                              num_layers=1)
+    model = fast.FastTransformer(recipe.architecture, lora_rank=2)
+    model.compile(optimizer=kt.make_optimizer(recipe.architecture.d_model, recipe.training),
+                  loss=kt.LabelSmoothedCrossEntropy(recipe.training.label_smoothing))
+    frozen = {weight.path: weight.numpy() for weight in model.weights
+              if all(weight is not adapter for adapter in adapters(model))}
+    before = [adapter.numpy() for adapter in adapters(model)]
+    model.fit((random_ids((8, 6)), random_ids((8, 5))), random_ids((8, 5)), batch_size=4,
+              epochs=2, verbose=0)
+    for weight in model.weights:
+        if weight.path in frozen:
+            np.testing.assert_array_equal(weight.numpy(), frozen[weight.path], err_msg=weight.path)
+    assert len(frozen) == len(model.weights) - len(before) > 30
+    for adapter, start in zip(adapters(model), before):
+        assert np.abs(adapter.numpy() - start).max() > 0, adapter.path
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_merged_model_computes_what_the_lora_model_computes(variant):
+    """The same logits from a plain model (plain kernels only, every weight trainable); the
+    LoRA model is left as it was."""
+    model = lora_model(**VARIANTS[variant])
+    merged = model.merge_lora()
+    assert type(merged) is type(model) and "lora_rank" not in merged.get_config()
+    assert len(merged.weights) == len(model.weights) - len(adapters(model))
+    assert len(merged.trainable_weights) == len(merged.weights)
+    assert model.lora_rank == 2 and len(model.trainable_weights) == len(adapters(model))
+    inputs = (random_ids((2, 6)), random_ids((2, 5)))
+    logits = np.asarray(model(inputs))
+    np.testing.assert_allclose(np.asarray(merged(inputs)), logits, rtol=1e-6, atol=1e-6)
+    plain = kt.Transformer(model.config)
+    plain.set_weights(merged.get_weights())
+    np.testing.assert_allclose(np.asarray(plain(inputs)), logits, rtol=1e-6, atol=1e-6)
+    plain.set_weights([weight.numpy() for weight in model.weights
+                       if all(weight is not adapter for adapter in adapters(model))])
+    assert not np.allclose(np.asarray(plain(inputs)), logits)  # the adapters do change them
+
+
+@pytest.mark.slow
+def test_the_merged_model_translates_as_the_lora_model():
+    """Beam search through the core's cached step and the fast one (which reads the
+    projections' `matrix()`) finds the same translations in both models."""
+    model = lora_model(rank=4)
+    merged = model.merge_lora()
+    source_ids = random_ids((3, 6))
+    for step_builder in (None, fast.lean_step):
+        expected, got = (beam_search(m, source_ids, beam_size=2, max_decode_extra=4,
+                                     step_builder=step_builder) for m in (model, merged))
+        np.testing.assert_array_equal(got.ids.numpy(), expected.ids.numpy())
+        np.testing.assert_allclose(got.scores.numpy(), expected.scores.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("suffix", [".keras", ".weights.h5"])
+def test_a_saved_lora_model_reloads_with_its_adapters(suffix, tmp_path):
+    model = lora_model(rank=3)
+    path = tmp_path / f"model{suffix}"
+    if suffix == ".keras":
+        model.save(path)
+        restored = keras.models.load_model(path)
+    else:
+        model.save_weights(path)
+        restored = kt.Transformer(model.config, lora_rank=3, lora_alpha=6)
+        restored.load_weights(path)
+    assert (restored.lora_rank, restored.lora_alpha) == (3, 6)
+    for saved, loaded in zip(model.weights, restored.weights):
+        assert saved.path.split("/")[1:] == loaded.path.split("/")[1:]  # the model's name aside
+        assert saved.trainable == loaded.trainable
+        np.testing.assert_array_equal(loaded.numpy(), saved.numpy(), err_msg=saved.path)
+    inputs = (random_ids((2, 6)), random_ids((2, 5)))
+    np.testing.assert_array_equal(np.asarray(restored(inputs)), np.asarray(model(inputs)))
+
+
+def test_lora_weights_do_not_load_into_a_plain_model(tmp_path):
+    """The error names the layer and the way out, not a count mismatch of Keras's."""
+    path = tmp_path / "lora.weights.h5"
+    lora_model().save_weights(path)
+    plain = kt.Transformer(lora_model().config)
+    with pytest.raises(ValueError, match=r"layer '\S+_attention/(query|key|value|output)'.*"
+                                         "LoRA enabled at the same rank"):
+        plain.load_weights(path)
+
+
+def test_get_config_round_trip_keeps_lora():
+    model = lora_model(rank=2)
+    clone = kt.Transformer.from_config(model.get_config())
+    assert (clone.lora_rank, clone.lora_alpha) == (2, 4)
+    assert clone.get_config() == model.get_config()
+    assert [weight.path for weight in clone.trainable_weights] == [
+        weight.path for weight in model.trainable_weights]
+
+
+@pytest.mark.parametrize("kernel_set", fast.KERNEL_SETS)
+def test_the_training_loss_reaches_the_adapters(kernel_set):
+    """The loss's gradient, through either kernel set's `linear`, reaches both adapters of every
+    projection and no frozen weight."""
+    with fast.kernels_scope(kernel_set):
+        model = lora_model()
+        source, target_in, target_out = random_ids((3, 6)), random_ids((3, 5)), random_ids((3, 5))
+        loss = kt.LabelSmoothedCrossEntropy(0.1)
+        with tf.GradientTape() as tape:
+            value = loss(target_out, model((source, target_in), training=True))
+        gradients = tape.gradient(value, model.trainable_weights)
+    assert len(gradients) == len(adapters(model))
+    for weight, gradient in zip(model.trainable_weights, gradients):
+        assert gradient is not None and np.abs(np.asarray(gradient)).max() > 0, weight.path
+
+
+@pytest.mark.slow
+def test_an_int8_model_s_logits_are_the_float_model_s_to_int8_rounding(tmp_path):
+    """`model.quantize("int8")` rewrites every projection (and the untied output projection,
+    Keras's Dense); the logits move by int8 rounding only, and decoding reads the same kernels;
+    the int8 weights reload into a model quantized the same way."""
+    model = tiny_model(num_layers=1, tie_output=False, share_embeddings=False,
+                       attention_bias=True)
+    inputs = (random_ids((3, 7)), random_ids((3, 6)))
+    float_logits = np.asarray(model(inputs))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Keras's note per layer class it cannot quantize
+        model.quantize("int8")
+    for dense in model.projections():
+        assert dense.quantization_mode == "int8" and dense._kernel.dtype == "int8", dense.path
+    logits = np.asarray(model(inputs))
+    error = np.abs(logits - float_logits).max()
+    assert 0 < error < 0.02 * np.abs(float_logits).max()
+    cached, recomputed = (beam_search(model, inputs[0], beam_size=2, max_decode_extra=4,
+                                      use_cache=use_cache) for use_cache in (True, False))
+    np.testing.assert_array_equal(cached.ids.numpy(), recomputed.ids.numpy())
+    path = tmp_path / "int8.weights.h5"
+    model.save_weights(path)
+    restored = kt.Transformer(model.config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        restored.quantize("int8")
+    restored.load_weights(path)
+    np.testing.assert_array_equal(np.asarray(restored(inputs)), logits)
+
+
+def test_quantizing_a_lora_model_asks_for_the_merged_model():
+    with pytest.raises(ValueError, match="merge_lora"):
+        lora_model().encoder_layers[0].feed_forward.inner.quantize("int8")
