@@ -243,3 +243,153 @@ def test_heads_dense_rejects_unknown_activation():
 
     with pytest.raises(ValueError, match="activation"):
         HeadsDense((4,), activation="tanh")
+
+
+HEADS_DENSE_SHAPES = [((2, 5, 12), (3, 4), 1), ((2, 5, 3, 4), (12,), 2)]
+
+
+def lora_heads_dense(input_shape, output_dims, input_rank, activation=None):
+    """A built `HeadsDense` with a random bias and LoRA adapters (rank 2, alpha 6: scale 3),
+    both random, and its inputs."""
+    from keras_transformer.layers import HeadsDense
+
+    draws = np.random.default_rng(input_rank)
+    layer = HeadsDense(output_dims, input_rank=input_rank, activation=activation)
+    layer.build(input_shape)
+    layer.enable_lora(2, lora_alpha=6)
+    for weight in (layer.bias, layer.lora_kernel_a, layer.lora_kernel_b):
+        weight.assign(draws.normal(size=weight.shape))
+    return layer, draws.normal(size=input_shape).astype("float32")
+
+
+@pytest.mark.parametrize("input_shape, output_dims, input_rank", HEADS_DENSE_SHAPES)
+def test_heads_dense_lora_adds_the_adapters_product_to_the_flat_kernel(input_shape, output_dims,
+                                                                       input_rank):
+    layer, inputs = lora_heads_dense(input_shape, output_dims, input_rank)
+    in_size, out_size = math.prod(input_shape[-input_rank:]), math.prod(output_dims)
+    assert layer.lora_kernel_a.shape == (in_size, 2) and layer.lora_kernel_b.shape == (2, out_size)
+    base = next(weight for weight in layer.weights if weight.name == "kernel").numpy()
+    expected_kernel = base.reshape(in_size, out_size) + 3 * (
+        layer.lora_kernel_a.numpy() @ layer.lora_kernel_b.numpy())
+    np.testing.assert_allclose(layer.matrix("float32")[0], expected_kernel, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(layer.kernel, expected_kernel.reshape(base.shape), rtol=1e-6,
+                               atol=1e-6)
+    rows = inputs.reshape(-1, in_size)
+    expected = (rows @ expected_kernel).reshape(*input_shape[:-input_rank], *output_dims)
+    np.testing.assert_allclose(layer(inputs), expected + layer.bias.numpy(), rtol=1e-5, atol=1e-5)
+    # The kernel is frozen; the bias stays trainable, as in Keras's Dense.
+    assert [weight.name for weight in layer.trainable_weights] == [
+        "bias", "lora_kernel_a", "lora_kernel_b"]
+
+
+@pytest.mark.parametrize("kernel_set", KERNEL_SETS)
+@pytest.mark.parametrize("activation", [None, "relu"])
+def test_heads_dense_lora_gradients_are_the_formula_s(kernel_set, activation):
+    """Through either kernel set's `linear` (ReLU fused or not), the adapters' gradients are
+    those of `f(x (K + s A B) + b)` written out."""
+    layer, inputs = lora_heads_dense((2, 5, 3, 4), (6,), 2, activation)
+    base = tf.reshape(next(weight for weight in layer.weights if weight.name == "kernel"),
+                      (12, 6))
+    upstream = tf.constant(np.random.default_rng(5).normal(size=(2, 5, 6)), tf.float32)
+
+    def formula(a, b):
+        outputs = tf.reshape(inputs, (10, 12)) @ (base + 3.0 * a @ b) + layer.bias
+        return tf.reshape(tf.nn.relu(outputs) if activation else outputs, (2, 5, 6))
+
+    adapters = [layer.lora_kernel_a, layer.lora_kernel_b]
+    with kernels_scope(kernel_set), tf.GradientTape(persistent=True) as tape:
+        ours, expected = layer(inputs), formula(*adapters)
+    np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)
+    for got, want in zip(tape.gradient(ours, adapters, output_gradients=upstream),
+                         tape.gradient(expected, adapters, output_gradients=upstream)):
+        assert np.abs(np.asarray(want)).max() > 0
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_heads_dense_get_config_round_trip_with_lora_rank():
+    """`lora_rank`/`lora_alpha` in the config rebuild the adapters; the weights a layer saves
+    (`save_own_variables`) are kernel, bias, then the adapters, and load back."""
+    from keras_transformer.layers import HeadsDense
+
+    layer, inputs = lora_heads_dense((2, 5, 12), (3, 4), 1)
+    config = layer.get_config()
+    assert (config["lora_rank"], config["lora_alpha"]) == (2, 6)
+    clone = HeadsDense.from_config(config)
+    clone.build(inputs.shape)
+    assert clone.get_config() == config and clone.lora_enabled
+    store = {}
+    layer.save_own_variables(store)
+    assert [store[key].shape for key in sorted(store)] == [(12, 3, 4), (3, 4), (12, 2), (2, 12)]
+    clone.load_own_variables(store)
+    np.testing.assert_array_equal(clone(inputs), layer(inputs))
+    assert "lora_rank" not in HeadsDense((4,)).get_config()
+
+
+def test_heads_dense_lora_refusals():
+    from keras_transformer.layers import HeadsDense
+
+    layer = HeadsDense((4,))
+    with pytest.raises(ValueError, match="not built"):
+        layer.enable_lora(2)
+    layer.build((None, 8))
+    with pytest.raises(ValueError, match="rank: must be a positive integer, got 0"):
+        layer.enable_lora(0)
+    layer.enable_lora(2)
+    with pytest.raises(ValueError, match="already enabled"):
+        layer.enable_lora(2)
+    plain = HeadsDense((4,))
+    plain.build((None, 8))
+    store = {}
+    layer.save_own_variables(store)
+    with pytest.raises(ValueError, match="holds 4 variables, this layer has 2 .kernel, bias."):
+        plain.load_own_variables(store)
+
+
+@pytest.mark.parametrize("input_shape, output_dims, input_rank", HEADS_DENSE_SHAPES)
+def test_heads_dense_int8_is_the_float_layer_to_rounding_and_reloads(input_shape, output_dims,
+                                                                      input_rank):
+    """`quantize("int8")`: int8 kernel, a scale per output, outputs within int8 rounding; the
+    config (dtype policy `int8_from_float32`) rebuilds an int8 layer that loads the saved
+    state; weight-only quantization (no activation quantizer) is closer still."""
+    from keras_transformer.layers import HeadsDense
+
+    layer, inputs = lora_heads_dense(input_shape, output_dims, input_rank)
+    float_weights = [np.asarray(layer.kernel), layer.bias.numpy()]  # random, as trained
+    plain = HeadsDense(output_dims, input_rank=input_rank)
+    plain.build(input_shape)
+    plain.set_weights(float_weights)
+    float_outputs = np.asarray(plain(inputs))
+    plain.quantize("int8")
+    assert plain.dtype_policy.name == "int8_from_float32"
+    assert {weight.name: weight.dtype for weight in plain.weights} == {
+        "kernel": "int8", "bias": "float32", "kernel_scale": "float32"}
+    assert plain.kernel_scale.shape == output_dims
+    outputs = np.asarray(plain(inputs))
+    error = np.abs(outputs - float_outputs).max()
+    assert 0 < error < 0.02 * np.abs(float_outputs).max()
+    clone = HeadsDense.from_config(plain.get_config())
+    clone.build(input_shape)
+    store = {}
+    plain.save_own_variables(store)
+    clone.load_own_variables(store)
+    np.testing.assert_array_equal(clone(inputs), outputs)
+
+    weights_only = HeadsDense(output_dims, input_rank=input_rank)
+    weights_only.build(input_shape)
+    weights_only.set_weights(float_weights)
+    weights_only.quantize("int8", config=keras.quantizers.Int8QuantizationConfig(
+        activation_quantizer=None))
+    assert np.abs(np.asarray(weights_only(inputs)) - float_outputs).max() < error
+
+
+def test_heads_dense_quantizes_to_int8_only():
+    from keras_transformer.layers import HeadsDense
+
+    layer = HeadsDense((4,))
+    layer.build((None, 8))
+    for mode in ("int4", "float8"):
+        with pytest.raises(NotImplementedError, match="supports the modes .'int8',."):
+            layer.quantize(mode)
+    layer.enable_lora(2)
+    with pytest.raises(ValueError, match="LoRA is enabled"):
+        layer.quantize("int8")

@@ -1,12 +1,16 @@
 """Exports load and translate on stock TF Serving 2.20's runtime: a Python with exactly
 tensorflow 2.20 and tensorflow-text 2.20 (`KT_STOCK_RUNTIME_PYTHON`; .ci/run points it at its
 oldest-versions venv), importing nothing of this package, gives the in-process outputs for
-every kind of export the package writes, and answers every warm-up request each carries with
-well-formed outputs (without that Python, the warm-up replay runs in this one's)."""
+every kind of export the package writes, and for the export of a model imported from a Marian
+folder (kt-import: a SentencePiece pair in the graph) the text kt-translate gives; and it
+answers every warm-up request each carries with well-formed outputs (without that Python, the
+warm-up replay runs in this one's)."""
+import io
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +20,8 @@ import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import build_shortlist
 from keras_transformer.serving.export import export_translator
+from marian_models import MarianVariant, write_marian_model
+from trainers import export, import_model, translate
 
 STOCK_PYTHON = os.environ.get("KT_STOCK_RUNTIME_PYTHON")
 TEXTS = ["I have forty-two apples", "", "She sees three dogs today"]
@@ -25,6 +31,9 @@ KINDS = {"float32-beam3": ("float32", 3, False, False), "float32-greedy": ("floa
          "bfloat16-beam3": ("bfloat16", 3, False, False),
          "shortlist-beam3": ("float32", 3, True, False), "xla-beam3": ("float32", 3, False, True),
          "xla-shortlist-beam3": ("float32", 3, True, True)}
+# The imported model's inputs: language tokens, separate source and target vocabularies.
+IMPORTED_TEXTS = [">>fra<< I see one dog.", "", "we like the red car!"]
+IMPORTED_SEARCH = ["--beam-size", "3", "--max-decode-extra", "5"]
 
 LOAD_AND_TRANSLATE = """
 import json, sys
@@ -101,6 +110,20 @@ def exports(demo_vocab, demo_train, tmp_path_factory) -> dict[str, str]:
             for name, (dtype, beam, listed, xla) in KINDS.items()}
 
 
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory) -> tuple[Path, str]:
+    """A tiny random Marian model (separate vocabularies, pre-norm, embedding layer norms,
+    `>>xx<<` tokens) imported by kt-import and exported by kt-export with beam 3: the run
+    directory and the export's version directory."""
+    root = tmp_path_factory.mktemp("imported")
+    folder = write_marian_model(root / "marian", MarianVariant(
+        tied_all=False, norm="pre", embedding_norm=True, languages=("fra", "deu")))
+    assert import_model.main([str(folder), "--output-dir", str(root / "run")]) == 0
+    assert export.main([str(root / "run"), str(root / "run" / "vocab"), "--name", "imported",
+                        "--base-dir", str(root / "exports"), *IMPORTED_SEARCH]) == 0
+    return root / "run", str(root / "exports" / "imported" / "1")
+
+
 def run_stock(python: str, script: str, *arguments: str, cwd) -> dict:
     """Runs `script` in `python` without this checkout on its path; its last line as JSON."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
@@ -113,15 +136,16 @@ def run_stock(python: str, script: str, *arguments: str, cwd) -> dict:
 
 @pytest.mark.slow
 def test_every_warmup_request_of_every_export_kind_replays_on_the_stock_runtime(exports,
+                                                                                imported,
                                                                                 tmp_path):
-    replayed = run_stock(STOCK_PYTHON or sys.executable, REPLAY_WARMUP, json.dumps(exports),
-                         cwd=tmp_path)
+    replayed = run_stock(STOCK_PYTHON or sys.executable, REPLAY_WARMUP,
+                         json.dumps({**exports, "imported": imported[1]}), cwd=tmp_path)
     if STOCK_PYTHON:
         assert replayed["tf"].startswith("2.20.")
-    for name, (_, _, _, xla) in KINDS.items():
+    for name, xla in [*((name, kind[3]) for name, kind in KINDS.items()), ("imported", False)]:
         counts, warmup = replayed[name]["counts"], replayed[name]["warmup"]
         widths = len(warmup["source_widths"])
-        assert warmup["source_widths"] == ([16, 24] if xla else [16])  # max_length 24
+        assert warmup["source_widths"] == ([16, 24] if xla else [16])  # max_length 24 or 512
         assert counts == {"serving_default": widths, "translate_ids": widths,
                           "translate_nbest": widths, "translate_with_alignment": widths,
                           "translate_with_prefix": 2 * widths}
@@ -135,18 +159,44 @@ def test_every_export_kind_translates_identically_on_the_stock_runtime(exports, 
     stock = run_stock(STOCK_PYTHON, LOAD_AND_TRANSLATE, json.dumps(exports), json.dumps(TEXTS),
                       json.dumps(IDS), cwd=tmp_path)
     assert stock["tf"].startswith("2.20.") and stock["text"].startswith("2.20.")
-    inputs = {"text": tf.constant(TEXTS), "prefix": tf.constant(TEXTS[::-1]),
-              "source_ids": tf.constant(IDS, tf.int32)}
     for name, path in exports.items():
-        signatures = tf.saved_model.load(path).signatures
-        assert set(stock[name]) == set(signatures) == {
-            "serving_default", "translate_ids", "translate_nbest", "translate_with_prefix",
-            "translate_with_alignment"}
-        for signature, function in signatures.items():
-            arguments = {key: inputs[key] for key in function.structured_input_signature[1]}
-            for key, value in function(**arguments).items():
-                ours, theirs = value.numpy(), stock[name][signature][key]
-                if ours.dtype == object:
-                    assert [bytes.fromhex(t) for t in theirs] == ours.ravel().tolist(), key
-                else:
-                    np.testing.assert_allclose(theirs, ours, atol=1e-4, err_msg=key)
+        assert_outputs_in_process(stock[name], path, TEXTS)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not STOCK_PYTHON, reason="KT_STOCK_RUNTIME_PYTHON (a Python with exactly "
+                    "tensorflow 2.20 + tensorflow-text 2.20) is not set")
+def test_an_imported_models_export_translates_on_the_stock_runtime_as_kt_translate_does(
+        imported, tmp_path):
+    run_dir, path = imported
+    stock = run_stock(STOCK_PYTHON, LOAD_AND_TRANSLATE, json.dumps({"imported": path}),
+                      json.dumps(IMPORTED_TEXTS), json.dumps(IDS), cwd=tmp_path)
+    assert stock["tf"].startswith("2.20.") and stock["text"].startswith("2.20.")
+    assert_outputs_in_process(stock["imported"], path, IMPORTED_TEXTS)
+    (tmp_path / "input.en").write_text("".join(text + "\n" for text in IMPORTED_TEXTS),
+                                       encoding="utf-8")
+    stdout = io.StringIO()
+    assert translate.main([str(run_dir), str(tmp_path / "input.en"), *IMPORTED_SEARCH,
+                           "--quiet"], stdout=stdout) == 0
+    translations = stock["imported"]["serving_default"]["translation"]
+    assert [bytes.fromhex(text).decode() for text in translations] == (
+        stdout.getvalue().split("\n")[:-1])
+
+
+def assert_outputs_in_process(stock: dict, path: str, texts: list) -> None:
+    """`stock` (every signature's outputs of the export at `path` on the stock runtime, given
+    `texts`, their reverse as prefixes, and `IDS`) equals what the export computes here."""
+    inputs = {"text": tf.constant(texts), "prefix": tf.constant(texts[::-1]),
+              "source_ids": tf.constant(IDS, tf.int32)}
+    signatures = tf.saved_model.load(path).signatures
+    assert set(stock) == set(signatures) == {
+        "serving_default", "translate_ids", "translate_nbest", "translate_with_prefix",
+        "translate_with_alignment"}
+    for signature, function in signatures.items():
+        arguments = {key: inputs[key] for key in function.structured_input_signature[1]}
+        for key, value in function(**arguments).items():
+            ours, theirs = value.numpy(), stock[signature][key]
+            if ours.dtype == object:
+                assert [bytes.fromhex(t) for t in theirs] == ours.ravel().tolist(), key
+            else:
+                np.testing.assert_allclose(theirs, ours, atol=1e-4, err_msg=key)

@@ -18,3 +18,18 @@ def test_ruff_passes():
         [sys.executable, "-m", "ruff", "check", "keras_transformer", "trainers", "tests",
          "benchmarks"], cwd=ROOT, capture_output=True, text=True)
     assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
+def test_no_test_module_imports_another():
+    """Shared test code lives in helper modules (`tests/helpers.py`, `tests/marian_models.py`),
+    never in a test module or `conftest.py` another test imports."""
+    import ast
+
+    imports = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            imports += [(path.name, name) for name in names
+                        if name.split(".")[0].startswith("test_") or name == "conftest"]
+    assert imports == []

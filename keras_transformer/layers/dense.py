@@ -101,6 +101,7 @@ class HeadsDense(keras.layers.Layer):
                                            initializer="glorot_uniform")
         self.bias = (self.add_weight(name="bias", shape=self.output_dims, initializer="zeros")
                      if self.use_bias else None)
+        self.built = True  # as Keras's Dense: `enable_lora` takes built layers only
         if self.lora_rank:
             self.enable_lora(self.lora_rank, self.lora_alpha)
 

@@ -9,8 +9,9 @@ Loading needs
 only `tensorflow` and `tensorflow_text` (`import tensorflow_text` registers its ops). The
 tokenizer is embedded in the graph and its files are also shipped as assets for clients of
 `translate_ids`: `spm.model` (a shared vocabulary), or an imported model's `source.spm`,
-`target.spm` and `vocabulary.json` (`SentencePiecePair`). The graph holds a copy of the model's weights (no optimizer state),
-whatever policy the model was trained under: float32 by default, which any CPU or GPU serves;
+`target.spm` and `vocabulary.json` (`SentencePiecePair`). The graph holds a copy of the
+model's weights (no optimizer state), whatever policy the model was trained under: float32 by
+default, which any CPU or GPU serves;
 `dtype="bfloat16"` stores and computes in bfloat16 (half the size; faster only where this
 hardware's bfloat16 matmuls are, `probes.choose_serving_dtype` measures it). With a
 `VocabularyShortlist` the graph also holds its tables and each batch's search scores only the
@@ -31,7 +32,6 @@ from keras_transformer.atomic_files import sync_directory, sync_tree
 from keras_transformer.data.sentencepiece_pair import tokenizer_files
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist
-from keras_transformer.decoding.transformer_search import StepBuilder
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.model import Transformer
 from keras_transformer.config import SearchSettings
@@ -49,8 +49,7 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
                       settings: Optional[SearchSettings] = None, dtype: str = "float32",
                       shortlist: Optional[VocabularyShortlist] = None,
                       jit_compile: bool = False, provenance: Optional[dict[str, Any]] = None,
-                      warmup_max_width: int = DEFAULT_MAX_WIDTH,
-                      step_builder: Optional[StepBuilder] = None) -> str:
+                      warmup_max_width: int = DEFAULT_MAX_WIDTH) -> str:
     """Saves a `Translator` as the next free version of `<base_dir>/<name>`; returns its path.
 
     `settings` (default: the paper's, `SearchSettings()`) are fixed in the exported graph;
@@ -61,11 +60,9 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
     cover source widths up to `warmup_max_width` pieces) and a provenance record
     (`keras_transformer.serving.provenance`) holding `provenance`, the facts of the model's origin
     (`RunDir.provenance` or `provenance.file_provenance`; None: unknown).
-    `step_builder`: the search's cached step function (default: the core's).
     """
     translator = Translator(serving_copy(model, dtype), tokenizer, settings,
-                            shortlist=shortlist, jit_compile=jit_compile,
-                            step_builder=step_builder)
+                            shortlist=shortlist, jit_compile=jit_compile)
 
     def write(staging: str) -> str:
         vocabulary_dir = os.path.join(staging, "vocabulary")
