@@ -5,7 +5,7 @@
         [--vocab-size 32000] [--repeats 7] [--steps 6] [--before-tree /tmp/before]
 
 Kernels: each timed in a `tf.function` doing what a training step does with it (forward and
-backward; a decoding step's cache write; an optimizer update), at the config's sizes on
+backward; an optimizer update), at the config's sizes on
 `--tokens` tokens, fast and reference alternated, best of `--repeats`; the token layout through
 a whole encoder layer (its moves cost more than the padded layout's transposes; what they buy is
 the position-wise work skipped on padding), with the other kernels fast. Whole steps: each
@@ -122,7 +122,7 @@ def kernel_rows(settings: dict, repeats: int):
     import tensorflow as tf
     import keras_transformer as kt
     from keras_transformer import fast
-    from keras_transformer.fast import decode_cache, kernels, loss, optimizers, packed
+    from keras_transformer.fast import kernels, loss, optimizers, packed
     from keras_transformer.fast.loss import factor_logits
     from keras_transformer.layers import EncoderLayer
     from keras_transformer.layers.dense import linear
@@ -171,33 +171,6 @@ def kernel_rows(settings: dict, repeats: int):
 
     hidden, embedding = normal(tokens, d), normal(config.vocab_size, d)
     labels = tf.Variable(rng.integers(4, config.vocab_size, size=tokens).astype("int32"))
-    # A decoding step's key cache at position 40 of 80 (beam 4 x batch 32): the reference's
-    # hypothesis-ordered buffer gathered by the search's reorder and written at the position,
-    # the fast one written in place and read through the ancestors; then what the attention
-    # does with the keys (scores and context).
-    heads, key_dim = config.num_heads, config.key_dim
-    ordered = tf.Variable(tf.zeros([128, heads, 80, key_dim], dtype))
-    position_major = tf.Variable(tf.zeros([80, 128, heads, key_dim], dtype))
-    ancestors = tf.Variable(tf.random.stateless_uniform([128, 80], [0, 1], 0, 128, tf.int32))
-    update, query = (normal(128, 1, heads, key_dim) for _ in range(2))
-
-    def reference_cache(update):
-        keys = tf.gather(tf.convert_to_tensor(ordered), ancestors[:, 39])
-        return tf.where((tf.range(80) == 40)[:, None], tf.transpose(update, [0, 2, 1, 3]), keys)
-
-    def fast_cache(update):
-        slots = decode_cache._history_slots(tf.convert_to_tensor(ancestors), 40, heads)
-        return decode_cache._extend(tf.convert_to_tensor(position_major), slots,
-                                    tf.reshape(update, [128, heads * key_dim]), 40)[1]
-
-    def decode_cache_step(cache):
-        def run():
-            keys = cache(tf.convert_to_tensor(update))
-            query_heads = tf.transpose(tf.convert_to_tensor(query), [0, 2, 1, 3])
-            scores = tf.linalg.matmul(query_heads, keys, transpose_b=True)
-            return tf.linalg.matmul(tf.nn.softmax(scores), keys)
-        return run
-
     def loss_and_metrics(metrics_kernels, loss):
         def run():  # the loss and its gradients, then what the two metrics read
             operands = [tf.convert_to_tensor(hidden), tf.convert_to_tensor(embedding)]
@@ -226,7 +199,6 @@ def kernel_rows(settings: dict, repeats: int):
         "layer_norm": lambda k: backward(lambda x: k["layer_norm"](x, gamma, beta, 1e-6), x),
         "dropout": lambda k: backward(lambda x: k["dropout"](x, 0.1, seed), x),
         "encoder layer in the token layout": lambda k: backward(k["layer"], padded_x),
-        "decode cache step (beam 4 x 32, position 40 of 80)": lambda k: k["decode_cache"],
         "loss through factors + 2 metrics": lambda k: k["loss"],
         "adam (8 x d_model x d_ff)": lambda k: k["adam"],
     }
@@ -234,7 +206,6 @@ def kernel_rows(settings: dict, repeats: int):
         "reference": {
             "linear": linear.reference, "layer_norm": layer_norm.reference,
             "dropout": dropout.reference, "layer": encoder_layer(False),
-            "decode_cache": decode_cache_step(reference_cache),
             "loss": loss_and_metrics((predicted_ids.reference, log_normalizer.reference),
                                      lambda y, factors, eps: (
                 smoothed_cross_entropy.reference(y, factors.logits, eps))),
@@ -242,7 +213,6 @@ def kernel_rows(settings: dict, repeats: int):
         "fast": {
             "linear": kernels.linear, "layer_norm": kernels.layer_norm,
             "dropout": kernels.dropout, "layer": encoder_layer(True),
-            "decode_cache": decode_cache_step(fast_cache),
             "loss": loss_and_metrics((loss.predicted_ids, loss.log_normalizer),
                                      loss.smoothed_cross_entropy_through_factors),
             "adam": adam_step(optimizers.FusedAdam)}}

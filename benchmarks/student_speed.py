@@ -28,7 +28,6 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer import fast
 from keras_transformer.config import SearchSettings
 from keras_transformer.serving.ctranslate2_export import ctranslate2_functions, export_ctranslate2
 from keras_transformer.data.text_files import read_lines
@@ -61,7 +60,7 @@ def exports(args: argparse.Namespace, workdir: Path) -> dict[str, Translate]:
                                      beam_size=args.beam_size)
         name = Path(run_dir).name
         path = export_translator(model, tokenizer, name, workdir, settings,
-                                 jit_compile=args.xla, step_builder=fast.decoding_step())
+                                 jit_compile=args.xla)
         signature = tf.saved_model.load(path).signatures["serving_default"]
         functions[f"{name} SavedModel{' XLA' if args.xla else ''}"] = (
             lambda text, signature=signature: signature(text=tf.constant([text]))

@@ -272,6 +272,11 @@ _PARTS = {"architecture": TransformerConfig, "training": TrainingSettings,
           "search": SearchSettings}
 
 
+FINE_TUNING_WARMUP_STEPS = 200
+FINE_TUNING_PEAK_RATE = 1e-4
+"""`Recipe.for_fine_tuning`'s schedule: warmup steps and the peak learning rate."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     """`TransformerConfig` + `TrainingSettings` + `SearchSettings`: everything a run needs.
@@ -316,6 +321,26 @@ class Recipe:
     def replace(self, **overrides: Any) -> "Recipe":
         """This recipe with some flat fields changed."""
         return self.from_dict({**self.to_dict(), **overrides})
+
+    def for_fine_tuning(self, **overrides: Any) -> "Recipe":
+        """This recipe with eq. (3) set for fine-tuning a trained model, then `overrides` of
+        training, search and dropout fields (ValueError naming any other architecture field:
+        it would change the model).
+
+        Eq. (3) peaks at `d_model^-0.5 warmup^-0.5` (7e-4 for base): right for random weights,
+        large enough to undo a trained model's. Fine-tuning warms up over
+        `FINE_TUNING_WARMUP_STEPS` to `FINE_TUNING_PEAK_RATE` (`learning_rate_scale` =
+        peak * sqrt(d_model * warmup)), then decays as eq. (3) does.
+        """
+        changed = sorted(key for key in overrides if _OWNER.get(key) == "architecture"
+                         and key not in ("dropout", "attention_dropout"))
+        if changed:
+            raise ValueError(f"{changed}: would change the model being fine-tuned (only "
+                             "dropout, attention_dropout and training and search fields)")
+        warmup = FINE_TUNING_WARMUP_STEPS
+        scale = FINE_TUNING_PEAK_RATE * (self.architecture.d_model * warmup) ** 0.5
+        return self.replace(**{"warmup_steps": warmup, "learning_rate_scale": scale,
+                               **overrides})
 
     def to_dict(self) -> dict[str, Any]:
         """The flat form: every field of the three parts."""

@@ -11,9 +11,10 @@ a replacement is installed under its name. Only `keras_transformer.fast` install
 The hooks are kernels only: `linear` (layers/dense.py), `layer_norm` and `dropout`
 (layers/residual.py), `smoothed_cross_entropy` (losses.py), `log_normalizer` and
 `predicted_ids` (metrics.py) and `adam` (optimization.py); each reference's docstring says what
-its replacement must compute. (A whole decoding step is no kernel: the searches take theirs as
-an argument, `step_builder`.) Installations are read when a layer is traced: install before
-building and running a model.
+its replacement must compute. (A decoding step is no kernel: its decoder layers run the
+references of `linear` and `layer_norm` on weights read once per search, whichever hooks are
+installed, as a search never differentiates.) Installations are read when a layer is traced:
+install before building and running a model.
 """
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from keras_transformer.layers import (DecoderLayer, EncoderLayer, HeadsDense, Ho
                                       LayerNorm, LearnedPositionalEmbedding, ScaledEmbedding,
                                       SinusoidalPositionalEncoding)
 from keras_transformer.layers.attention import history_slots
+from keras_transformer.layers.encoder_decoder import norm_weights, step_normalize
 from keras_transformer.optimization import with_loss_scaling
 from keras_transformer.vocab_ids import PAD_ID
 
@@ -171,9 +172,10 @@ class Transformer(keras.Model):
         sentence of `encoder_output` `[batch, src_len, d_model]`, at most `max_length`
         positions.
 
-        Fixed during a search: `output`, the pre-softmax projection (`output_weights`, of
-        `vocabulary_ids` only when given); `positions`, the target positional encodings of
-        positions `0 .. max_length - 1`; `layers`, each decoder layer's
+        Fixed during a search: `output`, what `step_logits` applies (`output_weights`, of
+        `vocabulary_ids` only when given); `embedding`, the target positional encodings of
+        positions `0 .. max_length - 1` as `positions` and, with `embedding_norm`, the norm's
+        weights as `norm`; `layers`, each decoder layer's
         `DecoderLayer.step_weights` (its matrices, and the encoder keys and values each
         sentence's rows share). Written by each step: `self`, each layer's self-attention
         cache (`MultiHeadAttention.init_cache`, position-major), and `ancestors`
@@ -185,7 +187,9 @@ class Transformer(keras.Model):
         dtype = self.compute_dtype
         rows = ops.shape(encoder_output)[0] * rows_per_sentence
         return {"output": self.output_weights(vocabulary_ids),
-                "positions": self.target_positions.at(ops.arange(max_length)),
+                "embedding": self._with_norm(
+                    {"positions": self.target_positions.at(ops.arange(max_length))},
+                    self.target_embedding_norm),
                 "layers": [layer.step_weights(encoder_output, dtype)
                            for layer in self.decoder_layers],
                 "self": [layer.self_attention.init_cache(rows, max_length, dtype, static_shapes)
@@ -211,8 +215,10 @@ class Transformer(keras.Model):
             written = (tf.range(max_length) <= position)[None, None]
         else:
             slots, written = history_slots(ancestors, position + 1, heads), None
-        embedded = self.embedding_output(
-            self.target_embedding(token_ids) + cache["positions"][position], "target")
+        embedding = cache["embedding"]
+        embedded = self.target_embedding(token_ids) + embedding["positions"][position]
+        if "norm" in embedding:
+            embedded = step_normalize(embedded, embedding["norm"])
         x = tf.reshape(embedded, [rows, -1])
         cross_mask = ops.expand_dims(source_mask, 1)
         new_self = []
@@ -231,10 +237,11 @@ class Transformer(keras.Model):
         return {**cache, "ancestors": tf.gather(cache["ancestors"], parents)}
 
     def step_logits(self, hidden, output: dict[str, tf.Tensor]):
-        """Float32 logits `[batch, beam, vocab]` of a decoding step's output `hidden` with the
-        pre-softmax projection `output` (`output_weights()`, or its shortlisted columns)."""
-        if self.decoder_norm is not None:
-            hidden = self.decoder_norm(hidden)
+        """Float32 logits `[batch, per sentence, vocab]` of a decoding step's output `hidden`
+        with `output` (`output_weights()`: the final norm, the pre-softmax projection or its
+        shortlisted columns, and the bias)."""
+        if "norm" in output:
+            hidden = step_normalize(hidden, output["norm"])
         logits = ops.cast(ops.matmul(hidden, ops.cast(output["kernel"], hidden.dtype)),
                           "float32")
         return logits + output["bias"] if "bias" in output else logits
@@ -265,15 +272,21 @@ class Transformer(keras.Model):
         return logits if self.output_bias is None else logits + ops.cast(self.output_bias,
                                                                           "float32")
 
-    def output_weights(self, vocabulary_ids=None) -> dict[str, tf.Tensor]:
-        """The pre-softmax projection for decoding steps: `{"kernel"}` `[d_model, vocab]` in the
-        compute dtype (`output_kernel`) and, with `output_bias`, `{"bias"}` `[vocab]` float32;
-        with `vocabulary_ids` `[n]`, their columns only."""
+    def output_weights(self, vocabulary_ids=None) -> dict[str, Any]:
+        """What `step_logits` applies, read once per search: the pre-softmax projection
+        `{"kernel"}` `[d_model, vocab]` in the compute dtype (`output_kernel`), with
+        `output_bias` `{"bias"}` `[vocab]` float32 (with `vocabulary_ids` `[n]`, their columns
+        only), and with a pre-norm stack's final norm its weights as `{"norm"}`."""
         weights = {"kernel": self.output_kernel(vocabulary_ids)}
         if self.output_bias is not None:
             bias = ops.cast(self.output_bias, "float32")
             weights["bias"] = bias if vocabulary_ids is None else tf.gather(bias, vocabulary_ids)
-        return weights
+        return self._with_norm(weights, self.decoder_norm)
+
+    @staticmethod
+    def _with_norm(weights: dict[str, Any], norm) -> dict[str, Any]:
+        """`weights` plus `norm`'s as `{"norm"}` (`norm_weights`) when there is a norm."""
+        return weights if norm is None else {**weights, "norm": norm_weights(norm)}
 
     def output_kernel(self, vocabulary_ids=None):
         """The pre-softmax projection as a `[d_model, vocab]` tensor in the compute dtype (a
@@ -326,6 +339,13 @@ class Transformer(keras.Model):
         for weight in self.weights:
             weight.trainable = id(weight) in adapters
         self.lora_rank, self.lora_alpha = rank, projections[0].lora_alpha
+
+    def quantize(self, mode=None, **kwargs) -> None:
+        """`keras.Model.quantize`, refused with LoRA enabled before any layer changes (the
+        projections quantize to int8 only, without adapters: quantize `merge_lora()`'s model)."""
+        if self.lora_rank:
+            raise ValueError("LoRA is enabled: quantize the merged model (merge_lora()) instead")
+        super().quantize(mode, **kwargs)
 
     def merge_lora(self) -> "Transformer":
         """A new plain model of the same config and name that computes what this LoRA model

@@ -91,14 +91,6 @@ def demo_tokenizer(demo_vocab: Path) -> SubwordTokenizer:
     return SubwordTokenizer.load(demo_vocab)
 
 
-@pytest.fixture(params=["core", "lean"])
-def step_builder(request: pytest.FixtureRequest):
-    """Each cached decoding step a search can run, as its `step_builder`: the core's
-    (`transformer_search.cached_step`, given as None, the default) and the fast subpackage's
-    `lean_step`."""
-    return None if request.param == "core" else fast.lean_step
-
-
 @pytest.fixture
 def precision(request: pytest.FixtureRequest) -> Iterator[str]:
     """Global dtype policy set to the test's `precision` parameter (indirect parametrization);

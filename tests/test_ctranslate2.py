@@ -24,6 +24,12 @@ VARIANTS = {
     "deep_encoder_shallow_decoder": {"num_encoder_layers": 3, "num_decoder_layers": 1},
     "no_attention_bias_narrow_heads": {"attention_bias": False, "d_k": 8,
                                        "d_v": 8},
+    "gelu_embedding_norm_output_bias_halves": {"activation": "gelu", "embedding_norm": True,
+                                               "output_bias": True,
+                                               "sinusoid_layout": "halves"},
+    "swish_pre_norm_output_bias": {"activation": "swish", "norm": "pre", "output_bias": True},
+    "gelu_sigmoid_separate_target_vocabulary": {"activation": "gelu_sigmoid",
+                                                "share_embeddings": False},
 }
 SENTENCES = ["one two three", "we see nine birds", "she buys thirty-seven dogs", "",
              "they have sold nineteen cats and six books"]
@@ -272,14 +278,16 @@ def test_tokens_our_search_never_generates_or_ends_on_first_are_the_same(favoure
         assert (our_ids == [kt.EOS_ID]) == (favoured == (kt.EOS_ID,))
 
 
-def test_options_ctranslate2_cannot_express_are_named():
+def test_options_ctranslate2_cannot_express_are_named(tokenizer, tmp_path):
     config = kt.TransformerConfig.preset("tiny", vocab_size=50, d_k=16, d_v=8)
     with pytest.raises(ValueError, match="d_v: CTranslate2 needs d_v = d_k"):
         check_convertible(config)
-    config = kt.TransformerConfig.preset("tiny", vocab_size=50, share_embeddings=False,
-                                         tie_output=False, target_vocab_size=60)
-    with pytest.raises(ValueError, match="target_vocab_size"):
-        check_convertible(config)
+    model = kt.Transformer(kt.TransformerConfig.preset(
+        "tiny", vocab_size=tokenizer.vocab_size, share_embeddings=False, tie_output=False,
+        target_vocab_size=tokenizer.vocab_size + 10))
+    with pytest.raises(ValueError, match="tokenizer: 300 source and 300 target pieces, but "
+                       "the model has vocab_size=300 and 310 output ids"):
+        export_ctranslate2(model, tokenizer, tmp_path / "ct2", "float32")
 
 
 def test_unknown_quantizations_are_refused(tokenizer, tmp_path):

@@ -7,6 +7,8 @@ import keras_transformer as kt
 from keras_transformer import fast
 from keras_transformer.decoding import (beam_search, greedy_decode, length_divisor,
                                         score_hypotheses)
+from keras_transformer.decoding.transformer_search import cached_step, decode, recomputed_step
+from keras_transformer.precision import serving_copy
 from keras_transformer.vocab_ids import EOS_ID, PAD_ID
 
 EXTRA = 6
@@ -36,17 +38,16 @@ def test_beam_one_equals_greedy(model):
 
 
 @pytest.mark.parametrize("beam_size", [1, 4])
-def test_cache_matches_full_recomputation(model, beam_size, step_builder):
-    cached = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
-                         step_builder=step_builder)
+def test_cache_matches_full_recomputation(model, beam_size):
+    cached = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA)
     recomputed = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
                              use_cache=False)
     np.testing.assert_array_equal(cached.ids.numpy(), recomputed.ids.numpy())
     np.testing.assert_allclose(cached.scores.numpy(), recomputed.scores.numpy(), atol=1e-5)
 
 
-def test_greedy_cache_matches_full_recomputation(model, step_builder):
-    cached = greedy_decode(model, SOURCES, max_decode_extra=EXTRA, step_builder=step_builder)
+def test_greedy_cache_matches_full_recomputation(model):
+    cached = greedy_decode(model, SOURCES, max_decode_extra=EXTRA)
     recomputed = greedy_decode(model, SOURCES, max_decode_extra=EXTRA, use_cache=False)
     np.testing.assert_array_equal(cached.ids.numpy(), recomputed.ids.numpy())
     np.testing.assert_allclose(cached.scores.numpy(), recomputed.scores.numpy(), atol=1e-5)
@@ -107,21 +108,88 @@ def test_empty_batch(model, decode):
     assert result.ids.shape[0] == 0 and result.scores.shape[0] == 0
 
 
-def test_xla_matches_graph(model, step_builder):
+def test_xla_matches_graph(model):
     plain = beam_search(model, SOURCES, beam_size=4, max_decode_extra=EXTRA)
-    xla = beam_search(model, SOURCES, beam_size=4, max_decode_extra=EXTRA, jit_compile=True,
-                      step_builder=step_builder)
+    xla = beam_search(model, SOURCES, beam_size=4, max_decode_extra=EXTRA, jit_compile=True)
     np.testing.assert_array_equal(plain.ids.numpy(), xla.ids.numpy())
     np.testing.assert_allclose(plain.scores.numpy(), xla.scores.numpy(), atol=1e-4)
+
+
+# Every option a decoding step reads: pre-norm (a final norm), learned positions, d_k != d_v,
+# no attention bias, an untied output projection over another vocabulary, uneven depths; and
+# those of models trained elsewhere (swish, sinusoids in halves, embedding norm, output bias).
+STEP_VARIANTS = [
+    {},
+    {"norm": "pre", "positional": "learned", "d_k": 8, "d_v": 12, "attention_bias": False,
+     "share_embeddings": False, "target_vocab_size": 30, "num_encoder_layers": 3,
+     "num_decoder_layers": 1},
+    {"norm": "pre", "activation": "swish", "sinusoid_layout": "halves", "embedding_norm": True,
+     "output_bias": True}]
+
+
+@pytest.mark.parametrize("overrides", STEP_VARIANTS)
+@pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-5), ("bfloat16", 0.15)])
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_cached_step_equals_the_recomputed_step_at_every_position(overrides, dtype, tolerance,
+                                                                  jit_compile):
+    """The cached step (caches never reordered, each row reading its ancestors' positions)
+    against the reference that reruns the decoder over each prefix, over six positions of a
+    beam of 3 whose hypotheses extend random parents: the same log-probabilities at every
+    position, in a graph and under XLA (caches read whole, the unwritten positions masked)."""
+    config = kt.TransformerConfig.preset("tiny", vocab_size=40, dropout=0.0, **overrides)
+    model = kt.Transformer(config)
+    if model.output_bias is not None:  # zeros when built: a bias that changes the logits
+        model.output_bias.assign(np.linspace(-1, 1, config.output_vocab_size, dtype="float32"))
+    model = serving_copy(model, dtype)
+    source = tf.constant([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])
+    beam, length = 3, 6
+    draws = np.random.default_rng(1)  # its own: the same draws whichever tests run before
+    tokens = tf.constant(draws.integers(4, 30, size=(length, 2, beam)), tf.int32)
+    parents = tf.constant(draws.integers(0, 2 * beam, size=(length, 2 * beam)), tf.int32)
+
+    def positions(build, **options):
+        step, state, reorder = build(model, source, beam, tf.constant(length + 2), **options)
+        outputs = []
+        for position in range(length):
+            log_probs, state = step(tokens[position], tf.constant(position), state)
+            outputs.append(log_probs)
+            state = reorder(state, parents[position])
+        return tf.stack(outputs)
+
+    cached = tf.function(positions, jit_compile=jit_compile)(
+        cached_step, static_shapes=jit_compile).numpy()
+    reference = tf.function(positions)(recomputed_step).numpy()
+    finite = np.isfinite(reference)
+    np.testing.assert_array_equal(np.isfinite(cached), finite)
+    np.testing.assert_allclose(cached[finite], reference[finite], rtol=0, atol=tolerance)
+
+
+def test_the_decoding_step_runs_the_same_ops_under_either_kernel_set():
+    """The kernel sets differ in training only: the search's loop (the cached step, whose
+    decoder layers, norms and products run on weights read once per search) holds the same
+    ops whichever set is in force, for a model with every norm a step can have."""
+    model = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=40, **STEP_VARIANTS[2]))
+
+    def loop_ops(kernel_set: str) -> list[tuple[str, int]]:
+        with fast.kernels_scope(kernel_set):
+            graph = tf.function(decode, autograph=False).get_concrete_function(
+                model, tf.TensorSpec([None, None], tf.int32), kt.SearchSettings(3)).graph
+        counts: dict[str, int] = {}
+        for function in graph.as_graph_def().library.function:
+            if function.signature.name.startswith("while_body"):
+                for node in function.node_def:
+                    counts[node.op] = counts.get(node.op, 0) + 1
+        return sorted(counts.items())
+
+    ops = loop_ops("fast")
+    assert dict(ops).get("MatMul", 0) > 10 and ops == loop_ops("reference")
 
 
 @pytest.mark.parametrize("kwargs, field", [({"beam_size": 0}, "beam_size"),
                                            ({"length_penalty": -1.0}, "length_penalty"),
                                            ({"max_decode_extra": -1}, "max_decode_extra"),
                                            ({"jit_compile": True, "use_cache": False},
-                                            "jit_compile"),
-                                           ({"step_builder": fast.lean_step,
-                                             "use_cache": False}, "step_builder")])
+                                            "jit_compile")])
 def test_bad_arguments_are_named(model, kwargs, field):
     with pytest.raises(ValueError, match=field):
         beam_search(model, SOURCES, **kwargs)
@@ -150,9 +218,9 @@ def test_prefix_starts_every_hypothesis_and_scores_as_teacher_forcing(model, dec
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_prefix_cache_matches_full_recomputation(model, beam_size, step_builder):
+def test_prefix_cache_matches_full_recomputation(model, beam_size):
     cached = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
-                         prefix_ids=PREFIXES, step_builder=step_builder)
+                         prefix_ids=PREFIXES)
     recomputed = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
                              prefix_ids=PREFIXES, use_cache=False)
     np.testing.assert_array_equal(cached.ids.numpy(), recomputed.ids.numpy())

@@ -85,13 +85,12 @@ def test_scores_are_the_teacher_forced_mean_probability(models, use_cache):
     assert not np.allclose(result.scores.numpy(), alone.scores.numpy(), atol=1e-3)
 
 
-def test_greedy_and_xla_ensembles_match(models, step_builder):
+def test_greedy_and_xla_ensembles_match(models):
     greedy = greedy_decode(models, SOURCES, max_decode_extra=EXTRA)
     beam_one = beam_search(models, SOURCES, beam_size=1, max_decode_extra=EXTRA)
     np.testing.assert_array_equal(greedy.ids.numpy(), beam_one.ids.numpy())
     graph = beam_search(models, SOURCES, beam_size=3, max_decode_extra=EXTRA)
-    xla = beam_search(models, SOURCES, beam_size=3, max_decode_extra=EXTRA, jit_compile=True,
-                      step_builder=step_builder)
+    xla = beam_search(models, SOURCES, beam_size=3, max_decode_extra=EXTRA, jit_compile=True)
     np.testing.assert_array_equal(graph.ids.numpy(), xla.ids.numpy())
     np.testing.assert_allclose(graph.scores.numpy(), xla.scores.numpy(), atol=1e-4)
 

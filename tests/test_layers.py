@@ -12,6 +12,7 @@ from keras_transformer.layers import (DecoderLayer, EncoderLayer, LearnedPositio
                                       MultiHeadAttention, PositionwiseFeedForward, ResidualNorm,
                                       ScaledEmbedding, SinusoidalPositionalEncoding,
                                       scaled_dot_product_attention)
+from keras_transformer.layers.attention import history_slots, read_history, write_position
 
 rng = np.random.default_rng(0)
 
@@ -64,28 +65,68 @@ def test_scaled_dot_product_attention_is_equation_one():
     np.testing.assert_allclose(context, expected @ values, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("kernel_set", KERNEL_SETS)
-def test_cached_steps_equal_causal_self_attention_and_do_not_leak_between_runs(kernel_set):
+@pytest.mark.parametrize("static_shapes", [False, True])
+def test_cached_steps_equal_causal_self_attention_and_do_not_leak_between_runs(static_shapes):
+    """One position a step, the cache written in place (a graph) or by a scatter and read
+    whole with the unwritten positions masked (static shapes, what XLA compiles)."""
     attention = MultiHeadAttention(num_heads=2, key_dim=3)
     attention(np.zeros((1, 1, 4), "float32"))
     rows, length = 3, 4
+    ancestors = tf.tile(tf.range(rows)[:, None], [1, length])  # no hypothesis moves
 
     @tf.function  # In a graph: each run starts afresh.
     def one_position_a_step(queries):
-        cache = attention.init_cache(rows, length, "float32")
+        weights = attention.step_weights("float32")
+        cache = attention.init_cache(rows, length, "float32", static_shapes)
         outputs = []
-        for step in range(length):
-            output, cache = attention.step(queries[:, step:step + 1], cache,
-                                           tf.constant(step))
+        for position in range(length):
+            if static_shapes:
+                slots = history_slots(ancestors, length, 2)
+                written = (tf.range(length) <= position)[None, None]
+            else:
+                slots, written = history_slots(ancestors, position + 1, 2), None
+            output, cache = attention.step(queries[:, position], weights, cache,
+                                           tf.constant(position), slots, written)
             outputs.append(output)
-        return tf.concat(outputs, axis=1)
+        return tf.stack(outputs, axis=1)
 
-    with kernels_scope(kernel_set):
-        for _ in range(2):
-            queries = rng.normal(size=(rows, length, 4)).astype("float32")
-            causal = attention(queries, attention_mask=np.tril(np.ones((1, length, length), bool)))
-            np.testing.assert_allclose(one_position_a_step(queries), causal, rtol=1e-5,
-                                       atol=1e-6)
+    for _ in range(2):
+        queries = rng.normal(size=(rows, length, 4)).astype("float32")
+        causal = attention(queries, attention_mask=np.tril(np.ones((1, length, length), bool)))
+        np.testing.assert_allclose(one_position_a_step(queries), causal, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("static_shapes", [False, True])
+def test_caches_never_reordered_give_each_hypothesis_its_history(static_shapes):
+    """Five steps of a beam search over 4 rows, each step's hypotheses extending random
+    parents, the caches written at each position and only the ancestors reordered: each row
+    reads, at positions 0 .. step, what its line of ancestors wrote."""
+    rows, heads, max_len, dim = 4, 2, 5, 3
+    updates = rng.normal(size=(max_len, rows, heads * dim)).astype("float32")
+    parents = rng.integers(0, rows, size=(max_len, rows)).astype("int32")
+    attention = MultiHeadAttention(num_heads=heads, key_dim=dim)
+
+    @tf.function
+    def search():
+        buffer = attention.init_cache(rows, max_len, "float32", static_shapes)["key"]
+        ancestors = tf.tile(tf.range(rows)[:, None], [1, max_len])
+        seen = []
+        for step in range(max_len):
+            if step:
+                ancestors = tf.gather(ancestors, parents[step])
+            ancestors = tf.where(tf.range(max_len) == step, tf.range(rows)[:, None], ancestors)
+            buffer = write_position(buffer, updates[step], tf.constant(step),
+                                    in_place=not static_shapes)
+            seen.append(read_history(buffer, history_slots(ancestors, step + 1, heads)))
+        return seen
+
+    histories = [[] for _ in range(rows)]
+    for step, visible in enumerate(search()):
+        if step:
+            histories = [histories[parent] for parent in parents[step]]
+        histories = [history + [updates[step, row].reshape(heads, dim)]
+                     for row, history in enumerate(histories)]
+        np.testing.assert_array_equal(visible, np.stack(histories).transpose(0, 2, 1, 3))
 
 
 def test_key_and_value_sizes_are_independent():

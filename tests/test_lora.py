@@ -196,5 +196,11 @@ def test_an_int8_model_s_logits_are_the_float_model_s_to_int8_rounding(tmp_path)
 
 
 def test_quantizing_a_lora_model_asks_for_the_merged_model():
+    """Refused before any layer changes (Keras's `Model.quantize` would quantize the layers
+    before the first projection)."""
+    model = lora_model(tie_output=False, share_embeddings=False)
+    with pytest.raises(ValueError, match=r"quantize the merged model \(merge_lora\(\)\)"):
+        model.quantize("int8")
+    assert model.output_projection.quantization_mode is None
     with pytest.raises(ValueError, match="merge_lora"):
-        lora_model().encoder_layers[0].feed_forward.inner.quantize("int8")
+        model.encoder_layers[0].feed_forward.inner.quantize("int8")

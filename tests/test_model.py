@@ -158,7 +158,7 @@ def test_decode_step_matches_teacher_forced_decoder(precision, variant):
     source = np.array([[5, 6, 7, 3, 0], [8, 9, 10, 11, 3]], "int32")
     target = random_ids((2, 6))
     full = np.asarray(model((source, target)))
-    cache = model.init_decode_cache(model.encode(source), beam_size=1, max_length=8)
+    cache = model.init_decode_cache(model.encode(source), rows_per_sentence=1, max_length=8)
     for step in range(6):
         logits, cache = model.decode_step(target[:, step:step + 1], step, cache, source != 0)
         assert_equal_to_rounding(np.asarray(logits[:, 0]), full[:, step], precision)

@@ -96,7 +96,7 @@ def test_first_tokens_follow_the_models_softmax(model, temperature, top_k, top_p
                              reshaped_probs(log_probs, temperature, top_k, top_p))
 
 
-def test_a_sentence_draws_the_same_samples_alone_in_a_batch_and_under_xla(model, step_builder):
+def test_a_sentence_draws_the_same_samples_alone_in_a_batch_and_under_xla(model):
     settings = dict(seed=5, temperature=1.2, top_p=0.95, max_decode_extra=4)
     together = sample(model, SOURCES, **settings)
     again = sample(model, SOURCES, **settings)
@@ -107,7 +107,7 @@ def test_a_sentence_draws_the_same_samples_alone_in_a_batch_and_under_xla(model,
         np.testing.assert_array_equal(alone.ids.numpy()[0, 0],
                                       together.ids.numpy()[row, 0, :width])
         assert not together.ids.numpy()[row, 0, width:].any()
-    xla = sample(model, SOURCES, jit_compile=True, step_builder=step_builder, **settings)
+    xla = sample(model, SOURCES, jit_compile=True, **settings)
     np.testing.assert_array_equal(xla.ids.numpy(), together.ids.numpy())
     recomputed = sample(model, SOURCES, use_cache=False, **settings)
     np.testing.assert_array_equal(recomputed.ids.numpy(), together.ids.numpy())

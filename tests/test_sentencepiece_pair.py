@@ -203,11 +203,6 @@ def test_load_tokenizer_picks_the_kind_saved(joint, tmp_path):
     joint_pair(joint).save(tmp_path / "pair")
     assert type(load_tokenizer(tmp_path / "subword")) is SubwordTokenizer
     assert type(load_tokenizer(tmp_path / "pair")) is SentencePiecePair
-    assert type(load_tokenizer(tmp_path / "subword", refuse_pair="kt-prepare")) is (
-        SubwordTokenizer)
-    with pytest.raises(ValueError, match=f"{tmp_path / 'pair'} holds a SentencePiece pair .*"
-                                         "which kt-prepare cannot use"):
-        load_tokenizer(tmp_path / "pair", refuse_pair="kt-prepare")
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=f"no tokenizer in '{tmp_path / 'empty'}'"):
         load_tokenizer(tmp_path / "empty")
@@ -216,18 +211,33 @@ def test_load_tokenizer_picks_the_kind_saved(joint, tmp_path):
         load_tokenizer(tmp_path / "subword")
 
 
-def test_kt_prepare_refuses_a_pair(joint, tmp_path, capsys):
-    joint_pair(joint).save(tmp_path / "pair")
+def test_kt_prepare_segments_each_side_with_its_own_model(joint, tmp_path):
+    """Token storage of a pair: the sources' ids as `tokenize` gives them (language token
+    included), the targets' as `tokenize_target` does, in Python."""
+    from keras_transformer.data.token_storage import TokenStorage
+
+    pair = joint_pair(joint)
+    pair.save(tmp_path / "pair")
     sources, targets = training_sentences(20)
+    sources = [f">>fra<< {source}" for source in sources]
     (tmp_path / "train.src").write_text("\n".join(sources) + "\n", encoding="utf-8")
     (tmp_path / "train.tgt").write_text("\n".join(targets) + "\n", encoding="utf-8")
     status = prepare_cli.main(["--train-src", str(tmp_path / "train.src"), "--train-tgt",
                                str(tmp_path / "train.tgt"), "--vocab", str(tmp_path / "pair"),
                                "--output-dir", str(tmp_path / "prepared")])
-    assert status == 2
-    assert (f"kt-prepare: error: {tmp_path / 'pair'} holds a SentencePiece pair"
-            in capsys.readouterr().err)
-    assert not (tmp_path / "prepared").exists()
+    assert status == 0
+    storage = TokenStorage.open(tmp_path / "prepared")
+    stored = {}
+    for index, info in enumerate(storage.shards):
+        shard = storage.load_shard(index)
+        for number in range(info.pairs):
+            source, target = shard.pair(number)
+            stored[tuple(source.tolist())] = tuple(target.tolist())
+    expected_sources = pair.tokenize(tf.constant(sources)).to_list()
+    expected_targets = pair.tokenize_target(tf.constant(targets)).to_list()
+    assert stored == {tuple(source): tuple(target)
+                      for source, target in zip(expected_sources, expected_targets)}
+    assert pair.encode_batch(sources) == expected_sources
 
 
 class _Holder(tf.Module):

@@ -86,12 +86,11 @@ def test_whole_vocabulary_shortlist_searches_exactly_like_none(model, beam_size)
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_narrow_shortlist_emits_only_its_ids_and_cache_equals_recomputation(model, beam_size,
-                                                                             step_builder):
+def test_narrow_shortlist_emits_only_its_ids_and_cache_equals_recomputation(model, beam_size):
     shortlist = narrow({5: [20, 21], 10: [22, 23], 12: [24, 25]})
     allowed = set(shortlist.target_ids(tf.constant(SOURCES)).numpy().tolist()) | {PAD_ID}
     cached = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
-                         shortlist=shortlist, step_builder=step_builder)
+                         shortlist=shortlist)
     recomputed = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
                              shortlist=shortlist, use_cache=False)
     assert set(np.unique(cached.ids.numpy()).tolist()) <= allowed
@@ -143,23 +142,20 @@ def test_padded_target_ids_are_the_target_ids_then_unscored_fillers_of_a_static_
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_xla_search_over_the_padded_shortlist_equals_the_graph_search(model, beam_size,
-                                                                       step_builder):
+def test_xla_search_over_the_padded_shortlist_equals_the_graph_search(model, beam_size):
     """`jit_compile` scores the shortlist padded to a static size; the fillers change nothing:
     the same ids and scores as the graph search over `target_ids`, also with a prefix (and so
-    for the graph search over the padded form, with either decoding step)."""
+    for the graph search built with static shapes: the padded form, caches read whole)."""
     shortlist = narrow({5: [20, 21], 10: [22, 23], 12: [24, 25]}, frequent=(UNK_ID, 30, 31))
     prefix = tf.constant([[30, 0], [0, 0], [31, 20]])
     for prefix_ids in (None, prefix):
         graph = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
                             shortlist=shortlist, prefix_ids=prefix_ids)
         compiled = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
-                               shortlist=shortlist, prefix_ids=prefix_ids, jit_compile=True,
-                               step_builder=step_builder)
+                               shortlist=shortlist, prefix_ids=prefix_ids, jit_compile=True)
         padded = tf.function(decode, autograph=False)(
             model, tf.constant(SOURCES), kt.SearchSettings(beam_size, 0.6, EXTRA),
-            prefix_ids=prefix_ids, shortlist=shortlist, static_shortlist=True,
-            step_builder=step_builder)
+            prefix_ids=prefix_ids, shortlist=shortlist, static_shapes=True)
         for result in (compiled, padded):
             np.testing.assert_array_equal(result.ids.numpy(), graph.ids.numpy())
             np.testing.assert_allclose(result.scores.numpy(), graph.scores.numpy(), atol=1e-5)

@@ -80,6 +80,14 @@ def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
 
 def recipe_from_args(args: argparse.Namespace) -> Recipe:
     """The preset, then the `--config` file's fields, then each `--set`."""
+    try:
+        return Recipe.preset(args.preset, **recipe_overrides(args))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"config: {error}") from None
+
+
+def recipe_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The recipe fields `--config` and then each `--set` give, typed."""
     values: dict[str, Any] = {}
     if args.config:
         path = Path(args.config)
@@ -96,10 +104,7 @@ def recipe_from_args(args: argparse.Namespace) -> Recipe:
         if not separator or not key:
             raise ValueError(f"--set: expected KEY=VALUE, got {item!r}")
         values[key.strip()] = typed_value(key.strip(), parse_value(text), f"--set {item!r}")
-    try:
-        return Recipe.preset(args.preset, **values)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"config: {error}") from None
+    return values
 
 
 def parse_value(text: str) -> Any:

@@ -30,7 +30,6 @@ from typing import Optional, Sequence
 from trainers.common import (add_ensemble_argument, add_search_arguments, add_weights_argument,
                              command_description, load_ensemble, load_run_model,
                              search_settings)
-from keras_transformer import fast
 from keras_transformer.data import load_tfds, read_lines, read_parallel
 from keras_transformer.decoding.translator import Translator, truncated_sources
 from keras_transformer.evaluation import (corpus_scores, tokenized_lowercase_bleu,
@@ -138,8 +137,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             outputs["trees"] = trees_path(args, output)
         translator = Translator(model, tokenizer,
                                 search_settings(args, RunDir(args.run_dir).load_recipe().search),
-                                ensemble=load_ensemble(args.ensemble, tokenizer),
-                                step_builder=fast.decoding_step())
+                                ensemble=load_ensemble(args.ensemble, tokenizer))
         max_length = model.config.max_length
         truncated = truncated_sources(tokenizer, sources, max_length)
         if truncated:

@@ -39,7 +39,6 @@ import keras_transformer  # noqa: F401  (selects the TensorFlow backend before k
 import keras
 import tensorflow as tf
 
-from keras_transformer import fast
 from keras_transformer.data.demo_corpus import DEMO_LANGS
 from keras_transformer.data.text_files import iter_parallel
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
@@ -285,8 +284,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             path = export_translator(model, tokenizer, args.name, args.base_dir, settings,
                                      serving_dtype(args.precision, model, settings), shortlist,
                                      jit_compile=args.xla, provenance=source,
-                                     warmup_max_width=args.warmup_max_width,
-                                     step_builder=fast.decoding_step())
+                                     warmup_max_width=args.warmup_max_width)
     except ImportError as error:
         print(f"kt-export: error: --format ctranslate2 needs the ctranslate2 package ({error}); "
               "pip install -e '.[ctranslate2]'", file=sys.stderr)

@@ -89,7 +89,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                         in zip(args.train_src, args.train_tgt)]))
         check_pairs(source, "--tfds" if args.tfds else "--train-src/--train-tgt")
         if args.vocab:
-            tokenizer = load_tokenizer(args.vocab, refuse_pair="kt-prepare")
+            tokenizer = load_tokenizer(args.vocab)
         else:
             tokenizer = learn_vocabulary("kt-prepare", source,
                                          args.recipe.architecture.vocab_size,

@@ -44,7 +44,7 @@ from keras_transformer.training.batch_stream import per_replica_tokens, training
 from keras_transformer.training.callbacks import (DevEvaluation, PeriodicBackup,
                                                   PeriodicCheckpoint, Schedule, StepClock,
                                                   StopAtLimit, TensorBoardScalars, epoch_steps)
-from keras_transformer.training.checkpoints import save_weights_atomic
+from keras_transformer.training.checkpoints import load_weights_file, save_weights_atomic
 from trainers.probes import choose_kernels, choose_precision, gpus_tensorflow_cannot_see
 from keras_transformer.precision import POLICIES as PRECISIONS
 from keras_transformer.precision import precision_scope
@@ -210,6 +210,8 @@ def train(args: argparse.Namespace) -> dict:
         if smallest_across_workers(strategy, restored.step) != restored.step:
             raise TrainingError(f"the workers restored different steps (this one {restored.step}"
                                 f"); give them the same backups, or move the newer ones away")
+        if args.init_from and not restored.source:  # a restart continues from its backup
+            initialize_from(model, RunDir(args.init_from))
     callbacks = training_callbacks(args, run, (model, accuracy, tokenizer), corpora["dev"],
                                    max_steps, restored.step)
     print(f"kt-train: {'resuming' if resumed else 'starting'} {run.root} on {replicas} "
@@ -264,6 +266,17 @@ def train(args: argparse.Namespace) -> dict:
             summary["export"] = export_translator(model, tokenizer, name, args.export_dir,
                                                   recipe.search, provenance=run.provenance())
     return summary
+
+
+def initialize_from(model: Transformer, source: RunDir) -> None:
+    """Sets `model`'s weights to those `source` chose (`RunDir.default_weights`), read into a
+    model of its own so that none of its optimizer state comes along: fine-tuning starts
+    Adam and the schedule afresh."""
+    path, why = source.chosen_weights()
+    trained = Transformer(model.config)
+    load_weights_file(trained, path)
+    model.set_weights(trained.get_weights())
+    print(f"kt-train: starting from {path} ({why})", file=sys.stderr)
 
 
 class TrainingError(RuntimeError):

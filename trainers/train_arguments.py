@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Optional, Sequence
 
-from trainers.common import add_recipe_arguments, recipe_from_args
+from keras_transformer.config import Recipe
+from keras_transformer.training.run_dir import RunDir
+from trainers.common import add_recipe_arguments, recipe_from_args, recipe_overrides
 from keras_transformer import fast
 from keras_transformer.precision import CHOICES
 
@@ -53,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="sentences sampled to learn the subword vocabulary (default: "
                            "2,000,000)")
     run = parser.add_argument_group("run")
+    run.add_argument("--init-from", metavar="RUN_DIR",
+                     help="fine-tune: start from this run's model (one kt-train or kt-import "
+                          "wrote: its architecture, tokenizer and chosen weights) with the "
+                          "fine-tuning schedule (Recipe.for_fine_tuning: 200 warmup steps to "
+                          "a peak rate of 1e-4); --set and --config may change training and "
+                          "search fields and dropout, nothing else of the model")
     run.add_argument("--output-dir", default=os.path.join("runs", "demo"),
                      help="run directory: config, vocab, checkpoints, logs (default: runs/demo)")
     run.add_argument("--steps", type=int, help=f"total optimizer steps (default: "
@@ -196,10 +205,27 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.steps is None and args.epochs is None and args.max_minutes is None:
         args.steps = DEFAULT_STEPS
     try:
-        args.recipe = recipe_from_args(args)
-    except ValueError as error:
+        args.recipe = (fine_tuning_recipe(args, argv) if args.init_from
+                       else recipe_from_args(args))
+    except (ValueError, FileNotFoundError) as error:
         parser.error(str(error))
     return args
+
+
+def fine_tuning_recipe(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> Recipe:
+    """`--init-from`'s recipe for fine-tuning (`Recipe.for_fine_tuning`) with `--config` and
+    `--set`; a `--preset`, `--vocab-sentences` or `--prepared` (another vocabulary) is
+    refused, as is a field that would change the model."""
+    given = {word.split("=", 1)[0] for word in (sys.argv[1:] if argv is None else argv)}
+    refused = sorted(given & {"--preset", "--vocab-sentences", "--prepared"})
+    if refused:
+        raise ValueError(f"--init-from: cannot be combined with {', '.join(refused)} (the "
+                         "run's architecture and vocabulary are kept)")
+    source = RunDir(args.init_from).load_recipe()
+    try:
+        return source.for_fine_tuning(**recipe_overrides(args))
+    except ValueError as error:
+        raise ValueError(f"--init-from {args.init_from}: --set/--config {error}") from None
 
 
 def run_options(args: argparse.Namespace) -> dict:
@@ -207,7 +233,7 @@ def run_options(args: argparse.Namespace) -> dict:
     `train` adds the resolved precision and kernel set (backups do not restore across loss
     scaling)."""
     names = ("prepared", "dev_src", "dev_tgt", "tfds", "source_lang", "target_lang",
-             "tfds_splits", "vocab_sentences", "seed")
+             "tfds_splits", "vocab_sentences", "seed", "init_from")
     # One training corpus is recorded as a path, as before several could be given.
     corpora = {name: files[0] if files and len(files) == 1 else files
                for name, files in (("train_src", args.train_src), ("train_tgt", args.train_tgt))}

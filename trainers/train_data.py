@@ -9,15 +9,14 @@ import time
 from typing import NamedTuple, Optional
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.data import (SubwordTokenizer, load_tfds, read_parallel,
+from keras_transformer.data import (load_tfds, read_parallel,
                                     write_demo_corpus)
 from keras_transformer.data.batch_plan import BatchPlan
 from keras_transformer.data.prepare import (ParallelSource, check_pairs, check_segmentation,
                                             combined_source, describe_left_out, left_out,
                                             prepared, text_file_source, tfds_source)
-from keras_transformer.data.sentencepiece_pair import load_tokenizer
+from keras_transformer.data.sentencepiece_pair import Tokenizer, has_tokenizer, load_tokenizer
 from keras_transformer.data.token_storage import TokenStorage
-from keras_transformer.data.tokenizer import MODEL_FILENAME
 from keras_transformer.training.progress import CountProgress
 from keras_transformer.parsing.evaluate import read_gold_trees
 from keras_transformer.training.run_dir import LEFT_OUT_FILE, RunDir
@@ -32,7 +31,7 @@ class RunInputs(NamedTuple):
     source: Optional[ParallelSource]
     corpora: dict[str, tuple[list, list]]
     gold_trees: Optional[list]
-    tokenizer: SubwordTokenizer
+    tokenizer: Tokenizer
     storage: Optional[TokenStorage]
 
 
@@ -50,7 +49,7 @@ def run_inputs(args: argparse.Namespace, run: RunDir) -> RunInputs:
     storage = None
     if source is None:
         storage = TokenStorage.open(args.prepared)
-        storage.check_vocabulary(tokenizer.model_proto, f"the run's {run.vocab / MODEL_FILENAME}")
+        storage.check_vocabulary(tokenizer.serialized, f"the run's vocabulary {run.vocab}")
         training = args.recipe.training
         check_segmentation(storage, training.subword_dropout, training.subword_samples)
     return RunInputs(source, corpora, gold_trees, tokenizer, storage)
@@ -81,13 +80,17 @@ def load_corpora(args: argparse.Namespace,
 
 def load_or_train_tokenizer(run: RunDir, config: TransformerConfig,
                             source: Optional[ParallelSource], args: argparse.Namespace
-                            ) -> SubwordTokenizer:
-    """The run's shared vocabulary: reloaded on restart; else `--prepared`'s, or learned from a
-    seeded sample of `--vocab-sentences` training sentences (not saved: `keep_vocabulary`)."""
-    if (run.vocab / MODEL_FILENAME).is_file():
-        tokenizer, where = load_tokenizer(run.vocab, refuse_pair="kt-train"), f"vocab: {run.vocab}"
+                            ) -> Tokenizer:
+    """The run's tokenizer: reloaded on restart; else `--init-from`'s run's, `--prepared`'s,
+    or a shared vocabulary learned from a seeded sample of `--vocab-sentences` training
+    sentences (not saved: `keep_vocabulary`)."""
+    if has_tokenizer(run.vocab):
+        tokenizer, where = load_tokenizer(run.vocab), f"vocab: {run.vocab}"
+    elif args.init_from:
+        vocab = RunDir(args.init_from).vocab
+        tokenizer, where = load_tokenizer(vocab), f"--init-from: {vocab}"
     elif source is None:
-        tokenizer = load_tokenizer(args.prepared, refuse_pair="kt-train")
+        tokenizer = load_tokenizer(args.prepared)
         where = (f"--prepared: {args.prepared} (give kt-train the --preset and --set it was "
                  "prepared with)")
     else:
@@ -100,9 +103,9 @@ def load_or_train_tokenizer(run: RunDir, config: TransformerConfig,
     return tokenizer
 
 
-def keep_vocabulary(run: RunDir, tokenizer: SubwordTokenizer) -> None:
+def keep_vocabulary(run: RunDir, tokenizer: Tokenizer) -> None:
     """Saves `tokenizer` as the run's vocabulary, unless the run has one."""
-    if not (run.vocab / MODEL_FILENAME).is_file():
+    if not has_tokenizer(run.vocab):
         tokenizer.save(run.vocab)
 
 

@@ -6,7 +6,6 @@ import argparse
 import os
 from typing import Callable, Optional, Sequence
 
-from keras_transformer import fast
 from keras_transformer.config import SearchSettings
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.decoding.translator import Translator
@@ -28,8 +27,7 @@ def dev_translation(args: argparse.Namespace, model: Transformer,
                     tokenizer: SubwordTokenizer) -> Callable[[Sequence[str]], list[str]]:
     """How dev sentences are translated: `--eval-beam-size` (greedy by default)."""
     translator = Translator(model, tokenizer,
-                            SearchSettings.of(args.recipe.search, beam_size=args.eval_beam_size),
-                            step_builder=fast.decoding_step())
+                            SearchSettings.of(args.recipe.search, beam_size=args.eval_beam_size))
     return lambda texts: translate_corpus(translator, texts)
 
 
@@ -41,8 +39,7 @@ def evaluate_test(args: argparse.Namespace, run: RunDir, model: Transformer,
     Decoded with the weights in float32, whatever the training precision, as `kt-evaluate`
     and a float32 export decode them: one run, one test figure."""
     translator = Translator(serving_copy(model, "float32"), tokenizer,
-                            SearchSettings.of(args.recipe.search, beam_size=args.test_beam_size),
-                            step_builder=fast.decoding_step())
+                            SearchSettings.of(args.recipe.search, beam_size=args.test_beam_size))
     hypotheses = translate_corpus(translator, test[0])
     hypotheses_path = run.root / "test.hyp"
     write_lines(os.fspath(hypotheses_path), hypotheses)

@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
-from keras_transformer import fast
 from keras_transformer.serving.ctranslate2_export import is_ctranslate2_model
 from keras_transformer.data.text_files import read_raw_lines
 from keras_transformer.decoding.translator import Translator
@@ -84,8 +83,7 @@ def load_translator(args: argparse.Namespace) -> TextTranslator:
         model, tokenizer = load_run_model(args.model, args.weights)
         settings = search_settings(args, RunDir(args.model).load_recipe().search)
         return TextTranslator.from_translator(Translator(
-            model, tokenizer, settings, ensemble=load_ensemble(args.ensemble, tokenizer),
-            step_builder=fast.decoding_step()))
+            model, tokenizer, settings, ensemble=load_ensemble(args.ensemble, tokenizer)))
     if searching or args.weights or args.ensemble:
         given = " and ".join(searching + [flag for flag, value in (
             ("--weights", args.weights), ("--ensemble", args.ensemble)) if value])

@@ -32,7 +32,7 @@ Tokenizers (ids from keras_transformer.vocab_ids: pad 0 unk 1 bos 2 eos 3):
         An imported model's two SentencePiece models over our ids (source text in, target
         text out; a leading ``>>xx<<`` token kept whole); ``.save``/``.load`` its
         ``source.spm``, ``target.spm``, ``vocabulary.json``.
-    load_tokenizer(directory, refuse_pair=None) -> SubwordTokenizer | SentencePiecePair
+    load_tokenizer(directory) -> SubwordTokenizer | SentencePiecePair
         Whichever kind ``directory`` holds.
 
 Batches ``((source, target_in), target_out)``, int32, 0-padded:

@@ -29,7 +29,7 @@ from keras_transformer.data.text_files import (FIRST_LINES, count_lines, iter_pa
 from keras_transformer.data.tfds_source import tfds_pairs
 from keras_transformer.data.token_storage import (MANIFEST, MAX_SIDE, StorageWriter,
                                                   TokenStorage, vocabulary_sha256)
-from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.data.sentencepiece_pair import Tokenizer
 
 DEFAULT_SHARD_PAIRS = 1_000_000
 MAX_SHARDS = 400  # two files each are open while preparing: within the usual limit of 1,024
@@ -113,7 +113,7 @@ def sample_sentences(source: ParallelSource, sentences: int, seed: int) -> Itera
             yield targets.read(int.from_bytes(size, "little")).decode("utf-8")
 
 
-def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: SubwordTokenizer,
+def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Tokenizer,
             shard_pairs: int = DEFAULT_SHARD_PAIRS, seed: int = 0, threads: Optional[int] = None,
             subword_dropout: float = 0.0, samples: int = 1,
             max_length: Optional[int] = None) -> TokenStorage:
@@ -122,7 +122,7 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Sub
     Args:
         source: the pairs (`text_file_source`, `tfds_source`).
         directory: created if needed; an earlier storage there is replaced.
-        tokenizer: the shared vocabulary (its `spm.model` is saved beside the shards).
+        tokenizer: the run's (its files are saved beside the shards).
         shard_pairs: pairs a shard holds on average (the shard count is the pairs to store
             over this, rounded up, at most `MAX_SHARDS`: shards grow beyond 400 million).
         seed: draws each pair's shard and the sampled segmentations.
@@ -147,9 +147,8 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Sub
                          f"{samples}")
     copies = samples if subword_dropout else 1
     shard_count = min(MAX_SHARDS, max(1, math.ceil(source.count() * copies / shard_pairs)))
-    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto)
     threads = threads or os.cpu_count() or 1
-    writer = StorageWriter(directory, tokenizer.model_proto, tokenizer.vocab_size, shard_count)
+    writer = StorageWriter(directory, tokenizer.serialized, tokenizer.vocab_size, shard_count)
     generator = np.random.default_rng(seed)
     numbers = itertools.count()  # the chunks', across corpora
     counts = []
@@ -166,7 +165,7 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Sub
                                        if not (pair[0] and pair[1])])
                 for copy in range(copies):
                     sources, targets = (
-                        _segmented(processor, [chunk[i][side] for i in kept], threads,
+                        _segmented(tokenizer, [chunk[i][side] for i in kept], side, threads,
                                    subword_dropout, [seed, number, copy, side])
                         for side in (0, 1))
                     longest = [max(len(ids), len(other)) for ids, other in zip(sources, targets)]
@@ -292,16 +291,17 @@ def describe_left_out(entry: dict[str, Any]) -> str:
             + (f" ({line_list(lines, pairs)})" if lines else " (line numbers not recorded)"))
 
 
-def _segmented(processor: sentencepiece.SentencePieceProcessor, texts: list[str], threads: int,
+def _segmented(tokenizer: Tokenizer, texts: list[str], side: int, threads: int,
                subword_dropout: float, seeds: list[int]) -> list[list[int]]:
-    """The ids of `texts`: deterministic, or BPE-dropout sampled from a seed drawn from
-    `seeds` (SentencePiece's generator is reset to it; one thread keeps the draws in order)."""
+    """The ids of `texts` of `side` (0: source, 1: target): deterministic, or BPE-dropout
+    sampled from a seed drawn from `seeds` (SentencePiece's generator is reset to it; one
+    thread keeps the draws in order)."""
+    name = ("source", "target")[side]
     if not subword_dropout:
-        return processor.encode(texts, num_threads=threads)
+        return tokenizer.encode_batch(texts, name, threads)
     sentencepiece.set_random_generator_seed(
         int(np.random.SeedSequence(seeds).generate_state(1)[0]))
-    return processor.encode(texts, enable_sampling=True, alpha=subword_dropout, nbest_size=-1,
-                            num_threads=1)
+    return tokenizer.encode_batch(texts, name, 1, alpha=subword_dropout)
 
 
 def _segmentation(subword_dropout: float, samples: int) -> dict[str, Any]:
@@ -311,7 +311,7 @@ def _segmentation(subword_dropout: float, samples: int) -> dict[str, Any]:
 
 
 def prepared(source: ParallelSource, directory: str | os.PathLike,
-             tokenizer: SubwordTokenizer, seed: int = 0, shard_pairs: int = DEFAULT_SHARD_PAIRS,
+             tokenizer: Tokenizer, seed: int = 0, shard_pairs: int = DEFAULT_SHARD_PAIRS,
              subword_dropout: float = 0.0, samples: int = 1,
              max_length: Optional[int] = None) -> tuple[TokenStorage, bool]:
     """The storage of `source` in `directory`: the one there if it was prepared from the same
@@ -326,7 +326,7 @@ def prepared(source: ParallelSource, directory: str | os.PathLike,
                 and storage.manifest.get("shard_seed") == seed
                 and storage.manifest.get("segmentation", _segmentation(0.0, 1))
                 == _segmentation(subword_dropout, samples)
-                and storage.vocabulary_sha256 == vocabulary_sha256(tokenizer.model_proto)):
+                and storage.vocabulary_sha256 == vocabulary_sha256(tokenizer.serialized)):
             return storage, True
     return prepare(source, directory, tokenizer, shard_pairs, seed,
                    subword_dropout=subword_dropout, samples=samples,

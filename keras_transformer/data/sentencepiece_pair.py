@@ -25,7 +25,7 @@ import json
 import os
 import re
 from collections.abc import Sequence
-from typing import Optional
+from typing import Union
 
 import sentencepiece
 import tensorflow as tf
@@ -62,12 +62,14 @@ class SentencePiecePair(tf.Module):
     def __init__(self, source_model: bytes, target_model: bytes, source_pieces: Sequence[str],
                  target_pieces: Sequence[str], name: str = "sentencepiece_pair") -> None:
         super().__init__(name=name)
-        self._source_processor = _processor(source_model, "source_model")
-        _processor(target_model, "target_model")
+        self._processors = {"source": _processor(source_model, "source_model"),
+                            "target": _processor(target_model, "target_model")}
         self._source_pieces = _checked_pieces(source_pieces, "source_pieces")
         self._target_pieces = _checked_pieces(target_pieces, "target_pieces")
         self._source_model, self._target_model = source_model, target_model
-        self._source_index = {piece: index for index, piece in enumerate(self._source_pieces)}
+        self._indexes = {side: {piece: index for index, piece in enumerate(pieces)}
+                         for side, pieces in (("source", self._source_pieces),
+                                              ("target", self._target_pieces))}
         # A SavedModel restores each SentencePiece resource under the name it was created
         # with, and two of one name are one resource (the first model loaded): named by the
         # model's hash, source and target keep their own models.
@@ -152,13 +154,29 @@ class SentencePiecePair(tf.Module):
 
     def encode(self, text: str) -> list[int]:
         """The ids `tokenize` gives `text`, in Python (for data preparation)."""
-        ids = []
-        tag = _LANGUAGE_TOKEN.match(text)
-        if tag:
-            ids.append(self._source_index.get(tag.group(1), UNK_ID))
-            text = text[tag.end():]
-        return ids + [self._source_index.get(piece, UNK_ID)
-                      for piece in self._source_processor.encode(text, out_type=str)]
+        return self.encode_batch([text])[0]
+
+    def encode_batch(self, texts: list[str], side: str = "source", threads: int = 1,
+                     alpha: float = 0.0) -> list[list[int]]:
+        """The ids of `texts` in Python (data preparation), as `tokenize` (source side: a
+        leading `>>xx<<` token kept whole) or `tokenize_target` segment them; with `alpha` >
+        0, sampled segmentations (SentencePiece's subword regularization; the caller seeds
+        SentencePiece)."""
+        index = self._indexes[side]
+        tags = [_LANGUAGE_TOKEN.match(text) if side == "source" else None for text in texts]
+        rests = [text[tag.end():] if tag else text for text, tag in zip(texts, tags)]
+        sampling = dict(enable_sampling=True, alpha=alpha, nbest_size=-1) if alpha else {}
+        pieces = self._processors[side].encode(rests, out_type=str, num_threads=threads,
+                                               **sampling)
+        return [([index.get(tag.group(1), UNK_ID)] if tag else [])
+                + [index.get(piece, UNK_ID) for piece in row] for tag, row in zip(tags, pieces)]
+
+    @property
+    def serialized(self) -> bytes:
+        """What identifies the vocabulary (token storage records its SHA-256): both models and
+        both piece lists."""
+        pieces = json.dumps([self._source_pieces, self._target_pieces]).encode("utf-8")
+        return b"".join((self._source_model, self._target_model, pieces))
 
     def detokenize(self, ids: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
         """Map target ids [batch, length] (dense or ragged) back to strings.
@@ -190,22 +208,21 @@ class SentencePiecePair(tf.Module):
         return [piece.decode("utf-8") for piece in pieces.numpy().tolist()]
 
 
-def load_tokenizer(directory: str | os.PathLike,
-                   refuse_pair: Optional[str] = None) -> SubwordTokenizer | SentencePiecePair:
-    """The tokenizer saved in `directory`: a `SubwordTokenizer` (`spm.model`) or a
-    `SentencePiecePair` (`vocabulary.json`, `source.spm`, `target.spm`).
+Tokenizer = Union[SubwordTokenizer, SentencePiecePair]
+"""Either kind of tokenizer a run or an export holds."""
 
-    `refuse_pair`: the command that cannot use a pair (yet); a pair found then raises
-    ValueError naming it and `directory`. FileNotFoundError naming `directory` when it holds
-    neither kind; ValueError when it holds both.
-    """
-    kind = saved_tokenizer_kind(directory)
-    if kind is SentencePiecePair and refuse_pair:
-        raise ValueError(f"{os.fspath(directory)} holds a SentencePiece pair "
-                         "(an imported model's separate source and target tokenizers), which "
-                         f"{refuse_pair} cannot use yet; it needs a shared subword vocabulary "
-                         f"({MODEL_FILENAME})")
-    return kind.load(directory)
+
+def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
+    """The tokenizer saved in `directory`: a `SubwordTokenizer` (`spm.model`) or a
+    `SentencePiecePair` (`vocabulary.json`, `source.spm`, `target.spm`); FileNotFoundError
+    naming `directory` when it holds neither kind, ValueError when it holds both."""
+    return saved_tokenizer_kind(directory).load(directory)
+
+
+def has_tokenizer(directory: str | os.PathLike) -> bool:
+    """Whether `directory` holds a saved tokenizer of either kind."""
+    return any(os.path.isfile(os.path.join(os.fspath(directory), name))
+               for name in (MODEL_FILENAME, VOCABULARY_FILENAME))
 
 
 def vocabulary_pieces(tokenizer: SubwordTokenizer | SentencePiecePair

@@ -147,6 +147,22 @@ class SubwordTokenizer(tf.Module):
         return self._proto
 
     @property
+    def serialized(self) -> bytes:
+        """What identifies the vocabulary (token storage records its SHA-256): the model."""
+        return self._proto
+
+    def encode_batch(self, texts: list[str], side: str = "source", threads: int = 1,
+                     alpha: float = 0.0) -> list[list[int]]:
+        """The ids of `texts` in Python (data preparation; one vocabulary, so `side` changes
+        nothing): as ``tokenize`` segments them or, with `alpha` > 0, BPE-dropout samples
+        (each merge skipped with probability `alpha`; the caller seeds SentencePiece)."""
+        processor = sentencepiece.SentencePieceProcessor(model_proto=self._proto)
+        if not alpha:
+            return processor.encode(texts, num_threads=threads)
+        return processor.encode(texts, enable_sampling=True, alpha=alpha, nbest_size=-1,
+                                num_threads=threads)
+
+    @property
     def vocab_size(self) -> int:
         """Number of ids, special ids included."""
         return self._vocab_size

@@ -64,8 +64,9 @@ class HeadsDense(keras.layers.Layer):
       weights only) by it. Other modes raise NotImplementedError (which `Model.quantize` turns
       into a warning). The int8 product passes no gradient: it is for inference.
     `kernel` is the effective kernel in either case: the stored one dequantized, plus
-    `(lora_alpha / lora_rank) lora_kernel_a @ lora_kernel_b`; `matrix()`, hence `call`, the
-    fast decoding step and the exports, read it.
+    `(lora_alpha / lora_rank) lora_kernel_a @ lora_kernel_b`. `matrix()` reads it, hence the
+    float `call`, the cached decoding step (`DecoderLayer.step_weights`) and the exports; so a
+    decoding step of an int8 layer multiplies float rows by the dequantized kernel.
 
     Unlike Keras's layers, saving keeps the adapters as they are (Keras saves the merged kernel
     and loads zeros into both adapters, whose gradients are then zero): a LoRA run's checkpoint

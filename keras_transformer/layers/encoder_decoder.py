@@ -3,11 +3,14 @@ encoder-decoder attention, and the feed-forward network, each in a residual bloc
 from typing import Any, Callable, Optional, Sequence
 
 import keras
+import tensorflow as tf
 
 from keras_transformer.layers.attention import MultiHeadAttention, project
 from keras_transformer.layers.dense import activate
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
-from keras_transformer.layers.residual import ResidualNorm
+from keras_transformer.layers.residual import LayerNorm, ResidualNorm, layer_norm
+
+NormWeights = tuple[tf.Tensor, tf.Tensor, float]  # a layer norm's gamma, beta and epsilon
 
 
 class TransformerBlock(keras.layers.Layer):
@@ -82,26 +85,23 @@ class EncoderLayer(TransformerBlock):
             return_attention_scores=True), training=training)
         return (x, weights) if return_attention_scores else x
 
-    def blocks(self, x, self_attention: Callable, feed_forward: Optional[Callable] = None,
-               residuals: Optional[Sequence] = None, training=None):
+    def blocks(self, x, self_attention: Callable, training=None):
         """The layer's order of section 3.1, the one place it is written: self-attention, then
         the feed-forward network, each in its residual block. `call` runs it with the layer's
-        own sub-layers; the fast paths (`fast/packed.py`, `fast/decode_cache.py`) with theirs.
+        own self-attention, the packed training steps (`fast/packed.py`) with theirs.
 
         Args:
             x: the layer's input.
             self_attention: the attention of the normalized input to itself, returning its
                 output and what the caller keeps of it (e.g. the weights).
-            feed_forward: the feed-forward network (default: the layer's own).
-            residuals: the two residual blocks (default: the layer's own).
             training: dropout.
 
         Returns:
             The output and what `self_attention` returned to keep.
         """
         x, (kept,) = self.residual_blocks(
-            x, [self_attention], feed_forward or self.feed_forward,
-            residuals or (self.self_residual, self.feed_forward_residual), training)
+            x, [self_attention], self.feed_forward,
+            (self.self_residual, self.feed_forward_residual), training)
         return x, kept
 
 
@@ -151,8 +151,8 @@ class DecoderLayer(TransformerBlock):
                training=None):
         """The layer's order of section 3.1, the one place it is written: masked
         self-attention, encoder-decoder attention, then the feed-forward network, each in its
-        residual block. `call` and `step` run it with the layer's own sub-layers; the fast
-        paths (`fast/packed.py`, `fast/decode_cache.py`) with theirs.
+        residual block. `call` runs it with the layer's own sub-layers, the packed training
+        steps (`fast/packed.py`) with their attentions, `step` with its decoding step's.
 
         Args:
             x: the layer's input.
@@ -168,8 +168,7 @@ class DecoderLayer(TransformerBlock):
         """
         return self.residual_blocks(
             x, [self_attention, cross_attention], feed_forward or self.feed_forward,
-            residuals or (self.self_residual, self.cross_residual, self.feed_forward_residual),
-            training)
+            residuals or self._residuals(), training)
 
     def step_weights(self, encoder_output, dtype) -> dict[str, Any]:
         """What `step` multiplies by, in `dtype`, read once per search: each attention's
@@ -179,7 +178,8 @@ class DecoderLayer(TransformerBlock):
         return {"self_attention": self.self_attention.step_weights(dtype),
                 "cross_attention": self.cross_attention.step_weights(dtype, encoder_output),
                 "inner": self.feed_forward.inner.matrix(dtype),
-                "outer": self.feed_forward.outer.matrix(dtype)}
+                "outer": self.feed_forward.outer.matrix(dtype),
+                "norms": [norm_weights(block.layer_norm) for block in self._residuals()]}
 
     def step(self, x, weights: dict[str, Any], self_cache: dict, position, slots, written,
              cross_mask) -> tuple[Any, dict]:
@@ -210,5 +210,38 @@ class DecoderLayer(TransformerBlock):
                                                    position, slots, written),
             lambda query: (self.cross_attention.attend_step(
                 query, weights["cross_attention"], cross_mask), None),
-            feed_forward)
+            feed_forward,
+            [_StepResidual(block, norm) for block, norm in zip(self._residuals(),
+                                                                weights["norms"])])
         return x, self_cache
+
+    def _residuals(self) -> tuple[ResidualNorm, ResidualNorm, ResidualNorm]:
+        """The residual blocks, in the layer's order."""
+        return self.self_residual, self.cross_residual, self.feed_forward_residual
+
+
+def norm_weights(norm: LayerNorm) -> NormWeights:
+    """`norm`'s weights, read once per search for `step_normalize`."""
+    return tf.convert_to_tensor(norm.gamma), tf.convert_to_tensor(norm.beta), norm.epsilon
+
+
+def step_normalize(x, weights: NormWeights):
+    """A decoding step's layer norm of `x` with `norm_weights`: the kernel's reference."""
+    return layer_norm.reference(x, *weights)
+
+
+class _StepResidual:
+    """A `ResidualNorm` block in a decoding step, with its interface (`normalize_input`, then
+    the block's output): post-norm `LN(x + f(x))`, pre-norm `x + f(LN(x))`, without dropout,
+    its layer norm's weights read once per search (`norm_weights`)."""
+
+    def __init__(self, block: ResidualNorm, weights: NormWeights):
+        self.pre = block.norm == "pre"
+        self.normalize = lambda x: step_normalize(x, weights)
+
+    def normalize_input(self, x):
+        return self.normalize(x) if self.pre else x
+
+    def __call__(self, x, sublayer_output, training=None):
+        summed = x + sublayer_output
+        return summed if self.pre else self.normalize(summed)

@@ -50,7 +50,7 @@ class LoadedRun:
                    **options: Any) -> Translator:
         """A `Translator` (strings in, translations out) of the model and tokenizer that
         searches with `settings` (default: the recipe's); `options` are its other arguments
-        (e.g. `step_builder=keras_transformer.fast.decoding_step()`)."""
+        (e.g. `jit_compile=True`, `shortlist=`)."""
         from keras_transformer.decoding.translator import Translator  # see `load_run`
 
         return Translator(self.model, self.tokenizer,

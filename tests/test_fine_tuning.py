@@ -1,0 +1,115 @@
+"""`kt-train --init-from`: a run (here an imported Marian model, with its own SentencePiece
+pair) fine-tuned on new pairs keeps its architecture and tokenizer, starts from its weights with
+the fine-tuning schedule, refuses what would change the model, and resumes as any run does."""
+import json
+
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from helpers import final_weights
+from keras_transformer.config import FINE_TUNING_PEAK_RATE, FINE_TUNING_WARMUP_STEPS
+from keras_transformer.importing.marian import read_marian_folder
+from keras_transformer.importing.run_directory import imported_transformer, write_imported_run
+from keras_transformer.optimization import TransformerSchedule
+from keras_transformer.training.run_dir import RunDir
+from marian_models import training_sentences, write_marian_model
+from trainers import train
+
+OPTIONS = ["--precision", "float32", "--kernels", "fast", "--eval-every", "2",
+           "--backup-every", "2", "--eval-sentences", "4", "--attention-sentences", "0",
+           "--progress-seconds", "0", "--no-export", "--set", "batch_tokens=1024"]
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    """An imported random Marian model and a small corpus of new pairs."""
+    root = tmp_path_factory.mktemp("fine_tuning")
+    folder = write_marian_model(root / "marian")
+    run = write_imported_run(read_marian_folder(folder), root / "imported", str(folder),
+                             "marian")
+    sources, targets = training_sentences(120, seed=3)
+    files = {}
+    for name, lines in (("train.src", sources[20:]), ("train.tgt", targets[20:]),
+                        ("dev.src", sources[:20]), ("dev.tgt", targets[:20])):
+        files[name] = root / name
+        files[name].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return run, ["--train-src", str(files["train.src"]), "--train-tgt", str(files["train.tgt"]),
+                 "--dev-src", str(files["dev.src"]), "--dev-tgt", str(files["dev.tgt"])]
+
+
+def weights_of(run: RunDir, path) -> list:
+    model = kt.Transformer(run.load_recipe().architecture)
+    model.load_weights(path)
+    return [variable.numpy() for variable in model.trainable_weights]
+
+
+def test_fine_tuning_keeps_the_model_and_tokenizer_and_starts_from_its_weights(imported,
+                                                                              tmp_path):
+    source, data = imported
+    # A learning rate of almost nothing: the final weights are the source's, to rounding.
+    assert train.main([*data, *OPTIONS, "--init-from", str(source.root), "--steps", "2",
+                       "--set", "learning_rate_scale=1e-12",
+                       "--output-dir", str(tmp_path / "still")]) == 0
+    still = RunDir(tmp_path / "still")
+    assert still.load_recipe().architecture == source.load_recipe().architecture
+    assert sorted(path.name for path in still.vocab.iterdir()) == sorted(
+        path.name for path in source.vocab.iterdir())
+    assert (still.vocab / "vocabulary.json").read_bytes() == (
+        source.vocab / "vocabulary.json").read_bytes()
+    for tuned, original in zip(final_weights(still.root), weights_of(source,
+                                                                     source.final_weights)):
+        np.testing.assert_allclose(tuned, original, atol=1e-6)
+    # The fine-tuning schedule: warmup to FINE_TUNING_PEAK_RATE.
+    assert train.main([*data, *OPTIONS, "--init-from", str(source.root), "--steps", "2",
+                       "--output-dir", str(tmp_path / "tuned")]) == 0
+    training = RunDir(tmp_path / "tuned").load_recipe().training
+    d_model = source.load_recipe().architecture.d_model
+    schedule = TransformerSchedule(d_model, training.warmup_steps, training.learning_rate_scale)
+    assert training.warmup_steps == FINE_TUNING_WARMUP_STEPS
+    peak = max(float(schedule(step)) for step in range(2 * FINE_TUNING_WARMUP_STEPS))
+    assert peak == pytest.approx(FINE_TUNING_PEAK_RATE, rel=1e-3)
+    changed = [not np.allclose(tuned, original) for tuned, original in zip(
+        final_weights(tmp_path / "tuned"), weights_of(source, source.final_weights))]
+    assert any(changed)
+    # The prepared pairs are the pair tokenizer's ids (source and target models each).
+    manifest = json.loads((tmp_path / "tuned" / "prepared" / "manifest.json").read_text())
+    assert manifest["vocabulary"]["size"] == source.load_recipe().architecture.vocab_size
+
+
+@pytest.mark.parametrize("extra, named", [
+    (["--set", "d_model=64"], "d_model"), (["--preset", "small"], "--preset"),
+    (["--set", "num_layers=3"], "num_layers")])
+def test_what_would_change_the_model_is_refused_and_nothing_written(imported, tmp_path, capsys,
+                                                                    extra, named):
+    source, data = imported
+    with pytest.raises(SystemExit):
+        train.main([*data, *OPTIONS, "--init-from", str(source.root), "--steps", "2", *extra,
+                    "--output-dir", str(tmp_path / "run")])
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_fine_tuning_run_continued_equals_an_uninterrupted_one(imported, tmp_path):
+    """Continued to more steps, a fine-tuning run resumes from its own backup (not from the
+    source's weights again): the weights of 2 + 2 steps equal 4 steps'."""
+    source, data = imported
+    common = [*data, *OPTIONS, "--init-from", str(source.root)]
+    assert train.main([*common, "--steps", "4", "--output-dir", str(tmp_path / "whole")]) == 0
+    assert train.main([*common, "--steps", "2", "--output-dir", str(tmp_path / "parts")]) == 0
+    assert train.main([*common, "--steps", "4", "--output-dir", str(tmp_path / "parts")]) == 0
+    for parts, whole in zip(final_weights(tmp_path / "parts"),
+                            final_weights(tmp_path / "whole")):
+        np.testing.assert_array_equal(parts, whole)
+
+
+def test_an_imported_runs_model_equals_its_import(imported):
+    """The run directory's weights are the imported model's."""
+    source, _ = imported
+    model = kt.Transformer(source.load_recipe().architecture)
+    model.load_weights(source.final_weights)
+    original = imported_transformer(read_marian_folder(
+        source.root.parent / "marian"))
+    for ours, theirs in zip(model.get_weights(), original.get_weights()):
+        np.testing.assert_array_equal(ours, theirs)
