@@ -56,6 +56,7 @@ class MarianVariant:
     languages: tuple[str, ...] = ()
     max_length: int = 64
     seed: int = 0
+    spm_vocab_size: int = 160  # per SentencePiece model; large ones learn from random words
 
 
 def training_sentences(count: int = 240, seed: int = 0) -> tuple:
@@ -70,6 +71,20 @@ def training_sentences(count: int = 240, seed: int = 0) -> tuple:
         sources.append(" ".join([subject] + [SOURCE_WORDS[i] for i in picks]) + mark)
         targets.append(" ".join([subject_t] + [TARGET_WORDS[i] for i in picks]) + mark_t)
     return sources, targets
+
+
+def random_word_sentences(vocab_size: int, seed: int = 0) -> tuple:
+    """(sources, targets): sentences of random lowercase words, enough distinct text for
+    SentencePiece models of about `vocab_size` pieces (an OPUS-MT-sized vocabulary)."""
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+
+    def sentence() -> str:
+        return " ".join("".join(rng.choice(letters) for _ in range(rng.randint(2, 9)))
+                        for _ in range(rng.randint(8, 15)))
+
+    count = vocab_size // 2
+    return [sentence() for _ in range(count)], [sentence() for _ in range(count)]
 
 
 def _train_spm(lines: list, prefix: Path, vocab_size: int) -> spm.SentencePieceProcessor:
@@ -181,9 +196,10 @@ def write_marian_model(folder, variant: MarianVariant = MarianVariant(), **chang
         raise ValueError("tied-embeddings-all ties the output layer too")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    sources, targets = training_sentences()
-    source_pieces = _pieces(_train_spm(sources, folder / "source", 160))
-    target_pieces = _pieces(_train_spm(targets, folder / "target", 160))
+    sources, targets = (training_sentences() if variant.spm_vocab_size <= 1000 else
+                        random_word_sentences(variant.spm_vocab_size, variant.seed))
+    source_pieces = _pieces(_train_spm(sources, folder / "source", variant.spm_vocab_size))
+    target_pieces = _pieces(_train_spm(targets, folder / "target", variant.spm_vocab_size))
     tags = [f">>{language}<<" for language in variant.languages]
     if variant.tied_all:
         shared = SPECIAL + tags + list(dict.fromkeys(source_pieces + target_pieces))

@@ -4,7 +4,6 @@ came from: its format, origin, the files read with their SHA-256 digests, its li
 text). Every command takes it like a run kt-train wrote."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -18,6 +17,7 @@ from keras_transformer.config import Recipe, SearchSettings, TrainingSettings
 from keras_transformer.data.sentencepiece_pair import SentencePiecePair
 from keras_transformer.importing.marian import MarianModel
 from keras_transformer.model import Transformer
+from keras_transformer.training.backup import file_sha256
 from keras_transformer.training.run_dir import CONFIG_FILE, IMPORT_FILE, RunDir
 
 _NOTICE_NAMES = ("README", "LICENSE", "LICENCE")  # text files of the origin kept in import.json
@@ -88,14 +88,6 @@ def import_record(imported: MarianModel, origin: str, source_format: str) -> dic
                for path in sorted(folder.iterdir())
                if path.is_file() and path.name.upper().startswith(_NOTICE_NAMES)}
     return {"format": source_format, "origin": origin,
-            "files": {str(path.relative_to(folder)): _sha256(path) for path in imported.files},
+            "files": {str(path.relative_to(folder)): file_sha256(path) for path in imported.files},
             "options": json.loads(json.dumps(imported.options, default=str)),
             "notices": notices}
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -62,7 +62,7 @@ def write_backup(model: keras.Model, directory: str | os.PathLike, step: int) ->
     directory.mkdir(parents=True, exist_ok=True)
     weights = save_weights_atomic(model, directory / f"step-{step:08d}.weights.h5")
     mark = {"step": step, "iterations": int(keras.ops.convert_to_numpy(
-                model.optimizer.iterations)), "sha256": _sha256(weights),
+                model.optimizer.iterations)), "sha256": file_sha256(weights),
             "seeds": [np.asarray(variable.numpy()).tolist() for variable in seed_states(model)]}
     write_atomic(directory / f"step-{step:08d}.json", json.dumps(mark))
     for old in list_backups(directory)[:-KEEP]:
@@ -137,7 +137,7 @@ def _load_mark(model: keras.Model, mark_path: Path) -> tuple[int, Path]:
     weights = mark_path.with_suffix(".weights.h5")
     if not weights.is_file():
         raise ValueError(f"{weights.name} is missing")
-    if _sha256(weights) != mark["sha256"]:
+    if file_sha256(weights) != mark["sha256"]:
         raise ValueError(f"{weights.name} does not match its checksum (garbled or torn)")
     _load_weights(model, weights)
     states = seed_states(model)  # in the model's layer order, the same in every process
@@ -172,7 +172,8 @@ def remove_partial_writes(*directories: str | os.PathLike) -> None:
             leftover.unlink(missing_ok=True)
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of the file at `path`, read in blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
