@@ -6,18 +6,16 @@ import dataclasses
 import itertools
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
 from keras_transformer import fast
-from keras_transformer.config import PRESETS, Recipe, SearchSettings, TransformerConfig
+from keras_transformer.config import PRESETS, Recipe, SearchSettings
 from keras_transformer.data.prepare import ParallelSource, sample_sentences
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.model import Transformer
-from trainers.probes import choose_kernels
 from keras_transformer.training.loaded_run import chosen_model, load_run
 from keras_transformer.training.progress import CountProgress, stage
 from keras_transformer.training.run_dir import RunDir
@@ -131,22 +129,17 @@ def typed_value(field: str, value: Any, source: str) -> Any:
     return value
 
 
-def set_up_kernels(config: TransformerConfig, recorded: Optional[str] = None,
-                   requested: Optional[str] = None, command: str = "kt") -> str:
-    """Selects the kernel set a command builds `config`'s model with, and returns it:
-    `requested` (default `$KT_KERNELS`, else auto); for auto, the set a run `recorded`, else
-    the faster of the two timed here at `config`'s sizes (`probes.choose_kernels`, cached per
-    machine), which is printed on stderr with its figures, prefixed by `command`."""
+def set_up_kernels(recorded: Optional[str] = None, requested: Optional[str] = None) -> str:
+    """Selects the kernel set a command that loads a model (to decode, score, export or plot
+    it) builds it under, and returns it: `requested` (default `$KT_KERNELS`, else auto); for
+    auto, the set the run `recorded`, else the reference set. Nothing is measured: the kernel
+    sets differ in training only, and decoding runs one step, the same under either
+    (`Transformer.decode_step`)."""
     requested = fast.selection.validate(
         requested or os.environ.get(fast.selection.ENVIRONMENT_VARIABLE, "auto"))
     if requested != "auto":
         return fast.set_kernels(requested)
-    if recorded in fast.KERNEL_SETS:
-        return fast.set_kernels(recorded)
-    result = choose_kernels(config.d_model, config.d_ff, config.num_heads,
-                            vocab_size=config.output_vocab_size)
-    print(f"{command}: kernels {result.describe()}", file=sys.stderr)
-    return fast.set_kernels(result.choice)
+    return fast.set_kernels(recorded if recorded in fast.KERNEL_SETS else fast.REFERENCE)
 
 
 def run_model(run_dir: str, weights: Optional[str] = None) -> Transformer:
@@ -163,7 +156,7 @@ def _set_up_run_kernels(run_dir: str, weights: Optional[str]) -> None:
     if weights and not Path(weights).is_file():
         raise FileNotFoundError(f"--weights: no such file {weights!r}")
     run = RunDir(run_dir)
-    set_up_kernels(run.load_recipe().architecture, run.recorded_options().get("kernels"))
+    set_up_kernels(run.recorded_options().get("kernels"))
 
 
 def add_weights_argument(parser: argparse.ArgumentParser, run_directory_only: bool) -> None:

@@ -241,7 +241,7 @@ def _checked(model: keras.Model, path: str) -> Transformer:
     selected (`set_up_kernels`)."""
     if not isinstance(model, Transformer):
         raise ValueError(f"model: {path!r} holds a {type(model).__name__}, not a Transformer")
-    set_up_kernels(model.config, command="kt-export")
+    set_up_kernels()
     return model
 
 

@@ -9,6 +9,9 @@ run's own export has a name no server is pointed at (promote it with `kt-export 
         --dev-src val.en.gz --dev-tgt val.de.gz --output-dir runs/multi30k --max-minutes 60
     kt-train --preset base --tfds wmt14_translate/de-en --source-lang en --target-lang de
 
+    kt-train --preset multi30k --pair en-de train.en train.de --pair en-fr train.en train.fr \
+        --dev-pair en-de val.en val.de --dev-pair en-fr val.en val.fr --output-dir runs/en-x
+
     kt-train --preset parsing-small --task parsing --train-src train.src --train-tgt train.tgt \
         --dev-src dev.src --dev-tgt dev.tgt --test-src test.src --test-tgt test.tgt \
         --test-tree test.tree --output-dir runs/parsing
@@ -33,7 +36,6 @@ from keras_transformer import fast
 from keras_transformer.config import Recipe
 from keras_transformer.data.batch_plan import BatchPlan, check_batch_tokens
 from keras_transformer.data.token_storage import TokenStorage
-from keras_transformer.evaluation import corpus_scores
 from keras_transformer.serving.export import check_model_tree, export_translator
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity
@@ -56,9 +58,10 @@ from keras_transformer.training.strategy import (any_across_workers, chief_value
                                                  worker_count)
 from keras_transformer.visualization import attention_maps
 from trainers.train_arguments import parse_args, run_options
-from trainers.train_data import (keep_vocabulary, report_left_out, run_inputs, step_budget,
-                                 training_storage)
-from trainers.train_evaluation import dev_bleu_name, dev_translation, evaluate_test
+from trainers.train_data import (RunInputs, keep_vocabulary, pair_sampling, pair_tokenizers,
+                                 report_left_out, run_inputs, step_budget, training_storage)
+from trainers.train_evaluation import (DEV_BLEU, DevSet, dev_bleu, dev_bleu_name, dev_logs,
+                                       evaluate_test)
 
 
 def compiled_model(recipe: Recipe, jit_compile: bool = False,
@@ -76,22 +79,28 @@ def compiled_model(recipe: Recipe, jit_compile: bool = False,
     return model, accuracy
 
 
-def training_callbacks(args: argparse.Namespace, run: RunDir, model_parts: tuple,
-                       dev: tuple[list[str], list[str]], max_steps: Optional[int],
-                       first_step: int) -> list:
+def training_callbacks(args: argparse.Namespace, run: RunDir,
+                       model_parts: tuple[Transformer, MaskedTokenAccuracy],
+                       dev: dict[str, DevSet], max_steps: Optional[int], first_step: int) -> list:
     """The step clock first; backups after the NaN check (a diverged step is not backed up);
-    dev BLEU before the scalar writer, which records it. None reads a device variable after
-    each batch: only every `--log-every-steps` steps (TensorBoard's training scalars) and at
-    progress lines (Keras itself fetches the step's logs after each call of the train
-    function: `--steps-per-execution` makes that once per several steps)."""
-    model, accuracy, tokenizer = model_parts
+    dev BLEU before the scalar writer, which records it (`dev`: the dev sets, `dev_sets`).
+    None reads a device variable after each batch: only every `--log-every-steps` steps
+    (TensorBoard's training scalars) and at progress lines (Keras itself fetches the step's
+    logs after each call of the train function: `--steps-per-execution` makes that once per
+    several steps)."""
+    model, accuracy = model_parts
     strategy = model.distribute_strategy
     any_worker = (None if worker_count(strategy) == 1
                   else lambda flag: any_across_workers(strategy, flag))
     writer = tf.summary.create_file_writer(os.fspath(run.tensorboard))
-    sources, references = (side[:args.eval_sentences] for side in dev)
-    pairs = list(zip(*dev))[:args.attention_sentences]
+    sentences = sum(len(dev_set.sources[:args.eval_sentences]) for dev_set in dev.values())
+    pairs = [(dev_set.tokenizer, source, target) for dev_set in dev.values()
+             for source, target in list(zip(dev_set.sources,
+                                            dev_set.references))[:args.attention_sentences]]
+    names = {DEV_BLEU: dev_bleu_name(args.eval_beam_size, sentences, len(dev)),
+             **{f"{DEV_BLEU}/{name}": f"{name} dev BLEU" for name in dev if name}}
     steps = StepClock(first_step)
+    dev_scores = dev_bleu(args, model, dev, args.eval_sentences)
     evaluation = Schedule(steps, args.eval_every, args.eval_every_minutes, any_worker=any_worker)
     backups = Schedule(steps, args.backup_every, args.backup_every_minutes, at_stop=False,
                        any_worker=any_worker)
@@ -100,12 +109,13 @@ def training_callbacks(args: argparse.Namespace, run: RunDir, model_parts: tuple
         StopAtLimit(steps, max_steps, args.max_minutes, any_worker),
         keras.callbacks.TerminateOnNaN(),
         PeriodicBackup(run.backup, backups),
-        DevEvaluation(dev_translation(args, model, tokenizer), sources, references,
-                      lambda source, target: attention_maps(model, tokenizer, source, target),
+        DevEvaluation(lambda: dev_logs(dev_scores()),
+                      lambda tokenizer, source, target: attention_maps(model, tokenizer, source,
+                                                                       target),
                       pairs, writer, run.root / "bleu_curve.tsv", evaluation),
         TensorBoardScalars(writer, accuracy, evaluation, args.log_every_steps),
         ProgressLines(max_steps, args.max_minutes, accuracy, evaluation, args.progress_seconds,
-                      names={"dev_bleu": dev_bleu_name(args.eval_beam_size, len(sources))}),
+                      names=names),
         PeriodicCheckpoint(steps, run.checkpoints, args.checkpoint_every_steps,
                            args.checkpoint_every_minutes,
                            args.keep_checkpoints or max(5, args.recipe.training.average_last)),
@@ -152,6 +162,39 @@ def hardware_choices(args: argparse.Namespace, recipe: Recipe, recorded: dict,
             {name: result.to_dict() for name, result in measured.items()})
 
 
+def exports(args: argparse.Namespace) -> bool:
+    """Whether the run ends with an export: unless `--no-export`, or it has several language
+    pairs (the exports translate one)."""
+    return not (args.no_export or args.language_pairs)
+
+
+def dev_sets(args: argparse.Namespace, inputs: RunInputs) -> dict[str, DevSet]:
+    """The run's dev sets by name: one pair's named "", or each language pair's with its
+    `LanguageTokenizer`, in `--pair` order."""
+    if not inputs.pairs:
+        return {"": DevSet(inputs.tokenizer, *inputs.corpora["dev"])}
+    tokenizers = pair_tokenizers(args, inputs)
+    return {name: DevSet(tokenizers[name], *inputs.pairs.dev[name]) for name in tokenizers}
+
+
+def evaluate_pairs_test(args: argparse.Namespace, run: RunDir, model: Transformer,
+                        dev: dict[str, DevSet], test: dict[str, tuple[list, list]]) -> dict:
+    """The final test pass of each language pair given a test set (`evaluate_test`, with the
+    pair's tokenizer, the one of its `dev` set): their figures under "pairs", and the mean of
+    each figure over them."""
+    beam_size = args.test_beam_size or args.recipe.search.beam_size
+    pairs = {}
+    for name, sentences in test.items():
+        with stage("kt-train", f"test set of {name}: translating {len(sentences[0]):,} "
+                   f"sentences (beam {beam_size})"):
+            pairs[name] = evaluate_test(args, run, model, dev[name].tokenizer, sentences,
+                                        pair=name)
+    figures = [key for key, value in next(iter(pairs.values())).items()
+               if isinstance(value, float)]
+    return {**{key: round(sum(pair[key] for pair in pairs.values()) / len(pairs), 2)
+               for key in figures}, "pairs": pairs}
+
+
 def export_name(args: argparse.Namespace, run: RunDir) -> str:
     """The model name the run exports under: `--export-name`, else the run directory's name
     with "-staging"."""
@@ -175,7 +218,7 @@ def train(args: argparse.Namespace) -> dict:
     # be refused for is checked before the claim, its first write.
     batch_tokens = per_replica_tokens(recipe.training.batch_tokens, replicas)
     check_batch_tokens(batch_tokens, config.max_length)
-    if not args.no_export:
+    if exports(args):
         check_model_tree(args.export_dir, export_name(args, run))
     precision, kernel_set, measured = hardware_choices(args, recipe, run.recorded_options(),
                                                        strategy)
@@ -190,7 +233,8 @@ def train(args: argparse.Namespace) -> dict:
     # Before any tokenizer is built: seeding clears TensorFlow's kernel cache, and with it the
     # SentencePiece resource of a tokenizer built earlier.
     keras.utils.set_random_seed(args.seed)
-    demo = not (args.tfds or args.dev_src)  # its corpus is written into the claimed run
+    # The demo's corpus is written into the claimed run.
+    demo = not (args.tfds or args.dev_src or args.language_pairs)
     inputs = None if demo else run_inputs(args, run)
     resumed = run.claim(recipe, options)
     if measured:
@@ -198,8 +242,11 @@ def train(args: argparse.Namespace) -> dict:
     inputs = inputs or run_inputs(args, run)
     corpora, gold_trees, tokenizer = inputs.corpora, inputs.gold_trees, inputs.tokenizer
     keep_vocabulary(run, tokenizer)
-    plan = BatchPlan(training_storage(run, inputs, args), batch_tokens, config.max_length,
-                     args.seed, word_dropout=recipe.training.word_dropout)
+    if inputs.pairs:
+        plan = pair_sampling(run, inputs, args, batch_tokens)
+    else:
+        plan = BatchPlan(training_storage(run, inputs, args), batch_tokens, config.max_length,
+                         args.seed, word_dropout=recipe.training.word_dropout)
     report_left_out(run, plan)
     max_steps = step_budget(args, plan, replicas)
     with strategy.scope(), precision_scope(precision):
@@ -212,7 +259,8 @@ def train(args: argparse.Namespace) -> dict:
                                 f"); give them the same backups, or move the newer ones away")
         if args.init_from and not restored.source:  # a restart continues from its backup
             initialize_from(model, RunDir(args.init_from))
-    callbacks = training_callbacks(args, run, (model, accuracy, tokenizer), corpora["dev"],
+    dev = dev_sets(args, inputs)
+    callbacks = training_callbacks(args, run, (model, accuracy), dev,
                                    max_steps, restored.step)
     print(f"kt-train: {'resuming' if resumed else 'starting'} {run.root} on {replicas} "
           f"replica(s), {max_steps or 'unlimited'} steps, {precision}, {kernel_set} kernels"
@@ -240,17 +288,20 @@ def train(args: argparse.Namespace) -> dict:
                             "the same command resumes from the newest backup with finite "
                             "weights (lower the learning rate to avoid diverging again)")
     save_weights_atomic(model, run.final_weights)
-    translate_dev = dev_translation(args, model, tokenizer)
-    sources, references = corpora["dev"]
+    final_dev = dev_bleu(args, model, dev)
     result = keep_better_of_average_and_final(
         model, run, recipe.training.average_last,
-        lambda: corpus_scores(translate_dev(sources), references)[0].value,
+        (lambda: final_dev()[""]) if "" in dev else final_dev,
         lambda what: stage("kt-train", what))
     if not result["averaged"]:
         print(f"kt-train: {result['averaging']}", file=sys.stderr)
     scores = ", ".join(f"{kind} {value:.2f}" for kind, value in result["dev_bleu"].items())
-    print(f"kt-train: {dev_bleu_name(args.eval_beam_size, len(sources))}: {scores}; the "
-          f"run's result: {result['weights']}", file=sys.stderr)
+    sentences = sum(len(dev_set.sources) for dev_set in dev.values())
+    print(f"kt-train: {dev_bleu_name(args.eval_beam_size, sentences, len(dev))}: {scores}"
+          + "".join(f"; {name} " + ", ".join(f"{kind} {value:.2f}" for kind, value
+                                             in pair.items())
+                    for name, pair in result.get("dev_bleu_pairs", {}).items())
+          + f"; the run's result: {result['weights']}", file=sys.stderr)
     summary = {"run_dir": os.fspath(run.root), "steps": callbacks[0].step,
                "precision": precision, "kernels": kernel_set, **result}
     if "test" in corpora:
@@ -260,7 +311,13 @@ def train(args: argparse.Namespace) -> dict:
             summary["test"] = evaluate_test(args, run, model, tokenizer, corpora["test"],
                                             gold_trees)
         run.write_json(TEST_FILE, summary["test"])
-    if not args.no_export:
+    if inputs.pairs and inputs.pairs.test:
+        summary["test"] = evaluate_pairs_test(args, run, model, dev, inputs.pairs.test)
+        run.write_json(TEST_FILE, summary["test"])
+    if args.language_pairs and not args.no_export:
+        print("kt-train: not exported: the exports take one language pair (a model of several "
+              "is used through its run directory for now)", file=sys.stderr)
+    if exports(args):
         name = export_name(args, run)
         with stage("kt-train", f"exporting {name} to {args.export_dir}"):
             summary["export"] = export_translator(model, tokenizer, name, args.export_dir,

@@ -8,6 +8,7 @@ import sys
 from typing import Optional, Sequence
 
 from keras_transformer.config import Recipe
+from keras_transformer.data.languages import PLACEMENTS, LanguagePair
 from keras_transformer.training.run_dir import RunDir
 from trainers.common import add_recipe_arguments, recipe_from_args, recipe_overrides
 from keras_transformer import fast
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--vocab-sentences", type=int, default=2_000_000,
                       help="sentences sampled to learn the subword vocabulary (default: "
                            "2,000,000)")
+    add_pair_arguments(parser)
     run = parser.add_argument_group("run")
     run.add_argument("--init-from", metavar="RUN_DIR",
                      help="fine-tune: start from this run's model (one kt-train or kt-import "
@@ -142,10 +144,80 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--pair`, `--dev-pair`, `--test-pair`, `--pair-temperature` and `--language-token`:
+    several language pairs in one model."""
+    pairs = parser.add_argument_group(
+        "several language pairs in one model (instead of --train-src ...; docs/training.md)")
+    for flag, split in (("--pair", "training"), ("--dev-pair", "dev"), ("--test-pair", "test")):
+        pairs.add_argument(flag, nargs=3, action="append", default=[],
+                           metavar=("SRC-TGT", "SRC_FILE", "TGT_FILE"),
+                           help=f"a language pair's {split} sentences (plain or .gz), e.g. "
+                                f"{flag} en-de {split[:5]}.en.gz {split[:5]}.de.gz; repeat it "
+                                "for each pair"
+                                + {"--pair": "", "--dev-pair": " (one per --pair)",
+                                   "--test-pair": " (optional)"}[flag])
+    pairs.add_argument("--pair-temperature", type=float,
+                       help="draw each batch's pair with probability proportional to its "
+                            "batches per epoch to the power 1/T: 1 in proportion to size, "
+                            "inf uniformly (default: 1)")
+    pairs.add_argument("--language-token", choices=PLACEMENTS,
+                       help="where the target-language token (<2de>) goes: first in the "
+                            "source (Johnson et al. 2017) or first in the target, after BOS "
+                            "(default: source)")
+
+
+def check_pair_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Checks `add_pair_arguments`' options (exiting through `parser.error` naming the flag)
+    and sets `args.language_pairs` (the `LanguagePair` of each `--pair`, in order) and
+    `args.pair_files` (pair name -> split -> (source file, target file))."""
+    args.language_pairs, args.pair_files = [], {}
+    if not args.pair:
+        for flag in ("dev_pair", "test_pair", "pair_temperature", "language_token"):
+            if getattr(args, flag) not in (None, []):
+                parser.error(f"--{flag.replace('_', '-')}: only with --pair")
+        return
+    others = [flag for flag, given in (
+        ("--train-src", args.train_src), ("--train-tgt", args.train_tgt),
+        ("--dev-src", args.dev_src), ("--dev-tgt", args.dev_tgt), ("--test-src", args.test_src),
+        ("--test-tgt", args.test_tgt), ("--tfds", args.tfds), ("--prepared", args.prepared),
+        ("--init-from", args.init_from), ("--task parsing", args.task == "parsing")) if given]
+    if others:
+        parser.error(f"--pair: cannot be combined with {', '.join(others)} (give each "
+                     "pair's files with --pair, --dev-pair and --test-pair)")
+    for flag, split in (("pair", "train"), ("dev_pair", "dev"), ("test_pair", "test")):
+        for name, source, target in getattr(args, flag):
+            option = f"--{flag.replace('_', '-')} {name}"
+            try:
+                pair = LanguagePair.parse(name)
+            except ValueError as error:
+                parser.error(f"{option}: {error}")
+            if split == "train":
+                if name in args.pair_files:
+                    parser.error(f"{option}: given twice")
+                args.language_pairs.append(pair)
+                args.pair_files[name] = {}
+            elif name not in args.pair_files:
+                parser.error(f"{option}: no --pair {name} to evaluate")
+            elif split in args.pair_files[name]:
+                parser.error(f"{option}: given twice")
+            args.pair_files[name][split] = [source, target]
+    missing = [name for name, files in args.pair_files.items() if "dev" not in files]
+    if missing:
+        parser.error(f"--dev-pair: missing for {', '.join(missing)} (each pair is scored on "
+                     "its own dev set)")
+    if args.pair_temperature is None:
+        args.pair_temperature = 1.0
+    if not args.pair_temperature > 0:
+        parser.error(f"--pair-temperature: must be positive, got {args.pair_temperature}")
+    args.language_token = args.language_token or PLACEMENTS[0]
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parses and cross-checks the options; every error names its flag."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    check_pair_arguments(parser, args)
     local = {name: getattr(args, name.replace("-", "_")) for name in
              ("train-src", "train-tgt", "dev-src", "dev-tgt", "test-src", "test-tgt")}
     if args.tfds and any(local.values()):
@@ -237,4 +309,8 @@ def run_options(args: argparse.Namespace) -> dict:
     # One training corpus is recorded as a path, as before several could be given.
     corpora = {name: files[0] if files and len(files) == 1 else files
                for name, files in (("train_src", args.train_src), ("train_tgt", args.train_tgt))}
-    return {**corpora, **{name: getattr(args, name) for name in names}}
+    # Several language pairs as a list: their order is the order of the shares drawn.
+    pairs = ({"pairs": [{"name": name, **files} for name, files in args.pair_files.items()],
+              "pair_temperature": args.pair_temperature,
+              "language_token": args.language_token} if args.language_pairs else {})
+    return {**corpora, **{name: getattr(args, name) for name in names}, **pairs}

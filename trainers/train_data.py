@@ -1,38 +1,58 @@
 """`kt-train`'s data: the corpora, the run's vocabulary, the token storage and the step
-budget."""
+budget; with several language pairs (`--pair`), each pair's storage and the plan that draws
+batches over them (`PairSampling`), recorded in the run's `languages.json`."""
 from __future__ import annotations
 
 import argparse
 import math
 import sys
 import time
+from pathlib import Path
 from typing import NamedTuple, Optional
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.data import (load_tfds, read_parallel,
                                     write_demo_corpus)
 from keras_transformer.data.batch_plan import BatchPlan
+from keras_transformer.data.languages import (LanguagePair, LanguageTokenizer, RunLanguages,
+                                              language_token_ids, reserved_tokens,
+                                              sample_language_sentences, target_languages)
+from keras_transformer.data.pair_sampling import PairSampling
 from keras_transformer.data.prepare import (ParallelSource, check_pairs, check_segmentation,
                                             combined_source, describe_left_out, left_out,
                                             prepared, text_file_source, tfds_source)
 from keras_transformer.data.sentencepiece_pair import Tokenizer, has_tokenizer, load_tokenizer
 from keras_transformer.data.token_storage import TokenStorage
-from keras_transformer.training.progress import CountProgress
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.training.progress import CountProgress, stage
 from keras_transformer.parsing.evaluate import read_gold_trees
-from keras_transformer.training.run_dir import LEFT_OUT_FILE, RunDir
+from keras_transformer.training.run_dir import LANGUAGES_FILE, LEFT_OUT_FILE, RunDir
 from trainers.common import counted_source, learn_vocabulary
+
+
+class PairInputs(NamedTuple):
+    """What a start of several language pairs reads besides the training pairs: pair name ->
+    (sources, targets) of its dev set and of its test set (the pairs given one), and the id
+    of each target language's token in the run's vocabulary."""
+
+    dev: dict[str, tuple[list, list]]
+    test: dict[str, tuple[list, list]]
+    token_ids: dict[str, int]
 
 
 class RunInputs(NamedTuple):
     """What a start reads: the training pairs as a stream (None with `--prepared`), split ->
     (sources, targets) of dev and test (test optional), the gold trees of the test sources
-    (`--test-tree`, else None), the run's vocabulary, and `--prepared`'s storage, checked."""
+    (`--test-tree`, else None), the run's vocabulary, and `--prepared`'s storage, checked.
+    With `--pair`: `source` holds each pair's corpus (in `--pair` order), `corpora` is empty
+    and `pairs` holds the rest."""
 
     source: Optional[ParallelSource]
     corpora: dict[str, tuple[list, list]]
     gold_trees: Optional[list]
     tokenizer: Tokenizer
     storage: Optional[TokenStorage]
+    pairs: Optional[PairInputs] = None
 
 
 def run_inputs(args: argparse.Namespace, run: RunDir) -> RunInputs:
@@ -40,6 +60,8 @@ def run_inputs(args: argparse.Namespace, run: RunDir) -> RunInputs:
     which `load_corpora` writes into the run directory): whatever a start can be refused for
     is found before its first write. The vocabulary is learned here when the run has none
     yet; `keep_vocabulary` saves it."""
+    if args.language_pairs:
+        return pair_inputs(args, run)
     source, corpora = load_corpora(args, run)
     if source is not None:
         check_pairs(source, "--tfds" if args.tfds else "--train-src/--train-tgt")
@@ -53,6 +75,44 @@ def run_inputs(args: argparse.Namespace, run: RunDir) -> RunInputs:
         training = args.recipe.training
         check_segmentation(storage, training.subword_dropout, training.subword_samples)
     return RunInputs(source, corpora, gold_trees, tokenizer, storage)
+
+
+def pair_inputs(args: argparse.Namespace, run: RunDir) -> RunInputs:
+    """`run_inputs` of several language pairs: each pair's training corpus, checked, its dev
+    and test sets, and the run's vocabulary (learned here for a new run) with a token for
+    each target language."""
+    source = combined_source([text_file_source(*args.pair_files[pair.name]["train"])
+                              for pair in args.language_pairs])
+    check_pairs(source, "--pair")
+    sets = {split: {name: read_parallel(*files[split]) for name, files in args.pair_files.items()
+                    if split in files} for split in ("dev", "test")}
+    tokenizer = load_or_train_tokenizer(run, args.recipe.architecture, source, args)
+    token_ids = language_token_ids(tokenizer, target_languages(args.language_pairs),
+                                   f"the run's vocabulary {run.vocab}")
+    return RunInputs(source, {}, None, tokenizer, None,
+                     PairInputs(sets["dev"], sets["test"], token_ids))
+
+
+def learn_pair_vocabulary(pairs: list[LanguagePair], source: ParallelSource, vocab_size: int,
+                          sentences: int, seed: int) -> SubwordTokenizer:
+    """A `vocab_size`-piece vocabulary shared by the languages of `pairs` (`source`: their
+    corpora, in the same order), learned from the same number of sentences of each language
+    (`sample_language_sentences`: up to `sentences` in all, and no more of a language than
+    the one with the fewest lines has), with a token reserved per target language."""
+    corpora = source.parts or (source,)
+    sides = [(language, corpus, side) for pair, corpus in zip(pairs, corpora)
+             for side, language in enumerate((pair.source, pair.target))]
+    languages = sorted({language for language, _, _ in sides})
+    fewest = min(sum(corpus.count() for name, corpus, _ in sides if name == language)
+                 for language in languages)
+    each = max(1, min(sentences // len(languages), fewest))
+    reserved = reserved_tokens(pairs)
+    with stage("kt-train", f"learning a vocabulary of {vocab_size:,} pieces from {each:,} "
+                           f"sentences of each of {', '.join(languages)}, with "
+                           f"{', '.join(reserved)}"):
+        return SubwordTokenizer.train(sample_language_sentences(sides, each * len(languages),
+                                                                seed),
+                                      vocab_size, None, seed=seed, reserved=reserved)
 
 
 def load_corpora(args: argparse.Namespace,
@@ -89,6 +149,10 @@ def load_or_train_tokenizer(run: RunDir, config: TransformerConfig,
     elif args.init_from:
         vocab = RunDir(args.init_from).vocab
         tokenizer, where = load_tokenizer(vocab), f"--init-from: {vocab}"
+    elif args.language_pairs:
+        tokenizer = learn_pair_vocabulary(args.language_pairs, source, config.vocab_size,
+                                          args.vocab_sentences, args.seed)
+        where = f"vocab: {run.vocab}"
     elif source is None:
         tokenizer = load_tokenizer(args.prepared)
         where = (f"--prepared: {args.prepared} (give kt-train the --preset and --set it was "
@@ -114,32 +178,86 @@ def training_storage(run: RunDir, inputs: RunInputs, args: argparse.Namespace) -
     prepared into the run directory once and reused by its restarts."""
     if inputs.storage is not None:
         return inputs.storage
+    return stored(inputs.source, run.root / "prepared", inputs.tokenizer, args)
+
+
+def stored(source: ParallelSource, directory: Path, tokenizer: Tokenizer,
+           args: argparse.Namespace,
+           prefixes: tuple[list[int], list[int]] = ([], [])) -> TokenStorage:
+    """`source` as token storage in `directory`, prepared once (`prepared`: with the recipe's
+    segmentation and `prefixes`) and reused by the run's restarts; its progress and its
+    outcome printed."""
     training = args.recipe.training
     started = time.monotonic()
     progress = CountProgress("kt-train", None, "pairs",
                              doing="tokenizing the training pairs")
-    storage, reused = prepared(counted_source(inputs.source, progress), run.root / "prepared",
-                               inputs.tokenizer, seed=args.seed,
+    storage, reused = prepared(counted_source(source, progress), directory,
+                               tokenizer, seed=args.seed,
                                subword_dropout=training.subword_dropout,
                                samples=training.subword_samples,
-                               max_length=args.recipe.architecture.max_length)
+                               max_length=args.recipe.architecture.max_length,
+                               prefixes=prefixes)
     print(f"kt-train: {'reusing' if reused else 'prepared'} {storage.pairs:,} training pairs in "
           f"{len(storage.shards)} shard(s) in {storage.directory}"
           + ("" if reused else f" ({time.monotonic() - started:.0f} s)"), file=sys.stderr)
     return storage
 
 
-def report_left_out(run: RunDir, plan: BatchPlan) -> None:
+def pair_sampling(run: RunDir, inputs: RunInputs, args: argparse.Namespace,
+                  batch_tokens: int) -> PairSampling:
+    """The batches of several language pairs: each pair's corpus in its own storage
+    (`prepared/SRC-TGT`) with its target-language token in every pair's ids where
+    `--language-token` says, each pair drawn at `--pair-temperature`; the shares are printed
+    and recorded with the languages in the run's `languages.json` (`RunLanguages`)."""
+    plans, prefixes = {}, {}
+    corpora = inputs.source.parts or (inputs.source,)
+    for pair, corpus in zip(args.language_pairs, corpora):
+        token = [inputs.pairs.token_ids[pair.target]]
+        prefixes[pair.name] = (token, []) if args.language_token == "source" else ([], token)
+        storage = stored(corpus, run.root / "prepared" / pair.name, inputs.tokenizer, args,
+                         prefixes[pair.name])
+        plans[pair.name] = BatchPlan(storage, batch_tokens, args.recipe.architecture.max_length,
+                                     args.seed, word_dropout=args.recipe.training.word_dropout)
+    sampling = PairSampling(plans, args.pair_temperature, args.seed, prefixes)
+    record = RunLanguages(args.language_token, args.pair_temperature, inputs.pairs.token_ids,
+                          [{"name": pair.name, "source": pair.source, "target": pair.target,
+                            "batches_per_epoch": plans[pair.name].batches_per_epoch,
+                            "pairs_per_epoch": plans[pair.name].pairs_per_epoch,
+                            "share": round(float(share), 6)}
+                           for pair, share in zip(args.language_pairs, sampling.shares)])
+    run.write_json(LANGUAGES_FILE, record.to_dict())
+    print("kt-train: pairs drawn at temperature "
+          f"{args.pair_temperature:g}: " + ", ".join(
+              f"{name} {100 * share:.1f}%" for name, share in zip(sampling.names,
+                                                                  sampling.shares))
+          + f" of the batches; target-language token first in the {args.language_token}",
+          file=sys.stderr)
+    return sampling
+
+
+def pair_tokenizers(args: argparse.Namespace,
+                    inputs: RunInputs) -> dict[str, LanguageTokenizer]:
+    """Each language pair's tokenizer, by name in `--pair` order: the run's, with the pair's
+    target-language token where `--language-token` says."""
+    return {pair.name: LanguageTokenizer(inputs.tokenizer, inputs.pairs.token_ids[pair.target],
+                                         args.language_token)
+            for pair in args.language_pairs}
+
+
+def report_left_out(run: RunDir, plan: BatchPlan | PairSampling) -> None:
     """Prints the training pairs the run does not train on (`prepare.left_out`: per corpus
-    and reason, the count and the first line numbers) and keeps them in the run directory's
-    `LEFT_OUT_FILE`."""
-    entries = left_out(plan.storage.manifest, plan.max_length, plan.pairs_per_epoch)
+    and reason, the count and the first line numbers; per language pair's storage for a
+    `PairSampling`) and keeps them in the run directory's `LEFT_OUT_FILE`."""
+    plans = plan.plans.values() if isinstance(plan, PairSampling) else [plan]
+    entries = [entry for one in plans
+               for entry in left_out(one.storage.manifest, one.max_length, one.pairs_per_epoch)]
     for entry in entries:
         print(f"kt-train: warning: {describe_left_out(entry)}", file=sys.stderr)
     run.write_json(LEFT_OUT_FILE, entries)
 
 
-def step_budget(args: argparse.Namespace, plan: BatchPlan, replicas: int) -> Optional[int]:
+def step_budget(args: argparse.Namespace, plan: BatchPlan | PairSampling,
+                replicas: int) -> Optional[int]:
     """Total steps: `--steps`, or `--epochs` times the steps of one pass over the data (its
     per-replica batches over the replicas, counted from the storage's manifest), rounded up to
     a multiple of `--steps-per-execution`."""

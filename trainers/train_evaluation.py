@@ -1,13 +1,17 @@
 """`kt-train`'s translations of dev and test: the periodic dev evaluation's translator and
-the final test pass."""
+the final test pass, for one pair or for each of several language pairs (their mean the
+figure that decides)."""
 from __future__ import annotations
 
 import argparse
 import os
-from typing import Callable, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
+
+import numpy as np
 
 from keras_transformer.config import SearchSettings
 from keras_transformer.data import SubwordTokenizer
+from keras_transformer.data.languages import LanguageTokenizer
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.evaluation import corpus_scores, translate_corpus, write_lines
 from keras_transformer.model import Transformer
@@ -16,32 +20,95 @@ from keras_transformer.precision import serving_copy
 from keras_transformer.training.run_dir import RunDir
 
 
-def dev_bleu_name(beam_size: int, sentences: int) -> str:
+DEV_BLEU = "dev_bleu"  # the logs' name of the dev figure; a pair's: `dev_bleu/SRC-TGT`
+
+
+class DevSet(NamedTuple):
+    """A dev set and the tokenizer it is translated with (a language pair's
+    `LanguageTokenizer`, or the run's)."""
+
+    tokenizer: SubwordTokenizer | LanguageTokenizer
+    sources: list[str]
+    references: list[str]
+
+
+def dev_bleu_name(beam_size: int, sentences: int, pairs: int = 1) -> str:
     """How the console names a dev BLEU figure, with its search and sentence count: `dev
-    greedy BLEU (200 sentences)`, `dev BLEU (beam 4, 1,014 sentences)`."""
+    greedy BLEU (200 sentences)`, `dev BLEU (beam 4, 1,014 sentences)`; of several language
+    pairs, their mean: `dev greedy BLEU (mean of 3 pairs, 600 sentences)`."""
     search = "greedy BLEU (" if beam_size == 1 else f"BLEU (beam {beam_size}, "
-    return f"dev {search}{sentences:,} sentences)"
+    mean = f"mean of {pairs} pairs, " if pairs > 1 else ""
+    return f"dev {search}{mean}{sentences:,} sentences)"
 
 
 def dev_translation(args: argparse.Namespace, model: Transformer,
-                    tokenizer: SubwordTokenizer) -> Callable[[Sequence[str]], list[str]]:
+                    tokenizer: SubwordTokenizer | LanguageTokenizer
+                    ) -> Callable[[Sequence[str]], list[str]]:
     """How dev sentences are translated: `--eval-beam-size` (greedy by default)."""
-    translator = Translator(model, tokenizer,
-                            SearchSettings.of(args.recipe.search, beam_size=args.eval_beam_size))
+    translator = corpus_translator(Translator(
+        model, tokenizer, SearchSettings.of(args.recipe.search, beam_size=args.eval_beam_size)))
     return lambda texts: translate_corpus(translator, texts)
 
 
+def dev_bleu(args: argparse.Namespace, model: Transformer, dev: dict[str, DevSet],
+             sentences: Optional[int] = None) -> Callable[[], dict[str, float]]:
+    """A function giving the dev BLEU of each set of `dev` (name -> `DevSet`; one pair's is
+    named ""), on its first `sentences` sentences (None: all)."""
+    translations = {name: (dev_translation(args, model, dev_set.tokenizer),
+                           dev_set.sources[:sentences], dev_set.references[:sentences])
+                    for name, dev_set in dev.items()}
+    return lambda: {name: corpus_scores(translate(sources), references)[0].value
+                    for name, (translate, sources, references) in translations.items()}
+
+
+def dev_logs(scores: dict[str, float]) -> dict[str, float]:
+    """`dev_bleu`'s figures as the logs name them: one set's as `dev_bleu`; of several
+    language pairs, each as `dev_bleu/SRC-TGT` and their mean (what chooses the run's
+    weights) as `dev_bleu`."""
+    if list(scores) == [""]:
+        return {DEV_BLEU: scores[""]}
+    return {DEV_BLEU: sum(scores.values()) / len(scores),
+            **{f"{DEV_BLEU}/{name}": value for name, value in scores.items()}}
+
+
+class _TargetPrefixed:
+    """A `Translator` over a `LanguageTokenizer` of the "target" placement, as
+    `translate_corpus` calls it: `translate` forces each translation's first piece, the
+    target-language token (an empty prefix, which the tokenizer's `tokenize_target` starts
+    with the token)."""
+
+    def __init__(self, translator: Translator):
+        self.translator = translator
+
+    def translate(self, texts: np.ndarray) -> dict:
+        """The translations of `texts`, each starting with the token (left out of its text)."""
+        return self.translator.translate_with_prefix(texts, np.full(len(texts), "", object))
+
+
+def corpus_translator(translator: Translator) -> Translator | _TargetPrefixed:
+    """What `translate_corpus` takes to translate with `translator` into its tokenizer's
+    target language: the translator itself, or with the "target" placement `_TargetPrefixed`."""
+    tokenizer = translator.tokenizer
+    if isinstance(tokenizer, LanguageTokenizer) and tokenizer.placement == "target":
+        return _TargetPrefixed(translator)
+    return translator
+
+
 def evaluate_test(args: argparse.Namespace, run: RunDir, model: Transformer,
-                  tokenizer: SubwordTokenizer, test: tuple[list[str], list[str]],
-                  gold_trees: Optional[list] = None) -> dict:
+                  tokenizer: SubwordTokenizer | LanguageTokenizer,
+                  test: tuple[list[str], list[str]], gold_trees: Optional[list] = None,
+                  pair: str = "") -> dict:
     """Beam-search translation of the test set: hypotheses file and sacreBLEU/chrF, or with
     `gold_trees` (--task parsing) the parsed trees file and bracket F1/precision/recall.
     Decoded with the weights in float32, whatever the training precision, as `kt-evaluate`
-    and a float32 export decode them: one run, one test figure."""
-    translator = Translator(serving_copy(model, "float32"), tokenizer,
-                            SearchSettings.of(args.recipe.search, beam_size=args.test_beam_size))
+    and a float32 export decode them: one run, one test figure. `pair`: the language pair
+    (`tokenizer` its `LanguageTokenizer`), which names the hypotheses file (`test.SRC-TGT.hyp`)
+    and the printed figures."""
+    translator = corpus_translator(Translator(
+        serving_copy(model, "float32"), tokenizer,
+        SearchSettings.of(args.recipe.search, beam_size=args.test_beam_size)))
     hypotheses = translate_corpus(translator, test[0])
-    hypotheses_path = run.root / "test.hyp"
+    hypotheses_path = run.root / (f"test.{pair}.hyp" if pair else "test.hyp")
     write_lines(os.fspath(hypotheses_path), hypotheses)
     outputs = {"hypotheses": os.fspath(hypotheses_path)}
     if gold_trees is not None:
@@ -51,5 +118,5 @@ def evaluate_test(args: argparse.Namespace, run: RunDir, model: Transformer,
     else:
         scores = corpus_scores(hypotheses, test[1])
     for score in scores:
-        print(f"test {score}")
+        print(f"test {pair + ' ' if pair else ''}{score}")
     return {**outputs, **{score.name: round(score.value, 2) for score in scores}}

@@ -24,6 +24,15 @@ Prepared training data (corpora of any size, streamed; docs/data.md):
         The endless seeded stream of token-budget batches (word dropout optional);
         ``.elements(first, wanted)``, ``.dataset(first, wanted)``, ``.batches_per_epoch``.
 
+Several language pairs in one model (docs/training.md, "Several languages in one model"):
+    languages.LanguagePair.parse("en-de"), languages.language_token("de") -> "<2de>"
+        A pair, and the vocabulary piece that asks for a target language;
+        ``LanguageTokenizer`` puts it first in the source or the target, ``RunLanguages`` is a
+        run's record of its tokens' ids, placement and pairs' shares (``languages.json``).
+    pair_sampling.PairSampling(plans, temperature, seed, prefixes)
+        The endless seeded stream of batches over several pairs' ``BatchPlan``s, each batch's
+        pair drawn with probability ``temperature_shares(batches per epoch, temperature)``.
+
 Tokenizers (ids from keras_transformer.vocab_ids: pad 0 unk 1 bos 2 eos 3):
     SubwordTokenizer.train(texts, vocab_size, directory) / SubwordTokenizer.load(directory)
         A shared vocabulary. Writes and reads ``<directory>/spm.model``; ``.tokenize(strings) -> RaggedTensor``,

@@ -112,10 +112,7 @@ class BatchPlan:
     def dataset(self, first: int = 0,
                 wanted: Optional[Callable[[int], bool]] = None) -> tf.data.Dataset:
         """`elements` as a `tf.data.Dataset` of `((source, target_in), target_out)`."""
-        spec = tf.TensorSpec([None, None], tf.int32)
-        return tf.data.Dataset.from_generator(
-            lambda: (batch for _, batch in self.elements(first, wanted)),
-            output_signature=((spec, spec), spec)).prefetch(tf.data.AUTOTUNE)
+        return stream_dataset(self.elements, first, wanted)
 
     def _batch_count(self, info: ShardInfo) -> int:
         lengths = np.array([length for length in info.longest if length <= self.max_length],
@@ -126,6 +123,17 @@ class BatchPlan:
         pairs = np.bincount(np.searchsorted(self.boundaries, lengths), weights=counts,
                             minlength=len(self.boundaries))
         return int(np.sum(np.ceil(pairs / self.sizes)))
+
+
+def stream_dataset(elements: Callable[[int, Optional[Callable[[int], bool]]],
+                                      Iterator[tuple[int, Batch]]],
+                   first: int, wanted: Optional[Callable[[int], bool]]) -> tf.data.Dataset:
+    """The batches of `elements(first, wanted)` (a plan's stream) as a prefetched
+    `tf.data.Dataset` of `((source, target_in), target_out)`."""
+    spec = tf.TensorSpec([None, None], tf.int32)
+    return tf.data.Dataset.from_generator(
+        lambda: (batch for _, batch in elements(first, wanted)),
+        output_signature=((spec, spec), spec)).prefetch(tf.data.AUTOTUNE)
 
 
 def check_batch_tokens(batch_tokens: int, max_length: int) -> None:

@@ -16,7 +16,7 @@ import itertools
 import math
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -94,16 +94,9 @@ def sample_sentences(source: ParallelSource, sentences: int, seed: int) -> Itera
     pass), the chosen pairs' sources then their targets, pairs with an empty side left out. A
     corpus that small is taken whole, in order. Memory: the line numbers, not the texts (the
     targets wait in a temporary file while the sources are read)."""
-    count, wanted = source.count(), max(1, sentences // 2)
-    chosen = None if count <= wanted else iter(np.sort(
-        np.random.default_rng(seed).choice(count, wanted, replace=False)).tolist())
-    following = next(chosen) if chosen is not None else 0
     with tempfile.TemporaryFile() as targets:
-        for index, (text, target) in enumerate(source.pairs()):
-            if chosen is not None:
-                if index != following:
-                    continue
-                following = next(chosen, -1)
+        for text, target in drawn(source.pairs(), source.count(), max(1, sentences // 2),
+                                  seed):
             if text and target:
                 encoded = target.encode("utf-8")
                 targets.write(len(encoded).to_bytes(4, "little") + encoded)
@@ -113,10 +106,29 @@ def sample_sentences(source: ParallelSource, sentences: int, seed: int) -> Itera
             yield targets.read(int.from_bytes(size, "little")).decode("utf-8")
 
 
+def drawn(items: Iterable[Any], count: int, wanted: int,
+          seed: int | Sequence[int]) -> Iterator[Any]:
+    """A seeded uniform sample of `wanted` of the `count` `items`, in their order, read in one
+    pass to their end (their indices drawn first, so memory holds those alone; a file's error
+    after the last chosen line is still raised); all of them when there are no more than
+    `wanted`."""
+    if count <= wanted:
+        yield from items
+        return
+    chosen = iter(np.sort(np.random.default_rng(seed).choice(count, wanted,
+                                                             replace=False)).tolist())
+    following = next(chosen)
+    for index, item in enumerate(items):
+        if index == following:
+            yield item
+            following = next(chosen, -1)
+
+
 def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Tokenizer,
             shard_pairs: int = DEFAULT_SHARD_PAIRS, seed: int = 0, threads: Optional[int] = None,
             subword_dropout: float = 0.0, samples: int = 1,
-            max_length: Optional[int] = None) -> TokenStorage:
+            max_length: Optional[int] = None,
+            prefixes: tuple[Sequence[int], Sequence[int]] = ((), ())) -> TokenStorage:
     """Tokenizes every pair of `source` into token storage in `directory`.
 
     Args:
@@ -135,6 +147,9 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Tok
         max_length: a model's (optional): the stored segmentations with a side longer than
             it, EOS included, which such a model does not train on (`BatchPlan`), are counted
             too ("longer_than_max_length").
+        prefixes: ids put before every pair's source ids and before its target ids (e.g. a
+            target-language token, `languages`), counted in its lengths; recorded in the
+            manifest ("prefixes") when there are any.
 
     Returns:
         The storage. Pairs with an empty side, and segmentations with a side over 65,535 ids,
@@ -165,8 +180,9 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Tok
                                        if not (pair[0] and pair[1])])
                 for copy in range(copies):
                     sources, targets = (
-                        _segmented(tokenizer, [chunk[i][side] for i in kept], side, threads,
-                                   subword_dropout, [seed, number, copy, side])
+                        _prefixed(prefixes[side], _segmented(
+                            tokenizer, [chunk[i][side] for i in kept], side, threads,
+                            subword_dropout, [seed, number, copy, side]))
                         for side in (0, 1))
                     longest = [max(len(ids), len(other)) for ids, other in zip(sources, targets)]
                     short = [i for i, length in enumerate(longest) if length <= MAX_SIDE]
@@ -192,7 +208,7 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Tok
     tokenizer.save(directory)
     manifest = {"source": source.description, "shard_seed": seed,
                 "segmentation": _segmentation(subword_dropout, samples),
-                "pairs": _total(counts)}
+                "pairs": _total(counts), **_prefix_record(prefixes)}
     if source.parts:
         manifest["corpora"] = [{"source": corpus.description, "pairs": corpus_counts}
                                for corpus, corpus_counts in zip(source.parts, counts)]
@@ -304,6 +320,19 @@ def _segmented(tokenizer: Tokenizer, texts: list[str], side: int, threads: int,
     return tokenizer.encode_batch(texts, name, 1, alpha=subword_dropout)
 
 
+def _prefixed(prefix: Sequence[int], ids: list[list[int]]) -> list[list[int]]:
+    """`ids` with `prefix` before each row (the rows themselves when it is empty)."""
+    return [list(prefix) + row for row in ids] if prefix else ids
+
+
+def _prefix_record(prefixes: tuple[Sequence[int], Sequence[int]]) -> dict[str, Any]:
+    """The manifest's record of the ids put before each side: none without any."""
+    if not any(prefixes):
+        return {}
+    return {"prefixes": {side: [int(i) for i in prefix]
+                         for side, prefix in zip(("source", "target"), prefixes)}}
+
+
 def _segmentation(subword_dropout: float, samples: int) -> dict[str, Any]:
     """The manifest's record of how pairs were segmented."""
     return ({"subword_dropout": subword_dropout, "samples": samples} if subword_dropout
@@ -313,10 +342,12 @@ def _segmentation(subword_dropout: float, samples: int) -> dict[str, Any]:
 def prepared(source: ParallelSource, directory: str | os.PathLike,
              tokenizer: Tokenizer, seed: int = 0, shard_pairs: int = DEFAULT_SHARD_PAIRS,
              subword_dropout: float = 0.0, samples: int = 1,
-             max_length: Optional[int] = None) -> tuple[TokenStorage, bool]:
+             max_length: Optional[int] = None,
+             prefixes: tuple[Sequence[int], Sequence[int]] = ((), ())
+             ) -> tuple[TokenStorage, bool]:
     """The storage of `source` in `directory`: the one there if it was prepared from the same
-    data with the same vocabulary, seed and segmentation, else prepared now (`prepare`, whose
-    arguments these are). Returns it and whether it was reused."""
+    data with the same vocabulary, seed, segmentation and prefixes, else prepared now
+    (`prepare`, whose arguments these are). Returns it and whether it was reused."""
     if (Path(directory) / MANIFEST).is_file():
         try:
             storage = TokenStorage.open(directory)
@@ -326,11 +357,12 @@ def prepared(source: ParallelSource, directory: str | os.PathLike,
                 and storage.manifest.get("shard_seed") == seed
                 and storage.manifest.get("segmentation", _segmentation(0.0, 1))
                 == _segmentation(subword_dropout, samples)
+                and storage.manifest.get("prefixes") == _prefix_record(prefixes).get("prefixes")
                 and storage.vocabulary_sha256 == vocabulary_sha256(tokenizer.serialized)):
             return storage, True
     return prepare(source, directory, tokenizer, shard_pairs, seed,
                    subword_dropout=subword_dropout, samples=samples,
-                   max_length=max_length), False
+                   max_length=max_length, prefixes=prefixes), False
 
 
 def check_segmentation(storage: TokenStorage, subword_dropout: float, samples: int) -> None:

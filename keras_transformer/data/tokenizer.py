@@ -52,6 +52,7 @@ class SubwordTokenizer(tf.Module):
         directory: str | os.PathLike | None,
         max_sentences: int | None = None,
         seed: int = 0,
+        reserved: Sequence[str] = (),
     ) -> "SubwordTokenizer":
         """Learn a vocabulary of ``vocab_size`` pieces from ``texts``, save it in ``directory``
         (None: not saved; ``save`` writes it later).
@@ -59,7 +60,10 @@ class SubwordTokenizer(tf.Module):
         ``texts`` should hold both languages (shared vocabulary); they are streamed to
         sentencepiece (which keeps its own copy), so an iterator need not fit in Python's
         memory. With ``max_sentences`` a seeded sample of that many sentences is used (the
-        texts are held to draw it). The result depends only on the texts and the arguments.
+        texts are held to draw it). ``reserved``: pieces kept whole with ids of their own,
+        right after the special ids in the order given (SentencePiece's user-defined symbols,
+        e.g. target-language tokens ``<2de>``), within ``vocab_size``. The result depends
+        only on the texts and the arguments.
         """
         sentences: Iterable[str] = (text for text in texts if text)
         if max_sentences is not None:
@@ -103,6 +107,7 @@ class SubwordTokenizer(tf.Module):
                 max_sentence_length=1 << 16,
                 num_threads=1,
                 minloglevel=2,
+                **({"user_defined_symbols": list(reserved)} if reserved else {}),
             )
         except RuntimeError as error:
             if failures:

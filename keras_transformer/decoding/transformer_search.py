@@ -81,10 +81,9 @@ def decode(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSettin
     greedy = settings.beam_size == 1 if greedy is None else greedy
     rows_per_sentence = (num_samples if settings.sampling else 1 if greedy
                          else settings.beam_size)
-    steps = [cached_step(member, source_ids, rows_per_sentence, buffer_length, vocabulary_ids,
-                         unscored, static_shapes) if use_cache else
-             recomputed_step(member, source_ids, rows_per_sentence, buffer_length,
-                             vocabulary_ids, unscored) for member in members]
+    step_arguments = (source_ids, rows_per_sentence, buffer_length, vocabulary_ids, unscored)
+    steps = [cached_step(member, *step_arguments, static_shapes=static_shapes) if use_cache
+             else recomputed_step(member, *step_arguments) for member in members]
     step, state, reorder = steps[0] if len(steps) == 1 else search.ensemble(steps)
     common = dict(length_penalty=settings.length_penalty, eos_id=eos_id,
                   prefix_ids=prefix_ids, vocabulary_ids=vocabulary_ids)

@@ -49,9 +49,9 @@ def scaled_dot_product_attention(query, keys, values, attention_mask=None,
         `[batch, heads, query_len, key_len]` (the softmax runs in float32).
 
     The queries are scaled rather than the scores (the same products, on fewer numbers).
-    Heads first, the products are plain batched matmuls: forward and backward run 1.3-1.4x
-    faster on CPU than `keras.ops.dot_product_attention`'s einsums over
-    `[batch, len, heads, dim]` (`benchmarks/attention_speed.py`).
+    Heads first, the products are plain batched matmuls, faster on CPU than
+    `keras.ops.dot_product_attention`'s einsums over `[batch, len, heads, dim]`
+    (`benchmarks/attention_speed.py`; figures in benchmarks/RESULTS.md).
     """
     scale = ops.cast(query.shape[-1] ** -0.5, query.dtype)
     scores = tf.linalg.matmul(query * scale, keys, transpose_b=True)
@@ -239,16 +239,17 @@ class MultiHeadAttention(keras.layers.Layer):
         Returns:
             The output `[rows, d_model]` and the cache with `position` written.
         """
-        width = self.num_heads * self.key_dim
-        query, key, value = tf.split(project(x, weights["query_key_value"]),
-                                     [width, width, self.num_heads * self.value_dim], axis=1)
-        in_place = written is None  # a graph's dynamic history, where in-place writes exist
-        cache = {"key": write_position(cache["key"], key, position, in_place),
-                 "value": write_position(cache["value"], value, position, in_place)}
-        attended, _ = scaled_dot_product_attention(
-            tf.reshape(query, [-1, self.num_heads, 1, self.key_dim]),
-            read_history(cache["key"], slots), read_history(cache["value"], slots), written)
-        return self._output_step(attended, weights), cache
+        with tf.name_scope(self.name):  # as a call's: profiles attribute the ops by it
+            width = self.num_heads * self.key_dim
+            query, key, value = tf.split(project(x, weights["query_key_value"]),
+                                         [width, width, self.num_heads * self.value_dim], axis=1)
+            in_place = written is None  # a graph's dynamic history: in-place writes exist
+            cache = {"key": write_position(cache["key"], key, position, in_place),
+                     "value": write_position(cache["value"], value, position, in_place)}
+            attended, _ = scaled_dot_product_attention(
+                tf.reshape(query, [-1, self.num_heads, 1, self.key_dim]),
+                read_history(cache["key"], slots), read_history(cache["value"], slots), written)
+            return self._output_step(attended, weights), cache
 
     def attend_step(self, x, weights: dict[str, tf.Tensor | Matrix], attention_mask
                     ) -> tf.Tensor:
@@ -258,11 +259,12 @@ class MultiHeadAttention(keras.layers.Layer):
         `attention_mask` `[batch, 1, len]` is True. A sentence's rows are the queries of its
         attention, so its keys and values serve them all without being tiled. Returns
         `[rows, d_model]`."""
-        queries = tf.stack([tf.shape(weights["key"])[0], -1, self.num_heads, self.key_dim])
-        query = heads_first(tf.reshape(project(x, weights["query"]), queries))
-        attended, _ = scaled_dot_product_attention(query, weights["key"], weights["value"],
-                                                   attention_mask)
-        return self._output_step(tokens_first(attended), weights)
+        with tf.name_scope(self.name):
+            queries = tf.stack([tf.shape(weights["key"])[0], -1, self.num_heads, self.key_dim])
+            query = heads_first(tf.reshape(project(x, weights["query"]), queries))
+            attended, _ = scaled_dot_product_attention(query, weights["key"], weights["value"],
+                                                       attention_mask)
+            return self._output_step(tokens_first(attended), weights)
 
     def _output_step(self, attended: tf.Tensor, weights: dict[str, Matrix]) -> tf.Tensor:
         """W^O of a step's heads `[rows, heads, 1, d_v]` (or `[batch, per sentence, heads,

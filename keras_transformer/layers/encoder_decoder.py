@@ -199,10 +199,11 @@ class DecoderLayer(TransformerBlock):
             The output `[rows, d_model]` and the cache with `position` written.
         """
         def feed_forward(x):
-            activation = self.feed_forward.activation
-            inner = project(x, weights["inner"], relu=activation == "relu")
-            return project(inner if activation == "relu" else activate(inner, activation),
-                           weights["outer"])
+            with tf.name_scope(self.feed_forward.name):
+                activation = self.feed_forward.activation
+                inner = project(x, weights["inner"], relu=activation == "relu")
+                return project(inner if activation == "relu" else activate(inner, activation),
+                               weights["outer"])
 
         x, (self_cache, _) = self.blocks(
             x,
@@ -227,7 +228,8 @@ def norm_weights(norm: LayerNorm) -> NormWeights:
 
 def step_normalize(x, weights: NormWeights):
     """A decoding step's layer norm of `x` with `norm_weights`: the kernel's reference."""
-    return layer_norm.reference(x, *weights)
+    with tf.name_scope("layer_norm"):
+        return layer_norm.reference(x, *weights)
 
 
 class _StepResidual:

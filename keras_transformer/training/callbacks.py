@@ -26,7 +26,6 @@ import keras
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from keras_transformer.evaluation import corpus_scores
 from keras_transformer.metrics import MaskedTokenAccuracy
 from keras_transformer.training.backup import weights_are_finite, write_backup
 from keras_transformer.training.checkpoints import save_checkpoint
@@ -358,20 +357,19 @@ class TensorBoardScalars(keras.callbacks.Callback):
 
 
 class DevEvaluation(keras.callbacks.Callback):
-    """At each evaluation (its `Schedule`): dev BLEU into the logs and `bleu_curve.tsv` (step,
-    wall-clock seconds of the run, BLEU), and attention heatmaps of fixed dev pairs to
-    TensorBoard."""
+    """At each evaluation (its `Schedule`): the dev figures `score()` gives (name -> value:
+    `dev_bleu`, and with several language pairs each pair's `dev_bleu/SRC-TGT`) into the logs
+    and `bleu_curve.tsv` (step, wall-clock seconds of the run, then each figure: a column
+    each), and attention heatmaps of fixed dev pairs to TensorBoard (`attention(*item)` for
+    each item of `attention_pairs`, e.g. (source, target))."""
 
-    def __init__(self, translate: Callable[[Sequence[str]], list[str]],
-                 sources: Sequence[str], references: Sequence[str],
-                 attention: Callable[[str, str], list[AttentionMap]],
-                 attention_pairs: Sequence[tuple[str, str]], writer: tf.summary.SummaryWriter,
+    def __init__(self, score: Callable[[], dict[str, float]],
+                 attention: Callable[..., list[AttentionMap]],
+                 attention_pairs: Sequence[tuple], writer: tf.summary.SummaryWriter,
                  curve_path: str | os.PathLike, schedule: Schedule):
         super().__init__()
         self.schedule = schedule
-        self.translate = translate
-        self.sources = list(sources)
-        self.references = list(references)
+        self.score = score
         self.attention = attention
         self.attention_pairs = list(attention_pairs)
         self.writer = writer
@@ -388,21 +386,22 @@ class DevEvaluation(keras.callbacks.Callback):
         if not self.schedule.due(self.model):
             return
         step = self.schedule.steps.step
-        bleu = corpus_scores(self.translate(self.sources), self.references)[0].value
+        scores = self.score()
         if logs is not None:
-            logs["dev_bleu"] = bleu
+            logs.update(scores)
         elapsed = self._offset + time.monotonic() - self._start
         new_file = not self.curve_path.exists()
         with open(self.curve_path, "a", encoding="utf-8") as curve:
             if new_file:
-                curve.write("step\tseconds\tdev_bleu\n")
-            curve.write(f"{step}\t{elapsed:.0f}\t{bleu:.2f}\n")
+                curve.write("\t".join(["step", "seconds", *scores]) + "\n")
+            curve.write("\t".join([str(step), f"{elapsed:.0f}",
+                                   *(f"{value:.2f}" for value in scores.values())]) + "\n")
         self._write_attention(step)
 
     def _write_attention(self, step: int) -> None:
         with self.writer.as_default(step=step):
-            for index, (source, target) in enumerate(self.attention_pairs):
-                for attention in self.attention(source, target):
+            for index, item in enumerate(self.attention_pairs):
+                for attention in self.attention(*item):
                     png = figure_png(attention_figure(attention, average_heads=True))
                     height, width = tf.io.decode_png(png).shape[:2]
                     write_png(f"attention/sentence{index}/{attention.name}", png, width,

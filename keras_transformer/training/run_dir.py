@@ -18,6 +18,7 @@ import keras
 
 from keras_transformer.atomic_files import write_atomic
 from keras_transformer.config import Recipe
+from keras_transformer.data.languages import RunLanguages
 from keras_transformer.training.checkpoints import (average_weights, checkpoints_to_average,
                                                     list_checkpoints, load_weights_file,
                                                     save_weights_atomic)
@@ -28,6 +29,7 @@ RESULT_FILE = "result.json"  # which weights a finished run chose (`keep_better_
 TEST_FILE = "test.json"  # the figures of kt-train's final test pass
 LEFT_OUT_FILE = "left_out.json"  # the training pairs not trained on (`prepare.left_out`)
 IMPORT_FILE = "import.json"  # where an imported model came from (`importing.run_directory`)
+LANGUAGES_FILE = "languages.json"  # a run of several language pairs (`RunLanguages`)
 
 
 class RunDir:
@@ -159,6 +161,13 @@ class RunDir:
                     "original options")
         return True
 
+    def languages(self) -> Optional[RunLanguages]:
+        """The languages of a run of several language pairs (`LANGUAGES_FILE`: the token
+        placement, each target language's token id, each pair's share), None for a run of
+        one pair."""
+        record = _read_json(self.root / LANGUAGES_FILE)
+        return None if record is None else RunLanguages.from_dict(record)
+
     def recorded_options(self) -> dict[str, Any]:
         """The run options an earlier start recorded (`claim`), or {} for a new run."""
         return _read_json(self.root / RUN_FILE) or {}
@@ -211,21 +220,33 @@ def record_average(run: RunDir, averaged: list[Path], averaging: str,
 
 
 def keep_better_of_average_and_final(
-        model: keras.Model, run: RunDir, average_last: int, dev_bleu: Callable[[], float],
+        model: keras.Model, run: RunDir, average_last: int,
+        dev_bleu: Callable[[], float | dict[str, float]],
         stage: Callable[[str], ContextManager[None]] = lambda what: contextlib.nullcontext()
 ) -> dict:
     """Leaves `model` holding the run's result and returns what `result.json` records.
 
     `model` holds the final weights (already saved as `run.final_weights`); `dev_bleu()` scores
-    whatever `model` holds. With `average_last` >= 2 and at least two checkpoints, the newest
-    `average_last` of them (fewer if fewer were kept, listed as `averaged`) are averaged into
-    `run.averaged_weights`, and the average is the result only if its dev BLEU is higher;
-    `averaging` says what was averaged, or why nothing was (`checkpoints_to_average`). Each
-    step runs inside `stage(what it does)` (e.g. `progress.stage`, which prints its start and
-    end).
+    whatever `model` holds: a BLEU figure, or one per language pair (pair name -> BLEU), whose
+    mean is then the figure that decides and `dev_bleu_pairs` records each pair's. With
+    `average_last` >= 2 and at least two checkpoints, the newest `average_last` of them (fewer
+    if fewer were kept, listed as `averaged`) are averaged into `run.averaged_weights`, and the
+    average is the result only if its dev BLEU is higher; `averaging` says what was averaged,
+    or why nothing was (`checkpoints_to_average`). Each step runs inside `stage(what it does)`
+    (e.g. `progress.stage`, which prints its start and end).
     """
+    pairs: dict[str, dict[str, float]] = {}
+
+    def scored(kind: str) -> float:
+        found = dev_bleu()
+        if not isinstance(found, dict):
+            return round(found, 2)
+        for name, value in found.items():
+            pairs.setdefault(name, {})[kind] = round(value, 2)
+        return round(sum(found.values()) / len(found), 2)
+
     with stage("dev BLEU of the final weights"):
-        scores = {"final": round(dev_bleu(), 2)}
+        scores = {"final": scored("final")}
     averaged, averaging = checkpoints_to_average(list_checkpoints(run.checkpoints), average_last)
     chosen = run.final_weights
     if averaged:
@@ -233,13 +254,13 @@ def keep_better_of_average_and_final(
             average_weights(model, averaged)
             save_weights_atomic(model, run.averaged_weights)
         with stage("dev BLEU of the averaged weights"):
-            scores["averaged"] = round(dev_bleu(), 2)
+            scores["averaged"] = scored("averaged")
         if scores["averaged"] > scores["final"]:
             chosen = run.averaged_weights
         else:
             load_weights_file(model, run.final_weights)
     result = {"weights": chosen.name, "dev_bleu": scores,
               "averaged": [path.name for path in averaged], "averaging": averaging,
-              "average_last": average_last}
+              "average_last": average_last, **({"dev_bleu_pairs": pairs} if pairs else {})}
     run.write_json(RESULT_FILE, result)
     return {**result, "weights": os.fspath(chosen)}
