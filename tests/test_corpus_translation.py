@@ -234,6 +234,7 @@ def test_kt_translate_corpus_killed_by_a_signal_resumes_exactly(demo_vocab, demo
     assert code == 2 and "--shard: 3/2 is not a shard I/N" in err
 
 
+@pytest.mark.slow
 def test_kt_translate_corpus_closest_to_reference(demo_vocab, demo_train, tmp_path):
     """With references made of the second hypotheses of the run's model (its beam of 3, the
     command's batches), the command outputs `closest_lines`' choice, not the best; a search without a beam, or a

@@ -85,6 +85,7 @@ def test_teacher_forced_log_probabilities_equal_ours(variant, tokenizer, tmp_pat
         np.testing.assert_allclose(result.log_probs, ours, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_greedy_translations_nbest_and_prefixes_match_our_translator(tokenizer, tmp_path):
     model = perturbed_model(tokenizer)
     settings = SearchSettings(beam_size=1, length_penalty=0.0, max_decode_extra=6)
@@ -308,6 +309,7 @@ def test_bfloat16_without_torch_is_refused_before_any_work(tokenizer, tmp_path, 
     assert not (tmp_path / "ct2").exists()
 
 
+@pytest.mark.slow
 def test_kt_export_format_ctranslate2_translates_like_the_savedmodel(demo_vocab, tmp_path,
                                                                      capsys):
     """A run directory exported both ways (greedy, float32): `kt-translate` gives the same

@@ -191,6 +191,7 @@ DROPOUT_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernels", ["reference", "fast"])
 def test_replicas_draw_their_own_dropout_masks_repeatably(kernels, monkeypatch):
     """Eight replicas of one HookDropout draw eight different masks (about half their

@@ -62,6 +62,7 @@ def test_a_checkpoint_reaches_the_disk_before_its_name(events, tmp_path):
                for name in flushed)
 
 
+@pytest.mark.slow
 def test_every_file_of_an_export_reaches_the_disk_before_its_version(events, demo_tokenizer,
                                                                      tmp_path):
     model = kt.Transformer(kt.TransformerConfig.preset(

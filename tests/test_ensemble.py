@@ -108,6 +108,7 @@ def test_members_must_share_vocabulary_and_length(models):
         beam_search([models[0], wider], SOURCES)
 
 
+@pytest.mark.slow
 def test_translator_searches_with_its_ensemble(demo_tokenizer):
     first, second = tiny_models(2, demo_tokenizer.vocab_size)
     settings = SearchSettings(beam_size=3, length_penalty=0.6, max_decode_extra=EXTRA)

@@ -74,6 +74,7 @@ def _translate(serving, texts) -> tuple[list[bytes], np.ndarray]:
     return out["translation"].numpy().tolist(), out["score"].numpy()
 
 
+@pytest.mark.slow
 def test_layout_uses_the_next_free_integer_version(model, tokenizer, tmp_path):
     (tmp_path / "demo" / "7").mkdir(parents=True)
     first = export_translator(model, tokenizer, "demo", tmp_path, SearchSettings(beam_size=1))
@@ -90,6 +91,7 @@ def test_bad_name_is_rejected(model, tokenizer, tmp_path):
         export_translator(model, tokenizer, "../escape", tmp_path)
 
 
+@pytest.mark.slow
 def test_exported_equals_in_process(serving, translate_ids, translator):
     texts = GOOD + ["", LONG]
     exported_text, exported_scores = _translate(serving, texts)
@@ -362,6 +364,7 @@ def test_shortlist_data_defaults_to_the_files_a_run_trained_on(tmp_path):
     assert export_cli._training_files(str(run)) == ["a.en", "a.de"]
 
 
+@pytest.mark.slow
 def test_a_deep_encoder_shallow_decoder_model_averages_and_exports(tokenizer, tmp_path):
     """Separate depths (3 encoder layers, 1 decoder layer) through checkpoint averaging (the
     mean of two checkpoints' weights) and the graph and XLA exports (each translating as the

@@ -37,6 +37,7 @@ def variables_size(export: str) -> int:
     return sum(os.path.getsize(os.path.join(folder, name)) for name in os.listdir(folder))
 
 
+@pytest.mark.slow
 def test_bfloat16_export_holds_bfloat16_weights_and_serves_the_in_process_outputs(
         model_and_tokenizer, tmp_path):
     model, tokenizer = model_and_tokenizer
@@ -59,6 +60,7 @@ def test_serving_copy_rejects_other_dtypes(model_and_tokenizer):
         serving_copy(model_and_tokenizer[0], "float16")
 
 
+@pytest.mark.slow
 def test_cli_auto_precision_exports_what_the_probe_measured(model_and_tokenizer, tmp_path,
                                                             monkeypatch, capsys):
     model, tokenizer = model_and_tokenizer

@@ -44,6 +44,7 @@ def weights_of(run: RunDir, path) -> list:
     return [variable.numpy() for variable in model.trainable_weights]
 
 
+@pytest.mark.slow
 def test_fine_tuning_keeps_the_model_and_tokenizer_and_starts_from_its_weights(imported,
                                                                               tmp_path):
     source, data = imported

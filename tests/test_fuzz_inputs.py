@@ -347,6 +347,7 @@ def random_text(rng: random.Random) -> bytes:
     return rng.randbytes(rng.randint(1000, 10_000))
 
 
+@pytest.mark.slow
 def test_text_signatures_answer_every_row_as_if_alone(
     signatures: Mapping[str, Callable[..., dict[str, tf.Tensor]]],
     tokenizer: SubwordTokenizer,

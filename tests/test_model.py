@@ -218,6 +218,7 @@ def test_fit_rejects_labels_at_padded_target_inputs():
             model.fit((source, target_in), target_out, epochs=1, verbose=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_fit_and_evaluate_score_only_real_target_tokens(jit_compile):
     """train/test steps project only the real target positions (all of them under XLA); the

@@ -5,10 +5,12 @@ import html
 import re
 from pathlib import Path
 
+import pytest
 from keras_transformer.data.moses_form import moses_formatter
 from trainers.moses_form import main
 
 
+@pytest.mark.slow
 def test_the_tokenized_test_references_come_out_of_the_raw_ones_line_for_line(multi30k: Path):
     form = moses_formatter("de")
     with gzip.open(multi30k / "test_2016_flickr.de.gz", "rt", encoding="utf-8") as raw:

@@ -43,6 +43,7 @@ def _labels(tree: Tree) -> set[str]:
     return labels
 
 
+@pytest.mark.slow
 def test_split_sizes_and_files(treebank: Path, splits: dict[str, list[Tree]]) -> None:
     assert {split: len(trees) for split, trees in splits.items()} == SPLIT_SIZES
     assert read_split(treebank, "test") == splits["test"]

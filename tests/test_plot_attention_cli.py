@@ -1,6 +1,7 @@
 """kt-plot-attention on a run directory: one PNG per attention kind and layer."""
 import shutil
 
+import pytest
 import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.training.checkpoints import save_weights_atomic
@@ -8,6 +9,7 @@ from keras_transformer.training.run_dir import RunDir
 from trainers import plot_attention
 
 
+@pytest.mark.slow
 def test_plots_the_models_own_translation_without_a_target(demo_vocab, tmp_path, capsys):
     vocab_size = SubwordTokenizer.load(demo_vocab).vocab_size
     recipe = kt.Recipe.preset("tiny", vocab_size=vocab_size, num_layers=1, max_length=24)

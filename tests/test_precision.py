@@ -52,6 +52,7 @@ def test_float32_serving_copy_has_the_weights_and_close_logits(precision, varian
     assert_close_to_rounding(np.asarray(model(inputs)), np.asarray(copy(inputs)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"], indirect=True)
 def test_compiled_model_trains(precision):
     keras.utils.set_random_seed(1)

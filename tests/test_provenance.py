@@ -56,6 +56,7 @@ def git_head() -> str | None:
     return run.stdout.strip() if run.returncode == 0 else None
 
 
+@pytest.mark.slow
 def test_an_exports_record_round_trips(recipe, tokenizer, tmp_path):
     model = kt.Transformer(recipe.architecture)
     model.save(tmp_path / "model.keras")
@@ -79,6 +80,7 @@ def test_an_exports_record_round_trips(recipe, tokenizer, tmp_path):
     assert read_provenance(first)[1]["precision"] == "float32"
 
 
+@pytest.mark.slow
 def test_kt_export_records_the_runs_chosen_weights_and_figures(run_dir, tmp_path, capsys):
     arguments = [str(run_dir.root), str(run_dir.vocab), "--name", "run", "--base-dir",
                  str(tmp_path / "out")]
@@ -109,6 +111,7 @@ def test_chosen_weights_say_why_without_a_result(run_dir, tmp_path):
     assert record["test"] is None and record["dev_bleu"] is None
 
 
+@pytest.mark.slow
 def test_describe_prints_every_field_readably(run_dir, tmp_path, capsys):
     assert export_cli.main([str(run_dir.root), str(run_dir.vocab), "--name", "run",
                             "--base-dir", str(tmp_path)]) == 0

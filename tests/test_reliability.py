@@ -92,6 +92,7 @@ def test_backup_restores_weights_optimizer_step_and_dropout_seeds_exactly(three_
     assert same_variables(model, restored_model)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["zero-byte", "truncated", "garbled", "missing"])
 def test_a_damaged_newest_backup_falls_back_to_the_one_before(three_states, how):
     backup, checkpoints, _ = three_states
@@ -103,6 +104,7 @@ def test_a_damaged_newest_backup_falls_back_to_the_one_before(three_states, how)
     assert len(warnings) == 1 and "step-00000003" in warnings[0]
 
 
+@pytest.mark.slow
 def test_damaged_backups_fall_back_to_a_checkpoint_then_fail_naming_every_file(three_states):
     backup, checkpoints, _ = three_states
     corrupt(backup / "step-00000003.weights.h5", "truncated")
@@ -146,6 +148,7 @@ def test_backups_with_non_finite_weights_are_refused(three_states):
     assert "not all finite" in warnings[0]
 
 
+@pytest.mark.slow
 def test_a_failed_write_keeps_the_earlier_backups(three_states, monkeypatch):
     """A disk that fills up mid-write: the partial file goes, the earlier backups stay."""
     backup, checkpoints, model = three_states
@@ -184,6 +187,7 @@ def test_loss_scale_skips_an_overflowing_step_and_recovers():
     assert all(np.all(np.isfinite(v.numpy())) for v in model.trainable_variables)
 
 
+@pytest.mark.slow
 def test_a_backup_after_a_skipped_float16_step_resumes_at_its_step(tmp_path):
     """mixed_float16: a step whose gradients overflow is skipped (the optimizer's update count
     stays), yet it trained on a batch. The backup of step 3 records both, and restores step 3,

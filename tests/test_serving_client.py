@@ -54,6 +54,7 @@ def served(signature, specs, inputs):
                         for name in specs})
 
 
+@pytest.mark.slow
 def test_rest_requests_get_the_direct_answers(export):
     client = load_client()
     specs = client.signature_inputs(export)
@@ -70,6 +71,7 @@ def test_rest_requests_get_the_direct_answers(export):
             np.testing.assert_array_equal(answer[key].numpy(), direct[key].numpy())
 
 
+@pytest.mark.slow
 def test_grpc_requests_get_the_direct_answers(export):
     client = load_client()
     specs = client.signature_inputs(export)
@@ -188,6 +190,7 @@ def check_report(report: dict, count: int) -> None:
     assert report["requests_per_second"] == pytest.approx(count / report["seconds"], rel=0.01)
 
 
+@pytest.mark.slow
 def test_sends_rest_requests_and_reports_latency_percentiles(export, rest_server, capsys):
     address, handler = rest_server
     client = load_client()

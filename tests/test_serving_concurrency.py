@@ -2,6 +2,7 @@
 outputs of sequential calls."""
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import numpy as np
 import tensorflow as tf
 
@@ -13,6 +14,7 @@ TEXTS = ["I have forty-two apples", "", "She sees three dogs today", "one cat",
          "seventeen green pears and a dog", "we have two hundred and eleven chairs"]
 
 
+@pytest.mark.slow
 def test_concurrent_calls_equal_sequential_ones(demo_vocab, tmp_path):
     tokenizer = SubwordTokenizer.load(demo_vocab)
     model = kt.Transformer(kt.TransformerConfig.preset(

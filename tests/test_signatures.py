@@ -31,6 +31,7 @@ def signatures(tokenizer, tmp_path_factory):
     return tf.saved_model.load(path).signatures
 
 
+@pytest.mark.slow
 def test_nbest_text_lists_the_beam_best_first(signatures):
     nbest = signatures["translate_nbest"](text=tf.constant(TEXTS))
     best = signatures["serving_default"](text=tf.constant(TEXTS))

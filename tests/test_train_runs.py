@@ -120,6 +120,7 @@ def graph_dtypes(saved_model: Path) -> set[int]:
     return found
 
 
+@pytest.mark.slow
 def test_mixed_precision_run_exports_float32_and_decodes_its_test_set_as_kt_evaluate(
         tmp_path, capsys):
     """A mixed_bfloat16 run: its export is float32, and its final test pass decodes as
@@ -290,6 +291,7 @@ def test_several_training_corpora_prepare_into_one_storage_and_resume(tmp_path, 
     assert train.run_options(train.parse_args(MICRO + data))["train_src"] == str(sources)
 
 
+@pytest.mark.slow
 def test_the_final_test_pass_decodes_the_float32_weights_whatever_the_training_precision(
         demo_vocab, demo_train, tmp_path):
     """kt-train's test pass given its mixed_bfloat16 training model writes what a float32

@@ -42,6 +42,7 @@ def run(argv, capsys) -> tuple[int, list[str], str]:
     return code, stdout.getvalue().split("\n")[:-1], capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_every_line_gets_its_own_translation_in_order(export_dir, input_file, capsys):
     code, outputs, err = run([str(export_dir), str(input_file), "--batch-size", "2"], capsys)
     assert code == 0 and len(outputs) == len(LINES)
@@ -53,6 +54,7 @@ def test_every_line_gets_its_own_translation_in_order(export_dir, input_file, ca
     assert f"{input_file}:3: not valid UTF-8" in err and "6/6 sentences" in err
 
 
+@pytest.mark.slow
 def test_nbest_lists_k_hypotheses_per_line_best_first(export_dir, input_file, capsys):
     _, best, _ = run([str(export_dir), str(input_file)], capsys)
     code, outputs, _ = run([str(export_dir), str(input_file), "--nbest", "3", "--quiet"], capsys)
@@ -173,6 +175,7 @@ def test_run_directories_translate_in_process_with_search_flags(demo_vocab, demo
     assert code == 2 and f"--ensemble: {str(other.root)!r} has another vocabulary" in err
 
 
+@pytest.mark.slow
 def test_sampling_flags_draw_reproducibly_and_exports_fix_them(demo_vocab, input_file,
                                                                tmp_path, capsys):
     """A run samples with `--top-p/--temperature/--seed`: the same seed, the same lines; another

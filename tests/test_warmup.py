@@ -52,6 +52,7 @@ def test_widths_are_multiples_of_16_capped_by_the_model():
     assert warmup_widths(10, False) == [10]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_length,limit", [(70, 64), (24, 64)])
 def test_xla_export_warms_every_signature_at_every_padded_width(tokenizer, tmp_path,
                                                                 max_length, limit):
@@ -76,6 +77,7 @@ def test_xla_export_warms_every_signature_at_every_padded_width(tokenizer, tmp_p
     assert (empty, len(prefixes)) == (len(widths), 2 * len(widths))
 
 
+@pytest.mark.slow
 def test_graph_export_warms_each_signature_once(tokenizer, tmp_path):
     export = export_translator(model_of(tokenizer, 70), tokenizer, "graph", tmp_path,
                                kt.SearchSettings(beam_size=1))
