@@ -1,11 +1,12 @@
 """Decoding speed of this checkout against another (e.g. the code before a change), in one run:
 the same model exported by each checkout's own `kt-export`, as a graph and as an XLA SavedModel,
-then timed in alternation by `decoding_speed.measure` (beam 4: target tokens/s at batch 32,
-median batch-1 latency), `--rounds` times; medians per export, and each export's ratio to the
-other checkout's of the same kind.
+then timed in alternation with `decoding_speed.py`'s figures (beam 4: target tokens/s over
+batches of 32, median latency over single sentences, after untimed warm-up calls), `--rounds`
+rounds; per export the medians over rounds, and the median over rounds of its ratio to the other
+checkout's export of the same kind in the same round.
 
     PYTHONPATH=. python benchmarks/decoding_ab.py --other-tree /tmp/before [--rounds 7] \
-        [--other-kernels fast,reference]
+        [--other-kernels fast,reference] [--workdir DIR]
 
 The model is `decoding_speed.py`'s: `base` sizes, random weights, PAD, BOS and EOS embedding
 rows zeroed so that every output has exactly `--source-tokens + --extra-length` tokens (checked),
@@ -24,10 +25,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
-from decoding_speed import BOS_ID, EOS_ID, PAD_ID, measure, source_ids
+from decoding_speed import BOS_ID, EOS_ID, PAD_ID, source_ids
 
 THIS_TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -47,6 +49,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--throughput-batches", type=int, default=2)
     parser.add_argument("--latency-sentences", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--workdir", help="where the model and the exports are kept (default: "
+                        "a temporary directory); one holding an earlier run's exports.json is "
+                        "timed again without exporting")
     parser.add_argument("--prepare-worker", nargs=2, metavar=("WORKDIR", "SETTINGS_JSON"),
                         help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -107,55 +112,85 @@ def main(argv=None) -> None:
                 "latency_sentences": args.latency_sentences, "data": os.path.abspath(args.data),
                 "vocab_size": args.vocab_size, "source_tokens": args.source_tokens,
                 "output_tokens": args.source_tokens + args.extra_length}
-    with tempfile.TemporaryDirectory() as workdir:
-        run([sys.executable, os.path.abspath(__file__), "--other-tree", other,
-             "--prepare-worker", workdir, json.dumps(settings)], other)
-        trees = [("this", THIS_TREE, "fast")] + [
-            (f"other ({kernels})", other, kernels) for kernels in args.other_kernels.split(",")]
-        paths = {}
-        for kind, xla in (("graph", False), ("XLA", True)):
-            for label, tree, kernels in trees:
-                name = f"{kind}-{label.split()[0]}-{kernels}".lower()
-                paths[(kind, label)] = export(tree, kernels, workdir, name, args, xla)
+    trees = [("this", THIS_TREE, "fast")] + [
+        (f"other ({kernels})", other, kernels) for kernels in args.other_kernels.split(",")]
+    with tempfile.TemporaryDirectory() as temporary:
+        workdir = args.workdir or temporary
+        record = os.path.join(workdir, "exports.json")
+        if not os.path.exists(record):
+            os.makedirs(workdir, exist_ok=True)
+            run([sys.executable, os.path.abspath(__file__), "--other-tree", other,
+                 "--prepare-worker", workdir, json.dumps(settings)], other)
+            exported = [[kind, label, export(tree, kernels, workdir,
+                                             f"{kind}-{label.split()[0]}-{kernels}".lower(),
+                                             args, kind == "XLA")]
+                        for kind in ("graph", "XLA") for label, tree, kernels in trees]
+            with open(record, "w", encoding="utf-8") as handle:
+                json.dump(exported, handle)
+        with open(record, encoding="utf-8") as handle:
+            paths = {(kind, label): path for kind, label, path in json.load(handle)}
         results = time_in_alternation(paths, np.load(os.path.join(workdir, "ids.npy")),
                                       settings, args.rounds)
     print(json.dumps({"settings": settings, "rounds": args.rounds,
                       "results": {f"{kind}, {label}": result
                                   for (kind, label), result in results.items()}}, indent=2))
     for (kind, label), result in results.items():
-        reference = results[(kind, trees[1][0])]
+        reference = (kind, trees[1][0])
+        ratios = paired_ratios(results, (kind, label), reference)
         print(f"{kind:>5}, {label:<20}: {result['tokens_per_second']:7.1f} tok/s at batch "
-              f"{args.batch_size} (x{result['tokens_per_second'] / reference['tokens_per_second']:.3f}"
-              f"), batch-1 latency {result['latency_seconds']:.3f} s "
-              f"(x{result['latency_seconds'] / reference['latency_seconds']:.3f}); first ids "
-              + ("equal" if result["first_ids"] == reference["first_ids"] else "DIFFER"))
+              f"{args.batch_size} (x{ratios['tokens_per_second']:.3f}), batch-1 latency "
+              f"{result['latency_seconds']:.3f} s (x{ratios['latency_seconds']:.3f}); first "
+              "ids " + ("equal" if result["first_ids"] == results[reference]["first_ids"]
+                        else "DIFFER"))
 
 
 def time_in_alternation(paths: dict, ids: np.ndarray, settings: dict, rounds: int) -> dict:
-    """Per export: the medians over `rounds` of `measure`'s throughput and latency, the exports
-    timed one after another in each round, in reverse order every other round."""
+    """Per export: `measure`'s figures (target tokens/s over `throughput_batches` batches,
+    median latency over `latency_sentences` single sentences) in each of `rounds` rounds, and
+    their medians. In a round every input is run by every export in turn, the order reversed
+    from one input to the next, so that the exports compared share the machine's state
+    (others' load on shared cores drifts by more than the differences measured); every
+    export first runs each input shape once, untimed."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer's ops the exports hold)
 
     functions = {key: tf.saved_model.load(path).signatures["translate_ids"]
                  for key, path in paths.items()}
+    size = settings["batch_size"]
+    batches = [ids[i * size:(i + 1) * size] for i in range(settings["throughput_batches"])]
+    singles = [ids[i:i + 1] for i in range(settings["latency_sentences"])]
     first_ids = {}
     for key, function in functions.items():
         check = function(source_ids=tf.constant(ids[:2]))["ids"].numpy()
         assert check.shape[1] == settings["output_tokens"] and not (check == EOS_ID).any(), check
         first_ids[key] = check.tolist()
+        for warm_up in (batches[0], singles[0]):
+            function(source_ids=tf.constant(warm_up))
     reads = {key: [] for key in functions}
     for number in range(rounds):
-        for key in (list(functions) if number % 2 == 0 else list(functions)[::-1]):
-            reads[key].append(measure(lambda batch, run=functions[key]: run(
-                source_ids=tf.constant(batch)), ids, settings))
-    return {key: {"tokens_per_second": statistics.median(
-                      read["tokens_per_second"] for read in reads[key]),
-                  "latency_seconds": statistics.median(
-                      read["latency_seconds"] for read in reads[key]),
-                  "tokens_per_second_reads": [read["tokens_per_second"] for read in reads[key]],
-                  "latency_seconds_reads": [read["latency_seconds"] for read in reads[key]],
-                  "first_ids": first_ids[key]} for key in functions}
+        seconds = {key: [] for key in functions}
+        for index, batch in enumerate(batches + singles):
+            order = list(functions) if (number + index) % 2 == 0 else list(functions)[::-1]
+            for key in order:
+                start = time.perf_counter()
+                functions[key](source_ids=tf.constant(batch))
+                seconds[key].append(time.perf_counter() - start)
+        for key, taken in seconds.items():
+            reads[key].append({
+                "tokens_per_second": size * settings["output_tokens"] * len(batches)
+                / sum(taken[:len(batches)]),
+                "latency_seconds": statistics.median(taken[len(batches):])})
+    return {key: {figure: statistics.median(read[figure] for read in reads[key])
+                  for figure in ("tokens_per_second", "latency_seconds")}
+            | {"reads": reads[key], "first_ids": first_ids[key]} for key in functions}
+
+
+def paired_ratios(results: dict, key, reference) -> dict[str, float]:
+    """The median over rounds of `key`'s figure over `reference`'s in the same round."""
+    return {figure: statistics.median(
+        read[figure] / other[figure] for read, other in zip(results[key]["reads"],
+                                                            results[reference]["reads"]))
+        for figure in ("tokens_per_second", "latency_seconds")}
 
 
 if __name__ == "__main__":

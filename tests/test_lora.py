@@ -90,7 +90,6 @@ def test_the_merged_model_computes_what_the_lora_model_computes(variant):
     assert not np.allclose(np.asarray(plain(inputs)), logits)  # the adapters do change them
 
 
-@pytest.mark.slow
 def test_the_merged_model_translates_as_the_lora_model():
     """Beam search with the cached step (which reads the projections' `matrix()`) and without
     (which calls the layers) finds the same translations in both models."""
