@@ -207,19 +207,16 @@ class Transformer(keras.Model):
         """
         ancestors = cache["ancestors"]
         rows, max_length = tf.shape(ancestors)[0], tf.shape(ancestors)[1]
+        # Each row writes this position into its own cache row.
         ancestors = tf.where(tf.range(max_length) == position, tf.range(rows)[:, None],
                              ancestors)
-        heads = self.config.num_heads
         if static_shapes:
-            slots = history_slots(ancestors, max_length, heads)
+            slots = history_slots(ancestors, max_length, self.config.num_heads)
             written = (tf.range(max_length) <= position)[None, None]
         else:
-            slots, written = history_slots(ancestors, position + 1, heads), None
-        embedding = cache["embedding"]
-        embedded = self.target_embedding(token_ids) + embedding["positions"][position]
-        if "norm" in embedding:
-            embedded = step_normalize(embedded, embedding["norm"])
-        x = tf.reshape(embedded, [rows, -1])
+            slots, written = history_slots(ancestors, position + 1, self.config.num_heads), None
+        embedded = self.embed_step(token_ids, position, cache["embedding"])
+        x = tf.reshape(embedded, [rows, -1])  # one row per hypothesis, each sentence's in turn
         cross_mask = ops.expand_dims(source_mask, 1)
         new_self = []
         for layer, weights, self_cache in zip(self.decoder_layers, cache["layers"],
@@ -229,6 +226,13 @@ class Transformer(keras.Model):
             new_self.append(self_cache)
         logits = self.step_logits(tf.reshape(x, tf.shape(embedded)), cache["output"])
         return logits, {**cache, "self": new_self, "ancestors": ancestors}
+
+    def embed_step(self, token_ids, position, embedding: dict[str, Any]):
+        """The decoder input `[batch, per sentence, d_model]` of `token_ids` at target
+        `position`, with `embedding` (`init_decode_cache`'s: the positional encodings and the
+        embedding norm's weights), as `embed` computes it at inference."""
+        embedded = self.target_embedding(token_ids) + embedding["positions"][position]
+        return step_normalize(embedded, embedding["norm"]) if "norm" in embedding else embedded
 
     @staticmethod
     def reorder_decode_cache(cache: dict[str, Any], parents) -> dict[str, Any]:

@@ -238,6 +238,7 @@ def test_random_models_at_alpha_0_greedy_equal_beam_differs_only_by_normalizatio
     assert equal["beam"] / total >= BEAM_AGREEMENT_FLOOR
 
 
+@pytest.mark.slow
 def test_sampling_settings_reach_ctranslate2(tokenizer, tmp_path):
     """An export's sampling settings: top-k 1 draws the greedy translation; the export's seed
     gives a fresh load the same translations; a full-distribution sample of several sentences

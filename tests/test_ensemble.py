@@ -85,6 +85,7 @@ def test_scores_are_the_teacher_forced_mean_probability(models, use_cache):
     assert not np.allclose(result.scores.numpy(), alone.scores.numpy(), atol=1e-3)
 
 
+@pytest.mark.slow
 def test_greedy_and_xla_ensembles_match(models):
     greedy = greedy_decode(models, SOURCES, max_decode_extra=EXTRA)
     beam_one = beam_search(models, SOURCES, beam_size=1, max_decode_extra=EXTRA)

@@ -173,6 +173,7 @@ def test_graph_uses_only_core_and_tf_text_ops(exported):
     assert used & text_ops, "tokenization is not inside the graph"
 
 
+@pytest.mark.slow
 def test_reloads_keep_nothing_of_the_earlier_loads(exported):
     """An export only infers: it holds no gradient functions (the fast kernels' custom
     gradients), which TensorFlow would register for good at each load, so that a process

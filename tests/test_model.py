@@ -204,6 +204,7 @@ def test_packed_layers_equal_padded_layers_in_value_and_gradient(precision, vari
     assert "Cumsum" in {op.type for op in graph.get_operations()}  # the TokenLayout ran
 
 
+@pytest.mark.slow
 def test_fit_rejects_labels_at_padded_target_inputs():
     """The packed decoder computes nothing at padding, so a label there is an error, not a
     silently meaningless logit."""
@@ -237,6 +238,7 @@ def test_fit_and_evaluate_score_only_real_target_tokens(jit_compile):
     assert history.history["loss"][0] == pytest.approx(float(expected), rel=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_training_differentiates_the_loss_through_the_logit_factors(variant):
     """With fast kernels the train step's loss reaches the weights through `hidden @ kernel`

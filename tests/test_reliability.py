@@ -122,6 +122,7 @@ def test_damaged_backups_fall_back_to_a_checkpoint_then_fail_naming_every_file(t
     assert restore_latest(fresh(), backup.parent / "none", checkpoints.parent / "none").step == 0
 
 
+@pytest.mark.slow
 def test_a_backup_of_the_earlier_keras_layout_still_restores(tmp_path):
     """Runs backed up by Keras's BackupAndRestore (before our own backups) resume from it: the
     weights, optimizer and step, not the dropout seeds (that file lacks them)."""

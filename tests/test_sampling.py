@@ -96,6 +96,7 @@ def test_first_tokens_follow_the_models_softmax(model, temperature, top_k, top_p
                              reshaped_probs(log_probs, temperature, top_k, top_p))
 
 
+@pytest.mark.slow
 def test_a_sentence_draws_the_same_samples_alone_in_a_batch_and_under_xla(model):
     settings = dict(seed=5, temperature=1.2, top_p=0.95, max_decode_extra=4)
     together = sample(model, SOURCES, **settings)

@@ -85,6 +85,7 @@ def test_whole_vocabulary_shortlist_searches_exactly_like_none(model, beam_size)
     np.testing.assert_allclose(full.scores.numpy(), listed.scores.numpy(), atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_narrow_shortlist_emits_only_its_ids_and_cache_equals_recomputation(model, beam_size):
     shortlist = narrow({5: [20, 21], 10: [22, 23], 12: [24, 25]})
@@ -141,6 +142,7 @@ def test_padded_target_ids_are_the_target_ids_then_unscored_fillers_of_a_static_
     np.testing.assert_array_equal(compiled(sources)[0], shortlist.padded_target_ids(sources)[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_xla_search_over_the_padded_shortlist_equals_the_graph_search(model, beam_size):
     """`jit_compile` scores the shortlist padded to a static size; the fillers change nothing:

@@ -105,6 +105,7 @@ def test_evaluate_and_average_reject_bad_input(capsys, tmp_path):
     assert "no config.json" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_command_lines_start_quietly_unless_verbose(tmp_path):
     """TensorFlow's C++ start-up lines (oneDNN, CUDA stubs, absl) are hidden by default."""
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}

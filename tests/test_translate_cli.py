@@ -211,6 +211,7 @@ def test_sampling_flags_draw_reproducibly_and_exports_fix_them(demo_vocab, input
     assert code == 2 and "--seed" in err and "fixed when it is written" in err
 
 
+@pytest.mark.slow
 def test_lines_longer_than_the_model_takes_are_counted_and_named(export_dir, demo_vocab,
                                                                   input_file, tmp_path, capsys):
     """Line 5 (120 words) is cut to the export's and the run's 23 source subwords: a warning
