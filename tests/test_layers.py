@@ -424,8 +424,9 @@ def test_heads_dense_int8_is_the_float_layer_to_rounding_and_reloads(input_shape
         activation_quantizer=None))
     rows = inputs.reshape(-1, math.prod(input_shape[-input_rank:]))
     expected = rows @ np.asarray(weights_only.matrix("float32")[0]) + float_weights[1].reshape(-1)
+    # float32 products summed in another order (oneDNN's blocking): rounding only.
     np.testing.assert_allclose(np.asarray(weights_only(inputs)).reshape(expected.shape),
-                               expected, rtol=1e-5, atol=1e-5)
+                               expected, rtol=1e-4, atol=1e-4)
     assert HeadsDense.from_config(weights_only.get_config()).quantization_config.get_config() == (
         weights_only.quantization_config.get_config())
 
