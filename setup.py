@@ -17,7 +17,7 @@ setup(
         "tensorflow>=2.20,<2.22",
         "keras>=3.10,<3.16",
         "tensorflow-text>=2.20,<2.22",
-        "tensorflow-datasets>=4.9.9",
+        "tensorflow-datasets>=4.9.10",
         # tensorflow-datasets imports it to prepare a dataset but declares it for Python < 3.9
         # only: without it every download_and_prepare fails.
         "importlib-resources>=6.0",

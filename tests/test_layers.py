@@ -17,6 +17,11 @@ from keras_transformer.layers.attention import history_slots, read_history, writ
 rng = np.random.default_rng(0)
 
 
+# int8 quantization follows Keras's QuantizationConfig API, which older Keras releases lack.
+QUANTIZATION_API = pytest.mark.skipif(not hasattr(keras.quantizers, "QuantizationConfig"),
+                                      reason="this Keras has no keras.quantizers.QuantizationConfig")
+
+
 def test_attention_weights_sum_to_one_and_ignore_padded_keys():
     attention = MultiHeadAttention(num_heads=4, key_dim=8, value_dim=6)
     x = rng.normal(size=(2, 5, 16)).astype("float32")
@@ -387,6 +392,7 @@ def test_heads_dense_lora_refusals():
         plain.load_own_variables(store)
 
 
+@QUANTIZATION_API
 @pytest.mark.parametrize("input_shape, output_dims, input_rank", HEADS_DENSE_SHAPES)
 def test_heads_dense_int8_is_the_float_layer_to_rounding_and_reloads(input_shape, output_dims,
                                                                       input_rank):
@@ -431,6 +437,7 @@ def test_heads_dense_int8_is_the_float_layer_to_rounding_and_reloads(input_shape
         weights_only.quantization_config.get_config())
 
 
+@QUANTIZATION_API
 def test_heads_dense_quantizes_to_int8_only():
     from keras_transformer.layers import HeadsDense
 

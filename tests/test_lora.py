@@ -16,6 +16,11 @@ from helpers import VARIANTS, random_ids, tiny_model
 rng = np.random.default_rng(0)
 
 
+# int8 quantization follows Keras's QuantizationConfig API, which older Keras releases lack.
+QUANTIZATION_API = pytest.mark.skipif(not hasattr(keras.quantizers, "QuantizationConfig"),
+                                      reason="this Keras has no keras.quantizers.QuantizationConfig")
+
+
 def lora_model(rank: int = 2, model_class=kt.Transformer, **overrides) -> kt.Transformer:
     """A one-layer tiny model with LoRA adapters of `rank` whose product is not zero (as after
     some training), so that they change the outputs."""
@@ -158,6 +163,7 @@ def test_the_training_loss_reaches_the_adapters(kernel_set):
         assert gradient is not None and np.abs(np.asarray(gradient)).max() > 0, weight.path
 
 
+@QUANTIZATION_API
 @pytest.mark.slow
 def test_an_int8_model_s_logits_are_the_float_model_s_to_int8_rounding(tmp_path):
     """`model.quantize("int8")` rewrites every projection (and the untied output projection,
@@ -194,6 +200,7 @@ def test_an_int8_model_s_logits_are_the_float_model_s_to_int8_rounding(tmp_path)
     np.testing.assert_array_equal(np.asarray(restored(inputs)), logits)
 
 
+@QUANTIZATION_API
 def test_quantizing_a_lora_model_asks_for_the_merged_model():
     """Refused before any layer changes (Keras's `Model.quantize` would quantize the layers
     before the first projection)."""

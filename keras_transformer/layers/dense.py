@@ -193,6 +193,10 @@ class HeadsDense(keras.layers.Layer):
         `config` has no activation quantizer)."""
         if type_check and type(self) is not HeadsDense:
             raise NotImplementedError(f"{type(self).__name__} does not implement `quantize`")
+        if not hasattr(keras.quantizers, "QuantizationConfig"):
+            raise NotImplementedError(f"{self.name}: quantize needs keras.quantizers."
+                                      f"QuantizationConfig, which Keras {keras.__version__} "
+                                      "lacks (a newer Keras has it)")
         if mode not in self.QUANTIZATION_MODES:
             raise NotImplementedError(f"{self.name}: quantize supports the modes "
                                       f"{self.QUANTIZATION_MODES}, got mode={mode!r}")
