@@ -12,6 +12,7 @@ from keras_transformer.layers import (DecoderLayer, EncoderLayer, HeadsDense, Ho
                                       LayerNorm, LearnedPositionalEmbedding, ScaledEmbedding,
                                       SinusoidalPositionalEncoding)
 from keras_transformer.layers.attention import history_slots
+from keras_transformer.layers.dense import lora_settings
 from keras_transformer.layers.encoder_decoder import norm_weights, step_normalize
 from keras_transformer.optimization import with_loss_scaling
 from keras_transformer.vocab_ids import PAD_ID
@@ -25,8 +26,9 @@ class Transformer(keras.Model):
     `decode_step` with `init_decode_cache` runs the decoder one position at a time, and
     `attention_weights` returns every layer's and head's attention distributions. `fit` and
     `evaluate` run Keras's own steps (`keras_transformer.fast.FastTransformer` is this model
-    with faster ones). `enable_lora(rank)` (or `lora_rank=`) fine-tunes low-rank adapters of
-    the projections only.
+    with faster ones). `lora_rank=` (the adapters built with the model) or `enable_lora(rank)`
+    (on a built model, e.g. after `load_weights`) fine-tunes low-rank adapters of the
+    projections only.
     """
 
     def __init__(self, config: Union[TransformerConfig, dict[str, Any]],
@@ -61,7 +63,8 @@ class Transformer(keras.Model):
         layer_args = dict(num_heads=c.num_heads, key_dim=c.key_dim, value_dim=c.value_dim,
                           d_ff=c.d_ff, dropout=c.dropout, attention_dropout=c.attention_dropout,
                           attention_bias=c.attention_bias, norm=c.norm,
-                          epsilon=c.layer_norm_epsilon, activation=c.activation)
+                          epsilon=c.layer_norm_epsilon, activation=c.activation,
+                          **lora_settings(lora_rank, lora_alpha))
         self.encoder_layers = [EncoderLayer(**layer_args, name=f"encoder_layer_{i}")
                                for i in range(c.encoder_depth)]
         self.decoder_layers = [DecoderLayer(**layer_args, name=f"decoder_layer_{i}")
@@ -74,8 +77,8 @@ class Transformer(keras.Model):
         self.output_bias = None
         self.build()
         self.lora_rank = self.lora_alpha = None
-        if lora_rank:
-            self.enable_lora(lora_rank, lora_alpha)
+        if lora_rank:  # the projections built their adapters
+            self._train_adapters_only()
 
     def build(self, input_shape=None) -> None:
         hidden = (None, None, self.config.d_model)
@@ -332,17 +335,27 @@ class Transformer(keras.Model):
         """Gives each projection (`projections()`) trainable LoRA adapters of `rank`
         (`HeadsDense.enable_lora`, scale `lora_alpha / rank`, 1 by default) and freezes every
         other weight: kernels, biases, embeddings, layer norms, the output bias. Compile after
-        it."""
+        it. (`Transformer(config, lora_rank=rank)` builds the same model at once.)"""
         if self.lora_rank:
             raise ValueError(f"LoRA is already enabled (rank {self.lora_rank})")
-        projections = self.projections()
-        for dense in projections:
+        for dense in self.projections():
             dense.enable_lora(rank, lora_alpha)
-        adapters = {id(dense.lora_kernel_a) for dense in projections} | {
-            id(dense.lora_kernel_b) for dense in projections}
+        self._train_adapters_only()
+
+    def lora_adapters(self) -> list[keras.Variable]:
+        """Each projection's `lora_kernel_a` and `lora_kernel_b`, in `projections()` order; []
+        without LoRA. The model's other weights are a plain model's, in its order."""
+        return [adapter for dense in self.projections() if dense.lora_enabled
+                for adapter in (dense.lora_kernel_a, dense.lora_kernel_b)]
+
+    def _train_adapters_only(self) -> None:
+        """Freezes every weight but the projections' adapters and records their rank and
+        alpha."""
+        adapters = {id(adapter) for adapter in self.lora_adapters()}
         for weight in self.weights:
             weight.trainable = id(weight) in adapters
-        self.lora_rank, self.lora_alpha = rank, projections[0].lora_alpha
+        first = self.projections()[0]
+        self.lora_rank, self.lora_alpha = first.lora_rank, first.lora_alpha
 
     def quantize(self, mode=None, **kwargs) -> None:
         """`keras.Model.quantize`, refused with LoRA enabled before any layer changes (the
@@ -367,9 +380,8 @@ class Transformer(keras.Model):
         return merged
 
     def get_config(self) -> dict[str, Any]:
-        lora = ({"lora_rank": self.lora_rank, "lora_alpha": self.lora_alpha} if self.lora_rank
-                else {})
-        return {"name": self.name, "config": self.config.to_dict(), **lora}
+        return {"name": self.name, "config": self.config.to_dict(),
+                **lora_settings(self.lora_rank, self.lora_alpha)}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "Transformer":

@@ -3,6 +3,8 @@ their output, small models, runs and batches."""
 from __future__ import annotations
 
 import json
+import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +24,21 @@ def run_script_json(script: str, timeout: int = 300) -> dict:
                                capture_output=True, text=True, timeout=timeout)
     assert completed.returncode == 0, completed.stderr[-3000:]
     return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+# A Python with exactly tensorflow 2.20 and tensorflow-text 2.20, TF Serving 2.20's runtime
+# (.ci/run points it at its oldest-versions venv); None: not given.
+STOCK_PYTHON = os.environ.get("KT_STOCK_RUNTIME_PYTHON")
+
+
+def run_stock(python: str, script: str, *arguments: str, cwd) -> dict:
+    """Runs `script` in `python` without this checkout on its path; its last line as JSON."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    run = subprocess.run([python, "-c", script, *arguments], cwd=cwd, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def final_json(output: str) -> dict:
@@ -138,3 +155,51 @@ class FakeClock:
 
     def __call__(self):
         return self.now
+
+
+# --- one model, several target languages: a made-up three-language corpus
+
+WORDS = "cat dog sun tree red blue big small".split()
+# Three made-up target languages of the same English-like sources, word for word: each
+# word's letters reversed, upper-cased, or followed by its first letter.
+TARGETS = {"rv": lambda word: word[::-1], "up": str.upper, "dd": lambda word: word + word[0]}
+PAIRS = [f"en-{target}" for target in TARGETS]
+
+
+def write_corpus(directory: Path, split: str, lines: int, seed: int) -> dict[str, Path]:
+    """`split`.en and its three translations in `directory`, `lines` lines; the paths by
+    language."""
+    rng = random.Random(seed)
+    sources = [[rng.choice(WORDS) for _ in range(rng.randint(2, 5))] for _ in range(lines)]
+    texts = {"en": [" ".join(words) for words in sources],
+             **{language: [" ".join(map(translate, words)) for words in sources]
+                for language, translate in TARGETS.items()}}
+    paths = {}
+    for language, lines_of in texts.items():
+        paths[language] = directory / f"{split}.{language}"
+        paths[language].write_text("\n".join(lines_of) + "\n", encoding="utf-8")
+    return paths
+
+
+def three_language_corpus(directory: Path) -> dict[str, dict[str, Path]]:
+    """The corpus written in `directory`, split -> language -> file: train 3,000 lines, dev
+    and test 40."""
+    return {split: write_corpus(directory, split, lines, seed)
+            for split, lines, seed in (("train", 3000, 0), ("dev", 40, 1), ("test", 40, 2))}
+
+
+def pair_args(corpus: dict[str, dict[str, Path]], *splits: str) -> list[str]:
+    """`--pair`, `--dev-pair`, ... options of the three pairs for `splits`."""
+    flags = {"train": "--pair", "dev": "--dev-pair", "test": "--test-pair"}
+    return [word for split in splits for name in PAIRS
+            for word in (flags[split], name, str(corpus[split]["en"]),
+                         str(corpus[split][name.split("-")[1]]))]
+
+
+# kt-train options that learn the three languages in 300 steps.
+LEARNS = ["--set", "vocab_size=380", "--set", "d_model=64", "--set", "d_ff=128",
+          "--set", "num_layers=2", "--set", "batch_tokens=1024", "--set", "max_length=24",
+          "--set", "warmup_steps=100", "--set", "learning_rate_scale=0.25", "--set", "dropout=0",
+          "--set", "label_smoothing=0", "--eval-sentences", "20", "--attention-sentences", "1",
+          "--precision", "float32", "--kernels", "fast", "--progress-seconds", "600",
+          "--test-beam-size", "1"]

@@ -1,12 +1,15 @@
 """The package's shape: no import cycles, a search that knows no model, imports without side
 effects. Imports are read from the source (the module graph), not executed."""
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "keras_transformer"
+COMPAT = f"{PACKAGE}.compat"  # the one module that uses private Keras/TensorFlow APIs
+PRIVATE_MODULES = ("tensorflow.python", "keras.src", "tf_keras")
 
 
 def module_graph() -> dict[str, set[str]]:
@@ -94,32 +97,74 @@ def test_data_and_exports_import_no_training_code():
             if reachable(graph, module) & training} == {}
 
 
-def test_the_top_level_holds_at_most_twelve_modules():
+def test_the_top_level_holds_at_most_thirteen_modules():
     """The package's folders show the architecture: serving, distillation, training, data,
-    layers and decoding each have their own; the top level keeps the model and its settings."""
+    layers and decoding each have their own; the top level keeps the model and its settings,
+    and `compat` (every private Keras/TensorFlow API, used by the core and the fast
+    subpackage alike, so it belongs to neither folder: one more than the twelve before)."""
     modules = [path.stem for path in (ROOT / PACKAGE).glob("*.py") if path.stem != "__init__"]
-    assert len(modules) <= 12, sorted(modules)
+    assert len(modules) <= 13, sorted(modules)
+
+
+def module_tree(module: str) -> ast.Module:
+    """The parsed source of the package module `module`."""
+    path = ROOT / (module.replace(".", "/") + ".py")
+    if not path.exists():
+        path = ROOT / module.replace(".", "/") / "__init__.py"
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def private_imports(tree: ast.Module) -> list[str]:
+    """The private Keras/TensorFlow modules `tree` imports."""
+    names = []
+    for node in ast.walk(tree):
+        names += ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                  else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+    return [name for name in names if name.startswith(PRIVATE_MODULES)]
+
+
+def foreign_private_attributes(trees: dict[str, ast.Module]) -> list[tuple[str, int, str]]:
+    """(module, line, name) of each `x._name` the modules of `trees` read or call whose
+    `_name` none of them defines (as a function, class, variable or attribute): another
+    library's private attribute, e.g. a Keras layer's `_tracker`."""
+    private = re.compile(r"^_[^_]")  # `_name`, not `__dunder__`
+    defined = set()
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                defined.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                defined.add(node.id)
+    return [(module, node.lineno, node.attr) for module, tree in trees.items()
+            for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+            and private.match(node.attr) and node.attr not in defined]
 
 
 def test_the_core_imports_neither_the_fast_subpackage_nor_private_apis():
-    """Dependencies point one way: `keras_transformer.fast` on the core, never the reverse; and
-    no core module imports a private Keras/TensorFlow module (`fast.compat` holds them all)."""
+    """Dependencies point one way: `keras_transformer.fast` on the core, never the reverse. The
+    one module that may use private Keras/TensorFlow APIs is `compat`, which the core and
+    the fast subpackage both import: no other module imports a private Keras/TensorFlow
+    module, and no core module reads another library's private attribute."""
     graph = module_graph()
     fast = {module for module in graph if module.startswith(f"{PACKAGE}.fast")}
     core = set(graph) - fast - {PACKAGE}
-    assert fast and len(core) > 40
+    assert fast and len(core) > 40 and COMPAT in core
     assert {module: graph[module] & fast for module in core if graph[module] & fast} == {}
-    private = []
-    for module in core:
-        path = ROOT / (module.replace(".", "/") + ".py")
-        if not path.exists():
-            path = ROOT / module.replace(".", "/") / "__init__.py"
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            private += [(module, name) for name in names
-                        if name.startswith(("tensorflow.python", "keras.src", "tf_keras"))]
-    assert private == []
+    assert private_imports(module_tree(COMPAT))  # the check below sees what it looks for
+    assert {module: private_imports(module_tree(module)) for module in graph
+            if module != COMPAT and private_imports(module_tree(module))} == {}
+    assert foreign_private_attributes({module: module_tree(module)
+                                       for module in core - {COMPAT}}) == []
+
+
+def test_the_private_attribute_check_finds_another_library_s():
+    """A Keras layer's private tracker is found; the package's own private names are not."""
+    trees = {"own": ast.parse("class A:\n    def _step(self):\n        self._cache = 1\n"
+                              "a = A()\na._step()\nb = a._cache\n"),
+             "foreign": ast.parse("def unlock(layer):\n    layer._tracker.unlock()\n")}
+    assert foreign_private_attributes(trees) == [("foreign", 2, "_tracker")]
 
 
 def test_the_import_graph_sees_the_fast_subpackage_and_its_core_imports():

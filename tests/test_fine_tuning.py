@@ -1,6 +1,8 @@
 """`kt-train --init-from`: a run (here an imported Marian model, with its own SentencePiece
 pair) fine-tuned on new pairs keeps its architecture and tokenizer, starts from its weights with
-the fine-tuning schedule, refuses what would change the model, and resumes as any run does."""
+the fine-tuning schedule, refuses what would change the model, and resumes as any run does;
+with `--lora-rank`, only LoRA adapters are trained and the files other commands read hold the
+merged (plain) weights."""
 import json
 
 import numpy as np
@@ -12,9 +14,12 @@ from keras_transformer.config import FINE_TUNING_PEAK_RATE, FINE_TUNING_WARMUP_S
 from keras_transformer.importing.marian import read_marian_folder
 from keras_transformer.importing.run_directory import imported_transformer, write_imported_run
 from keras_transformer.optimization import TransformerSchedule
+from keras_transformer.serving.loading import load_export
+from keras_transformer.serving.text_translation import TextTranslator
+from keras_transformer.training.checkpoints import list_checkpoints
 from keras_transformer.training.run_dir import RunDir
 from marian_models import training_sentences, write_marian_model
-from trainers import train
+from trainers import export, train
 
 OPTIONS = ["--precision", "float32", "--kernels", "fast", "--eval-every", "2",
            "--backup-every", "2", "--eval-sentences", "4", "--attention-sentences", "0",
@@ -42,6 +47,28 @@ def weights_of(run: RunDir, path) -> list:
     model = kt.Transformer(run.load_recipe().architecture)
     model.load_weights(path)
     return [variable.numpy() for variable in model.trainable_weights]
+
+
+LORA = ["--lora-rank", "2", "--lora-alpha", "4"]
+
+
+def lora_checkpoint(run: RunDir, path) -> kt.Transformer:
+    """The LoRA model (rank 2, alpha 4) of `run` holding the checkpoint `path`."""
+    model = kt.Transformer(run.load_recipe().architecture, lora_rank=2, lora_alpha=4.0)
+    model.load_weights(path)
+    return model
+
+
+def frozen_weights(model: kt.Transformer) -> list:
+    """A LoRA model's weights but its adapters: a plain model's."""
+    adapters = {id(adapter) for adapter in model.lora_adapters()}
+    return [weight.numpy() for weight in model.weights if id(weight) not in adapters]
+
+
+def files_of(root) -> dict:
+    """Every file under `root` with its size and modification time."""
+    return {path: (path.stat().st_size, path.stat().st_mtime_ns)
+            for path in sorted(root.rglob("*")) if path.is_file()}
 
 
 @pytest.mark.slow
@@ -114,3 +141,90 @@ def test_an_imported_runs_model_equals_its_import(imported):
         source.root.parent / "marian"))
     for ours, theirs in zip(model.get_weights(), original.get_weights()):
         np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.slow
+def test_a_lora_run_trains_the_adapters_and_writes_merged_weights(imported, tmp_path):
+    """The checkpoints keep the adapters (trained) and the source's weights (frozen); the final
+    weights are the last checkpoint's merged model, the averaged ones the mean of the merged
+    checkpoints; both, the run's choice and kt-export's SavedModel are a plain model's."""
+    source, data = imported
+    # A learning rate large enough that the adapters of two checkpoints differ visibly.
+    assert train.main([*data, *OPTIONS, "--init-from", str(source.root), *LORA, "--steps", "3",
+                       "--checkpoint-every-steps", "1", "--set", "average_last=2",
+                       "--set", "warmup_steps=1", "--set", "learning_rate_scale=0.05",
+                       "--output-dir", str(tmp_path / "lora")]) == 0
+    run = RunDir(tmp_path / "lora")
+    assert {key: run.recorded_options()[key] for key in ("lora_rank", "lora_alpha")} == {
+        "lora_rank": 2, "lora_alpha": 4.0}
+    source_weights = weights_of(source, source.chosen_weights()[0])
+    merged = []
+    for path in list_checkpoints(run.checkpoints)[-2:]:
+        model = lora_checkpoint(run, path)
+        for frozen, original in zip(frozen_weights(model), source_weights, strict=True):
+            np.testing.assert_array_equal(frozen, original)
+        assert all(np.abs(dense.lora_kernel_b.numpy()).max() > 0
+                   for dense in model.projections())
+        merged.append(model.merge_lora().get_weights())
+    for final, last in zip(weights_of(run, run.final_weights), merged[-1], strict=True):
+        np.testing.assert_allclose(final, last, rtol=0, atol=1e-6)
+    for averaged, *checkpoints in zip(weights_of(run, run.averaged_weights), *merged,
+                                      strict=True):
+        np.testing.assert_allclose(averaged, np.mean(checkpoints, axis=0), rtol=1e-6, atol=1e-6)
+    # The two checkpoints' effective kernels differ, from each other and from the source's.
+    assert not all(np.array_equal(*pair) for pair in zip(*merged))
+    assert not all(np.array_equal(*pair) for pair in zip(merged[0], source_weights))
+    loaded = kt.load_run(run.root)
+    assert loaded.weights.name in (run.final_weights.name, run.averaged_weights.name)
+    base = tmp_path / "exports"
+    search = ["--beam-size", "1", "--max-decode-extra", "4"]
+    assert export.main([str(run.root), str(run.vocab), "--name", "lora", "--base-dir",
+                        str(base), *search]) == 0
+    sentences = [line.encode() for line in training_sentences(120, seed=3)[0][:3]]
+    settings = kt.SearchSettings.of(loaded.recipe.search, beam_size=1, max_decode_extra=4)
+    assert load_export(base / "lora").best(sentences) == TextTranslator.from_translator(
+        loaded.translator(settings)).best(sentences)
+
+
+@pytest.mark.slow
+def test_a_lora_run_restarted_resumes_its_adapters_exactly(imported, tmp_path, capsys):
+    """2 + 2 steps equal 4 steps (the adapters restored from the run's backup, not built
+    afresh); a restart with another rank is refused by name and writes nothing."""
+    source, data = imported
+    common = [*data, *OPTIONS, "--init-from", str(source.root)]
+    assert train.main([*common, *LORA, "--steps", "4", "--output-dir",
+                       str(tmp_path / "whole")]) == 0
+    assert train.main([*common, *LORA, "--steps", "2", "--output-dir",
+                       str(tmp_path / "parts")]) == 0
+    before = files_of(tmp_path / "parts")
+    capsys.readouterr()
+    assert train.main([*common, "--lora-rank", "3", "--lora-alpha", "4", "--steps", "4",
+                       "--output-dir", str(tmp_path / "parts")]) == 2
+    assert "lora_rank: 2 -> 3" in capsys.readouterr().err
+    assert files_of(tmp_path / "parts") == before
+    assert train.main([*common, *LORA, "--steps", "4", "--output-dir",
+                       str(tmp_path / "parts")]) == 0
+    for parts, whole in zip(final_weights(tmp_path / "parts"),
+                            final_weights(tmp_path / "whole"), strict=True):
+        np.testing.assert_array_equal(parts, whole)
+    runs = [RunDir(tmp_path / name) for name in ("parts", "whole")]
+    parts, whole = (lora_checkpoint(run, list_checkpoints(run.checkpoints)[-1]) for run in runs)
+    for got, want in zip(parts.lora_adapters(), whole.lora_adapters(), strict=True):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--lora-rank", "2"], "--lora-rank: only with --init-from"),
+    (["--lora-alpha", "4"], "--lora-alpha: only with --lora-rank"),
+    (["--init-from", "RUN", "--lora-rank", "0"], "--lora-rank: must be positive, got 0"),
+    (["--init-from", "RUN", "--lora-rank", "2", "--lora-alpha", "-1"],
+     "--lora-alpha: must be positive, got -1.0")])
+def test_lora_options_are_checked_by_name_and_nothing_written(imported, tmp_path, capsys,
+                                                              extra, message):
+    source, data = imported
+    extra = [str(source.root) if word == "RUN" else word for word in extra]
+    with pytest.raises(SystemExit):
+        train.main([*data, *OPTIONS, "--steps", "2", *extra,
+                    "--output-dir", str(tmp_path / "run")])
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

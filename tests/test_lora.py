@@ -9,9 +9,13 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer import fast
+from keras_transformer import compat, fast
 from keras_transformer.decoding.transformer_search import beam_search
+from keras_transformer.layers import HeadsDense
+from keras_transformer.training.checkpoints import save_checkpoint
+from keras_transformer.training.run_dir import RunDir
 from helpers import VARIANTS, random_ids, tiny_model
+from trainers import average_checkpoints
 
 rng = np.random.default_rng(0)
 
@@ -136,6 +140,72 @@ def test_lora_weights_do_not_load_into_a_plain_model(tmp_path):
     with pytest.raises(ValueError, match=r"layer '\S+_attention/(query|key|value|output)'.*"
                                          "LoRA enabled at the same rank"):
         plain.load_weights(path)
+
+
+def test_a_model_given_lora_rank_builds_its_adapters_with_public_keras_only(monkeypatch):
+    """`lora_rank=` creates the adapters as the layers are built: no private Keras API (the
+    compat module's unlocking, patched to fail here, is for `enable_lora` on a built model),
+    and the same model as `enable_lora` gives, its other weights a plain model's."""
+    def refuse(layer):
+        raise AssertionError(f"{layer.name}: unlocked")
+
+    config = kt.TransformerConfig.preset("tiny", vocab_size=60, num_layers=1,
+                                         attention_bias=True)
+    monkeypatch.setattr(compat, "unlocked_state", refuse)
+    model = kt.Transformer(config, lora_rank=2, lora_alpha=4)
+    layer = HeadsDense((3, 4), lora_rank=2)
+    layer.build((None, 8))
+    assert layer.lora_enabled and layer.lora_kernel_b.shape == (2, 12)
+    with pytest.raises(AssertionError, match="unlocked"):
+        kt.Transformer(config).enable_lora(2)
+    monkeypatch.undo()
+    enabled = kt.Transformer(config, name=model.name)
+    enabled.enable_lora(2, 4)
+    assert [(weight.path, weight.trainable) for weight in model.weights] == [
+        (weight.path, weight.trainable) for weight in enabled.weights]
+    assert sorted(weight.path for weight in model.trainable_weights) == sorted(
+        weight.path for weight in model.lora_adapters()) and len(model.lora_adapters()) == 32
+    adapters = {id(adapter) for adapter in model.lora_adapters()}
+    assert [weight.path for weight in model.weights if id(weight) not in adapters] == [
+        weight.path for weight in kt.Transformer(config, name=model.name).weights]
+    assert (model.lora_rank, model.lora_alpha) == (2, 4)
+
+
+def test_kt_average_checkpoints_averages_a_lora_run_s_merged_models(tmp_path):
+    """On a run whose run.json records LoRA, each projection's averaged kernel is the mean of
+    the checkpoints' effective kernels W + (alpha/rank) A_i B_i (numpy), not the product of
+    the adapters' means; the averaged file is plain weights."""
+    recipe = kt.Recipe.preset("tiny", vocab_size=60, num_layers=1)
+    run = RunDir(tmp_path / "run")
+    run.write_json("config.json", recipe.to_dict())
+    run.write_json("run.json", {"lora_rank": 2, "lora_alpha": 6.0})
+    model = kt.Transformer(recipe.architecture, lora_rank=2, lora_alpha=6.0)
+    products = []
+    for step in (1, 2):
+        for adapter in model.lora_adapters():
+            adapter.assign(rng.normal(scale=0.3, size=adapter.shape))
+        products.append([(dense.lora_kernel_a.numpy(), dense.lora_kernel_b.numpy())
+                         for dense in model.projections()])
+        save_checkpoint(model, run.checkpoints, step, keep=5)
+    assert average_checkpoints.main([str(run.root), "--last", "2"]) == 0
+    averaged = kt.Transformer(recipe.architecture)
+    averaged.load_weights(run.averaged_weights)
+    for index, (dense, plain) in enumerate(zip(model.projections(), averaged.projections())):
+        base = next(weight for weight in dense.weights if weight.name == "kernel").numpy()
+        matrix = base.reshape(dense.matrix("float32")[0].shape)
+        pairs = [checkpoint[index] for checkpoint in products]
+        expected = matrix + 3.0 * np.mean([a @ b for a, b in pairs], axis=0)
+        got = plain.matrix("float32")[0].numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5, err_msg=dense.path)
+        adapters_averaged = matrix + 3.0 * (np.mean([a for a, _ in pairs], axis=0)
+                                            @ np.mean([b for _, b in pairs], axis=0))
+        assert np.abs(got - adapters_averaged).max() > 0.01  # what averaging A and B gives
+    kernels = {id(dense.kernel) for dense in averaged.projections()}
+    adapters = {id(adapter) for adapter in model.lora_adapters()}
+    frozen = [weight for weight in model.weights if id(weight) not in adapters]
+    for weight, plain in zip(frozen, averaged.weights, strict=True):
+        if id(plain) not in kernels:  # embeddings, norms, biases: the same in each
+            np.testing.assert_array_equal(plain.numpy(), weight.numpy(), err_msg=weight.path)
 
 
 def test_get_config_round_trip_keeps_lora():

@@ -4,7 +4,6 @@ for), pairs drawn by temperature in the stated shares with exact resumes and per
 streams, a vocabulary balanced over the languages with the tokens reserved, and the options
 refused by name."""
 import json
-import random
 from pathlib import Path
 
 import numpy as np
@@ -19,56 +18,18 @@ from keras_transformer.data.languages import (LanguagePair, LanguageTokenizer, R
 from keras_transformer.data.pair_sampling import BLOCK, PairSampling, temperature_shares
 from keras_transformer.data.prepare import prepare, text_file_source
 from keras_transformer.evaluation import corpus_scores
+from keras_transformer.serving.loading import recorded_languages
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.training.run_dir import RunDir
 from trainers import train
 from trainers.train_arguments import parse_args, run_options
-from helpers import final_json
-
-WORDS = "cat dog sun tree red blue big small".split()
-# Three made-up target languages of the same English-like sources, word for word: each
-# word's letters reversed, upper-cased, or followed by its first letter.
-TARGETS = {"rv": lambda word: word[::-1], "up": str.upper, "dd": lambda word: word + word[0]}
-PAIRS = [f"en-{target}" for target in TARGETS]
-
-
-def write_corpus(directory: Path, split: str, lines: int, seed: int) -> dict[str, Path]:
-    """`split`.en and its three translations in `directory`, `lines` lines; the paths by
-    language."""
-    rng = random.Random(seed)
-    sources = [[rng.choice(WORDS) for _ in range(rng.randint(2, 5))] for _ in range(lines)]
-    texts = {"en": [" ".join(words) for words in sources],
-             **{language: [" ".join(map(translate, words)) for words in sources]
-                for language, translate in TARGETS.items()}}
-    paths = {}
-    for language, lines_of in texts.items():
-        paths[language] = directory / f"{split}.{language}"
-        paths[language].write_text("\n".join(lines_of) + "\n", encoding="utf-8")
-    return paths
+from helpers import LEARNS, PAIRS, TARGETS, final_json, pair_args, three_language_corpus
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Path]]:
     """The corpus, split -> language -> file: train 3,000 lines, dev and test 40."""
-    directory = tmp_path_factory.mktemp("three_languages")
-    return {split: write_corpus(directory, split, lines, seed)
-            for split, lines, seed in (("train", 3000, 0), ("dev", 40, 1), ("test", 40, 2))}
-
-
-def pair_args(corpus: dict[str, dict[str, Path]], *splits: str) -> list[str]:
-    """`--pair`, `--dev-pair`, ... options of the three pairs for `splits`."""
-    flags = {"train": "--pair", "dev": "--dev-pair", "test": "--test-pair"}
-    return [word for split in splits for name in PAIRS
-            for word in (flags[split], name, str(corpus[split]["en"]),
-                         str(corpus[split][name.split("-")[1]]))]
-
-
-LEARNS = ["--set", "vocab_size=380", "--set", "d_model=64", "--set", "d_ff=128",
-          "--set", "num_layers=2", "--set", "batch_tokens=1024", "--set", "max_length=24",
-          "--set", "warmup_steps=100", "--set", "learning_rate_scale=0.25", "--set", "dropout=0",
-          "--set", "label_smoothing=0", "--eval-sentences", "20", "--attention-sentences", "1",
-          "--precision", "float32", "--kernels", "fast", "--progress-seconds", "600",
-          "--test-beam-size", "1"]
+    return three_language_corpus(tmp_path_factory.mktemp("three_languages"))
 
 
 @pytest.mark.slow
@@ -79,11 +40,12 @@ def test_each_pair_translates_into_the_language_its_token_asks_for(corpus, tmp_p
     translation is wanted: after 300 steps each pair's test output is its own language's
     (BLEU 90+ against its references) and not another's (below 10 against theirs). The run
     records the tokens, the placement and the shares; dev BLEU per pair reaches the logs, the
-    curve and TensorBoard, and the mean of the pairs chooses the weights."""
+    curve and TensorBoard, and the mean of the pairs chooses the weights. The run's export
+    holds its languages."""
     run_dir = tmp_path / "run"
     argv = LEARNS + pair_args(corpus, "train", "dev", "test") + [
         "--language-token", placement, "--steps", "300", "--eval-every", "150",
-        "--output-dir", str(run_dir)]
+        "--output-dir", str(run_dir), "--base-dir", str(tmp_path / "exports")]
     assert train.main(argv) == 0
     summary = final_json(capsys.readouterr().out)
     references = {name: corpus["test"][name.split("-")[1]].read_text(
@@ -101,6 +63,7 @@ def test_each_pair_translates_into_the_language_its_token_asks_for(corpus, tmp_p
     assert [pair["name"] for pair in languages["pairs"]] == PAIRS
     assert sum(pair["share"] for pair in languages["pairs"]) == pytest.approx(1, abs=1e-5)
     assert RunDir(run_dir).languages().token_id("up") == languages["tokens"]["up"]["id"]
+    assert recorded_languages(Path(summary["export"])) == RunDir(run_dir).languages()
     pairs = summary["dev_bleu_pairs"]
     assert summary["dev_bleu"]["final"] == pytest.approx(
         sum(pair["final"] for pair in pairs.values()) / 3, abs=0.01)

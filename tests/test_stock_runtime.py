@@ -7,8 +7,6 @@ answers every warm-up request each carries with well-formed outputs (without tha
 warm-up replay runs in this one's)."""
 import io
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,10 +18,10 @@ import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import build_shortlist
 from keras_transformer.serving.export import export_translator
+from helpers import STOCK_PYTHON, run_stock
 from marian_models import MarianVariant, write_marian_model
 from trainers import export, import_model, translate
 
-STOCK_PYTHON = os.environ.get("KT_STOCK_RUNTIME_PYTHON")
 TEXTS = ["I have forty-two apples", "", "She sees three dogs today"]
 IDS = [[20, 21, 22, 0], [30, 0, 0, 0]]
 KINDS = {"float32-beam3": ("float32", 3, False, False), "float32-greedy": ("float32", 1, False,
@@ -122,16 +120,6 @@ def imported(tmp_path_factory) -> tuple[Path, str]:
     assert export.main([str(root / "run"), str(root / "run" / "vocab"), "--name", "imported",
                         "--base-dir", str(root / "exports"), *IMPORTED_SEARCH]) == 0
     return root / "run", str(root / "exports" / "imported" / "1")
-
-
-def run_stock(python: str, script: str, *arguments: str, cwd) -> dict:
-    """Runs `script` in `python` without this checkout on its path; its last line as JSON."""
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    run = subprocess.run([python, "-c", script, *arguments], cwd=cwd, env=env,
-                         capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.slow

@@ -11,6 +11,9 @@ default unless the run's `result.json` chose other weights (a finished kt-train 
 better on dev of the averaged and the final ones); `--weights FILE` picks any. A finished
 run's `result.json` is updated with them: it names the checkpoints averaged now, and records
 their dev BLEU as not known (null) instead of the earlier average's.
+
+The checkpoints of a LoRA run (`kt-train --lora-rank`) hold its adapters: the merged models are
+averaged (each projection's kernel the mean of `W + (alpha/R) A_i B_i`), into plain weights.
 """
 from __future__ import annotations
 
@@ -63,7 +66,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not chosen:
             raise ValueError(f"{averaging} in {str(run.checkpoints)!r}")
         model = Transformer(recipe.architecture)
-        average_weights(model, chosen)
+        options = run.recorded_options()
+        lora = (Transformer(recipe.architecture, lora_rank=options["lora_rank"],
+                            lora_alpha=options.get("lora_alpha"))
+                if options.get("lora_rank") else None)
+        average_weights(model, chosen, lora)
         output = save_weights_atomic(model, args.output or run.averaged_weights)
         result = (record_average(run, chosen, averaging, last)
                   if Path(output).resolve() == run.averaged_weights.resolve() else None)

@@ -12,13 +12,16 @@ from typing import Any, Iterator, Optional
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
 from keras_transformer import fast
 from keras_transformer.config import PRESETS, Recipe, SearchSettings
+from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.prepare import ParallelSource, sample_sentences
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.importing.marian import marian_languages
 from keras_transformer.model import Transformer
+from keras_transformer.serving.text_translation import chosen_language
 from keras_transformer.training.loaded_run import chosen_model, load_run
 from keras_transformer.training.progress import CountProgress, stage
-from keras_transformer.training.run_dir import RunDir
+from keras_transformer.training.run_dir import IMPORT_FILE, RunDir
 
 
 # kt-train's and kt-prepare's: storage prepared with the defaults trains with the defaults.
@@ -176,6 +179,30 @@ def load_run_model(run_dir: str, weights: Optional[str] = None
     _set_up_run_kernels(run_dir, weights)
     loaded = load_run(run_dir, weights)
     return loaded.model, loaded.tokenizer
+
+
+def add_target_language_argument(parser: argparse.ArgumentParser) -> None:
+    """`--target-language LANG`: what a model of several target languages translates into."""
+    parser.add_argument("--target-language", metavar="LANG",
+                        help="the language to translate into (e.g. de): required by a model "
+                             "trained on several language pairs (kt-train --pair) and its "
+                             "exports; a run imported from a multi-target OPUS-MT model takes "
+                             "it as its >>LANG<< token (e.g. fra); refused by other models")
+
+
+def run_target_language(run_dir: str, language: Optional[str]
+                        ) -> tuple[Optional[RunLanguages], Optional[str]]:
+    """The run directory's target languages (`RunDir.languages`; None for a run of one pair)
+    and `language` (`--target-language`) checked against them (`chosen_language`). A model
+    imported from a multi-target Marian model takes `language` too, as its `>>xx<<` source
+    token (`marian_languages`), but needs none: its texts may start with their own token."""
+    run = RunDir(run_dir)
+    languages = run.languages()
+    if languages is None and language is not None and (run.root / IMPORT_FILE).is_file():
+        token_ids = marian_languages(vocabulary_pieces(load_tokenizer(run.vocab))[0])
+        # The temperature is training's, which an imported model had none of here.
+        languages = RunLanguages("source", 1.0, token_ids, []) if token_ids else None
+    return languages, chosen_language(languages, language, repr(run_dir))
 
 
 def add_ensemble_argument(parser: argparse.ArgumentParser) -> None:

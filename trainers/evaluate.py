@@ -11,7 +11,8 @@ Multi30k results. Weights: `--weights`, else the run's result (`result.json`), e
 averaged, final or newest checkpoint. Progress (sentences translated, their rate, the ETA)
 goes to stderr every 10 seconds.
 `--ensemble RUN_DIR ...` decodes with those runs' models too (same vocabulary), averaging
-their probabilities.
+their probabilities. A run of several language pairs (`kt-train --pair`) translates into the
+language `--target-language` names.
 
 With `--task parsing` the sources are sentences and `--trees` their gold trees (the
 `<split>.src` and `<split>.tree` files of `prepare_parsing`): each decoded sequence is repaired
@@ -27,11 +28,12 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from trainers.common import (add_ensemble_argument, add_search_arguments, add_weights_argument,
+from trainers.common import (add_ensemble_argument, add_search_arguments,
+                             add_target_language_argument, add_weights_argument,
                              command_description, load_ensemble, load_run_model,
-                             search_settings)
+                             run_target_language, search_settings)
 from keras_transformer.data import load_tfds, read_lines, read_parallel
-from keras_transformer.decoding.translator import Translator, truncated_sources
+from keras_transformer.decoding.translator import IntoLanguage, Translator, truncated_sources
 from keras_transformer.evaluation import (corpus_scores, tokenized_lowercase_bleu,
                                           translate_corpus, write_lines)
 from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
@@ -60,6 +62,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--tfds-data-dir", help="tensorflow-datasets data directory")
     parser.add_argument("--tokenized-ref", help="lowercased tokenized references (Multi30k "
                         "tok/*.lc.norm.tok.de) for the tokenized BLEU")
+    add_target_language_argument(parser)
     add_search_arguments(parser, "of the search")
     add_ensemble_argument(parser)
     parser.add_argument("--batch-size", type=int, default=64,
@@ -130,6 +133,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     try:
         sources, references, name = test_set(args)
+        languages, language = run_target_language(args.run_dir, args.target_language)
         model, tokenizer = load_run_model(args.run_dir, args.weights)
         output = args.hypotheses or os.path.join(args.run_dir, f"{name}.hyp")
         outputs = {"hypotheses": output}
@@ -137,14 +141,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             outputs["trees"] = trees_path(args, output)
         translator = Translator(model, tokenizer,
                                 search_settings(args, RunDir(args.run_dir).load_recipe().search),
-                                ensemble=load_ensemble(args.ensemble, tokenizer))
+                                ensemble=load_ensemble(args.ensemble, tokenizer),
+                                languages=languages)
         max_length = model.config.max_length
         truncated = truncated_sources(tokenizer, sources, max_length)
         if truncated:
             print("kt-evaluate: warning: " + truncation_warning(
                 args.src or f"{args.tfds} {args.split}", [index + 1 for index in truncated],
                 max_length), file=sys.stderr)
-        hypotheses = translate_corpus(translator, sources, args.batch_size,
+        hypotheses = translate_corpus(translator if language is None
+                                      else IntoLanguage(translator, language), sources,
+                                      args.batch_size,
                                       CountProgress("kt-evaluate", len(sources),
                                                     doing="translating").advance)
         if args.task == "parsing":

@@ -22,6 +22,10 @@ where the output projection is a large part of a step, translations approximate 
 vocabulary's (`decoding.shortlist`). `--format ctranslate2` writes a CTranslate2 model
 directory instead (`keras_transformer.serving.ctranslate2_export`), quantized as `--quantization` says.
 
+A run of several language pairs exports one model of its target languages, each asked for
+by name: a SavedModel's signatures take `target_language` too (`keras_transformer.serving.export`),
+a CTranslate2 model records its languages' tokens (`keras_transformer.serving.ctranslate2_export`).
+
 Every export records where it came from in `assets.extra/` (`keras_transformer.serving.provenance`: the
 run, the weights and why they were chosen, dev/test figures, settings, code version), which
 `--describe` prints; a SavedModel also carries TF Serving's warm-up requests there
@@ -267,14 +271,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         tokenizer = load_tokenizer(args.vocabulary)
         model, defaults, source = load_model(args.model, args.weights)
         settings = search_settings(args, defaults)
+        languages = RunDir(args.model).languages() if os.path.isdir(args.model) else None
         if args.format == "ctranslate2":
             def write(staging: str) -> str:
                 saved = os.fspath(export_ctranslate2(model, tokenizer,
                                                      os.path.join(staging, "model"),
-                                                     args.quantization, settings))
-                write_provenance(saved, export_record(model.config, settings, source,
-                                                      format="ctranslate2",
-                                                      quantization=args.quantization))
+                                                     args.quantization, settings, languages))
+                write_provenance(saved, export_record(
+                    model.config, settings, source, format="ctranslate2",
+                    quantization=args.quantization,
+                    **({"languages": languages.to_dict()} if languages else {})))
                 return saved
 
             path = publish_version(write, args.name, args.base_dir)
@@ -284,7 +290,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             path = export_translator(model, tokenizer, args.name, args.base_dir, settings,
                                      serving_dtype(args.precision, model, settings), shortlist,
                                      jit_compile=args.xla, provenance=source,
-                                     warmup_max_width=args.warmup_max_width)
+                                     warmup_max_width=args.warmup_max_width,
+                                     languages=languages)
     except ImportError as error:
         print(f"kt-export: error: --format ctranslate2 needs the ctranslate2 package ({error}); "
               "pip install -e '.[ctranslate2]'", file=sys.stderr)

@@ -64,13 +64,26 @@ from trainers.train_evaluation import (DEV_BLEU, DevSet, dev_bleu, dev_bleu_name
                                        evaluate_test)
 
 
-def compiled_model(recipe: Recipe, jit_compile: bool = False,
-                   steps_per_execution: int = 1) -> tuple[Transformer, MaskedTokenAccuracy]:
+def compiled_model(recipe: Recipe, jit_compile: bool = False, steps_per_execution: int = 1,
+                   lora_rank: Optional[int] = None, lora_alpha: Optional[float] = None
+                   ) -> tuple[Transformer, MaskedTokenAccuracy]:
     """A Transformer compiled with the paper's optimizer, schedule and loss (in scope), under
     the global dtype policy and kernel set (`fast.FastTransformer`: with the reference set,
-    Keras's own steps); `jit_compile` XLA-compiles the train step; `steps_per_execution`
-    steps run per call of the train function."""
-    model = fast.FastTransformer(recipe.architecture)
+    Keras's own steps).
+
+    Args:
+        recipe: the model's architecture and its training settings.
+        jit_compile: XLA-compile the train step.
+        steps_per_execution: steps per call of the train function.
+        lora_rank: LoRA adapters of this rank on every projection, built with the model, and
+            every other weight frozen (`Transformer(lora_rank=)`); None: a plain model.
+        lora_alpha: the adapters' scale numerator (`lora_alpha / lora_rank`).
+
+    Returns:
+        The model and its token accuracy metric.
+    """
+    model = fast.FastTransformer(recipe.architecture, lora_rank=lora_rank,
+                                 lora_alpha=lora_alpha)
     accuracy = MaskedTokenAccuracy()
     model.compile(optimizer=make_optimizer(recipe.architecture.d_model, recipe.training),
                   loss=LabelSmoothedCrossEntropy(recipe.training.label_smoothing),
@@ -163,9 +176,9 @@ def hardware_choices(args: argparse.Namespace, recipe: Recipe, recorded: dict,
 
 
 def exports(args: argparse.Namespace) -> bool:
-    """Whether the run ends with an export: unless `--no-export`, or it has several language
-    pairs (the exports translate one)."""
-    return not (args.no_export or args.language_pairs)
+    """Whether the run ends with an export: unless `--no-export` (a run of several language
+    pairs exports one model of its target languages)."""
+    return not args.no_export
 
 
 def dev_sets(args: argparse.Namespace, inputs: RunInputs) -> dict[str, DevSet]:
@@ -250,7 +263,8 @@ def train(args: argparse.Namespace) -> dict:
     report_left_out(run, plan)
     max_steps = step_budget(args, plan, replicas)
     with strategy.scope(), precision_scope(precision):
-        model, accuracy = compiled_model(recipe, args.jit_compile, args.steps_per_execution)
+        model, accuracy = compiled_model(recipe, args.jit_compile, args.steps_per_execution,
+                                         args.lora_rank, args.lora_alpha)
         # Every worker of a cluster resumes from the same step: the newest all of them have.
         agreed = smallest_across_workers(strategy, newest_step(run.backup, run.checkpoints))
         restored = restore_latest(model, run.backup, run.checkpoints, at_most=agreed)
@@ -287,12 +301,18 @@ def train(args: argparse.Namespace) -> dict:
         raise TrainingError(f"loss became NaN at step {callbacks[0].step}; nothing exported; "
                             "the same command resumes from the newest backup with finite "
                             "weights (lower the learning rate to avoid diverging again)")
+    trained = model  # what the checkpoints and backups hold: a LoRA run's adapters too
+    if args.lora_rank:
+        # The files other commands read hold plain weights: the adapters merged into the
+        # kernels. From here on (the run's result, test, export) the merged model is used.
+        with strategy.scope(), precision_scope(precision):
+            model = trained.merge_lora()
     save_weights_atomic(model, run.final_weights)
     final_dev = dev_bleu(args, model, dev)
     result = keep_better_of_average_and_final(
         model, run, recipe.training.average_last,
         (lambda: final_dev()[""]) if "" in dev else final_dev,
-        lambda what: stage("kt-train", what))
+        lambda what: stage("kt-train", what), checkpoint_model=trained)
     if not result["averaged"]:
         print(f"kt-train: {result['averaging']}", file=sys.stderr)
     scores = ", ".join(f"{kind} {value:.2f}" for kind, value in result["dev_bleu"].items())
@@ -314,25 +334,28 @@ def train(args: argparse.Namespace) -> dict:
     if inputs.pairs and inputs.pairs.test:
         summary["test"] = evaluate_pairs_test(args, run, model, dev, inputs.pairs.test)
         run.write_json(TEST_FILE, summary["test"])
-    if args.language_pairs and not args.no_export:
-        print("kt-train: not exported: the exports take one language pair (a model of several "
-              "is used through its run directory for now)", file=sys.stderr)
     if exports(args):
         name = export_name(args, run)
         with stage("kt-train", f"exporting {name} to {args.export_dir}"):
             summary["export"] = export_translator(model, tokenizer, name, args.export_dir,
-                                                  recipe.search, provenance=run.provenance())
+                                                  recipe.search, provenance=run.provenance(),
+                                                  languages=run.languages())
     return summary
 
 
 def initialize_from(model: Transformer, source: RunDir) -> None:
     """Sets `model`'s weights to those `source` chose (`RunDir.default_weights`), read into a
-    model of its own so that none of its optimizer state comes along: fine-tuning starts
-    Adam and the schedule afresh."""
+    plain model of its own so that none of its optimizer state comes along: fine-tuning
+    starts Adam and the schedule afresh. A LoRA `model` takes them as its frozen weights
+    (every weight but `lora_adapters()`, in a plain model's order), its adapters left as
+    built (B zero: the model computes what the source's does)."""
     path, why = source.chosen_weights()
     trained = Transformer(model.config)
     load_weights_file(trained, path)
-    model.set_weights(trained.get_weights())
+    adapters = {id(adapter) for adapter in model.lora_adapters()}
+    frozen = [weight for weight in model.weights if id(weight) not in adapters]
+    for weight, value in zip(frozen, trained.get_weights(), strict=True):
+        weight.assign(value)
     print(f"kt-train: starting from {path} ({why})", file=sys.stderr)
 
 

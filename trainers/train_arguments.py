@@ -64,6 +64,16 @@ def build_parser() -> argparse.ArgumentParser:
                           "fine-tuning schedule (Recipe.for_fine_tuning: 200 warmup steps to "
                           "a peak rate of 1e-4); --set and --config may change training and "
                           "search fields and dropout, nothing else of the model")
+    run.add_argument("--lora-rank", type=int, metavar="R",
+                     help="with --init-from: train LoRA adapters of rank R only: each "
+                          "attention and feed-forward projection multiplies by W + "
+                          "(ALPHA/R) A B, W frozen, the adapters A and B trained, every other "
+                          "weight frozen; the final, averaged and chosen weights are written "
+                          "merged, as plain weights (default: none, every weight is "
+                          "fine-tuned)")
+    run.add_argument("--lora-alpha", type=float, metavar="ALPHA",
+                     help="with --lora-rank: the adapters' scale is ALPHA/R (default: R, a "
+                          "scale of 1)")
     run.add_argument("--output-dir", default=os.path.join("runs", "demo"),
                      help="run directory: config, vocab, checkpoints, logs (default: runs/demo)")
     run.add_argument("--steps", type=int, help=f"total optimizer steps (default: "
@@ -276,12 +286,32 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error("--tfds-splits: expected three comma-separated names train,dev,test")
     if args.steps is None and args.epochs is None and args.max_minutes is None:
         args.steps = DEFAULT_STEPS
+    check_lora_arguments(parser, args)
     try:
         args.recipe = (fine_tuning_recipe(args, argv) if args.init_from
                        else recipe_from_args(args))
     except (ValueError, FileNotFoundError) as error:
         parser.error(str(error))
     return args
+
+
+def check_lora_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Checks `--lora-rank` and `--lora-alpha` (exiting through `parser.error` naming the
+    flag) and resolves the alpha a run records: R when not given, so that a restart that
+    spells out the default is the same run."""
+    if args.lora_rank is None:
+        if args.lora_alpha is not None:
+            parser.error("--lora-alpha: only with --lora-rank")
+        return
+    if not args.init_from:
+        parser.error("--lora-rank: only with --init-from RUN_DIR (LoRA fine-tunes a trained "
+                     "model's weights)")
+    if args.lora_rank < 1:
+        parser.error(f"--lora-rank: must be positive, got {args.lora_rank}")
+    if args.lora_alpha is None:
+        args.lora_alpha = float(args.lora_rank)
+    elif not args.lora_alpha > 0:
+        parser.error(f"--lora-alpha: must be positive, got {args.lora_alpha}")
 
 
 def fine_tuning_recipe(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> Recipe:
@@ -301,11 +331,11 @@ def fine_tuning_recipe(args: argparse.Namespace, argv: Optional[Sequence[str]]) 
 
 
 def run_options(args: argparse.Namespace) -> dict:
-    """The options a restart must repeat: data, vocabulary and seed (not the step budget);
-    `train` adds the resolved precision and kernel set (backups do not restore across loss
-    scaling)."""
+    """The options a restart must repeat: data, vocabulary, seed and the LoRA adapters' rank
+    and alpha (not the step budget); `train` adds the resolved precision and kernel set
+    (backups do not restore across loss scaling)."""
     names = ("prepared", "dev_src", "dev_tgt", "tfds", "source_lang", "target_lang",
-             "tfds_splits", "vocab_sentences", "seed", "init_from")
+             "tfds_splits", "vocab_sentences", "seed", "init_from", "lora_rank", "lora_alpha")
     # One training corpus is recorded as a path, as before several could be given.
     corpora = {name: files[0] if files and len(files) == 1 else files
                for name, files in (("train_src", args.train_src), ("train_tgt", args.train_tgt))}

@@ -15,6 +15,8 @@ line for line) each translation starts with its prefix line (the target text typ
 empty line leaves the sentence free). `--ensemble RUN_DIR ...` (with a run directory) decodes
 with those runs' models too, averaging their probabilities. An export's search settings are fixed
 in its graph: to change them, export again (`kt-export --beam-size ...`).
+A model trained on several language pairs (`kt-train --pair`), or its export, translates into
+the language `--target-language` names (`kt-translate runs/multi in.en --target-language de`).
 """
 from __future__ import annotations
 
@@ -25,15 +27,17 @@ from typing import Optional, Sequence, TextIO
 
 from keras_transformer.serving.ctranslate2_export import is_ctranslate2_model
 from keras_transformer.data.text_files import read_raw_lines
-from keras_transformer.decoding.translator import Translator
-from keras_transformer.serving.loading import load_export
-from keras_transformer.serving.text_translation import (TextTranslator, best_lines, length_batches,
-                                                output_line, truncation_warning)
+from keras_transformer.decoding.translator import IntoLanguage, Translator
+from keras_transformer.serving.loading import export_version, load_export, recorded_languages
+from keras_transformer.serving.text_translation import (TextTranslator, best_lines,
+                                                        chosen_language, length_batches,
+                                                        output_line, truncation_warning)
 from keras_transformer.training.progress import CountProgress
 from keras_transformer.training.run_dir import RunDir
-from trainers.common import (add_ensemble_argument, add_search_arguments, add_weights_argument,
+from trainers.common import (add_ensemble_argument, add_search_arguments,
+                             add_target_language_argument, add_weights_argument,
                              command_description, given_search_flags, load_ensemble,
-                             load_run_model, search_settings)
+                             load_run_model, run_target_language, search_settings)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -58,6 +62,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="at most this many padded words per batch (default: 6000)")
     add_weights_argument(parser, run_directory_only=True)
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_target_language_argument(parser)
     add_search_arguments(parser, "(run directories only: an export's are fixed)")
     add_ensemble_argument(parser)
     args = parser.parse_args(argv)
@@ -75,22 +80,40 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
+def is_run_directory(model: str) -> bool:
+    """Whether `model` (the command's model argument) is a run directory, not an export."""
+    return (Path(model) / "config.json").is_file() and not is_ctranslate2_model(model)
+
+
+def checked_target_language(args: argparse.Namespace) -> Optional[str]:
+    """`--target-language`, checked against the languages of the model (a run directory's or
+    an export's) before it loads (`chosen_language`'s ValueError)."""
+    if is_run_directory(args.model):
+        return run_target_language(args.model, args.target_language)[1]
+    version = export_version(args.model)
+    return chosen_language(recorded_languages(version), args.target_language,
+                           repr(str(version)))
+
+
 def load_translator(args: argparse.Namespace) -> TextTranslator:
     """An export as saved, or a run directory's model with its recipe's search settings (the
-    search flags override them)."""
+    search flags override them), into `--target-language` (a model of several)."""
     searching = given_search_flags(args)
-    if (Path(args.model) / "config.json").is_file() and not is_ctranslate2_model(args.model):
+    if is_run_directory(args.model):
+        languages, language = run_target_language(args.model, args.target_language)
         model, tokenizer = load_run_model(args.model, args.weights)
         settings = search_settings(args, RunDir(args.model).load_recipe().search)
-        return TextTranslator.from_translator(Translator(
-            model, tokenizer, settings, ensemble=load_ensemble(args.ensemble, tokenizer)))
+        translator = Translator(model, tokenizer, settings, languages=languages,
+                                ensemble=load_ensemble(args.ensemble, tokenizer))
+        return TextTranslator.from_translator(
+            translator if language is None else IntoLanguage(translator, language))
     if searching or args.weights or args.ensemble:
         given = " and ".join(searching + [flag for flag, value in (
             ("--weights", args.weights), ("--ensemble", args.ensemble)) if value])
         raise ValueError(f"{given}: an export's weights and search settings are fixed when it "
                          f"is written; export again (kt-export ... --beam-size K) or translate "
                          f"from the run directory")
-    return load_export(args.model)
+    return load_export(args.model, args.target_language)
 
 
 def translate_lines(translator: TextTranslator, lines: list[bytes], args: argparse.Namespace,

@@ -17,7 +17,8 @@ the highest sentence BLEU against its reference (Kim & Rush's sequence-level int
 instead of the best-scored one. Lines follow kt-translate's rules: an
 empty line gives an empty line, invalid UTF-8 is translated with U+FFFD replacements (a warning
 names the line), a line longer than the model's `max_length` is translated from its start
-(a warning counts such lines and names the first).
+(a warning counts such lines and names the first). A teacher of several target languages
+(`kt-train --pair`, or its export) translates into the language `--target-language` names.
 """
 from __future__ import annotations
 
@@ -35,9 +36,10 @@ from keras_transformer.serving.text_translation import (best_lines, closest_line
                                                         truncation_warning)
 from keras_transformer.training.progress import duration
 from keras_transformer.training.run_dir import RunDir
-from trainers.common import (add_ensemble_argument, add_search_arguments, add_weights_argument,
+from trainers.common import (add_ensemble_argument, add_search_arguments,
+                             add_target_language_argument, add_weights_argument,
                              command_description, search_settings)
-from trainers.translate import load_translator
+from trainers.translate import checked_target_language, load_translator
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -63,6 +65,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--progress-seconds", type=float, default=30.0,
                         help="seconds between progress lines (default: 30)")
+    add_target_language_argument(parser)
     add_search_arguments(parser, "(run directories only: an export's are fixed)")
     add_ensemble_argument(parser)
     args = parser.parse_args(argv)
@@ -87,9 +90,11 @@ def tree_sha256(directory: Path) -> str:
 
 def teacher_identity(args: argparse.Namespace) -> dict[str, Any]:
     """What the output depends on: each run's weights, vocabulary and architecture and the
-    search settings, or the export's files (their digests: paths may move)."""
+    search settings, or the export's files (their digests: paths may move); and the target
+    language, when given."""
+    language = {"target_language": args.target_language} if args.target_language else {}
     if not (Path(args.model) / "config.json").is_file():
-        return {"export": tree_sha256(export_version(args.model))}
+        return {"export": tree_sha256(export_version(args.model)), **language}
     runs = []
     for index, path in enumerate([args.model, *args.ensemble]):
         run = RunDir(path)
@@ -98,7 +103,7 @@ def teacher_identity(args: argparse.Namespace) -> dict[str, Any]:
                      "vocab_sha256": tree_sha256(run.vocab),
                      "architecture": run.load_recipe().architecture.to_dict()})
     settings = search_settings(args, RunDir(args.model).load_recipe().search)
-    return {"runs": runs, "search": dataclasses.asdict(settings)}
+    return {"runs": runs, "search": dataclasses.asdict(settings), **language}
 
 
 class ProgressLines:
@@ -124,6 +129,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line; returns its exit status (2 on a user error)."""
     args = parse_args(argv)
     try:
+        checked_target_language(args)  # before the job's manifest is written
         job = CorpusTranslation(args.input, args.output, teacher_identity(args),
                                 args.chunk_lines, args.closest_to_reference)
         has_work = any(args.shard.owns(chunk) for chunk in job.missing_chunks())

@@ -5,7 +5,7 @@ exported model's exact outputs.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -18,8 +18,13 @@ from keras_transformer.search import DecodeResult
 from keras_transformer.config import SearchSettings
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
+if TYPE_CHECKING:
+    from keras_transformer.data.languages import RunLanguages
+
 XLA_WIDTH_STEP = 16  # source and prefix widths an XLA-compiled search is given: multiples of it
 TEXT = tf.TensorSpec([None], tf.string, name="text")  # the input of the text signatures
+# The further input of every signature of a model of several target languages: one per row.
+TARGET_LANGUAGE = tf.TensorSpec([None], tf.string, name="target_language")
 
 
 class Translator(tf.Module):
@@ -44,6 +49,15 @@ class Translator(tf.Module):
     `ensemble`: further models over the same vocabulary whose probabilities the search averages
     with `model`'s (the alignment is `model`'s own).
 
+    `languages`: the target languages of a model trained on several language pairs
+    (`RunLanguages`). Every signature then takes a further input, `target_language` `[batch]`
+    strings, one per row (a row's text or source ids), each a language code of the model
+    (`de`): its token (`<2de>`) goes first in the row's source or, forced, first in its
+    translation (and then left out of every output), as the model was trained
+    (`RunLanguages.placement`); a language the model has no token for is an
+    InvalidArgumentError naming it and the model's languages. `IntoLanguage` asks for one
+    language in-process.
+
     `settings` default to the paper's (`SearchSettings()`: beam 4, alpha 0.6, +50). With a
     `shortlist`, each batch's search scores only its `shortlist.target_ids` (faster at large
     vocabularies; translations approximate the full vocabulary's, see `decoding.shortlist`).
@@ -56,7 +70,7 @@ class Translator(tf.Module):
                  settings: Optional[SearchSettings] = None, name: str = "translator",
                  alignment_layer: Optional[int] = None,
                  shortlist: Optional[VocabularyShortlist] = None, jit_compile: bool = False,
-                 ensemble: Sequence[Transformer] = ()):
+                 ensemble: Sequence[Transformer] = (), languages: Optional[RunLanguages] = None):
         super().__init__(name=name)
         config = model.config
         self.model = model
@@ -82,26 +96,41 @@ class Translator(tf.Module):
                              f"{config.output_vocab_size} output ids")
         self.shortlist = shortlist
         self.jit_compile = jit_compile
+        self.languages = languages
+        language = ()
+        if languages is not None:
+            codes = sorted(languages.token_ids)
+            self.language_tokens = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+                tf.constant(codes), tf.constant([languages.token_ids[code] for code in codes],
+                                                tf.int32)), default_value=-1)
+            language = (TARGET_LANGUAGE,)
         # The signatures: functions of this instance's bound methods. They hold the instance
         # (a method decorated in the class holds it by a weak reference only, so that
         # `Translator(...).translate(text)` would find it gone).
-        self.translate = _signature(self._translate, TEXT)
-        self.translate_nbest = _signature(self._translate_nbest, TEXT)
-        self.translate_with_alignment = _signature(self._translate_with_alignment, TEXT)
+        self.translate = _signature(self._translate, TEXT, *language)
+        self.translate_nbest = _signature(self._translate_nbest, TEXT, *language)
+        self.translate_with_alignment = _signature(self._translate_with_alignment, TEXT,
+                                                   *language)
         self.translate_with_prefix = _signature(self._translate_with_prefix, TEXT,
-                                                tf.TensorSpec([None], tf.string, name="prefix"))
+                                                tf.TensorSpec([None], tf.string, name="prefix"),
+                                                *language)
         self.translate_ids = _signature(
-            self._translate_ids, tf.TensorSpec([None, None], tf.int32, name="source_ids"))
+            self._translate_ids, tf.TensorSpec([None, None], tf.int32, name="source_ids"),
+            *language)
 
-    def _translate(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _translate(self, text: tf.Tensor, target_language: Optional[tf.Tensor] = None
+                   ) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `translation` `[batch]` strings and `score` `[batch]`."""
-        best = self._translate_ragged(self._pieces(text))
+        tokens = self._language_tokens(target_language, text)
+        best = self._translate_ragged(self._pieces(text), tokens)
         return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"]}
 
-    def _translate_nbest(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _translate_nbest(self, text: tf.Tensor, target_language: Optional[tf.Tensor] = None
+                         ) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `nbest_translations` `[batch, beam]` strings and `nbest_scores`
         `[batch, beam]`, best first."""
-        result = self._translate_ragged(self._pieces(text))
+        tokens = self._language_tokens(target_language, text)
+        result = self._translate_ragged(self._pieces(text), tokens)
         ids = result["nbest_ids"]
         shape = tf.shape(ids)
         # Not [-1, len]: for an empty batch, [0, beam, 0] ids would reshape to [beam, 0].
@@ -109,13 +138,17 @@ class Translator(tf.Module):
         return {"nbest_translations": tf.reshape(texts, shape[:2]),
                 "nbest_scores": result["nbest_scores"]}
 
-    def _translate_with_alignment(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _translate_with_alignment(self, text: tf.Tensor,
+                                  target_language: Optional[tf.Tensor] = None
+                                  ) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `translation`, `score`, `target_pieces` `[batch, T]` (the best
         hypothesis' subwords up to its EOS, "" after), `source_pieces` `[batch, S]` (the
-        source's subwords and EOS, "" after) and `alignment` `[batch, T]` int32: for each
+        source's subwords and EOS, "" after: the encoder's input, with the "source" placement
+        of `languages` the language token first) and `alignment` `[batch, T]` int32: for each
         target piece the index of the source piece it is aligned to (-1 after the end)."""
-        source_ids, empty = self._source_ids(self._pieces(text))
-        best = self._translate_source(source_ids, empty)
+        tokens = self._language_tokens(target_language, text)
+        source_ids, empty = self._source_ids(self._pieces(text), tokens)
+        best = self._translate_source(source_ids, empty, self._prefix_ids(None, tokens))
         ids = best["ids"]
         target_in = tf.concat([tf.fill([tf.shape(ids)[0], 1], BOS_ID), ids[:, :-1]], axis=1)
         attention = self.model.attention_weights(source_ids, target_in)["encoder_decoder"]
@@ -126,32 +159,90 @@ class Translator(tf.Module):
         target_real = ids != PAD_ID
         alignment = tf.where(target_real, tf.argmax(heads_mean, axis=-1, output_type=tf.int32),
                              -1)
-        return {"translation": self.tokenizer.detokenize(ids), "score": best["score"],
-                "target_pieces": tf.where(target_real, self.tokenizer.pieces(ids), ""),
+        pieces = tf.where(target_real, self.tokenizer.pieces(ids), "")
+        return {"translation": self.tokenizer.detokenize(self._without_tokens(ids, ids, tokens)),
+                "score": best["score"],
+                "target_pieces": self._without_tokens(pieces, ids, tokens, ""),
                 "source_pieces": tf.where(source_ids != PAD_ID,
                                           self.tokenizer.source_pieces_of(source_ids), ""),
-                "alignment": alignment}
+                "alignment": self._without_tokens(alignment, ids, tokens, -1)}
 
-    def _translate_with_prefix(self, text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _translate_with_prefix(self, text: tf.Tensor, prefix: tf.Tensor,
+                               target_language: Optional[tf.Tensor] = None
+                               ) -> dict[str, tf.Tensor]:
         """`text` and `prefix` `[batch]` -> `translation` `[batch]` starting with that row's
         `prefix` (the target text typed so far; "" leaves the row free) and its `score`.
 
         The prefix is tokenized like any target text (`tokenize_target`) and forced on every
         hypothesis; the search continues after it as usual (an empty source still gets "")."""
-        prefix_ids = self._clean(text_pieces(self.tokenizer, prefix, target=True),
-                                 self.model.config.output_vocab_size)
-        best = self._translate_source(*self._source_ids(self._pieces(text)),
-                                      prefix_ids=prefix_ids.to_tensor(default_value=PAD_ID))
-        return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"]}
+        tokens = self._language_tokens(target_language, text)
+        best = self._translate_source(*self._source_ids(self._pieces(text), tokens),
+                                      self._prefix_ids(prefix, tokens))
+        ids = self._without_tokens(best["ids"], best["ids"], tokens)
+        return {"translation": self.tokenizer.detokenize(ids), "score": best["score"]}
 
-    def _translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _translate_ids(self, source_ids: tf.Tensor, target_language: Optional[tf.Tensor] = None
+                       ) -> dict[str, tf.Tensor]:
         """`source_ids` `[batch, len]` subword ids (right-padded with 0) -> `ids`
         `[batch, len]` (EOS-terminated, 0-padded), `score` `[batch]`, and the n-best
         `nbest_ids` `[batch, beam, len]` and `nbest_scores` `[batch, beam]`."""
-        return self._translate_ragged(tf.RaggedTensor.from_tensor(source_ids, padding=PAD_ID))
+        tokens = self._language_tokens(target_language, source_ids)
+        return self._translate_ragged(tf.RaggedTensor.from_tensor(source_ids, padding=PAD_ID),
+                                      tokens)
 
-    def _translate_ragged(self, pieces: tf.RaggedTensor) -> dict[str, tf.Tensor]:
-        return self._translate_source(*self._source_ids(pieces))
+    def _translate_ragged(self, pieces: tf.RaggedTensor, tokens: Optional[tf.Tensor] = None
+                          ) -> dict[str, tf.Tensor]:
+        """The search's result for source `pieces` (`tokens`: each row's target-language
+        token, `_language_tokens`), its ids without the tokens."""
+        result = self._translate_source(*self._source_ids(pieces, tokens),
+                                        self._prefix_ids(None, tokens))
+        return {**result, **{key: self._without_tokens(result[key], result[key], tokens)
+                             for key in ("ids", "nbest_ids")}}
+
+    def _language_tokens(self, target_language: Optional[tf.Tensor], rows: tf.Tensor
+                         ) -> Optional[tf.Tensor]:
+        """The `[batch]` token ids of `target_language`, one per row of `rows` (None for a
+        model of one target language); an InvalidArgumentError when their numbers differ or a
+        language is not the model's, naming it and the model's languages."""
+        if self.languages is None:
+            return None
+        tokens = self.language_tokens.lookup(target_language)
+        known = ", ".join(sorted(self.languages.token_ids))
+        checks = [tf.debugging.assert_equal(
+                      tf.size(target_language), tf.shape(rows)[0],
+                      message="target_language: give one language per row of the batch"),
+                  tf.debugging.Assert(tf.reduce_all(tokens >= 0), [
+                      f"target_language: the model translates into {known} only, not",
+                      tf.boolean_mask(target_language, tokens < 0)])]
+        with tf.control_dependencies(checks):
+            return tf.identity(tokens)
+
+    def _without_tokens(self, values: tf.Tensor, ids: tf.Tensor, tokens: Optional[tf.Tensor],
+                        default: int | str = PAD_ID) -> tf.Tensor:
+        """`values` (of the shape of the translations' `ids`, `[batch, ...]`) without the
+        entries where `ids` holds the row's token of `tokens` forced into it (the "target"
+        placement), the rest moved up and padded with `default` to the same shape; `values`
+        itself for the "source" placement or when `tokens` is None."""
+        if tokens is None or self.languages.placement != "target":
+            return values
+        row_tokens = tf.reshape(tokens, [-1] + [1] * (ids.shape.rank - 1))
+        return tf.ragged.boolean_mask(values, ids != row_tokens).to_tensor(
+            default_value=default, shape=tf.shape(values))
+
+    def _prefix_ids(self, prefix: Optional[tf.Tensor], tokens: Optional[tf.Tensor]
+                    ) -> Optional[tf.Tensor]:
+        """The `[batch, P]` ids each hypothesis is forced to start with: `prefix`'s target
+        pieces (None: none), after the row's token of `tokens` with the "target" placement;
+        None when there are neither."""
+        into_target = tokens is not None and self.languages.placement == "target"
+        if prefix is None and not into_target:
+            return None
+        pieces = (tf.RaggedTensor.from_tensor(tf.zeros([tf.shape(tokens)[0], 0], tf.int32))
+                  if prefix is None else text_pieces(self.tokenizer, prefix, target=True))
+        if into_target:
+            pieces = _prepended(tokens, pieces)
+        return self._clean(pieces, self.model.config.output_vocab_size).to_tensor(
+            default_value=PAD_ID)
 
     def _pieces(self, text: tf.Tensor) -> tf.RaggedTensor:
         return text_pieces(self.tokenizer, text)
@@ -163,13 +254,18 @@ class Translator(tf.Module):
             lambda ids: tf.where((ids < 0) | (ids >= vocab_size), UNK_ID, ids), pieces)
         return _without_special_ids(pieces)[:, :self.model.config.max_length - 1]
 
-    def _source_ids(self, pieces: tf.RaggedTensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """The search's input: `_clean` pieces plus EOS, 0-padded; and `[batch, 1]` True for
-        empty sources."""
+    def _source_ids(self, pieces: tf.RaggedTensor, tokens: Optional[tf.Tensor] = None
+                    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """The search's input: `_clean` pieces (after the row's token of `tokens` with the
+        "source" placement) plus EOS, 0-padded; and `[batch, 1]` True for empty sources (a
+        token alone is none)."""
         pieces = self._clean(pieces, self.model.config.vocab_size)
+        empty = tf.equal(pieces.row_lengths(), 0)[:, None]
+        if tokens is not None and self.languages.placement == "source":
+            pieces = _prepended(tokens, pieces)[:, :self.model.config.max_length - 1]
         eos = tf.fill([pieces.nrows(), 1], EOS_ID)
         source_ids = tf.concat([pieces, eos], axis=1).to_tensor(default_value=PAD_ID)
-        return source_ids, tf.equal(pieces.row_lengths(), 0)[:, None]
+        return source_ids, empty
 
     def _translate_source(self, source_ids: tf.Tensor, empty: tf.Tensor,
                           prefix_ids: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
@@ -200,6 +296,46 @@ class Translator(tf.Module):
         return tf.pad(ids, [[0, 0], [0, width - length]], constant_values=PAD_ID)
 
 
+class IntoLanguage:
+    """A `Translator` of several target languages (`Translator.languages`) asked for one,
+    `language`, in every call: the calls of a `Translator` of one (`translate`,
+    `translate_ids`, `translate_nbest`, `translate_with_prefix`, `translate_with_alignment`),
+    its `tokenizer` and `model`. A language the model does not have is a ValueError naming it
+    and the model's languages."""
+
+    def __init__(self, translator: Translator, language: str):
+        if translator.languages is None:
+            raise ValueError(f"target language {language!r}: the model translates into one "
+                             "language (it was trained on one pair)")
+        translator.languages.token_id(language)
+        self.translator, self.language = translator, language
+        self.tokenizer, self.model = translator.tokenizer, translator.model
+
+    def translate(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`Translator.translate` into the language."""
+        return self.translator.translate(text, self._languages(text))
+
+    def translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`Translator.translate_ids` into the language."""
+        return self.translator.translate_ids(source_ids, self._languages(source_ids))
+
+    def translate_nbest(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`Translator.translate_nbest` into the language."""
+        return self.translator.translate_nbest(text, self._languages(text))
+
+    def translate_with_prefix(self, text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`Translator.translate_with_prefix` into the language."""
+        return self.translator.translate_with_prefix(text, prefix, self._languages(text))
+
+    def translate_with_alignment(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`Translator.translate_with_alignment` into the language."""
+        return self.translator.translate_with_alignment(text, self._languages(text))
+
+    def _languages(self, rows: tf.Tensor) -> tf.Tensor:
+        """The language once per row of `rows`."""
+        return tf.fill(tf.shape(rows)[:1], self.language)
+
+
 def _signature(method: Callable[..., dict[str, tf.Tensor]],
                *input_signature: tf.TensorSpec) -> tf.types.experimental.PolymorphicFunction:
     """`method` as a signature: a graph function of the given inputs (no autograph)."""
@@ -212,6 +348,11 @@ def text_pieces(tokenizer: SubwordTokenizer, text: tf.Tensor,
     decoded with U+FFFD replacements."""
     valid = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
     return (tokenizer.tokenize_target if target else tokenizer.tokenize)(valid)
+
+
+def _prepended(tokens: tf.Tensor, pieces: tf.RaggedTensor) -> tf.RaggedTensor:
+    """Each row of `pieces` after its token of `tokens` `[batch]`."""
+    return tf.concat([tf.cast(tokens, tf.int32)[:, None], tf.cast(pieces, tf.int32)], axis=1)
 
 
 def _without_special_ids(pieces: tf.RaggedTensor) -> tf.RaggedTensor:

@@ -1,5 +1,5 @@
-"""The opt-in speed subpackage: fast twins of the core's kernel hooks, packed-token training
-steps, and every private Keras/TensorFlow API used.
+"""The opt-in speed subpackage: fast twins of the core's kernel hooks and packed-token training
+steps (the private Keras/TensorFlow APIs they use are in `keras_transformer.compat`).
 
 It depends on the core and never the reverse. Use it with
 

@@ -6,7 +6,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_transformer.fast import compat, packed, selection
+from keras_transformer import compat
+from keras_transformer.fast import packed, selection
 from keras_transformer.fast.loss import LogitFactors, smoothed_cross_entropy_through_factors
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.model import Transformer

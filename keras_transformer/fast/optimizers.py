@@ -7,7 +7,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_transformer.fast import compat
+from keras_transformer import compat
 
 
 def adam(**adam_arguments) -> keras.optimizers.Adam:
@@ -50,11 +50,10 @@ class FusedAdam(keras.optimizers.Adam):
     def update_step(self, gradient, variable, learning_rate):
         """`learning_rate`: the step's `_AdamScalars` (from `_backend_update_step`)."""
         dtype = variable.dtype
-        index = self._get_variable_index(variable)
+        momentum, velocity = compat.adam_moments(self, variable)
         scalar = lambda value: tf.cast(value, dtype)  # noqa: E731
         tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle, m=self._momentums[index].handle,
-            v=self._velocities[index].handle,
+            var=variable.handle, m=momentum.handle, v=velocity.handle,
             beta1_power=scalar(learning_rate.beta_1_power),
             beta2_power=scalar(learning_rate.beta_2_power), lr=scalar(learning_rate.rate),
             beta1=scalar(self.beta_1), beta2=scalar(self.beta_2), epsilon=scalar(self.epsilon),

@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_transformer.layers.dense import HeadsDense, linear
+from keras_transformer.layers.dense import HeadsDense, linear, lora_settings
 from keras_transformer.layers.residual import HookDropout
 
 Matrix = tuple[tf.Tensor, Optional[tf.Tensor]]  # a kernel `[in, out]` and its bias (or None)
@@ -133,25 +133,29 @@ class MultiHeadAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads: int, key_dim: int, value_dim: Optional[int] = None,
-                 dropout: float = 0.0, use_bias: bool = True, **kwargs):
+                 dropout: float = 0.0, use_bias: bool = True, lora_rank: Optional[int] = None,
+                 lora_alpha: Optional[float] = None, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.key_dim = key_dim
         self.value_dim = value_dim or key_dim
         self.dropout = dropout
         self.use_bias = use_bias
+        self.lora = lora_settings(lora_rank, lora_alpha)  # the projections' LoRA adapters
         self.dropout_layer = HookDropout(dropout)
 
     def build(self, query_shape, key_value_shape=None) -> None:
         d_model = query_shape[-1]
         source_dim = (key_value_shape or query_shape)[-1]
         heads = self.num_heads
-        self.query_dense = HeadsDense((heads, self.key_dim), use_bias=self.use_bias, name="query")
-        self.key_dense = HeadsDense((heads, self.key_dim), use_bias=self.use_bias, name="key")
+        self.query_dense = HeadsDense((heads, self.key_dim), use_bias=self.use_bias, **self.lora,
+                                      name="query")
+        self.key_dense = HeadsDense((heads, self.key_dim), use_bias=self.use_bias, **self.lora,
+                                    name="key")
         self.value_dense = HeadsDense((heads, self.value_dim), use_bias=self.use_bias,
-                                      name="value")
+                                      **self.lora, name="value")
         self.output_dense = HeadsDense((d_model,), input_rank=2, use_bias=self.use_bias,
-                                       name="output")
+                                       **self.lora, name="output")
         self.query_dense.build(query_shape)
         self.key_dense.build((None, None, source_dim))
         self.value_dense.build((None, None, source_dim))
@@ -274,4 +278,5 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def get_config(self) -> dict:
         return {**super().get_config(), "num_heads": self.num_heads, "key_dim": self.key_dim,
-                "value_dim": self.value_dim, "dropout": self.dropout, "use_bias": self.use_bias}
+                "value_dim": self.value_dim, "dropout": self.dropout, "use_bias": self.use_bias,
+                **self.lora}

@@ -3,15 +3,15 @@ feed-forward layer's two maps): `HeadsDense`, and the `linear` kernel hook every
 through."""
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Optional, Sequence
 
 import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer import compat
 from keras_transformer.hooks import replaceable
 
 
@@ -28,6 +28,13 @@ def activate(x: tf.Tensor, activation: str) -> tf.Tensor:
     if activation == "gelu_sigmoid":
         return x * tf.sigmoid(tf.cast(1.702, x.dtype) * x)
     raise ValueError(f"activation: must be one of {ACTIVATIONS}, got {activation!r}")
+
+
+def lora_settings(lora_rank: Optional[int], lora_alpha: Optional[float]) -> dict:
+    """The `lora_rank` and `lora_alpha` keyword arguments a layer passes down to its
+    `HeadsDense` projections (which then create LoRA adapters as they are built) and keeps in
+    its config; {} without LoRA (`lora_rank` None or 0)."""
+    return {"lora_rank": lora_rank, "lora_alpha": lora_alpha} if lora_rank else {}
 
 
 @replaceable
@@ -55,9 +62,11 @@ class HeadsDense(keras.layers.Layer):
 
     Keras's LoRA and quantization API, as `keras.layers.Dense` offers it, on the kernel as the
     `[prod(in_dims), prod(out_dims)]` matrix the layer multiplies by:
-    - `enable_lora(rank)` (or `lora_rank=` here) freezes the kernel and adds trainable adapters
-      `lora_kernel_a` `[prod(in_dims), rank]` and `lora_kernel_b` `[rank, prod(out_dims)]`
-      (`Transformer.merge_lora` folds them into plain kernels).
+    - `lora_rank=` here (the adapters created in `build`, with the other weights) or
+      `enable_lora(rank)` on a built layer (Keras's idiom after `load_weights`; Keras offers no
+      public way to add weights to a built layer: `compat.unlocked_state`) freezes the kernel
+      and adds trainable adapters `lora_kernel_a` `[prod(in_dims), rank]` and `lora_kernel_b`
+      `[rank, prod(out_dims)]` (`Transformer.merge_lora` folds them into plain kernels).
     - `quantize("int8")` (or an `int8_from_...` dtype policy) stores the kernel as int8 with a
       float scale per output column (`kernel_scale`) and multiplies int8 rows (each row
       quantized as it comes, unless the `keras.quantizers.Int8QuantizationConfig` says
@@ -102,9 +111,8 @@ class HeadsDense(keras.layers.Layer):
                                            initializer="glorot_uniform")
         self.bias = (self.add_weight(name="bias", shape=self.output_dims, initializer="zeros")
                      if self.use_bias else None)
-        self.built = True  # as Keras's Dense: `enable_lora` takes built layers only
         if self.lora_rank:
-            self.enable_lora(self.lora_rank, self.lora_alpha)
+            self._add_adapters(self.lora_rank, self.lora_alpha)
 
     @property
     def kernel(self):
@@ -149,9 +157,10 @@ class HeadsDense(keras.layers.Layer):
     # ---------------------------------------------------------------------------------- LoRA
     def enable_lora(self, rank: int, lora_alpha: Optional[float] = None,
                     a_initializer="he_uniform", b_initializer="zeros") -> None:
-        """Freezes the kernel and adds the trainable low-rank adapters `lora_kernel_a` and
-        `lora_kernel_b` (float32), whose product scaled by `lora_alpha / rank` the layer adds to
-        its kernel (zero at first with `b_initializer="zeros"`).
+        """Freezes the kernel of this built layer and adds the trainable low-rank adapters
+        `lora_kernel_a` and `lora_kernel_b` (float32), whose product scaled by
+        `lora_alpha / rank` the layer adds to its kernel (zero at first with
+        `b_initializer="zeros"`). A layer given `lora_rank` creates them in `build` instead.
 
         Args:
             rank: the adapters' inner size, a positive integer.
@@ -163,6 +172,13 @@ class HeadsDense(keras.layers.Layer):
             raise ValueError(f"{self.name}: cannot enable LoRA on a layer that is not built")
         if self.lora_enabled:
             raise ValueError(f"{self.name}: LoRA is already enabled (rank {self.lora_rank})")
+        with compat.unlocked_state(self):
+            self._add_adapters(rank, lora_alpha, a_initializer, b_initializer)
+
+    def _add_adapters(self, rank: int, lora_alpha: Optional[float],
+                      a_initializer="he_uniform", b_initializer="zeros") -> None:
+        """`enable_lora`'s work, on a layer whose state is open to new weights (in `build`, or
+        unlocked); arguments as `enable_lora`'s."""
         if self.quantization_mode is not None:
             raise ValueError(f"{self.name}: cannot enable LoRA on a {self.quantization_mode} "
                              "layer (its product passes no gradient): train the adapters "
@@ -170,13 +186,12 @@ class HeadsDense(keras.layers.Layer):
         if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
             raise ValueError(f"rank: must be a positive integer, got {rank!r}")
         in_size, out_size = self._matrix_shape()
-        with _adding_state(self):
-            self.lora_kernel_a = self.add_weight(
-                name="lora_kernel_a", shape=(in_size, rank), dtype="float32",
-                initializer=keras.initializers.get(a_initializer))
-            self.lora_kernel_b = self.add_weight(
-                name="lora_kernel_b", shape=(rank, out_size), dtype="float32",
-                initializer=keras.initializers.get(b_initializer))
+        self.lora_kernel_a = self.add_weight(
+            name="lora_kernel_a", shape=(in_size, rank), dtype="float32",
+            initializer=keras.initializers.get(a_initializer))
+        self.lora_kernel_b = self.add_weight(
+            name="lora_kernel_b", shape=(rank, out_size), dtype="float32",
+            initializer=keras.initializers.get(b_initializer))
         self._kernel.trainable = False
         self.lora_enabled = True
         self.lora_rank = rank
@@ -291,18 +306,3 @@ class HeadsDense(keras.layers.Layer):
         quantization = config.get("quantization_config")
         return cls(**{**config, "quantization_config": quantization and
                       keras.saving.deserialize_keras_object(quantization)})
-
-
-@contextlib.contextmanager
-def _adding_state(layer: keras.layers.Layer) -> Iterator[None]:
-    """Lets the built `layer` create weights. Keras locks a layer's state once it is built and
-    offers no public way to add to it afterwards; its own `Dense.enable_lora` unlocks the
-    layer's (private) tracker the same way."""
-    tracker = layer._tracker
-    locked = tracker.locked
-    tracker.unlock()
-    try:
-        yield
-    finally:
-        if locked:
-            tracker.lock()

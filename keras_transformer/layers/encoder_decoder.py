@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.layers.attention import MultiHeadAttention, project
-from keras_transformer.layers.dense import activate
+from keras_transformer.layers.dense import activate, lora_settings
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 from keras_transformer.layers.residual import LayerNorm, ResidualNorm, layer_norm
 
@@ -19,22 +19,25 @@ class TransformerBlock(keras.layers.Layer):
     def __init__(self, num_heads: int, key_dim: int, value_dim: int, d_ff: int,
                  dropout: float = 0.1, attention_dropout: float = 0.0,
                  attention_bias: bool = True, norm: str = "post", epsilon: float = 1e-6,
-                 activation: str = "relu", **kwargs):
+                 activation: str = "relu", lora_rank: Optional[int] = None,
+                 lora_alpha: Optional[float] = None, **kwargs):
         super().__init__(**kwargs)
+        self.lora = lora_settings(lora_rank, lora_alpha)  # the projections' LoRA adapters
         self.settings = dict(num_heads=num_heads, key_dim=key_dim, value_dim=value_dim,
                              d_ff=d_ff, dropout=dropout, attention_dropout=attention_dropout,
                              attention_bias=attention_bias, norm=norm, epsilon=epsilon,
-                             activation=activation)
+                             activation=activation, **self.lora)
         self.self_attention = self.attention("self_attention")
         self.self_residual = self.residual("self_residual")
-        self.feed_forward = PositionwiseFeedForward(d_ff, activation, name="feed_forward")
+        self.feed_forward = PositionwiseFeedForward(d_ff, activation, **self.lora,
+                                                    name="feed_forward")
         self.feed_forward_residual = self.residual("feed_forward_residual")
 
     def attention(self, name: str) -> MultiHeadAttention:
         s = self.settings
         return MultiHeadAttention(s["num_heads"], s["key_dim"], s["value_dim"],
                                   dropout=s["attention_dropout"], use_bias=s["attention_bias"],
-                                  name=name)
+                                  **self.lora, name=name)
 
     def residual(self, name: str) -> ResidualNorm:
         return ResidualNorm(self.settings["norm"], self.settings["dropout"],

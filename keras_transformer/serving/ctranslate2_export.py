@@ -20,6 +20,13 @@ no probability on PAD and BOS (a trained model), and otherwise where that renorm
 not reorder the beam (tests/test_ctranslate2.py). CTranslate2's beam also keeps 2 x beam
 candidates and stops once the best one ends, which with no length penalty returns the same
 best translation as ours (an alive hypothesis' log-probability only falls).
+
+A model of several target languages (`RunLanguages`, recorded under "languages" in the
+model's `keras_transformer.json`) is asked for one by its token (`<2de>`, the piece of the id
+recorded), passed as the model was trained: with the "source" placement as the first source
+token (`translate_batch([["<2de>", "▁Hello", ...]])`), with "target" as the target prefix
+(`translate_batch([["▁Hello", ...]], target_prefix=[["<2de>"]])`), the token then leading
+each hypothesis, to be dropped. `ctranslate2_functions(..., target_language="de")` does so.
 """
 from __future__ import annotations
 
@@ -34,6 +41,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import SearchSettings, TransformerConfig
+from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.translator import text_pieces
@@ -172,7 +180,8 @@ def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer):
 
 def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer,
                        directory: str | os.PathLike, quantization: str = "int8",
-                       settings: Optional[SearchSettings] = None) -> Path:
+                       settings: Optional[SearchSettings] = None,
+                       languages: Optional[RunLanguages] = None) -> Path:
     """Writes `model` as a CTranslate2 model directory.
 
     Args:
@@ -181,6 +190,7 @@ def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer,
         directory: the new directory (e.g. `saved_models/NAME/VERSION`).
         quantization: how CTranslate2 stores the weights, one of `QUANTIZATIONS`.
         settings: the search settings `kt-translate` uses (default: the paper's).
+        languages: the target languages of a model of several (recorded with the settings).
 
     Returns:
         The directory.
@@ -202,12 +212,15 @@ def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer,
     settings = settings or SearchSettings()
     (directory / SETTINGS_FILENAME).write_text(json.dumps({
         "quantization": quantization, "search": dataclasses.asdict(settings),
-        "max_length": model.config.max_length}, indent=1), encoding="utf-8")
+        "max_length": model.config.max_length,
+        **({"languages": languages.to_dict()} if languages else {})}, indent=1),
+        encoding="utf-8")
     return directory
 
 
 def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
-                          intra_threads: Optional[int] = None, use_vmap: bool = False
+                          intra_threads: Optional[int] = None, use_vmap: bool = False,
+                          target_language: Optional[str] = None
                           ) -> tuple[Callable, Callable, Callable, SubwordTokenizer, object]:
     """The search of a directory `export_ctranslate2` wrote, with its recorded settings.
 
@@ -219,6 +232,9 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
             batch took 4.4 s with 2 threads on 2 loaded cores, 6 ms with 1).
         use_vmap: restrict each batch's candidates with CTranslate2's vocabulary map
             (`vmap.txt` in `directory`).
+        target_language: the language a model of several target languages translates into
+            (its token placed as the model was trained, and left out of the outputs); None
+            for a model of one.
 
     Returns:
         `(translate_text, translate_ids, translate_prefixed, tokenizer, translator)`, with
@@ -241,6 +257,8 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
                                         intra_threads=intra_threads or os.cpu_count() or 1)
     source_pieces, target_pieces = vocabulary_pieces(tokenizer)
     ids_of = {piece: index for index, piece in enumerate(target_pieces)}
+    token, placement = language_token_piece(recorded.get("languages"), target_language,
+                                            source_pieces, target_pieces)
     # As in our search: PAD and BOS are never generated, and the end may come first (an empty
     # translation); CTranslate2 by default generates any token and never ends at the first step.
     never_generated = [[target_pieces[PAD_ID]], [target_pieces[BOS_ID]]]
@@ -261,6 +279,13 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
                else dict(beam_size=settings.beam_size))
 
     def search(sources: list[list[str]], prefixes=None, nbest: int = 1):
+        empty = [not source for source in sources]  # an empty source: an empty translation
+        if placement == "source":
+            sources = [([token] + source)[:max_length - 1] if source else source
+                       for source in sources]
+        elif placement == "target":
+            prefixes = [([token] + (prefix or []))[:max_length - 1]
+                        for prefix in prefixes or [None] * len(sources)]
         longest = max((len(source) for source in sources), default=0) + 1  # + EOS
         # As ours, a prefix leaves room for itself and one token more (CTranslate2 counts it
         # inside its limit).
@@ -272,8 +297,9 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
                                                 longest_prefix + 1), max_length)),
             suppress_sequences=never_generated, min_decoding_length=0, use_vmap=use_vmap,
             return_scores=True, return_end_token=True)
-        empty = [not source for source in sources]  # an empty source: an empty translation
-        return [([[ids_of[piece] for piece in hypothesis] for hypothesis in result.hypotheses]
+        return [([[ids_of[piece] for piece in hypothesis
+                   if not (placement == "target" and piece == token)]
+                  for hypothesis in result.hypotheses]
                  if not is_empty else [[EOS_ID]] * nbest,
                  list(result.scores) if not is_empty else [0.0] * nbest)
                 for result, is_empty in zip(results, empty)]
@@ -306,3 +332,23 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
             tokenized(prefix, target=True), target_pieces)])
 
     return translate_text, translate_ids, translate_prefixed, tokenizer, translator
+
+
+def language_token_piece(languages: Optional[dict], target_language: Optional[str],
+                         source_pieces: list[str], target_pieces: list[str]
+                         ) -> tuple[Optional[str], Optional[str]]:
+    """The piece of `target_language`'s token and its placement ("source" or "target") in a
+    model of the recorded `languages` (`RunLanguages.to_dict`; None for a model of one target
+    language); (None, None) without a language. A ValueError names a language missing, given
+    to a model of one, or not the model's."""
+    if languages is None:
+        if target_language is not None:
+            raise ValueError(f"target language {target_language!r}: the model translates into "
+                             "one language")
+        return None, None
+    run_languages = RunLanguages.from_dict(languages)
+    if target_language is None:
+        raise ValueError(f"target language: needed, the model translates into "
+                         f"{', '.join(sorted(run_languages.token_ids))}")
+    pieces = source_pieces if run_languages.placement == "source" else target_pieces
+    return pieces[run_languages.token_id(target_language)], run_languages.placement

@@ -16,6 +16,14 @@ default, which any CPU or GPU serves;
 hardware's bfloat16 matmuls are, `probes.choose_serving_dtype` measures it). With a
 `VocabularyShortlist` the graph also holds its tables and each batch's search scores only the
 target ids it gives (`decoding.shortlist`).
+
+A model of several target languages (a run of several language pairs, `RunLanguages`) is one
+export whose every signature takes a further input, `target_language`: a `[batch]` string,
+one language code per sentence (per row of `source_ids`), as TF Serving batches inputs
+(`{"instances": [{"text": "Hello", "target_language": "de"}]}`, or `{"inputs": {"text":
+[...], "target_language": [...]}}`). The graph maps it to the language's token; a language
+the model does not have fails the request with INVALID_ARGUMENT naming it and the model's
+languages. The provenance record lists the languages, and the warm-up asks for each.
 """
 from __future__ import annotations
 
@@ -29,6 +37,7 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from keras_transformer.atomic_files import sync_directory, sync_tree
+from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import tokenizer_files
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist
@@ -49,7 +58,8 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
                       settings: Optional[SearchSettings] = None, dtype: str = "float32",
                       shortlist: Optional[VocabularyShortlist] = None,
                       jit_compile: bool = False, provenance: Optional[dict[str, Any]] = None,
-                      warmup_max_width: int = DEFAULT_MAX_WIDTH) -> str:
+                      warmup_max_width: int = DEFAULT_MAX_WIDTH,
+                      languages: Optional[RunLanguages] = None) -> str:
     """Saves a `Translator` as the next free version of `<base_dir>/<name>`; returns its path.
 
     `settings` (default: the paper's, `SearchSettings()`) are fixed in the exported graph;
@@ -60,9 +70,11 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
     cover source widths up to `warmup_max_width` pieces) and a provenance record
     (`keras_transformer.serving.provenance`) holding `provenance`, the facts of the model's origin
     (`RunDir.provenance` or `provenance.file_provenance`; None: unknown).
+    `languages`: the target languages of a model of several (`RunDir.languages`): every
+    signature then takes `target_language` too (`Translator`).
     """
     translator = Translator(serving_copy(model, dtype), tokenizer, settings,
-                            shortlist=shortlist, jit_compile=jit_compile)
+                            shortlist=shortlist, jit_compile=jit_compile, languages=languages)
 
     def write(staging: str) -> str:
         vocabulary_dir = os.path.join(staging, "vocabulary")
@@ -82,12 +94,14 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
                             options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
         widths = warmup_widths(model.config.max_length, jit_compile, warmup_max_width)
         requests = warmup_requests({name: function.input_signature
-                                    for name, function in signatures.items()}, tokenizer, widths)
+                                    for name, function in signatures.items()}, tokenizer, widths,
+                                   languages)
         write_warmup_requests(saved, requests)
         write_provenance(saved, export_record(
             model.config, translator.settings, provenance, format="savedmodel", precision=dtype,
             xla=jit_compile, shortlist=shortlist and shortlist_record(shortlist),
-            warmup={"file": WARMUP_FILE, "records": len(requests), "source_widths": widths}))
+            warmup={"file": WARMUP_FILE, "records": len(requests), "source_widths": widths},
+            **({"languages": languages.to_dict()} if languages else {})))
         return saved
 
     return publish_version(write, name, base_dir)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
+from keras_transformer.data.languages import RunLanguages
 from keras_transformer.serving.ctranslate2_export import ctranslate2_functions, is_ctranslate2_model
-from keras_transformer.serving.text_translation import TextTranslator
+from keras_transformer.serving.text_translation import TextTranslator, chosen_language
 
 # Where an export's provenance record is (`provenance`): the model's architecture, among others.
 PROVENANCE_FILE = os.path.join("assets.extra", "keras_transformer_provenance.json")
@@ -35,27 +36,36 @@ def export_version(path: str | os.PathLike) -> Path:
     return versions[-1][1]
 
 
-def load_export(path: str | os.PathLike) -> TextTranslator:
+def load_export(path: str | os.PathLike, target_language: Optional[str] = None
+                ) -> TextTranslator:
     """The export of `export_version(path)` as a `TextTranslator` (its search settings are
-    fixed)."""
+    fixed), translating into `target_language`: needed by the export of a model of several
+    target languages, refused by one of one (`chosen_language`'s ValueError)."""
     version = export_version(path)
-    max_length = recorded_max_length(version)
+    language = chosen_language(recorded_languages(version), target_language, repr(str(version)))
+    max_length = recorded_facts(version).get("architecture", {}).get("max_length")
     if is_ctranslate2_model(version):
         translate_text, translate_ids, translate_prefixed, tokenizer, owner = (
-            ctranslate2_functions(version))
+            ctranslate2_functions(version, target_language=language))
         return TextTranslator(translate_text, translate_ids, tokenizer, owner, translate_prefixed,
                               max_length)
-    return TextTranslator.from_saved_model(version, max_length)
+    return TextTranslator.from_saved_model(version, max_length, language)
 
 
-def recorded_max_length(version: Path) -> Optional[int]:
-    """The `max_length` of the model the export `version` holds, as its provenance record
-    says; None for an export without one (written before records were kept)."""
+def recorded_languages(version: Path) -> Optional[RunLanguages]:
+    """The target languages of the model the export `version` holds, as its provenance record
+    says; None for a model of one (or an export without a record)."""
+    languages = recorded_facts(version).get("languages")
+    return None if languages is None else RunLanguages.from_dict(languages)
+
+
+def recorded_facts(version: Path) -> dict[str, Any]:
+    """The provenance record of the export `version` (the model's architecture, its target
+    languages, ...); {} for an export without one (written before records were kept)."""
     record = version / PROVENANCE_FILE
     if not record.is_file():
-        return None
+        return {}
     try:
-        return json.loads(record.read_text(encoding="utf-8")).get("architecture", {}).get(
-            "max_length")
+        return json.loads(record.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise ValueError(f"{record}: not valid JSON ({error})") from None

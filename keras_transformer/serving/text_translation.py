@@ -8,7 +8,7 @@ import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -16,8 +16,11 @@ import tensorflow as tf
 from keras_transformer.data.text_files import line_list
 from keras_transformer.data.sentencepiece_pair import load_tokenizer
 from keras_transformer.data.tokenizer import SubwordTokenizer, native_info_lines_hidden
-from keras_transformer.decoding.translator import Translator, truncated_sources
+from keras_transformer.decoding.translator import IntoLanguage, Translator, truncated_sources
 from keras_transformer.vocab_ids import PAD_ID
+
+if TYPE_CHECKING:
+    from keras_transformer.data.languages import RunLanguages
 
 
 @contextlib.contextmanager
@@ -62,24 +65,33 @@ class TextTranslator:
                              ["nbest_ids"].shape[1])
 
     @classmethod
-    def from_saved_model(cls, version: str | os.PathLike,
-                         max_length: Optional[int] = None) -> "TextTranslator":
+    def from_saved_model(cls, version: str | os.PathLike, max_length: Optional[int] = None,
+                         target_language: Optional[str] = None) -> "TextTranslator":
         """The SavedModel in the directory `version` (its search settings are fixed), of a
-        model of `max_length` (None: not known)."""
+        model of `max_length` (None: not known); of a model of several target languages,
+        translating into `target_language` (each signature's `target_language` input)."""
         version = Path(version)
         with quiet_export_loading():
             loaded = tf.saved_model.load(os.fspath(version))
         signatures = loaded.signatures
-        prefixed = signatures.get("translate_with_prefix")
-        return cls(lambda text: signatures["serving_default"](text=text),
-                   lambda ids: signatures["translate_ids"](source_ids=ids),
-                   load_tokenizer(version / "assets"), loaded,
-                   prefixed and (lambda text, prefix: prefixed(text=text, prefix=prefix)),
-                   max_length)
+
+        def call(signature: str, rows: tf.Tensor, **inputs: tf.Tensor) -> dict:
+            if target_language is not None:
+                inputs["target_language"] = tf.fill(tf.shape(rows)[:1], target_language)
+            return signatures[signature](**inputs)
+
+        prefixed = None
+        if "translate_with_prefix" in signatures:  # not in exports written before it
+            def prefixed(text: tf.Tensor, prefix: tf.Tensor) -> dict:
+                return call("translate_with_prefix", text, text=text, prefix=prefix)
+        return cls(lambda text: call("serving_default", text, text=text),
+                   lambda ids: call("translate_ids", ids, source_ids=ids),
+                   load_tokenizer(version / "assets"), loaded, prefixed, max_length)
 
     @classmethod
-    def from_translator(cls, translator: Translator) -> "TextTranslator":
-        """An in-process `Translator` (what its export would compute)."""
+    def from_translator(cls, translator: Translator | IntoLanguage) -> "TextTranslator":
+        """An in-process `Translator` (what its export would compute), or one of several
+        target languages asked for one (`IntoLanguage`)."""
         return cls(translator.translate, translator.translate_ids, translator.tokenizer,
                    translator, translator.translate_with_prefix,
                    translator.model.config.max_length)
@@ -128,6 +140,27 @@ class TextTranslator:
         scores = outputs["nbest_scores"][:, :k].numpy()
         return [list(zip(row.tolist(), row_scores.tolist()))
                 for row, row_scores in zip(words, scores)]
+
+
+def chosen_language(languages: Optional[RunLanguages], language: Optional[str],
+                    model: str) -> Optional[str]:
+    """The target language `model` (named in errors) translates into: `language`
+    (`--target-language`), which a model of several target languages (`languages`) needs and
+    a model of one (None) refuses; a ValueError naming the option and, for a language the
+    model does not have or a missing one, the model's languages."""
+    if languages is None:
+        if language is not None:
+            raise ValueError(f"--target-language: {model} translates into one language (it "
+                             "was trained on one language pair); leave the option out")
+        return None
+    if language is None:
+        raise ValueError(f"--target-language: required: {model} translates into "
+                         f"{', '.join(sorted(languages.token_ids))}")
+    try:
+        languages.token_id(language)
+    except ValueError as error:
+        raise ValueError(f"--target-language: {error}") from None
+    return language
 
 
 def closest_lines(translator: TextTranslator, lines: Sequence[bytes],

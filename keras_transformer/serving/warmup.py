@@ -10,21 +10,28 @@ the same graph: one width, 16. An XLA export compiles each padded width (multipl
 `Translator`) at batch 1, the traffic it is made for: every width up to `max_width` source
 pieces (`DEFAULT_MAX_WIDTH`) and the model's `max_length`; longer inputs, and other batch sizes,
 compile at their first request. TF Serving reads at most 1,000 records (5-6 per width here).
+
+An export of a model of several target languages takes `target_language` in every request:
+the requests above ask for its first language (in sorted order), and one `serving_default`
+request per further language asks for that one (each language's token is looked up and runs
+once before traffic; past 1,000 records in all, the further languages are left out).
 """
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Optional, Sequence
 
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
+from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.tokenizer import SubwordTokenizer
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 DEFAULT_MAX_WIDTH = 64
 WIDTH_STEP = 16  # the XLA search's padded widths are multiples of it (`Translator`)
 WORD = "a"  # the warm-up sentences repeat it: one or two pieces in any SentencePiece model
+MAX_RECORDS = 1_000  # TF Serving refuses a warm-up file of more
 
 
 def warmup_widths(max_length: int, jit_compile: bool,
@@ -38,30 +45,48 @@ def warmup_widths(max_length: int, jit_compile: bool,
 
 
 def warmup_requests(signatures: dict[str, Sequence[tf.TensorSpec]],
-                    tokenizer: SubwordTokenizer, widths: Sequence[int]
+                    tokenizer: SubwordTokenizer, widths: Sequence[int],
+                    languages: Optional[RunLanguages] = None
                     ) -> list[predict_pb2.PredictRequest]:
-    """One `PredictRequest` per signature and width (two for a signature taking `prefix`).
+    """One `PredictRequest` per signature and width (two for a signature taking `prefix`);
+    with `languages` (a model of several target languages) these into the first language, and
+    one `serving_default` request into each further one (at most `MAX_RECORDS` in all).
 
     `signatures`: signature name -> its input specs (each named as the input); `tokenizer`:
     the export's, which measures the sentences; `widths`: from `warmup_widths`.
     """
+    codes = sorted(languages.token_ids) if languages else [""]
+    # A language token first in the source takes a piece of the width.
+    token_pieces = int(languages is not None and languages.placement == "source")
     requests = []
     for width in widths:
-        text = _sentence(tokenizer, width - 1)
+        text = _sentence(tokenizer, width - 1 - token_pieces)
         ids = tokenizer.tokenize(tf.constant([text])).to_tensor().numpy()
         for prefix in ("", WORD):
-            values = {"text": [text], "source_ids": ids, "prefix": [prefix]}
+            values = {"text": [text], "source_ids": ids, "prefix": [prefix],
+                      "target_language": codes[:1]}
             for name, specs in signatures.items():
                 takes_prefix = any(spec.name == "prefix" for spec in specs)
                 if prefix and not takes_prefix:
                     continue
-                request = predict_pb2.PredictRequest()
-                request.model_spec.signature_name = name
-                for spec in specs:
-                    request.inputs[spec.name].CopyFrom(
-                        tf.make_tensor_proto(values[spec.name], dtype=spec.dtype))
-                requests.append(request)
+                requests.append(_request(name, specs, values))
+    text = _sentence(tokenizer, widths[0] - 1 - token_pieces)
+    for code in codes[1:MAX_RECORDS - len(requests) + 1]:
+        requests.append(_request("serving_default", signatures["serving_default"],
+                                 {"text": [text], "target_language": [code]}))
     return requests
+
+
+def _request(name: str, specs: Sequence[tf.TensorSpec], values: dict
+             ) -> predict_pb2.PredictRequest:
+    """The request to the signature `name` of inputs `specs`, each input its entry of
+    `values`."""
+    request = predict_pb2.PredictRequest()
+    request.model_spec.signature_name = name
+    for spec in specs:
+        request.inputs[spec.name].CopyFrom(tf.make_tensor_proto(values[spec.name],
+                                                                dtype=spec.dtype))
+    return request
 
 
 def write_warmup_requests(saved_model_dir: str | os.PathLike,

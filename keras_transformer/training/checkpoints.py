@@ -9,6 +9,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 import keras
 import numpy as np
@@ -98,17 +99,26 @@ def checkpoints_to_average(checkpoints: list[Path], last: int) -> tuple[list[Pat
     return chosen, f"the newest {last} checkpoints"
 
 
-def average_weights(model: keras.Model, paths: list[Path]) -> None:
-    """Sets `model`'s weights to the element-wise mean of the checkpoints at `paths`.
+def average_weights(model: keras.Model, paths: list[Path],
+                    checkpoint_model: Optional[keras.Model] = None) -> None:
+    """Sets `model`'s weights to the element-wise mean of the checkpoints at `paths`, each read
+    into `checkpoint_model` (default: `model`).
 
-    Only the model's variables are averaged (not the optimizer's), as in section 6.1.
+    Only the model's variables are averaged (not the optimizer's), as in section 6.1. A LoRA
+    run's checkpoints (read into a `Transformer` with LoRA, its `checkpoint_model`) are
+    averaged as the merged models (`merge_lora`) into the plain `model`: each projection's
+    kernel is the mean of its effective kernels `W + (alpha / rank) A_i B_i` (W frozen, the
+    same in each), not the product of the adapters' means.
     """
     if not paths:
         raise ValueError("average: no checkpoints given")
+    checkpoint_model = checkpoint_model or model
     totals = None
     for path in paths:
-        load_weights_file(model, path)
-        weights = [np.asarray(w, dtype=np.float64) for w in model.get_weights()]
+        load_weights_file(checkpoint_model, path)
+        held = (checkpoint_model.merge_lora() if getattr(checkpoint_model, "lora_rank", None)
+                else checkpoint_model)
+        weights = [np.asarray(w, dtype=np.float64) for w in held.get_weights()]
         totals = weights if totals is None else [t + w for t, w in zip(totals, weights)]
     model.set_weights([(total / len(paths)).astype(variable.dtype)
                        for total, variable in zip(totals, model.get_weights())])

@@ -3,6 +3,8 @@ tokenizer and its recipe (`load_run`, exported as `kt.load_run`).
 
     run = kt.load_run("runs/demo")
     run.translator().translate(tf.constant(["A man is riding a bike."]))["translation"]
+    # a run of several language pairs: one target language per sentence
+    kt.load_run("runs/multi").translator().translate(tf.constant(["Hello"]), tf.constant(["de"]))
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from keras_transformer.training.checkpoints import load_weights_file
 from keras_transformer.training.run_dir import RunDir
 
 if TYPE_CHECKING:
+    from keras_transformer.data.languages import RunLanguages
     from keras_transformer.data.sentencepiece_pair import SentencePiecePair
     from keras_transformer.data.tokenizer import SubwordTokenizer
     from keras_transformer.decoding.translator import Translator
@@ -36,6 +39,8 @@ class LoadedRun:
         results: what the run recorded (`RunDir.recorded_results`: the weights it chose,
             their dev BLEU, the final test figures); {} for a run that recorded none.
         run_dir: the run directory.
+        languages: the target languages of a run of several language pairs
+            (`RunDir.languages`), None for a run of one.
     """
 
     model: Transformer
@@ -45,16 +50,19 @@ class LoadedRun:
     weights_reason: str
     results: dict[str, Any]
     run_dir: RunDir
+    languages: Optional[RunLanguages] = None
 
     def translator(self, settings: Optional[SearchSettings] = None,
                    **options: Any) -> Translator:
         """A `Translator` (strings in, translations out) of the model and tokenizer that
         searches with `settings` (default: the recipe's); `options` are its other arguments
-        (e.g. `jit_compile=True`, `shortlist=`)."""
+        (e.g. `jit_compile=True`, `shortlist=`). Of a run of several language pairs, its
+        calls take `target_language` too (`Translator`)."""
         from keras_transformer.decoding.translator import Translator  # see `load_run`
 
         return Translator(self.model, self.tokenizer,
-                          self.recipe.search if settings is None else settings, **options)
+                          self.recipe.search if settings is None else settings,
+                          languages=self.languages, **options)
 
 
 def load_run(path: str | os.PathLike, weights: str | os.PathLike | None = None) -> LoadedRun:
@@ -92,7 +100,8 @@ def load_run(path: str | os.PathLike, weights: str | os.PathLike | None = None) 
                          f"{recipe.architecture.vocab_size}")
     model, chosen, reason = chosen_model(path, weights)
     return LoadedRun(model=model, tokenizer=tokenizer, recipe=recipe, weights=chosen,
-                     weights_reason=reason, results=run.recorded_results(), run_dir=run)
+                     weights_reason=reason, results=run.recorded_results(), run_dir=run,
+                     languages=run.languages())
 
 
 def chosen_model(path: str | os.PathLike, weights: str | os.PathLike | None = None

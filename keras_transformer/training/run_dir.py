@@ -222,8 +222,8 @@ def record_average(run: RunDir, averaged: list[Path], averaging: str,
 def keep_better_of_average_and_final(
         model: keras.Model, run: RunDir, average_last: int,
         dev_bleu: Callable[[], float | dict[str, float]],
-        stage: Callable[[str], ContextManager[None]] = lambda what: contextlib.nullcontext()
-) -> dict:
+        stage: Callable[[str], ContextManager[None]] = lambda what: contextlib.nullcontext(),
+        checkpoint_model: Optional[keras.Model] = None) -> dict:
     """Leaves `model` holding the run's result and returns what `result.json` records.
 
     `model` holds the final weights (already saved as `run.final_weights`); `dev_bleu()` scores
@@ -233,7 +233,9 @@ def keep_better_of_average_and_final(
     if fewer were kept, listed as `averaged`) are averaged into `run.averaged_weights`, and the
     average is the result only if its dev BLEU is higher; `averaging` says what was averaged,
     or why nothing was (`checkpoints_to_average`). Each step runs inside `stage(what it does)`
-    (e.g. `progress.stage`, which prints its start and end).
+    (e.g. `progress.stage`, which prints its start and end). The checkpoints are read into
+    `checkpoint_model` (default: `model`): a LoRA run's trained model, whose checkpoints hold
+    the adapters, while `model` is its merged, plain model (`checkpoints.average_weights`).
     """
     pairs: dict[str, dict[str, float]] = {}
 
@@ -251,7 +253,7 @@ def keep_better_of_average_and_final(
     chosen = run.final_weights
     if averaged:
         with stage(f"averaging {averaging}"):
-            average_weights(model, averaged)
+            average_weights(model, averaged, checkpoint_model)
             save_weights_atomic(model, run.averaged_weights)
         with stage("dev BLEU of the averaged weights"):
             scores["averaged"] = scored("averaged")

@@ -1,11 +1,15 @@
-"""Every use of a private Keras or TensorFlow API, in one place (the fast subpackage's; the core
-uses none).
+"""Every use of a private Keras or TensorFlow API, in one place: the fast subpackage's (its
+training steps, multi-worker `fit`) and the core's one (`unlocked_state`, for LoRA adapters
+added to a built layer); no other module of the package uses any (tests/test_architecture.py).
 
 Each was checked on the versions in `CHECKED_ON` (the ends of setup.py's declared range, both
 tested in CI). Where a newer release lacks one, the caller gets a `CompatibilityError` naming
 those versions, or falls back to a public path where one exists (said at each function).
 """
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import keras
 import tensorflow as tf
@@ -33,6 +37,22 @@ def has_private_attribute(owner, name: str) -> bool:
     return hasattr(owner, name)
 
 
+@contextlib.contextmanager
+def unlocked_state(layer: keras.layers.Layer) -> Iterator[None]:
+    """Lets the built `layer` create weights (`HeadsDense.enable_lora`). Keras locks a layer's
+    state once it is built and offers no public way to add to it afterwards; its own
+    `Dense.enable_lora` unlocks the layer's (private) tracker the same way. A layer that
+    creates its weights in `build` needs none of this."""
+    tracker = private_attribute(layer, "_tracker")
+    locked = tracker.locked
+    tracker.unlock()
+    try:
+        yield
+    finally:
+        if locked:
+            tracker.lock()
+
+
 def in_xla_context() -> bool:
     """Whether the graph being built is compiled by XLA (`jit_compile=True`) or sits inside
     such a graph. TensorFlow's `control_flow_util` is private; without it, True (callers then
@@ -50,6 +70,14 @@ def in_multi_worker_mode(strategy: tf.distribute.Strategy) -> bool:
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return False
     return private_attribute(strategy.extended, "_in_multi_worker_mode")()
+
+
+def adam_moments(optimizer: keras.optimizers.Adam,
+                 variable: keras.Variable) -> tuple[keras.Variable, keras.Variable]:
+    """The first and second moment slots Keras's `Adam` keeps for `variable`."""
+    index = private_attribute(optimizer, "_get_variable_index")(variable)
+    return (private_attribute(optimizer, "_momentums")[index],
+            private_attribute(optimizer, "_velocities")[index])
 
 
 def loss_tracker(model: keras.Model) -> keras.metrics.Metric:

@@ -1,0 +1,372 @@
+"""Serving a model of several target languages: kt-translate, kt-evaluate and
+kt-translate-corpus take `--target-language` (required by such a model, refused by a model of
+one, an unknown language refused by name, nothing written), one SavedModel answers each
+language a request names (an unknown one an InvalidArgumentError naming it) as kt-translate
+does, its warm-up asks for each language, the stock TF 2.20 runtime serves it, and the
+CTranslate2 export passes the token as the model was trained."""
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow_serving.apis import prediction_log_pb2
+
+from helpers import (LEARNS, PAIRS, STOCK_PYTHON, TARGETS, final_json, pair_args, random_run,
+                     run_stock, three_language_corpus)
+from keras_transformer.data import SubwordTokenizer
+from keras_transformer.data.sentencepiece_pair import load_tokenizer
+from keras_transformer.data.languages import (LanguagePair, RunLanguages, language_token,
+                                              language_token_ids, reserved_tokens)
+from keras_transformer.decoding.translator import IntoLanguage, Translator
+from keras_transformer.evaluation import corpus_scores
+from keras_transformer.serving.loading import recorded_languages
+from keras_transformer.serving.warmup import WARMUP_FILE
+from keras_transformer.training.loaded_run import load_run
+from keras_transformer.training.run_dir import LANGUAGES_FILE, RunDir
+from marian_models import MarianVariant, write_marian_model
+from trainers import evaluate, export, import_model, train, translate, translate_corpus
+from trainers.common import run_target_language
+
+LANGUAGES = sorted(TARGETS)  # dd, rv, up
+SIGNATURES = {"serving_default", "translate_ids", "translate_nbest", "translate_with_prefix",
+              "translate_with_alignment"}
+
+# Given an export, sentences, languages and requests (signature, inputs as lists and
+# dtypes), the translations into each language (or the error) and each request's outputs.
+STOCK_REQUESTS = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+path, texts, languages = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+signatures = tf.saved_model.load(path).signatures
+outputs = {"tf": tf.__version__, "translations": {}, "replies": []}
+for language in languages:
+    try:
+        outputs["translations"][language] = [text.decode("utf-8") for text in signatures[
+            "serving_default"](text=tf.constant(texts), target_language=tf.constant(
+                [language] * len(texts)))["translation"].numpy().tolist()]
+    except tf.errors.InvalidArgumentError as error:
+        outputs["translations"][language] = "InvalidArgumentError: " + error.message
+for name, inputs in json.loads(sys.argv[4]):
+    replies = signatures[name](**{key: tf.constant(value, tf.dtypes.as_dtype(dtype))
+                                  for key, (value, dtype) in inputs.items()})
+    outputs["replies"].append(sorted(key for key, value in replies.items()
+                                     if value.shape[0] == 1))
+assert not [name for name in sys.modules if name.startswith("keras_transformer")]
+print(json.dumps(outputs))
+"""
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict[str, dict[str, Path]]:
+    return three_language_corpus(tmp_path_factory.mktemp("three_languages"))
+
+
+@pytest.fixture(scope="module", params=["source", "target"])
+def trained(request, corpus, tmp_path_factory) -> tuple[Path, Path]:
+    """A run of the three pairs, its token placed as the parameter says, learned in 300 steps,
+    and the SavedModel kt-train exported of it (beam 4): the run directory and the export's
+    model directory."""
+    root = tmp_path_factory.mktemp(f"trained_{request.param}")
+    argv = LEARNS + pair_args(corpus, "train", "dev") + [
+        "--language-token", request.param, "--steps", "300", "--eval-every", "300",
+        "--output-dir", str(root / "run"), "--base-dir", str(root / "exports"),
+        "--export-name", "multi"]
+    assert train.main(argv) == 0
+    return root / "run", root / "exports" / "multi"
+
+
+@pytest.fixture(scope="module")
+def vocabulary(corpus, tmp_path_factory) -> Path:
+    """A vocabulary of the four languages with the three target-language tokens."""
+    texts = [line for path in corpus["train"].values()
+             for line in path.read_text(encoding="utf-8").splitlines()]
+    directory = tmp_path_factory.mktemp("vocabulary")
+    SubwordTokenizer.train(texts, 380, directory, reserved=reserved_tokens(
+        [LanguagePair.parse(name) for name in PAIRS]))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def random_multi(vocabulary, tmp_path_factory) -> Path:
+    """A run directory of a random model of the three languages (source placement)."""
+    run = random_run(vocabulary, tmp_path_factory.mktemp("random_multi"), beam_size=2)
+    ids = language_token_ids(SubwordTokenizer.load(vocabulary), LANGUAGES, "the vocabulary")
+    run.write_json(LANGUAGES_FILE, RunLanguages("source", 1.0, ids, []).to_dict())
+    return run.root
+
+
+@pytest.fixture(scope="module")
+def random_export(random_multi, tmp_path_factory) -> Path:
+    """The SavedModel of `random_multi` (kt-export)."""
+    base = tmp_path_factory.mktemp("random_exports")
+    assert export.main([str(random_multi), str(random_multi / "vocab"), "--name", "multi",
+                        "--base-dir", str(base)]) == 0
+    return base / "multi" / "1"
+
+
+def warmup_requests(export: Path) -> list:
+    """The `PredictRequest`s of `export`'s warm-up file, as TF Serving reads them."""
+    records = tf.data.TFRecordDataset(os.path.join(export, WARMUP_FILE))
+    return [prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log.request
+            for record in records]
+
+
+def asked_languages(requests: list) -> list[tuple[str, str]]:
+    """Each request's signature and target language, sorted."""
+    return sorted((request.model_spec.signature_name,
+                   tf.make_ndarray(request.inputs["target_language"]).tolist()[0].decode())
+                  for request in requests)
+
+
+# One request per signature into the first language (two of translate_with_prefix), and
+# serving_default into each further one.
+WARMUP_ASKS = sorted([(name, "dd") for name in SIGNATURES] + [
+    ("translate_with_prefix", "dd"), ("serving_default", "rv"), ("serving_default", "up")])
+
+
+def translated(argv: list[str], capsys) -> tuple[int, list[str], str]:
+    """kt-translate's exit status, output lines and standard error."""
+    stdout = io.StringIO()
+    code = translate.main([*argv, "--quiet"], stdout=stdout)
+    return code, stdout.getvalue().split("\n")[:-1], capsys.readouterr().err
+
+
+def bleu(hypotheses: list[str], references: Path) -> float:
+    return corpus_scores(hypotheses, references.read_text(encoding="utf-8").splitlines())[0].value
+
+
+@pytest.mark.slow
+def test_each_command_translates_into_the_language_asked_for_as_the_export_does(
+        trained, corpus, tmp_path, capsys):
+    """kt-translate of the run into each language is that language's translation (BLEU 90+
+    against its references, below 10 against the others'); kt-translate of the export gives
+    the same, and so do kt-evaluate and kt-translate-corpus (into one language each); one batch of the SavedModel asking for
+    a language per sentence gives each sentence the translation into its own language, and
+    the alignment signature leaves the token out of its target pieces."""
+    run_dir, exports = trained
+    sources = corpus["test"]["en"]
+    by_language = {}
+    for language in LANGUAGES:
+        code, lines, err = translated([str(run_dir), str(sources), "--target-language",
+                                       language], capsys)
+        assert code == 0, err
+        for other in LANGUAGES:
+            score = bleu(lines, corpus["test"][other])
+            assert score >= 90 if other == language else score < 10, (language, other, score)
+        assert translated([str(exports), str(sources), "--target-language", language],
+                          capsys)[1] == lines
+        by_language[language] = lines
+    assert evaluate.main([str(run_dir), "--src", str(sources), "--ref",
+                          str(corpus["test"]["up"]), "--target-language", "up",
+                          "--hypotheses", str(tmp_path / "up.hyp")]) == 0
+    assert final_json(capsys.readouterr().out)["BLEU"] == pytest.approx(bleu(
+        by_language["up"], corpus["test"]["up"]), abs=0.01)
+    assert translate_corpus.main([str(run_dir), str(sources), "--output",
+                                  str(tmp_path / "corpus.rv"), "--target-language", "rv",
+                                  "--quiet"]) == 0
+    assert (tmp_path / "corpus.rv").read_text().splitlines() == by_language["rv"]
+    texts = sources.read_text(encoding="utf-8").splitlines()[:9]
+    asked = [LANGUAGES[index % 3] for index in range(len(texts))]
+    signatures = tf.saved_model.load(str(exports / "1")).signatures
+    assert {name for name, function in signatures.items()
+            if "target_language" in function.structured_input_signature[1]} == SIGNATURES
+    mixed = signatures["serving_default"](text=tf.constant(texts),
+                                          target_language=tf.constant(asked))
+    assert [text.decode() for text in mixed["translation"].numpy()] == [
+        by_language[language][index] for index, language in enumerate(asked)]
+    aligned = signatures["translate_with_alignment"](text=tf.constant(texts),
+                                                     target_language=tf.constant(asked))
+    np.testing.assert_array_equal(aligned["translation"], mixed["translation"])
+    assert not {language_token(language).encode() for language in LANGUAGES} & set(
+        aligned["target_pieces"].numpy().ravel().tolist())
+
+
+@pytest.mark.slow
+def test_the_ctranslate2_export_passes_the_token_as_the_model_was_trained(trained, corpus,
+                                                                          tmp_path, capsys):
+    """Greedy, each language's translations, free and after a prefix, are ours."""
+    pytest.importorskip("ctranslate2")
+    run_dir, _ = trained
+    greedy = ["--beam-size", "1"]
+    assert export.main([str(run_dir), str(run_dir / "vocab"), "--name", "ct2", "--base-dir",
+                        str(tmp_path), "--format", "ctranslate2", "--quantization", "float32",
+                        *greedy]) == 0
+    sources = corpus["test"]["en"]
+    prefixes = tmp_path / "prefixes"
+    prefixes.write_text("".join(("" if index % 2 else line.split()[0]) + "\n" for index, line
+                                in enumerate(corpus["test"]["up"].read_text().splitlines())))
+    for language in LANGUAGES:
+        for extra in ([], ["--prefix", str(prefixes)]):
+            ours = translated([str(run_dir), str(sources), "--target-language", language,
+                               *greedy, *extra], capsys)
+            theirs = translated([str(tmp_path / "ct2"), str(sources), "--target-language",
+                                 language, *extra], capsys)
+            assert ours[0] == theirs[0] == 0 and theirs[1] == ours[1], (language, extra)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not STOCK_PYTHON, reason="KT_STOCK_RUNTIME_PYTHON (a Python with exactly "
+                    "tensorflow 2.20 + tensorflow-text 2.20) is not set")
+def test_the_stock_runtime_answers_a_request_per_language_and_replays_the_warmup(
+        trained, corpus, tmp_path, capsys):
+    """Each language's translations are kt-translate's, an unknown language fails the request
+    naming it, and every warm-up request gets an answer of one row per output."""
+    run_dir, exports = trained
+    texts = corpus["test"]["en"].read_text(encoding="utf-8").splitlines()[:5]
+    requests = warmup_requests(exports / "1")
+    assert asked_languages(requests) == WARMUP_ASKS
+    replayed = [[request.model_spec.signature_name, {
+        key: (tf.make_ndarray(proto).tolist() if proto.dtype != tf.string.as_datatype_enum
+              else [item.decode() for item in tf.make_ndarray(proto).tolist()],
+              tf.dtypes.as_dtype(proto.dtype).name)
+        for key, proto in request.inputs.items()}] for request in requests]
+    stock = run_stock(STOCK_PYTHON, STOCK_REQUESTS, str(exports / "1"), json.dumps(texts),
+                      json.dumps(LANGUAGES + ["xx"]), json.dumps(replayed), cwd=tmp_path)
+    assert stock["tf"].startswith("2.20.")
+    (tmp_path / "input.en").write_text("".join(text + "\n" for text in texts))
+    for language in LANGUAGES:
+        assert stock["translations"][language] == translated(
+            [str(run_dir), str(tmp_path / "input.en"), "--target-language", language],
+            capsys)[1]
+    assert stock["translations"]["xx"].startswith("InvalidArgumentError")
+    assert "the model translates into dd, rv, up only, not] [xx xx" in stock["translations"]["xx"]
+    signatures = tf.saved_model.load(str(exports / "1")).signatures
+    assert stock["replies"] == [sorted(signatures[name].structured_outputs)
+                                for name, _ in replayed]
+
+
+@pytest.mark.parametrize("command", ["kt-translate", "kt-evaluate", "kt-translate-corpus"])
+def test_a_missing_or_unknown_target_language_is_refused_by_name_writing_nothing(
+        random_multi, corpus, tmp_path, capsys, command):
+    output = tmp_path / "out.txt"
+    arguments = {"kt-translate": (translate, [str(corpus["dev"]["en"]), "--output",
+                                              str(output)]),
+                 "kt-evaluate": (evaluate, ["--src", str(corpus["dev"]["en"]), "--ref",
+                                            str(corpus["dev"]["up"]), "--hypotheses",
+                                            str(output)]),
+                 "kt-translate-corpus": (translate_corpus, [str(corpus["dev"]["en"]),
+                                                            "--output", str(output)])}
+    main, argv = arguments[command]
+    assert main.main([str(random_multi), *argv]) == 2
+    assert (f"{command}: error: --target-language: required: '{random_multi}' translates into "
+            f"dd, rv, up") in capsys.readouterr().err
+    assert main.main([str(random_multi), *argv, "--target-language", "fr"]) == 2
+    assert (f"{command}: error: --target-language: target language 'fr': the model translates "
+            f"into dd, rv, up only") in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_model_of_one_target_language_refuses_one(demo_vocab, tmp_path, capsys):
+    run = random_run(demo_vocab, tmp_path / "run").root
+    source = tmp_path / "in.en"
+    source.write_text("one dog\n")
+    code, _, err = translated([str(run), str(source), "--target-language", "de"], capsys)
+    assert code == 2 and (f"--target-language: '{run}' translates into one language (it was "
+                          "trained on one language pair)") in err
+    with pytest.raises(ValueError, match="target language 'de': the model translates into one"):
+        IntoLanguage(load_run(run).translator(), "de")
+
+
+@pytest.mark.slow
+def test_one_savedmodel_answers_each_language_and_refuses_an_unknown_one(random_multi,
+                                                                         random_export, corpus,
+                                                                         capsys):
+    """Each signature takes `target_language`, one per row; the export records the languages,
+    translates a mixed batch as the run does each language (in-process and through
+    kt-translate) and fails a request for a language it does not have, or with a language
+    count other than the rows', with InvalidArgumentError naming it."""
+    languages = RunDir(random_multi).languages()
+    assert recorded_languages(random_export) == languages
+    signatures = tf.saved_model.load(str(random_export)).signatures
+    assert {name: set(function.structured_input_signature[1]) - {"text", "prefix"}
+            for name, function in signatures.items()} == {
+        **{name: {"target_language"} for name in SIGNATURES},
+        "translate_ids": {"source_ids", "target_language"}}
+    texts = corpus["dev"]["en"].read_text(encoding="utf-8").splitlines()[:6] + [""]
+    asked = [LANGUAGES[index % 3] for index in range(len(texts))]
+    mixed = signatures["serving_default"](text=tf.constant(texts),
+                                          target_language=tf.constant(asked))
+    translator = load_run(random_multi).translator()
+    for language in LANGUAGES:
+        rows = [index for index, wanted in enumerate(asked) if wanted == language]
+        alone = IntoLanguage(translator, language).translate(tf.constant(
+            [texts[index] for index in rows]))
+        np.testing.assert_array_equal(alone["translation"], tf.gather(mixed["translation"],
+                                                                      rows))
+        np.testing.assert_allclose(alone["score"], tf.gather(mixed["score"], rows), atol=1e-5)
+    assert mixed["translation"].numpy()[-1] == b""  # an empty sentence, whatever the language
+    source = corpus["dev"]["en"]
+    assert translated([str(random_export), str(source), "--target-language", "rv"],
+                      capsys)[1] == translated([str(random_multi), str(source),
+                                                "--target-language", "rv"], capsys)[1]
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"target_language: the model translates into dd, rv, up only, "
+                             r"not\] \[fr\]"):
+        signatures["translate_nbest"](text=tf.constant(["cat", "dog"]),
+                                      target_language=tf.constant(["up", "fr"]))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="target_language: give one language per row of the batch"):
+        signatures["translate_ids"](source_ids=tf.constant([[10, 11]]),
+                                    target_language=tf.constant(["up", "rv"]))
+
+
+@pytest.mark.slow
+def test_the_warmup_asks_for_each_language_and_replays(random_export):
+    """Every signature once into the first language (translate_with_prefix twice), and
+    `serving_default` once into each further one; each request replays."""
+    requests = warmup_requests(random_export)
+    assert asked_languages(requests) == WARMUP_ASKS
+    record = json.loads((random_export / "assets.extra" /
+                         "keras_transformer_provenance.json").read_text())
+    assert record["warmup"]["records"] == len(requests) == 8
+    signatures = tf.saved_model.load(str(random_export)).signatures
+    for request in requests:
+        inputs = {key: tf.constant(tf.make_ndarray(proto))
+                  for key, proto in request.inputs.items()}
+        outputs = signatures[request.model_spec.signature_name](**inputs)
+        assert all(value.shape[0] == 1 for value in outputs.values())
+
+
+def test_an_in_process_translator_of_several_languages_takes_one_per_row(random_multi):
+    """`load_run`'s translator of a run of several pairs takes `target_language` per row;
+    `IntoLanguage` refuses a language the model does not have, by name."""
+    translator = load_run(random_multi).translator()
+    assert isinstance(translator, Translator) and translator.languages is not None
+    both = translator.translate(tf.constant(["big cat", "big cat"]), tf.constant(["up", "rv"]))
+    for index, language in enumerate(["up", "rv"]):
+        assert IntoLanguage(translator, language).translate(tf.constant(["big cat"]))[
+            "translation"].numpy()[0] == both["translation"].numpy()[index]
+    with pytest.raises(ValueError, match=r"target language 'fr': the model translates into "
+                                         r"dd, rv, up only"):
+        IntoLanguage(translator, "fr")
+
+
+@pytest.mark.slow
+def test_an_imported_multi_target_model_takes_the_language_as_its_first_source_token(
+        tmp_path, capsys):
+    """A run imported from a Marian model with `>>fra<<` and `>>deu<<` source tokens
+    translates `--target-language deu` as it translates each text led by `>>deu<<`, and
+    refuses a language without a token by name; without the option the texts are as given."""
+    folder = write_marian_model(tmp_path / "marian", MarianVariant(tied_all=False,
+                                                                   languages=("fra", "deu")))
+    run = tmp_path / "run"
+    assert import_model.main([str(folder), "--output-dir", str(run)]) == 0
+    lines = ["I see one dog.", "", "we like the red car!"]
+    plain, tagged = tmp_path / "plain.en", tmp_path / "tagged.en"
+    plain.write_text("".join(line + "\n" for line in lines))
+    tagged.write_text("".join((f">>deu<< {line}" if line else "") + "\n" for line in lines))
+    search = ["--beam-size", "2", "--max-decode-extra", "5"]
+    asked = translated([str(run), str(plain), "--target-language", "deu", *search], capsys)
+    assert asked[0] == 0 and asked[1] == translated([str(run), str(tagged), *search], capsys)[1]
+    assert asked[1][1] == ""
+    languages, _ = run_target_language(str(run), "deu")
+    tokenizer = load_tokenizer(run / "vocab")
+    assert languages.placement == "source" and languages.token_ids == {
+        code: tokenizer.tokenize(tf.constant([f">>{code}<<"]))[0].numpy().tolist()[0]
+        for code in ("fra", "deu")}
+    code, _, err = translated([str(run), str(plain), "--target-language", "ita"], capsys)
+    assert code == 2 and "target language 'ita': the model translates into deu, fra only" in err
