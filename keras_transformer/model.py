@@ -224,8 +224,8 @@ class Transformer(keras.Model):
         new_self = []
         for layer, weights, self_cache in zip(self.decoder_layers, cache["layers"],
                                               cache["self"]):
-            x, self_cache = layer.step(x, weights, self_cache, position, slots, written,
-                                       cross_mask)
+            x, self_cache = layer.step(x, weights, self_cache, position, slots=slots,
+                                       written=written, cross_mask=cross_mask)
             new_self.append(self_cache)
         logits = self.step_logits(tf.reshape(x, tf.shape(embedded)), cache["output"])
         return logits, {**cache, "self": new_self, "ancestors": ancestors}

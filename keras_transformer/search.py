@@ -5,12 +5,13 @@ The searches know nothing of the model. They call
 
     step(token_ids, position, state) -> (log_probs, state)
 
-with the newest token of every hypothesis, `token_ids` `[batch, beam]` (the start token at
-position 0), and get the log-probabilities of the next one, `[batch, beam, n]` over `n`
-candidate ids (`vocabulary_ids`, default `range(n)`), plus the step's new state: any
-structure of tensors, e.g. a key/value cache. When beam search moves hypotheses, the state
-follows them through `reorder(state, parents)` (`parents[row]`: the flat `[batch * beam]`
-row that hypothesis `row` extends); by default every tensor of the state is gathered along
+with the newest token of every hypothesis, `token_ids` `[batch, per sentence]` (the
+hypotheses of each sentence: its beam, or its samples; the start token at position 0), and get
+the log-probabilities of the next one, `[batch, per sentence, n]` over `n` candidate ids
+(`vocabulary_ids`, default `range(n)`), plus the step's new state: any structure of tensors,
+e.g. a key/value cache. When beam search moves hypotheses, the state follows them through
+`reorder(state, parents)` (`parents[row]`: the flat `[batch * beam_size]` row that
+hypothesis `row` extends); by default every tensor of the state is gathered along
 its first axis (`gather_rows`), and a state laid out otherwise brings its own reorder.
 
 Scores are GNMT-normalized: log-probability / `length_divisor(length, alpha)`. `ensemble`

@@ -13,7 +13,7 @@ from keras_transformer.serving.ctranslate2_export import (check_convertible, ctr
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.decoding.transformer_search import cached_step, output_limits
 from keras_transformer.decoding.translator import Translator
-from keras_transformer.serving.text_translation import TextTranslator
+from keras_transformer.serving.text_translation import LineTranslator
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -92,8 +92,8 @@ def test_greedy_translations_nbest_and_prefixes_match_our_translator(tokenizer, 
     directory = export_ctranslate2(model, tokenizer, tmp_path / "ct2", "float32", settings)
     translate_text, translate_ids, translate_prefixed, _, owner = ctranslate2_functions(
         directory)
-    ours = TextTranslator.from_translator(Translator(model, tokenizer, settings))
-    theirs = TextTranslator(translate_text, translate_ids, tokenizer, owner, translate_prefixed)
+    ours = LineTranslator.from_translator(Translator(model, tokenizer, settings))
+    theirs = LineTranslator(translate_text, translate_ids, tokenizer, owner, translate_prefixed)
     for sentence in SENTENCES:  # one at a time: CTranslate2's length limit is per batch
         assert theirs.best([sentence.encode()])[0] == ours.best([sentence.encode()])[0]
     texts = [sentence.encode() for sentence in SENTENCES]

@@ -7,7 +7,7 @@ import keras_transformer as kt
 from keras_transformer import fast
 from keras_transformer.decoding import (beam_search, greedy_decode, length_divisor,
                                         score_hypotheses)
-from keras_transformer.decoding.transformer_search import cached_step, decode, recomputed_step
+from keras_transformer.decoding.transformer_search import cached_step, recomputed_step, run_search
 from keras_transformer.precision import serving_copy
 from keras_transformer.vocab_ids import EOS_ID, PAD_ID
 
@@ -102,9 +102,9 @@ def test_sentence_result_does_not_depend_on_its_batch(model):
                                    atol=1e-5)
 
 
-@pytest.mark.parametrize("decode", [greedy_decode, beam_search])
-def test_empty_batch(model, decode):
-    result = decode(model, tf.zeros([0, 3], tf.int32))
+@pytest.mark.parametrize("search", [greedy_decode, beam_search])
+def test_empty_batch(model, search):
+    result = search(model, tf.zeros([0, 3], tf.int32))
     assert result.ids.shape[0] == 0 and result.scores.shape[0] == 0
 
 
@@ -175,7 +175,7 @@ def test_the_decoding_step_runs_the_same_ops_under_either_kernel_set():
 
     def loop_ops(kernel_set: str) -> list[tuple[str, int]]:
         with fast.kernels_scope(kernel_set):
-            graph = tf.function(decode, autograph=False).get_concrete_function(
+            graph = tf.function(run_search, autograph=False).get_concrete_function(
                 model, tf.TensorSpec([None, None], tf.int32), kt.SearchSettings(3)).graph
         counts: dict[str, int] = {}
         for function in graph.as_graph_def().library.function:
@@ -205,9 +205,9 @@ PREFIXES = np.array([[20, 21, 0, 0, 0, 0, 0, 0],
                      [23, 24, 25, 26, 27, 28, 29, 30]], np.int32)
 
 
-@pytest.mark.parametrize("decode, kwargs", [(beam_search, {"beam_size": 3}), (greedy_decode, {})])
-def test_prefix_starts_every_hypothesis_and_scores_as_teacher_forcing(model, decode, kwargs):
-    result = decode(model, SOURCES, max_decode_extra=2, prefix_ids=PREFIXES, **kwargs)
+@pytest.mark.parametrize("search, kwargs", [(beam_search, {"beam_size": 3}), (greedy_decode, {})])
+def test_prefix_starts_every_hypothesis_and_scores_as_teacher_forcing(model, search, kwargs):
+    result = search(model, SOURCES, max_decode_extra=2, prefix_ids=PREFIXES, **kwargs)
     ids, lengths = result.ids.numpy(), result.lengths.numpy()
     for sentence, prefix in enumerate(PREFIXES):
         prefix = prefix[prefix != PAD_ID]
@@ -230,10 +230,10 @@ def test_prefix_cache_matches_full_recomputation(model, beam_size):
     np.testing.assert_allclose(cached.scores.numpy(), recomputed.scores.numpy(), atol=1e-5)
 
 
-@pytest.mark.parametrize("decode, kwargs", [(beam_search, {"beam_size": 3}), (greedy_decode, {})])
-def test_empty_prefix_changes_nothing(model, decode, kwargs):
-    free = decode(model, SOURCES, max_decode_extra=EXTRA, **kwargs)
-    empty = decode(model, SOURCES, max_decode_extra=EXTRA, prefix_ids=np.zeros([4, 3], np.int32),
+@pytest.mark.parametrize("search, kwargs", [(beam_search, {"beam_size": 3}), (greedy_decode, {})])
+def test_empty_prefix_changes_nothing(model, search, kwargs):
+    free = search(model, SOURCES, max_decode_extra=EXTRA, **kwargs)
+    empty = search(model, SOURCES, max_decode_extra=EXTRA, prefix_ids=np.zeros([4, 3], np.int32),
                    **kwargs)
     np.testing.assert_array_equal(free.ids.numpy(), empty.ids.numpy())
     np.testing.assert_allclose(free.scores.numpy(), empty.scores.numpy(), atol=1e-6)

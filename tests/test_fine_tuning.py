@@ -15,7 +15,7 @@ from keras_transformer.importing.marian import read_marian_folder
 from keras_transformer.importing.run_directory import imported_transformer, write_imported_run
 from keras_transformer.optimization import TransformerSchedule
 from keras_transformer.serving.loading import load_export
-from keras_transformer.serving.text_translation import TextTranslator
+from keras_transformer.serving.text_translation import LineTranslator
 from keras_transformer.training.checkpoints import list_checkpoints
 from keras_transformer.training.run_dir import RunDir
 from marian_models import training_sentences, write_marian_model
@@ -182,7 +182,7 @@ def test_a_lora_run_trains_the_adapters_and_writes_merged_weights(imported, tmp_
                         str(base), *search]) == 0
     sentences = [line.encode() for line in training_sentences(120, seed=3)[0][:3]]
     settings = kt.SearchSettings.of(loaded.recipe.search, beam_size=1, max_decode_extra=4)
-    assert load_export(base / "lora").best(sentences) == TextTranslator.from_translator(
+    assert load_export(base / "lora").best(sentences) == LineTranslator.from_translator(
         loaded.translator(settings)).best(sentences)
 
 

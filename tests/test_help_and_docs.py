@@ -174,3 +174,25 @@ def test_every_flag_the_prose_names_exists(monkeypatch):
             if flag not in known:
                 unknown.append(f"{source}: `{span}`: {flag}")
     assert not unknown, "\n".join(unknown)
+
+
+@pytest.mark.parametrize("command, required", [("train", []), ("prepare", ["--output-dir", "x"]),
+                                               ("evaluate", ["run"])])
+def test_tfds_flags_have_one_spelling_and_read_the_earlier_one(command, required, monkeypatch):
+    """The tensorflow-datasets languages are `--tfds-source-language`/`--tfds-target-language`
+    in every command (`--target-language` is a model's); `--source-lang`/`--target-lang`, and
+    kt-evaluate's `--split` for `--tfds-split`, are still read but no longer shown."""
+    parser = command_parser(command, monkeypatch)
+    new = parser.parse_args(required + ["--tfds-source-language", "fr",
+                                        "--tfds-target-language", "pt"])
+    old = parser.parse_args(required + ["--source-lang", "fr", "--target-lang", "pt"])
+    default = parser.parse_args(required)
+    assert (new.source_lang, new.target_lang) == (old.source_lang, old.target_lang) == ("fr", "pt")
+    assert (default.source_lang, default.target_lang) == ("en", "de")
+    shown = parser.format_help()
+    assert "--tfds-source-language" in shown and "--source-lang " not in shown
+    assert "--target-lang " not in shown
+    if command == "evaluate":
+        assert parser.parse_args(required + ["--split", "dev"]).split == "dev"
+        assert parser.parse_args(required + ["--tfds-split", "dev"]).split == "dev"
+        assert "--split " not in shown and default.split == "test"

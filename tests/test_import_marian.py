@@ -111,6 +111,7 @@ def test_the_run_directory_records_the_origin(tmp_path):
     assert set(record["files"]) >= {"model.npz", "opus.vocab.yml", "source.spm", "target.spm"}
     assert record["notices"] == {"LICENSE": "CC-BY 4.0\n"}
     assert run.load_recipe().architecture.output_bias
+    assert run.languages() is None  # one target language: no >>xx<< tokens
     with pytest.raises(ValueError, match="exists"):
         write_imported_run(read_marian_folder(folder), run.root, str(folder), "marian")
 

@@ -4,6 +4,7 @@ one, an unknown language refused by name, nothing written), one SavedModel answe
 language a request names (an unknown one an InvalidArgumentError naming it) as kt-translate
 does, its warm-up asks for each language, the stock TF 2.20 runtime serves it, and the
 CTranslate2 export passes the token as the model was trained."""
+import argparse
 import io
 import json
 import os
@@ -16,19 +17,21 @@ from tensorflow_serving.apis import prediction_log_pb2
 
 from helpers import (LEARNS, PAIRS, STOCK_PYTHON, TARGETS, final_json, pair_args, random_run,
                      run_stock, three_language_corpus)
+from keras_transformer.config import SearchSettings
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.data.sentencepiece_pair import load_tokenizer
 from keras_transformer.data.languages import (LanguagePair, RunLanguages, language_token,
                                               language_token_ids, reserved_tokens)
-from keras_transformer.decoding.translator import IntoLanguage, Translator
+from keras_transformer.decoding.translator import IntoLanguage, Translator, truncated_sources
 from keras_transformer.evaluation import corpus_scores
 from keras_transformer.serving.loading import recorded_languages
+from keras_transformer.serving.text_translation import output_line
 from keras_transformer.serving.warmup import WARMUP_FILE
 from keras_transformer.training.loaded_run import load_run
 from keras_transformer.training.run_dir import LANGUAGES_FILE, RunDir
 from marian_models import MarianVariant, write_marian_model
-from trainers import evaluate, export, import_model, train, translate, translate_corpus
-from trainers.common import run_target_language
+from trainers import (evaluate, export, import_model, train, train_evaluation, translate,
+                      translate_corpus)
 
 LANGUAGES = sorted(TARGETS)  # dd, rv, up
 SIGNATURES = {"serving_default", "translate_ids", "translate_nbest", "translate_with_prefix",
@@ -95,7 +98,7 @@ def random_multi(vocabulary, tmp_path_factory) -> Path:
     """A run directory of a random model of the three languages (source placement)."""
     run = random_run(vocabulary, tmp_path_factory.mktemp("random_multi"), beam_size=2)
     ids = language_token_ids(SubwordTokenizer.load(vocabulary), LANGUAGES, "the vocabulary")
-    run.write_json(LANGUAGES_FILE, RunLanguages("source", 1.0, ids, []).to_dict())
+    run.write_json(LANGUAGES_FILE, RunLanguages.trained("source", ids, 1.0, []).to_dict())
     return run.root
 
 
@@ -345,28 +348,213 @@ def test_an_in_process_translator_of_several_languages_takes_one_per_row(random_
         IntoLanguage(translator, "fr")
 
 
+IMPORTED_SEARCH = ["--beam-size", "2", "--max-decode-extra", "5"]
+
+
+@pytest.fixture(scope="module")
+def imported_multi(tmp_path_factory) -> dict:
+    """A run kt-import wrote of a random Marian model with `>>fra<<` and `>>deu<<` source
+    tokens, its input lines (one empty, one led by its own `>>fra<<`) in `plain`, and for
+    each language the same lines led by its token instead (`tagged`)."""
+    root = tmp_path_factory.mktemp("imported_multi")
+    folder = write_marian_model(root / "marian", MarianVariant(tied_all=False,
+                                                               languages=("fra", "deu")))
+    assert import_model.main([str(folder), "--output-dir", str(root / "run")]) == 0
+    lines = ["I see one dog.", "", "we like the red car!", ">>fra<< they read a big book."]
+    files = {"plain": lines, **{language: [
+        f">>{language}<< {line.removeprefix('>>fra<< ')}" if line else "" for line in lines]
+        for language in ("deu", "fra")}}
+    for name, texts in files.items():
+        (root / f"{name}.en").write_text("".join(text + "\n" for text in texts))
+    return {"run": root / "run", "lines": lines,
+            **{name: root / f"{name}.en" for name in files}}
+
+
 @pytest.mark.slow
 def test_an_imported_multi_target_model_takes_the_language_as_its_first_source_token(
-        tmp_path, capsys):
-    """A run imported from a Marian model with `>>fra<<` and `>>deu<<` source tokens
-    translates `--target-language deu` as it translates each text led by `>>deu<<`, and
-    refuses a language without a token by name; without the option the texts are as given."""
-    folder = write_marian_model(tmp_path / "marian", MarianVariant(tied_all=False,
-                                                                   languages=("fra", "deu")))
-    run = tmp_path / "run"
-    assert import_model.main([str(folder), "--output-dir", str(run)]) == 0
-    lines = ["I see one dog.", "", "we like the red car!"]
-    plain, tagged = tmp_path / "plain.en", tmp_path / "tagged.en"
-    plain.write_text("".join(line + "\n" for line in lines))
-    tagged.write_text("".join((f">>deu<< {line}" if line else "") + "\n" for line in lines))
-    search = ["--beam-size", "2", "--max-decode-extra", "5"]
-    asked = translated([str(run), str(plain), "--target-language", "deu", *search], capsys)
-    assert asked[0] == 0 and asked[1] == translated([str(run), str(tagged), *search], capsys)[1]
-    assert asked[1][1] == ""
-    languages, _ = run_target_language(str(run), "deu")
-    tokenizer = load_tokenizer(run / "vocab")
-    assert languages.placement == "source" and languages.token_ids == {
+        imported_multi, capsys):
+    """The import records the `>>xx<<` tokens as a run of several languages does
+    (languages.json: their pieces and ids, the "source" placement, the language optional);
+    `--target-language deu` translates each line as the line led by `>>deu<<`, in place of a
+    token of its own; without the option the lines are as given; a language without a token
+    is refused by name."""
+    run, plain = str(imported_multi["run"]), str(imported_multi["plain"])
+    search = [*IMPORTED_SEARCH, "--nbest", "2"]  # the scores tell translations apart
+    by_language = {}
+    for language in ("deu", "fra"):
+        asked = translated([run, plain, "--target-language", language, *search], capsys)
+        assert asked[0] == 0 and asked[1] == translated(
+            [run, str(imported_multi[language]), *search], capsys)[1]
+        by_language[language] = asked[1]  # two lines a line
+    assert by_language["deu"][2:4] == ["1 |||  ||| 0.0000"] * 2
+    assert all(by_language["deu"][index] != by_language["fra"][index] for index in (0, 4, 6))
+    as_given = translated([run, plain, *search], capsys)[1]
+    assert as_given[6:] == by_language["fra"][6:] and as_given[0] != by_language["deu"][0]
+    languages = RunDir(run).languages()
+    tokenizer = load_tokenizer(imported_multi["run"] / "vocab")
+    assert (languages.placement, languages.optional, languages.pieces) == (
+        "source", True, {"fra": ">>fra<<", "deu": ">>deu<<"})
+    assert languages.token_ids == {
         code: tokenizer.tokenize(tf.constant([f">>{code}<<"]))[0].numpy().tolist()[0]
         for code in ("fra", "deu")}
-    code, _, err = translated([str(run), str(plain), "--target-language", "ita"], capsys)
-    assert code == 2 and "target language 'ita': the model translates into deu, fra only" in err
+    code, _, err = translated([run, plain, "--target-language", "ita"], capsys)
+    assert code == 2 and ("--target-language: target language 'ita': the model translates "
+                          "into deu, fra only") in err
+    text = imported_multi["lines"][0]
+    pieces = int(tokenizer.tokenize(tf.constant([text])).row_lengths()[0])
+    texts = [text, f">>fra<< {text}"]  # the token asked for counts, in place of a text's own
+    assert truncated_sources(tokenizer, texts, pieces + 2, languages=languages,
+                             language="deu") == []
+    assert truncated_sources(tokenizer, texts, pieces + 1, languages=languages,
+                             language="deu") == [0, 1]
+    assert truncated_sources(tokenizer, texts, pieces + 1, languages=languages,
+                             language="") == [1]
+
+
+def test_a_languages_file_of_the_earlier_format_loads(tmp_path):
+    """A languages.json as runs of several pairs wrote it before imported models recorded
+    theirs (no "optional") loads: the pieces it names, the language required."""
+    record = {"placement": "target", "temperature": 5.0,
+              "tokens": {"de": {"piece": "<2de>", "id": 4}, "fr": {"piece": "<2fr>", "id": 5}},
+              "pairs": [{"name": "en-de", "source": "en", "target": "de", "share": 0.5},
+                        {"name": "en-fr", "source": "en", "target": "fr", "share": 0.5}]}
+    (tmp_path / LANGUAGES_FILE).write_text(json.dumps(record))
+    languages = RunDir(tmp_path).languages()
+    assert languages == RunLanguages.trained("target", {"de": 4, "fr": 5}, 5.0,
+                                             record["pairs"])
+    assert languages.pieces == {"de": "<2de>", "fr": "<2fr>"} and not languages.optional
+    assert languages.to_dict() == {**record, "optional": False}
+    with pytest.raises(ValueError, match="target language '': the model translates into de, "
+                                         "fr only"):
+        languages.token_id("")
+
+
+@pytest.mark.parametrize("model", ["run", pytest.param("export", marks=pytest.mark.slow)])
+def test_the_source_token_counts_toward_the_truncation(random_multi, vocabulary, request,
+                                                       tmp_path, capsys, model):
+    """With the "source" placement the token takes one of the `max_length - 1` source
+    places: kt-translate (of the run and of its export) warns of a line of exactly that many
+    pieces, which loses its last one, and not of a line one piece shorter."""
+    tokenizer = SubwordTokenizer.load(vocabulary)
+    max_length = RunDir(random_multi).load_recipe().architecture.max_length
+    assert tokenizer.tokenize(tf.constant(["cat dog"])).row_lengths().numpy().tolist() == [2]
+    lines = [" ".join(["cat"] * (max_length - 2)), " ".join(["dog"] * (max_length - 1))]
+    source = tmp_path / "in.en"
+    source.write_text("".join(line + "\n" for line in lines))
+    path = random_multi if model == "run" else request.getfixturevalue("random_export")
+    code, _, err = translated([str(path), str(source), "--target-language", "up"], capsys)
+    assert code == 0
+    assert (f"{source}: 1 line longer than the model takes (max_length {max_length}), "
+            f"translated from its first {max_length - 1} subwords: line 2") in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("placement", ["source", "target"])
+def test_kt_trains_dev_translations_are_kt_evaluates(vocabulary, corpus, tmp_path, capsys,
+                                                     placement):
+    """kt-train translates a pair's dev set as kt-evaluate (and kt-translate) translates it
+    into the pair's target language, greedy, an empty line into an empty line: the same
+    hypotheses and the same figure."""
+    run = random_run(vocabulary, tmp_path / "run", beam_size=2)
+    ids = language_token_ids(SubwordTokenizer.load(vocabulary), LANGUAGES, "the vocabulary")
+    languages = RunLanguages.trained(placement, ids, 1.0, [])
+    run.write_json(LANGUAGES_FILE, languages.to_dict())
+    sources = corpus["dev"]["en"].read_text(encoding="utf-8").splitlines()[:6] + [""]
+    references = corpus["dev"]["rv"].read_text(encoding="utf-8").splitlines()[:7]
+    files = [tmp_path / "dev.en", tmp_path / "dev.rv"]
+    for path, lines in zip(files, (sources, references)):
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    hypotheses = tmp_path / "dev.hyp"
+    assert evaluate.main([str(run.root), "--src", str(files[0]), "--ref", str(files[1]),
+                          "--target-language", "rv", "--beam-size", "1", "--hypotheses",
+                          str(hypotheses)]) == 0
+    evaluated = final_json(capsys.readouterr().out)["BLEU"]
+    loaded = load_run(run.root)
+    args = argparse.Namespace(recipe=loaded.recipe, eval_beam_size=1)
+    translate_dev = train_evaluation.dev_translation(args, loaded.model, loaded.tokenizer,
+                                                     languages, "en-rv")
+    assert translate_dev(sources) == hypotheses.read_text(encoding="utf-8").splitlines()
+    assert hypotheses.read_text(encoding="utf-8").splitlines()[-1] == ""
+    dev = {"en-rv": train_evaluation.DevSet(loaded.tokenizer, sources, references)}
+    assert train_evaluation.dev_bleu(args, loaded.model, dev, languages=languages)() == {
+        "en-rv": pytest.approx(evaluated, abs=0.01)}
+
+
+@pytest.mark.slow
+def test_kt_trains_dev_figures_are_kt_evaluates(trained, corpus, tmp_path, capsys):
+    """Each pair's dev BLEU kt-train recorded for its final weights (greedy, every dev
+    sentence) is kt-evaluate's greedy BLEU of those weights on the pair's dev files."""
+    run_dir, _ = trained
+    result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
+    for name in PAIRS:
+        target = name.split("-")[1]
+        assert evaluate.main([str(run_dir), "--src", str(corpus["dev"]["en"]), "--ref",
+                              str(corpus["dev"][target]), "--target-language", target,
+                              "--beam-size", "1", "--weights",
+                              str(RunDir(run_dir).final_weights), "--hypotheses",
+                              str(tmp_path / f"{name}.hyp")]) == 0
+        assert final_json(capsys.readouterr().out)["BLEU"] == pytest.approx(
+            result["dev_bleu_pairs"][name]["final"], abs=0.005)
+
+
+@pytest.mark.slow
+def test_the_savedmodel_of_an_imported_multi_target_model_takes_the_language(
+        imported_multi, tmp_path, capsys):
+    """kt-export of the imported run: every signature takes `target_language`, one per row;
+    a language translates as kt-translate --target-language does (of the run and of the
+    export), "" as the line says (the option left out), in one batch; a language without a
+    token fails the request naming it; the warm-up asks for each language."""
+    run, plain = imported_multi["run"], str(imported_multi["plain"])
+    base = tmp_path / "exports"
+    assert export.main([str(run), str(run / "vocab"), "--name", "opus", "--base-dir",
+                        str(base), *IMPORTED_SEARCH]) == 0
+    signatures = tf.saved_model.load(str(base / "opus" / "1")).signatures
+    assert {name for name, function in signatures.items()
+            if "target_language" in function.structured_input_signature[1]} == SIGNATURES
+    lines = imported_multi["lines"]
+    expected = {}
+    for language in ("deu", "fra", ""):
+        option = ["--target-language", language] if language else []
+        expected[language] = translated([str(run), plain, *option, *IMPORTED_SEARCH],
+                                        capsys)[1]
+        assert translated([str(base / "opus"), plain, *option], capsys)[1] == (
+            expected[language])
+    asked = ["deu", "", "fra", ""]
+    mixed = signatures["serving_default"](text=tf.constant(lines),
+                                          target_language=tf.constant(asked))
+    assert [output_line(text) for text in mixed["translation"].numpy()] == [
+        expected[language][index] for index, language in enumerate(asked)]
+    loaded = load_run(run)  # searching as IMPORTED_SEARCH says
+    translator = loaded.translator(SearchSettings.of(loaded.recipe.search, beam_size=2,
+                                                     max_decode_extra=5))
+    scores = [IntoLanguage(translator, language).translate(tf.constant([line]))["score"][0]
+              for line, language in zip(lines, asked)]
+    np.testing.assert_allclose(mixed["score"], scores, atol=1e-4)
+    assert scores[0] != IntoLanguage(translator, "fra").translate(tf.constant(lines[:1]))[
+        "score"][0]  # the language asked for is the one translated into
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"target_language: the model translates into deu, fra only, "
+                             r"not\] \[ita\]"):
+        signatures["translate_nbest"](text=tf.constant(lines[:2]),
+                                      target_language=tf.constant(["deu", "ita"]))
+    assert asked_languages(warmup_requests(base / "opus" / "1")) == sorted(
+        [(name, "deu") for name in SIGNATURES]
+        + [("translate_with_prefix", "deu"), ("serving_default", "fra")])
+
+
+@pytest.mark.slow
+def test_the_ctranslate2_export_of_an_imported_multi_target_model_takes_the_language(
+        imported_multi, tmp_path, capsys):
+    """Greedy, the CTranslate2 export translates into each language, and as the lines say
+    without one, as the run does."""
+    pytest.importorskip("ctranslate2")
+    run, plain = imported_multi["run"], str(imported_multi["plain"])
+    greedy = ["--beam-size", "1", "--max-decode-extra", "5"]
+    assert export.main([str(run), str(run / "vocab"), "--name", "ct2", "--base-dir",
+                        str(tmp_path), "--format", "ctranslate2", "--quantization", "float32",
+                        *greedy]) == 0
+    for option in (["--target-language", "deu"], ["--target-language", "fra"], []):
+        ours = translated([str(run), plain, *option, *greedy], capsys)
+        theirs = translated([str(tmp_path / "ct2"), plain, *option, "--batch-size", "1"],
+                            capsys)
+        assert ours[0] == theirs[0] == 0 and theirs[1] == ours[1], option

@@ -15,7 +15,7 @@ from keras_transformer.data import SentencePiecePair, SubwordTokenizer, load_tok
 from keras_transformer.data.sentencepiece_pair import SPECIAL_PIECES
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.serving.export import export_translator
-from keras_transformer.serving.text_translation import TextTranslator
+from keras_transformer.serving.text_translation import LineTranslator
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from marian_models import training_sentences, write_marian_model
 from trainers import prepare as prepare_cli
@@ -278,7 +278,7 @@ def test_an_export_ships_and_uses_the_pair(joint, tmp_path):
     version = export_translator(model, pair, "imported", tmp_path, settings)
     assert {"source.spm", "target.spm", "vocabulary.json"} <= {
         path.name for path in (Path(version) / "assets").iterdir()}
-    exported = TextTranslator.from_saved_model(version)
+    exported = LineTranslator.from_saved_model(version)
     assert type(exported.tokenizer) is SentencePiecePair
     texts = [">>fra<< I one two.", "my friend sees the dog", ""]
     local = Translator(model, pair, settings).translate(tf.constant(texts))

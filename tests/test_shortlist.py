@@ -5,7 +5,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.decoding import beam_search, greedy_decode
-from keras_transformer.decoding.transformer_search import decode
+from keras_transformer.decoding.transformer_search import run_search
 from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
 from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -155,7 +155,7 @@ def test_xla_search_over_the_padded_shortlist_equals_the_graph_search(model, bea
                             shortlist=shortlist, prefix_ids=prefix_ids)
         compiled = beam_search(model, SOURCES, beam_size=beam_size, max_decode_extra=EXTRA,
                                shortlist=shortlist, prefix_ids=prefix_ids, jit_compile=True)
-        padded = tf.function(decode, autograph=False)(
+        padded = tf.function(run_search, autograph=False)(
             model, tf.constant(SOURCES), kt.SearchSettings(beam_size, 0.6, EXTRA),
             prefix_ids=prefix_ids, shortlist=shortlist, static_shapes=True)
         for result in (compiled, padded):

@@ -182,7 +182,7 @@ def test_sampling_flags_draw_reproducibly_and_exports_fix_them(demo_vocab, input
     seed, other lines; `--seed` alone is refused. An export fixes the sampling settings: its
     SavedModel translates as the in-process `Translator` with the same settings."""
     from keras_transformer.decoding.translator import Translator
-    from keras_transformer.serving.text_translation import TextTranslator
+    from keras_transformer.serving.text_translation import LineTranslator
 
     run_dir = random_run(demo_vocab, tmp_path / "run")
     flags = ["--top-p", "0.95", "--temperature", "1.5", "--max-decode-extra", "4"]
@@ -202,7 +202,7 @@ def test_sampling_flags_draw_reproducibly_and_exports_fix_them(demo_vocab, input
     export_translator(model, tokenizer, "sampled", tmp_path / "exports", settings)
     texts = [line for line in LINES if line]
     exported = load_export(tmp_path / "exports" / "sampled")
-    in_process = TextTranslator.from_translator(Translator(model, tokenizer, settings))
+    in_process = LineTranslator.from_translator(Translator(model, tokenizer, settings))
     assert exported.best(texts)[0] == in_process.best(texts)[0]
     code, from_export, _ = run([str(tmp_path / "exports" / "sampled"), str(input_file)], capsys)
     assert code == 0 and from_export == first

@@ -16,12 +16,11 @@ from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.prepare import ParallelSource, sample_sentences
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.importing.marian import marian_languages
 from keras_transformer.model import Transformer
 from keras_transformer.serving.text_translation import chosen_language
 from keras_transformer.training.loaded_run import chosen_model, load_run
 from keras_transformer.training.progress import CountProgress, stage
-from keras_transformer.training.run_dir import IMPORT_FILE, RunDir
+from keras_transformer.training.run_dir import RunDir
 
 
 # kt-train's and kt-prepare's: storage prepared with the defaults trains with the defaults.
@@ -186,22 +185,32 @@ def add_target_language_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-language", metavar="LANG",
                         help="the language to translate into (e.g. de): required by a model "
                              "trained on several language pairs (kt-train --pair) and its "
-                             "exports; a run imported from a multi-target OPUS-MT model takes "
-                             "it as its >>LANG<< token (e.g. fra); refused by other models")
+                             "exports; a run imported from a multi-target OPUS-MT model, and "
+                             "its exports, take it as its >>LANG<< token (e.g. fra), first in "
+                             "each line in place of a line's own, or go without it (each line "
+                             "as it is); refused by other models")
+
+
+def add_tfds_language_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--tfds-source-language` and `--tfds-target-language` (on `parser` or one of its
+    argument groups): the tensorflow-datasets features translated from and into, parsed as
+    `source_lang` and `target_lang` (`load_tfds`'s names, and the keys a run's `run.json`
+    records); `--source-lang`/`--target-lang`, their earlier spelling, are still read."""
+    for side, default in (("source", "en"), ("target", "de")):
+        parser.add_argument(f"--tfds-{side}-language", dest=f"{side}_lang", default=default,
+                            metavar="LANG",
+                            help=f"tensorflow-datasets {side} language (default: {default})")
+        parser.add_argument(f"--{side}-lang", dest=f"{side}_lang", default=argparse.SUPPRESS,
+                            help=argparse.SUPPRESS)
 
 
 def run_target_language(run_dir: str, language: Optional[str]
                         ) -> tuple[Optional[RunLanguages], Optional[str]]:
-    """The run directory's target languages (`RunDir.languages`; None for a run of one pair)
-    and `language` (`--target-language`) checked against them (`chosen_language`). A model
-    imported from a multi-target Marian model takes `language` too, as its `>>xx<<` source
-    token (`marian_languages`), but needs none: its texts may start with their own token."""
-    run = RunDir(run_dir)
-    languages = run.languages()
-    if languages is None and language is not None and (run.root / IMPORT_FILE).is_file():
-        token_ids = marian_languages(vocabulary_pieces(load_tokenizer(run.vocab))[0])
-        # The temperature is training's, which an imported model had none of here.
-        languages = RunLanguages("source", 1.0, token_ids, []) if token_ids else None
+    """The run directory's target languages (`RunDir.languages`: of a run of several pairs,
+    or of a model imported from a multi-target Marian model; None for a model of one) and
+    `language` (`--target-language`) checked against them (`chosen_language`: "" for an
+    imported model's optional language left out)."""
+    languages = RunDir(run_dir).languages()
     return languages, chosen_language(languages, language, repr(run_dir))
 
 

@@ -2,7 +2,7 @@
 
     kt-evaluate runs/multi30k --src test_2016_flickr.en.gz --ref test_2016_flickr.de.gz \
         --tokenized-ref tok/test_2016_flickr.lc.norm.tok.de --beam-size 5
-    kt-evaluate runs/wmt14 --tfds wmt14_translate/de-en --split test
+    kt-evaluate runs/wmt14 --tfds wmt14_translate/de-en --tfds-split test
     kt-evaluate runs/parsing --task parsing --src test.src --trees test.tree
 
 Reports detokenized, cased sacreBLEU and chrF with their signatures, writes the hypotheses
@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from trainers.common import (add_ensemble_argument, add_search_arguments,
-                             add_target_language_argument, add_weights_argument,
-                             command_description, load_ensemble, load_run_model,
-                             run_target_language, search_settings)
+                             add_target_language_argument, add_tfds_language_arguments,
+                             add_weights_argument, command_description, load_ensemble,
+                             load_run_model, run_target_language, search_settings)
 from keras_transformer.data import load_tfds, read_lines, read_parallel
 from keras_transformer.decoding.translator import IntoLanguage, Translator, truncated_sources
 from keras_transformer.evaluation import (corpus_scores, tokenized_lowercase_bleu,
@@ -56,9 +56,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--output-trees", help="--task parsing: the parsed trees, one a line "
                         "(default: the --hypotheses path with .parsed.tree for .hyp)")
     parser.add_argument("--tfds", metavar="NAME", help="tensorflow-datasets builder instead")
-    parser.add_argument("--split", default="test", help="tfds split (default: test)")
-    parser.add_argument("--source-lang", default="en", help="tfds source language (default: en)")
-    parser.add_argument("--target-lang", default="de", help="tfds target language (default: de)")
+    parser.add_argument("--tfds-split", dest="split", default="test",
+                        help="its split (default: test)")
+    parser.add_argument("--split", dest="split", default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)  # the earlier spelling
+    add_tfds_language_arguments(parser)
     parser.add_argument("--tfds-data-dir", help="tensorflow-datasets data directory")
     parser.add_argument("--tokenized-ref", help="lowercased tokenized references (Multi30k "
                         "tok/*.lc.norm.tok.de) for the tokenized BLEU")
@@ -144,7 +146,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                 ensemble=load_ensemble(args.ensemble, tokenizer),
                                 languages=languages)
         max_length = model.config.max_length
-        truncated = truncated_sources(tokenizer, sources, max_length)
+        truncated = truncated_sources(tokenizer, sources, max_length, languages=languages,
+                                      language=language)
         if truncated:
             print("kt-evaluate: warning: " + truncation_warning(
                 args.src or f"{args.tfds} {args.split}", [index + 1 for index in truncated],

@@ -174,8 +174,9 @@ def learn_shortlist(sizes: Optional[str], data: Optional[Sequence[str]], model_p
           file=sys.stderr)
     source_pieces, target_pieces = vocabulary_pieces(tokenizer)
     return build_shortlist(_ids(tokenizer.tokenize, sources),
-                           _ids(tokenizer.tokenize_target, targets), len(source_pieces),
-                           frequent, per_source, target_vocab_size=len(target_pieces))
+                           _ids(tokenizer.tokenize_target, targets),
+                           vocab_size=len(source_pieces), frequent=frequent,
+                           per_source=per_source, target_vocab_size=len(target_pieces))
 
 
 def _training_files(model_path: str) -> Optional[list[str]]:
@@ -274,9 +275,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         languages = RunDir(args.model).languages() if os.path.isdir(args.model) else None
         if args.format == "ctranslate2":
             def write(staging: str) -> str:
-                saved = os.fspath(export_ctranslate2(model, tokenizer,
-                                                     os.path.join(staging, "model"),
-                                                     args.quantization, settings, languages))
+                saved = os.fspath(export_ctranslate2(
+                    model, tokenizer, os.path.join(staging, "model"),
+                    quantization=args.quantization, settings=settings, languages=languages))
                 write_provenance(saved, export_record(
                     model.config, settings, source, format="ctranslate2",
                     quantization=args.quantization,
@@ -287,9 +288,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         else:
             shortlist = learn_shortlist(args.shortlist, args.shortlist_data, args.model,
                                         tokenizer)
-            path = export_translator(model, tokenizer, args.name, args.base_dir, settings,
-                                     serving_dtype(args.precision, model, settings), shortlist,
-                                     jit_compile=args.xla, provenance=source,
+            path = export_translator(model, tokenizer, args.name, base_dir=args.base_dir,
+                                     settings=settings,
+                                     dtype=serving_dtype(args.precision, model, settings),
+                                     shortlist=shortlist, jit_compile=args.xla,
+                                     provenance=source,
                                      warmup_max_width=args.warmup_max_width,
                                      languages=languages)
     except ImportError as error:

@@ -22,8 +22,9 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from trainers.common import (add_recipe_arguments, command_description, counted_source,
-                             learn_vocabulary, recipe_from_args)
+from trainers.common import (add_recipe_arguments, add_tfds_language_arguments,
+                             command_description, counted_source, learn_vocabulary,
+                             recipe_from_args)
 from keras_transformer.data.prepare import (DEFAULT_SHARD_PAIRS, check_pairs, combined_source,
                                             describe_left_out, left_out, prepare,
                                             text_file_source, tfds_source)
@@ -45,8 +46,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--tfds", metavar="NAME", help="a tensorflow-datasets translation "
                         "builder instead, e.g. wmt14_translate/de-en")
     parser.add_argument("--tfds-split", default="train", help="its split (default: train)")
-    parser.add_argument("--source-lang", default="en", help="tfds source language (default: en)")
-    parser.add_argument("--target-lang", default="de", help="tfds target language (default: de)")
+    add_tfds_language_arguments(parser)
     parser.add_argument("--tfds-data-dir", help="tensorflow-datasets data directory")
     parser.add_argument("--output-dir", required=True, help="where the storage goes")
     parser.add_argument("--vocab", metavar="DIR", help="use the spm.model in DIR (e.g. a run's "
@@ -84,7 +84,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     started = time.monotonic()
     try:
         source = (tfds_source(args.tfds, args.tfds_split, args.source_lang, args.target_lang,
-                              args.tfds_data_dir) if args.tfds
+                              data_dir=args.tfds_data_dir) if args.tfds
                   else combined_source([text_file_source(source, target) for source, target
                                         in zip(args.train_src, args.train_tgt)]))
         check_pairs(source, "--tfds" if args.tfds else "--train-src/--train-tgt")
@@ -92,13 +92,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             tokenizer = load_tokenizer(args.vocab)
         else:
             tokenizer = learn_vocabulary("kt-prepare", source,
-                                         args.recipe.architecture.vocab_size,
-                                         args.vocab_sentences, args.output_dir, args.seed)
+                                         vocab_size=args.recipe.architecture.vocab_size,
+                                         sentences=args.vocab_sentences,
+                                         directory=args.output_dir, seed=args.seed)
         training = args.recipe.training
         progress = CountProgress("kt-prepare", None, "pairs", doing="tokenizing")
         storage = prepare(counted_source(source, progress), args.output_dir, tokenizer,
-                          args.shard_pairs, args.seed, args.threads, training.subword_dropout,
-                          training.subword_samples, args.recipe.architecture.max_length)
+                          shard_pairs=args.shard_pairs, seed=args.seed, threads=args.threads,
+                          subword_dropout=training.subword_dropout,
+                          samples=training.subword_samples,
+                          max_length=args.recipe.architecture.max_length)
     except (ValueError, FileNotFoundError) as error:
         print(f"kt-prepare: error: {error}", file=sys.stderr)
         return 2

@@ -7,7 +7,8 @@ run's own export has a name no server is pointed at (promote it with `kt-export 
 
     kt-train --preset small --train-src train.en.gz --train-tgt train.de.gz \
         --dev-src val.en.gz --dev-tgt val.de.gz --output-dir runs/multi30k --max-minutes 60
-    kt-train --preset base --tfds wmt14_translate/de-en --source-lang en --target-lang de
+    kt-train --preset base --tfds wmt14_translate/de-en --tfds-source-language en \
+        --tfds-target-language de
 
     kt-train --preset multi30k --pair en-de train.en train.de --pair en-fr train.en train.fr \
         --dev-pair en-de val.en val.de --dev-pair en-fr val.en val.fr --output-dir runs/en-x
@@ -58,10 +59,10 @@ from keras_transformer.training.strategy import (any_across_workers, chief_value
                                                  worker_count)
 from keras_transformer.visualization import attention_maps
 from trainers.train_arguments import parse_args, run_options
-from trainers.train_data import (RunInputs, keep_vocabulary, pair_sampling, pair_tokenizers,
-                                 report_left_out, run_inputs, step_budget, training_storage)
-from trainers.train_evaluation import (DEV_BLEU, DevSet, dev_bleu, dev_bleu_name, dev_logs,
-                                       evaluate_test)
+from trainers.train_data import (RunInputs, keep_vocabulary, pair_sampling, report_left_out,
+                                 run_inputs, step_budget, training_storage)
+from trainers.train_evaluation import (DEV_BLEU, DevSet, attention_tokenizer, dev_bleu,
+                                       dev_bleu_name, dev_logs, evaluate_test)
 
 
 def compiled_model(recipe: Recipe, jit_compile: bool = False, steps_per_execution: int = 1,
@@ -107,13 +108,15 @@ def training_callbacks(args: argparse.Namespace, run: RunDir,
                   else lambda flag: any_across_workers(strategy, flag))
     writer = tf.summary.create_file_writer(os.fspath(run.tensorboard))
     sentences = sum(len(dev_set.sources[:args.eval_sentences]) for dev_set in dev.values())
-    pairs = [(dev_set.tokenizer, source, target) for dev_set in dev.values()
+    languages = run.languages()
+    pairs = [(attention_tokenizer(dev_set.tokenizer, languages, name), source, target)
+             for name, dev_set in dev.items()
              for source, target in list(zip(dev_set.sources,
                                             dev_set.references))[:args.attention_sentences]]
     names = {DEV_BLEU: dev_bleu_name(args.eval_beam_size, sentences, len(dev)),
              **{f"{DEV_BLEU}/{name}": f"{name} dev BLEU" for name in dev if name}}
     steps = StepClock(first_step)
-    dev_scores = dev_bleu(args, model, dev, args.eval_sentences)
+    dev_scores = dev_bleu(args, model, dev, args.eval_sentences, languages)
     evaluation = Schedule(steps, args.eval_every, args.eval_every_minutes, any_worker=any_worker)
     backups = Schedule(steps, args.backup_every, args.backup_every_minutes, at_stop=False,
                        any_worker=any_worker)
@@ -122,16 +125,18 @@ def training_callbacks(args: argparse.Namespace, run: RunDir,
         StopAtLimit(steps, max_steps, args.max_minutes, any_worker),
         keras.callbacks.TerminateOnNaN(),
         PeriodicBackup(run.backup, backups),
-        DevEvaluation(lambda: dev_logs(dev_scores()),
-                      lambda tokenizer, source, target: attention_maps(model, tokenizer, source,
-                                                                       target),
-                      pairs, writer, run.root / "bleu_curve.tsv", evaluation),
+        DevEvaluation(score=lambda: dev_logs(dev_scores()),
+                      attention=lambda tokenizer, source, target: attention_maps(
+                          model, tokenizer, source, target),
+                      attention_pairs=pairs, writer=writer,
+                      curve_path=run.root / "bleu_curve.tsv", schedule=evaluation),
         TensorBoardScalars(writer, accuracy, evaluation, args.log_every_steps),
-        ProgressLines(max_steps, args.max_minutes, accuracy, evaluation, args.progress_seconds,
-                      names=names),
-        PeriodicCheckpoint(steps, run.checkpoints, args.checkpoint_every_steps,
-                           args.checkpoint_every_minutes,
-                           args.keep_checkpoints or max(5, args.recipe.training.average_last)),
+        ProgressLines(max_steps, args.max_minutes, token_metric=accuracy, schedule=evaluation,
+                      every_seconds=args.progress_seconds, names=names),
+        PeriodicCheckpoint(steps, run.checkpoints, every_steps=args.checkpoint_every_steps,
+                           every_minutes=args.checkpoint_every_minutes,
+                           keep=args.keep_checkpoints
+                           or max(5, args.recipe.training.average_last)),
     ]
 
 
@@ -148,7 +153,8 @@ def hardware_choices(args: argparse.Namespace, recipe: Recipe, recorded: dict,
     probes = {
         "precision": lambda: choose_precision(config.d_model, config.d_ff, probe_tokens),
         "kernels": lambda: choose_kernels(config.d_model, config.d_ff, config.num_heads,
-                                          probe_tokens, config.output_vocab_size),
+                                          tokens=probe_tokens,
+                                          vocab_size=config.output_vocab_size),
     }
     chief = is_chief(strategy)
     for name, probe in probes.items():
@@ -182,18 +188,18 @@ def exports(args: argparse.Namespace) -> bool:
 
 
 def dev_sets(args: argparse.Namespace, inputs: RunInputs) -> dict[str, DevSet]:
-    """The run's dev sets by name: one pair's named "", or each language pair's with its
-    `LanguageTokenizer`, in `--pair` order."""
+    """The run's dev sets by name: one pair's named "", or each language pair's (`SRC-TGT`),
+    in `--pair` order."""
     if not inputs.pairs:
         return {"": DevSet(inputs.tokenizer, *inputs.corpora["dev"])}
-    tokenizers = pair_tokenizers(args, inputs)
-    return {name: DevSet(tokenizers[name], *inputs.pairs.dev[name]) for name in tokenizers}
+    return {pair.name: DevSet(inputs.tokenizer, *inputs.pairs.dev[pair.name])
+            for pair in args.language_pairs}
 
 
 def evaluate_pairs_test(args: argparse.Namespace, run: RunDir, model: Transformer,
                         dev: dict[str, DevSet], test: dict[str, tuple[list, list]]) -> dict:
     """The final test pass of each language pair given a test set (`evaluate_test`, with the
-    pair's tokenizer, the one of its `dev` set): their figures under "pairs", and the mean of
+    run's tokenizer, the one of its `dev` set): their figures under "pairs", and the mean of
     each figure over them."""
     beam_size = args.test_beam_size or args.recipe.search.beam_size
     pairs = {}
@@ -308,11 +314,11 @@ def train(args: argparse.Namespace) -> dict:
         with strategy.scope(), precision_scope(precision):
             model = trained.merge_lora()
     save_weights_atomic(model, run.final_weights)
-    final_dev = dev_bleu(args, model, dev)
+    final_dev = dev_bleu(args, model, dev, languages=run.languages())
     result = keep_better_of_average_and_final(
         model, run, recipe.training.average_last,
-        (lambda: final_dev()[""]) if "" in dev else final_dev,
-        lambda what: stage("kt-train", what), checkpoint_model=trained)
+        dev_bleu=(lambda: final_dev()[""]) if "" in dev else final_dev,
+        stage=lambda what: stage("kt-train", what), checkpoint_model=trained)
     if not result["averaged"]:
         print(f"kt-train: {result['averaging']}", file=sys.stderr)
     scores = ", ".join(f"{kind} {value:.2f}" for kind, value in result["dev_bleu"].items())
@@ -337,8 +343,10 @@ def train(args: argparse.Namespace) -> dict:
     if exports(args):
         name = export_name(args, run)
         with stage("kt-train", f"exporting {name} to {args.export_dir}"):
-            summary["export"] = export_translator(model, tokenizer, name, args.export_dir,
-                                                  recipe.search, provenance=run.provenance(),
+            summary["export"] = export_translator(model, tokenizer, name,
+                                                  base_dir=args.export_dir,
+                                                  settings=recipe.search,
+                                                  provenance=run.provenance(),
                                                   languages=run.languages())
     return summary
 

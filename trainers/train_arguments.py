@@ -10,7 +10,8 @@ from typing import Optional, Sequence
 from keras_transformer.config import Recipe
 from keras_transformer.data.languages import PLACEMENTS, LanguagePair
 from keras_transformer.training.run_dir import RunDir
-from trainers.common import add_recipe_arguments, recipe_from_args, recipe_overrides
+from trainers.common import (add_recipe_arguments, add_tfds_language_arguments, recipe_from_args,
+                             recipe_overrides)
 from keras_transformer import fast
 from keras_transformer.precision import CHOICES
 
@@ -45,8 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "(required with --test-src)")
     data.add_argument("--tfds", metavar="NAME", help="tensorflow-datasets translation "
                       "builder, e.g. wmt14_translate/de-en")
-    data.add_argument("--source-lang", default="en", help="tfds source language (default: en)")
-    data.add_argument("--target-lang", default="de", help="tfds target language (default: de)")
+    add_tfds_language_arguments(data)
     data.add_argument("--tfds-data-dir", help="tensorflow-datasets data directory")
     data.add_argument("--tfds-splits", default="train,validation,test",
                       help="tfds train,dev,test split names (default: train,validation,test)")

@@ -14,9 +14,9 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.data import (load_tfds, read_parallel,
                                     write_demo_corpus)
 from keras_transformer.data.batch_plan import BatchPlan
-from keras_transformer.data.languages import (LanguagePair, LanguageTokenizer, RunLanguages,
-                                              language_token_ids, reserved_tokens,
-                                              sample_language_sentences, target_languages)
+from keras_transformer.data.languages import (LanguagePair, RunLanguages, language_token_ids,
+                                              reserved_tokens, sample_language_sentences,
+                                              target_languages)
 from keras_transformer.data.pair_sampling import PairSampling
 from keras_transformer.data.prepare import (ParallelSource, check_pairs, check_segmentation,
                                             combined_source, describe_left_out, left_out,
@@ -125,7 +125,7 @@ def load_corpora(args: argparse.Namespace,
                                     args.target_lang, data_dir=args.tfds_data_dir)
                    for split in ("dev", "test")}
         return tfds_source(args.tfds, names["train"], args.source_lang, args.target_lang,
-                           args.tfds_data_dir), corpora
+                           data_dir=args.tfds_data_dir), corpora
     if args.dev_src:
         corpora = {split: read_parallel(getattr(args, f"{split}_src"),
                                         getattr(args, f"{split}_tgt"))
@@ -158,8 +158,9 @@ def load_or_train_tokenizer(run: RunDir, config: TransformerConfig,
         where = (f"--prepared: {args.prepared} (give kt-train the --preset and --set it was "
                  "prepared with)")
     else:
-        tokenizer = learn_vocabulary("kt-train", source, config.vocab_size,
-                                     args.vocab_sentences, None, args.seed)
+        tokenizer = learn_vocabulary("kt-train", source, vocab_size=config.vocab_size,
+                                     sentences=args.vocab_sentences, directory=None,
+                                     seed=args.seed)
         where = f"vocab: {run.vocab}"
     if tokenizer.vocab_size != config.vocab_size:
         raise ValueError(f"{where} has a vocabulary of {tokenizer.vocab_size} pieces but the "
@@ -219,12 +220,13 @@ def pair_sampling(run: RunDir, inputs: RunInputs, args: argparse.Namespace,
         plans[pair.name] = BatchPlan(storage, batch_tokens, args.recipe.architecture.max_length,
                                      args.seed, word_dropout=args.recipe.training.word_dropout)
     sampling = PairSampling(plans, args.pair_temperature, args.seed, prefixes)
-    record = RunLanguages(args.language_token, args.pair_temperature, inputs.pairs.token_ids,
-                          [{"name": pair.name, "source": pair.source, "target": pair.target,
-                            "batches_per_epoch": plans[pair.name].batches_per_epoch,
-                            "pairs_per_epoch": plans[pair.name].pairs_per_epoch,
-                            "share": round(float(share), 6)}
-                           for pair, share in zip(args.language_pairs, sampling.shares)])
+    pairs = [{"name": pair.name, "source": pair.source, "target": pair.target,
+              "batches_per_epoch": plans[pair.name].batches_per_epoch,
+              "pairs_per_epoch": plans[pair.name].pairs_per_epoch,
+              "share": round(float(share), 6)}
+             for pair, share in zip(args.language_pairs, sampling.shares)]
+    record = RunLanguages.trained(args.language_token, inputs.pairs.token_ids,
+                                  args.pair_temperature, pairs)
     run.write_json(LANGUAGES_FILE, record.to_dict())
     print("kt-train: pairs drawn at temperature "
           f"{args.pair_temperature:g}: " + ", ".join(
@@ -233,15 +235,6 @@ def pair_sampling(run: RunDir, inputs: RunInputs, args: argparse.Namespace,
           + f" of the batches; target-language token first in the {args.language_token}",
           file=sys.stderr)
     return sampling
-
-
-def pair_tokenizers(args: argparse.Namespace,
-                    inputs: RunInputs) -> dict[str, LanguageTokenizer]:
-    """Each language pair's tokenizer, by name in `--pair` order: the run's, with the pair's
-    target-language token where `--language-token` says."""
-    return {pair.name: LanguageTokenizer(inputs.tokenizer, inputs.pairs.token_ids[pair.target],
-                                         args.language_token)
-            for pair in args.language_pairs}
 
 
 def report_left_out(run: RunDir, plan: BatchPlan | PairSampling) -> None:

@@ -7,12 +7,10 @@ import argparse
 import os
 from typing import Callable, NamedTuple, Optional, Sequence
 
-import numpy as np
-
 from keras_transformer.config import SearchSettings
-from keras_transformer.data import SubwordTokenizer
-from keras_transformer.data.languages import LanguageTokenizer
-from keras_transformer.decoding.translator import Translator
+from keras_transformer.data.languages import LanguagePair, LanguageTokenizer, RunLanguages
+from keras_transformer.data.sentencepiece_pair import Tokenizer
+from keras_transformer.decoding.translator import IntoLanguage, Translator
 from keras_transformer.evaluation import corpus_scores, translate_corpus, write_lines
 from keras_transformer.model import Transformer
 from keras_transformer.parsing.evaluate import parse_scores
@@ -24,10 +22,9 @@ DEV_BLEU = "dev_bleu"  # the logs' name of the dev figure; a pair's: `dev_bleu/S
 
 
 class DevSet(NamedTuple):
-    """A dev set and the tokenizer it is translated with (a language pair's
-    `LanguageTokenizer`, or the run's)."""
+    """A dev set and the run's tokenizer it is translated with."""
 
-    tokenizer: SubwordTokenizer | LanguageTokenizer
+    tokenizer: Tokenizer
     sources: list[str]
     references: list[str]
 
@@ -41,20 +38,57 @@ def dev_bleu_name(beam_size: int, sentences: int, pairs: int = 1) -> str:
     return f"dev {search}{mean}{sentences:,} sentences)"
 
 
-def dev_translation(args: argparse.Namespace, model: Transformer,
-                    tokenizer: SubwordTokenizer | LanguageTokenizer
-                    ) -> Callable[[Sequence[str]], list[str]]:
-    """How dev sentences are translated: `--eval-beam-size` (greedy by default)."""
-    translator = corpus_translator(Translator(
-        model, tokenizer, SearchSettings.of(args.recipe.search, beam_size=args.eval_beam_size)))
+def corpus_translator(model: Transformer, tokenizer: Tokenizer, settings: SearchSettings,
+                      languages: Optional[RunLanguages] = None,
+                      pair: str = "") -> Translator | IntoLanguage:
+    """What `translate_corpus` takes to translate with `model` as kt-translate and
+    kt-evaluate do: its `Translator` searching with `settings`; of a run of several language
+    pairs (`languages`), asked for the target language of the pair named `pair`
+    (`IntoLanguage`; "" for a run of one pair).
+
+    Args:
+        model: the model.
+        tokenizer: the run's tokenizer.
+        settings: the search settings.
+        languages: the run's target languages (`RunDir.languages`), None for one.
+        pair: the language pair (`SRC-TGT`) whose target language is asked for.
+
+    Returns:
+        The translator.
+    """
+    translator = Translator(model, tokenizer, settings, languages=languages)
+    return IntoLanguage(translator, LanguagePair.parse(pair).target) if pair else translator
+
+
+def attention_tokenizer(tokenizer: Tokenizer, languages: Optional[RunLanguages],
+                        pair: str) -> Tokenizer | LanguageTokenizer:
+    """What the attention plots of the dev sentences of the language pair named `pair` read
+    them with: the run's `tokenizer`, with the pair's target-language token where the run
+    (`languages`) puts it; the tokenizer itself for a run of one pair (`pair` "")."""
+    if not pair:
+        return tokenizer
+    return LanguageTokenizer(tokenizer, languages.token_id(LanguagePair.parse(pair).target),
+                             languages.placement)
+
+
+def dev_translation(args: argparse.Namespace, model: Transformer, tokenizer: Tokenizer,
+                    languages: Optional[RunLanguages] = None,
+                    pair: str = "") -> Callable[[Sequence[str]], list[str]]:
+    """How dev sentences of the language pair named `pair` ("" for a run of one pair) are
+    translated: `corpus_translator` with `--eval-beam-size` (greedy by default)."""
+    translator = corpus_translator(
+        model, tokenizer, SearchSettings.of(args.recipe.search, beam_size=args.eval_beam_size),
+        languages, pair)
     return lambda texts: translate_corpus(translator, texts)
 
 
 def dev_bleu(args: argparse.Namespace, model: Transformer, dev: dict[str, DevSet],
-             sentences: Optional[int] = None) -> Callable[[], dict[str, float]]:
+             sentences: Optional[int] = None,
+             languages: Optional[RunLanguages] = None) -> Callable[[], dict[str, float]]:
     """A function giving the dev BLEU of each set of `dev` (name -> `DevSet`; one pair's is
-    named ""), on its first `sentences` sentences (None: all)."""
-    translations = {name: (dev_translation(args, model, dev_set.tokenizer),
+    named "", a language pair's `SRC-TGT`, of a run of the target `languages`), on its
+    first `sentences` sentences (None: all)."""
+    translations = {name: (dev_translation(args, model, dev_set.tokenizer, languages, name),
                            dev_set.sources[:sentences], dev_set.references[:sentences])
                     for name, dev_set in dev.items()}
     return lambda: {name: corpus_scores(translate(sources), references)[0].value
@@ -71,42 +105,20 @@ def dev_logs(scores: dict[str, float]) -> dict[str, float]:
             **{f"{DEV_BLEU}/{name}": value for name, value in scores.items()}}
 
 
-class _TargetPrefixed:
-    """A `Translator` over a `LanguageTokenizer` of the "target" placement, as
-    `translate_corpus` calls it: `translate` forces each translation's first piece, the
-    target-language token (an empty prefix, which the tokenizer's `tokenize_target` starts
-    with the token)."""
-
-    def __init__(self, translator: Translator):
-        self.translator = translator
-
-    def translate(self, texts: np.ndarray) -> dict:
-        """The translations of `texts`, each starting with the token (left out of its text)."""
-        return self.translator.translate_with_prefix(texts, np.full(len(texts), "", object))
-
-
-def corpus_translator(translator: Translator) -> Translator | _TargetPrefixed:
-    """What `translate_corpus` takes to translate with `translator` into its tokenizer's
-    target language: the translator itself, or with the "target" placement `_TargetPrefixed`."""
-    tokenizer = translator.tokenizer
-    if isinstance(tokenizer, LanguageTokenizer) and tokenizer.placement == "target":
-        return _TargetPrefixed(translator)
-    return translator
-
-
 def evaluate_test(args: argparse.Namespace, run: RunDir, model: Transformer,
-                  tokenizer: SubwordTokenizer | LanguageTokenizer,
+                  tokenizer: Tokenizer,
                   test: tuple[list[str], list[str]], gold_trees: Optional[list] = None,
                   pair: str = "") -> dict:
     """Beam-search translation of the test set: hypotheses file and sacreBLEU/chrF, or with
     `gold_trees` (--task parsing) the parsed trees file and bracket F1/precision/recall.
     Decoded with the weights in float32, whatever the training precision, as `kt-evaluate`
     and a float32 export decode them: one run, one test figure. `pair`: the language pair
-    (`tokenizer` its `LanguageTokenizer`), which names the hypotheses file (`test.SRC-TGT.hyp`)
-    and the printed figures."""
-    translator = corpus_translator(Translator(
+    (translated into its target language, `corpus_translator`), which names the hypotheses
+    file (`test.SRC-TGT.hyp`) and the printed figures."""
+    translator = corpus_translator(
         serving_copy(model, "float32"), tokenizer,
-        SearchSettings.of(args.recipe.search, beam_size=args.test_beam_size)))
+        SearchSettings.of(args.recipe.search, beam_size=args.test_beam_size), run.languages(),
+        pair)
     hypotheses = translate_corpus(translator, test[0])
     hypotheses_path = run.root / (f"test.{pair}.hyp" if pair else "test.hyp")
     write_lines(os.fspath(hypotheses_path), hypotheses)

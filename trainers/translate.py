@@ -29,7 +29,7 @@ from keras_transformer.serving.ctranslate2_export import is_ctranslate2_model
 from keras_transformer.data.text_files import read_raw_lines
 from keras_transformer.decoding.translator import IntoLanguage, Translator
 from keras_transformer.serving.loading import export_version, load_export, recorded_languages
-from keras_transformer.serving.text_translation import (TextTranslator, best_lines,
+from keras_transformer.serving.text_translation import (LineTranslator, best_lines,
                                                         chosen_language, length_batches,
                                                         output_line, truncation_warning)
 from keras_transformer.training.progress import CountProgress
@@ -95,7 +95,7 @@ def checked_target_language(args: argparse.Namespace) -> Optional[str]:
                            repr(str(version)))
 
 
-def load_translator(args: argparse.Namespace) -> TextTranslator:
+def load_translator(args: argparse.Namespace) -> LineTranslator:
     """An export as saved, or a run directory's model with its recipe's search settings (the
     search flags override them), into `--target-language` (a model of several)."""
     searching = given_search_flags(args)
@@ -105,7 +105,7 @@ def load_translator(args: argparse.Namespace) -> TextTranslator:
         settings = search_settings(args, RunDir(args.model).load_recipe().search)
         translator = Translator(model, tokenizer, settings, languages=languages,
                                 ensemble=load_ensemble(args.ensemble, tokenizer))
-        return TextTranslator.from_translator(
+        return LineTranslator.from_translator(
             translator if language is None else IntoLanguage(translator, language))
     if searching or args.weights or args.ensemble:
         given = " and ".join(searching + [flag for flag, value in (
@@ -116,12 +116,13 @@ def load_translator(args: argparse.Namespace) -> TextTranslator:
     return load_export(args.model, args.target_language)
 
 
-def translate_lines(translator: TextTranslator, lines: list[bytes], args: argparse.Namespace,
+def translate_lines(translator: LineTranslator, lines: list[bytes], args: argparse.Namespace,
                     progress: CountProgress, prefixes: Optional[list[bytes]] = None) -> list[str]:
     """The output lines (without newlines) for `lines` (each starting with its line of
     `prefixes`, when given), in their order."""
     if not args.nbest:
-        return best_lines(translator, lines, args.batch_size, args.batch_tokens, prefixes,
+        return best_lines(translator, lines, batch_size=args.batch_size,
+                          batch_tokens=args.batch_tokens, prefixes=prefixes,
                           on_batch=progress.advance)
     outputs: list[str] = [""] * len(lines)
     lengths = [len(line.split()) for line in lines]

@@ -131,7 +131,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         checked_target_language(args)  # before the job's manifest is written
         job = CorpusTranslation(args.input, args.output, teacher_identity(args),
-                                args.chunk_lines, args.closest_to_reference)
+                                chunk_lines=args.chunk_lines,
+                                reference_path=args.closest_to_reference)
         has_work = any(args.shard.owns(chunk) for chunk in job.missing_chunks())
         translator = load_translator(args) if has_work else None
         if translator is not None and args.closest_to_reference and translator.beam_size < 2:
@@ -144,9 +145,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     def translate(lines: list[bytes], references: Optional[list[bytes]] = None) -> list[str]:
         if references is None:
-            return best_lines(translator, lines, args.batch_size, args.batch_tokens)
-        return closest_lines(translator, lines, references, sentence_bleu, args.batch_size,
-                             args.batch_tokens)
+            return best_lines(translator, lines, batch_size=args.batch_size,
+                              batch_tokens=args.batch_tokens)
+        return closest_lines(translator, lines, references, sentence_bleu,
+                             batch_size=args.batch_size, batch_tokens=args.batch_tokens)
 
     report = job.run(translate, args.shard,
                      ProgressLines(args.shard, args.progress_seconds, args.quiet),

@@ -27,8 +27,9 @@ Prepared training data (corpora of any size, streamed; docs/data.md):
 Several language pairs in one model (docs/training.md, "Several languages in one model"):
     languages.LanguagePair.parse("en-de"), languages.language_token("de") -> "<2de>"
         A pair, and the vocabulary piece that asks for a target language;
-        ``LanguageTokenizer`` puts it first in the source or the target, ``RunLanguages`` is a
-        run's record of its tokens' ids, placement and pairs' shares (``languages.json``).
+        ``RunLanguages`` is a model's record of its tokens' pieces and ids, their placement
+        and a trained run's pairs' shares (``languages.json``); ``LanguageTokenizer`` puts
+        one first in the source or the target (attention plots).
     pair_sampling.PairSampling(plans, temperature, seed, prefixes)
         The endless seeded stream of batches over several pairs' ``BatchPlan``s, each batch's
         pair drawn with probability ``temperature_shares(batches per epoch, temperature)``.

@@ -12,16 +12,20 @@ the run's placement, one of `PLACEMENTS`:
   trained to predict the token (its label is padding); a translation is forced to start with
   it (a target prefix, as CTranslate2's `target_prefix`).
 
-A run records its languages, their tokens' ids and the placement (`RunLanguages`,
-`languages.json` in the run directory); `LanguageTokenizer` puts the token of one target
-language where the placement says, in the graph, around the run's tokenizer.
+A model of several target languages records them, each its token's piece and id, and the
+placement (`RunLanguages`, `languages.json` in the run directory): a run of several pairs
+kt-train trained, or a multi-target model kt-import imported (an OPUS-MT model's `>>fra<<`
+pieces, the "source" placement; there the language is optional, as a text may start with its
+own token). `RunLanguages.with_source_tokens` puts the tokens first in the sources, in the
+graph; `LanguageTokenizer` puts the token of one target language where the placement says
+around the run's tokenizer (kt-train's attention plots of a pair's dev sentences).
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 import sentencepiece
 import tensorflow as tf
@@ -113,43 +117,94 @@ def sample_language_sentences(sides: Sequence[tuple[str, ParallelSource, int]],
 
 @dataclass(frozen=True)
 class RunLanguages:
-    """What a run of several pairs records (`languages.json`): the placement of the token,
-    the temperature the pairs were sampled at, each target language's token id, and per pair
-    its languages, its batches per epoch and its share of the training batches."""
+    """The target languages of a model of several (`languages.json` in its run directory):
+    each language's token, its piece (`pieces`, e.g. `<2de>` or `>>fra<<`) and its id
+    (`token_ids`), and where it goes (`placement`, one of `PLACEMENTS`). A run of several
+    pairs kt-train trained records the temperature its pairs were sampled at and per pair its
+    languages, its batches per epoch and its share of the training batches (`pairs`; an
+    imported model has neither). `optional`: a text may be translated without a language, as
+    it is (an imported multi-target model, whose texts may start with their own token): the
+    language "" asks for none."""
 
     placement: str
-    temperature: float
     token_ids: dict[str, int]
-    pairs: list[dict[str, Any]]
+    pieces: dict[str, str]
+    temperature: Optional[float] = None
+    pairs: list[dict[str, Any]] = field(default_factory=list)
+    optional: bool = False
 
-    def token_id(self, language: str) -> int:
-        """The id of the token asking for `language`; ValueError naming it and the run's
-        target languages when the model was not trained into it."""
+    def __post_init__(self):
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement: {self.placement!r} is not one of "
+                             f"{', '.join(PLACEMENTS)}")
+        if set(self.pieces) != set(self.token_ids):
+            raise ValueError(f"pieces: for the languages {sorted(self.pieces)}, but token ids "
+                             f"for {sorted(self.token_ids)}")
+        if self.optional and self.placement != "source":
+            raise ValueError("optional: a language can be left out with the \"source\" "
+                             "placement only")
+
+    def token_id(self, language: str) -> Optional[int]:
+        """The id of the token asking for `language`; None for "" when the language is
+        `optional` (the text as it is); a ValueError naming `language` and the model's target
+        languages when the model has no token for it."""
+        if language == "" and self.optional:
+            return None
         if language not in self.token_ids:
             raise ValueError(f"target language {language!r}: the model translates into "
                              f"{', '.join(sorted(self.token_ids))} only")
         return self.token_ids[language]
 
+    def with_source_tokens(self, pieces: tf.RaggedTensor, tokens: tf.Tensor) -> tf.RaggedTensor:
+        """Source `pieces` `[batch, (length)]` as the model reads them with the "source"
+        placement: a row whose token of `tokens` `[batch]` is one (not -1, which asks for no
+        language) starts with it, in place of a language token the text starts with (asked
+        for fra, `>>deu<< Hello` reads as `>>fra<< Hello`: the language asked for wins); the
+        other rows as they are."""
+        pieces, tokens = tf.cast(pieces, tf.int32), tf.cast(tokens, tf.int32)
+        asked = tokens >= 0
+        first = tf.reduce_max(pieces[:, :1], axis=1)  # the int32 minimum for an empty row
+        own = tf.reduce_any(first[:, None] == tf.constant(
+            sorted(self.token_ids.values()), tf.int32)[None], axis=1)
+        kept = tf.ragged.range(pieces.row_lengths()) >= tf.cast(asked & own, tf.int64)[:, None]
+        return tf.concat([tf.ragged.boolean_mask(tokens[:, None], asked[:, None]),
+                          tf.ragged.boolean_mask(pieces, kept)], axis=1)
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON record."""
         return {"placement": self.placement, "temperature": self.temperature,
-                "tokens": {language: {"piece": language_token(language), "id": token_id}
+                "tokens": {language: {"piece": self.pieces[language], "id": token_id}
                            for language, token_id in sorted(self.token_ids.items())},
-                "pairs": self.pairs}
+                "pairs": self.pairs, "optional": self.optional}
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> "RunLanguages":
-        """The record `to_dict` wrote."""
-        return cls(record["placement"], float(record["temperature"]),
-                   {language: int(token["id"]) for language, token in record["tokens"].items()},
-                   list(record["pairs"]))
+        """The record `to_dict` wrote, or one written before imported models recorded their
+        languages (without "optional")."""
+        temperature = record.get("temperature")
+        tokens = record["tokens"]
+        return cls(record["placement"],
+                   {language: int(token["id"]) for language, token in tokens.items()},
+                   {language: token["piece"] for language, token in tokens.items()},
+                   None if temperature is None else float(temperature),
+                   list(record.get("pairs", [])), bool(record.get("optional", False)))
+
+    @classmethod
+    def trained(cls, placement: str, token_ids: dict[str, int], temperature: float,
+                pairs: list[dict[str, Any]]) -> "RunLanguages":
+        """The languages of a run of several pairs kt-train trains: each token
+        `language_token`'s piece."""
+        return cls(placement, token_ids,
+                   {language: language_token(language) for language in token_ids},
+                   temperature, pairs)
 
 
 class LanguageTokenizer(tf.Module):
     """`tokenizer` with the token `token_id` of one target language put where `placement`
-    says: before each source's ids (`tokenize`) or before each target's (`tokenize_target`:
-    a `Translator`'s forced prefix, so an empty prefix starts every translation with the
-    token); `detokenize` leaves the token out. The rest is `tokenizer`'s."""
+    says: before each source's ids (`tokenize`) or before each target's (`tokenize_target`),
+    as a model of several target languages reads a sentence pair teacher-forced (what
+    `visualization.attention_maps` takes: kt-train's attention plots of a pair's dev
+    sentences). Its pieces are `tokenizer`'s."""
 
     def __init__(self, tokenizer: SubwordTokenizer, token_id: int, placement: str,
                  name: str = "language_tokenizer"):
@@ -157,11 +212,6 @@ class LanguageTokenizer(tf.Module):
         if placement not in PLACEMENTS:
             raise ValueError(f"placement: {placement!r} is not one of {', '.join(PLACEMENTS)}")
         self.tokenizer, self.token_id, self.placement = tokenizer, token_id, placement
-
-    @property
-    def vocab_size(self) -> int:
-        """The tokenizer's."""
-        return self.tokenizer.vocab_size
 
     def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
         """Source texts' ids, the token first with the "source" placement."""
@@ -172,17 +222,6 @@ class LanguageTokenizer(tf.Module):
         """Target texts' ids, the token first with the "target" placement."""
         ids = self.tokenizer.tokenize_target(texts)
         return self._with_token(ids) if self.placement == "target" else ids
-
-    def detokenize(self, ids: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
-        """The tokenizer's `detokenize` of `ids` without the token."""
-        if not isinstance(ids, tf.RaggedTensor):
-            ids = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(ids))
-        ids = tf.cast(ids, tf.int32)
-        return self.tokenizer.detokenize(tf.ragged.boolean_mask(ids, ids != self.token_id))
-
-    def pieces(self, ids: tf.Tensor) -> tf.Tensor:
-        """The tokenizer's."""
-        return self.tokenizer.pieces(ids)
 
     def source_pieces_of(self, ids: tf.Tensor) -> tf.Tensor:
         """The tokenizer's."""

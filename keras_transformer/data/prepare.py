@@ -80,11 +80,12 @@ def tfds_source(name: str, split: str, source_lang: str, target_lang: str,
                 data_dir: Optional[str] = None) -> ParallelSource:
     """A tensorflow-datasets translation split (`tfds_pairs`), in the given direction."""
     def pairs() -> Iterator[tuple[str, str]]:
-        return tfds_pairs(name, split, source_lang, target_lang, data_dir)[1]
+        return tfds_pairs(name, split, source_lang, target_lang, data_dir=data_dir)[1]
 
     return ParallelSource({"tfds": name, "split": split, "source_lang": source_lang,
                            "target_lang": target_lang},
-                          lambda: tfds_pairs(name, split, source_lang, target_lang, data_dir)[0],
+                          lambda: tfds_pairs(name, split, source_lang, target_lang,
+                                             data_dir=data_dir)[0],
                           pairs)
 
 

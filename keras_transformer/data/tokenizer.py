@@ -227,6 +227,33 @@ def text_ids(ids: tf.RaggedTensor) -> tf.RaggedTensor:
     return tf.ragged.boolean_mask(ids, before_eos & (ids != PAD_ID) & (ids != BOS_ID))
 
 
+# How a model reads text and ids it is given to translate, whatever runs it (the exported
+# `Translator`, kt-translate, a CTranslate2 model): `text_pieces`, then `model_input_ids`.
+
+def text_pieces(tokenizer: SubwordTokenizer, text: tf.Tensor,
+                target: bool = False) -> tf.RaggedTensor:
+    """Subword ids of `text` `[batch]`, source text (`target`: target text), invalid UTF-8
+    decoded with U+FFFD replacements."""
+    valid = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
+    return (tokenizer.tokenize_target if target else tokenizer.tokenize)(valid)
+
+
+def model_input_ids(ids: tf.RaggedTensor, vocab_size: int, max_length: int
+                    ) -> tf.RaggedTensor:
+    """The ids of each row of `ids` (a source, or the start forced on a translation) that a
+    model of `vocab_size` ids and `max_length` positions reads: ids out of `[0, vocab_size)`
+    as UNK, PAD, BOS and EOS dropped (`without_special_ids`), at most the first
+    `max_length - 1` (the room left for the EOS that ends a source)."""
+    ids = tf.ragged.map_flat_values(
+        lambda flat: tf.where((flat < 0) | (flat >= vocab_size), UNK_ID, flat), ids)
+    return without_special_ids(ids)[:, :max_length - 1]
+
+
+def without_special_ids(ids: tf.RaggedTensor) -> tf.RaggedTensor:
+    """`ids` without PAD, BOS and EOS (a source never carries them)."""
+    return tf.ragged.boolean_mask(ids, (ids != PAD_ID) & (ids != BOS_ID) & (ids != EOS_ID))
+
+
 @contextlib.contextmanager
 def native_info_lines_hidden() -> Iterator[None]:
     """Drops the INFO lines C++ code writes to the process's stderr meanwhile (sentencepiece

@@ -4,11 +4,12 @@ scoring on the searches' scale.
 
 `beam_search(model, source_ids, ...)`, `greedy_decode(model, ...)` and `sample(model, ...)`
 are one graph each;
-`decode(model, source_ids, ...)` builds the same search inside a caller's `tf.function` (the
-exported `Translator`'s). Each takes one `Transformer` or an ensemble: a sequence of them over
-the same vocabulary, whose probabilities the search averages (`search.ensemble`). The step
-function the search runs is `cached_step`, the model's `decode_step` with its key/value cache,
-or with `use_cache=False` its reference `recomputed_step`.
+`run_search(model, source_ids, settings)` builds the search `settings` ask for inside a
+caller's `tf.function` (the exported `Translator`'s). Each takes one `Transformer` or an
+ensemble: a sequence of them over the same vocabulary, whose probabilities the search averages
+(`search.ensemble`). The step function the search runs is `cached_step`, the model's
+`decode_step` with its key/value cache, or with `use_cache=False` its reference
+`recomputed_step`.
 """
 from __future__ import annotations
 
@@ -44,10 +45,11 @@ def ensemble_members(model: Models) -> list[Transformer]:
     return members
 
 
-def decode(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSettings] = None,
-           use_cache: bool = True, eos_id: int = EOS_ID, prefix_ids: Optional[tf.Tensor] = None,
-           shortlist: Optional[VocabularyShortlist] = None, greedy: Optional[bool] = None,
-           static_shapes: bool = False, num_samples: int = 1) -> DecodeResult:
+def run_search(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSettings] = None,
+               use_cache: bool = True, eos_id: int = EOS_ID,
+               prefix_ids: Optional[tf.Tensor] = None,
+               shortlist: Optional[VocabularyShortlist] = None, greedy: Optional[bool] = None,
+               static_shapes: bool = False, num_samples: int = 1) -> DecodeResult:
     """Builds a search over `source_ids` (call it inside a `tf.function`).
 
     Args:
@@ -72,7 +74,7 @@ def decode(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSettin
     members = ensemble_members(model)
     source_ids = tf.cast(source_ids, tf.int32)
     limits, buffer_length = output_limits(source_ids, settings.max_decode_extra,
-                                          members[0].config.max_length, prefix_ids)
+                                          members[0].config.max_length, prefix_ids=prefix_ids)
     vocabulary_ids = unscored = None
     if shortlist is not None and static_shapes:
         vocabulary_ids, unscored = shortlist.padded_target_ids(source_ids, prefix_ids)
@@ -81,27 +83,30 @@ def decode(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSettin
     greedy = settings.beam_size == 1 if greedy is None else greedy
     rows_per_sentence = (num_samples if settings.sampling else 1 if greedy
                          else settings.beam_size)
-    step_arguments = (source_ids, rows_per_sentence, buffer_length, vocabulary_ids, unscored)
-    steps = [cached_step(member, *step_arguments, static_shapes=static_shapes) if use_cache
-             else recomputed_step(member, *step_arguments) for member in members]
+    step_arguments = dict(source_ids=source_ids, rows_per_sentence=rows_per_sentence,
+                          buffer_length=buffer_length, vocabulary_ids=vocabulary_ids,
+                          unscored=unscored)
+    steps = [cached_step(member, static_shapes=static_shapes, **step_arguments) if use_cache
+             else recomputed_step(member, **step_arguments) for member in members]
     step, state, reorder = steps[0] if len(steps) == 1 else search.ensemble(steps)
-    common = dict(length_penalty=settings.length_penalty, eos_id=eos_id,
+    common = dict(step=step, state=state, limits=limits, buffer_length=buffer_length,
+                  length_penalty=settings.length_penalty, eos_id=eos_id,
                   prefix_ids=prefix_ids, vocabulary_ids=vocabulary_ids)
     if settings.sampling:
         return search.sampling(
-            step, state, limits, buffer_length,
-            search.sentence_seeds(source_ids, settings.sampling_seed), num_samples,
-            settings.temperature, settings.top_k, settings.top_p, **common)
+            seeds=search.sentence_seeds(source_ids, settings.sampling_seed),
+            num_samples=num_samples, temperature=settings.temperature, top_k=settings.top_k,
+            top_p=settings.top_p, **common)
     if greedy:
-        return search.greedy(step, state, limits, buffer_length, **common)
-    return search.beam(step, state, limits, buffer_length, settings.beam_size,
-                              reorder=reorder, **common)
+        return search.greedy(**common)
+    return search.beam(beam_size=settings.beam_size, reorder=reorder, **common)
 
 
-_decode_graph = tf.function(decode, reduce_retracing=True, autograph=False)
-# `decode` compiled by XLA as one cluster (the whole search loop): what `jit_compile` runs and
-# an export with `jit_compile` calls inside its signatures.
-decode_xla = tf.function(decode, reduce_retracing=True, autograph=False, jit_compile=True)
+_run_search_graph = tf.function(run_search, reduce_retracing=True, autograph=False)
+# `run_search` compiled by XLA as one cluster (the whole search loop): what `jit_compile` runs
+# and an export with `jit_compile` calls inside its signatures.
+run_search_xla = tf.function(run_search, reduce_retracing=True, autograph=False,
+                             jit_compile=True)
 
 
 def beam_search(model: Models, source_ids, beam_size: int = 4,
@@ -111,24 +116,28 @@ def beam_search(model: Models, source_ids, beam_size: int = 4,
                 ) -> DecodeResult:
     """The `beam_size` best translations of `source_ids` `[batch, src_len]`, in one graph.
 
-    Arguments as `decode`'s; at most `source length + max_decode_extra` tokens (EOS included,
-    capped at `model.config.max_length`) per sentence. `jit_compile` compiles the search with
-    XLA (cached decoding only; a shortlist is then padded to a static size).
+    Arguments as `run_search`'s; at most `source length + max_decode_extra` tokens (EOS
+    included, capped at `model.config.max_length`) per sentence. `jit_compile` compiles the
+    search with XLA (cached decoding only; a shortlist is then padded to a static size).
     """
-    settings = SearchSettings(beam_size, length_penalty, max_decode_extra)
-    return _run(model, source_ids, settings, False, use_cache, eos_id, jit_compile,
-                prefix_ids, shortlist)
+    settings = SearchSettings(beam_size=beam_size, length_penalty=length_penalty,
+                              max_decode_extra=max_decode_extra)
+    return _checked_search(model, source_ids, settings, greedy=False, use_cache=use_cache,
+                           eos_id=eos_id, jit_compile=jit_compile, prefix_ids=prefix_ids,
+                           shortlist=shortlist)
 
 
 def greedy_decode(model: Models, source_ids, length_penalty: float = 0.6,
                   max_decode_extra: int = 50, use_cache: bool = True, eos_id: int = EOS_ID,
                   prefix_ids=None, shortlist: Optional[VocabularyShortlist] = None
                   ) -> DecodeResult:
-    """The most likely next token at every step (n = 1), scored like `beam_search`; arguments
-    as `decode`'s."""
-    settings = SearchSettings(1, length_penalty, max_decode_extra)
-    return _run(model, source_ids, settings, True, use_cache, eos_id, False, prefix_ids,
-                shortlist)
+    """The most likely next token at every position (n = 1), scored like `beam_search`;
+    arguments as `run_search`'s."""
+    settings = SearchSettings(beam_size=1, length_penalty=length_penalty,
+                              max_decode_extra=max_decode_extra)
+    return _checked_search(model, source_ids, settings, greedy=True, use_cache=use_cache,
+                           eos_id=eos_id, jit_compile=False, prefix_ids=prefix_ids,
+                           shortlist=shortlist)
 
 
 def sample(model: Models, source_ids, seed: int = 0, temperature: float = 1.0,
@@ -141,24 +150,31 @@ def sample(model: Models, source_ids, seed: int = 0, temperature: float = 1.0,
     arguments as `beam_search`'s."""
     if not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples: must be a positive integer, got {num_samples!r}")
-    settings = SearchSettings(1, length_penalty, max_decode_extra, sampling=True,
+    settings = SearchSettings(beam_size=1, length_penalty=length_penalty,
+                              max_decode_extra=max_decode_extra, sampling=True,
                               temperature=temperature, top_k=top_k, top_p=top_p,
                               sampling_seed=seed)
-    return _run(model, source_ids, settings, False, use_cache, eos_id, jit_compile,
-                prefix_ids, shortlist, num_samples)
+    return _checked_search(model, source_ids, settings, greedy=False, use_cache=use_cache,
+                           eos_id=eos_id, jit_compile=jit_compile, prefix_ids=prefix_ids,
+                           shortlist=shortlist, num_samples=num_samples)
 
 
-def _run(model, source_ids, settings: SearchSettings, greedy: bool, use_cache, eos_id,
-         jit_compile, prefix_ids, shortlist, num_samples: int = 1) -> DecodeResult:
-    """Checks the arguments eagerly (named errors) and runs the search's graph."""
+def _checked_search(model: Models, source_ids, settings: SearchSettings, greedy: bool,
+                    use_cache: bool, eos_id: int, jit_compile: bool, prefix_ids,
+                    shortlist: Optional[VocabularyShortlist], num_samples: int = 1
+                    ) -> DecodeResult:
+    """Checks the arguments eagerly (named errors) and runs `run_search`'s graph (arguments
+    as its, and `jit_compile` as `beam_search`'s)."""
     if jit_compile and not use_cache:
         raise ValueError("jit_compile: needs use_cache=True (recomputation has dynamic shapes)")
     members = ensemble_members(model)
     model = members[0] if len(members) == 1 else tuple(members)
-    graph = decode_xla if jit_compile else _decode_graph
+    graph = run_search_xla if jit_compile else _run_search_graph
     prefix_ids = None if prefix_ids is None else tf.convert_to_tensor(prefix_ids, tf.int32)
-    return graph(model, tf.convert_to_tensor(source_ids, tf.int32), settings, use_cache,
-                 eos_id, prefix_ids, shortlist, greedy, jit_compile, num_samples)
+    return graph(model, tf.convert_to_tensor(source_ids, tf.int32), settings,
+                 use_cache=use_cache, eos_id=eos_id, prefix_ids=prefix_ids,
+                 shortlist=shortlist, greedy=greedy, static_shapes=jit_compile,
+                 num_samples=num_samples)
 
 
 def output_limits(source_ids: tf.Tensor, max_decode_extra: int, max_length: int,
@@ -203,15 +219,16 @@ def cached_step(model: Transformer, source_ids: tf.Tensor, rows_per_sentence: in
     (`Transformer.reorder_decode_cache`).
     """
     fixed = model.init_decode_cache(model.encode(source_ids, training=False),
-                                    rows_per_sentence, buffer_length, vocabulary_ids,
-                                    static_shapes)
+                                    rows_per_sentence=rows_per_sentence,
+                                    max_length=buffer_length, vocabulary_ids=vocabulary_ids,
+                                    static_shapes=static_shapes)
     state = {name: fixed.pop(name) for name in ("self", "ancestors")}  # what a step writes
     source_mask = source_padding_mask(source_ids)
     never = never_emitted(vocabulary_ids, model.config.output_vocab_size)
 
     def step(token_ids, position, state):
         logits, cache = model.decode_step(token_ids, position, {**fixed, **state}, source_mask,
-                                          static_shapes)
+                                          static_shapes=static_shapes)
         return log_probs(logits, never, unscored), {name: cache[name] for name in state}
 
     return step, state, model.reorder_decode_cache

@@ -10,13 +10,15 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.data.tokenizer import (SubwordTokenizer, model_input_ids, text_pieces,
+                                              without_special_ids)
 from keras_transformer.decoding.shortlist import VocabularyShortlist
-from keras_transformer.decoding.transformer_search import decode, decode_xla, ensemble_members
+from keras_transformer.decoding.transformer_search import (ensemble_members, run_search,
+                                                           run_search_xla)
 from keras_transformer.model import Transformer
 from keras_transformer.search import DecodeResult
 from keras_transformer.config import SearchSettings
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
 
 if TYPE_CHECKING:
     from keras_transformer.data.languages import RunLanguages
@@ -28,7 +30,9 @@ TARGET_LANGUAGE = tf.TensorSpec([None], tf.string, name="target_language")
 
 
 class Translator(tf.Module):
-    """Translates with fixed `SearchSettings` (beam size 1 runs the greedy fast path).
+    """Translates with fixed `SearchSettings` (beam size 1 runs the greedy fast path): the
+    module of graph signatures, tensors in and out, that an export saves and TF Serving runs
+    (`serving.text_translation.LineTranslator` feeds it, or its SavedModel, lines of text).
 
     Signatures: `translate` (text -> best translation and score), `translate_ids` (ids -> best
     and n-best ids and scores), `translate_nbest` (text -> every hypothesis of the beam as text
@@ -38,8 +42,8 @@ class Translator(tf.Module):
     most: encoder-decoder attention
     of decoder layer `alignment_layer`, averaged over its heads, when that piece is predicted
     (the hypothesis teacher-forced). Default layer: the second-to-last for 4 or more layers
-    (Garg et al. 2019), else the last (on the 2-layer demo model the last aligned 8 of 12
-    target words with their source words, the first 5).
+    (Garg et al. 2019), else the last (on the 2-layer demo model the last aligns more target
+    words with their source words than the first: benchmarks/RESULTS.md, "Alignment layer").
 
     `jit_compile`: the search runs as one XLA-compiled function (fewer per-op costs at small
     batches; an export carries it, which TF Serving runs with `--xla_cpu_compilation_enabled`
@@ -55,15 +59,19 @@ class Translator(tf.Module):
     (`de`): its token (`<2de>`) goes first in the row's source or, forced, first in its
     translation (and then left out of every output), as the model was trained
     (`RunLanguages.placement`); a language the model has no token for is an
-    InvalidArgumentError naming it and the model's languages. `IntoLanguage` asks for one
-    language in-process.
+    InvalidArgumentError naming it and the model's languages. With the "source" placement the
+    token asked for takes the place of one the text starts with, and a model whose language
+    is optional (`RunLanguages.optional`: an imported multi-target model) takes "" for a row
+    translated as its text says (`RunLanguages.with_source_tokens`). `IntoLanguage` asks for
+    one language in-process.
 
     `settings` default to the paper's (`SearchSettings()`: beam 4, alpha 0.6, +50). With a
     `shortlist`, each batch's search scores only its `shortlist.target_ids` (faster at large
     vocabularies; translations approximate the full vocabulary's, see `decoding.shortlist`).
     Inputs are truncated to `model.config.max_length - 1` subword ids (plus EOS); invalid UTF-8
     is decoded with U+FFFD replacements; out-of-vocabulary ids become UNK; PAD/BOS/EOS ids in a
-    source are dropped; an empty source gets an empty translation with score 0.
+    source are dropped (`data.tokenizer.text_pieces` and `model_input_ids`, the rule every
+    backend follows); an empty source gets an empty translation with score 0.
     """
 
     def __init__(self, model: Transformer, tokenizer: SubwordTokenizer,
@@ -202,18 +210,20 @@ class Translator(tf.Module):
     def _language_tokens(self, target_language: Optional[tf.Tensor], rows: tf.Tensor
                          ) -> Optional[tf.Tensor]:
         """The `[batch]` token ids of `target_language`, one per row of `rows` (None for a
-        model of one target language); an InvalidArgumentError when their numbers differ or a
-        language is not the model's, naming it and the model's languages."""
+        model of one target language; -1 for "" where the language is optional, the text as
+        it is); an InvalidArgumentError when their numbers differ or a language is not the
+        model's, naming it and the model's languages."""
         if self.languages is None:
             return None
         tokens = self.language_tokens.lookup(target_language)
         known = ", ".join(sorted(self.languages.token_ids))
+        refused = (tokens < 0) & (target_language != "" if self.languages.optional else True)
         checks = [tf.debugging.assert_equal(
                       tf.size(target_language), tf.shape(rows)[0],
                       message="target_language: give one language per row of the batch"),
-                  tf.debugging.Assert(tf.reduce_all(tokens >= 0), [
+                  tf.debugging.Assert(~tf.reduce_any(refused), [
                       f"target_language: the model translates into {known} only, not",
-                      tf.boolean_mask(target_language, tokens < 0)])]
+                      tf.boolean_mask(target_language, refused)])]
         with tf.control_dependencies(checks):
             return tf.identity(tokens)
 
@@ -241,28 +251,23 @@ class Translator(tf.Module):
                   if prefix is None else text_pieces(self.tokenizer, prefix, target=True))
         if into_target:
             pieces = _prepended(tokens, pieces)
-        return self._clean(pieces, self.model.config.output_vocab_size).to_tensor(
-            default_value=PAD_ID)
+        return model_input_ids(pieces, self.model.config.output_vocab_size,
+                               self.model.config.max_length).to_tensor(default_value=PAD_ID)
 
     def _pieces(self, text: tf.Tensor) -> tf.RaggedTensor:
         return text_pieces(self.tokenizer, text)
 
-    def _clean(self, pieces: tf.RaggedTensor, vocab_size: int) -> tf.RaggedTensor:
-        """Ids out of `[0, vocab_size)` as UNK, special ids dropped, at most `max_length - 1`
-        ids."""
-        pieces = tf.ragged.map_flat_values(
-            lambda ids: tf.where((ids < 0) | (ids >= vocab_size), UNK_ID, ids), pieces)
-        return _without_special_ids(pieces)[:, :self.model.config.max_length - 1]
-
     def _source_ids(self, pieces: tf.RaggedTensor, tokens: Optional[tf.Tensor] = None
                     ) -> tuple[tf.Tensor, tf.Tensor]:
-        """The search's input: `_clean` pieces (after the row's token of `tokens` with the
-        "source" placement) plus EOS, 0-padded; and `[batch, 1]` True for empty sources (a
-        token alone is none)."""
-        pieces = self._clean(pieces, self.model.config.vocab_size)
+        """The search's input: the `model_input_ids` of `pieces` (after the row's token of
+        `tokens` with the "source" placement) plus EOS, 0-padded; and `[batch, 1]` True for
+        empty sources (a token alone is none)."""
+        pieces = model_input_ids(pieces, self.model.config.vocab_size,
+                                 self.model.config.max_length)
         empty = tf.equal(pieces.row_lengths(), 0)[:, None]
         if tokens is not None and self.languages.placement == "source":
-            pieces = _prepended(tokens, pieces)[:, :self.model.config.max_length - 1]
+            pieces = self.languages.with_source_tokens(
+                pieces, tokens)[:, :self.model.config.max_length - 1]
         eos = tf.fill([pieces.nrows(), 1], EOS_ID)
         source_ids = tf.concat([pieces, eos], axis=1).to_tensor(default_value=PAD_ID)
         return source_ids, empty
@@ -277,10 +282,10 @@ class Translator(tf.Module):
 
     def _search(self, source_ids: tf.Tensor, prefix_ids: Optional[tf.Tensor]) -> DecodeResult:
         settings = self.settings
-        search = decode
+        search = run_search
         if self.jit_compile:
             # XLA compiles once per input shape: padded widths bound the shapes a server sees.
-            search = decode_xla
+            search = run_search_xla
             source_ids = self._padded_width(source_ids)
             prefix_ids = None if prefix_ids is None else self._padded_width(prefix_ids)
         models = (self.model, *self.ensemble) if self.ensemble else self.model
@@ -301,7 +306,8 @@ class IntoLanguage:
     `language`, in every call: the calls of a `Translator` of one (`translate`,
     `translate_ids`, `translate_nbest`, `translate_with_prefix`, `translate_with_alignment`),
     its `tokenizer` and `model`. A language the model does not have is a ValueError naming it
-    and the model's languages."""
+    and the model's languages; "" asks for none where the language is optional
+    (`RunLanguages.optional`: the texts as they are)."""
 
     def __init__(self, translator: Translator, language: str):
         if translator.languages is None:
@@ -342,35 +348,29 @@ def _signature(method: Callable[..., dict[str, tf.Tensor]],
     return tf.function(method, input_signature=list(input_signature), autograph=False)
 
 
-def text_pieces(tokenizer: SubwordTokenizer, text: tf.Tensor,
-                target: bool = False) -> tf.RaggedTensor:
-    """Subword ids of `text` `[batch]`, source text (`target`: target text), invalid UTF-8
-    decoded with U+FFFD replacements."""
-    valid = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
-    return (tokenizer.tokenize_target if target else tokenizer.tokenize)(valid)
-
-
 def _prepended(tokens: tf.Tensor, pieces: tf.RaggedTensor) -> tf.RaggedTensor:
     """Each row of `pieces` after its token of `tokens` `[batch]`."""
     return tf.concat([tf.cast(tokens, tf.int32)[:, None], tf.cast(pieces, tf.int32)], axis=1)
 
 
-def _without_special_ids(pieces: tf.RaggedTensor) -> tf.RaggedTensor:
-    """`pieces` without PAD, BOS and EOS ids (a source never carries them)."""
-    return tf.ragged.boolean_mask(pieces, (pieces != PAD_ID) & (pieces != BOS_ID)
-                                  & (pieces != EOS_ID))
-
-
 def truncated_sources(tokenizer: SubwordTokenizer, texts: Sequence[bytes | str],
-                      max_length: int, batch_size: int = 10_000) -> list[int]:
+                      max_length: int, batch_size: int = 10_000,
+                      languages: Optional[RunLanguages] = None,
+                      language: Optional[str] = None) -> list[int]:
     """The indices of the `texts` that a `Translator` of a model of `max_length` cuts to
     their first `max_length - 1` subwords (the search's source holds those and EOS): the
     texts of more pieces, counted as the `Translator` counts them, `batch_size` texts at a
-    time."""
+    time. Of a model of several target languages (`languages`) asked for `language`, with
+    the "source" placement, the language token counts as a piece
+    (`RunLanguages.with_source_tokens`)."""
     indices: list[int] = []
     for start in range(0, len(texts), batch_size):
-        pieces = text_pieces(tokenizer, tf.constant(list(texts[start:start + batch_size]),
-                                                    tf.string))
-        lengths = _without_special_ids(pieces).row_lengths().numpy()
+        pieces = without_special_ids(text_pieces(
+            tokenizer, tf.constant(list(texts[start:start + batch_size]), tf.string)))
+        if languages is not None and languages.placement == "source":
+            token = languages.token_id(language)
+            pieces = languages.with_source_tokens(
+                pieces, tf.fill([pieces.nrows()], -1 if token is None else token))
+        lengths = pieces.row_lengths().numpy()
         indices += (np.flatnonzero(lengths > max_length - 1) + start).tolist()
     return indices

@@ -166,7 +166,7 @@ class CorpusTranslation:
             shard: the chunks this call takes.
             on_progress: called after each chunk.
             truncated: raw input lines -> the indices of those `translate` translates from
-                their start only (e.g. `TextTranslator.truncated`), reported by line number.
+                their start only (e.g. `LineTranslator.truncated`), reported by line number.
 
         Returns:
             A `Report`.

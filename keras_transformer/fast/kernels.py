@@ -16,7 +16,8 @@ def linear(rows: tf.Tensor, kernel: tf.Tensor, bias: Optional[tf.Tensor] = None,
          relu: bool = False) -> tf.Tensor:
     """The reference `linear` (matmul, bias, ReLU) with its float32 gradient products in
     oneDNN's faster layouts (`input_gradient`, `kernel_gradient`); other dtypes keep autodiff's
-    (bfloat16 steps ran 3% slower written out)."""
+    (in bfloat16 the layouts run alike, so writing the gradient out only slowed the step:
+    benchmarks/RESULTS.md, "Kernels")."""
     if rows.dtype != tf.float32:
         return reference_linear.reference(rows, kernel, bias, relu)
 
@@ -36,9 +37,9 @@ def linear(rows: tf.Tensor, kernel: tf.Tensor, bias: Optional[tf.Tensor] = None,
 
 
 # In float32, oneDNN's CPU matmul runs a product with a transposed right operand, or with an
-# output of fewer columns than rows over a long contraction, 1.1-1.3x slower than the same product
-# in the other layout (measured at `base` shapes, benchmarks/RESULTS.md); the gradients below
-# pick the faster layout. In bfloat16 both layouts run alike.
+# output of fewer columns than rows over a long contraction, measurably slower than the same
+# product in the other layout (the figures at `base` shapes: benchmarks/RESULTS.md, "Kernels");
+# the gradients below pick the faster layout. In bfloat16 both layouts run alike.
 
 def input_gradient(upstream: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     """`upstream @ kernel^T`; in float32 with a transposed copy of a kernel that has at least as

@@ -139,14 +139,6 @@ def marian_model(options: dict[str, Any], arrays: dict[str, np.ndarray], weights
         options=options)
 
 
-def marian_languages(source_pieces: list[str]) -> dict[str, int]:
-    """The target languages a multi-target Marian model's source vocabulary (`source_pieces`,
-    by our id) asks for with a first source piece `>>xx<<`, each its piece's id, by code (`fra`
-    for `>>fra<<`); {} for a model of one target language."""
-    return {piece[2:-2]: index for index, piece in enumerate(source_pieces)
-            if LANGUAGE_TOKEN.fullmatch(piece)}
-
-
 # ------------------------------------------------------------------------------ reading files
 def _read_bytes(path: Path) -> bytes:
     if not path.is_file():

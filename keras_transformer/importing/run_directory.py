@@ -1,7 +1,8 @@
 """An imported model written as a run directory, whole or not at all: `config.json` (the
-recipe), `model.weights.h5`, `vocab/` (the tokenizer's files) and `import.json` (where the model
+recipe), `model.weights.h5`, `vocab/` (the tokenizer's files), `import.json` (where the model
 came from: its format, origin, the files read with their SHA-256 digests, its licence and README
-text). Every command takes it like a run kt-train wrote."""
+text) and, of a multi-target model, `languages.json` (its `>>xx<<` tokens, `imported_languages`).
+Every command takes it like a run kt-train wrote."""
 from __future__ import annotations
 
 import json
@@ -9,16 +10,17 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
 from keras_transformer.config import Recipe, SearchSettings, TrainingSettings
+from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import SentencePiecePair
-from keras_transformer.importing.marian import MarianModel
+from keras_transformer.importing.marian import LANGUAGE_TOKEN, MarianModel
 from keras_transformer.model import Transformer
 from keras_transformer.training.backup import file_sha256
-from keras_transformer.training.run_dir import CONFIG_FILE, IMPORT_FILE, RunDir
+from keras_transformer.training.run_dir import CONFIG_FILE, IMPORT_FILE, LANGUAGES_FILE, RunDir
 
 _NOTICE_NAMES = ("README", "LICENSE", "LICENCE")  # text files of the origin kept in import.json
 _NOTICE_BYTES = 20_000
@@ -73,11 +75,28 @@ def write_imported_run(imported: MarianModel, output_dir: str | os.PathLike, ori
                           imported.target_pieces).save(run.vocab)
         imported_transformer(imported).save_weights(run.final_weights)
         run.write_json(IMPORT_FILE, import_record(imported, origin, source_format))
+        languages = imported_languages(imported)
+        if languages is not None:
+            run.write_json(LANGUAGES_FILE, languages.to_dict())
         os.replace(staging, output_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return RunDir(output_dir)
+
+
+def imported_languages(imported: MarianModel) -> Optional[RunLanguages]:
+    """The target languages of a multi-target model, as a run of several records them: each
+    `>>xx<<` piece of its source vocabulary (`marian.LANGUAGE_TOKEN`) asks for `xx` (e.g. fra)
+    first in the source, and the language is optional (a text may start with its own token);
+    None for a model of one target language."""
+    pieces = {piece[2:-2]: piece for piece in imported.source_pieces
+              if LANGUAGE_TOKEN.fullmatch(piece)}
+    if not pieces:
+        return None
+    ids = {piece: index for index, piece in enumerate(imported.source_pieces)}
+    return RunLanguages("source", {code: ids[piece] for code, piece in pieces.items()}, pieces,
+                        optional=True)
 
 
 def import_record(imported: MarianModel, origin: str, source_format: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ architecture options of imported models too: the feed-forward activation, the em
 norm, the output bias, pre-norm, learned or sinusoidal positions in either layout, separate
 source and target vocabularies), the tokenizer's files beside it so that raw text goes in and
 out, and the search settings.
-`ctranslate2_functions` gives such a directory the calls `text_translation.TextTranslator`
+`ctranslate2_functions` gives such a directory the calls `text_translation.LineTranslator`
 takes, so `kt-translate` runs it as it runs a SavedModel.
 
 What CTranslate2 computes differs from our search in three places, documented in
@@ -26,7 +26,9 @@ model's `keras_transformer.json`) is asked for one by its token (`<2de>`, the pi
 recorded), passed as the model was trained: with the "source" placement as the first source
 token (`translate_batch([["<2de>", "▁Hello", ...]])`), with "target" as the target prefix
 (`translate_batch([["▁Hello", ...]], target_prefix=[["<2de>"]])`), the token then leading
-each hypothesis, to be dropped. `ctranslate2_functions(..., target_language="de")` does so.
+each hypothesis, to be dropped. `ctranslate2_functions(..., target_language="de")` does so,
+as our `Translator` does: the token asked for replaces one a source starts with, and an
+imported model's optional language left out ("") leaves the sources as they are.
 """
 from __future__ import annotations
 
@@ -43,10 +45,9 @@ import tensorflow as tf
 from keras_transformer.config import SearchSettings, TransformerConfig
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
-from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.decoding.translator import text_pieces
+from keras_transformer.data.tokenizer import SubwordTokenizer, model_input_ids, text_pieces
 from keras_transformer.model import Transformer
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
 
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float32")
 SETTINGS_FILENAME = "keras_transformer.json"  # the search settings and the converted config
@@ -228,8 +229,8 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
         directory: the CTranslate2 model directory.
         inter_threads: batches the `ctranslate2.Translator` runs at once (on CPU).
         intra_threads: threads of each batch (default: every core; on cores other work
-            keeps busy, 1 avoids CTranslate2's threads waiting on each other: a tiny model's
-            batch took 4.4 s with 2 threads on 2 loaded cores, 6 ms with 1).
+            keeps busy, 1 avoids CTranslate2's threads waiting on each other, which costs far
+            more than a second thread gains: benchmarks/RESULTS.md, "CTranslate2 exports").
         use_vmap: restrict each batch's candidates with CTranslate2's vocabulary map
             (`vmap.txt` in `directory`).
         target_language: the language a model of several target languages translates into
@@ -239,7 +240,7 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
     Returns:
         `(translate_text, translate_ids, translate_prefixed, tokenizer, translator)`, with
         the signatures of an export's (tensors in, dicts of tensors out: see
-        `text_translation.TextTranslator`; source ids are read as an export reads them:
+        `text_translation.LineTranslator`; source ids are read as an export reads them:
         out-of-vocabulary ids as UNK, PAD, BOS and EOS dropped); `translator` is the
         `ctranslate2.Translator`.
     """
@@ -259,16 +260,20 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
     ids_of = {piece: index for index, piece in enumerate(target_pieces)}
     token, placement = language_token_piece(recorded.get("languages"), target_language,
                                             source_pieces, target_pieces)
+    # The language tokens' source pieces: the one asked for replaces one a source starts with.
+    own = ({source_pieces[index] for index in RunLanguages.from_dict(
+        recorded["languages"]).token_ids.values()} if "languages" in recorded else set())
     # As in our search: PAD and BOS are never generated, and the end may come first (an empty
     # translation); CTranslate2 by default generates any token and never ends at the first step.
     never_generated = [[target_pieces[PAD_ID]], [target_pieces[BOS_ID]]]
 
-    def as_pieces(ids, pieces: list[str]) -> list[list[str]]:
-        """Each row of `ids` as its `pieces` (UNK's for ids out of range, special ids
-        dropped), at most `max_length - 1` of them."""
-        return [[pieces[token if 0 <= token < len(pieces) else UNK_ID] for token in row
-                 if token not in (PAD_ID, BOS_ID, EOS_ID)][:max_length - 1]
-                for row in np.asarray(ids).tolist()]
+    def as_pieces(ids: tf.Tensor, pieces: list[str]) -> list[list[str]]:
+        """Each row of `ids` `[batch, len]` as `pieces`, the ids our model would read
+        (`model_input_ids`: UNK's for ids out of range, special ids dropped, at most
+        `max_length - 1` of them)."""
+        kept = model_input_ids(tf.RaggedTensor.from_tensor(tf.convert_to_tensor(ids)),
+                               len(pieces), max_length)
+        return [[pieces[token] for token in row] for row in kept.to_list()]
 
     hypotheses = 1 if settings.sampling else settings.beam_size
     # Sampling: the same settings, drawn by CTranslate2's own generators, seeded when the model
@@ -281,8 +286,8 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
     def search(sources: list[list[str]], prefixes=None, nbest: int = 1):
         empty = [not source for source in sources]  # an empty source: an empty translation
         if placement == "source":
-            sources = [([token] + source)[:max_length - 1] if source else source
-                       for source in sources]
+            sources = [([token] + source[1 if source[0] in own else 0:])[:max_length - 1]
+                       if source else source for source in sources]
         elif placement == "target":
             prefixes = [([token] + (prefix or []))[:max_length - 1]
                         for prefix in prefixes or [None] * len(sources)]
@@ -339,8 +344,8 @@ def language_token_piece(languages: Optional[dict], target_language: Optional[st
                          ) -> tuple[Optional[str], Optional[str]]:
     """The piece of `target_language`'s token and its placement ("source" or "target") in a
     model of the recorded `languages` (`RunLanguages.to_dict`; None for a model of one target
-    language); (None, None) without a language. A ValueError names a language missing, given
-    to a model of one, or not the model's."""
+    language); (None, None) without a language, or for "" where it is optional. A ValueError
+    names a language missing, given to a model of one, or not the model's."""
     if languages is None:
         if target_language is not None:
             raise ValueError(f"target language {target_language!r}: the model translates into "
@@ -350,5 +355,8 @@ def language_token_piece(languages: Optional[dict], target_language: Optional[st
     if target_language is None:
         raise ValueError(f"target language: needed, the model translates into "
                          f"{', '.join(sorted(run_languages.token_ids))}")
+    token_id = run_languages.token_id(target_language)
+    if token_id is None:  # an optional language left out: the sources as they are
+        return None, None
     pieces = source_pieces if run_languages.placement == "source" else target_pieces
-    return pieces[run_languages.token_id(target_language)], run_languages.placement
+    return pieces[token_id], run_languages.placement

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.serving.ctranslate2_export import ctranslate2_functions, is_ctranslate2_model
-from keras_transformer.serving.text_translation import TextTranslator, chosen_language
+from keras_transformer.serving.text_translation import LineTranslator, chosen_language
 
 # Where an export's provenance record is (`provenance`): the model's architecture, among others.
 PROVENANCE_FILE = os.path.join("assets.extra", "keras_transformer_provenance.json")
@@ -37,19 +37,23 @@ def export_version(path: str | os.PathLike) -> Path:
 
 
 def load_export(path: str | os.PathLike, target_language: Optional[str] = None
-                ) -> TextTranslator:
-    """The export of `export_version(path)` as a `TextTranslator` (its search settings are
+                ) -> LineTranslator:
+    """The export of `export_version(path)` as a `LineTranslator` (its search settings are
     fixed), translating into `target_language`: needed by the export of a model of several
-    target languages, refused by one of one (`chosen_language`'s ValueError)."""
+    target languages (optional for an imported one, whose texts may carry their own token),
+    refused by one of one (`chosen_language`'s ValueError)."""
     version = export_version(path)
-    language = chosen_language(recorded_languages(version), target_language, repr(str(version)))
+    languages = recorded_languages(version)
+    language = chosen_language(languages, target_language, repr(str(version)))
     max_length = recorded_facts(version).get("architecture", {}).get("max_length")
     if is_ctranslate2_model(version):
         translate_text, translate_ids, translate_prefixed, tokenizer, owner = (
             ctranslate2_functions(version, target_language=language))
-        return TextTranslator(translate_text, translate_ids, tokenizer, owner, translate_prefixed,
-                              max_length)
-    return TextTranslator.from_saved_model(version, max_length, language)
+        return LineTranslator(translate_text, translate_ids, tokenizer, owner=owner,
+                              translate_prefixed=translate_prefixed, max_length=max_length,
+                              languages=languages, language=language)
+    return LineTranslator.from_saved_model(version, max_length=max_length,
+                                           target_language=language, languages=languages)
 
 
 def recorded_languages(version: Path) -> Optional[RunLanguages]:

@@ -15,7 +15,8 @@ import tensorflow as tf
 
 from keras_transformer.data.text_files import line_list
 from keras_transformer.data.sentencepiece_pair import load_tokenizer
-from keras_transformer.data.tokenizer import SubwordTokenizer, native_info_lines_hidden
+from keras_transformer.data.tokenizer import (SubwordTokenizer, native_info_lines_hidden,
+                                              text_pieces)
 from keras_transformer.decoding.translator import IntoLanguage, Translator, truncated_sources
 from keras_transformer.vocab_ids import PAD_ID
 
@@ -41,22 +42,31 @@ def quiet_export_loading() -> Iterator[None]:
         absl.removeFilter(news)
 
 
-class TextTranslator:
-    """Best and n-best translations of strings, through `translate_text` (`[batch]` strings ->
+class LineTranslator:
+    """Lines of text (Python bytes) in, translations out, batch by batch, whatever computes
+    them: the command lines' side of a backend. The backend is a `decoding.Translator` (the
+    graph module of tensor signatures that an export saves), the SavedModel it was saved as,
+    or a CTranslate2 model, each giving the same calls.
+
+    Best and n-best translations of strings, through `translate_text` (`[batch]` strings ->
     `translation`, `score`), `translate_ids` (`[batch, len]` ids -> `nbest_ids`,
     `nbest_scores`) with `tokenizer` for the n-best lists' text, and `translate_prefixed`
     (texts and prefixes -> `translation`, `score`; None for exports older than it); `owner`
     is kept alive for them (a loaded SavedModel, or the `Translator` whose methods they are);
     `max_length`: the model's, whose sources longer than `max_length - 1` subwords are cut
-    (`truncated` names them; None: not known, as for exports without a provenance record)."""
+    (`truncated` names them; None: not known, as for exports without a provenance record);
+    `languages` and `language`: of a model of several target languages, its languages and the
+    one asked for (with the "source" placement its token is one of those subwords)."""
 
     def __init__(self, translate_text: Callable[[tf.Tensor], dict],
                  translate_ids: Callable[[tf.Tensor], dict], tokenizer: SubwordTokenizer,
                  owner: object = None,
                  translate_prefixed: Optional[Callable[[tf.Tensor, tf.Tensor], dict]] = None,
-                 max_length: Optional[int] = None):
+                 max_length: Optional[int] = None, languages: Optional[RunLanguages] = None,
+                 language: Optional[str] = None):
         self._owner = owner
         self.max_length = max_length
+        self.languages, self.language = languages, language
         self._translate_text = translate_text
         self._translate_ids = translate_ids
         self._translate_prefixed = translate_prefixed
@@ -66,10 +76,12 @@ class TextTranslator:
 
     @classmethod
     def from_saved_model(cls, version: str | os.PathLike, max_length: Optional[int] = None,
-                         target_language: Optional[str] = None) -> "TextTranslator":
+                         target_language: Optional[str] = None,
+                         languages: Optional[RunLanguages] = None) -> "LineTranslator":
         """The SavedModel in the directory `version` (its search settings are fixed), of a
-        model of `max_length` (None: not known); of a model of several target languages,
-        translating into `target_language` (each signature's `target_language` input)."""
+        model of `max_length` (None: not known); of a model of several target languages
+        (`languages`), translating into `target_language` (each signature's `target_language`
+        input)."""
         version = Path(version)
         with quiet_export_loading():
             loaded = tf.saved_model.load(os.fspath(version))
@@ -86,22 +98,28 @@ class TextTranslator:
                 return call("translate_with_prefix", text, text=text, prefix=prefix)
         return cls(lambda text: call("serving_default", text, text=text),
                    lambda ids: call("translate_ids", ids, source_ids=ids),
-                   load_tokenizer(version / "assets"), loaded, prefixed, max_length)
+                   load_tokenizer(version / "assets"), owner=loaded,
+                   translate_prefixed=prefixed, max_length=max_length, languages=languages,
+                   language=target_language)
 
     @classmethod
-    def from_translator(cls, translator: Translator | IntoLanguage) -> "TextTranslator":
+    def from_translator(cls, translator: Translator | IntoLanguage) -> "LineTranslator":
         """An in-process `Translator` (what its export would compute), or one of several
         target languages asked for one (`IntoLanguage`)."""
+        into = isinstance(translator, IntoLanguage)
         return cls(translator.translate, translator.translate_ids, translator.tokenizer,
-                   translator, translator.translate_with_prefix,
-                   translator.model.config.max_length)
+                   owner=translator, translate_prefixed=translator.translate_with_prefix,
+                   max_length=translator.model.config.max_length,
+                   languages=translator.translator.languages if into else None,
+                   language=translator.language if into else None)
 
     def truncated(self, texts: Sequence[bytes]) -> list[int]:
         """The indices of the `texts` translated from their first `max_length - 1` subwords
         only (`translator.truncated_sources`; none when `max_length` is not known)."""
         if self.max_length is None:
             return []
-        return truncated_sources(self.tokenizer, texts, self.max_length)
+        return truncated_sources(self.tokenizer, texts, self.max_length,
+                                 languages=self.languages, language=self.language)
 
     @property
     def takes_prefixes(self) -> bool:
@@ -128,9 +146,8 @@ class TextTranslator:
         if not 1 <= k <= self.beam_size:
             raise ValueError(f"--nbest: {k} is not between 1 and the beam size "
                              f"{self.beam_size}")
-        valid = tf.strings.unicode_transcode(tf.constant(list(texts), tf.string), "UTF-8",
-                                             "UTF-8", errors="replace")
-        ids = self.tokenizer.tokenize(valid).to_tensor(default_value=PAD_ID)
+        ids = text_pieces(self.tokenizer, tf.constant(list(texts), tf.string)).to_tensor(
+            default_value=PAD_ID)
         if ids.shape[1] == 0:  # every text empty
             ids = tf.fill([len(texts), 1], PAD_ID)
         outputs = self._translate_ids(tf.cast(ids, tf.int32))
@@ -145,14 +162,17 @@ class TextTranslator:
 def chosen_language(languages: Optional[RunLanguages], language: Optional[str],
                     model: str) -> Optional[str]:
     """The target language `model` (named in errors) translates into: `language`
-    (`--target-language`), which a model of several target languages (`languages`) needs and
-    a model of one (None) refuses; a ValueError naming the option and, for a language the
-    model does not have or a missing one, the model's languages."""
+    (`--target-language`), which a model of several target languages (`languages`) needs
+    (where the language is optional, `RunLanguages.optional`, none is "": the texts as they
+    are) and a model of one (None) refuses; a ValueError naming the option and, for a
+    language the model does not have or a missing one, the model's languages."""
     if languages is None:
         if language is not None:
             raise ValueError(f"--target-language: {model} translates into one language (it "
                              "was trained on one language pair); leave the option out")
         return None
+    if language is None and languages.optional:
+        return ""
     if language is None:
         raise ValueError(f"--target-language: required: {model} translates into "
                          f"{', '.join(sorted(languages.token_ids))}")
@@ -163,7 +183,7 @@ def chosen_language(languages: Optional[RunLanguages], language: Optional[str],
     return language
 
 
-def closest_lines(translator: TextTranslator, lines: Sequence[bytes],
+def closest_lines(translator: LineTranslator, lines: Sequence[bytes],
                   references: Sequence[bytes], similarity: Callable[[str, str], float],
                   batch_size: int = 64, batch_tokens: int = 6000) -> list[str]:
     """Of each line's n-best list (the whole beam), the translation most similar to the line's
@@ -227,7 +247,7 @@ def output_line(text: bytes) -> str:
     return text.decode("utf-8", errors="replace").replace("\r", " ").replace("\n", " ")
 
 
-def best_lines(translator: TextTranslator, lines: Sequence[bytes], batch_size: int = 64,
+def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: int = 64,
                batch_tokens: int = 6000, prefixes: Optional[Sequence[bytes]] = None,
                on_batch: Optional[Callable[[int], None]] = None) -> list[str]:
     """The best translation of each line as an `output_line`, in the lines' order, translated

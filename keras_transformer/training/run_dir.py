@@ -29,7 +29,7 @@ RESULT_FILE = "result.json"  # which weights a finished run chose (`keep_better_
 TEST_FILE = "test.json"  # the figures of kt-train's final test pass
 LEFT_OUT_FILE = "left_out.json"  # the training pairs not trained on (`prepare.left_out`)
 IMPORT_FILE = "import.json"  # where an imported model came from (`importing.run_directory`)
-LANGUAGES_FILE = "languages.json"  # a run of several language pairs (`RunLanguages`)
+LANGUAGES_FILE = "languages.json"  # a model of several target languages (`RunLanguages`)
 
 
 class RunDir:
@@ -162,9 +162,9 @@ class RunDir:
         return True
 
     def languages(self) -> Optional[RunLanguages]:
-        """The languages of a run of several language pairs (`LANGUAGES_FILE`: the token
-        placement, each target language's token id, each pair's share), None for a run of
-        one pair."""
+        """The target languages of a run of several language pairs, or of a model imported
+        from a multi-target one (`LANGUAGES_FILE`: the token placement, each target
+        language's token, a trained run's pairs' shares), None for a model of one."""
         record = _read_json(self.root / LANGUAGES_FILE)
         return None if record is None else RunLanguages.from_dict(record)
 
