@@ -163,7 +163,7 @@ WORDS = "cat dog sun tree red blue big small".split()
 # Three made-up target languages of the same English-like sources, word for word: each
 # word's letters reversed, upper-cased, or followed by its first letter.
 TARGETS = {"rv": lambda word: word[::-1], "up": str.upper, "dd": lambda word: word + word[0]}
-PAIRS = [f"en-{target}" for target in TARGETS]
+LANGUAGE_PAIRS = [f"en-{target}" for target in TARGETS]
 
 
 def write_corpus(directory: Path, split: str, lines: int, seed: int) -> dict[str, Path]:
@@ -191,7 +191,7 @@ def three_language_corpus(directory: Path) -> dict[str, dict[str, Path]]:
 def pair_args(corpus: dict[str, dict[str, Path]], *splits: str) -> list[str]:
     """`--pair`, `--dev-pair`, ... options of the three pairs for `splits`."""
     flags = {"train": "--pair", "dev": "--dev-pair", "test": "--test-pair"}
-    return [word for split in splits for name in PAIRS
+    return [word for split in splits for name in LANGUAGE_PAIRS
             for word in (flags[split], name, str(corpus[split]["en"]),
                          str(corpus[split][name.split("-")[1]]))]
 

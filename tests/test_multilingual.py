@@ -23,7 +23,7 @@ from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.training.run_dir import RunDir
 from trainers import train
 from trainers.train_arguments import parse_args, run_options
-from helpers import LEARNS, PAIRS, TARGETS, final_json, pair_args, three_language_corpus
+from helpers import LEARNS, LANGUAGE_PAIRS, TARGETS, final_json, pair_args, three_language_corpus
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +49,10 @@ def test_each_pair_translates_into_the_language_its_token_asks_for(corpus, tmp_p
     assert train.main(argv) == 0
     summary = final_json(capsys.readouterr().out)
     references = {name: corpus["test"][name.split("-")[1]].read_text(
-        encoding="utf-8").splitlines() for name in PAIRS}
-    for name in PAIRS:
+        encoding="utf-8").splitlines() for name in LANGUAGE_PAIRS}
+    for name in LANGUAGE_PAIRS:
         hypotheses = (run_dir / f"test.{name}.hyp").read_text(encoding="utf-8").splitlines()
-        for other in PAIRS:
+        for other in LANGUAGE_PAIRS:
             bleu = corpus_scores(hypotheses, references[other])[0].value
             assert (bleu >= 90) if other == name else (bleu < 10), (name, other, bleu)
         assert summary["test"]["pairs"][name]["BLEU"] >= 90
@@ -60,7 +60,7 @@ def test_each_pair_translates_into_the_language_its_token_asks_for(corpus, tmp_p
     assert languages["placement"] == placement
     assert {language: token["piece"] for language, token in languages["tokens"].items()} == {
         language: language_token(language) for language in TARGETS}
-    assert [pair["name"] for pair in languages["pairs"]] == PAIRS
+    assert [pair["name"] for pair in languages["pairs"]] == LANGUAGE_PAIRS
     assert sum(pair["share"] for pair in languages["pairs"]) == pytest.approx(1, abs=1e-5)
     assert RunDir(run_dir).languages().token_id("up") == languages["tokens"]["up"]["id"]
     assert recorded_languages(Path(summary["export"])) == RunDir(run_dir).languages()
@@ -69,12 +69,12 @@ def test_each_pair_translates_into_the_language_its_token_asks_for(corpus, tmp_p
         sum(pair["final"] for pair in pairs.values()) / 3, abs=0.01)
     curve = (run_dir / "bleu_curve.tsv").read_text().splitlines()
     assert curve[0].split("\t") == ["step", "seconds", "dev_bleu",
-                                    *(f"dev_bleu/{name}" for name in PAIRS)]
+                                    *(f"dev_bleu/{name}" for name in LANGUAGE_PAIRS)]
     assert [line.split("\t")[0] for line in curve[1:]] == ["150", "300"]
     tags = {value.tag for path in (run_dir / "tensorboard").rglob("events.out.tfevents.*")
             for event in tf.compat.v1.train.summary_iterator(str(path))
             for value in event.summary.value}
-    assert {f"dev_bleu/{name}" for name in PAIRS} | {"dev_bleu"} <= tags
+    assert {f"dev_bleu/{name}" for name in LANGUAGE_PAIRS} | {"dev_bleu"} <= tags
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def vocabulary(corpus) -> SubwordTokenizer:
     """A vocabulary of the four languages with the three target-language tokens."""
     texts = [line for path in corpus["train"].values()
              for line in path.read_text(encoding="utf-8").splitlines()]
-    pairs = [LanguagePair.parse(name) for name in PAIRS]
+    pairs = [LanguagePair.parse(name) for name in LANGUAGE_PAIRS]
     return SubwordTokenizer.train(texts, 380, None, reserved=reserved_tokens(pairs))
 
 
@@ -93,7 +93,7 @@ def storages(corpus, vocabulary, tmp_path_factory) -> dict[str, tuple]:
     directory = tmp_path_factory.mktemp("pair_storages")
     ids = language_token_ids(vocabulary, list(TARGETS), "the test vocabulary")
     found = {}
-    for name, lines in zip(PAIRS, (200, 800, 3000)):
+    for name, lines in zip(LANGUAGE_PAIRS, (200, 800, 3000)):
         files = []
         for language in ("en", name.split("-")[1]):
             path = directory / f"{name}.{language}"
@@ -132,7 +132,7 @@ def test_pairs_are_drawn_in_the_stated_shares(storages, temperature):
     pairs' batches per epoch (the binomial's standard deviation: at most 0.0025), and every
     batch read is of the pair drawn: its sources start with that pair's token."""
     plan = sampling(storages, temperature)
-    sizes = [plan.plans[name].batches_per_epoch for name in PAIRS]
+    sizes = [plan.plans[name].batches_per_epoch for name in LANGUAGE_PAIRS]
     assert len(set(sizes)) == 3
     expected = temperature_shares(sizes, temperature)
     drawn = np.concatenate([plan.choices(block) for block in range(40_000 // BLOCK)])
@@ -205,8 +205,8 @@ def test_the_vocabulary_sample_takes_as_many_sentences_of_each_language(corpus):
     """English is the source of all three pairs (three times the lines of each target
     language) yet gives the same number of sentences as each of them."""
     sources = {name: text_file_source(corpus["train"]["en"], corpus["train"][name[3:]])
-               for name in PAIRS}
-    sides = [(language, sources[name], side) for name in PAIRS
+               for name in LANGUAGE_PAIRS}
+    sides = [(language, sources[name], side) for name in LANGUAGE_PAIRS
              for side, language in enumerate(("en", name[3:]))]
     texts = list(sample_language_sentences(sides, 4 * 500, seed=0))
     counts = {language: sum(text in lines for text in texts)
@@ -286,7 +286,7 @@ def test_a_restart_with_the_pairs_in_another_order_is_refused(corpus, tmp_path):
     run = RunDir(tmp_path / "run")
     first = parse_args(pair_args(corpus, "train", "dev"))
     run.claim(first.recipe, run_options(first))
-    reordered = parse_args([word for name in reversed(PAIRS) for word in (
+    reordered = parse_args([word for name in reversed(LANGUAGE_PAIRS) for word in (
         "--pair", name, str(corpus["train"]["en"]), str(corpus["train"][name[3:]]),
         "--dev-pair", name, str(corpus["dev"]["en"]), str(corpus["dev"][name[3:]]))])
     with pytest.raises(ValueError, match="run.json.*pairs"):

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 from tensorflow_serving.apis import prediction_log_pb2
 
-from helpers import (LEARNS, PAIRS, STOCK_PYTHON, TARGETS, final_json, pair_args, random_run,
+from helpers import (LEARNS, LANGUAGE_PAIRS, STOCK_PYTHON, TARGETS, final_json, pair_args, random_run,
                      run_stock, three_language_corpus)
 from keras_transformer.config import SearchSettings
 from keras_transformer.data import SubwordTokenizer
@@ -89,7 +89,7 @@ def vocabulary(corpus, tmp_path_factory) -> Path:
              for line in path.read_text(encoding="utf-8").splitlines()]
     directory = tmp_path_factory.mktemp("vocabulary")
     SubwordTokenizer.train(texts, 380, directory, reserved=reserved_tokens(
-        [LanguagePair.parse(name) for name in PAIRS]))
+        [LanguagePair.parse(name) for name in LANGUAGE_PAIRS]))
     return directory
 
 
@@ -486,7 +486,7 @@ def test_kt_trains_dev_figures_are_kt_evaluates(trained, corpus, tmp_path, capsy
     sentence) is kt-evaluate's greedy BLEU of those weights on the pair's dev files."""
     run_dir, _ = trained
     result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
-    for name in PAIRS:
+    for name in LANGUAGE_PAIRS:
         target = name.split("-")[1]
         assert evaluate.main([str(run_dir), "--src", str(corpus["dev"]["en"]), "--ref",
                               str(corpus["dev"][target]), "--target-language", target,

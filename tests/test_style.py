@@ -33,3 +33,20 @@ def test_no_test_module_imports_another():
             imports += [(path.name, name) for name in names
                         if name.split(".")[0].startswith("test_") or name == "conftest"]
     assert imports == []
+
+
+def test_the_shared_test_helpers_bind_each_name_once():
+    """tests/helpers.py is one namespace for every test module: a second module-level
+    assignment of a name (two unrelated `PAIRS`) silently changes what earlier tests import."""
+    import ast
+    from collections import Counter
+
+    tree = ast.parse((ROOT / "tests" / "helpers.py").read_text(encoding="utf-8"))
+    names = Counter()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] += 1
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(target.id for target in targets if isinstance(target, ast.Name))
+    assert sorted(name for name, count in names.items() if count > 1) == []
