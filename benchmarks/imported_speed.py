@@ -1,8 +1,10 @@
 """An imported OPUS-MT-sized model: our SavedModel exports (graph and XLA) against CTranslate2's
 own conversion of the same Marian folder (float32), beam 4, one sentence at a time and batches
-of 32.
+of 32; with `--dtypes float32 bfloat16`, our exports in bfloat16 too, against CTranslate2's
+bfloat16 where its build computes in it on this CPU.
 
-    python benchmarks/imported_speed.py [--sentences 64] [--threads 2] [--workdir DIR]
+    python benchmarks/imported_speed.py [--sentences 64] [--threads 2] [--dtypes float32 ...]
+        [--workdir DIR]
 
 The folder is a random Marian model of OPUS-MT's size (`tests/marian_models.py`: 6 + 6 layers,
 d_model 512, FFN 2048, 8 heads, swish, a joint vocabulary of about 58,000 pieces), imported by
@@ -39,6 +41,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--spm-vocab-size", type=int, default=32000,
                         help="pieces of each SentencePiece model (their union: the vocabulary)")
+    parser.add_argument("--dtypes", nargs="+", default=["float32"],
+                        choices=["float32", "bfloat16"],
+                        help="the exports' weights and computation, each timed")
     parser.add_argument("--workdir", help="default: a temporary directory")
     return parser.parse_args(argv)
 
@@ -89,12 +94,14 @@ def ours(folder: Path, workdir: Path, pieces: list[list[str]], args) -> dict:
     settings = SearchSettings(beam_size=4, length_penalty=0.6,
                               max_decode_extra=args.extra_length)
     results = {}
-    for name, jit_compile in (("savedmodel_graph", False), ("savedmodel_xla", True)):
-        path = export_translator(model, tokenizer, name, workdir / "exports", settings,
-                                 jit_compile=jit_compile)
-        translate = tf.saved_model.load(path).signatures["translate_ids"]
-        results[name] = timings(lambda batch: translate(source_ids=tf.constant(batch))[
-            "nbest_ids"].numpy()[:, 0], ids)
+    for dtype in args.dtypes:
+        for kind, jit_compile in (("graph", False), ("xla", True)):
+            name = f"savedmodel_{kind}" + ("" if dtype == "float32" else f"_{dtype}")
+            path = export_translator(model, tokenizer, name, workdir / "exports", settings,
+                                     dtype=dtype, jit_compile=jit_compile)
+            translate = tf.saved_model.load(path).signatures["translate_ids"]
+            results[name] = timings(lambda batch: translate(source_ids=tf.constant(batch))[
+                "nbest_ids"].numpy()[:, 0], ids)
     return results
 
 
@@ -103,16 +110,24 @@ def theirs(folder: Path, workdir: Path, pieces: list[list[str]], args) -> dict:
     from ctranslate2.converters import OpusMTConverter
 
     converted = OpusMTConverter(str(folder)).convert(str(workdir / "ct2"), force=True)
-    translator = ctranslate2.Translator(converted, device="cpu", compute_type="float32",
-                                        intra_threads=args.threads)
     limit = args.source_tokens + args.extra_length
+    supported = ctranslate2.get_supported_compute_types("cpu")
+    results = {}
+    for dtype in args.dtypes:
+        if dtype not in supported:
+            print(f"CTranslate2 {ctranslate2.__version__} does not compute in {dtype} on this "
+                  f"CPU (it offers {', '.join(sorted(supported))})", file=sys.stderr)
+            continue
+        translator = ctranslate2.Translator(converted, device="cpu", compute_type=dtype,
+                                            intra_threads=args.threads)
 
-    def translate(batch):
-        results = translator.translate_batch(batch, beam_size=4, max_decoding_length=limit,
-                                             length_penalty=0.6)
-        return [result.hypotheses[0] for result in results]
+        def translate(batch, translator=translator):
+            outputs = translator.translate_batch(batch, beam_size=4, max_decoding_length=limit,
+                                                 length_penalty=0.6)
+            return [output.hypotheses[0] for output in outputs]
 
-    return {"ctranslate2_float32": timings(translate, pieces)}
+        results[f"ctranslate2_{dtype}"] = timings(translate, pieces)
+    return results
 
 
 def timings(translate, inputs) -> dict:

@@ -32,11 +32,6 @@ def private_attribute(owner, name: str):
             f"keras-transformer was checked on {CHECKED_ON}") from None
 
 
-def has_private_attribute(owner, name: str) -> bool:
-    """Whether `owner.name` exists (for fast kernels that fall back to a public twin)."""
-    return hasattr(owner, name)
-
-
 @contextlib.contextmanager
 def unlocked_state(layer: keras.layers.Layer) -> Iterator[None]:
     """Lets the built `layer` create weights (`HeadsDense.enable_lora`). Keras locks a layer's

@@ -124,9 +124,13 @@ def graph_dtypes(saved_model: Path) -> set[int]:
 def test_mixed_precision_run_exports_float32_and_decodes_its_test_set_as_kt_evaluate(
         tmp_path, capsys):
     """A mixed_bfloat16 run: its export is float32, and its final test pass decodes as
-    `kt-evaluate` does (the float32 weights), so a run has one test figure."""
+    `kt-evaluate` does (the float32 weights), so a run has one test figure; a test line
+    longer than the model takes is warned of as kt-evaluate warns of it."""
     argv = [arg for arg in MICRO if arg != "--no-export"] + local_data_args(tmp_path / "data")
     test = write_demo_corpus(tmp_path / "data")["test"]
+    for path in test:  # a last line of more than max_length 48 subwords
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        Path(path).write_text("\n".join(lines + [" ".join(lines[:8])]) + "\n", encoding="utf-8")
     assert train.main(argv + ["--output-dir", str(tmp_path / "run"), "--steps", "2",
                               "--eval-every", "2", "--precision", "mixed_bfloat16",
                               "--test-src", test[0], "--test-tgt", test[1],
@@ -136,6 +140,10 @@ def test_mixed_precision_run_exports_float32_and_decodes_its_test_set_as_kt_eval
                           "--hypotheses", str(tmp_path / "evaluated.hyp")]) == 0
     assert ((tmp_path / "evaluated.hyp").read_text(encoding="utf-8")
             == (tmp_path / "run" / "test.hyp").read_text(encoding="utf-8"))
+    warning = re.search(r"kt-evaluate: warning: (.* longer than the model takes .*)",
+                        capsys.readouterr().err)
+    assert warning and f"{test[0]}: 1 line" in warning[1]
+    assert f"kt-train: warning: {warning[1]}" in captured.err
     assert "2 steps, mixed_bfloat16" in captured.err
     result = final_json(captured.out)
     assert result["precision"] == "mixed_bfloat16"

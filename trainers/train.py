@@ -62,7 +62,8 @@ from trainers.train_arguments import parse_args, run_options
 from trainers.train_data import (RunInputs, keep_vocabulary, pair_sampling, report_left_out,
                                  run_inputs, step_budget, training_storage)
 from trainers.train_evaluation import (DEV_BLEU, DevSet, attention_tokenizer, dev_bleu,
-                                       dev_bleu_name, dev_logs, evaluate_test)
+                                       dev_bleu_name, dev_logs, evaluate_test,
+                                       warn_of_truncated_sources)
 
 
 def compiled_model(recipe: Recipe, jit_compile: bool = False, steps_per_execution: int = 1,
@@ -196,6 +197,20 @@ def dev_sets(args: argparse.Namespace, inputs: RunInputs) -> dict[str, DevSet]:
             for pair in args.language_pairs}
 
 
+def translated_sources(args: argparse.Namespace,
+                       inputs: RunInputs) -> dict[str, tuple[str, list[str]]]:
+    """The source sentences kt-train translates (dev, and test where given) by the name its
+    warnings give them (their file) -> (their language pair, "" for a run of one pair;
+    the sentences)."""
+    if not inputs.pairs:
+        return {name: ("", inputs.corpora[split][0]) for split, name in (
+            ("dev", args.dev_src or "the dev set"), ("test", args.test_src or "the test set"))
+            if split in inputs.corpora}
+    return {f"{args.pair_files[name][split][0]} ({name})": (name, sentences[0])
+            for split, sets in (("dev", inputs.pairs.dev), ("test", inputs.pairs.test))
+            for name, sentences in sets.items()}
+
+
 def evaluate_pairs_test(args: argparse.Namespace, run: RunDir, model: Transformer,
                         dev: dict[str, DevSet], test: dict[str, tuple[list, list]]) -> dict:
     """The final test pass of each language pair given a test set (`evaluate_test`, with the
@@ -280,6 +295,8 @@ def train(args: argparse.Namespace) -> dict:
         if args.init_from and not restored.source:  # a restart continues from its backup
             initialize_from(model, RunDir(args.init_from))
     dev = dev_sets(args, inputs)
+    warn_of_truncated_sources(tokenizer, translated_sources(args, inputs), config.max_length,
+                              run.languages())
     callbacks = training_callbacks(args, run, (model, accuracy), dev,
                                    max_steps, restored.step)
     print(f"kt-train: {'resuming' if resumed else 'starting'} {run.root} on {replicas} "

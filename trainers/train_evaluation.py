@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Callable, NamedTuple, Optional, Sequence
 
 from keras_transformer.config import SearchSettings
 from keras_transformer.data.languages import LanguagePair, LanguageTokenizer, RunLanguages
 from keras_transformer.data.sentencepiece_pair import Tokenizer
-from keras_transformer.decoding.translator import IntoLanguage, Translator
+from keras_transformer.decoding.translator import IntoLanguage, Translator, truncated_sources
 from keras_transformer.evaluation import corpus_scores, translate_corpus, write_lines
 from keras_transformer.model import Transformer
 from keras_transformer.parsing.evaluate import parse_scores
 from keras_transformer.precision import serving_copy
+from keras_transformer.serving.text_translation import truncation_warning
 from keras_transformer.training.run_dir import RunDir
 
 
@@ -69,6 +71,28 @@ def attention_tokenizer(tokenizer: Tokenizer, languages: Optional[RunLanguages],
         return tokenizer
     return LanguageTokenizer(tokenizer, languages.token_id(LanguagePair.parse(pair).target),
                              languages.placement)
+
+
+def warn_of_truncated_sources(tokenizer: Tokenizer, sources: dict[str, tuple[str, Sequence[str]]],
+                              max_length: int, languages: Optional[RunLanguages] = None) -> None:
+    """Warns (on stderr, as kt-evaluate does) of the lines of each set kt-train translates that
+    the model takes only the first `max_length - 1` subwords of: their dev and test figures
+    score those lines' translations all the same.
+
+    Args:
+        tokenizer: the run's tokenizer.
+        sources: each set's name in the warning (its file) -> (its language pair, "" for a
+            run of one pair; its source sentences).
+        max_length: the model's `max_length`.
+        languages: the run's target languages (`RunDir.languages`), None for one.
+    """
+    for name, (pair, texts) in sources.items():
+        truncated = truncated_sources(
+            tokenizer, texts, max_length, languages=languages,
+            language=LanguagePair.parse(pair).target if pair else None)
+        if truncated:
+            print("kt-train: warning: " + truncation_warning(
+                name, [index + 1 for index in truncated], max_length), file=sys.stderr)
 
 
 def dev_translation(args: argparse.Namespace, model: Transformer, tokenizer: Tokenizer,

@@ -1,21 +1,10 @@
 """The fast twin of the `adam` hook: Adam (Kingma & Ba) with one fused kernel per variable."""
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import keras
 import tensorflow as tf
-from keras import ops
 
 from keras_transformer import compat
-
-
-def adam(**adam_arguments) -> keras.optimizers.Adam:
-    """`FusedAdam(**adam_arguments)`, or Keras's Adam where the installed Keras lacks the
-    private per-step hook it overrides."""
-    if not compat.has_private_attribute(keras.optimizers.Adam, "_backend_update_step"):
-        return keras.optimizers.Adam(**adam_arguments)
-    return FusedAdam(**adam_arguments)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -23,10 +12,10 @@ class FusedAdam(keras.optimizers.Adam):
     """`keras.optimizers.Adam` that updates each variable with TensorFlow's fused
     `ResourceApplyAdam` kernel.
 
-    Keras's Adam runs about a dozen element-wise ops per variable (each a pass over it) and
-    recomputes the step's bias corrections for every variable: some 8,000 ops per `base` step.
-    Here the bias corrections are computed once per step (in Keras's private
-    `_backend_update_step`, checked on `compat.CHECKED_ON`) and each variable takes one kernel
+    Keras's Adam runs about a dozen element-wise ops per variable, each a pass over it, and
+    recomputes the step's bias corrections for every variable: some 10,000 ops per `base` step.
+    Here the bias corrections are computed once per step (by the step's first `update_step`,
+    the public method a custom Keras optimizer overrides) and each variable takes one kernel
     that reads and writes it and its two moments once. Same update rule, slot variables and
     checkpoints as `keras.optimizers.Adam` (gradient clipping, weight decay, EMA and gradient
     accumulation still come from the base class); no AMSGrad. A sparse gradient
@@ -40,28 +29,20 @@ class FusedAdam(keras.optimizers.Adam):
                              "keras.optimizers.Adam")
         super().__init__(*args, **kwargs)
 
-    def _backend_update_step(self, grads, trainable_variables, learning_rate):
-        step = ops.cast(self.iterations + 1, "float32")
-        scalars = _AdamScalars(ops.cast(learning_rate, "float32"),
-                               ops.power(ops.cast(self.beta_1, "float32"), step),
-                               ops.power(ops.cast(self.beta_2, "float32"), step))
-        super()._backend_update_step(grads, trainable_variables, scalars)
+    def apply(self, grads, trainable_variables=None):
+        self._beta_powers = None  # beta_1^t and beta_2^t, made by the step's first update
+        return super().apply(grads, trainable_variables)
 
     def update_step(self, gradient, variable, learning_rate):
-        """`learning_rate`: the step's `_AdamScalars` (from `_backend_update_step`)."""
+        if self._beta_powers is None:
+            step = tf.cast(self.iterations + 1, "float32")
+            self._beta_powers = (tf.pow(tf.cast(self.beta_1, "float32"), step),
+                                 tf.pow(tf.cast(self.beta_2, "float32"), step))
         dtype = variable.dtype
-        momentum, velocity = compat.adam_moments(self, variable)
         scalar = lambda value: tf.cast(value, dtype)  # noqa: E731
+        momentum, velocity = compat.adam_moments(self, variable)
         tf.raw_ops.ResourceApplyAdam(
             var=variable.handle, m=momentum.handle, v=velocity.handle,
-            beta1_power=scalar(learning_rate.beta_1_power),
-            beta2_power=scalar(learning_rate.beta_2_power), lr=scalar(learning_rate.rate),
-            beta1=scalar(self.beta_1), beta2=scalar(self.beta_2), epsilon=scalar(self.epsilon),
-            grad=tf.cast(tf.convert_to_tensor(gradient), dtype))
-
-
-class _AdamScalars(NamedTuple):
-    """The scalars every variable's update of one step shares."""
-    rate: tf.Tensor
-    beta_1_power: tf.Tensor
-    beta_2_power: tf.Tensor
+            beta1_power=scalar(self._beta_powers[0]), beta2_power=scalar(self._beta_powers[1]),
+            lr=scalar(learning_rate), beta1=scalar(self.beta_1), beta2=scalar(self.beta_2),
+            epsilon=scalar(self.epsilon), grad=tf.cast(tf.convert_to_tensor(gradient), dtype))

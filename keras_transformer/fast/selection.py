@@ -71,5 +71,5 @@ def fast_hooks() -> dict:
     return {"linear": kernels.linear, "layer_norm": kernels.layer_norm,
             "dropout": kernels.dropout, "smoothed_cross_entropy": loss.smoothed_cross_entropy,
             "log_normalizer": loss.log_normalizer, "predicted_ids": loss.predicted_ids,
-            "adam": optimizers.adam}
+            "adam": optimizers.FusedAdam}
 

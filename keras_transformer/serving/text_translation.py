@@ -169,7 +169,9 @@ def chosen_language(languages: Optional[RunLanguages], language: Optional[str],
     if languages is None:
         if language is not None:
             raise ValueError(f"--target-language: {model} translates into one language (it "
-                             "was trained on one language pair); leave the option out")
+                             "was trained on one language pair); leave the option out (a "
+                             "multi-target OPUS-MT model imported by an earlier kt-import "
+                             "takes it once imported again)")
         return None
     if language is None and languages.optional:
         return ""
