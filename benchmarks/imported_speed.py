@@ -1,10 +1,11 @@
 """An imported OPUS-MT-sized model: our SavedModel exports (graph and XLA) against CTranslate2's
 own conversion of the same Marian folder (float32), beam 4, one sentence at a time and batches
-of 32; with `--dtypes float32 bfloat16`, our exports in bfloat16 too, against CTranslate2's
-bfloat16 where its build computes in it on this CPU.
+of 32; with `--dtypes float32 bfloat16`, our exports in bfloat16 too, and with
+`--ctranslate2-types float32 int8 ...`, CTranslate2 in each compute type its build offers on
+this CPU (the ratios are to its float32).
 
     python benchmarks/imported_speed.py [--sentences 64] [--threads 2] [--dtypes float32 ...]
-        [--workdir DIR]
+        [--ctranslate2-types float32 ...] [--workdir DIR]
 
 The folder is a random Marian model of OPUS-MT's size (`tests/marian_models.py`: 6 + 6 layers,
 d_model 512, FFN 2048, 8 heads, swish, a joint vocabulary of about 58,000 pieces), imported by
@@ -44,6 +45,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dtypes", nargs="+", default=["float32"],
                         choices=["float32", "bfloat16"],
                         help="the exports' weights and computation, each timed")
+    parser.add_argument("--ctranslate2-types", nargs="+", default=["float32"],
+                        help="CTranslate2's compute types timed (float32 always)")
     parser.add_argument("--workdir", help="default: a temporary directory")
     return parser.parse_args(argv)
 
@@ -113,12 +116,13 @@ def theirs(folder: Path, workdir: Path, pieces: list[list[str]], args) -> dict:
     limit = args.source_tokens + args.extra_length
     supported = ctranslate2.get_supported_compute_types("cpu")
     results = {}
-    for dtype in args.dtypes:
-        if dtype not in supported:
-            print(f"CTranslate2 {ctranslate2.__version__} does not compute in {dtype} on this "
-                  f"CPU (it offers {', '.join(sorted(supported))})", file=sys.stderr)
+    for compute_type in dict.fromkeys(["float32", *args.ctranslate2_types]):
+        if compute_type not in supported:
+            print(f"CTranslate2 {ctranslate2.__version__} does not compute in {compute_type} "
+                  f"on this CPU (it offers {', '.join(sorted(supported))})", file=sys.stderr)
             continue
-        translator = ctranslate2.Translator(converted, device="cpu", compute_type=dtype,
+        translator = ctranslate2.Translator(converted, device="cpu",
+                                            compute_type=compute_type,
                                             intra_threads=args.threads)
 
         def translate(batch, translator=translator):
@@ -126,7 +130,7 @@ def theirs(folder: Path, workdir: Path, pieces: list[list[str]], args) -> dict:
                                                  length_penalty=0.6)
             return [output.hypotheses[0] for output in outputs]
 
-        results[f"ctranslate2_{dtype}"] = timings(translate, pieces)
+        results[f"ctranslate2_{compute_type}"] = timings(translate, pieces)
     return results
 
 

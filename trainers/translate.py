@@ -158,7 +158,7 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) 
         inputs = [read_raw_lines(path) for path in args.inputs]
         prefixes = read_prefixes(args, inputs)
         translator = load_translator(args)
-        if args.nbest > translator.beam_size:
+        if args.nbest > 1 and args.nbest > translator.beam_size:  # every search keeps one
             raise ValueError(f"--nbest: {args.nbest} exceeds the beam size "
                              f"{translator.beam_size}")
         if args.prefix and not translator.takes_prefixes:

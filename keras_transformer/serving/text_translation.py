@@ -5,6 +5,7 @@ sorted by length under a budget."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from pathlib import Path
@@ -71,8 +72,12 @@ class LineTranslator:
         self._translate_ids = translate_ids
         self._translate_prefixed = translate_prefixed
         self.tokenizer = tokenizer
-        self.beam_size = int(translate_ids(tf.constant([[PAD_ID]], tf.int32))
-                             ["nbest_ids"].shape[1])
+
+    @functools.cached_property
+    def beam_size(self) -> int:
+        """The hypotheses the search keeps (its n-best lists' length), read off a translation:
+        an export's settings are fixed in its graph."""
+        return int(self._translate_ids(tf.constant([[PAD_ID]], tf.int32))["nbest_ids"].shape[1])
 
     @classmethod
     def from_saved_model(cls, version: str | os.PathLike, max_length: Optional[int] = None,
