@@ -13,6 +13,7 @@ the calls (project frames), the distinct project files, and the frames of other 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -21,15 +22,16 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET = "scaled_dot_product_attention"
 
 
-def first_stack(function, target: str) -> list:
+def first_stack(function, target: str) -> list[tuple[str, int, str, object]]:
     """The frames (outermost first) on the stack at `function()`'s first call of a function
-    named `target`."""
+    named `target`, as (file, line, function name, code object) read at that moment."""
     found = []
 
     def profile(frame, event, _):
         if event == "call" and not found and frame.f_code.co_name == target:
             while frame is not None:
-                found.append(frame)
+                found.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name,
+                              frame.f_code))
                 frame = frame.f_back
             sys.setprofile(None)
 
@@ -49,29 +51,24 @@ def main() -> None:
     from keras_transformer.data.text_files import read_parallel
     from trainers import translate
 
-    work = Path(tempfile.mkdtemp(prefix="call_path-"))
-    paths = write_demo_corpus(work / "data")
-    vocabulary = train_vocab(read_parallel(*paths["train"]), 500, work / "vocab")
-    run = random_run(vocabulary, work / "run")
-    source = work / "in.en"
-    source.write_text("a man rides a bike\n", encoding="utf-8")
-    stack = first_stack(lambda: translate.main([str(run.root), str(source),
-                                                "--output", str(work / "out")]), TARGET)
+    with tempfile.TemporaryDirectory(prefix="call_path-") as directory:
+        work = Path(directory)
+        paths = write_demo_corpus(work / "data")
+        vocabulary = train_vocab(read_parallel(*paths["train"]), 500, work / "vocab")
+        run = random_run(vocabulary, work / "run")
+        source = work / "in.en"
+        source.write_text("a man rides a bike\n", encoding="utf-8")
+        stack = first_stack(lambda: translate.main([str(run.root), str(source),
+                                                    "--output", str(work / "out")]), TARGET)
     if not stack:
         raise SystemExit(f"{TARGET} was never called")
-    ours = [frame for frame in stack if Path(frame.f_code.co_filename).is_relative_to(ROOT)]
-    start = next(index for index, frame in enumerate(ours)
-                 if frame.f_code.co_name == "main"
-                 and frame.f_code.co_filename.endswith("translate.py"))
-    path = ours[start:]
-    for frame in path:
-        print(f"{Path(frame.f_code.co_filename).relative_to(ROOT)}:{frame.f_lineno} "
-              f"{frame.f_code.co_name}")
-    first = stack.index(path[0])
-    print(json.dumps({"calls": len(path), "files": len({frame.f_code.co_filename
-                                                         for frame in path}),
-                      "other_frames": len(stack) - first - len(path)}))
-
+    start = [code for *_, code in stack].index(translate.main.__code__)
+    project = tuple(str(ROOT / folder) + os.sep for folder in ("keras_transformer", "trainers"))
+    path = [frame for frame in stack[start:] if frame[0].startswith(project)]
+    for file, line, name, _ in path:
+        print(f"{Path(file).relative_to(ROOT)}:{line} {name}")
+    print(json.dumps({"calls": len(path), "files": len({file for file, *_ in path}),
+                      "other_frames": len(stack) - start - len(path)}))
 
 if __name__ == "__main__":
     main()

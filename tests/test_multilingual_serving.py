@@ -448,6 +448,32 @@ def test_the_source_token_counts_toward_the_truncation(random_multi, vocabulary,
             f"translated from its first {max_length - 1} subwords: line 2") in err
 
 
+def test_kt_train_warns_of_each_pairs_dev_and_test_lines_it_cuts(random_multi, vocabulary,
+                                                                 tmp_path, capsys):
+    """kt-train names each pair's dev and test file and its pair in the truncation warning,
+    counting the source token as kt-translate does (a line of `max_length - 1` pieces is cut
+    with it, and one piece shorter is not)."""
+    tokenizer = SubwordTokenizer.load(vocabulary)
+    max_length = RunDir(random_multi).load_recipe().architecture.max_length
+    lines = [" ".join(["cat"] * (max_length - 2)), " ".join(["dog"] * (max_length - 1))]
+    args = argparse.Namespace(pair_files={
+        name: {"dev": [f"dev.{name}.src", "ref"], "test": [f"test.{name}.src", "ref"]}
+        for name in ("en-dd", "en-up")})
+    inputs = argparse.Namespace(pairs=argparse.Namespace(
+        dev={"en-dd": (lines, lines), "en-up": (lines[:1], lines[:1])},
+        test={"en-dd": (lines[::-1], lines)}))
+    sources = train.translated_sources(args, inputs)
+    assert list(sources) == ["dev.en-dd.src (en-dd)", "dev.en-up.src (en-up)",
+                             "test.en-dd.src (en-dd)"]
+    train_evaluation.warn_of_truncated_sources(tokenizer, sources, max_length,
+                                               RunDir(random_multi).languages())
+    err = capsys.readouterr().err.splitlines()
+    cut = (f"1 line longer than the model takes (max_length {max_length}), translated from "
+           f"its first {max_length - 1} subwords")
+    assert err == [f"kt-train: warning: dev.en-dd.src (en-dd): {cut}: line 2",
+                   f"kt-train: warning: test.en-dd.src (en-dd): {cut}: line 1"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("placement", ["source", "target"])
 def test_kt_trains_dev_translations_are_kt_evaluates(vocabulary, corpus, tmp_path, capsys,

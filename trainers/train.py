@@ -203,9 +203,12 @@ def translated_sources(args: argparse.Namespace,
     warnings give them (their file) -> (their language pair, "" for a run of one pair;
     the sentences)."""
     if not inputs.pairs:
-        return {name: ("", inputs.corpora[split][0]) for split, name in (
-            ("dev", args.dev_src or "the dev set"), ("test", args.test_src or "the test set"))
-            if split in inputs.corpora}
+        tfds_splits = dict(zip(("train", "dev", "test"), args.tfds_splits.split(",")))
+        names = {split: file or (f"{args.tfds} {tfds_splits[split]}" if args.tfds
+                                 else f"the demo corpus's {split} set")
+                 for split, file in (("dev", args.dev_src), ("test", args.test_src))}
+        return {names[split]: ("", inputs.corpora[split][0]) for split in ("dev", "test")
+                if split in inputs.corpora}
     return {f"{args.pair_files[name][split][0]} ({name})": (name, sentences[0])
             for split, sets in (("dev", inputs.pairs.dev), ("test", inputs.pairs.test))
             for name, sentences in sets.items()}

@@ -15,10 +15,10 @@ class FusedAdam(keras.optimizers.Adam):
     Keras's Adam runs about a dozen element-wise ops per variable, each a pass over it, and
     recomputes the step's bias corrections for every variable: some 10,000 ops per `base` step.
     Here the bias corrections are computed once per step (by the step's first `update_step`,
-    the public method a custom Keras optimizer overrides) and each variable takes one kernel
-    that reads and writes it and its two moments once. Same update rule, slot variables and
-    checkpoints as `keras.optimizers.Adam` (gradient clipping, weight decay, EMA and gradient
-    accumulation still come from the base class); no AMSGrad. A sparse gradient
+    the public method a custom Keras optimizer overrides, and kept until `apply` returns) and
+    each variable takes one kernel that reads and writes it and its two moments once. Same
+    update rule, slot variables and checkpoints as `keras.optimizers.Adam` (gradient clipping,
+    weight decay, EMA and gradient accumulation still come from the base class); no AMSGrad. A sparse gradient
     (`IndexedSlices`, from an embedding lookup) is summed into its dense form first, as the
     Adam rule reads it (Keras's Adam squares the slices before adding up repeated rows).
     """
@@ -28,12 +28,18 @@ class FusedAdam(keras.optimizers.Adam):
             raise ValueError("FusedAdam: amsgrad=True is not supported; use "
                              "keras.optimizers.Adam")
         super().__init__(*args, **kwargs)
+        self._beta_powers = None
 
     def apply(self, grads, trainable_variables=None):
-        self._beta_powers = None  # beta_1^t and beta_2^t, made by the step's first update
-        return super().apply(grads, trainable_variables)
+        """Keras's `apply`; the step's `update_step` calls (Keras makes them from here only)
+        share one `beta_1^t`, `beta_2^t`, made by the first and dropped at the end."""
+        try:
+            return super().apply(grads, trainable_variables)
+        finally:
+            self._beta_powers = None
 
     def update_step(self, gradient, variable, learning_rate):
+        """`variable`'s Adam update, one `ResourceApplyAdam`."""
         if self._beta_powers is None:
             step = tf.cast(self.iterations + 1, "float32")
             self._beta_powers = (tf.pow(tf.cast(self.beta_1, "float32"), step),
