@@ -58,7 +58,7 @@ from keras_transformer.training.strategy import (any_across_workers, chief_value
                                                  make_strategy, smallest_across_workers,
                                                  worker_count)
 from keras_transformer.visualization import attention_maps
-from trainers.train_arguments import parse_args, run_options
+from trainers.train_arguments import parse_args, run_options, tfds_split_names
 from trainers.train_data import (RunInputs, keep_vocabulary, pair_sampling, report_left_out,
                                  run_inputs, step_budget, training_storage)
 from trainers.train_evaluation import (DEV_BLEU, DevSet, attention_tokenizer, dev_bleu,
@@ -203,8 +203,7 @@ def translated_sources(args: argparse.Namespace,
     warnings give them (their file) -> (their language pair, "" for a run of one pair;
     the sentences)."""
     if not inputs.pairs:
-        tfds_splits = dict(zip(("train", "dev", "test"), args.tfds_splits.split(",")))
-        names = {split: file or (f"{args.tfds} {tfds_splits[split]}" if args.tfds
+        names = {split: file or (f"{args.tfds} {tfds_split_names(args)[split]}" if args.tfds
                                  else f"the demo corpus's {split} set")
                  for split, file in (("dev", args.dev_src), ("test", args.test_src))}
         return {names[split]: ("", inputs.corpora[split][0]) for split in ("dev", "test")

@@ -330,6 +330,11 @@ def fine_tuning_recipe(args: argparse.Namespace, argv: Optional[Sequence[str]]) 
         raise ValueError(f"--init-from {args.init_from}: --set/--config {error}") from None
 
 
+def tfds_split_names(args: argparse.Namespace) -> dict[str, str]:
+    """`--tfds-splits` as split ("train", "dev", "test") -> the dataset's split name."""
+    return dict(zip(("train", "dev", "test"), args.tfds_splits.split(",")))
+
+
 def run_options(args: argparse.Namespace) -> dict:
     """The options a restart must repeat: data, vocabulary, seed and the LoRA adapters' rank
     and alpha (not the step budget); `train` adds the resolved precision and kernel set

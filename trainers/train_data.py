@@ -28,6 +28,7 @@ from keras_transformer.training.progress import CountProgress, stage
 from keras_transformer.parsing.evaluate import read_gold_trees
 from keras_transformer.training.run_dir import LANGUAGES_FILE, LEFT_OUT_FILE, RunDir
 from trainers.common import counted_source, learn_vocabulary
+from trainers.train_arguments import tfds_split_names
 
 
 class PairInputs(NamedTuple):
@@ -120,7 +121,7 @@ def load_corpora(args: argparse.Namespace,
     """The training pairs as a stream (None with `--prepared`), and split -> (sources,
     targets) of the dev and test splits the options name (test is optional)."""
     if args.tfds:
-        names = dict(zip(("train", "dev", "test"), args.tfds_splits.split(",")))
+        names = tfds_split_names(args)
         corpora = {split: load_tfds(args.tfds, names[split], args.source_lang,
                                     args.target_lang, data_dir=args.tfds_data_dir)
                    for split in ("dev", "test")}

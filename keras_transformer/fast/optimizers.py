@@ -18,9 +18,10 @@ class FusedAdam(keras.optimizers.Adam):
     the public method a custom Keras optimizer overrides, and kept until `apply` returns) and
     each variable takes one kernel that reads and writes it and its two moments once. Same
     update rule, slot variables and checkpoints as `keras.optimizers.Adam` (gradient clipping,
-    weight decay, EMA and gradient accumulation still come from the base class); no AMSGrad. A sparse gradient
-    (`IndexedSlices`, from an embedding lookup) is summed into its dense form first, as the
-    Adam rule reads it (Keras's Adam squares the slices before adding up repeated rows).
+    weight decay, EMA and gradient accumulation still come from the base class); no AMSGrad.
+    A sparse gradient (`IndexedSlices`, from an embedding lookup) is summed into its dense form
+    first, as the Adam rule reads it (Keras's Adam squares the slices before adding up repeated
+    rows).
     """
 
     def __init__(self, *args, **kwargs):
