@@ -2,10 +2,12 @@
 own conversion of the same Marian folder (float32), beam 4, one sentence at a time and batches
 of 32; with `--dtypes float32 bfloat16`, our exports in bfloat16 too, and with
 `--ctranslate2-types float32 int8 ...`, CTranslate2 in each compute type its build offers on
-this CPU (the ratios are to its float32).
+this CPU (the ratios are to its float32), and the rate at which one sentence's steps stream the
+decoder's weights (float32 bytes for CTranslate2 float32); with `--profile`, where each export's
+time goes at batch 1 and batch 32 (`decoding_speed.op_time_by_part`, the TF profiler).
 
     python benchmarks/imported_speed.py [--sentences 64] [--threads 2] [--dtypes float32 ...]
-        [--ctranslate2-types float32 ...] [--workdir DIR]
+        [--ctranslate2-types float32 ...] [--profile] [--workdir DIR]
 
 The folder is a random Marian model of OPUS-MT's size (`tests/marian_models.py`: 6 + 6 layers,
 d_model 512, FFN 2048, 8 heads, swish, a joint vocabulary of about 58,000 pieces), imported by
@@ -47,6 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="the exports' weights and computation, each timed")
     parser.add_argument("--ctranslate2-types", nargs="+", default=["float32"],
                         help="CTranslate2's compute types timed (float32 always)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile one sentence and one batch of 32 of each export")
     parser.add_argument("--workdir", help="default: a temporary directory")
     return parser.parse_args(argv)
 
@@ -105,7 +109,32 @@ def ours(folder: Path, workdir: Path, pieces: list[list[str]], args) -> dict:
             translate = tf.saved_model.load(path).signatures["translate_ids"]
             results[name] = timings(lambda batch: translate(source_ids=tf.constant(batch))[
                 "nbest_ids"].numpy()[:, 0], ids)
+            results[name]["step_weight_bytes"] = decoder_weight_bytes(
+                model, 4 if dtype == "float32" else 2)
+            if args.profile:
+                results[name].update(profiles(translate, ids, args))
     return results
+
+
+def decoder_weight_bytes(model, itemsize: int) -> int:
+    """Bytes of the weights one decoding step reads: the decoder layers' and the output
+    projection's (the target embedding when tied), each once; the encoder runs once per
+    sentence."""
+    layers = [*model.decoder_layers, model.output_projection or model.target_embedding]
+    return itemsize * sum(int(np.prod(weight.shape)) for layer in layers
+                          for weight in layer.weights)
+
+
+def profiles(translate, ids: np.ndarray, args) -> dict:
+    """`op_time_by_part` of one sentence and of a batch of 32."""
+    import tensorflow as tf
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from decoding_speed import op_time_by_part
+
+    return {label: op_time_by_part(lambda rows=rows: translate(source_ids=tf.constant(ids[:rows])),
+                                   args.source_tokens + args.extra_length)
+            for label, rows in (("profile_batch_1", 1), ("profile_batch_32", 32))}
 
 
 def theirs(folder: Path, workdir: Path, pieces: list[list[str]], args) -> dict:
@@ -160,7 +189,12 @@ def main(argv=None) -> None:
     pieces = sources(folder, args.sentences, args.source_tokens)
     results = {**theirs(folder, workdir, pieces, args), **ours(folder, workdir, pieces, args)}
     reference = results["ctranslate2_float32"]
+    reference["step_weight_bytes"] = results["savedmodel_graph"]["step_weight_bytes"]
+    steps = args.source_tokens + args.extra_length
     for name, result in results.items():
+        if "step_weight_bytes" in result:
+            result["batch1_weight_gb_per_second"] = (
+                result["step_weight_bytes"] * steps / result["batch1_ms_per_sentence"] / 1e6)
         result["batch1_latency_vs_ctranslate2"] = (result["batch1_ms_per_sentence"]
                                                    / reference["batch1_ms_per_sentence"])
         result["batch32_throughput_vs_ctranslate2"] = (

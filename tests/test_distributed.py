@@ -455,10 +455,12 @@ def test_workers_take_the_chiefs_hardware_choices(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_eight_replicas_with_dropout_and_float16_resume_exactly(tmp_path):
-    """kt-train over 8 CPU replicas with dropout on and mixed_float16 (dynamic loss scaling):
+def test_four_replicas_with_dropout_and_float16_resume_exactly(tmp_path):
+    """kt-train over 4 CPU replicas with dropout on and mixed_float16 (dynamic loss scaling):
     a run stopped after 4 steps and started again ends with the weights of an uninterrupted
-    8-step run, each step trained on the same batches."""
+    8-step run, each step trained on the same batches. (Four, not eight: each kt-train start
+    over 8 logical CPUs takes minutes of tracing and graph optimization on some CPUs;
+    `test_eight_cpu_replicas_match_one_device` keeps eight.)"""
     import numpy as np
 
     from keras_transformer.training.batch_log import read_batch_log
@@ -466,7 +468,7 @@ def test_eight_replicas_with_dropout_and_float16_resume_exactly(tmp_path):
     paths = write_demo_corpus(tmp_path / "data")
     common = ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
               "--set", "num_layers=1", "--set", "batch_tokens=2048", "--set", "max_length=48",
-              "--set", "dropout=0.3", "--cpu-replicas", "8", "--precision", "mixed_float16",
+              "--set", "dropout=0.3", "--cpu-replicas", "4", "--precision", "mixed_float16",
               "--kernels", "fast", "--train-src", paths["train"][0],
               "--train-tgt", paths["train"][1], "--dev-src", paths["dev"][0],
               "--dev-tgt", paths["dev"][1], "--eval-every", "4", "--eval-sentences", "2",
@@ -483,8 +485,8 @@ def test_eight_replicas_with_dropout_and_float16_resume_exactly(tmp_path):
     run("uninterrupted", 8)
     run("resumed", 4)
     assert "restored step 4 " in run("resumed", 8)
-    expected = read_batch_log(tmp_path / "uninterrupted" / "batches.tsv", per_step=8)
-    trained = read_batch_log(tmp_path / "resumed" / "batches.tsv", per_step=8)
+    expected = read_batch_log(tmp_path / "uninterrupted" / "batches.tsv", per_step=4)
+    trained = read_batch_log(tmp_path / "resumed" / "batches.tsv", per_step=4)
     assert [trained[step] for step in range(1, 9)] == [expected[step] for step in range(1, 9)]
     for ours, theirs in zip(final_weights(tmp_path / "resumed"),
                             final_weights(tmp_path / "uninterrupted")):

@@ -1,14 +1,17 @@
-"""Serving a model of several target languages: kt-translate, kt-evaluate and
+"""A model of several target languages, trained on three made-up ones, translates each pair
+into the language its token asks for; serving it: kt-translate, kt-evaluate and
 kt-translate-corpus take `--target-language` (required by such a model, refused by a model of
 one, an unknown language refused by name, nothing written), one SavedModel answers each
 language a request names (an unknown one an InvalidArgumentError naming it) as kt-translate
 does, its warm-up asks for each language, the stock TF 2.20 runtime serves it, and the
 CTranslate2 export passes the token as the model was trained."""
 import argparse
+import contextlib
 import io
 import json
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -68,18 +71,27 @@ def corpus(tmp_path_factory) -> dict[str, dict[str, Path]]:
     return three_language_corpus(tmp_path_factory.mktemp("three_languages"))
 
 
+class TrainedRun(NamedTuple):
+    """A kt-train run of the three pairs: its directory, its export and its summary."""
+    run_dir: Path
+    export: Path
+    summary: dict
+
+
 @pytest.fixture(scope="module", params=["source", "target"])
-def trained(request, corpus, tmp_path_factory) -> tuple[Path, Path]:
-    """A run of the three pairs, its token placed as the parameter says, learned in 300 steps,
-    and the SavedModel kt-train exported of it (beam 4): the run directory and the export's
-    model directory."""
+def trained(request, corpus, tmp_path_factory) -> TrainedRun:
+    """A run of the three pairs, its token placed as the parameter says, learned in 300 steps
+    (dev BLEU at 150 and 300, the test sets translated), and the SavedModel kt-train exported
+    of it (beam 4)."""
     root = tmp_path_factory.mktemp(f"trained_{request.param}")
-    argv = LEARNS + pair_args(corpus, "train", "dev") + [
-        "--language-token", request.param, "--steps", "300", "--eval-every", "300",
+    argv = LEARNS + pair_args(corpus, "train", "dev", "test") + [
+        "--language-token", request.param, "--steps", "300", "--eval-every", "150",
         "--output-dir", str(root / "run"), "--base-dir", str(root / "exports"),
         "--export-name", "multi"]
-    assert train.main(argv) == 0
-    return root / "run", root / "exports" / "multi"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert train.main(argv) == 0
+    return TrainedRun(root / "run", root / "exports" / "multi", final_json(printed.getvalue()))
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +155,45 @@ def bleu(hypotheses: list[str], references: Path) -> float:
 
 
 @pytest.mark.slow
+def test_each_pair_translates_into_the_language_its_token_asks_for(trained, corpus, request):
+    """The three pairs share their sources, so only the token tells the model which
+    translation is wanted: after 300 steps each pair's test output is its own language's
+    (BLEU 90+ against its references) and not another's (below 10 against theirs). The run
+    records the tokens, the placement and the shares; dev BLEU per pair reaches the logs, the
+    curve and TensorBoard, and the mean of the pairs chooses the weights. The run's export
+    holds its languages."""
+    run_dir, summary = trained.run_dir, trained.summary
+    placement = request.node.callspec.params["trained"]
+    references = {name: corpus["test"][name.split("-")[1]].read_text(
+        encoding="utf-8").splitlines() for name in LANGUAGE_PAIRS}
+    for name in LANGUAGE_PAIRS:
+        hypotheses = (run_dir / f"test.{name}.hyp").read_text(encoding="utf-8").splitlines()
+        for other in LANGUAGE_PAIRS:
+            score = corpus_scores(hypotheses, references[other])[0].value
+            assert (score >= 90) if other == name else (score < 10), (name, other, score)
+        assert summary["test"]["pairs"][name]["BLEU"] >= 90
+    languages = json.loads((run_dir / "languages.json").read_text())
+    assert languages["placement"] == placement
+    assert {language: token["piece"] for language, token in languages["tokens"].items()} == {
+        language: language_token(language) for language in TARGETS}
+    assert [pair["name"] for pair in languages["pairs"]] == LANGUAGE_PAIRS
+    assert sum(pair["share"] for pair in languages["pairs"]) == pytest.approx(1, abs=1e-5)
+    assert RunDir(run_dir).languages().token_id("up") == languages["tokens"]["up"]["id"]
+    assert recorded_languages(Path(summary["export"])) == RunDir(run_dir).languages()
+    pairs = summary["dev_bleu_pairs"]
+    assert summary["dev_bleu"]["final"] == pytest.approx(
+        sum(pair["final"] for pair in pairs.values()) / 3, abs=0.01)
+    curve = (run_dir / "bleu_curve.tsv").read_text().splitlines()
+    assert curve[0].split("\t") == ["step", "seconds", "dev_bleu",
+                                    *(f"dev_bleu/{name}" for name in LANGUAGE_PAIRS)]
+    assert [line.split("\t")[0] for line in curve[1:]] == ["150", "300"]
+    tags = {value.tag for path in (run_dir / "tensorboard").rglob("events.out.tfevents.*")
+            for event in tf.compat.v1.train.summary_iterator(str(path))
+            for value in event.summary.value}
+    assert {f"dev_bleu/{name}" for name in LANGUAGE_PAIRS} | {"dev_bleu"} <= tags
+
+
+@pytest.mark.slow
 def test_each_command_translates_into_the_language_asked_for_as_the_export_does(
         trained, corpus, tmp_path, capsys):
     """kt-translate of the run into each language is that language's translation (BLEU 90+
@@ -150,7 +201,7 @@ def test_each_command_translates_into_the_language_asked_for_as_the_export_does(
     the same, and so do kt-evaluate and kt-translate-corpus (into one language each); one batch of the SavedModel asking for
     a language per sentence gives each sentence the translation into its own language, and
     the alignment signature leaves the token out of its target pieces."""
-    run_dir, exports = trained
+    run_dir, exports = trained.run_dir, trained.export
     sources = corpus["test"]["en"]
     by_language = {}
     for language in LANGUAGES:
@@ -193,7 +244,7 @@ def test_the_ctranslate2_export_passes_the_token_as_the_model_was_trained(traine
                                                                           tmp_path, capsys):
     """Greedy, each language's translations, free and after a prefix, are ours."""
     pytest.importorskip("ctranslate2")
-    run_dir, _ = trained
+    run_dir = trained.run_dir
     greedy = ["--beam-size", "1"]
     assert export.main([str(run_dir), str(run_dir / "vocab"), "--name", "ct2", "--base-dir",
                         str(tmp_path), "--format", "ctranslate2", "--quantization", "float32",
@@ -218,7 +269,7 @@ def test_the_stock_runtime_answers_a_request_per_language_and_replays_the_warmup
         trained, corpus, tmp_path, capsys):
     """Each language's translations are kt-translate's, an unknown language fails the request
     naming it, and every warm-up request gets an answer of one row per output."""
-    run_dir, exports = trained
+    run_dir, exports = trained.run_dir, trained.export
     texts = corpus["test"]["en"].read_text(encoding="utf-8").splitlines()[:5]
     requests = warmup_requests(exports / "1")
     assert asked_languages(requests) == WARMUP_ASKS
@@ -510,7 +561,7 @@ def test_kt_trains_dev_translations_are_kt_evaluates(vocabulary, corpus, tmp_pat
 def test_kt_trains_dev_figures_are_kt_evaluates(trained, corpus, tmp_path, capsys):
     """Each pair's dev BLEU kt-train recorded for its final weights (greedy, every dev
     sentence) is kt-evaluate's greedy BLEU of those weights on the pair's dev files."""
-    run_dir, _ = trained
+    run_dir = trained.run_dir
     result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
     for name in LANGUAGE_PAIRS:
         target = name.split("-")[1]
