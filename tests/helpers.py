@@ -137,7 +137,7 @@ def padded(rows, width):
 
 MICRO = ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
          "--set", "num_layers=1", "--set", "batch_tokens=512", "--set", "max_length=48",
-         "--eval-sentences", "8", "--attention-sentences", "1", "--no-export",
+         "--eval-sentences", "8", "--attention-sentences", "0", "--no-export",
          "--precision", "float32", "--kernels", "fast", "--progress-seconds", "0"]
 
 
@@ -145,6 +145,15 @@ def run_args(data: dict, run_dir: Path, *extra: str) -> list[str]:
     return MICRO + ["--train-src", data["train"][0], "--train-tgt", data["train"][1],
                     "--dev-src", data["dev"][0], "--dev-tgt", data["dev"][1],
                     "--output-dir", str(run_dir), *extra]
+
+
+def start_training(argv: list[str], log: Path) -> subprocess.Popen:
+    """kt-train in a subprocess, its output appended to `log`, with the quiet start a user
+    gets (TensorFlow's log level left as a user's shell leaves it)."""
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    with open(log, "ab") as output:
+        return subprocess.Popen([sys.executable, "-m", "trainers", "train", *argv], cwd=ROOT,
+                                stdout=output, stderr=subprocess.STDOUT, env=env)
 
 
 class FakeClock:
@@ -200,6 +209,6 @@ def pair_args(corpus: dict[str, dict[str, Path]], *splits: str) -> list[str]:
 LEARNS = ["--set", "vocab_size=380", "--set", "d_model=64", "--set", "d_ff=128",
           "--set", "num_layers=2", "--set", "batch_tokens=1024", "--set", "max_length=24",
           "--set", "warmup_steps=100", "--set", "learning_rate_scale=0.25", "--set", "dropout=0",
-          "--set", "label_smoothing=0", "--eval-sentences", "20", "--attention-sentences", "1",
+          "--set", "label_smoothing=0", "--eval-sentences", "20", "--attention-sentences", "0",
           "--precision", "float32", "--kernels", "fast", "--progress-seconds", "600",
           "--test-beam-size", "1"]

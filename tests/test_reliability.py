@@ -8,7 +8,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,9 +26,8 @@ from keras_transformer.precision import precision_scope
 from keras_transformer.training.run_dir import RunDir
 from trainers import average_checkpoints, evaluate, export, train
 from trainers.train import compiled_model
-from helpers import run_args
+from helpers import run_args, start_training
 
-ROOT = Path(__file__).resolve().parents[1]
 RECIPE = kt.Recipe.preset("tiny", vocab_size=50, num_layers=1, max_length=16)
 BATCH = np.random.default_rng(0).integers(3, 50, size=(4, 8)).astype("int32")
 
@@ -238,12 +236,6 @@ def test_tools_name_an_unreadable_weights_file(tmp_path, demo_vocab, capsys):
 
 # --- whole runs -------------------------------------------------------------------------------
 
-def start(argv: list[str], log: Path) -> subprocess.Popen:
-    with open(log, "ab") as output:
-        return subprocess.Popen([sys.executable, "-m", "trainers", "train", *argv], cwd=ROOT,
-                                stdout=output, stderr=subprocess.STDOUT)
-
-
 def wait_for(condition, process: subprocess.Popen, seconds: float = 240.0,
              every: float = 0.0005) -> bool:
     """Polls `condition()` until it holds (True), or the process ends or time runs out."""
@@ -258,10 +250,11 @@ def wait_for(condition, process: subprocess.Popen, seconds: float = 240.0,
 @pytest.mark.slow
 def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path):
     """A run finished at half the steps, then continued with the whole `--steps` (a longer
-    budget) and killed with SIGKILL at seven moments (during backup and checkpoint writes, during
-    a dev evaluation, at random times); restarted with the same command each time, it ends at
-    the same step as an uninterrupted run, every step trained on the same batch, with the same
-    weights."""
+    budget) and killed with SIGKILL at four moments (during a backup's and a checkpoint's
+    write, during a dev evaluation, at a random time); restarted with the same command each
+    time, it ends at the same step as an uninterrupted run, every step trained on the same
+    batch, with the same weights; the last start's output is kt-train's own lines and
+    summary only (nothing from TensorFlow, sentencepiece or Python warnings)."""
     from keras_transformer.data import write_demo_corpus
 
     steps = 96
@@ -269,12 +262,12 @@ def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path):
     extra = ("--steps", str(steps), "--eval-every", "12", "--backup-every", "4",
              "--checkpoint-every-steps", "6", "--keep-checkpoints", "3", "--log-batches")
     reference_dir, killed_dir = tmp_path / "uninterrupted", tmp_path / "killed"
-    reference = start(run_args(data, reference_dir, *extra), tmp_path / "reference.log")
+    reference = start_training(run_args(data, reference_dir, *extra), tmp_path / "reference.log")
     assert reference.wait(timeout=600) == 0, (tmp_path / "reference.log").read_text()[-3000:]
 
     log = tmp_path / "killed.log"
     argv = run_args(data, killed_dir, *extra)
-    half = start(argv + ["--steps", str(steps // 2)], log)  # the last --steps counts
+    half = start_training(argv + ["--steps", str(steps // 2)], log)  # the last --steps counts
     assert half.wait(timeout=600) == 0, log.read_text()[-3000:]
     assert final_json(log.read_text())["steps"] == steps // 2
     backup, checkpoints = killed_dir / "backup", killed_dir / "checkpoints"
@@ -294,9 +287,9 @@ def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path):
         return lambda: any(int(mark.name[5:13]) % 12 == 0 and mark.name not in seen
                            for mark in list_backups(backup))
 
-    # Three kills at random steps spread over the rest of the run, a random time into the step.
-    moments = ["backup write", "checkpoint write", "evaluation", "backup write",
-               *sorted(rng.sample(range(steps // 2 + 24, steps - 4), 3))]
+    # The last kill at a random step of the rest of the run, a random time into the step.
+    moments = ["backup write", "checkpoint write", "evaluation",
+               rng.randrange(steps // 2 + 24, steps - 4)]
     kills, torn = 0, 0
     for moment in moments:
         seen = {mark.name for mark in list_backups(backup)}
@@ -305,7 +298,7 @@ def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path):
         def output() -> str:  # of this process
             return log.read_bytes()[offset:].decode(errors="replace")
 
-        process = start(argv, log)
+        process = start_training(argv, log)
         wait_for(lambda: "training from global step" in output(), process)
         if isinstance(moment, int):
             wait_for(lambda: f"step {moment}/{steps} " in output(), process, every=0.01)
@@ -320,10 +313,15 @@ def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path):
             kills += 1
         process.wait()
         torn += partial_writes()
-    last = start(argv, log)
+    offset = log.stat().st_size
+    last = start_training(argv, log)
     assert last.wait(timeout=600) == 0, log.read_text()[-3000:]
-    assert kills >= 5 and torn >= 1, (kills, torn, log.read_text()[-3000:])
-    assert final_json(log.read_text())["steps"] == steps
+    assert kills >= 3 and torn >= 1, (kills, torn, log.read_text()[-3000:])
+    summary = final_json(log.read_text())
+    assert summary["steps"] == steps
+    others = [line for line in log.read_bytes()[offset:].decode().splitlines()
+              if not line.startswith("kt-train: ")]
+    assert json.loads("\n".join(others)) == summary, "\n".join(others)
     # What each kill lost: the steps after the newest backup, at most one backup interval.
     runs = log.read_text(errors="replace").split("training from global step ")[1:]
     for killed, resumed in zip(runs, runs[1:]):
