@@ -18,6 +18,7 @@ from keras_transformer.decoding.translator import Translator
 from keras_transformer.evaluation import sentence_bleu
 from keras_transformer.serving.text_translation import (LineTranslator, best_lines, closest_lines,
                                                 length_batches, output_line)
+from trainers import translate_corpus
 from trainers.common import load_run_model
 
 TEACHER = {"runs": [{"weights_sha256": "ab"}], "search": {"beam_size": 4}}
@@ -181,34 +182,37 @@ def test_a_translator_that_loses_lines_stops_the_job(corpus, tmp_path):
     assert not list((tmp_path / "out.de.parts").glob("chunk-*"))
 
 
-def kt_translate_corpus(*arguments: str, wait: bool = True):
-    command = [sys.executable, "-m", "trainers", "translate_corpus", *arguments]
-    process = subprocess.Popen(command, cwd=Path(__file__).parents[1], stderr=subprocess.PIPE,
-                               text=True)
-    if wait:
-        _, err = process.communicate(timeout=600)
-        return process.returncode, err
-    return process
+def kt_translate_corpus(capsys, *arguments: str) -> tuple[int, str]:
+    """kt-translate-corpus run in this process: its exit status and what it wrote to stderr."""
+    capsys.readouterr()
+    try:
+        code = translate_corpus.main(list(arguments))
+    except SystemExit as stop:  # argparse's refusals
+        code = stop.code
+    return code, capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_kt_translate_corpus_killed_by_a_signal_resumes_exactly(demo_vocab, demo_train,
-                                                                tmp_path):
-    """A real run translating the demo corpus: killed (SIGKILL) once chunks are written,
-    restarted with the same command, it writes the uninterrupted run's bytes; two shards
-    write them too; another search setting or a bad shard is refused by name."""
+                                                                tmp_path, capsys):
+    """A real run translating the demo corpus: a process killed (SIGKILL) once chunks are
+    written, the same command run again writes the uninterrupted run's bytes; two shards write
+    them too; another search setting or a bad shard is refused by name. (The command runs in
+    this process but for the killed one.)"""
     run = random_run(demo_vocab, tmp_path / "teacher")
     corpus = tmp_path / "train.en"
     corpus.write_text("\n".join(demo_train[0][:1500]) + "\n", encoding="utf-8")
     common = [str(run.root), str(corpus), "--chunk-lines", "50", "--beam-size", "2",
               "--max-decode-extra", "5"]
-    code, err = kt_translate_corpus(*common, "--output", str(tmp_path / "whole.de"))
+    code, err = kt_translate_corpus(capsys, *common, "--output", str(tmp_path / "whole.de"))
     assert code == 0 and "complete" in err, err
     expected = (tmp_path / "whole.de").read_bytes()
     assert expected.count(b"\n") == 1500
 
     output = tmp_path / "killed.de"
-    process = kt_translate_corpus(*common, "--output", str(output), wait=False)
+    process = subprocess.Popen([sys.executable, "-m", "trainers", "translate_corpus", *common,
+                                "--output", str(output)], cwd=Path(__file__).parents[1],
+                               stderr=subprocess.DEVNULL)
     parts = output.with_name("killed.de.parts")
     deadline = time.monotonic() + 300
     while len(list(parts.glob("chunk-*.txt"))) < 3 and time.monotonic() < deadline:
@@ -217,28 +221,29 @@ def test_kt_translate_corpus_killed_by_a_signal_resumes_exactly(demo_vocab, demo
     process.wait()
     written = len(list(parts.glob("chunk-*.txt")))
     assert 3 <= written < 30 and not output.exists()
-    code, err = kt_translate_corpus(*common, "--output", str(output))
+    code, err = kt_translate_corpus(capsys, *common, "--output", str(output))
     assert code == 0 and f"{written} chunk(s) written before" in err, err
     assert output.read_bytes() == expected
 
     sharded = tmp_path / "sharded.de"
     for shard in ("2/2", "1/2"):
-        code, err = kt_translate_corpus(*common, "--output", str(sharded), "--shard", shard)
+        code, err = kt_translate_corpus(capsys, *common, "--output", str(sharded), "--shard",
+                                        shard)
         assert code == 0, err
     assert sharded.read_bytes() == expected
 
-    code, err = kt_translate_corpus(*common[:-2], "--max-decode-extra", "6",
+    code, err = kt_translate_corpus(capsys, *common[:-2], "--max-decode-extra", "6",
                                     "--output", str(sharded))
     assert code == 2 and "teacher" in err and "max_decode_extra" in err
-    code, err = kt_translate_corpus(*common, "--output", str(sharded), "--shard", "3/2")
+    code, err = kt_translate_corpus(capsys, *common, "--output", str(sharded), "--shard", "3/2")
     assert code == 2 and "--shard: 3/2 is not a shard I/N" in err
 
 
 @pytest.mark.slow
-def test_kt_translate_corpus_closest_to_reference(demo_vocab, demo_train, tmp_path):
+def test_kt_translate_corpus_closest_to_reference(demo_vocab, demo_train, tmp_path, capsys):
     """With references made of the second hypotheses of the run's model (its beam of 3, the
-    command's batches), the command outputs `closest_lines`' choice, not the best; a search without a beam, or a
-    reference of other length, is refused by name."""
+    command's batches), the command outputs `closest_lines`' choice, not the best; a search
+    without a beam, or a reference of other length, is refused by name."""
     run = random_run(demo_vocab, tmp_path / "teacher")
     model, tokenizer = load_run_model(str(run.root))
     settings = dataclasses.replace(run.load_recipe().search, beam_size=3, max_decode_extra=5)
@@ -253,7 +258,7 @@ def test_kt_translate_corpus_closest_to_reference(demo_vocab, demo_train, tmp_pa
     reference.write_text("\n".join(seconds) + "\n", encoding="utf-8")
     common = [str(run.root), str(corpus), "--max-decode-extra", "5", "--closest-to-reference",
               str(reference)]
-    code, err = kt_translate_corpus(*common, "--beam-size", "3", "--output",
+    code, err = kt_translate_corpus(capsys, *common, "--beam-size", "3", "--output",
                                     str(tmp_path / "out.de"))
     assert code == 0 and "complete" in err, err
     # Degenerate texts (control characters only) score 0 even against themselves: the
@@ -263,9 +268,9 @@ def test_kt_translate_corpus_closest_to_reference(demo_vocab, demo_train, tmp_pa
     assert expected != best_lines(translator, sources)
     assert (tmp_path / "out.de").read_text(encoding="utf-8").split("\n") == expected + [""]
 
-    code, err = kt_translate_corpus(*common, "--beam-size", "1", "--output",
+    code, err = kt_translate_corpus(capsys, *common, "--beam-size", "1", "--output",
                                     str(tmp_path / "greedy.de"))
     assert code == 2 and "--closest-to-reference: needs a beam search of 2 or more" in err
     reference.write_text("one line\n", encoding="utf-8")
-    code, err = kt_translate_corpus(*common, "--output", str(tmp_path / "short.de"))
+    code, err = kt_translate_corpus(capsys, *common, "--output", str(tmp_path / "short.de"))
     assert code == 2 and f"reference: '{reference}' has 1 lines" in err
