@@ -185,11 +185,12 @@ class Transformer(keras.Model):
         `[rows, max_length]`, the cache row holding each position of each row's history. A
         row writes its newest position into its own cache row; a beam search moving
         hypotheses moves their ancestors (`reorder_decode_cache`), never the caches.
-        `static_shapes`: buffers for XLA (`decode_step`'s).
+        `static_shapes`: buffers for XLA (`decode_step`'s), and a tied output matrix read as
+        stored (`output_weights`' `tied_rows`).
         """
         dtype = self.compute_dtype
         rows = ops.shape(encoder_output)[0] * rows_per_sentence
-        return {"output": self.output_weights(vocabulary_ids),
+        return {"output": self.output_weights(vocabulary_ids, tied_rows=static_shapes),
                 "embedding": self._with_norm(
                     {"positions": self.target_positions.at(ops.arange(max_length))},
                     self.target_embedding_norm),
@@ -246,11 +247,18 @@ class Transformer(keras.Model):
     def step_logits(self, hidden, output: dict[str, tf.Tensor]):
         """Float32 logits `[batch, per sentence, vocab]` of a decoding step's output `hidden`
         with `output` (`output_weights()`: the final norm, the pre-softmax projection or its
-        shortlisted columns, and the bias)."""
+        shortlisted part, and the bias)."""
         if "norm" in output:
             hidden = step_normalize(hidden, output["norm"])
-        logits = ops.cast(ops.matmul(hidden, ops.cast(output["kernel"], hidden.dtype)),
-                          "float32")
+        if "tied_rows" in output:  # h E^T, one product of all rows with E's rows as stored
+            table = ops.cast(output["tied_rows"], hidden.dtype)
+            logits = tf.matmul(tf.reshape(hidden, [-1, hidden.shape[-1]]), table,
+                               transpose_b=True)
+            logits = tf.reshape(logits, tf.concat([tf.shape(hidden)[:-1], tf.shape(table)[:1]],
+                                                  0))
+        else:
+            logits = ops.matmul(hidden, ops.cast(output["kernel"], hidden.dtype))
+        logits = ops.cast(logits, "float32")
         return logits + output["bias"] if "bias" in output else logits
 
     # ---------------------------------------------------------------------------- helpers
@@ -279,12 +287,21 @@ class Transformer(keras.Model):
         return logits if self.output_bias is None else logits + ops.cast(self.output_bias,
                                                                           "float32")
 
-    def output_weights(self, vocabulary_ids=None) -> dict[str, Any]:
-        """What `step_logits` applies, read once per search: the pre-softmax projection
-        `{"kernel"}` `[d_model, vocab]` in the compute dtype (`output_kernel`), with
-        `output_bias` `{"bias"}` `[vocab]` float32 (with `vocabulary_ids` `[n]`, their columns
+    def output_weights(self, vocabulary_ids=None, tied_rows: bool = False) -> dict[str, Any]:
+        """What `step_logits` applies, read once per search: the pre-softmax projection in the
+        compute dtype, `{"kernel"}` `[d_model, vocab]` (`output_kernel`), or with `tied_rows`
+        and a tied embedding its rows as stored, `{"tied_rows"}` `[vocab, d_model]` (what XLA
+        multiplies by without the transposed copy, a pass over the largest matrix each search;
+        TensorFlow's graph kernels run their steps faster on the copy); `output_bias` as
+        `{"bias"}` `[vocab]` float32 (with `vocabulary_ids` `[n]`, their columns or rows
         only), and with a pre-norm stack's final norm its weights as `{"norm"}`."""
-        weights = {"kernel": self.output_kernel(vocabulary_ids)}
+        if tied_rows and self.output_projection is None:
+            table = self.target_embedding.embeddings
+            if vocabulary_ids is not None:
+                table = tf.gather(table, vocabulary_ids)
+            weights = {"tied_rows": ops.cast(table, self.compute_dtype)}
+        else:
+            weights = {"kernel": self.output_kernel(vocabulary_ids)}
         if self.output_bias is not None:
             bias = ops.cast(self.output_bias, "float32")
             weights["bias"] = bias if vocabulary_ids is None else tf.gather(bias, vocabulary_ids)

@@ -288,9 +288,11 @@ def test_training_differentiates_the_loss_through_the_logit_factors(variant):
     assert "Cumsum" not in {op.type for op in reference_graph.get_operations()}
 
 
-def test_output_bias_and_embedding_norm_follow_their_formulas():
+@pytest.mark.parametrize("tied_rows", [False, True])
+def test_output_bias_and_embedding_norm_follow_their_formulas(tied_rows):
     """Logits `h E^T + b` at every position and in the decoding step (also of a shortlist's
-    columns), and the embedding layer norm's output `LN(E[ids] sqrt(d) + PE)`."""
+    columns; E transposed once or read as stored), and the embedding layer norm's output
+    `LN(E[ids] sqrt(d) + PE)`."""
     model = tiny_model(output_bias=True, embedding_norm=True)
     source, target = random_ids((2, 5)), random_ids((2, 4))
     hidden = model.decoder_layers[-1](
@@ -301,7 +303,8 @@ def test_output_bias_and_embedding_norm_follow_their_formulas():
     np.testing.assert_allclose(model.output_logits(hidden), np.asarray(hidden) @ table.T + bias,
                                rtol=1e-5, atol=1e-5)
     shortlist = np.array([3, 7, 11], "int32")
-    weights = model.output_weights(shortlist)
+    weights = model.output_weights(shortlist, tied_rows=tied_rows)
+    assert set(weights) == {"tied_rows" if tied_rows else "kernel", "bias"}
     step_logits = model.step_logits(hidden[:, :1], weights)
     np.testing.assert_allclose(step_logits, np.asarray(model.output_logits(hidden[:, :1]))[
         ..., shortlist], rtol=1e-5, atol=1e-5)
