@@ -33,12 +33,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import keras_transformer  # noqa: E402,F401  (sets the TensorFlow backend first)
-from keras_transformer.config import TransformerConfig  # noqa: E402
+from keras_transformer.config import PAD_ID, TransformerConfig  # noqa: E402
 from keras_transformer.data import shared_data_dir  # noqa: E402
 from keras_transformer.data.batch_plan import BatchPlan  # noqa: E402
 from keras_transformer.data.token_storage import TokenStorage  # noqa: E402
 from keras_transformer.training.flops import training_flops  # noqa: E402
-from keras_transformer.vocab_ids import PAD_ID  # noqa: E402
 
 GPU_PEAK_TFLOPS = 312.0  # one A100's dense bfloat16 peak (NVIDIA's data sheet)
 GPU_MFU = 0.4

@@ -40,7 +40,7 @@ from typing import Optional
 
 import numpy as np
 
-# keras_transformer.vocab_ids' ids, repeated for the Model Garden worker (no package there).
+# keras_transformer.config's reserved ids, repeated for the Model Garden worker (no package there).
 PAD_ID, BOS_ID, EOS_ID = 0, 2, 3
 
 

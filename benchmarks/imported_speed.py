@@ -140,7 +140,7 @@ def ours(folder: Path, workdir: Path, pieces: list[list[str]], args) -> dict:
 
     from keras_transformer.importing.marian import read_marian_folder
     from keras_transformer.importing.run_directory import imported_transformer
-    from keras_transformer.vocab_ids import EOS_ID
+    from keras_transformer.config import EOS_ID
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     paths = export_ours(folder, workdir / "exports", args.dtypes, args.extra_length)

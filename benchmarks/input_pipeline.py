@@ -40,7 +40,7 @@ from keras_transformer.data import (  # noqa: E402
 )
 from keras_transformer.data import batch_plan  # noqa: E402
 from keras_transformer.data.prepare import prepared, text_file_source  # noqa: E402
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 
 
 def _cpu_name() -> str:

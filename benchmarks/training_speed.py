@@ -73,7 +73,7 @@ import time
 import numpy as np
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAD_ID = 0  # keras_transformer.vocab_ids.PAD_ID, repeated for the worker (no package there).
+PAD_ID = 0  # keras_transformer.config.PAD_ID, repeated for the worker (no package there).
 PRECISIONS = ("float32", "mixed_bfloat16")
 PEAK_DTYPES = {"float32": "float32", "mixed_bfloat16": "bfloat16"}
 SYSTEMS = ("ours", "model_garden")

@@ -35,7 +35,7 @@ def ours(work_dir: Path) -> None:
 
     from keras_transformer.importing.huggingface import read_huggingface_folder
     from keras_transformer.importing.run_directory import imported_transformer
-    from keras_transformer.vocab_ids import BOS_ID, EOS_ID
+    from keras_transformer.config import BOS_ID, EOS_ID
 
     for name, fields in VARIANTS.items():
         folder = write_huggingface_folder(

@@ -5,15 +5,14 @@ import os
 # Only a default: an explicit KERAS_BACKEND set by the user still wins (and then fails loudly).
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from keras_transformer.config import (PRESETS, Recipe, SearchSettings, TrainingSettings,
-                                      TransformerConfig)  # noqa: E402
+from keras_transformer.config import (BOS_ID, EOS_ID, PAD_ID, PRESETS, Recipe,  # noqa: E402
+                                      SearchSettings, TrainingSettings, TransformerConfig, UNK_ID)
 from keras_transformer.losses import LabelSmoothedCrossEntropy  # noqa: E402
 from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity  # noqa: E402
 from keras_transformer.model import Transformer  # noqa: E402
 from keras_transformer.optimization import (  # noqa: E402
     LossScaleOptimizer, TransformerSchedule, make_optimizer)
 from keras_transformer.training.loaded_run import LoadedRun, load_run  # noqa: E402
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 
 __all__ = ["BOS_ID", "EOS_ID", "LabelSmoothedCrossEntropy", "LoadedRun", "LossScaleOptimizer",
            "MaskedTokenAccuracy", "PAD_ID", "PRESETS", "Perplexity", "Recipe", "SearchSettings",

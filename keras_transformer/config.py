@@ -1,7 +1,8 @@
 """What a run is made of: the architecture (`TransformerConfig`, what `Transformer(config)`
 builds and saves with it), how it is trained (`TrainingSettings`, section 5), how it is
 searched (`SearchSettings`, section 6.1), the three together (`Recipe`), and the named recipes
-(`PRESETS`: the paper's models, every Table 3 row as overrides, CPU-sized ones).
+(`PRESETS`: the paper's models, every Table 3 row as overrides, CPU-sized ones); and the
+reserved token ids every vocabulary, model, loss and search shares.
 """
 from __future__ import annotations
 
@@ -13,6 +14,15 @@ POSITIONAL_KINDS = ("sinusoidal", "learned")
 SINUSOID_LAYOUTS = ("interleaved", "halves")
 NORM_KINDS = ("post", "pre")
 ACTIVATIONS = ("relu", "swish", "gelu", "gelu_sigmoid")
+
+PAD_ID = 0
+"""Padding; ignored by the loss and masked out of attention."""
+UNK_ID = 1
+"""Unknown piece (rare: the tokenizer falls back to bytes)."""
+BOS_ID = 2
+"""Start of sequence; first input of the decoder."""
+EOS_ID = 3
+"""End of sequence; appended to every source and target."""
 
 
 @dataclasses.dataclass(frozen=True)

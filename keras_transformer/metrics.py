@@ -6,7 +6,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_transformer.hooks import replaceable
-from keras_transformer.vocab_ids import PAD_ID
+from keras_transformer.config import PAD_ID
 
 
 @replaceable

@@ -7,7 +7,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_transformer.config import TransformerConfig
+from keras_transformer.config import PAD_ID, TransformerConfig
 from keras_transformer.layers import (DecoderLayer, EncoderLayer, HeadsDense, HookDropout,
                                       LayerNorm, LearnedPositionalEmbedding, ScaledEmbedding,
                                       SinusoidalPositionalEncoding)
@@ -15,7 +15,6 @@ from keras_transformer.layers.attention import history_slots
 from keras_transformer.layers.dense import lora_settings
 from keras_transformer.layers.encoder_decoder import norm_weights, step_normalize
 from keras_transformer.optimization import with_loss_scaling
-from keras_transformer.vocab_ids import PAD_ID
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

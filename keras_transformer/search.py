@@ -24,7 +24,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
 
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID
 
 State = Any
 StepFunction = Callable[[tf.Tensor, tf.Tensor, State], tuple[tf.Tensor, State]]

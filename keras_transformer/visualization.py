@@ -13,7 +13,7 @@ import tensorflow as tf  # noqa: E402
 
 from keras_transformer.data.tokenizer import SubwordTokenizer  # noqa: E402
 from keras_transformer.model import Transformer  # noqa: E402
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID  # noqa: E402
+from keras_transformer.config import BOS_ID, EOS_ID  # noqa: E402
 
 KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
 # Legible at the size TensorBoard shows an image (about 500 px wide): 16-pixel token cells and

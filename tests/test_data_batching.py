@@ -13,7 +13,7 @@ from keras_transformer.data import (
     make_training_dataset,
     padding_fraction,
 )
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID
 
 Corpus = tuple[list[str], list[str]]
 

@@ -17,7 +17,7 @@ from keras_transformer.data.prepare import (ParallelSource, check_segmentation,
                                             combined_source, prepare, prepared,
                                             sample_sentences, text_file_source, tfds_source)
 from keras_transformer.data.token_storage import MANIFEST, TokenStorage
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 @pytest.fixture(scope="module")

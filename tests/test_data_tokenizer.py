@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.data import SubwordTokenizer, read_parallel
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 def _decode(strings: tf.Tensor) -> list[str]:

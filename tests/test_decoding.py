@@ -9,7 +9,7 @@ from keras_transformer.decoding import (beam_search, greedy_decode, length_divis
                                         score_hypotheses)
 from keras_transformer.decoding.transformer_search import cached_step, recomputed_step, run_search
 from keras_transformer.precision import serving_copy
-from keras_transformer.vocab_ids import EOS_ID, PAD_ID
+from keras_transformer.config import EOS_ID, PAD_ID
 
 EXTRA = 6
 SOURCES = np.array([[5, 6, 7, 8, 9, 3],

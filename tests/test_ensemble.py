@@ -6,11 +6,10 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer import search
-from keras_transformer.config import SearchSettings
+from keras_transformer.config import BOS_ID, PAD_ID, SearchSettings
 from keras_transformer.decoding import beam_search, greedy_decode, length_divisor
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.model import source_padding_mask
-from keras_transformer.vocab_ids import BOS_ID, PAD_ID
 
 EXTRA = 6
 SOURCES = np.array([[5, 6, 7, 8, 9, 3],

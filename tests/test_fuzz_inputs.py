@@ -31,7 +31,7 @@ from keras_transformer.data import read_lines, read_parallel
 from keras_transformer.data.text_files import read_raw_lines
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.serving.export import export_translator
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 BOM = b"\xef\xbb\xbf"
 VALID_FRAGMENTS = (b"a", b"Haus", "Äpfel".encode(), "😀".encode(), b" ", b"\t", b"\x00", BOM,

@@ -17,7 +17,7 @@ from keras_transformer.data.languages import (LanguagePair, LanguageTokenizer, R
                                               reserved_tokens, sample_language_sentences)
 from keras_transformer.data.pair_sampling import BLOCK, PairSampling, temperature_shares
 from keras_transformer.data.prepare import prepare, text_file_source
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.training.run_dir import RunDir
 from trainers import train
 from trainers.train_arguments import parse_args, run_options

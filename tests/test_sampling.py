@@ -8,7 +8,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer import search
 from keras_transformer.decoding import greedy_decode, sample
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID
+from keras_transformer.config import BOS_ID, EOS_ID
 
 DRAWS = 20_000
 SOURCES = np.array([[5, 6, 7, 8, 9, 3],

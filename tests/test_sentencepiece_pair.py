@@ -10,13 +10,12 @@ import tensorflow as tf
 import yaml
 
 import keras_transformer as kt
-from keras_transformer.config import SearchSettings
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings, UNK_ID
 from keras_transformer.data import SentencePiecePair, SubwordTokenizer, load_tokenizer
 from keras_transformer.data.sentencepiece_pair import SPECIAL_PIECES
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.serving.export import export_translator
 from keras_transformer.serving.text_translation import LineTranslator
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from marian_models import training_sentences, write_marian_model
 from trainers import prepare as prepare_cli
 

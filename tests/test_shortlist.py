@@ -7,7 +7,7 @@ import keras_transformer as kt
 from keras_transformer.decoding import beam_search, greedy_decode
 from keras_transformer.decoding.transformer_search import run_search
 from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 VOCAB = 50
 EXTRA = 6

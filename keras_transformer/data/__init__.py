@@ -34,7 +34,7 @@ Several language pairs in one model (docs/training.md, "Several languages in one
         The endless seeded stream of batches over several pairs' ``BatchPlan``s, each batch's
         pair drawn with probability ``temperature_shares(batches per epoch, temperature)``.
 
-Tokenizers (ids from keras_transformer.vocab_ids: pad 0 unk 1 bos 2 eos 3):
+Tokenizers (ids from keras_transformer.config: pad 0 unk 1 bos 2 eos 3):
     SubwordTokenizer.train(texts, vocab_size, directory) / SubwordTokenizer.load(directory)
         A shared vocabulary. Writes and reads ``<directory>/spm.model``; ``.tokenize(strings) -> RaggedTensor``,
         ``.detokenize(ids) -> strings``, ``.vocab_size``, ``.model_proto``, ``.id_to_piece``.

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from keras_transformer.data.batching import bucket_boundaries
 from keras_transformer.data.token_storage import Shard, ShardInfo, TokenStorage
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 Batch = tuple[tuple[np.ndarray, np.ndarray], np.ndarray]
 

@@ -5,7 +5,7 @@ import math
 
 import tensorflow as tf
 
-from keras_transformer.vocab_ids import PAD_ID
+from keras_transformer.config import PAD_ID
 
 
 def bucket_boundaries(max_length: int, width: int = 8, growth: float = 1.1) -> list[int]:

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data.batch_plan import Batch, BatchPlan, stream_dataset
-from keras_transformer.vocab_ids import PAD_ID
+from keras_transformer.config import PAD_ID
 
 BLOCK = 4096  # elements drawn at a time
 

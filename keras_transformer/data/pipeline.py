@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from keras_transformer.data.batching import bucket_boundaries, bucket_by_token_budget
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID
+from keras_transformer.config import BOS_ID, EOS_ID
 
 _TOKENIZE_CHUNK = 512
 

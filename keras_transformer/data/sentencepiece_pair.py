@@ -4,7 +4,7 @@ A model imported from elsewhere (e.g. an OPUS-MT Marian model) comes with its ow
 SentencePiece models, `source.spm` for source text and `target.spm` for target text, whose own
 ids mean nothing to us: the pieces (strings) are mapped to our ids through two vocabulary
 lists (index = our id; the same list twice for a joint vocabulary), which start with our
-special pieces "<pad>", "<unk>", "<s>", "</s>" (ids 0-3, `keras_transformer.vocab_ids`).
+special pieces "<pad>", "<unk>", "<s>", "</s>" (ids 0-3, `keras_transformer.config`).
 
 `SentencePiecePair` has the interface of `SubwordTokenizer` where the package uses one:
 `tokenize` reads source text and `tokenize_target` target text (a forced prefix, a training
@@ -33,7 +33,7 @@ import tensorflow_text as tf_text
 
 from keras_transformer.data.tokenizer import (MODEL_FILENAME, SubwordTokenizer,
                                               native_info_lines_hidden, text_ids)
-from keras_transformer.vocab_ids import EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.config import EOS_ID, PAD_ID, UNK_ID
 
 SOURCE_FILENAME = "source.spm"
 TARGET_FILENAME = "target.spm"

@@ -25,7 +25,7 @@ import sentencepiece
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 MODEL_FILENAME = "spm.model"
 # What sentencepiece's C++ code logs at INFO level straight to stderr, e.g.

@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.vocab_ids import EOS_ID, PAD_ID
+from keras_transformer.config import EOS_ID, PAD_ID
 
 _CHUNK_PAIRS = 20_000_000  # (source, target) id pairs counted at once
 

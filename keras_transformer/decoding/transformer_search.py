@@ -21,8 +21,7 @@ from keras_transformer import search
 from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.model import Transformer, source_padding_mask
 from keras_transformer.search import DecodeResult, length_divisor
-from keras_transformer.config import SearchSettings
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings
 
 
 Models = Union[Transformer, Sequence[Transformer]]  # one model, or an ensemble

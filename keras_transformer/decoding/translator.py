@@ -17,8 +17,7 @@ from keras_transformer.decoding.transformer_search import (ensemble_members, run
                                                            run_search_xla)
 from keras_transformer.model import Transformer
 from keras_transformer.search import DecodeResult
-from keras_transformer.config import SearchSettings
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings
 
 if TYPE_CHECKING:
     from keras_transformer.data.languages import RunLanguages

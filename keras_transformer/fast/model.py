@@ -11,7 +11,7 @@ from keras_transformer.fast import packed, selection
 from keras_transformer.fast.loss import LogitFactors, smoothed_cross_entropy_through_factors
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.model import Transformer
-from keras_transformer.vocab_ids import PAD_ID
+from keras_transformer.config import PAD_ID
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

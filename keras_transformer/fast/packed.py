@@ -20,7 +20,7 @@ from keras_transformer.fast.loss import LogitFactors, factor_logits
 from keras_transformer.layers import DecoderLayer, EncoderLayer, MultiHeadAttention
 from keras_transformer.layers.attention import scaled_dot_product_attention
 from keras_transformer.model import Transformer, causal_mask, source_padding_mask
-from keras_transformer.vocab_ids import PAD_ID
+from keras_transformer.config import PAD_ID
 
 
 class PaddedLayout:

@@ -17,7 +17,7 @@ vocabulary YAML file(s) (`piece: id`, `</s>` = 0, `<unk>` = 1) and the `source.s
 | biases on every projection, `decoder_ff_logit_out_b` | `attention_bias=True`, `output_bias=True` |
 
 Marian's decoder starts from a zero vector instead of a start token, and its vocabulary has
-no padding: the import keeps our reserved ids (`vocab_ids`) and moves Marian's pieces after
+no padding: the import keeps our reserved ids (`config.PAD_ID`...) and moves Marian's pieces after
 them, with zero embedding rows for padding and for the start token (so the first decoder input
 is Marian's zero vector) and an output bias of `NEVER_EMITTED_BIAS` for both (so the softmax
 over our vocabulary equals Marian's over its own). Where Marian's own code and the converters
@@ -36,8 +36,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from keras_transformer.config import TransformerConfig
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, TransformerConfig, UNK_ID
 
 NEVER_EMITTED_BIAS = -100.0
 """The output bias of padding and the start token, which Marian's vocabulary does not have:

@@ -42,12 +42,11 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.config import SearchSettings, TransformerConfig
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings, TransformerConfig
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer, model_input_ids, text_pieces
 from keras_transformer.model import Transformer
-from keras_transformer.vocab_ids import BOS_ID, EOS_ID, PAD_ID
 
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float32")
 SETTINGS_FILENAME = "keras_transformer.json"  # the search settings and the converted config

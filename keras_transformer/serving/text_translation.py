@@ -19,7 +19,7 @@ from keras_transformer.data.sentencepiece_pair import load_tokenizer
 from keras_transformer.data.tokenizer import (SubwordTokenizer, native_info_lines_hidden,
                                               text_pieces)
 from keras_transformer.decoding.translator import IntoLanguage, Translator, truncated_sources
-from keras_transformer.vocab_ids import PAD_ID
+from keras_transformer.config import PAD_ID
 
 if TYPE_CHECKING:
     from keras_transformer.data.languages import RunLanguages
