@@ -115,9 +115,12 @@ def random_ids(shape, low=4, high=60):
 
 
 def assert_equal_to_rounding(actual, expected, precision: str) -> None:
-    """Equal up to float32 rounding, or 16-bit rounding compounded over a tiny model's layers."""
+    """Equal up to float32 rounding (of sums taken in another order: a gradient summed over
+    positions may differ by 1e-4 of an element, 1e-5 of the array's scale), or 16-bit rounding
+    compounded over a tiny model's layers."""
     if precision == "float32":
-        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+        scale = max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5 * scale)
     else:
         np.testing.assert_allclose(actual, expected, rtol=0, atol=0.02 * np.abs(expected).max())
 

@@ -70,7 +70,7 @@ def test_a_model_twice_is_the_model(models):
     np.testing.assert_allclose(single.scores.numpy(), twice.scores.numpy(), atol=1e-5)
 
 
-@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("use_cache", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_scores_are_the_teacher_forced_mean_probability(models, use_cache):
     result = beam_search(models, SOURCES, beam_size=3, length_penalty=0.6,
                          max_decode_extra=EXTRA, use_cache=use_cache)

@@ -21,9 +21,13 @@ def test_logits_shape(variant):
 
 
 PRECISIONS = pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"], indirect=True)
+# bfloat16 cases of 2-4 s each: in the whole suite, float32 in the quick tier too.
+PRECISIONS_BFLOAT16_SLOW = pytest.mark.parametrize(
+    "precision", ["float32", pytest.param("mixed_bfloat16", marks=pytest.mark.slow)],
+    indirect=True)
 
 
-@PRECISIONS
+@PRECISIONS_BFLOAT16_SLOW
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_causality(precision, variant):
     model = tiny_model(**VARIANTS[variant])
@@ -177,7 +181,7 @@ def test_logits_at_positions_equal_the_full_logits_there():
     np.testing.assert_allclose(at_positions, full[positions[:, 0], positions[:, 1]], atol=1e-5)
 
 
-@PRECISIONS
+@PRECISIONS_BFLOAT16_SLOW
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_packed_layers_equal_padded_layers_in_value_and_gradient(precision, variant):
     """The fast path's packed forward pass runs the layers on real tokens only (`TokenLayout`):

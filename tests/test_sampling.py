@@ -83,8 +83,9 @@ def model():
     return model
 
 
-@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 1.0), (0.7, 6, 1.0),
-                                                        (1.0, 0, 0.8)])
+@pytest.mark.parametrize("temperature, top_k, top_p", [
+    (1.0, 0, 1.0), pytest.param(0.7, 6, 1.0, marks=pytest.mark.slow),
+    pytest.param(1.0, 0, 0.8, marks=pytest.mark.slow)])
 def test_first_tokens_follow_the_models_softmax(model, temperature, top_k, top_p):
     source = np.array([[5, 6, 7, EOS_ID]], np.int32)
     result = sample(model, source, seed=11, temperature=temperature, top_k=top_k, top_p=top_p,

@@ -43,6 +43,7 @@ def test_nbest_text_lists_the_beam_best_first(signatures):
     assert np.all(np.diff(scores, axis=1) <= 1e-6)
 
 
+@pytest.mark.slow
 def test_alignment_covers_each_target_piece_with_a_source_piece(signatures, tokenizer):
     out = signatures["translate_with_alignment"](text=tf.constant(TEXTS))
     best = signatures["serving_default"](text=tf.constant(TEXTS))
@@ -65,6 +66,7 @@ def test_alignment_covers_each_target_piece_with_a_source_piece(signatures, toke
             assert [p.decode() for p in np.array(target)[real]] == tokenizer.id_to_piece(ids)
 
 
+@pytest.mark.slow
 def test_prefix_starts_the_translation_verbatim_and_an_empty_one_changes_nothing(signatures):
     prefixes = ["Ein Mann", "", "zwei Hunde und", ""]
     out = signatures["translate_with_prefix"](text=tf.constant(TEXTS),

@@ -68,6 +68,7 @@ def test_nbest_lists_k_hypotheses_per_line_best_first(export_dir, input_file, ca
     assert code == 2 and "--nbest: 4 exceeds the beam size 3" in err
 
 
+@pytest.mark.slow
 def test_exports_keep_their_search_settings_and_errors_name_paths(export_dir, input_file,
                                                                   tmp_path, capsys):
     code, _, err = run([str(export_dir), str(input_file), "--beam-size", "5"], capsys)
@@ -83,6 +84,7 @@ def test_exports_keep_their_search_settings_and_errors_name_paths(export_dir, in
     assert export_version(export_dir / "1") == export_dir / "1"
 
 
+@pytest.mark.slow
 def test_several_inputs_go_to_their_own_outputs(export_dir, input_file, tmp_path, capsys):
     other = tmp_path / "other.en"
     other.write_text("one cat\n\n")
@@ -95,6 +97,7 @@ def test_several_inputs_go_to_their_own_outputs(export_dir, input_file, tmp_path
         translate.parse_args([str(export_dir), str(input_file), "--output", "a", "b"])
 
 
+@pytest.mark.slow
 def test_prefix_files_start_each_line_s_translation(export_dir, input_file, tmp_path, capsys):
     prefixes = tmp_path / "prefixes.de"
     prefixes.write_bytes(b"ich habe\n\nzwei\n\nsieben\n\n")  # 6 lines, as the input
