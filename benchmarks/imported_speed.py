@@ -121,12 +121,15 @@ def export_ours(folder: Path, export_dir: Path, dtypes: list[str], extra_length:
 def other_exports(folder: Path, workdir: Path, args) -> dict:
     """`export_ours` run by the checkout `args.other_tree` (its `keras_transformer` first on
     the path), its names suffixed `_other`."""
-    settings = {"folder": str(folder), "export_dir": str(workdir / "other_exports"),
+    tree = str(Path(args.other_tree).resolve())
+    settings = {"folder": str(folder.resolve()),
+                "export_dir": str((workdir / "other_exports").resolve()),
                 "dtypes": args.dtypes, "extra_length": args.extra_length}
+    path = os.pathsep.join([tree, *filter(None, [os.environ.get("PYTHONPATH")])])
     completed = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--export-worker", json.dumps(settings)],
-        cwd=args.other_tree, env={**os.environ, "PYTHONPATH": args.other_tree},
-        capture_output=True, text=True, check=False)
+        cwd=tree, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True,
+        check=False)
     if completed.returncode:
         raise RuntimeError(completed.stderr[-3000:])
     paths = json.loads(completed.stdout.strip().splitlines()[-1])

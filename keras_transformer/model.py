@@ -251,7 +251,7 @@ class Transformer(keras.Model):
             hidden = step_normalize(hidden, output["norm"])
         if "tied_rows" in output:  # h E^T, one product of all rows with E's rows as stored
             table = ops.cast(output["tied_rows"], hidden.dtype)
-            logits = tf.matmul(tf.reshape(hidden, [-1, hidden.shape[-1]]), table,
+            logits = tf.matmul(tf.reshape(hidden, [-1, tf.shape(table)[1]]), table,
                                transpose_b=True)
             logits = tf.reshape(logits, tf.concat([tf.shape(hidden)[:-1], tf.shape(table)[:1]],
                                                   0))
