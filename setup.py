@@ -34,9 +34,10 @@ setup(
         "tensorflow-serving-api>=2.20,<2.22",
     ],
     # ctranslate2: `kt-export --format ctranslate2` and its translations are tested;
-    # pytest-xdist: the README's test command runs the suite in two processes.
+    # pytest-xdist: the README's test command runs the suite in two processes, the test files in
+    # the order tests/conftest.py gives them (--no-loadscope-reorder, from 3.8).
     # pytest-timeout: every test has a time limit (pytest.ini).
-    extras_require={"test": ["pytest>=8.0", "pytest-xdist>=3.5", "pytest-timeout>=2.2", "ruff>=0.6",
+    extras_require={"test": ["pytest>=8.0", "pytest-xdist>=3.8", "pytest-timeout>=2.2", "ruff>=0.6",
                              "ctranslate2>=4.8", "sacremoses>=0.1"],
                     "ctranslate2": ["ctranslate2>=4.8"],
                     "benchmark-text": ["sacremoses>=0.1"]},

@@ -2,6 +2,7 @@
 dtype policy."""
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,3 +100,27 @@ def precision(request: pytest.FixtureRequest) -> Iterator[str]:
         yield set_precision(request.param)
     finally:
         keras.config.set_dtype_policy("float32")
+
+
+# Under `--dist loadfile` (the README's test command) each file runs whole in one worker, the
+# files in collection order: the files that take minutes (measured with `--durations`) start
+# first, so that the other worker takes the rest meanwhile instead of idling while the last
+# long file ends. Stable: the other files keep their order.
+LONGEST_FIRST = ("test_distillation_pipeline.py", "test_distributed.py",
+                 "test_multilingual_serving.py", "test_fine_tuning.py", "test_reliability.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def freeze_what_outlives_the_module() -> Iterator[None]:
+    """After each test file, what is still alive (TensorFlow's and Keras's caches, imported
+    modules) moves to the collector's permanent generation: a test process only grows, and
+    every later full collection (Keras collects at each variable it drops, as
+    `quantize` does per layer) would walk it all again."""
+    yield
+    gc.collect()
+    gc.freeze()

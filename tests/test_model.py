@@ -137,11 +137,14 @@ def test_a_saved_compiled_model_reloads_compiled_and_trains_on(compiled, tmp_pat
     assert int(restored.optimizer.iterations) == 2
     assert float(restored.optimizer.learning_rate) == pytest.approx(float(schedule(2)))
     # Adam moves a weight by about the learning rate whatever the gradient's size, so a wrong
-    # moment would show as a difference of that order; rounding (another order of summation in a
-    # gradient) moves the ratio m/sqrt(v) of a near-zero gradient by far less.
-    atol = 1e-3 * float(schedule(2))
+    # moment would move most weights by about that much. Rounding (another order of summation
+    # in a gradient) moves the ratio m/sqrt(v) far less, but by more where a gradient element is
+    # the near-cancelling sum of large terms (measured: one element in 16,384 by 2.3e-3 of it).
+    rate = float(schedule(2))
     for saved, loaded in zip(model.weights, restored.weights):
-        np.testing.assert_allclose(loaded.numpy(), saved.numpy(), rtol=1e-5, atol=atol)
+        difference = np.abs(loaded.numpy() - saved.numpy())
+        assert difference.max() < 0.1 * rate, saved.path
+        assert np.mean(difference > 1e-3 * rate) < 0.01, saved.path
 
 
 def test_get_config_from_config_round_trip():
