@@ -223,7 +223,7 @@ class HeadsDense(keras.layers.Layer):
         kernel_shape = tuple(self._kernel.shape)
         values, scale = quantizer(ops.reshape(self._kernel, self._matrix_shape()), axis=0,
                                   to_numpy=True)
-        del self._kernel
+        compat.drop_variable(self, "_kernel")
         self.quantization_config = config
         self.quantized_build(kernel_shape, mode, config)
         self._kernel.assign(ops.reshape(values, kernel_shape))
