@@ -1,5 +1,6 @@
 """Shared fixtures: the shared corpora (skipped when absent), a demo corpus, a tokenizer, a
-dtype policy."""
+dtype policy; the order of the test files and what each test process keeps out of its
+collector's sight."""
 from __future__ import annotations
 
 import gc
@@ -119,8 +120,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def freeze_what_outlives_the_module() -> Iterator[None]:
     """After each test file, what is still alive (TensorFlow's and Keras's caches, imported
     modules) moves to the collector's permanent generation: a test process only grows, and
-    every later full collection (Keras collects at each variable it drops, as
-    `quantize` does per layer) would walk it all again."""
+    every later full collection (automatic ones, Keras's after each variable a layer drops,
+    the tests' own) would walk it all again: 33 s each by the end of a worker's files.
+    Peak memory is not raised (measured)."""
     yield
     gc.collect()
     gc.freeze()
