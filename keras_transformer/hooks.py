@@ -11,15 +11,16 @@ a replacement is installed under its name. Only `keras_transformer.fast` install
 The hooks are kernels only: `linear` (layers/dense.py), `layer_norm` and `dropout`
 (layers/residual.py), `smoothed_cross_entropy` (losses.py), `log_normalizer` and
 `predicted_ids` (metrics.py) and `adam` (optimization.py); each reference's docstring says what
-its replacement must compute. (A decoding step is no kernel: its decoder layers run the
-references of `linear` and `layer_norm` on weights read once per search, whichever hooks are
-installed, as a search never differentiates.) Installations are read when a layer is traced:
-install before building and running a model.
+its replacement must compute. A search runs the references whichever hooks are installed
+(`references`: it is never differentiated, and an export then holds the same ops whatever set
+made it). Installations are read when a layer is traced: install before building and running a
+model.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Callable, TypeVar
 
 Function = TypeVar("Function", bound=Callable)
@@ -56,3 +57,14 @@ def install(replacements: Mapping[str, Callable]) -> None:
 def installed() -> dict[str, Callable]:
     """The replacements in force, by hook name."""
     return dict(_installed)
+
+
+@contextlib.contextmanager
+def references() -> Iterator[None]:
+    """Every hook runs its reference inside (the replacements in force restored after)."""
+    saved = dict(_installed)
+    _installed.clear()
+    try:
+        yield
+    finally:
+        _installed.update(saved)

@@ -1,7 +1,7 @@
 """The encoder-decoder Transformer (section 3) as a subclassed `keras.Model`."""
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import keras
 import tensorflow as tf
@@ -11,10 +11,60 @@ from keras_transformer.config import PAD_ID, TransformerConfig
 from keras_transformer.layers import (DecoderLayer, EncoderLayer, HeadsDense, HookDropout,
                                       LayerNorm, LearnedPositionalEmbedding, ScaledEmbedding,
                                       SinusoidalPositionalEncoding)
-from keras_transformer.layers.attention import history_slots
+from keras_transformer.layers.attention import KeyValues, cache_index
 from keras_transformer.layers.dense import lora_settings
-from keras_transformer.layers.encoder_decoder import norm_weights, step_normalize
 from keras_transformer.optimization import with_loss_scaling
+
+
+class OutputProjection(NamedTuple):
+    """The pre-softmax projection as `Transformer.output_logits` applies it
+    (`Transformer.pre_softmax_projection`).
+
+    matrix: `[d_model, n]` in the compute dtype, or `[n, d_model]` when `transposed`.
+    bias: `[n]` float32, or None.
+    transposed: the product is `hidden @ matrix^T` (a tied embedding's rows as stored).
+    """
+
+    matrix: tf.Tensor
+    bias: Optional[tf.Tensor]
+    transposed: bool
+
+
+class DecodingConstants(NamedTuple):
+    """What every step of a search reads and none changes, prepared once per search
+    (`Transformer.init_decoding`).
+
+    cross_attention: each decoder layer's keys and values of the encoder output (heads first:
+        a sentence's serve all its rows untiled).
+    cross_mask: `[batch, 1, src_len]`, True on real source tokens.
+    positions: `[max_length, d_model]`, the target positional encodings.
+    output: the pre-softmax projection (of a shortlist's ids only, when given).
+    static_shapes: the step XLA compiles (`Transformer.init_decoding`).
+    """
+
+    cross_attention: tuple[KeyValues, ...]
+    cross_mask: tf.Tensor
+    positions: tf.Tensor
+    output: OutputProjection
+    static_shapes: bool
+
+
+class DecodingCache(NamedTuple):
+    """What each step of a search writes (the search's loop state).
+
+    self_attention: each decoder layer's self-attention cache, `[max_length, rows, heads,
+        dim]` keys and values, position-major (`MultiHeadAttention.init_cache`).
+    ancestors: `[rows, max_length]` int32, the cache row holding each position of each row's
+        history. A row writes its newest position into its own cache row; a beam search moving
+        hypotheses moves their ancestors (`reorder`), never the caches.
+    """
+
+    self_attention: tuple[KeyValues, ...]
+    ancestors: tf.Tensor
+
+    def reorder(self, parents) -> "DecodingCache":
+        """Row `i` continuing row `parents[i]`: only the ancestors move."""
+        return self._replace(ancestors=tf.gather(self.ancestors, parents))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -22,7 +72,7 @@ class Transformer(keras.Model):
     """`model((source_ids, target_input_ids))` -> logits `[batch, target_len, vocab]`.
 
     Ids are int32 with 0 as padding. `encode`/`decode` expose the two halves for inference,
-    `decode_step` with `init_decode_cache` runs the decoder one position at a time, and
+    `decode_step` with `init_decoding` runs the decoder one position at a time, and
     `attention_weights` returns every layer's and head's attention distributions. `fit` and
     `evaluate` run Keras's own steps (`keras_transformer.fast.FastTransformer` is this model
     with faster ones). `lora_rank=` (the adapters built with the model) or `enable_lora(rank)`
@@ -168,104 +218,74 @@ class Transformer(keras.Model):
                 "encoder_decoder": encoder_decoder}
 
     # ------------------------------------------------------------------ incremental decoding
-    def init_decode_cache(self, encoder_output, rows_per_sentence: int, max_length,
-                          vocabulary_ids=None, static_shapes: bool = False) -> dict[str, Any]:
-        """The decoder's state for `decode_step`: `rows_per_sentence` hypotheses (rows) of each
-        sentence of `encoder_output` `[batch, src_len, d_model]`, at most `max_length`
-        positions.
+    def init_decoding(self, encoder_output, source_mask, rows_per_sentence: int, max_length,
+                      vocabulary_ids=None, static_shapes: bool = False
+                      ) -> tuple["DecodingConstants", "DecodingCache"]:
+        """What `decode_step` needs for `rows_per_sentence` hypotheses (rows) of each sentence
+        of `encoder_output` `[batch, src_len, d_model]` (`source_mask` `[batch, src_len]`,
+        True on real tokens), at most `max_length` positions.
 
-        Fixed during a search: `output`, what `step_logits` applies (`output_weights`, of
-        `vocabulary_ids` only when given); `embedding`, the target positional encodings of
-        positions `0 .. max_length - 1` as `positions` and, with `embedding_norm`, the norm's
-        weights as `norm`; `layers`, each decoder layer's
-        `DecoderLayer.step_weights` (its matrices, and the encoder keys and values each
-        sentence's rows share). Written by each step: `self`, each layer's self-attention
-        cache (`MultiHeadAttention.init_cache`, position-major), and `ancestors`
-        `[rows, max_length]`, the cache row holding each position of each row's history. A
-        row writes its newest position into its own cache row; a beam search moving
-        hypotheses moves their ancestors (`reorder_decode_cache`), never the caches.
-        `static_shapes`: buffers for XLA (`decode_step`'s), and a tied output matrix read as
-        stored (`output_weights`' `tied_rows`).
+        Args:
+            encoder_output: the sentences' encoder output.
+            source_mask: their padding mask.
+            rows_per_sentence: hypotheses per sentence (its beam, or its samples).
+            max_length: positions the caches hold.
+            vocabulary_ids: optional `[n]` ids the logits are computed for (a shortlist).
+            static_shapes: the sizes XLA compiles, the one place a static-shape build differs:
+                caches of zeros read whole (`attention.cache_index`), written by a scatter,
+                and a tied output matrix read as stored (`pre_softmax_projection`).
+
+        Returns:
+            The search's constants and the empty cache its steps write.
         """
-        dtype = self.compute_dtype
         rows = ops.shape(encoder_output)[0] * rows_per_sentence
-        return {"output": self.output_weights(vocabulary_ids, tied_rows=static_shapes),
-                "embedding": self._with_norm(
-                    {"positions": self.target_positions.at(ops.arange(max_length))},
-                    self.target_embedding_norm),
-                "layers": [layer.step_weights(encoder_output, dtype)
-                           for layer in self.decoder_layers],
-                "self": [layer.self_attention.init_cache(rows, max_length, dtype, static_shapes)
-                         for layer in self.decoder_layers],
-                "ancestors": tf.tile(tf.range(rows)[:, None], tf.stack([1, max_length]))}
+        constants = DecodingConstants(
+            cross_attention=tuple(layer.cross_attention.project_key_value(encoder_output)
+                                  for layer in self.decoder_layers),
+            cross_mask=ops.expand_dims(source_mask, 1),
+            positions=self.target_positions.at(ops.arange(max_length)),
+            output=self.pre_softmax_projection(vocabulary_ids, rows_as_stored=static_shapes),
+            static_shapes=static_shapes)
+        cache = DecodingCache(
+            self_attention=tuple(layer.self_attention.init_cache(
+                rows, max_length, self.compute_dtype, static_shapes)
+                for layer in self.decoder_layers),
+            ancestors=tf.tile(tf.range(rows)[:, None], tf.stack([1, max_length])))
+        return constants, cache
 
-    def decode_step(self, token_ids, position, cache, source_mask, static_shapes: bool = False):
+    def decode_step(self, token_ids, position, constants: "DecodingConstants",
+                    cache: "DecodingCache") -> tuple[tf.Tensor, "DecodingCache"]:
         """Logits `[batch, per sentence, vocab]` for the next token after `token_ids`
-        `[batch, per sentence]` at target `position` (0 for the start token), and `cache`
-        (`init_decode_cache`) with that position written.
+        `[batch, per sentence]` at target `position` (0 for the start token), and `cache` with
+        that position written: `decode`'s layers, each hypothesis one query.
 
-        `source_mask`: `[batch, src_len]`, True on real source tokens. `static_shapes` (what
-        XLA compiles): each row reads every position of its history, those after `position`
-        masked, instead of its `position + 1` written ones.
-        """
-        ancestors = cache["ancestors"]
+        Each row writes this position into its own cache row and reads its history through
+        its ancestors (`DecodingCache`)."""
+        ancestors = cache.ancestors
         rows, max_length = tf.shape(ancestors)[0], tf.shape(ancestors)[1]
-        # Each row writes this position into its own cache row.
         ancestors = tf.where(tf.range(max_length) == position, tf.range(rows)[:, None],
                              ancestors)
-        if static_shapes:
-            slots = history_slots(ancestors, max_length, self.config.num_heads)
-            written = (tf.range(max_length) <= position)[None, None]
-        else:
-            slots, written = history_slots(ancestors, position + 1, self.config.num_heads), None
-        embedded = self.embed_step(token_ids, position, cache["embedding"])
-        x = tf.reshape(embedded, [rows, -1])  # one row per hypothesis, each sentence's in turn
-        cross_mask = ops.expand_dims(source_mask, 1)
-        new_self = []
-        for layer, weights, self_cache in zip(self.decoder_layers, cache["layers"],
-                                              cache["self"]):
-            x, self_cache = layer.step(x, weights, self_cache, position, slots=slots,
-                                       written=written, cross_mask=cross_mask)
-            new_self.append(self_cache)
-        logits = self.step_logits(tf.reshape(x, tf.shape(embedded)), cache["output"])
-        return logits, {**cache, "self": new_self, "ancestors": ancestors}
-
-    def embed_step(self, token_ids, position, embedding: dict[str, Any]):
-        """The decoder input `[batch, per sentence, d_model]` of `token_ids` at target
-        `position`, with `embedding` (`init_decode_cache`'s: the positional encodings and the
-        embedding norm's weights), as `embed` computes it at inference."""
-        embedded = self.target_embedding(token_ids) + embedding["positions"][position]
-        return step_normalize(embedded, embedding["norm"]) if "norm" in embedding else embedded
-
-    @staticmethod
-    def reorder_decode_cache(cache: dict[str, Any], parents) -> dict[str, Any]:
-        """`cache` (`init_decode_cache`) with row `i` continuing row `parents[i]`: only the
-        `ancestors` move (a beam search's reorder)."""
-        return {**cache, "ancestors": tf.gather(cache["ancestors"], parents)}
-
-    def step_logits(self, hidden, output: dict[str, tf.Tensor]):
-        """Float32 logits `[batch, per sentence, vocab]` of a decoding step's output `hidden`
-        with `output` (`output_weights()`: the final norm, the pre-softmax projection or its
-        shortlisted part, and the bias)."""
-        if "norm" in output:
-            hidden = step_normalize(hidden, output["norm"])
-        if "tied_rows" in output:  # h E^T, one product of all rows with E's rows as stored
-            table = ops.cast(output["tied_rows"], hidden.dtype)
-            logits = tf.matmul(tf.reshape(hidden, [-1, tf.shape(table)[1]]), table,
-                               transpose_b=True)
-            logits = tf.reshape(logits, tf.concat([tf.shape(hidden)[:-1], tf.shape(table)[:1]],
-                                                  0))
-        else:
-            logits = ops.matmul(hidden, ops.cast(output["kernel"], hidden.dtype))
-        logits = ops.cast(logits, "float32")
-        return logits + output["bias"] if "bias" in output else logits
+        index = cache_index(ancestors, position, self.config.num_heads, constants.static_shapes)
+        x = self.embed(token_ids, "target", training=False,
+                       positions=constants.positions[position])
+        written = []
+        for layer, self_cache, cross_cache in zip(self.decoder_layers, cache.self_attention,
+                                                  constants.cross_attention):
+            x, self_cache = layer(x, cross_mask=constants.cross_mask, self_cache=self_cache,
+                                  cross_cache=cross_cache, cache_index=index, training=False)
+            written.append(self_cache)
+        return (self.output_logits(x, constants.output),
+                DecodingCache(tuple(written), ancestors))
 
     # ---------------------------------------------------------------------------- helpers
-    def embed(self, ids, side: str, training):
+    def embed(self, ids, side: str, training, positions=None):
         """Dropout(E[ids] * sqrt(d_model) + positions) `[batch, len, d_model]` (section 3.4) of
-        the `side` ("source" or "target")."""
+        the `side` ("source" or "target"); `positions`: the encodings to add (default: those of
+        positions `0 .. len - 1`; a decoding step's, of its position)."""
         x = getattr(self, f"{side}_embedding")(ids)
-        x = self.embedding_output(x + getattr(self, f"{side}_positions")(x), side)
+        if positions is None:
+            positions = getattr(self, f"{side}_positions")(x)
+        x = self.embedding_output(x + positions, side)
         return getattr(self, f"{side}_dropout")(x, training=training)
 
     def embedding_output(self, x, side: str):
@@ -274,64 +294,51 @@ class Transformer(keras.Model):
         norm = getattr(self, f"{side}_embedding_norm")
         return x if norm is None else norm(x)
 
-    def output_logits(self, hidden):
-        """Float32 logits `[..., vocab]` of the decoder output `hidden` (after the final norm of
-        a pre-norm stack): the shared embedding's transpose, or the separate projection."""
+    def output_logits(self, hidden, projection: Optional["OutputProjection"] = None):
+        """Float32 logits `[..., n]` of the decoder output `hidden` (after the final norm of a
+        pre-norm stack) with `projection` (`pre_softmax_projection`; default: the whole
+        vocabulary's, read now)."""
         if self.decoder_norm is not None:
             hidden = self.decoder_norm(hidden)
-        if self.output_projection is not None:
-            logits = ops.cast(self.output_projection(hidden), "float32")
-        else:
-            logits = self.target_embedding.logits(hidden)
-        return logits if self.output_bias is None else logits + ops.cast(self.output_bias,
-                                                                          "float32")
+        matrix, bias, transposed = projection or self.pre_softmax_projection()
+        rows = ops.reshape(hidden, (-1, self.config.d_model))
+        logits = tf.matmul(rows, ops.cast(matrix, hidden.dtype), transpose_b=transposed)
+        logits = ops.reshape(ops.cast(logits, "float32"), (*ops.shape(hidden)[:-1], -1))
+        return logits if bias is None else logits + bias
 
-    def output_weights(self, vocabulary_ids=None, tied_rows: bool = False) -> dict[str, Any]:
-        """What `step_logits` applies, read once per search: the pre-softmax projection in the
-        compute dtype, `{"kernel"}` `[d_model, vocab]` (`output_kernel`), or with `tied_rows`
-        and a tied embedding its rows as stored, `{"tied_rows"}` `[vocab, d_model]` (what XLA
-        multiplies by without the transposed copy, a pass over the largest matrix each search;
-        TensorFlow's graph kernels run their steps faster on the copy); `output_bias` as
-        `{"bias"}` `[vocab]` float32 (with `vocabulary_ids` `[n]`, their columns or rows
-        only), and with a pre-norm stack's final norm its weights as `{"norm"}`."""
-        if tied_rows and self.output_projection is None:
-            table = self.target_embedding.embeddings
-            if vocabulary_ids is not None:
-                table = tf.gather(table, vocabulary_ids)
-            weights = {"tied_rows": ops.cast(table, self.compute_dtype)}
-        else:
-            weights = {"kernel": self.output_kernel(vocabulary_ids)}
-        if self.output_bias is not None:
-            bias = ops.cast(self.output_bias, "float32")
-            weights["bias"] = bias if vocabulary_ids is None else tf.gather(bias, vocabulary_ids)
-        return self._with_norm(weights, self.decoder_norm)
+    def pre_softmax_projection(self, vocabulary_ids=None, rows_as_stored: bool = False
+                               ) -> "OutputProjection":
+        """The pre-softmax linear transformation (section 3.4), as `output_logits` applies it:
+        the shared embedding's transpose (or the separate projection's kernel) in the compute
+        dtype, and `output_bias` in float32; with `vocabulary_ids` `[n]` (a shortlist) their
+        columns only, picked before the transposed copy.
 
-    @staticmethod
-    def _with_norm(weights: dict[str, Any], norm) -> dict[str, Any]:
-        """`weights` plus `norm`'s as `{"norm"}` (`norm_weights`) when there is a norm."""
-        return weights if norm is None else {**weights, "norm": norm_weights(norm)}
-
-    def output_kernel(self, vocabulary_ids=None):
-        """The pre-softmax projection as a `[d_model, vocab]` tensor in the compute dtype (a
-        transposed copy when tied), so that decoding steps neither transpose nor cast it; with
-        `vocabulary_ids` `[n]` (a shortlist), only their columns, `[d_model, n]`, picked before
-        the copy."""
+        `rows_as_stored`: a tied embedding's rows as stored, `[vocab, d_model]`, multiplied by
+        transposed (what XLA runs without a copy; TensorFlow's graph kernels run the steps of a
+        search faster on a copy made once)."""
         if self.output_projection is not None:
             kernel = self.output_projection.kernel
             mode = self.output_projection.quantization_mode
             if mode == "int8":  # Keras's int8 `Dense.kernel` is the stored values: dequantize
                 kernel = ops.cast(kernel, "float32") / self.output_projection.kernel_scale
             elif mode is not None:
-                raise ValueError(f"output_projection: decoding reads no {mode} kernel; "
-                                 "quantize with 'int8'")
+                raise ValueError(f"output_projection: no {mode} kernel is read; quantize with "
+                                 "'int8'")
             if vocabulary_ids is not None:
                 kernel = tf.gather(kernel, vocabulary_ids, axis=1)
+            matrix, transposed = kernel, False
         else:
-            embeddings = self.target_embedding.embeddings
+            matrix = self.target_embedding.embeddings
             if vocabulary_ids is not None:
-                embeddings = tf.gather(embeddings, vocabulary_ids)
-            kernel = tf.transpose(embeddings)
-        return ops.cast(kernel, self.compute_dtype)
+                matrix = tf.gather(matrix, vocabulary_ids)
+            matrix, transposed = ((matrix, True) if rows_as_stored
+                                  else (tf.transpose(matrix), False))
+        bias = None
+        if self.output_bias is not None:
+            bias = ops.cast(self.output_bias, "float32")
+            if vocabulary_ids is not None:
+                bias = tf.gather(bias, vocabulary_ids)
+        return OutputProjection(ops.cast(matrix, self.compute_dtype), bias, transposed)
 
     # ---------------------------------------------------------------------------------- LoRA
     def projections(self) -> list[HeadsDense]:

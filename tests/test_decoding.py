@@ -174,9 +174,9 @@ def test_cached_step_equals_the_recomputed_step_at_every_position(overrides, dty
 
 
 def test_the_decoding_step_runs_the_same_ops_under_either_kernel_set():
-    """The kernel sets differ in training only: the search's loop (the cached step, whose
-    decoder layers, norms and products run on weights read once per search) holds the same
-    ops whichever set is in force, for a model with every norm a step can have."""
+    """The kernel sets differ in training only: the search's loop (the cached step, the decoder
+    layers' own `call`) holds the same ops whichever set is in force (`hooks.references`), for
+    a model with every norm a step can have."""
     model = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=40, **STEP_VARIANTS[2]))
 
     def loop_ops(kernel_set: str) -> list[tuple[str, int]]:

@@ -238,14 +238,14 @@ def test_the_training_loss_reaches_the_adapters(kernel_set):
 def test_an_int8_model_s_logits_are_the_float_model_s_to_int8_rounding(tmp_path):
     """`model.quantize("int8")` rewrites every projection (and the untied output projection,
     Keras's Dense): the logits move by int8 rounding only, the kernels decoding reads
-    (`matrix()`, `output_kernel()`) are the float ones to half a quantization step, and the
+    (`matrix()`, `pre_softmax_projection()`) are the float ones to half a quantization step, and the
     int8 weights reload into a model quantized the same way."""
     model = tiny_model(num_layers=1, tie_output=False, share_embeddings=False,
                        attention_bias=True)
     inputs = (random_ids((3, 7)), random_ids((3, 6)))
     float_logits = np.asarray(model(inputs))
     float_kernels = [np.asarray(dense.matrix("float32")[0]) for dense in model.projections()]
-    float_kernels.append(np.asarray(model.output_kernel()))
+    float_kernels.append(np.asarray(model.pre_softmax_projection().matrix))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Keras's note per layer class it cannot quantize
         model.quantize("int8")
@@ -256,7 +256,7 @@ def test_an_int8_model_s_logits_are_the_float_model_s_to_int8_rounding(tmp_path)
     error = np.abs(logits - float_logits).max()
     assert 0 < error < 0.02 * np.abs(float_logits).max()
     kernels = [np.asarray(dense.matrix("float32")[0]) for dense in model.projections()]
-    kernels.append(np.asarray(model.output_kernel()))
+    kernels.append(np.asarray(model.pre_softmax_projection().matrix))
     for kernel, float_kernel in zip(kernels, float_kernels):
         half_step = np.abs(float_kernel).max(axis=0) / 127 / 2
         assert np.all(np.abs(kernel - float_kernel) <= half_step * 1.001 + 1e-7)

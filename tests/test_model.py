@@ -169,9 +169,10 @@ def test_decode_step_matches_teacher_forced_decoder(precision, variant):
     source = np.array([[5, 6, 7, 3, 0], [8, 9, 10, 11, 3]], "int32")
     target = random_ids((2, 6))
     full = np.asarray(model((source, target)))
-    cache = model.init_decode_cache(model.encode(source), rows_per_sentence=1, max_length=8)
+    constants, cache = model.init_decoding(model.encode(source), source != 0,
+                                           rows_per_sentence=1, max_length=8)
     for step in range(6):
-        logits, cache = model.decode_step(target[:, step:step + 1], step, cache, source != 0)
+        logits, cache = model.decode_step(target[:, step:step + 1], step, constants, cache)
         assert_equal_to_rounding(np.asarray(logits[:, 0]), full[:, step], precision)
 
 
@@ -310,9 +311,11 @@ def test_output_bias_and_embedding_norm_follow_their_formulas(tied_rows):
     np.testing.assert_allclose(model.output_logits(hidden), np.asarray(hidden) @ table.T + bias,
                                rtol=1e-5, atol=1e-5)
     shortlist = np.array([3, 7, 11], "int32")
-    weights = model.output_weights(shortlist, tied_rows=tied_rows)
-    assert set(weights) == {"tied_rows" if tied_rows else "kernel", "bias"}
-    step_logits = model.step_logits(hidden[:, :1], weights)
+    projection = model.pre_softmax_projection(shortlist, rows_as_stored=tied_rows)
+    assert projection.transposed == tied_rows
+    d_model = model.config.d_model
+    assert projection.matrix.shape == ((3, d_model) if tied_rows else (d_model, 3))
+    step_logits = model.output_logits(hidden[:, :1], projection)
     np.testing.assert_allclose(step_logits, np.asarray(model.output_logits(hidden[:, :1]))[
         ..., shortlist], rtol=1e-5, atol=1e-5)
     embedded = table[target] * np.sqrt(model.config.d_model) + np.asarray(

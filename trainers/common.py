@@ -135,8 +135,8 @@ def set_up_kernels(recorded: Optional[str] = None, requested: Optional[str] = No
     """Selects the kernel set a command that loads a model (to decode, score, export or plot
     it) builds it under, and returns it: `requested` (default `$KT_KERNELS`, else auto); for
     auto, the set the run `recorded`, else the reference set. Nothing is measured: the kernel
-    sets differ in training only, and decoding runs one step, the same under either
-    (`Transformer.decode_step`)."""
+    sets differ in training only, and a search runs the references under either
+    (`hooks.references`)."""
     requested = fast.selection.validate(
         requested or os.environ.get(fast.selection.ENVIRONMENT_VARIABLE, "auto"))
     if requested != "auto":

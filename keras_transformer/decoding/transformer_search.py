@@ -17,9 +17,9 @@ from typing import Optional, Sequence, Union
 
 import tensorflow as tf
 
-from keras_transformer import search
+from keras_transformer import hooks, search
 from keras_transformer.decoding.shortlist import VocabularyShortlist
-from keras_transformer.model import Transformer, source_padding_mask
+from keras_transformer.model import DecodingCache, Transformer, source_padding_mask
 from keras_transformer.search import DecodeResult, length_divisor
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings
 
@@ -63,42 +63,48 @@ def run_search(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSe
         greedy: the greedy search (default: when `beam_size` is 1); unused when sampling.
         static_shapes: build the search with the sizes the input shapes fix (what XLA
             compiles): the shortlist's `padded_target_ids` instead of its `target_ids`, and
-            caches read whole (`Transformer.decode_step`).
+            caches read whole (`Transformer.init_decoding`).
         num_samples: translations drawn per sentence when `settings.sampling`.
 
     Returns:
         The n-best `DecodeResult` (when sampling, the samples in the order drawn).
+
+    The layers run the kernel hooks' references (`hooks.references`), whichever set is
+    installed: a search is never differentiated, and its graph is the same for every set.
     """
-    settings = SearchSettings() if settings is None else settings
-    members = ensemble_members(model)
-    source_ids = tf.cast(source_ids, tf.int32)
-    limits, buffer_length = output_limits(source_ids, settings.max_decode_extra,
-                                          members[0].config.max_length, prefix_ids=prefix_ids)
-    vocabulary_ids = unscored = None
-    if shortlist is not None and static_shapes:
-        vocabulary_ids, unscored = shortlist.padded_target_ids(source_ids, prefix_ids)
-    elif shortlist is not None:
-        vocabulary_ids = shortlist.target_ids(source_ids, prefix_ids)
-    greedy = settings.beam_size == 1 if greedy is None else greedy
-    rows_per_sentence = (num_samples if settings.sampling else 1 if greedy
-                         else settings.beam_size)
-    step_arguments = dict(source_ids=source_ids, rows_per_sentence=rows_per_sentence,
-                          buffer_length=buffer_length, vocabulary_ids=vocabulary_ids,
-                          unscored=unscored)
-    steps = [cached_step(member, static_shapes=static_shapes, **step_arguments) if use_cache
-             else recomputed_step(member, **step_arguments) for member in members]
-    step, state, reorder = steps[0] if len(steps) == 1 else search.ensemble(steps)
-    common = dict(step=step, state=state, limits=limits, buffer_length=buffer_length,
-                  length_penalty=settings.length_penalty, eos_id=eos_id,
-                  prefix_ids=prefix_ids, vocabulary_ids=vocabulary_ids)
-    if settings.sampling:
-        return search.sampling(
-            seeds=search.sentence_seeds(source_ids, settings.sampling_seed),
-            num_samples=num_samples, temperature=settings.temperature, top_k=settings.top_k,
-            top_p=settings.top_p, **common)
-    if greedy:
-        return search.greedy(**common)
-    return search.beam(beam_size=settings.beam_size, reorder=reorder, **common)
+    with hooks.references():
+        settings = SearchSettings() if settings is None else settings
+        members = ensemble_members(model)
+        source_ids = tf.cast(source_ids, tf.int32)
+        limits, buffer_length = output_limits(source_ids, settings.max_decode_extra,
+                                              members[0].config.max_length, prefix_ids=prefix_ids)
+        vocabulary_ids = unscored = None
+        if shortlist is not None and static_shapes:
+            vocabulary_ids, unscored = shortlist.padded_target_ids(source_ids, prefix_ids)
+        elif shortlist is not None:
+            vocabulary_ids = shortlist.target_ids(source_ids, prefix_ids)
+        greedy = settings.beam_size == 1 if greedy is None else greedy
+        rows_per_sentence = (num_samples if settings.sampling else 1 if greedy
+                             else settings.beam_size)
+        step_arguments = dict(source_ids=source_ids, rows_per_sentence=rows_per_sentence,
+                              buffer_length=buffer_length, vocabulary_ids=vocabulary_ids,
+                              unscored=unscored)
+        steps = []
+        for member in members:
+            steps.append(cached_step(member, static_shapes=static_shapes, **step_arguments)
+                         if use_cache else recomputed_step(member, **step_arguments))
+        step, state, reorder = steps[0] if len(steps) == 1 else search.ensemble(steps)
+        common = dict(step=step, state=state, limits=limits, buffer_length=buffer_length,
+                      length_penalty=settings.length_penalty, eos_id=eos_id,
+                      prefix_ids=prefix_ids, vocabulary_ids=vocabulary_ids)
+        if settings.sampling:
+            return search.sampling(
+                seeds=search.sentence_seeds(source_ids, settings.sampling_seed),
+                num_samples=num_samples, temperature=settings.temperature, top_k=settings.top_k,
+                top_p=settings.top_p, **common)
+        if greedy:
+            return search.greedy(**common)
+        return search.beam(beam_size=settings.beam_size, reorder=reorder, **common)
 
 
 _run_search_graph = tf.function(run_search, reduce_retracing=True, autograph=False)
@@ -207,30 +213,26 @@ def cached_step(model: Transformer, source_ids: tf.Tensor, rows_per_sentence: in
         vocabulary_ids: optional `[n]` ids the step's log-probabilities score.
         unscored: optional `[n]` bool, True at the ids of `vocabulary_ids` that only pad it
             to a static size (log-probability -inf, outside the normalization).
-        static_shapes: the step XLA compiles (`Transformer.decode_step`).
+        static_shapes: the step XLA compiles (`Transformer.init_decoding`).
 
     Returns:
         The step function, its initial state and the state's reorder (`search`'s protocol).
 
-    What a search never changes (the weights a step multiplies by, the encoder's keys and
-    values, the positional encodings) is prepared once, outside the state; the state is the
-    self-attention caches and each row's ancestors, whose reorder moves the ancestors only
-    (`Transformer.reorder_decode_cache`).
+    What a search never changes (the encoder's keys and values, the positional encodings, the
+    output projection) is prepared once, outside the state (`DecodingConstants`); the state
+    is the `DecodingCache`, whose reorder moves the ancestors only.
     """
-    fixed = model.init_decode_cache(model.encode(source_ids, training=False),
-                                    rows_per_sentence=rows_per_sentence,
-                                    max_length=buffer_length, vocabulary_ids=vocabulary_ids,
-                                    static_shapes=static_shapes)
-    state = {name: fixed.pop(name) for name in ("self", "ancestors")}  # what a step writes
-    source_mask = source_padding_mask(source_ids)
+    constants, cache = model.init_decoding(
+        model.encode(source_ids, training=False), source_padding_mask(source_ids),
+        rows_per_sentence=rows_per_sentence, max_length=buffer_length,
+        vocabulary_ids=vocabulary_ids, static_shapes=static_shapes)
     never = never_emitted(vocabulary_ids, model.config.output_vocab_size)
 
-    def step(token_ids, position, state):
-        logits, cache = model.decode_step(token_ids, position, {**fixed, **state}, source_mask,
-                                          static_shapes=static_shapes)
-        return log_probs(logits, never, unscored), {name: cache[name] for name in state}
+    def step(token_ids, position, cache):
+        logits, cache = model.decode_step(token_ids, position, constants, cache)
+        return log_probs(logits, never, unscored), cache
 
-    return step, state, model.reorder_decode_cache
+    return step, cache, DecodingCache.reorder
 
 
 def recomputed_step(model: Transformer, source_ids: tf.Tensor, rows_per_sentence: int,

@@ -19,8 +19,8 @@ It depends on the core and never the reverse. Use it with
 
 Each is tested against its reference in value and gradient (tests/test_kernels.py,
 tests/test_model.py, tests/test_losses.py), and the suite passes with either set. Decoding has
-no twin here: its cached step (`Transformer.decode_step`) is the core's, whichever set is in
-force.
+no twin here: its cached step (`Transformer.decode_step`) is the core's, and a search runs the
+references whichever set is in force (`hooks.references`).
 """
 from keras_transformer.fast.model import FastTransformer
 from keras_transformer.fast.selection import (CHOICES, FAST, KERNEL_SETS, REFERENCE, active,

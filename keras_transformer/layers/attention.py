@@ -8,16 +8,14 @@ that holds each of its positions, shared with the hypotheses it extends.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_transformer.layers.dense import HeadsDense, linear, lora_settings
+from keras_transformer.layers.dense import HeadsDense, lora_settings
 from keras_transformer.layers.residual import HookDropout
-
-Matrix = tuple[tf.Tensor, Optional[tf.Tensor]]  # a kernel `[in, out]` and its bias (or None)
 
 # Added to the scores of masked keys. Finite (not -inf) so that a fully masked row yields finite
 # weights instead of NaN; the masked weights underflow to exactly 0 in float32 and bfloat16.
@@ -73,13 +71,6 @@ def tokens_first(heads):
     return tf.transpose(heads, [0, 2, 1, 3])
 
 
-def project(rows: tf.Tensor, matrix: Matrix, relu: bool = False) -> tf.Tensor:
-    """`rows @ kernel + bias` (then ReLU) of `[rows, in]` with a matrix read once per search:
-    the plain product (`linear`'s reference), as a search is never differentiated, so that a
-    decoding step runs the same ops whichever kernel set is in force."""
-    return linear.reference(rows, *matrix, relu=relu)
-
-
 def history_slots(ancestors: tf.Tensor, length, heads: int) -> tf.Tensor:
     """Where each row's keys (or values) lie in a position-major cache (`init_cache`) viewed as
     `[max_length * rows * heads, dim]`: `[rows, heads, length]` indices of positions
@@ -118,18 +109,55 @@ def read_history(buffer: tf.Tensor, slots: tf.Tensor) -> tf.Tensor:
     return tf.gather(tf.reshape(buffer, [-1, tf.shape(buffer)[3]]), slots)
 
 
+class KeyValues(NamedTuple):
+    """An attention's keys and values, in one of two layouts: heads first, `[batch, heads,
+    len, dim]`, as `MultiHeadAttention.project_key_value` projects a sentence once (the encoder
+    output, for every decoding step); or position-major, `[max_length, rows, heads, dim]`, as
+    a self-attention cache (`MultiHeadAttention.init_cache`) written one position a step."""
+
+    key: tf.Tensor
+    value: tf.Tensor
+
+
+class CacheIndex(NamedTuple):
+    """Where a decoding step writes every layer's self-attention cache and what each row reads
+    of it (`cache_index`).
+
+    position: scalar int32, the position the step writes.
+    slots: `[rows, heads, length]` (`history_slots`), where each row's positions
+        `0 .. length - 1` lie in the cache.
+    written: None when `length` is `position + 1` (the cache then written in place); with
+        static shapes (what XLA compiles: every position read) `[1, 1, max_length]`, True up
+        to `position`, the later positions masked.
+    """
+
+    position: tf.Tensor
+    slots: tf.Tensor
+    written: Optional[tf.Tensor]
+
+
+def cache_index(ancestors: tf.Tensor, position, heads: int, static_shapes: bool) -> CacheIndex:
+    """The `CacheIndex` of a step at `position`, each row's history in `ancestors` `[rows,
+    max_length]` (the cache row holding each of its positions, `position` included);
+    `static_shapes`: every position read and the unwritten ones masked (XLA's fixed sizes)."""
+    position = tf.convert_to_tensor(position, tf.int32)
+    if not static_shapes:
+        return CacheIndex(position, history_slots(ancestors, position + 1, heads), None)
+    max_length = tf.shape(ancestors)[1]
+    return CacheIndex(position, history_slots(ancestors, max_length, heads),
+                      (tf.range(max_length) <= position)[None, None])
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O with head_i = Attention(Q W_i^Q,
     K W_i^K, V W_i^V) (section 3.2.2; `Attention` is `scaled_dot_product_attention`).
 
     `key_dim` (d_k) and `value_dim` (d_v) are independent of the model width (Table 3 rows A,
-    B). Inputs are `[batch, length, d_model]`. `call(query, key_value, attention_mask)` attends
-    as in training; `attend` attends to keys and values projected before
-    (`project_key_value`). A decoding step runs on rows `[rows, d_model]`, one per hypothesis,
-    with the matrices `step_weights` reads once per search: `step` is one position of
-    incremental self-attention with a key/value cache (`init_cache`), `attend_step` attends
-    to the keys and values of a sentence (e.g. of the encoder output, projected once).
+    B). Inputs are `[batch, length, d_model]`. One `call` serves training, attention maps and
+    incremental decoding: given a `cache` it attends to keys and values projected before (an
+    encoder output's, `project_key_value`) or, with a `cache_index`, writes each query's own
+    into a self-attention cache (`init_cache`) and attends to its history there.
     """
 
     def __init__(self, num_heads: int, key_dim: int, value_dim: Optional[int] = None,
@@ -161,60 +189,61 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dense.build((None, None, source_dim))
         self.output_dense.build((None, None, heads, self.value_dim))
 
-    def call(self, query, key_value=None, attention_mask=None, training=None,
+    def call(self, query, key_value=None, attention_mask=None, cache: Optional[KeyValues] = None,
+             cache_index: Optional[CacheIndex] = None, training=None,
              return_attention_scores: bool = False):
-        """Attends `query` to `key_value` (self-attention when None).
+        """Attends `query` to `key_value` (self-attention when None), or to `cache`.
 
         Args:
             query: `[batch, query_len, d_model]`.
             key_value: `[batch, key_len, d_model]`, or None.
             attention_mask: boolean, broadcastable to `[batch, query_len, key_len]`.
+            cache: keys and values projected before: without `cache_index`, a sentence's
+                (heads first, `project_key_value`), attended to instead of `key_value`'s; with
+                it, a self-attention cache (position-major, `init_cache`).
+            cache_index: a decoding step's (`cache_index`): each query (`batch * query_len`
+                rows, one per hypothesis, each sentence's in turn) writes its keys and values
+                at `cache_index.position` and attends to its history there;
+                `attention_mask` is unused.
             training: dropout on the attention weights.
             return_attention_scores: also return the weights `[batch, heads, q_len, k_len]`.
 
         Returns:
-            The output `[batch, query_len, d_model]` (and the weights when asked for).
+            The output `[batch, query_len, d_model]`, then the cache with this position
+            written when a `cache_index` is given, or else the weights when asked for.
         """
-        keys, values = self.project_key_value(query if key_value is None else key_value)
-        output, weights = self.attend(query, keys, values, attention_mask, training)
+        query_heads = self.query_dense(query)
+        if cache_index is not None:
+            cache = self._write(query, cache, cache_index)
+            keys, values = (read_history(buffer, cache_index.slots) for buffer in cache)
+            query_heads = tf.reshape(query_heads, [-1, self.num_heads, 1, self.key_dim])
+            attention_mask = cache_index.written
+        else:
+            keys, values = cache if cache is not None else self.project_key_value(
+                query if key_value is None else key_value)
+            query_heads = heads_first(query_heads)
+        attended, weights = scaled_dot_product_attention(
+            query_heads, keys, values, attention_mask,
+            dropout=lambda weights: self.dropout_layer(weights, training=training))
+        attended = tokens_first(attended)
+        if cache_index is not None:  # a row per query -> `[batch, query_len, heads, d_v]`
+            attended = tf.reshape(attended, tf.concat([tf.shape(query)[:2], tf.shape(
+                attended)[2:]], 0))
+        output = self.output_dense(attended)
+        if cache_index is not None:
+            return output, cache
         return (output, weights) if return_attention_scores else output
 
-    def attend(self, query, keys, values, attention_mask=None, training=None
-               ) -> tuple[tf.Tensor, tf.Tensor]:
-        """The output `[batch, query_len, d_model]` and weights of `query` attending to
-        projected `keys` and `values` (`project_key_value`, heads first); other arguments as
-        `call`'s."""
-        attended, weights = scaled_dot_product_attention(
-            heads_first(self.query_dense(query)), keys, values, attention_mask,
-            dropout=lambda weights: self.dropout_layer(weights, training=training))
-        return self.output_dense(tokens_first(attended)), weights
-
-    def project_key_value(self, key_value) -> tuple[tf.Tensor, tf.Tensor]:
+    def project_key_value(self, key_value) -> KeyValues:
         """Keys and values `[batch, heads, len, dim]` of `key_value` `[batch, len, d_model]`
         (e.g. the encoder output, projected once per sentence for decoding)."""
-        return heads_first(self.key_dense(key_value)), heads_first(self.value_dense(key_value))
+        return KeyValues(heads_first(self.key_dense(key_value)),
+                         heads_first(self.value_dense(key_value)))
 
-    def step_weights(self, dtype, key_value=None) -> dict[str, tf.Tensor | Matrix]:
-        """What a decoding step multiplies by, in `dtype`, read once per search (a step at one
-        sentence is small enough that reading, reshaping and casting the weights each time is
-        much of its time): for `step`, W^Q, W^K and W^V side by side as `query_key_value` (one
-        product for the three); for `attend_step`, W^Q as `query` and the keys and values of
-        `key_value` `[batch, len, d_model]` (`project_key_value`); W^O as `output`."""
-        if key_value is None:
-            kernels, biases = zip(*(dense.matrix(dtype) for dense in (
-                self.query_dense, self.key_dense, self.value_dense)))
-            weights = {"query_key_value": (tf.concat(kernels, axis=1), None if biases[0] is None
-                                           else tf.concat(biases, axis=0))}
-        else:
-            keys, values = self.project_key_value(key_value)
-            weights = {"query": self.query_dense.matrix(dtype), "key": keys, "value": values}
-        return {**weights, "output": self.output_dense.matrix(dtype)}
-
-    def init_cache(self, rows, max_length, dtype, static_shapes: bool = False
-                   ) -> dict[str, tf.Tensor]:
-        """An empty self-attention cache for `step`: keys and values `[max_length, rows, heads,
-        dim]`, position-major. Zeros from `Empty` (stateful: never folded into a graph constant
-        that in-place writes would then change across runs), or, with `static_shapes` (what XLA
+    def init_cache(self, rows, max_length, dtype, static_shapes: bool = False) -> KeyValues:
+        """An empty self-attention cache: keys and values `[max_length, rows, heads, dim]`,
+        position-major. Zeros from `Empty` (stateful: never folded into a graph constant that
+        in-place writes would then change across runs), or, with `static_shapes` (what XLA
         compiles, where `Empty` does not exist), `zeros`."""
         def buffer(dim):
             shape = tf.stack([max_length, rows, self.num_heads, dim])
@@ -222,59 +251,17 @@ class MultiHeadAttention(keras.layers.Layer):
                 return tf.zeros(shape, dtype)
             return tf.raw_ops.Empty(shape=shape, dtype=dtype, init=True)
 
-        return {"key": buffer(self.key_dim), "value": buffer(self.value_dim)}
+        return KeyValues(buffer(self.key_dim), buffer(self.value_dim))
 
-    def step(self, x, weights: dict[str, Matrix], cache: dict[str, tf.Tensor], position,
-             slots, written=None) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-        """One position of incremental self-attention: each row's projections at `position`
-        are written into `cache`, and its query attends to the history `slots` point to.
-
-        Args:
-            x: `[rows, d_model]`, each row's input at `position`.
-            weights: `step_weights(dtype)`.
-            cache: `init_cache`'s keys and values, the positions before `position` written.
-            position: scalar int32.
-            slots: `[rows, heads, length]` (`history_slots`): where each row's positions
-                `0 .. length - 1` lie in the cache.
-            written: None when `length` is `position + 1`; with static shapes (`slots` over
-                every position) `[1, 1, max_length]`, True up to `position`: the positions
-                after it are masked.
-
-        Returns:
-            The output `[rows, d_model]` and the cache with `position` written.
-        """
-        with tf.name_scope(self.name):  # as a call's: profiles attribute the ops by it
-            width = self.num_heads * self.key_dim
-            query, key, value = tf.split(project(x, weights["query_key_value"]),
-                                         [width, width, self.num_heads * self.value_dim], axis=1)
-            in_place = written is None  # a graph's dynamic history: in-place writes exist
-            cache = {"key": write_position(cache["key"], key, position, in_place),
-                     "value": write_position(cache["value"], value, position, in_place)}
-            attended, _ = scaled_dot_product_attention(
-                tf.reshape(query, [-1, self.num_heads, 1, self.key_dim]),
-                read_history(cache["key"], slots), read_history(cache["value"], slots), written)
-            return self._output_step(attended, weights), cache
-
-    def attend_step(self, x, weights: dict[str, tf.Tensor | Matrix], attention_mask
-                    ) -> tf.Tensor:
-        """`attend` in a decoding step: the rows `x` `[rows, d_model]` (each sentence's in
-        turn, `rows = batch * per sentence`) attend to their sentence's keys and values of
-        `weights` (`step_weights(dtype, key_value)`, `[batch, heads, len, dim]`) where
-        `attention_mask` `[batch, 1, len]` is True. A sentence's rows are the queries of its
-        attention, so its keys and values serve them all without being tiled. Returns
-        `[rows, d_model]`."""
-        with tf.name_scope(self.name):
-            queries = tf.stack([tf.shape(weights["key"])[0], -1, self.num_heads, self.key_dim])
-            query = heads_first(tf.reshape(project(x, weights["query"]), queries))
-            attended, _ = scaled_dot_product_attention(query, weights["key"], weights["value"],
-                                                       attention_mask)
-            return self._output_step(tokens_first(attended), weights)
-
-    def _output_step(self, attended: tf.Tensor, weights: dict[str, Matrix]) -> tf.Tensor:
-        """W^O of a step's heads `[rows, heads, 1, d_v]` (or `[batch, per sentence, heads,
-        d_v]`), concatenated per row: `[rows, d_model]`."""
-        return project(tf.reshape(attended, [-1, self.num_heads * self.value_dim]),
-                       weights["output"])
+    def _write(self, query, cache: KeyValues, index: CacheIndex) -> KeyValues:
+        """`cache` with the keys and values of `query`'s rows written at `index.position`: in
+        place in a graph's dynamic history (the search holds the cache alone), else by a
+        scatter (`write_position`)."""
+        in_place = index.written is None
+        return KeyValues(*(
+            write_position(buffer, tf.reshape(dense(query), [tf.shape(buffer)[1], -1]),
+                           index.position, in_place)
+            for buffer, dense in zip(cache, (self.key_dense, self.value_dense))))
 
     def get_config(self) -> dict:
         return {**super().get_config(), "num_heads": self.num_heads, "key_dim": self.key_dim,

@@ -9,7 +9,8 @@ from keras import ops
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class ScaledEmbedding(keras.layers.Layer):
-    """`ids -> E[ids] * sqrt(d_model)`; `logits(x) = x E^T` reuses the same matrix."""
+    """`ids -> E[ids] * sqrt(d_model)`; tied, `E^T` is also the pre-softmax projection
+    (`Transformer.pre_softmax_projection`)."""
 
     def __init__(self, vocab_size: int, d_model: int, **kwargs):
         super().__init__(**kwargs)
@@ -25,12 +26,6 @@ class ScaledEmbedding(keras.layers.Layer):
         vectors = ops.take(self.embeddings, ops.cast(ids, "int32"), axis=0)
         return ops.cast(vectors, self.compute_dtype) * ops.cast(self.d_model ** 0.5,
                                                                self.compute_dtype)
-
-    def logits(self, hidden):
-        """The tied pre-softmax linear transformation `hidden E^T`, float32 `[..., vocab]`."""
-        rows = ops.reshape(hidden, (-1, self.d_model))
-        logits = ops.matmul(rows, ops.transpose(ops.cast(self.embeddings, hidden.dtype)))
-        return ops.reshape(ops.cast(logits, "float32"), (*ops.shape(hidden)[:-1], -1))
 
     def get_config(self) -> dict:
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}
