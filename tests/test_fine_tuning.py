@@ -11,6 +11,7 @@ import pytest
 import keras_transformer as kt
 from helpers import final_weights
 from keras_transformer.config import FINE_TUNING_PEAK_RATE, FINE_TUNING_WARMUP_STEPS
+from keras_transformer.data.languages import RunLanguages
 from keras_transformer.importing.marian import read_marian_folder
 from keras_transformer.importing.run_directory import imported_transformer, write_imported_run
 from keras_transformer.optimization import TransformerSchedule
@@ -144,19 +145,23 @@ def test_an_imported_runs_model_equals_its_import(imported):
 
 
 @pytest.mark.slow
-def test_a_lora_run_trains_the_adapters_and_writes_merged_weights(imported, tmp_path):
-    """The checkpoints keep the adapters (trained) and the source's weights (frozen); the final
-    weights are the last checkpoint's merged model, the averaged ones the mean of the merged
-    checkpoints; both, the run's choice and kt-export's SavedModel are a plain model's."""
+def test_a_lora_run_trains_the_adapters_and_writes_merged_weights(imported, tmp_path, capsys):
+    """The run says at start that it trains adapters, of what rank; the checkpoints keep the
+    adapters (trained) and the source's weights (frozen); the final weights are the last
+    checkpoint's merged model, the averaged ones the mean of the merged checkpoints; both, the
+    run's choice and kt-export's SavedModel are a plain model's. The run records only the
+    options that applied (no tfds languages)."""
     source, data = imported
     # A learning rate large enough that the adapters of two checkpoints differ visibly.
     assert train.main([*data, *OPTIONS, "--init-from", str(source.root), *LORA, "--steps", "3",
                        "--checkpoint-every-steps", "1", "--set", "average_last=2",
                        "--set", "warmup_steps=1", "--set", "learning_rate_scale=0.05",
                        "--output-dir", str(tmp_path / "lora")]) == 0
+    assert "kt-train: training LoRA adapters only: rank 2, alpha 4, " in capsys.readouterr().err
     run = RunDir(tmp_path / "lora")
     assert {key: run.recorded_options()[key] for key in ("lora_rank", "lora_alpha")} == {
         "lora_rank": 2, "lora_alpha": 4.0}
+    assert not {"source_lang", "target_lang", "tfds_splits"} & set(run.recorded_options())
     source_weights = weights_of(source, source.chosen_weights()[0])
     merged = []
     for path in list_checkpoints(run.checkpoints)[-2:]:
@@ -228,3 +233,30 @@ def test_lora_options_are_checked_by_name_and_nothing_written(imported, tmp_path
                     "--output-dir", str(tmp_path / "run")])
     assert message in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_init_from_names_what_it_was_given_and_writes_nothing(imported, tmp_path, capsys):
+    """`--init-from` a path that does not exist, a Marian folder not yet imported (pointed to
+    kt-import), or a run whose language tokens are required (its languages named): each
+    refused by name before anything is written; so is `--pair`, with a hint that fits."""
+    source, data = imported
+    marian = source.root.parent / "marian"
+    several = tmp_path / "several"  # a run of several pairs, as far as the check reads it
+    (several / "vocab").mkdir(parents=True)
+    (several / "config.json").write_bytes((source.root / "config.json").read_bytes())
+    (several / "languages.json").write_text(json.dumps(RunLanguages.trained(
+        "source", {"de": 5, "fr": 6}, 1.0, []).to_dict()), encoding="utf-8")
+    for init_from, message in [
+            (tmp_path / "nothere", f"--init-from: {str(tmp_path / 'nothere')!r} does not exist"),
+            (marian, f"it holds a released model: import it first (kt-import {marian} "),
+            (several, "translates into several languages (de, fr)")]:
+        with pytest.raises(SystemExit):
+            train.main([*data, *OPTIONS, "--init-from", str(init_from), "--steps", "2",
+                        "--output-dir", str(tmp_path / "run")])
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / "run").exists()
+    with pytest.raises(SystemExit):
+        train.main([*OPTIONS, "--init-from", str(source.root), "--pair", "en-de", *data[1:4:2],
+                    "--dev-pair", "en-de", *data[5::2], "--output-dir", str(tmp_path / "run")])
+    assert ("--pair: cannot be combined with --init-from yet (fine-tune on one pair's "
+            "--train-src/--train-tgt") in capsys.readouterr().err

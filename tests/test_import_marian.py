@@ -165,14 +165,21 @@ def test_a_hugging_face_folder_without_safetensors_is_refused_by_name(tmp_path):
         read_huggingface_folder(folder)
 
 
-def test_kt_import_writes_a_run_or_refuses_by_name(tmp_path, capsys):
+def test_kt_import_writes_a_run_or_refuses_by_name(tmp_path, capsys, monkeypatch):
+    """A folder given relative to the working directory is recorded as its absolute path (as
+    an export records its run); a folder that does not exist is named so."""
     from trainers import import_model
 
     marian_folder = write_marian_model(tmp_path / "marian")
     hf_folder = write_huggingface_folder(marian_folder, tmp_path / "hf")
-    assert import_model.main([str(hf_folder), "--output-dir", str(tmp_path / "run")]) == 0
-    assert json.loads((tmp_path / "run" / IMPORT_FILE).read_text())["format"] == "huggingface"
+    monkeypatch.chdir(tmp_path)
+    assert import_model.main(["hf", "--output-dir", str(tmp_path / "run")]) == 0
+    record = json.loads((tmp_path / "run" / IMPORT_FILE).read_text())
+    assert record["format"] == "huggingface" and record["origin"] == str(hf_folder)
     assert "2+2 layers" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        import_model.main(["nothere/", "--output-dir", str(tmp_path / "run3")])
+    assert "folder: 'nothere/' does not exist" in capsys.readouterr().err
     (marian_folder / "source.spm").unlink()
     assert import_model.main([str(marian_folder), "--output-dir", str(tmp_path / "run2")]) == 2
     assert "source.spm: no such file" in capsys.readouterr().err

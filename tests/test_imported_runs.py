@@ -198,16 +198,15 @@ def test_ensembles_need_the_same_source_and_target_pieces(imported, greedy, tmp_
 @pytest.mark.slow
 def test_exports_translate_as_kt_translate_and_name_the_origin(imported, greedy, tmp_path,
                                                                capsys):
-    """The SavedModel export (graph), the XLA export with a shortlist learned from target text,
-    and kt-export --describe, which names the Marian folder, its format and the files' digests
-    import.json records."""
+    """The SavedModel export (graph; the run's own vocab/ without naming it), the XLA export
+    with a shortlist learned from target text, and kt-export --describe, which names the Marian
+    folder, its format and the files' digests import.json records."""
     run, input_file = str(imported["run"]), str(imported["input"])
     prefix_file = tmp_path / "prefix.fr"
     prefix_file.write_text("je\n\n\nnous\n\n", encoding="utf-8")
     prefixed = run_translate([run, input_file, *SEARCH, "--prefix", str(prefix_file)])
     base = tmp_path / "exports"
-    assert export.main([run, f"{run}/vocab", "--name", "graph", "--base-dir", str(base),
-                        *SEARCH]) == 0
+    assert export.main([run, "--name", "graph", "--base-dir", str(base), *SEARCH]) == 0
     assert run_translate([str(base / "graph"), input_file]) == greedy
     assert run_translate([str(base / "graph"), input_file, "--prefix", str(prefix_file)]) == (
         prefixed)

@@ -214,11 +214,14 @@ def test_each_command_translates_into_the_language_asked_for_as_the_export_does(
         assert translated([str(exports), str(sources), "--target-language", language],
                           capsys)[1] == lines
         by_language[language] = lines
-    assert evaluate.main([str(run_dir), "--src", str(sources), "--ref",
-                          str(corpus["test"]["up"]), "--target-language", "up",
-                          "--hypotheses", str(tmp_path / "up.hyp")]) == 0
-    assert final_json(capsys.readouterr().out)["BLEU"] == pytest.approx(bleu(
-        by_language["up"], corpus["test"]["up"]), abs=0.01)
+    for language in ("up", "rv"):  # each language's hypotheses in a file of its own
+        assert evaluate.main([str(run_dir), "--src", str(sources), "--ref",
+                              str(corpus["test"][language]), "--target-language", language]) == 0
+        assert final_json(capsys.readouterr().out)["BLEU"] == pytest.approx(bleu(
+            by_language[language], corpus["test"][language]), abs=0.01)
+    for language in ("up", "rv"):
+        assert (run_dir / f"{sources.name}.{language}.hyp").read_text(
+            encoding="utf-8").splitlines() == by_language[language]
     assert translate_corpus.main([str(run_dir), str(sources), "--output",
                                   str(tmp_path / "corpus.rv"), "--target-language", "rv",
                                   "--quiet"]) == 0
@@ -319,8 +322,8 @@ def test_a_model_of_one_target_language_refuses_one(demo_vocab, tmp_path, capsys
     source = tmp_path / "in.en"
     source.write_text("one dog\n")
     code, _, err = translated([str(run), str(source), "--target-language", "de"], capsys)
-    assert code == 2 and (f"--target-language: '{run}' translates into one language (it was "
-                          "trained on one language pair)") in err
+    assert code == 2 and (f"--target-language: '{run}' has one target language (no language "
+                          "tokens)") in err
     with pytest.raises(ValueError, match="target language 'de': the model translates into one"):
         IntoLanguage(load_run(run).translator(), "de")
 

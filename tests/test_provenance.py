@@ -134,7 +134,7 @@ def test_describe_prints_every_field_readably(run_dir, tmp_path, capsys):
 def test_describe_names_a_path_that_is_no_export(run_dir, tmp_path, capsys):
     assert export_cli.main(["--describe", str(tmp_path / "missing")]) == 2
     error = capsys.readouterr().err
-    assert "--describe" in error and str(tmp_path / "missing") in error
+    assert f"--describe: {str(tmp_path / 'missing')!r} does not exist" in error
     (tmp_path / "old" / "1").mkdir(parents=True)
     (tmp_path / "old" / "1" / "saved_model.pb").write_bytes(b"")
     assert export_cli.main(["--describe", str(tmp_path / "old")]) == 2

@@ -117,7 +117,11 @@ def test_prefix_files_start_each_line_s_translation(export_dir, input_file, tmp_
     code, _, err = run([str(export_dir), str(input_file), "--prefix", str(prefixes)], capsys)
     assert code == 2 and f"--prefix: {prefixes} has 1 lines but {input_file} has 6" in err
     with pytest.raises(SystemExit):
-        translate.parse_args([str(export_dir), str(input_file), "--prefix", "p", "--nbest", "2"])
+        translate.parse_args([str(export_dir), str(input_file), "--prefix", str(prefixes),
+                              "--nbest", "2"])
+    with pytest.raises(SystemExit):
+        translate.parse_args([str(export_dir), str(input_file), "--prefix", "missing.de"])
+    assert "--prefix: 'missing.de' does not exist" in capsys.readouterr().err
 
 
 class LineBreakingTranslator:

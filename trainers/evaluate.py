@@ -12,7 +12,8 @@ averaged, final or newest checkpoint. Progress (sentences translated, their rate
 goes to stderr every 10 seconds.
 `--ensemble RUN_DIR ...` decodes with those runs' models too (same vocabulary), averaging
 their probabilities. A run of several language pairs (`kt-train --pair`) translates into the
-language `--target-language` names.
+language `--target-language` names, its hypotheses by default in `<src name>.<language>.hyp`
+(one file per language).
 
 With `--task parsing` the sources are sentences and `--trees` their gold trees (the
 `<split>.src` and `<split>.tree` files of `prepare_parsing`): each decoded sequence is repaired
@@ -69,7 +70,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     add_ensemble_argument(parser)
     parser.add_argument("--batch-size", type=int, default=64,
                         help="sentences per batch (default: 64)")
-    parser.add_argument("--hypotheses", help="output file (default: <run_dir>/<src name>.hyp)")
+    parser.add_argument("--hypotheses", help="output file (default: <run_dir>/<src name>.hyp, "
+                        "or <src name>.<language>.hyp with --target-language)")
     args = parser.parse_args(argv)
     if args.task == "parsing":
         if not args.trees:
@@ -137,7 +139,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sources, references, name = test_set(args)
         languages, language = run_target_language(args.run_dir, args.target_language)
         model, tokenizer = load_run_model(args.run_dir, args.weights)
-        output = args.hypotheses or os.path.join(args.run_dir, f"{name}.hyp")
+        output = args.hypotheses or os.path.join(
+            args.run_dir, f"{name}.hyp" if language is None else f"{name}.{language}.hyp")
         outputs = {"hypotheses": output}
         if args.task == "parsing":
             outputs["trees"] = trees_path(args, output)

@@ -1,16 +1,16 @@
 """`kt-export`: writes a trained model as a TF Serving SavedModel under `<base-dir>/<name>/<N>/`.
 
     kt-export runs/tiny/model.keras runs/tiny/vocabulary --name tiny --beam-size 4
-    kt-export runs/demo runs/demo/vocab --name demo
-    kt-export runs/demo runs/demo/vocab --name demo-ct2 --format ctranslate2 --quantization int8
+    kt-export runs/demo --name demo
+    kt-export runs/demo --name demo-ct2 --format ctranslate2 --quantization int8
     kt-export --describe saved_models/demo      # where its newest version came from
 
 The model is a `.keras` file, or a directory holding one (the newest is used), or a run
 directory holding `config.json` (its `Recipe`) and weights: `--weights`, else the same
 default as `kt-evaluate` (`RunDir.default_weights`: the run's result as `result.json` records
 it, the better on dev of the averaged and the final weights; else the averaged weights, else
-the final weights, else the newest checkpoint). The vocabulary directory is a run's `vocab/`:
-a shared vocabulary (`spm.model`) or an imported model's tokenizer pair (`source.spm`,
+the final weights, else the newest checkpoint). The vocabulary directory is a run's `vocab/`
+(a run directory's own by default): a shared vocabulary (`spm.model`) or an imported model's tokenizer pair (`source.spm`,
 `target.spm`, `vocabulary.json`).
 The search settings fixed in the export are the flags', else a run directory's recipe's, else
 the paper's (beam 4, alpha 0.6, +50). `--precision bfloat16` stores and computes in bfloat16:
@@ -70,7 +70,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("model", nargs="?", help="a .keras file, a directory holding one (the "
                         "newest is used), or a kt-train run directory")
     parser.add_argument("vocabulary", nargs="?", help="directory with the tokenizer's files (a "
-                        "run's vocab/)")
+                        "run's vocab/; default: the run directory's own)")
     parser.add_argument("--name", help="model name: <base-dir>/<name>/<version> (required)")
     parser.add_argument("--describe", metavar="EXPORT",
                         help="print where the export EXPORT (NAME/N, or NAME for its newest "
@@ -114,6 +114,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         if args.model or args.vocabulary or args.name:
             parser.error("--describe: takes an export alone (no model, vocabulary or --name)")
         return args
+    if args.vocabulary is None and args.model and os.path.isdir(os.path.join(args.model,
+                                                                              "vocab")):
+        args.vocabulary = os.path.join(args.model, "vocab")
     missing = [name for name, value in (("model", args.model), ("vocabulary", args.vocabulary),
                                         ("--name", args.name)) if not value]
     if missing:

@@ -29,7 +29,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--format", choices=FORMATS, default="auto",
                         help="the folder's layout (auto: Hugging Face's when it holds a "
                              "config.json, else Marian's)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if not os.path.isdir(args.folder):
+        parser.error(f"folder: {args.folder!r} " + ("is not a folder" if os.path.exists(
+            args.folder) else "does not exist"))
+    return args
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -46,7 +50,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     read = {"marian": read_marian_folder, "huggingface": read_huggingface_folder}[source_format]
     try:
         imported = read(args.folder)
-        run = write_imported_run(imported, args.output_dir, args.folder, source_format)
+        run = write_imported_run(imported, args.output_dir, os.path.abspath(args.folder),
+                                 source_format)
     except (MarianFormatError, ValueError) as error:
         print(f"kt-import: {error}", file=sys.stderr)
         return 2

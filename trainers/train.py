@@ -59,8 +59,8 @@ from keras_transformer.training.strategy import (any_across_workers, chief_value
                                                  worker_count)
 from keras_transformer.visualization import attention_maps
 from trainers.train_arguments import parse_args, run_options, tfds_split_names
-from trainers.train_data import (RunInputs, keep_vocabulary, pair_sampling, report_left_out,
-                                 run_inputs, step_budget, training_storage)
+from trainers.train_data import (RunInputs, keep_languages, keep_vocabulary, pair_sampling,
+                                 report_left_out, run_inputs, step_budget, training_storage)
 from trainers.train_evaluation import (DEV_BLEU, DevSet, attention_tokenizer, dev_bleu,
                                        dev_bleu_name, dev_logs, evaluate_test,
                                        warn_of_truncated_sources)
@@ -278,6 +278,7 @@ def train(args: argparse.Namespace) -> dict:
     inputs = inputs or run_inputs(args, run)
     corpora, gold_trees, tokenizer = inputs.corpora, inputs.gold_trees, inputs.tokenizer
     keep_vocabulary(run, tokenizer)
+    keep_languages(run, args.init_from)
     if inputs.pairs:
         plan = pair_sampling(run, inputs, args, batch_tokens)
     else:
@@ -304,6 +305,11 @@ def train(args: argparse.Namespace) -> dict:
     print(f"kt-train: {'resuming' if resumed else 'starting'} {run.root} on {replicas} "
           f"replica(s), {max_steps or 'unlimited'} steps, {precision}, {kernel_set} kernels"
           f"{', XLA' if model.jit_compile else ''}", file=sys.stderr)
+    if args.lora_rank:
+        adapters = sum(int(tf.size(weight)) for weight in model.lora_adapters())
+        print(f"kt-train: training LoRA adapters only: rank {args.lora_rank}, alpha "
+              f"{args.lora_alpha:g}, {adapters:,} trainable weights of "
+              f"{model.count_params():,}", file=sys.stderr)
     if restored.source:
         print(f"kt-train: restored step {restored.step} from {restored.source}"
               + ("" if restored.exact else " (a checkpoint: no dropout seeds, so later dropout "

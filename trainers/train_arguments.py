@@ -191,7 +191,10 @@ def check_pair_arguments(parser: argparse.ArgumentParser, args: argparse.Namespa
         ("--train-src", args.train_src), ("--train-tgt", args.train_tgt),
         ("--dev-src", args.dev_src), ("--dev-tgt", args.dev_tgt), ("--test-src", args.test_src),
         ("--test-tgt", args.test_tgt), ("--tfds", args.tfds), ("--prepared", args.prepared),
-        ("--init-from", args.init_from), ("--task parsing", args.task == "parsing")) if given]
+        ("--task parsing", args.task == "parsing")) if given]
+    if args.init_from:
+        parser.error("--pair: cannot be combined with --init-from yet (fine-tune on one "
+                     "pair's --train-src/--train-tgt, --dev-src/--dev-tgt)")
     if others:
         parser.error(f"--pair: cannot be combined with {', '.join(others)} (give each "
                      "pair's files with --pair, --dev-pair and --test-pair)")
@@ -287,6 +290,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.steps is None and args.epochs is None and args.max_minutes is None:
         args.steps = DEFAULT_STEPS
     check_lora_arguments(parser, args)
+    check_init_from(parser, args.init_from)
     try:
         args.recipe = (fine_tuning_recipe(args, argv) if args.init_from
                        else recipe_from_args(args))
@@ -314,6 +318,36 @@ def check_lora_arguments(parser: argparse.ArgumentParser, args: argparse.Namespa
         parser.error(f"--lora-alpha: must be positive, got {args.lora_alpha}")
 
 
+def check_init_from(parser: argparse.ArgumentParser, path: Optional[str]) -> None:
+    """Checks `--init-from` `path` (exiting through `parser.error` naming the flag): a run
+    directory (kt-train's or kt-import's: `config.json` and `vocab/`), not a released model's
+    folder (pointed to `kt-import`), and not a model whose target-language tokens are required
+    (a run of several pairs: fine-tuned on one pair's files, the others' would be lost)."""
+    if not path:
+        return
+    if not os.path.exists(path):
+        parser.error(f"--init-from: {path!r} does not exist")
+    run = RunDir(path)
+    if not (run.config_path.is_file() and run.vocab.is_dir()):
+        released = any(os.path.isfile(os.path.join(path, name)) for name in RELEASE_FILES)
+        parser.error(f"--init-from: {path!r} is not a run directory (no config.json and vocab/"
+                     " of kt-train or kt-import)" + (
+                         f"; it holds a released model: import it first (kt-import {path} "
+                         "--output-dir runs/NAME), then --init-from runs/NAME" if released
+                         else ""))
+    languages = run.languages()
+    if languages is not None and not languages.optional:
+        parser.error(f"--init-from: {path!r} translates into several languages "
+                     f"({', '.join(sorted(languages.token_ids))}), each asked for by its token; "
+                     "fine-tuning it on --train-src/--train-tgt would keep none: fine-tuning a "
+                     "model of several languages is not supported yet")
+
+
+# A Marian release's or a Hugging Face folder's files (`kt-import` reads them).
+RELEASE_FILES = ("decoder.yml", "model.safetensors", "model.safetensors.index.json",
+                 "pytorch_model.bin")
+
+
 def fine_tuning_recipe(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> Recipe:
     """`--init-from`'s recipe for fine-tuning (`Recipe.for_fine_tuning`) with `--config` and
     `--set`; a `--preset`, `--vocab-sentences` or `--prepared` (another vocabulary) is
@@ -338,9 +372,12 @@ def tfds_split_names(args: argparse.Namespace) -> dict[str, str]:
 def run_options(args: argparse.Namespace) -> dict:
     """The options a restart must repeat: data, vocabulary, seed and the LoRA adapters' rank
     and alpha (not the step budget); `train` adds the resolved precision and kernel set
-    (backups do not restore across loss scaling)."""
-    names = ("prepared", "dev_src", "dev_tgt", "tfds", "source_lang", "target_lang",
-             "tfds_splits", "vocab_sentences", "seed", "init_from", "lora_rank", "lora_alpha")
+    (backups do not restore across loss scaling). Options that apply only to `--tfds` data (its
+    languages and splits) are recorded for such runs only."""
+    names = ("prepared", "dev_src", "dev_tgt", "tfds", "vocab_sentences", "seed", "init_from",
+             "lora_rank", "lora_alpha")
+    if args.tfds:
+        names += ("source_lang", "target_lang", "tfds_splits")
     # One training corpus is recorded as a path, as before several could be given.
     corpora = {name: files[0] if files and len(files) == 1 else files
                for name, files in (("train_src", args.train_src), ("train_tgt", args.train_tgt))}

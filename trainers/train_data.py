@@ -175,6 +175,17 @@ def keep_vocabulary(run: RunDir, tokenizer: Tokenizer) -> None:
         tokenizer.save(run.vocab)
 
 
+def keep_languages(run: RunDir, init_from: Optional[str]) -> None:
+    """The `--init-from` run's target languages as the new run's, unless it has its own: those
+    of an imported multi-target model, whose tokens are optional (its texts may carry their own:
+    fine-tuned on plain pairs, it still takes `--target-language`); a run whose tokens are
+    required is refused before (`train_arguments.check_init_from`)."""
+    if init_from and not (run.root / LANGUAGES_FILE).is_file():
+        languages = RunDir(init_from).languages()
+        if languages is not None:
+            run.write_json(LANGUAGES_FILE, languages.to_dict())
+
+
 def training_storage(run: RunDir, inputs: RunInputs, args: argparse.Namespace) -> TokenStorage:
     """The training pairs as token storage: `--prepared`'s (checked by `run_inputs`), else
     prepared into the run directory once and reused by its restarts."""

@@ -21,6 +21,7 @@ the language `--target-language` names (`kt-translate runs/multi in.en --target-
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence, TextIO
@@ -66,6 +67,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     add_search_arguments(parser, "(run directories only: an export's are fixed)")
     add_ensemble_argument(parser)
     args = parser.parse_args(argv)
+    for path in args.prefix or []:
+        if not os.path.isfile(path):
+            parser.error(f"--prefix: {path!r} does not exist")
     for name in ("output", "prefix"):
         files = getattr(args, name)
         if files and len(files) != len(args.inputs):

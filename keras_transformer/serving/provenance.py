@@ -81,6 +81,8 @@ def read_provenance(path: str | os.PathLike) -> tuple[Path, dict[str, Any]]:
     """The export at `path` (a version directory, or a model directory for its newest version)
     and its provenance record; FileNotFoundError naming the path when `path` is no export or
     the export has no record (written before records were kept)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{str(path)!r} does not exist")
     try:
         version = export_version(path)
     except FileNotFoundError:

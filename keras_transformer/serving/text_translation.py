@@ -173,10 +173,10 @@ def chosen_language(languages: Optional[RunLanguages], language: Optional[str],
     language the model does not have or a missing one, the model's languages."""
     if languages is None:
         if language is not None:
-            raise ValueError(f"--target-language: {model} translates into one language (it "
-                             "was trained on one language pair); leave the option out (a "
-                             "multi-target OPUS-MT model imported by an earlier kt-import "
-                             "takes it once imported again)")
+            raise ValueError(f"--target-language: {model} has one target language (no "
+                             "language tokens); leave the option out (a multi-target OPUS-MT "
+                             "model imported by an earlier kt-import takes it once imported "
+                             "again)")
         return None
     if language is None and languages.optional:
         return ""

@@ -194,11 +194,11 @@ def _read_json(path: Path) -> Any:
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Fields whose values differ; a field an older run did not record yet is not a
-    difference (so run directories of earlier versions can still be resumed)."""
-    keys = sorted(set(old) | set(new))
-    return [f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in keys
-            if key in old and old.get(key) != new.get(key)]
+    """Fields whose values differ; a field one side does not record (an older run had not yet,
+    or this version records it only where it applies) is not a difference, so run
+    directories of earlier versions can still be resumed."""
+    return [f"{key}: {old[key]!r} -> {new[key]!r}" for key in sorted(set(old) & set(new))
+            if old[key] != new[key]]
 
 
 def record_average(run: RunDir, averaged: list[Path], averaging: str,
