@@ -1,14 +1,16 @@
 """How far a reader follows one sentence: the calls from kt-translate's `main` to equation (1)
-(`scaled_dot_product_attention`), and the files they pass through.
+(`scaled_dot_product_attention`), and the files they pass through, for the encoder and for a
+decoding step.
 
     python benchmarks/call_path.py
 
 Translates one line with a random one-layer model (the tests' `random_run`) through
 `trainers.translate.main`, and records the Python stack at the first call of
-`scaled_dot_product_attention` (made while the search's graph is traced). Prints the project's
-frames on that stack from `main` down, one per line (file:line function), then one JSON line:
-the calls (project frames), the distinct project files, and the frames of other libraries
-(Keras, TensorFlow) between them.
+`scaled_dot_product_attention` (made while the search's graph is traced: the encoder's) and at
+its first call inside `Transformer.decode_step` (a decoding step's self-attention). For each
+path prints the project's frames on that stack from `main` down, one per line (file:line
+function), then one JSON line: the path, the calls (project frames), the distinct project files,
+and the frames of other libraries (Keras, TensorFlow) between them.
 """
 from __future__ import annotations
 
@@ -22,17 +24,27 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET = "scaled_dot_product_attention"
 
 
-def first_stack(function, target: str) -> list[tuple[str, int, str, object]]:
-    """The frames (outermost first) on the stack at `function()`'s first call of a function
-    named `target`, as (file, line, function name, code object) read at that moment."""
-    found = []
+def first_stacks(function, target: str, paths: dict[str, str]
+                 ) -> dict[str, list[tuple[str, int, str, object]]]:
+    """For each path of `paths` (name -> a function name on the stack, or "" for none), the
+    frames (outermost first) on the stack at `function()`'s first call of a function named
+    `target` made from within that path's function, as (file, line, function name, code
+    object) read at that moment."""
+    found: dict[str, list] = {}
 
     def profile(frame, event, _):
-        if event == "call" and not found and frame.f_code.co_name == target:
-            while frame is not None:
-                found.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name,
-                              frame.f_code))
-                frame = frame.f_back
+        if event != "call" or frame.f_code.co_name != target:
+            return
+        stack = []
+        while frame is not None:
+            stack.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name,
+                          frame.f_code))
+            frame = frame.f_back
+        names = {name for _, _, name, _ in stack}
+        for path, within in paths.items():
+            if path not in found and (not within or within in names):
+                found[path] = stack[::-1]
+        if len(found) == len(paths):
             sys.setprofile(None)
 
     sys.setprofile(profile)
@@ -40,7 +52,7 @@ def first_stack(function, target: str) -> list[tuple[str, int, str, object]]:
         function()
     finally:
         sys.setprofile(None)
-    return found[::-1]
+    return found
 
 
 def main() -> None:
@@ -58,17 +70,22 @@ def main() -> None:
         run = random_run(vocabulary, work / "run")
         source = work / "in.en"
         source.write_text("a man rides a bike\n", encoding="utf-8")
-        stack = first_stack(lambda: translate.main([str(run.root), str(source),
-                                                    "--output", str(work / "out")]), TARGET)
-    if not stack:
-        raise SystemExit(f"{TARGET} was never called")
-    start = [code for *_, code in stack].index(translate.main.__code__)
+        stacks = first_stacks(lambda: translate.main([str(run.root), str(source),
+                                                      "--output", str(work / "out")]),
+                              TARGET, {"encoder": "encode", "decoding step": "decode_step"})
     project = tuple(str(ROOT / folder) + os.sep for folder in ("keras_transformer", "trainers"))
-    path = [frame for frame in stack[start:] if frame[0].startswith(project)]
-    for file, line, name, _ in path:
-        print(f"{Path(file).relative_to(ROOT)}:{line} {name}")
-    print(json.dumps({"calls": len(path), "files": len({file for file, *_ in path}),
-                      "other_frames": len(stack) - start - len(path)}))
+    for name in ("encoder", "decoding step"):
+        if name not in stacks:
+            raise SystemExit(f"{TARGET} was never called on the {name}'s path")
+        stack = stacks[name]
+        start = [code for *_, code in stack].index(translate.main.__code__)
+        path = [frame for frame in stack[start:] if frame[0].startswith(project)]
+        for file, line, function, _ in path:
+            print(f"{Path(file).relative_to(ROOT)}:{line} {function}")
+        print(json.dumps({"path": name, "calls": len(path),
+                          "files": len({file for file, *_ in path}),
+                          "other_frames": len(stack) - start - len(path)}))
+
 
 if __name__ == "__main__":
     main()

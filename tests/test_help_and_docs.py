@@ -196,3 +196,27 @@ def test_tfds_flags_have_one_spelling_and_read_the_earlier_one(command, required
         assert parser.parse_args(required + ["--split", "dev"]).split == "dev"
         assert parser.parse_args(required + ["--tfds-split", "dev"]).split == "dev"
         assert "--split " not in shown and default.split == "test"
+
+
+def python_blocks(path: Path) -> list[str]:
+    """The ```python blocks of the Markdown file `path`, in order."""
+    return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.DOTALL)
+
+
+@pytest.mark.slow
+def test_every_api_snippet_runs_as_written(demo_vocab, tmp_path, monkeypatch):
+    """docs/api.md's Python blocks, each run as a reader copies it into a fresh interpreter,
+    beside a run directory at `runs/demo` (a random model of the demo vocabulary)."""
+    from helpers import random_run
+
+    random_run(demo_vocab, tmp_path / "runs" / "demo")
+    monkeypatch.chdir(tmp_path)
+    blocks = python_blocks(ROOT / "docs" / "api.md")
+    assert len(blocks) >= 2
+    from keras_transformer import fast
+    suite_kernels = fast.active()
+    try:
+        for block in blocks:
+            exec(compile(block, "docs/api.md", "exec"), {})
+    finally:
+        fast.set_kernels(suite_kernels)  # the suite's set (conftest.py), whatever a block set

@@ -27,6 +27,7 @@ from keras_transformer.data.languages import (LanguagePair, RunLanguages, langua
                                               language_token_ids, reserved_tokens)
 from keras_transformer.decoding.translator import IntoLanguage, Translator, truncated_sources
 from keras_transformer.evaluation import corpus_scores
+from keras_transformer.evaluation import translate_corpus as translated_corpus
 from keras_transformer.serving.loading import recorded_languages
 from keras_transformer.serving.text_translation import output_line
 from keras_transformer.serving.warmup import WARMUP_FILE
@@ -551,9 +552,11 @@ def test_kt_trains_dev_translations_are_kt_evaluates(vocabulary, corpus, tmp_pat
     evaluated = final_json(capsys.readouterr().out)["BLEU"]
     loaded = load_run(run.root)
     args = argparse.Namespace(recipe=loaded.recipe, eval_beam_size=1)
-    translate_dev = train_evaluation.dev_translation(args, loaded.model, loaded.tokenizer,
-                                                     languages, "en-rv")
-    assert translate_dev(sources) == hypotheses.read_text(encoding="utf-8").splitlines()
+    translator = train_evaluation.pair_translator(Translator(
+        loaded.model, loaded.tokenizer, SearchSettings.of(loaded.recipe.search, beam_size=1),
+        languages=languages), "en-rv")
+    assert translated_corpus(translator, sources) == hypotheses.read_text(
+        encoding="utf-8").splitlines()
     assert hypotheses.read_text(encoding="utf-8").splitlines()[-1] == ""
     dev = {"en-rv": train_evaluation.DevSet(loaded.tokenizer, sources, references)}
     assert train_evaluation.dev_bleu(args, loaded.model, dev, languages=languages)() == {

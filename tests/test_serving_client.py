@@ -295,3 +295,16 @@ def test_the_documented_rest_answers_hold_the_signatures_outputs(export):
         keys = set(re.findall(r'"(\w+)":', answer)) - {"predictions"}
         assert keys == outputs[name], name
     assert not re.findall(r"-?\d+\.\d+", paragraph)
+
+
+def test_the_documented_python_request_runs(export, capsys):
+    """docs/decoding-and-serving.md's Python example (a SavedModel loaded and called by its
+    signature's input names), run as written on an export at its path."""
+    text = (ROOT / "docs" / "decoding-and-serving.md").read_text(encoding="utf-8")
+    block, = [block for block in re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+              if "tf.saved_model.load" in block]
+    exec(compile(block.replace('"saved_models/demo/1"', repr(str(export))),
+                 "docs/decoding-and-serving.md", "exec"), {})
+    translation, score = capsys.readouterr().out.rstrip("\n").rsplit(" ", 1)
+    [best], [best_score] = load_export(export).best([b"I have forty-two apples"])
+    assert translation == best.decode() and float(score) == pytest.approx(best_score, abs=1e-5)

@@ -11,6 +11,7 @@ import pytest
 import keras_transformer as kt
 from keras_transformer.training.run_dir import RunDir
 from trainers import average_checkpoints, evaluate, train
+from trainers.launch import lines_at_level
 
 
 def parse_error(capsys, parse, argv):
@@ -107,20 +108,24 @@ def test_evaluate_and_average_reject_bad_input(capsys, tmp_path):
 
 @pytest.mark.slow
 def test_command_lines_start_quietly_unless_verbose(tmp_path):
-    """TensorFlow's C++ start-up lines (oneDNN, CUDA stubs, absl) are hidden by default."""
+    """TensorFlow's C++ start-up lines (oneDNN, CUDA stubs, absl) are hidden by default, and
+    below the level a user's `TF_CPP_MIN_LOG_LEVEL` sets (2: no INFO or WARNING line)."""
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
-    runs = {flag: subprocess.run([sys.executable, "-m", "trainers", "train", "--help", *flag],
-                                 cwd=tmp_path, env=env, capture_output=True, text=True,
-                                 timeout=300) for flag in ((), ("--verbose",))}
+    runs = {name: subprocess.run([sys.executable, "-m", "trainers", "train", "--help", *flags],
+                                 cwd=tmp_path, env={**env, **level}, capture_output=True,
+                                 text=True, timeout=300)
+            for name, flags, level in (("quiet", (), {}), ("verbose", ("--verbose",), {}),
+                                       ("level 2", (), {"TF_CPP_MIN_LOG_LEVEL": "2"}))}
     assert all(run.returncode == 0 and "usage: kt-train" in run.stdout for run in runs.values())
-    assert runs[()].stderr == ""
+    assert runs["quiet"].stderr == ""
+    assert not re.search(r"^(I|W)\d{4} |^WARNING: All log", runs["level 2"].stderr, re.M)
+    assert lines_at_level(runs["verbose"].stderr, 2) == runs["level 2"].stderr
     # Where TensorFlow prints start-up lines at all, --verbose keeps them: absl's lines
     # ("I0000 ...") and TensorFlow's own, stamped "YYYY-MM-DD HH:MM:SS.ffffff: I ..." (TF 2.20).
     tensorflow_line = re.compile(r"([IWEF]\d{4} |\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] "
                                  r"|WARNING: All log messages|To enable the following)")
-    assert all(tensorflow_line.match(line)
-               for line in runs[("--verbose",)].stderr.splitlines())
+    assert all(tensorflow_line.match(line) for line in runs["verbose"].stderr.splitlines())
 
 
 def test_the_export_root_has_kt_exports_name_and_the_old_one():

@@ -270,7 +270,8 @@ def test_the_final_test_pass_decodes_the_float32_weights_whatever_the_training_p
     settings = kt.SearchSettings(beam_size=2, max_decode_extra=5)
     args = argparse.Namespace(recipe=kt.Recipe(architecture=float32_model.config,
                                                search=settings), test_beam_size=None)
-    train.evaluate_test(args, run, bfloat16_model, tokenizer, (sources, demo_train[1][:300]))
+    train.evaluate_test(run, train.test_translator(args, run, bfloat16_model, tokenizer),
+                        (sources, demo_train[1][:300]))
     written = (run.root / "test.hyp").read_text(encoding="utf-8").split("\n")[:len(sources)]
     float32 = translate_corpus(Translator(float32_model, tokenizer, settings), sources)
     bfloat16 = translate_corpus(Translator(bfloat16_model, tokenizer, settings), sources)

@@ -2,29 +2,50 @@
 
 TensorFlow prints its C++ start-up lines (oneDNN, CUDA stubs, CPU features, absl's "before
 InitializeLog" notice) while it is imported, before any log level applies. The launcher imports
-it with them captured and dropped, unless `--verbose` is on the command line or the user set
-`TF_CPP_MIN_LOG_LEVEL` (if the import fails, they are replayed before the error), then imports
-the command's module and runs its `main`. Importing `trainers` or a command's module has no
+it with them captured and dropped, unless `--verbose` is on the command line; where the user set
+`TF_CPP_MIN_LOG_LEVEL`, the lines of that severity and above are printed (if the import fails,
+all are replayed before the error), then imports the command's module and runs its `main`. Importing `trainers` or a command's module has no
 such effect (`python -m trainers.train` runs too, without the quiet start).
 """
 from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 import tempfile
 from typing import Optional, Sequence
 
 QUIET_LOG_LEVEL = "3"  # C++ INFO, WARNING and ERROR lines off (Python errors still raise)
+# The severities of TensorFlow's C++ log lines, by their letter: absl's start with it
+# (`I0000 00:00:...`), TensorFlow 2.20's own follow a time stamp (`2026-01-01 00:00:00.1: I ...`).
+SEVERITIES = {"I": 0, "W": 1, "E": 2, "F": 3}
+SEVERITY = re.compile(r"([IWEF])\d{4} |\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF]) ")
+
+
+def lines_at_level(text: str, level: int) -> str:
+    """The lines of TensorFlow's start-up output `text` of severity `level` and above (0
+    INFO, 1 WARNING, 2 ERROR, as `TF_CPP_MIN_LOG_LEVEL` counts); a line without a severity of
+    its own continues the one before it."""
+    kept, severity = [], 0
+    for line in text.splitlines(keepends=True):
+        if line.startswith("WARNING: All log messages before absl::InitializeLog()"):
+            severity = SEVERITIES["W"]
+        elif SEVERITY.match(line):
+            severity = SEVERITIES[next(filter(None, SEVERITY.match(line).groups()))]
+        if severity >= level:
+            kept.append(line)
+    return "".join(kept)
 
 
 def import_tensorflow_quietly(argv: Optional[Sequence[str]] = None) -> None:
     """Imports TensorFlow with its C++ start-up output captured (see the module docstring)."""
     argv = sys.argv if argv is None else argv
-    if ("--verbose" in argv or "TF_CPP_MIN_LOG_LEVEL" in os.environ
-            or "tensorflow" in sys.modules):
+    if "--verbose" in argv or "tensorflow" in sys.modules:
         return
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = QUIET_LOG_LEVEL
+    users_level = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
+    if users_level is None:
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = QUIET_LOG_LEVEL
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
@@ -39,6 +60,10 @@ def import_tensorflow_quietly(argv: Optional[Sequence[str]] = None) -> None:
         finally:
             os.dup2(saved, 2)
             os.close(saved)
+        if users_level is not None:
+            captured.seek(0)
+            level = int(users_level) if users_level.isdigit() else 0
+            sys.stderr.write(lines_at_level(captured.read().decode("utf-8", "replace"), level))
 
 
 # The commands `python -m trainers COMMAND` runs; the `kt-*` ones are console scripts too.

@@ -63,7 +63,7 @@ from trainers.train_data import (RunInputs, keep_languages, keep_vocabulary, pai
                                  report_left_out, run_inputs, step_budget, training_storage)
 from trainers.train_evaluation import (DEV_BLEU, DevSet, attention_tokenizer, dev_bleu,
                                        dev_bleu_name, dev_logs, evaluate_test,
-                                       warn_of_truncated_sources)
+                                       test_translator, warn_of_truncated_sources)
 
 
 def compiled_model(recipe: Recipe, jit_compile: bool = False, steps_per_execution: int = 1,
@@ -220,11 +220,11 @@ def evaluate_pairs_test(args: argparse.Namespace, run: RunDir, model: Transforme
     each figure over them."""
     beam_size = args.test_beam_size or args.recipe.search.beam_size
     pairs = {}
+    translator = test_translator(args, run, model, next(iter(dev.values())).tokenizer)
     for name, sentences in test.items():
         with stage("kt-train", f"test set of {name}: translating {len(sentences[0]):,} "
                    f"sentences (beam {beam_size})"):
-            pairs[name] = evaluate_test(args, run, model, dev[name].tokenizer, sentences,
-                                        pair=name)
+            pairs[name] = evaluate_test(run, translator, sentences, pair=name)
     figures = [key for key, value in next(iter(pairs.values())).items()
                if isinstance(value, float)]
     return {**{key: round(sum(pair[key] for pair in pairs.values()) / len(pairs), 2)
@@ -359,8 +359,8 @@ def train(args: argparse.Namespace) -> dict:
         beam_size = args.test_beam_size or recipe.search.beam_size
         with stage("kt-train", f"test set: translating {len(corpora['test'][0]):,} sentences "
                    f"(beam {beam_size})"):
-            summary["test"] = evaluate_test(args, run, model, tokenizer, corpora["test"],
-                                            gold_trees)
+            summary["test"] = evaluate_test(run, test_translator(args, run, model, tokenizer),
+                                            corpora["test"], gold_trees)
         run.write_json(TEST_FILE, summary["test"])
     if inputs.pairs and inputs.pairs.test:
         summary["test"] = evaluate_pairs_test(args, run, model, dev, inputs.pairs.test)

@@ -40,25 +40,11 @@ def dev_bleu_name(beam_size: int, sentences: int, pairs: int = 1) -> str:
     return f"dev {search}{mean}{sentences:,} sentences)"
 
 
-def corpus_translator(model: Transformer, tokenizer: Tokenizer, settings: SearchSettings,
-                      languages: Optional[RunLanguages] = None,
-                      pair: str = "") -> Translator | IntoLanguage:
-    """What `translate_corpus` takes to translate with `model` as kt-translate and
-    kt-evaluate do: its `Translator` searching with `settings`; of a run of several language
-    pairs (`languages`), asked for the target language of the pair named `pair`
-    (`IntoLanguage`; "" for a run of one pair).
-
-    Args:
-        model: the model.
-        tokenizer: the run's tokenizer.
-        settings: the search settings.
-        languages: the run's target languages (`RunDir.languages`), None for one.
-        pair: the language pair (`SRC-TGT`) whose target language is asked for.
-
-    Returns:
-        The translator.
-    """
-    translator = Translator(model, tokenizer, settings, languages=languages)
+def pair_translator(translator: Translator, pair: str = "") -> Translator | IntoLanguage:
+    """What `translate_corpus` takes to translate with `translator` into the target language
+    of the language pair named `pair` (`IntoLanguage`), as kt-translate and kt-evaluate do; the
+    translator itself for a run of one pair (`pair` ""). The pairs of a run share one
+    translator, hence its traced searches."""
     return IntoLanguage(translator, LanguagePair.parse(pair).target) if pair else translator
 
 
@@ -95,28 +81,25 @@ def warn_of_truncated_sources(tokenizer: Tokenizer, sources: dict[str, tuple[str
                 name, [index + 1 for index in truncated], max_length), file=sys.stderr)
 
 
-def dev_translation(args: argparse.Namespace, model: Transformer, tokenizer: Tokenizer,
-                    languages: Optional[RunLanguages] = None,
-                    pair: str = "") -> Callable[[Sequence[str]], list[str]]:
-    """How dev sentences of the language pair named `pair` ("" for a run of one pair) are
-    translated: `corpus_translator` with `--eval-beam-size` (greedy by default)."""
-    translator = corpus_translator(
-        model, tokenizer, SearchSettings.of(args.recipe.search, beam_size=args.eval_beam_size),
-        languages, pair)
-    return lambda texts: translate_corpus(translator, texts)
-
-
 def dev_bleu(args: argparse.Namespace, model: Transformer, dev: dict[str, DevSet],
              sentences: Optional[int] = None,
              languages: Optional[RunLanguages] = None) -> Callable[[], dict[str, float]]:
     """A function giving the dev BLEU of each set of `dev` (name -> `DevSet`; one pair's is
     named "", a language pair's `SRC-TGT`, of a run of the target `languages`), on its
-    first `sentences` sentences (None: all)."""
-    translations = {name: (dev_translation(args, model, dev_set.tokenizer, languages, name),
+    first `sentences` sentences (None: all), translated with `--eval-beam-size` (greedy by
+    default) by one `Translator` per tokenizer (the run's: one for every pair)."""
+    settings = SearchSettings.of(args.recipe.search, beam_size=args.eval_beam_size)
+    translators: dict[int, Translator] = {}
+    for dev_set in dev.values():
+        if id(dev_set.tokenizer) not in translators:
+            translators[id(dev_set.tokenizer)] = Translator(model, dev_set.tokenizer, settings,
+                                                            languages=languages)
+    translations = {name: (pair_translator(translators[id(dev_set.tokenizer)], name),
                            dev_set.sources[:sentences], dev_set.references[:sentences])
                     for name, dev_set in dev.items()}
-    return lambda: {name: corpus_scores(translate(sources), references)[0].value
-                    for name, (translate, sources, references) in translations.items()}
+    return lambda: {name: corpus_scores(translate_corpus(translator, sources),
+                                        references)[0].value
+                    for name, (translator, sources, references) in translations.items()}
 
 
 def dev_logs(scores: dict[str, float]) -> dict[str, float]:
@@ -129,20 +112,24 @@ def dev_logs(scores: dict[str, float]) -> dict[str, float]:
             **{f"{DEV_BLEU}/{name}": value for name, value in scores.items()}}
 
 
-def evaluate_test(args: argparse.Namespace, run: RunDir, model: Transformer,
-                  tokenizer: Tokenizer,
-                  test: tuple[list[str], list[str]], gold_trees: Optional[list] = None,
-                  pair: str = "") -> dict:
-    """Beam-search translation of the test set: hypotheses file and sacreBLEU/chrF, or with
-    `gold_trees` (--task parsing) the parsed trees file and bracket F1/precision/recall.
-    Decoded with the weights in float32, whatever the training precision, as `kt-evaluate`
-    and a float32 export decode them: one run, one test figure. `pair`: the language pair
-    (translated into its target language, `corpus_translator`), which names the hypotheses
-    file (`test.SRC-TGT.hyp`) and the printed figures."""
-    translator = corpus_translator(
-        serving_copy(model, "float32"), tokenizer,
-        SearchSettings.of(args.recipe.search, beam_size=args.test_beam_size), run.languages(),
-        pair)
+def test_translator(args: argparse.Namespace, run: RunDir, model: Transformer,
+                    tokenizer: Tokenizer) -> Translator:
+    """The final test pass's translator: beam search (`--test-beam-size`, else the recipe's)
+    with the weights in float32, whatever the training precision, as `kt-evaluate` and a
+    float32 export decode them (one run, one test figure)."""
+    return Translator(serving_copy(model, "float32"), tokenizer,
+                      SearchSettings.of(args.recipe.search, beam_size=args.test_beam_size),
+                      languages=run.languages())
+
+
+def evaluate_test(run: RunDir, translator: Translator, test: tuple[list[str], list[str]],
+                  gold_trees: Optional[list] = None, pair: str = "") -> dict:
+    """The test set translated by `translator` (`test_translator`): hypotheses file and
+    sacreBLEU/chrF, or with `gold_trees` (--task parsing) the parsed trees file and bracket
+    F1/precision/recall. `pair`: the language pair (translated into its target language,
+    `pair_translator`), which names the hypotheses file (`test.SRC-TGT.hyp`) and the printed
+    figures."""
+    translator = pair_translator(translator, pair)
     hypotheses = translate_corpus(translator, test[0])
     hypotheses_path = run.root / (f"test.{pair}.hyp" if pair else "test.hyp")
     write_lines(os.fspath(hypotheses_path), hypotheses)

@@ -16,7 +16,6 @@ from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.decoding.transformer_search import (ensemble_members, run_search,
                                                            run_search_xla)
 from keras_transformer.model import Transformer
-from keras_transformer.search import DecodeResult
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings
 
 if TYPE_CHECKING:
@@ -273,14 +272,8 @@ class Translator(tf.Module):
 
     def _translate_source(self, source_ids: tf.Tensor, empty: tf.Tensor,
                           prefix_ids: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
-        result = self._search(source_ids, prefix_ids)
-        ids = tf.where(empty[:, :, None], PAD_ID, result.ids)
-        scores = tf.where(empty, 0.0, result.scores)
-        return {"ids": ids[:, 0], "score": scores[:, 0], "nbest_ids": ids,
-                "nbest_scores": scores}
-
-    def _search(self, source_ids: tf.Tensor, prefix_ids: Optional[tf.Tensor]) -> DecodeResult:
-        settings = self.settings
+        """The search's best and n-best ids and scores of `source_ids` (`_source_ids`; an
+        `empty` source's: PAD and 0), each hypothesis starting with `prefix_ids`."""
         search = run_search
         if self.jit_compile:
             # XLA compiles once per input shape: padded widths bound the shapes a server sees.
@@ -288,8 +281,12 @@ class Translator(tf.Module):
             source_ids = self._padded_width(source_ids)
             prefix_ids = None if prefix_ids is None else self._padded_width(prefix_ids)
         models = (self.model, *self.ensemble) if self.ensemble else self.model
-        return search(models, source_ids, settings, prefix_ids=prefix_ids,
-                      shortlist=self.shortlist, static_shapes=self.jit_compile)
+        result = search(models, source_ids, self.settings, prefix_ids=prefix_ids,
+                        shortlist=self.shortlist, static_shapes=self.jit_compile)
+        ids = tf.where(empty[:, :, None], PAD_ID, result.ids)
+        scores = tf.where(empty, 0.0, result.scores)
+        return {"ids": ids[:, 0], "score": scores[:, 0], "nbest_ids": ids,
+                "nbest_scores": scores}
 
     def _padded_width(self, ids: tf.Tensor) -> tf.Tensor:
         """`ids` `[batch, length]` PAD-padded to the next multiple of `XLA_WIDTH_STEP` (at most
@@ -311,7 +308,7 @@ class IntoLanguage:
     def __init__(self, translator: Translator, language: str):
         if translator.languages is None:
             raise ValueError(f"target language {language!r}: the model translates into one "
-                             "language (it was trained on one pair)")
+                             "language (it has no language tokens)")
         translator.languages.token_id(language)
         self.translator, self.language = translator, language
         self.tokenizer, self.model = translator.tokenizer, translator.model

@@ -200,8 +200,8 @@ def _embed(model: Transformer, ids: tf.Tensor, side: str, layout: Layout, traini
 
 def _encoder_layer(layer: EncoderLayer, x, padding_mask, layout: Layout, training):
     """`EncoderLayer.call` in `layout`: the layer's own blocks, its attention in the layout."""
-    x, _ = layer.blocks(x, lambda query: _attention(
-        layer.self_attention, query, None, padding_mask, (layout, layout), training),
+    x, _ = layer.blocks(x, [lambda query: _attention(
+        layer.self_attention, query, None, padding_mask, (layout, layout), training)],
         training=training)
     return x
 
@@ -211,10 +211,10 @@ def _decoder_layer(layer: DecoderLayer, x, encoder_output, masks, layouts, train
     the layouts; `masks`: (self, cross), `layouts`: (target, source)."""
     x, _ = layer.blocks(
         x,
-        lambda query: _attention(layer.self_attention, query, None, masks[0],
-                                 (layouts[0], layouts[0]), training),
-        lambda query: _attention(layer.cross_attention, query, encoder_output, masks[1],
-                                 layouts, training),
+        [lambda query: _attention(layer.self_attention, query, None, masks[0],
+                                  (layouts[0], layouts[0]), training),
+         lambda query: _attention(layer.cross_attention, query, encoder_output, masks[1],
+                                  layouts, training)],
         training=training)
     return x
 

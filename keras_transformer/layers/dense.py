@@ -74,8 +74,8 @@ class HeadsDense(keras.layers.Layer):
       into a warning). The int8 product passes no gradient: it is for inference.
     `kernel` is the effective kernel in either case: the stored one dequantized, plus
     `(lora_alpha / lora_rank) lora_kernel_a @ lora_kernel_b`. `matrix()` reads it, hence the
-    float `call`, the cached decoding step (`DecoderLayer.step_weights`) and the exports; so a
-    decoding step of an int8 layer multiplies float rows by the dequantized kernel.
+    float `call` and the exports; an int8 layer's `call` (training-free passes and every
+    decoding step alike) runs the int8 product.
 
     Unlike Keras's layers, saving keeps the adapters as they are (Keras saves the merged kernel
     and loads zeros into both adapters, whose gradients are then zero): a LoRA run's checkpoint
@@ -148,7 +148,11 @@ class HeadsDense(keras.layers.Layer):
     def _map_rows(self, inputs, product: Callable[[tf.Tensor], tf.Tensor]):
         """`product` (matmul, bias, ReLU) of `inputs`' rows `[N, prod(in_dims)]`, then the
         other activations, shaped back to `[..., *out_dims]`."""
-        leading = ops.shape(inputs)[:-self.input_rank]
+        leading = inputs.shape[:-self.input_rank]
+        if None in leading[1:]:  # else the first alone is unknown: -1, no shape ops
+            leading = ops.shape(inputs)[:-self.input_rank]
+        else:
+            leading = (-1, *leading[1:])
         outputs = product(ops.reshape(inputs, (-1, self._matrix_shape()[0])))
         if self.activation not in (None, "relu"):
             outputs = activate(outputs, self.activation)

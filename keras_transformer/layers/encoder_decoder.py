@@ -1,5 +1,6 @@
 """The encoder and decoder layers of section 3.1: self-attention, (in the decoder)
 encoder-decoder attention, and the feed-forward network, each in a residual block."""
+import functools
 from typing import Callable, Optional, Sequence
 
 import keras
@@ -40,21 +41,22 @@ class TransformerBlock(keras.layers.Layer):
         return ResidualNorm(self.settings["norm"], self.settings["dropout"],
                             self.settings["epsilon"], name=name)
 
-    def residual_blocks(self, x, attentions: Sequence[Callable], residuals: Sequence,
-                        training=None) -> tuple:
-        """Each attention, then the feed-forward network, each in its residual block:
-        `x = residual(x, sublayer(residual.normalize_input(x)))`.
+    def blocks(self, x, attentions: Sequence[Callable], training=None) -> tuple:
+        """The layer's order of section 3.1, the one place it is written: each attention, then
+        the feed-forward network, each in its residual block (`residuals`),
+        `x = residual(x, sublayer(residual.normalize_input(x)))`. `call` runs it with the
+        layer's own attentions, the packed training steps (`fast/packed.py`) with theirs.
 
         Args:
             x: the layer's input.
-            attentions: sub-layers returning their output and what the caller keeps of them
-                (the weights, a cache), in the layer's order.
-            residuals: one residual block per attention, then the feed-forward network's.
+            attentions: the attentions of the normalized input, in the layer's order, each
+                returning its output and what the caller keeps of it (the weights, a cache).
             training: dropout.
 
         Returns:
             The output and a tuple of what each attention returned to keep.
         """
+        residuals = self.residuals()
         kept = []
         for attention, residual in zip(attentions, residuals):
             attended, kept_part = attention(residual.normalize_input(x))
@@ -79,28 +81,14 @@ class EncoderLayer(TransformerBlock):
     def call(self, x, padding_mask=None, training=None, return_attention_scores: bool = False):
         """`x`: `[batch, src_len, d_model]`; `padding_mask`: `[batch, 1, src_len]`, True on real
         tokens. Returns the output (and the attention weights when asked for)."""
-        x, weights = self.blocks(x, lambda query: self.self_attention(
-            query, attention_mask=padding_mask, training=training,
-            return_attention_scores=True), training=training)
+        x, (weights,) = self.blocks(x, [functools.partial(
+            self.self_attention, attention_mask=padding_mask, training=training,
+            return_attention_scores=True)], training=training)
         return (x, weights) if return_attention_scores else x
 
-    def blocks(self, x, self_attention: Callable, training=None):
-        """The layer's order of section 3.1, the one place it is written: self-attention, then
-        the feed-forward network, each in its residual block. `call` runs it with the layer's
-        own self-attention, the packed training steps (`fast/packed.py`) with theirs.
-
-        Args:
-            x: the layer's input.
-            self_attention: the attention of the normalized input to itself, returning its
-                output and what the caller keeps of it (e.g. the weights).
-            training: dropout.
-
-        Returns:
-            The output and what `self_attention` returned to keep.
-        """
-        x, (kept,) = self.residual_blocks(
-            x, [self_attention], (self.self_residual, self.feed_forward_residual), training)
-        return x, kept
+    def residuals(self) -> tuple[ResidualNorm, ResidualNorm]:
+        """The residual blocks, in the layer's order: self-attention, feed-forward network."""
+        return self.self_residual, self.feed_forward_residual
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -145,37 +133,18 @@ class DecoderLayer(TransformerBlock):
             The output `[batch, tgt_len, d_model]`, then the self-attention cache with this
             position written when `cache_index` is given, or else the weights when asked for.
         """
-        def self_attention(query):
-            return self.self_attention(query, attention_mask=self_mask, cache=self_cache,
-                                       cache_index=cache_index, training=training,
-                                       return_attention_scores=True)
-
-        def cross_attention(query):
-            return self.cross_attention(query, encoder_output, attention_mask=cross_mask,
-                                        cache=cross_cache, training=training,
-                                        return_attention_scores=True)
-
-        x, (self_kept, cross_kept) = self.blocks(x, self_attention, cross_attention,
-                                                 training=training)
+        x, (self_kept, cross_kept) = self.blocks(x, [
+            functools.partial(self.self_attention, attention_mask=self_mask, cache=self_cache,
+                              cache_index=cache_index, training=training,
+                              return_attention_scores=True),
+            functools.partial(self.cross_attention, key_value=encoder_output,
+                              attention_mask=cross_mask, cache=cross_cache, training=training,
+                              return_attention_scores=True)], training=training)
         if cache_index is not None:
             return x, self_kept
         return (x, (self_kept, cross_kept)) if return_attention_scores else x
 
-    def blocks(self, x, self_attention: Callable, cross_attention: Callable, training=None):
-        """The layer's order of section 3.1, the one place it is written: masked
-        self-attention, encoder-decoder attention, then the feed-forward network, each in its
-        residual block. `call` runs it with the layer's own attentions, the packed training
-        steps (`fast/packed.py`) with theirs.
-
-        Args:
-            x: the layer's input.
-            self_attention: the attention of the normalized input to the target so far,
-                returning its output and what the caller keeps of it (the weights, a cache).
-            cross_attention: the same for the attention to the encoder output.
-            training: dropout.
-
-        Returns:
-            The output and `(self-attention's kept, cross-attention's kept)`.
-        """
-        return self.residual_blocks(
-            x, [self_attention, cross_attention], (self.self_residual, self.cross_residual, self.feed_forward_residual), training)
+    def residuals(self) -> tuple[ResidualNorm, ResidualNorm, ResidualNorm]:
+        """The residual blocks, in the layer's order: masked self-attention, encoder-decoder
+        attention, feed-forward network."""
+        return self.self_residual, self.cross_residual, self.feed_forward_residual
