@@ -3,6 +3,7 @@
     kt-export runs/tiny/model.keras runs/tiny/vocabulary --name tiny --beam-size 4
     kt-export runs/demo --name demo
     kt-export runs/demo --name demo-ct2 --format ctranslate2 --quantization int8
+    kt-export runs/demo --name demo-device --format litert --quantization int8
     kt-export --describe saved_models/demo      # where its newest version came from
 
 The model is a `.keras` file, or a directory holding one (the newest is used), or a run
@@ -20,7 +21,10 @@ the 1,000 most frequent target pieces plus the 20 most specific translations of 
 piece (learned from `--shortlist-data`, default the files a run directory trained on): faster
 where the output projection is a large part of a step, translations approximate the full
 vocabulary's (`decoding.shortlist`). `--format ctranslate2` writes a CTranslate2 model
-directory instead (`keras_transformer.serving.ctranslate2_export`), quantized as `--quantization` says.
+directory instead (`keras_transformer.serving.ctranslate2_export`), quantized as `--quantization` says;
+`--format litert` a LiteRT (TFLite) model of builtin ops only for phones and browser pages, with
+its tokenizer and a manifest (`keras_transformer.serving.litert_export`; `--quantization`
+float32, float16 or int8).
 
 A run of several language pairs exports one model of its target languages, each asked for
 by name: a SavedModel's signatures take `target_language` too (`keras_transformer.serving.export`),
@@ -49,6 +53,7 @@ from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
 from keras_transformer.serving.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
+from keras_transformer.serving import litert_export
 from keras_transformer.serving.export import (check_model_tree, export_translator,
                                               publish_version)
 from keras_transformer.model import Transformer
@@ -90,13 +95,17 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="parallel text the shortlist is learned from (default: a run "
                              "directory's training files); the first "
                              f"{SHORTLIST_SENTENCES:,} pairs are used")
-    parser.add_argument("--format", choices=("savedmodel", "ctranslate2"), default="savedmodel",
-                        help="savedmodel, a TF Serving SavedModel (default: savedmodel), or "
+    parser.add_argument("--format", choices=("savedmodel", "ctranslate2", "litert"),
+                        default="savedmodel",
+                        help="savedmodel, a TF Serving SavedModel (default: savedmodel); "
                              "ctranslate2, a CTranslate2 model directory (pip install -e "
-                             "'.[ctranslate2]')")
-    parser.add_argument("--quantization", choices=QUANTIZATIONS, default="int8",
+                             "'.[ctranslate2]'); or litert, a LiteRT (TFLite) model for "
+                             "devices")
+    parser.add_argument("--quantization",
+                        choices=sorted(set(QUANTIZATIONS) | set(litert_export.QUANTIZATIONS)),
                         help="--format ctranslate2: how CTranslate2 stores the weights "
-                             "(default: int8)")
+                             f"({', '.join(QUANTIZATIONS)}; default: int8); --format litert: "
+                             f"{', '.join(litert_export.QUANTIZATIONS)} (default: float32)")
     parser.add_argument("--xla", action="store_true",
                         help="save the search as one XLA-compiled function (lower latency at "
                              "small batches; TF Serving on CPU needs "
@@ -126,15 +135,22 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      "request per signature)")
     if args.warmup_max_width < 1:
         parser.error(f"--warmup-max-width: must be positive, got {args.warmup_max_width}")
-    if args.xla and args.format == "ctranslate2":
+    if args.xla and args.format != "savedmodel":
         parser.error("--xla: SavedModel exports only")
     if args.shortlist_data and not args.shortlist:
         parser.error("--shortlist-data: needs --shortlist")
-    if args.format == "ctranslate2" and (args.shortlist or args.precision != "float32"):
-        parser.error("--shortlist and --precision: SavedModel exports only (a CTranslate2 "
-                     "model's precision is its --quantization)")
-    if args.format == "savedmodel" and "--quantization" in given:
-        parser.error("--quantization: --format ctranslate2 only")
+    if args.format != "savedmodel" and (args.shortlist or args.precision != "float32"):
+        parser.error("--shortlist and --precision: SavedModel exports only (a CTranslate2 or "
+                     "LiteRT model's precision is its --quantization)")
+    if args.format == "savedmodel" and args.quantization is not None:
+        parser.error("--quantization: --format ctranslate2 or litert only")
+    allowed = {"ctranslate2": QUANTIZATIONS, "litert": litert_export.QUANTIZATIONS}.get(
+        args.format, ())
+    if args.quantization is None and allowed:
+        args.quantization = allowed[0] if args.format == "litert" else "int8"
+    if args.quantization is not None and args.quantization not in allowed:
+        parser.error(f"--quantization: {args.quantization} is not one of --format "
+                     f"{args.format}'s ({', '.join(allowed)})")
     return args
 
 
@@ -276,13 +292,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         model, defaults, source = load_model(args.model, args.weights)
         settings = search_settings(args, defaults)
         languages = RunDir(args.model).languages() if os.path.isdir(args.model) else None
-        if args.format == "ctranslate2":
+        if args.format != "savedmodel":
+            if args.format == "litert":
+                litert_export.check_exportable(languages)  # before a conversion's minutes
+            writer = (export_ctranslate2 if args.format == "ctranslate2"
+                      else litert_export.export_litert)
+
             def write(staging: str) -> str:
-                saved = os.fspath(export_ctranslate2(
-                    model, tokenizer, os.path.join(staging, "model"),
-                    quantization=args.quantization, settings=settings, languages=languages))
+                saved = os.fspath(writer(model, tokenizer, os.path.join(staging, "model"),
+                                         quantization=args.quantization, settings=settings,
+                                         languages=languages))
                 write_provenance(saved, export_record(
-                    model.config, settings, source, format="ctranslate2",
+                    model.config, settings, source, format=args.format,
                     quantization=args.quantization,
                     **({"languages": languages.to_dict()} if languages else {})))
                 return saved

@@ -1,5 +1,6 @@
-"""Finding and loading an export of either kind, a SavedModel (`export.py`) or a CTranslate2
-model (`ctranslate2_export.py`), in TF Serving's `NAME/VERSION/` layout."""
+"""Finding and loading an export of any kind, a SavedModel (`export.py`), a CTranslate2 model
+(`ctranslate2_export.py`) or a LiteRT model (`litert_export.py`), in TF Serving's
+`NAME/VERSION/` layout."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ from typing import Any, Optional
 
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.serving.ctranslate2_export import ctranslate2_functions, is_ctranslate2_model
+from keras_transformer.serving.litert_export import is_litert_model, litert_functions
 from keras_transformer.serving.text_translation import LineTranslator, chosen_language
 
 # Where an export's provenance record is (`provenance`): the model's architecture, among others.
@@ -16,8 +18,9 @@ PROVENANCE_FILE = os.path.join("assets.extra", "keras_transformer_provenance.jso
 
 
 def is_export(directory: Path) -> bool:
-    """Whether `directory` holds a SavedModel or a CTranslate2 model."""
-    return (directory / "saved_model.pb").is_file() or is_ctranslate2_model(directory)
+    """Whether `directory` holds a SavedModel, a CTranslate2 model or a LiteRT model."""
+    return ((directory / "saved_model.pb").is_file() or is_ctranslate2_model(directory)
+            or is_litert_model(directory))
 
 
 def export_version(path: str | os.PathLike) -> Path:
@@ -31,21 +34,28 @@ def export_version(path: str | os.PathLike) -> Path:
     versions = sorted((int(entry.name), entry) for entry in path.glob("*")
                       if entry.name.isdigit() and is_export(entry))
     if not versions:
-        raise FileNotFoundError(f"model: {str(path)!r} is neither an export (SavedModel or "
-                                "CTranslate2 model) nor a directory of numbered versions")
+        raise FileNotFoundError(f"model: {str(path)!r} is neither an export (SavedModel, "
+                                "CTranslate2 or LiteRT model) nor a directory of numbered "
+                                "versions")
     return versions[-1][1]
 
 
-def load_export(path: str | os.PathLike, target_language: Optional[str] = None
-                ) -> LineTranslator:
+def load_export(path: str | os.PathLike, target_language: Optional[str] = None,
+                threads: int = 2) -> LineTranslator:
     """The export of `export_version(path)` as a `LineTranslator` (its search settings are
     fixed), translating into `target_language`: needed by the export of a model of several
     target languages (optional for an imported one, whose texts may carry their own token),
-    refused by one of one (`chosen_language`'s ValueError)."""
+    refused by one of one (`chosen_language`'s ValueError). `threads`: a LiteRT model's
+    interpreter's."""
     version = export_version(path)
     languages = recorded_languages(version)
     language = chosen_language(languages, target_language, repr(str(version)))
     max_length = recorded_facts(version).get("architecture", {}).get("max_length")
+    if is_litert_model(version):
+        translate_text, translate_ids, tokenizer, owner = litert_functions(
+            version, threads=threads, target_language=language)
+        return LineTranslator(translate_text, translate_ids, tokenizer, owner=owner,
+                              max_length=max_length, languages=languages, language=language)
     if is_ctranslate2_model(version):
         translate_text, translate_ids, translate_prefixed, tokenizer, owner = (
             ctranslate2_functions(version, target_language=language))

@@ -1,0 +1,130 @@
+"""One sentence at a time on the device's runtime: the LiteRT exports (float32, float16, int8;
+the LiteRT interpreter with XNNPACK, `--threads`) against our SavedModel exports (graph and XLA)
+and CTranslate2 (float32 and int8) of the same model, in one process, sentence by sentence in
+alternation; and each export's size on disk.
+
+    PYTHONPATH=. python benchmarks/litert_speed.py [--sentences 12] [--threads 2] \
+        [--rounds 3] [--workdir DIR]
+
+The model is `decoding_speed.py`'s: `base` sizes, random weights, PAD, BOS and EOS embedding
+rows zeroed so that every output has exactly `--source-tokens + --extra-length` tokens, a
+vocabulary learned from `--data`, sources from it; beam 4. Every system's first ids are compared
+with the SavedModel's (float32 ones equal). Prints one JSON object: per system the median
+latency over every sentence of every round, its ratio to CTranslate2 int8's, and the file size.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+from decoding_speed import BOS_ID, EOS_ID, PAD_ID, source_ids
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    shared = os.environ.get("KT_SHARED_DATA", os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", default=os.path.join(shared, "wmt14", "newstest2014.en"))
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--source-tokens", type=int, default=16)
+    parser.add_argument("--extra-length", type=int, default=16)
+    parser.add_argument("--sentences", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--workdir", help="where the exports are written (default: a temporary "
+                        "directory)")
+    return parser.parse_args(argv)
+
+
+def size_of(path: str) -> int:
+    """Bytes of the files under `path`."""
+    return sum(os.path.getsize(os.path.join(root, name))
+               for root, _, names in os.walk(path) for name in names)
+
+
+def systems(args: argparse.Namespace, workdir: str) -> tuple[dict, dict, np.ndarray]:
+    """Each system's one-sentence translation function (ids `[1, len]` -> best ids) and the
+    size of its export on disk."""
+    import tensorflow as tf
+
+    import keras_transformer as kt
+    from keras_transformer.data import SubwordTokenizer
+    from keras_transformer.serving.ctranslate2_export import (ctranslate2_functions,
+                                                              export_ctranslate2)
+    from keras_transformer.serving.export import export_translator
+    from keras_transformer.serving.litert_export import export_litert, litert_functions
+
+    with open(args.data, encoding="utf-8") as handle:
+        texts = [line.strip() for line in handle if line.strip()]
+    tokenizer = SubwordTokenizer.train(texts, args.vocab_size, os.path.join(workdir, "vocab"))
+    ids = source_ids(args.data, tokenizer, args.sentences, args.source_tokens)
+    model = kt.Transformer(kt.TransformerConfig.preset("base", vocab_size=tokenizer.vocab_size,
+                                                       dropout=0.0))
+    embeddings = model.source_embedding.embeddings
+    embeddings.assign(tf.tensor_scatter_nd_update(embeddings, [[PAD_ID], [BOS_ID], [EOS_ID]],
+                                                  tf.zeros([3, embeddings.shape[1]])))
+    search = kt.SearchSettings(4, length_penalty=0.6, max_decode_extra=args.extra_length)
+    functions, sizes = {}, {}
+    for name, xla in (("SavedModel graph", False), ("SavedModel XLA", True)):
+        path = export_translator(model, tokenizer, name.split()[1].lower(),
+                                 os.path.join(workdir, "saved_models"), search,
+                                 jit_compile=xla)
+        signature = tf.saved_model.load(path).signatures["translate_ids"]
+        functions[name] = lambda row, run=signature: run(source_ids=tf.constant(row))["ids"]
+        sizes[name] = size_of(path)
+    for quantization in ("float32", "float16", "int8"):
+        started = time.perf_counter()
+        path = export_litert(model, tokenizer, os.path.join(workdir, f"litert_{quantization}"),
+                             search, quantization)
+        print(f"litert {quantization}: converted in {time.perf_counter() - started:.0f} s",
+              flush=True)
+        _, translate_ids, _, _ = litert_functions(path, threads=args.threads)
+        functions[f"LiteRT {quantization}"] = lambda row, run=translate_ids: run(row)["ids"]
+        sizes[f"LiteRT {quantization}"] = size_of(path)
+    for quantization in ("float32", "int8"):
+        path = export_ctranslate2(model, tokenizer, os.path.join(workdir, f"ct2_{quantization}"),
+                                  quantization=quantization, settings=search)
+        _, translate_ids, _, _, _ = ctranslate2_functions(path, intra_threads=args.threads)
+        functions[f"CTranslate2 {quantization}"] = lambda row, run=translate_ids: run(
+            tf.constant(row))["nbest_ids"][:, 0]
+        sizes[f"CTranslate2 {quantization}"] = size_of(path)
+    return functions, sizes, ids
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="litert_speed-") as temporary:
+        workdir = args.workdir or temporary
+        functions, sizes, ids = systems(args, workdir)
+        reference = np.asarray(functions["SavedModel graph"](ids[:1]))
+        first_ids = {}
+        for name, function in functions.items():  # untimed: warm-up, and the first ids
+            first = np.asarray(function(ids[:1]))
+            first_ids[name] = bool(np.array_equal(first[0, :reference.shape[1]], reference[0]))
+        seconds = {name: [] for name in functions}
+        for _ in range(args.rounds):
+            for row in range(len(ids)):
+                for name, function in functions.items():
+                    start = time.perf_counter()
+                    function(ids[row:row + 1])
+                    seconds[name].append(time.perf_counter() - start)
+        latency = {name: statistics.median(values) for name, values in seconds.items()}
+        print(json.dumps({"sentences": len(ids), "rounds": args.rounds, "threads": args.threads,
+                          "output_tokens": args.source_tokens + args.extra_length,
+                          "systems": {name: {
+                              "latency_seconds": round(latency[name], 4),
+                              "over_ctranslate2_int8": round(
+                                  latency[name] / latency["CTranslate2 int8"], 3),
+                              "megabytes": round(sizes[name] / 1e6, 1),
+                              "first_ids_equal_savedmodel": first_ids[name]}
+                              for name in functions}}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""The on-device export: the search as a LiteRT (TFLite) model of builtin ops only, which every
+LiteRT runtime (Android, iOS, embedded Linux, LiteRT.js in a browser page) runs unchanged, and
+the LiteRT interpreter's translations as an export's (`litert_functions`, for kt-translate and
+kt-evaluate).
+
+The folder `export_litert` writes:
+- `model.tflite`: signatures `beam` (the search settings', the recipe's beam search) and
+  `greedy`, each `source_ids` `[1, length]` int32 (one sentence: its subword ids as the model
+  reads them, `model_input_ids`, then EOS) -> `ids` `[1, n, L]` int32 (EOS-terminated, PAD
+  after) and `scores` `[1, n]` float32, best first. One sentence at a time, any length up to
+  the model's `max_length`.
+- the tokenizer's SentencePiece model(s) (`spm.model`, or an imported model's `source.spm`,
+  `target.spm` and `vocabulary.json`), which a device tokenizes with;
+- `keras_transformer_litert.json`: the special ids, `max_length`, the search settings, the
+  quantization and the target languages (a model of several: each language's token id, first
+  in the source); beside it, as in every export, the provenance record
+  (`assets.extra/keras_transformer_provenance.json`, `provenance.write_provenance`).
+
+The search is `run_search` itself, traced with static shapes (the XLA exports' form: caches of
+zeros written by a scatter, which builtin ops hold) and with every weight read as a constant
+(`keras.StatelessScope`): a weight left a variable becomes a TFLite resource variable that no
+signature initializes, which LiteRT's interpreter reads as whatever memory holds (the
+"gibberish" of other TFLite exports). Variants (`quantization`): float32; float16 weights;
+int8, LiteRT's dynamic-range quantization (int8 weights, activations quantized as they come by
+XNNPACK's kernels).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Callable, Optional
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SearchSettings
+from keras_transformer.data.languages import RunLanguages
+from keras_transformer.data.sentencepiece_pair import Tokenizer, load_tokenizer
+from keras_transformer.data.tokenizer import model_input_ids, text_pieces
+from keras_transformer.decoding.transformer_search import run_search
+from keras_transformer.model import Transformer
+
+LITERT_FILE = "model.tflite"
+MANIFEST_FILE = "keras_transformer_litert.json"
+QUANTIZATIONS = ("float32", "float16", "int8")
+SIGNATURES = ("beam", "greedy")
+
+
+def is_litert_model(path: str | os.PathLike) -> bool:
+    """Whether `path` is a directory `export_litert` wrote."""
+    path = Path(path)
+    return (path / LITERT_FILE).is_file() and (path / MANIFEST_FILE).is_file()
+
+
+def check_exportable(languages: Optional[RunLanguages]) -> None:
+    """Refuses (ValueError naming it) what a LiteRT export cannot hold yet: a model of several
+    target languages whose token is forced first in the translation (the "target"
+    placement; the "source" placement's token is one more source id)."""
+    if languages is not None and languages.placement != "source":
+        raise ValueError("--format litert: a model of several target languages with the "
+                         f"{languages.placement!r} placement (its token forced first in the "
+                         "translation) cannot be exported to LiteRT yet; the 'source' "
+                         "placement can")
+
+
+def litert_model(model: Transformer, settings: SearchSettings, quantization: str = "float32"
+                 ) -> bytes:
+    """The `.tflite` flatbuffer of `model`'s searches (the module docstring): `beam` with
+    `settings`, `greedy` with its length penalty and limit; weights stored as `quantization`
+    says (one of `QUANTIZATIONS`)."""
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization: must be one of {', '.join(QUANTIZATIONS)} for LiteRT, "
+                         f"got {quantization!r}")
+    if settings.sampling:
+        raise ValueError("sampling: a LiteRT export holds the beam and greedy searches only")
+    source_ids = tf.TensorSpec([1, None], tf.int32, name="source_ids")
+
+    def signature(name: str) -> tf.types.experimental.ConcreteFunction:
+        def search(source_ids):
+            result = run_search(model, source_ids, settings, greedy=name == "greedy",
+                                static_shapes=True)
+            return {"ids": result.ids, "scores": result.scores}
+
+        search.__name__ = name  # the signature's key in the .tflite file
+        return tf.function(search, input_signature=[source_ids],
+                           autograph=False).get_concrete_function()
+
+    with keras.StatelessScope(state_mapping=[(weight, weight.numpy())
+                                             for weight in model.weights]):
+        functions = [signature(name) for name in SIGNATURES]
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(functions, tf.Module())
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    if quantization != "float32":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantization == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    return converter.convert()
+
+
+def export_litert(model: Transformer, tokenizer: Tokenizer, directory: str | os.PathLike,
+                  settings: Optional[SearchSettings] = None, quantization: str = "float32",
+                  languages: Optional[RunLanguages] = None) -> Path:
+    """Writes the LiteRT export of `model` (the module docstring) into the new `directory`.
+
+    Args:
+        model: the model (a merged one: no LoRA adapters).
+        tokenizer: its tokenizer, whose SentencePiece files the folder ships.
+        directory: the folder to write (must not exist).
+        settings: the search settings (default: the paper's).
+        quantization: how the weights are stored (`QUANTIZATIONS`).
+        languages: the target languages of a model of several (`check_exportable`).
+
+    Returns:
+        The folder.
+    """
+    settings = SearchSettings() if settings is None else settings
+    check_exportable(languages)
+    directory = Path(directory)
+    flatbuffer = litert_model(model, settings, quantization)
+    directory.mkdir(parents=True)
+    try:
+        (directory / LITERT_FILE).write_bytes(flatbuffer)
+        tokenizer.save(directory)
+        config = model.config
+        manifest = {"format": "litert", "signatures": list(SIGNATURES),
+                    "input": "source_ids [1, length] int32: the source's subword ids, then EOS",
+                    "special_ids": {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID},
+                    "vocab_size": config.vocab_size,
+                    "output_vocab_size": config.output_vocab_size,
+                    "max_length": config.max_length, "search": dataclasses.asdict(settings),
+                    "quantization": quantization,
+                    **({"languages": languages.to_dict()} if languages else {})}
+        (directory / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True),
+                                               encoding="utf-8")
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    return directory
+
+
+def litert_functions(directory: str | os.PathLike, threads: int = 2,
+                     target_language: Optional[str] = None
+                     ) -> tuple[Callable, Callable, Tokenizer, object]:
+    """The searches of a folder `export_litert` wrote, run by the LiteRT interpreter (its
+    XNNPACK delegate, `threads` threads), one sentence at a time.
+
+    Args:
+        directory: the folder.
+        threads: the interpreter's threads.
+        target_language: the language a model of several translates into (its token first in
+            each source); None for a model of one.
+
+    Returns:
+        `(translate_text, translate_ids, tokenizer, interpreter)`, with the signatures of an
+        export's (tensors in, dicts of tensors out: `text_translation.LineTranslator`).
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    directory = Path(directory)
+    for name in (LITERT_FILE, MANIFEST_FILE):
+        if not (directory / name).is_file():
+            raise FileNotFoundError(f"{directory}: no {name} (not a LiteRT export)")
+    manifest = json.loads((directory / MANIFEST_FILE).read_text(encoding="utf-8"))
+    tokenizer = load_tokenizer(directory)
+    try:
+        interpreter = Interpreter(model_path=os.fspath(directory / LITERT_FILE),
+                                  num_threads=threads)
+    except ValueError as error:
+        raise ValueError(f"{directory / LITERT_FILE}: not a LiteRT model ({error})") from None
+    beam = interpreter.get_signature_runner("beam")
+    vocab_size, max_length = manifest["vocab_size"], manifest["max_length"]
+    token = None
+    if target_language:
+        token = RunLanguages.from_dict(manifest["languages"]).token_id(target_language)
+
+    def translate_ids(source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
+        kept = model_input_ids(tf.RaggedTensor.from_tensor(tf.convert_to_tensor(source_ids)),
+                               vocab_size, max_length).to_list()
+        nbest, scores = [], []
+        for row in kept:
+            if token is not None:
+                row = ([token] + row)[:max_length - 1]
+            if not row:  # an empty source: an empty translation
+                nbest.append(np.full([1, 1], PAD_ID, np.int32))
+                scores.append(np.zeros([1], np.float32))
+                continue
+            result = beam(source_ids=np.array([row + [EOS_ID]], np.int32))
+            nbest.append(result["ids"][0])
+            scores.append(result["scores"][0])
+        hypotheses = max((ids.shape[0] for ids in nbest), default=1)
+        length = max((ids.shape[1] for ids in nbest), default=1)
+        ids = np.full([len(nbest), hypotheses, length], PAD_ID, np.int32)
+        all_scores = np.zeros([len(nbest), hypotheses], np.float32)
+        for index, (row, row_scores) in enumerate(zip(nbest, scores)):
+            ids[index, :row.shape[0], :row.shape[1]] = row
+            all_scores[index, :row_scores.shape[0]] = row_scores
+        return {"ids": tf.constant(ids[:, 0]), "score": tf.constant(all_scores[:, 0]),
+                "nbest_ids": tf.constant(ids), "nbest_scores": tf.constant(all_scores)}
+
+    def translate_text(text: tf.Tensor) -> dict[str, tf.Tensor]:
+        pieces = text_pieces(tokenizer, tf.convert_to_tensor(text, tf.string))
+        best = translate_ids(pieces.to_tensor(default_value=PAD_ID))
+        return {"translation": tokenizer.detokenize(best["ids"]), "score": best["score"]}
+
+    return translate_text, translate_ids, tokenizer, interpreter

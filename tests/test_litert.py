@@ -1,0 +1,169 @@
+"""The LiteRT export (`kt-export --format litert`): a `.tflite` model of builtin ops only whose
+beam and greedy searches, run by the LiteRT interpreter (XNNPACK), give the ids of the
+SavedModel and of the Python search; its quantized variants; kt-translate on it; and what it
+refuses, by name, before writing."""
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from helpers import random_run
+from keras_transformer.data import read_parallel, write_demo_corpus
+from keras_transformer.data.languages import (LanguagePair, RunLanguages, language_token_ids,
+                                              reserved_tokens)
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.decoding.transformer_search import greedy_decode
+from keras_transformer.decoding.translator import IntoLanguage
+from keras_transformer.serving.litert_export import LITERT_FILE, MANIFEST_FILE
+from keras_transformer.serving.loading import load_export
+from keras_transformer.training.loaded_run import load_run
+from keras_transformer.training.run_dir import LANGUAGES_FILE
+from trainers import export, translate
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+
+SEARCH = ["--beam-size", "3", "--max-decode-extra", "6"]
+
+
+@pytest.fixture(scope="module")
+def exported(demo_vocab, tmp_path_factory):
+    """A random run, its float32 SavedModel and LiteRT exports, and demo sources."""
+    root = tmp_path_factory.mktemp("litert")
+    run = random_run(demo_vocab, root / "run")
+    base = root / "exports"
+    for name, extra in (("saved", []), ("lite", ["--format", "litert"])):
+        assert export.main([str(run.root), "--name", name, "--base-dir", str(base), *SEARCH,
+                            *extra]) == 0
+    sources = read_parallel(*write_demo_corpus(root / "demo")["test"])[0][:60]
+    return {"run": run.root, "saved": base / "saved" / "1", "lite": base / "lite" / "1",
+            "sources": sources, "base": base}
+
+
+def source_rows(tokenizer, sources: list[str]) -> list[np.ndarray]:
+    """Each source as the `[1, length]` ids a LiteRT signature takes: its pieces, then EOS."""
+    return [np.array([ids + [kt.EOS_ID]], np.int32)
+            for ids in tokenizer.tokenize(tf.constant(sources)).to_list()]
+
+
+@pytest.mark.slow
+def test_litert_searches_equal_the_savedmodel_and_the_python_search(exported):
+    """Beam (3) ids of each sentence, one at a time, equal the SavedModel's n-best ids of the
+    batch, greedy ids `greedy_decode`'s, scores to float32 rounding; the model loads with
+    builtin kernels alone (no Flex delegate, no custom op) and runs there too."""
+    loaded = load_run(exported["run"])
+    pieces = loaded.tokenizer.tokenize(tf.constant(exported["sources"]))
+    batch = tf.concat([pieces, tf.fill([pieces.nrows(), 1], kt.EOS_ID)], axis=1).to_tensor()
+    served = tf.saved_model.load(str(exported["saved"])).signatures["translate_ids"](
+        source_ids=batch)
+    greedy_ids = greedy_decode(loaded.model, batch, max_decode_extra=6).ids.numpy()
+    xnnpack = litert.Interpreter(model_path=str(exported["lite"] / LITERT_FILE), num_threads=2)
+    builtin = litert.Interpreter(
+        model_path=str(exported["lite"] / LITERT_FILE),
+        experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    assert sorted(xnnpack.get_signature_list()) == sorted(builtin.get_signature_list()) == [
+        "beam", "greedy"]
+
+    def padded(ids: np.ndarray, length: int) -> np.ndarray:
+        return np.pad(ids, [(0, 0)] * (ids.ndim - 1) + [(0, length - ids.shape[-1])])
+
+    varied = set()
+    for index, row in enumerate(source_rows(loaded.tokenizer, exported["sources"])):
+        beam = xnnpack.get_signature_runner("beam")(source_ids=row)
+        greedy = xnnpack.get_signature_runner("greedy")(source_ids=row)
+        width = max(beam["ids"].shape[-1], served["nbest_ids"].shape[-1], greedy_ids.shape[-1])
+        np.testing.assert_array_equal(padded(beam["ids"][0], width),
+                                      padded(served["nbest_ids"].numpy()[index], width))
+        np.testing.assert_allclose(beam["scores"][0], served["nbest_scores"].numpy()[index],
+                                   atol=1e-4)
+        np.testing.assert_array_equal(padded(greedy["ids"][0], width),
+                                      padded(greedy_ids[index], width))
+        varied.add(tuple(beam["ids"][0, 0]))
+    builtin.get_signature_runner("beam")(source_ids=row)
+    assert len(varied) > len(exported["sources"]) // 2  # translations differ: it can fail
+
+
+@pytest.mark.slow
+def test_quantized_variants_are_smaller_and_kt_translate_reads_every_kind(exported, tmp_path):
+    """float16 and int8 exports: smaller files that translate; kt-translate of the float32
+    LiteRT export equals kt-translate of the SavedModel (an empty line included)."""
+    sizes = {"float32": (exported["lite"] / LITERT_FILE).stat().st_size}
+    for quantization in ("float16", "int8"):
+        assert export.main([str(exported["run"]), "--name", quantization, "--base-dir",
+                            str(exported["base"]), *SEARCH, "--format", "litert",
+                            "--quantization", quantization]) == 0
+        folder = exported["base"] / quantization / "1"
+        sizes[quantization] = (folder / LITERT_FILE).stat().st_size
+        manifest = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
+        assert manifest["quantization"] == quantization and manifest["search"]["beam_size"] == 3
+        [translation], _ = load_export(folder).best([b"a man rides a bike"])
+        assert translation
+    # (a tiny model: its smallest tensors stay float32, and the graph is much of the file)
+    assert sizes["int8"] < 0.6 * sizes["float32"] and sizes["float16"] < 0.75 * sizes["float32"]
+    source = tmp_path / "in.en"
+    source.write_text("\n".join(exported["sources"][:20]) + "\n\n", encoding="utf-8")
+    outputs = {}
+    for kind in ("saved", "lite"):
+        outputs[kind] = tmp_path / f"{kind}.de"
+        assert translate.main([str(exported[kind]), str(source), "--output",
+                               str(outputs[kind]), "--quiet"]) == 0
+    assert outputs["lite"].read_text() == outputs["saved"].read_text()
+
+
+def test_what_a_litert_export_cannot_hold_is_refused_by_name(exported, tmp_path, capsys):
+    """--xla, --precision, a CTranslate2-only quantization and a model whose language token is
+    forced into the translation are refused before anything is written; a corrupt .tflite is
+    named."""
+    run = str(exported["run"])
+    for extra, message in [(["--xla"], "--xla: SavedModel exports only"),
+                           (["--precision", "bfloat16"], "--shortlist and --precision"),
+                           (["--quantization", "int16"], "--quantization: int16 is not one of "
+                                                         "--format litert's")]:
+        with pytest.raises(SystemExit):
+            export.parse_args([run, "--name", "x", "--format", "litert", *extra])
+        assert message in capsys.readouterr().err
+    several = tmp_path / "several"
+    random_run(exported["run"] / "vocab", several)
+    (several / LANGUAGES_FILE).write_text(json.dumps(RunLanguages.trained(
+        "target", {"de": 5, "fr": 6}, 1.0, []).to_dict()), encoding="utf-8")
+    assert export.main([str(several), "--name", "x", "--base-dir", str(tmp_path / "exports"),
+                        "--format", "litert"]) == 2
+    assert "the 'target' placement" in capsys.readouterr().err
+    assert not (tmp_path / "exports" / "x").exists() or not any(
+        (tmp_path / "exports" / "x").iterdir())
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    for path in exported["lite"].iterdir():
+        if path.is_file():
+            (corrupt / path.name).write_bytes(path.read_bytes())
+    (corrupt / LITERT_FILE).write_bytes(b"not a flatbuffer")
+    with pytest.raises(ValueError, match=f"{corrupt / LITERT_FILE}: not a LiteRT model"):
+        load_export(corrupt)
+
+
+@pytest.mark.slow
+def test_a_model_of_several_languages_translates_into_the_one_asked(tmp_path):
+    """The source placement: the language's token first in the source, as the SavedModel and
+    the Python `Translator` read it; each language's translations are the `Translator`'s."""
+    texts = read_parallel(*write_demo_corpus(tmp_path / "demo")["train"])
+    vocabulary = tmp_path / "vocabulary"
+    SubwordTokenizer.train(texts[0] + texts[1], 400, vocabulary, reserved=reserved_tokens(
+        [LanguagePair.parse(name) for name in ("en-de", "en-fr")]))
+    run = random_run(vocabulary, tmp_path / "run")
+    token_ids = language_token_ids(SubwordTokenizer.load(vocabulary), ["de", "fr"],
+                                   "the vocabulary")
+    (run.root / LANGUAGES_FILE).write_text(json.dumps(RunLanguages.trained(
+        "source", token_ids, 1.0, []).to_dict()), encoding="utf-8")
+    assert export.main([str(run.root), "--name", "lite", "--base-dir", str(tmp_path / "out"),
+                        "--format", "litert"]) == 0
+    translator = load_run(run.root).translator()
+    sources = texts[0][:8]
+    translated = {}
+    for language in ("de", "fr"):
+        [translated[language], _] = load_export(
+            tmp_path / "out" / "lite", target_language=language).best(
+                [text.encode() for text in sources])
+        assert translated[language] == IntoLanguage(translator, language).translate(
+            tf.constant(sources))["translation"].numpy().tolist(), language
+    assert translated["de"] != translated["fr"]  # the token is read: the check can fail
