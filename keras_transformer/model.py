@@ -34,8 +34,6 @@ class DecodingConstants(NamedTuple):
     """What every step of a search reads and none changes, prepared once per search
     (`Transformer.init_decoding`).
 
-    weights: each of the model's weights and its value, read once per search: a step's layers
-        read these (`keras.StatelessScope`) instead of every variable at every position.
     cross_attention: each decoder layer's keys and values of the encoder output (heads first:
         a sentence's serve all its rows untiled).
     cross_mask: `[batch, 1, src_len]`, True on real source tokens.
@@ -44,7 +42,6 @@ class DecodingConstants(NamedTuple):
     static_shapes: the step XLA compiles (`Transformer.init_decoding`).
     """
 
-    weights: tuple[tuple[keras.Variable, tf.Tensor], ...]
     cross_attention: tuple[KeyValues, ...]
     cross_mask: tf.Tensor
     positions: tf.Tensor
@@ -67,7 +64,7 @@ class DecodingCache(NamedTuple):
 
     def reorder(self, parents) -> "DecodingCache":
         """Row `i` continuing row `parents[i]`: only the ancestors move."""
-        return self._replace(ancestors=tf.gather(self.ancestors, parents))
+        return DecodingCache(self.self_attention, tf.gather(self.ancestors, parents))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -243,7 +240,6 @@ class Transformer(keras.Model):
         """
         rows = ops.shape(encoder_output)[0] * rows_per_sentence
         constants = DecodingConstants(
-            weights=tuple((weight, tf.convert_to_tensor(weight)) for weight in self.weights),
             cross_attention=tuple(layer.cross_attention.project_key_value(encoder_output)
                                   for layer in self.decoder_layers),
             cross_mask=ops.expand_dims(source_mask, 1),
@@ -270,18 +266,15 @@ class Transformer(keras.Model):
         ancestors = tf.where(tf.range(max_length) == position, tf.range(rows)[:, None],
                              ancestors)
         index = cache_index(ancestors, position, self.config.num_heads, constants.static_shapes)
-        with keras.StatelessScope(state_mapping=constants.weights):
-            x = self.embed(token_ids, "target", training=False,
-                           positions=constants.positions[position])
-            written = []
-            for layer, self_cache, cross_cache in zip(self.decoder_layers, cache.self_attention,
-                                                      constants.cross_attention):
-                x, self_cache = layer(x, cross_mask=constants.cross_mask, self_cache=self_cache,
-                                      cross_cache=cross_cache, cache_index=index,
-                                      training=False)
-                written.append(self_cache)
-            logits = self.output_logits(x, constants.output)
-        return logits, DecodingCache(tuple(written), ancestors)
+        x = self.embed(token_ids, "target", training=False,
+                       positions=constants.positions[position])
+        written = []
+        for layer, self_cache, cross_cache in zip(self.decoder_layers, cache.self_attention,
+                                                  constants.cross_attention):
+            x, self_cache = layer(x, cross_mask=constants.cross_mask, self_cache=self_cache,
+                                  cross_cache=cross_cache, cache_index=index, training=False)
+            written.append(self_cache)
+        return self.output_logits(x, constants.output), DecodingCache(tuple(written), ancestors)
 
     # ---------------------------------------------------------------------------- helpers
     def embed(self, ids, side: str, training, positions=None):

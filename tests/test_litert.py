@@ -107,7 +107,7 @@ def test_quantized_variants_are_smaller_and_kt_translate_reads_every_kind(export
     for kind in ("saved", "lite"):
         outputs[kind] = tmp_path / f"{kind}.de"
         assert translate.main([str(exported[kind]), str(source), "--output",
-                               str(outputs[kind]), "--quiet"]) == 0
+                               str(outputs[kind]), "--quiet", "--threads", "1"]) == 0
     assert outputs["lite"].read_text() == outputs["saved"].read_text()
 
 

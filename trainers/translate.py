@@ -5,6 +5,7 @@
     kt-translate runs/demo - --beam-size 8 --nbest 3 < input.en  # a run: search flags allowed
     kt-translate runs/demo input.en --top-p 0.9 --seed 1   # sampling (reproducible per seed)
     kt-translate saved_models/demo-ct2 input.en   # a CTranslate2 export (kt-export --format)
+    kt-translate saved_models/demo-device input.en --threads 2   # a LiteRT export
 
 One output line per input line, in order: an empty line gives an empty line, a line that is not
 valid UTF-8 is translated with U+FFFD replacements (with a warning naming file and line), and a
@@ -59,6 +60,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "translation of input line N")
     parser.add_argument("--batch-size", type=int, default=64,
                         help="sentences per batch (default: 64)")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="a LiteRT export's interpreter threads (default: 2)")
     parser.add_argument("--batch-tokens", type=int, default=6000,
                         help="at most this many padded words per batch (default: 6000)")
     add_weights_argument(parser, run_directory_only=True)
@@ -76,7 +79,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             parser.error(f"--{name}: {len(files)} file(s) for {len(args.inputs)} input(s)")
     if args.prefix and args.nbest:
         parser.error("--prefix: not with --nbest (prefixes give the best translation only)")
-    for name in ("batch_size", "batch_tokens"):
+    for name in ("batch_size", "batch_tokens", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: must be positive")
     if args.nbest < 0:
@@ -117,7 +120,7 @@ def load_translator(args: argparse.Namespace) -> LineTranslator:
         raise ValueError(f"{given}: an export's weights and search settings are fixed when it "
                          f"is written; export again (kt-export ... --beam-size K) or translate "
                          f"from the run directory")
-    return load_export(args.model, args.target_language)
+    return load_export(args.model, args.target_language, threads=args.threads)
 
 
 def translate_lines(translator: LineTranslator, lines: list[bytes], args: argparse.Namespace,
