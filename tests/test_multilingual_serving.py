@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import io
 import json
+import logging
 import os
 from pathlib import Path
 from typing import NamedTuple
@@ -73,10 +74,12 @@ def corpus(tmp_path_factory) -> dict[str, dict[str, Path]]:
 
 
 class TrainedRun(NamedTuple):
-    """A kt-train run of the three pairs: its directory, its export and its summary."""
+    """A kt-train run of the three pairs: its directory, its export, its summary and the
+    warnings TensorFlow logged while it trained."""
     run_dir: Path
     export: Path
     summary: dict
+    warnings: list[str]
 
 
 @pytest.fixture(scope="module", params=["source", "target"])
@@ -89,10 +92,16 @@ def trained(request, corpus, tmp_path_factory) -> TrainedRun:
         "--language-token", request.param, "--steps", "300", "--eval-every", "150",
         "--output-dir", str(root / "run"), "--base-dir", str(root / "exports"),
         "--export-name", "multi"]
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        assert train.main(argv) == 0
-    return TrainedRun(root / "run", root / "exports" / "multi", final_json(printed.getvalue()))
+    printed, logged = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(logged)
+    tf.get_logger().addHandler(handler)
+    try:
+        with contextlib.redirect_stdout(printed):
+            assert train.main(argv) == 0
+    finally:
+        tf.get_logger().removeHandler(handler)
+    return TrainedRun(root / "run", root / "exports" / "multi", final_json(printed.getvalue()),
+                      logged.getvalue().splitlines())
 
 
 @pytest.fixture(scope="module")
@@ -192,6 +201,13 @@ def test_each_pair_translates_into_the_language_its_token_asks_for(trained, corp
             for event in tf.compat.v1.train.summary_iterator(str(path))
             for value in event.summary.value}
     assert {f"dev_bleu/{name}" for name in LANGUAGE_PAIRS} | {"dev_bleu"} <= tags
+
+
+@pytest.mark.slow
+def test_scoring_every_pair_traces_no_search_again_and_again(trained):
+    """Every pair's dev and test sets are translated by one translator: TensorFlow's warning of
+    a function traced again and again (one translator per pair retraced each) never comes."""
+    assert not [line for line in trained.warnings if "retracing" in line]
 
 
 @pytest.mark.slow
