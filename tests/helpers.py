@@ -26,6 +26,14 @@ def run_script_json(script: str, timeout: int = 300) -> dict:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
+def text_lines(path: Path) -> list[str]:
+    """The lines of a text file as the commands write and read them, split at newlines only
+    (str.splitlines also splits at U+001C-U+001E, U+0085, U+2028 and others, and read_text's
+    universal newlines at a carriage return, which a random or untrained model's translations
+    hold)."""
+    return path.read_bytes().decode("utf-8").split("\n")[:-1]
+
+
 # A Python with exactly tensorflow 2.20 and tensorflow-text 2.20, TF Serving 2.20's runtime
 # (.ci/run points it at its oldest-versions venv); None: not given.
 STOCK_PYTHON = os.environ.get("KT_STOCK_RUNTIME_PYTHON")

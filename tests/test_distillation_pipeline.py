@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import text_lines
 from keras_transformer.data import write_demo_corpus
 from keras_transformer.evaluation import sentence_bleu
 from keras_transformer.training.run_dir import RunDir
@@ -35,12 +36,6 @@ RUNS = ("teacher_s1", "teacher_s2", "student_s1", "student_s2", "student_deep_s1
 def kept_dev_bleu(run_dir: Path) -> float:
     result = json.loads((run_dir / "result.json").read_text())
     return result["dev_bleu"]["averaged" if result["weights"].startswith("averaged") else "final"]
-
-
-def text_lines(path: Path) -> list[str]:
-    """The lines of a corpus file as kt-train reads them, split at newlines only (str.splitlines
-    also splits at U+0085, U+2028 and others, which untrained models' samples hold)."""
-    return path.read_text(encoding="utf-8").split("\n")[:-1]
 
 
 def multi30k_layout(directory: Path) -> Path:

@@ -19,8 +19,8 @@ import pytest
 import tensorflow as tf
 from tensorflow_serving.apis import prediction_log_pb2
 
-from helpers import (LEARNS, LANGUAGE_PAIRS, STOCK_PYTHON, TARGETS, final_json, pair_args, random_run,
-                     run_stock, three_language_corpus)
+from helpers import (LEARNS, LANGUAGE_PAIRS, STOCK_PYTHON, TARGETS, final_json, pair_args,
+                     random_run, run_stock, text_lines, three_language_corpus)
 from keras_transformer.config import SearchSettings
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.data.sentencepiece_pair import load_tokenizer
@@ -177,7 +177,7 @@ def test_each_pair_translates_into_the_language_its_token_asks_for(trained, corp
     references = {name: corpus["test"][name.split("-")[1]].read_text(
         encoding="utf-8").splitlines() for name in LANGUAGE_PAIRS}
     for name in LANGUAGE_PAIRS:
-        hypotheses = (run_dir / f"test.{name}.hyp").read_text(encoding="utf-8").splitlines()
+        hypotheses = text_lines(run_dir / f"test.{name}.hyp")
         for other in LANGUAGE_PAIRS:
             score = corpus_scores(hypotheses, references[other])[0].value
             assert (score >= 90) if other == name else (score < 10), (name, other, score)
@@ -571,9 +571,8 @@ def test_kt_trains_dev_translations_are_kt_evaluates(vocabulary, corpus, tmp_pat
     translator = train_evaluation.pair_translator(Translator(
         loaded.model, loaded.tokenizer, SearchSettings.of(loaded.recipe.search, beam_size=1),
         languages=languages), "en-rv")
-    assert translated_corpus(translator, sources) == hypotheses.read_text(
-        encoding="utf-8").splitlines()
-    assert hypotheses.read_text(encoding="utf-8").splitlines()[-1] == ""
+    assert translated_corpus(translator, sources) == text_lines(hypotheses)
+    assert text_lines(hypotheses)[-1] == ""
     dev = {"en-rv": train_evaluation.DevSet(loaded.tokenizer, sources, references)}
     assert train_evaluation.dev_bleu(args, loaded.model, dev, languages=languages)() == {
         "en-rv": pytest.approx(evaluated, abs=0.01)}
