@@ -39,7 +39,8 @@ setup(
     # pytest-timeout: every test has a time limit (pytest.ini).
     # ai-edge-litert: the LiteRT interpreter that runs `kt-export --format litert`'s models.
     extras_require={"test": ["pytest>=8.0", "pytest-xdist>=3.8", "pytest-timeout>=2.2", "ruff>=0.6",
-                             "ctranslate2>=4.8", "sacremoses>=0.1", "ai-edge-litert>=2.3"],
+                             "ctranslate2>=4.8", "sacremoses>=0.1", "ai-edge-litert>=2.3",
+                             "selenium>=4.20"],
                     "ctranslate2": ["ctranslate2>=4.8"],
                     "litert": ["ai-edge-litert>=2.3"],
                     "benchmark-text": ["sacremoses>=0.1"]},

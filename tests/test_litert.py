@@ -119,6 +119,37 @@ def test_quantized_variants_are_smaller_and_kt_translate_reads_every_kind(export
     assert outputs["lite"].read_text() == outputs["saved"].read_text()
 
 
+@pytest.mark.slow
+def test_an_export_of_fixed_shapes_translates_as_the_export_of_any_length(exported, capsys):
+    """`--source-length` (every shape fixed, for LiteRT.js): each source PAD-padded to it, the
+    n-best translations and scores of the export of any length (the search masks the padding);
+    a longer source is cut to it and named; a length the model cannot read is refused."""
+    run = str(exported["run"])
+    assert export.main([run, "--name", "fixed", "--base-dir", str(exported["base"]), *SEARCH,
+                        "--format", "litert", "--source-length", "16"]) == 0
+    folder = exported["base"] / "fixed" / "1"
+    interpreter = litert.Interpreter(model_path=str(folder / LITERT_FILE))
+    details = interpreter.get_signature_runner("beam").get_output_details()
+    assert [list(details[name]["shape_signature"]) for name in ("ids", "scores")] == [
+        [1, 3, 16 + 6], [1, 3]]
+    texts = [source.encode() for source in exported["sources"][:30]]
+    fixed, varied = load_export(folder), load_export(exported["lite"])
+    short = [text for text in texts if not fixed.truncated([text])]
+    assert len(short) > 12
+    for ours, theirs in zip(fixed.nbest(short, 3), varied.nbest(short, 3)):
+        assert [text for text, _ in ours] == [text for text, _ in theirs]
+        np.testing.assert_allclose([score for _, score in ours],
+                                   [score for _, score in theirs], atol=1e-4)
+    assert fixed.truncated([b" ".join(texts[:5])]) == [0]
+    for length in ("1", "25"):
+        assert export.main([run, "--name", "bad", "--base-dir", str(exported["base"]),
+                            "--format", "litert", "--source-length", length]) == 2
+        assert "--source-length: must be 2 to the model's max_length 24" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        export.parse_args([run, "--name", "x", "--source-length", "16"])
+    assert "--source-length: --format litert only" in capsys.readouterr().err
+
+
 def test_what_a_litert_export_cannot_hold_is_refused_by_name(exported, tmp_path, capsys):
     """--xla, --precision, a CTranslate2-only quantization and a model whose language token is
     forced into the translation are refused before anything is written; a corrupt .tflite is
@@ -153,7 +184,8 @@ def test_what_a_litert_export_cannot_hold_is_refused_by_name(exported, tmp_path,
 @pytest.mark.slow
 def test_a_model_of_several_languages_translates_into_the_one_asked(tmp_path):
     """The source placement: the language's token first in the source, as the SavedModel and
-    the Python `Translator` read it; each language's translations are the `Translator`'s."""
+    the Python `Translator` read it; each language's translations are the `Translator`'s, an
+    empty line's empty."""
     texts = read_parallel(*write_demo_corpus(tmp_path / "demo")["train"])
     vocabulary = tmp_path / "vocabulary"
     SubwordTokenizer.train(texts[0] + texts[1], 400, vocabulary, reserved=reserved_tokens(
@@ -166,7 +198,7 @@ def test_a_model_of_several_languages_translates_into_the_one_asked(tmp_path):
     assert export.main([str(run.root), "--name", "lite", "--base-dir", str(tmp_path / "out"),
                         "--format", "litert"]) == 0
     translator = load_run(run.root).translator()
-    sources = texts[0][:8]
+    sources = texts[0][:8] + [""]  # an empty line: empty, in either language
     translated = {}
     for language in ("de", "fr"):
         [translated[language], _] = load_export(
@@ -175,3 +207,4 @@ def test_a_model_of_several_languages_translates_into_the_one_asked(tmp_path):
         assert translated[language] == IntoLanguage(translator, language).translate(
             tf.constant(sources))["translation"].numpy().tolist(), language
     assert translated["de"] != translated["fr"]  # the token is read: the check can fail
+    assert translated["de"][-1] == translated["fr"][-1] == b""

@@ -24,7 +24,8 @@ vocabulary's (`decoding.shortlist`). `--format ctranslate2` writes a CTranslate2
 directory instead (`keras_transformer.serving.ctranslate2_export`), quantized as `--quantization` says;
 `--format litert` a LiteRT (TFLite) model of builtin ops only for phones and browser pages, with
 its tokenizer and a manifest (`keras_transformer.serving.litert_export`; `--quantization`
-float32, float16 or int8).
+float32, float16 or int8; `--source-length` fixes every shape, for LiteRT.js and the browser
+page in `web/`).
 
 A run of several language pairs exports one model of its target languages, each asked for
 by name: a SavedModel's signatures take `target_language` too (`keras_transformer.serving.export`),
@@ -106,6 +107,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="--format ctranslate2: how CTranslate2 stores the weights "
                              f"({', '.join(QUANTIZATIONS)}; default: int8); --format litert: "
                              f"{', '.join(litert_export.QUANTIZATIONS)} (default: float32)")
+    parser.add_argument("--source-length", type=int, metavar="PIECES",
+                        help="--format litert: every shape fixed, the source padded to this "
+                             "many ids (its pieces and EOS; longer sources are cut and "
+                             "named), as LiteRT.js and the browser page (web/) need "
+                             "(default: any length up to the model's max_length)")
     parser.add_argument("--xla", action="store_true",
                         help="save the search as one XLA-compiled function (lower latency at "
                              "small batches; TF Serving on CPU needs "
@@ -135,6 +141,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      "request per signature)")
     if args.warmup_max_width < 1:
         parser.error(f"--warmup-max-width: must be positive, got {args.warmup_max_width}")
+    if args.source_length is not None and args.format != "litert":
+        parser.error("--source-length: --format litert only")
     if args.xla and args.format != "savedmodel":
         parser.error("--xla: SavedModel exports only")
     if args.shortlist_data and not args.shortlist:
@@ -293,15 +301,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         settings = search_settings(args, defaults)
         languages = RunDir(args.model).languages() if os.path.isdir(args.model) else None
         if args.format != "savedmodel":
-            if args.format == "litert":
-                litert_export.check_exportable(languages)  # before a conversion's minutes
+            extra = {}
+            if args.format == "litert":  # refusals before a conversion's minutes
+                litert_export.check_exportable(languages)
+                litert_export.check_source_length(args.source_length, model.config.max_length)
+                extra["source_length"] = args.source_length
             writer = (export_ctranslate2 if args.format == "ctranslate2"
                       else litert_export.export_litert)
 
             def write(staging: str) -> str:
                 saved = os.fspath(writer(model, tokenizer, os.path.join(staging, "model"),
                                          quantization=args.quantization, settings=settings,
-                                         languages=languages))
+                                         languages=languages, **extra))
                 write_provenance(saved, export_record(
                     model.config, settings, source, format=args.format,
                     quantization=args.quantization,

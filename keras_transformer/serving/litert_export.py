@@ -8,13 +8,19 @@ The folder `export_litert` writes:
   `greedy`, each `source_ids` `[1, length]` int32 (one sentence: its subword ids as the model
   reads them, `model_input_ids`, then EOS) -> `ids` `[1, n, L]` int32 (EOS-terminated, PAD
   after) and `scores` `[1, n]` float32, best first. One sentence at a time, any length up to
-  the model's `max_length`.
+  the model's `max_length`; or, with a `source_length`, every shape fixed (the source
+  PAD-padded to that length, `ids` `[1, n, min(source_length + max_decode_extra,
+  max_length)]`): what LiteRT's compiled-model API (LiteRT.js, the browser page's runtime)
+  takes, which runs no tensor whose size the input decides.
 - the tokenizer's SentencePiece model(s) (`spm.model`, or an imported model's `source.spm`,
   `target.spm` and `vocabulary.json`), which a device tokenizes with;
 - `keras_transformer_litert.json`: the special ids, `max_length`, the search settings, the
-  quantization and the target languages (a model of several: each language's token id, first
-  in the source); beside it, as in every export, the provenance record
-  (`assets.extra/keras_transformer_provenance.json`, `provenance.write_provenance`).
+  quantization, the tokenizer's files (`tokenizer_files`) and the target languages (a model of
+  several: each language's token id, first in the source); beside it, as in every export, the
+  provenance record (`assets.extra/keras_transformer_provenance.json`,
+  `provenance.write_provenance`).
+
+`web/` (beside the package) is a page that translates with such a folder in a browser.
 
 The search is `run_search` itself, traced with static shapes (the XLA exports' form: caches of
 zeros written by a scatter, which builtin ops hold) and with every weight read as a constant
@@ -39,8 +45,10 @@ import tensorflow as tf
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SearchSettings
 from keras_transformer.data.languages import RunLanguages
-from keras_transformer.data.sentencepiece_pair import Tokenizer, load_tokenizer
-from keras_transformer.data.tokenizer import model_input_ids, text_pieces
+from keras_transformer.data.sentencepiece_pair import (SOURCE_FILENAME, TARGET_FILENAME,
+                                                       VOCABULARY_FILENAME, SentencePiecePair,
+                                                       Tokenizer, load_tokenizer)
+from keras_transformer.data.tokenizer import MODEL_FILENAME, model_input_ids, text_pieces
 from keras_transformer.decoding.transformer_search import run_search
 from keras_transformer.model import Transformer
 
@@ -67,23 +75,33 @@ def check_exportable(languages: Optional[RunLanguages]) -> None:
                          "placement can")
 
 
-def litert_model(model: Transformer, settings: SearchSettings, quantization: str = "float32"
-                 ) -> bytes:
+def litert_model(model: Transformer, settings: SearchSettings, quantization: str = "float32",
+                 source_length: Optional[int] = None) -> bytes:
     """The `.tflite` flatbuffer of `model`'s searches (the module docstring): `beam` with
     `settings`, `greedy` with its length penalty and limit; weights stored as `quantization`
-    says (one of `QUANTIZATIONS`)."""
+    says (one of `QUANTIZATIONS`); `source_length`: the fixed source length (None: any)."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization: must be one of {', '.join(QUANTIZATIONS)} for LiteRT, "
                          f"got {quantization!r}")
     if settings.sampling:
         raise ValueError("sampling: a LiteRT export holds the beam and greedy searches only")
-    source_ids = tf.TensorSpec([1, None], tf.int32, name="source_ids")
+    check_source_length(source_length, model.config.max_length)
+    source_ids = tf.TensorSpec([1, source_length], tf.int32, name="source_ids")
 
     def signature(name: str) -> tf.types.experimental.ConcreteFunction:
         def search(source_ids):
             result = run_search(model, source_ids, settings, greedy=name == "greedy",
                                 static_shapes=True)
-            return {"ids": result.ids, "scores": result.scores}
+            if source_length is None:
+                return {"ids": result.ids, "scores": result.scores}
+            # fixed sizes: the ids padded to the longest any hypothesis can be, the scores
+            # copied out of the search loop (a loop's own outputs are not tensors the
+            # compiled-model API can hand over)
+            hypotheses = result.scores.shape[1]
+            width = min(source_length + settings.max_decode_extra, model.config.max_length)
+            ids = tf.pad(result.ids, [[0, 0], [0, 0], [0, width - tf.shape(result.ids)[2]]])
+            return {"ids": tf.reshape(ids, [1, hypotheses, width]),
+                    "scores": tf.gather(result.scores, tf.range(hypotheses), axis=1)}
 
         search.__name__ = name  # the signature's key in the .tflite file
         return tf.function(search, input_signature=[source_ids],
@@ -101,9 +119,18 @@ def litert_model(model: Transformer, settings: SearchSettings, quantization: str
     return converter.convert()
 
 
+def check_source_length(source_length: Optional[int], max_length: int) -> None:
+    """Refuses (ValueError naming it) a fixed source length a model cannot read: below 2 (a
+    piece and EOS) or past its `max_length` positions."""
+    if source_length is not None and not 2 <= source_length <= max_length:
+        raise ValueError(f"--source-length: must be 2 to the model's max_length {max_length}, "
+                         f"got {source_length}")
+
+
 def export_litert(model: Transformer, tokenizer: Tokenizer, directory: str | os.PathLike,
                   settings: Optional[SearchSettings] = None, quantization: str = "float32",
-                  languages: Optional[RunLanguages] = None) -> Path:
+                  languages: Optional[RunLanguages] = None,
+                  source_length: Optional[int] = None) -> Path:
     """Writes the LiteRT export of `model` (the module docstring) into the new `directory`.
 
     Args:
@@ -113,6 +140,8 @@ def export_litert(model: Transformer, tokenizer: Tokenizer, directory: str | os.
         settings: the search settings (default: the paper's).
         quantization: how the weights are stored (`QUANTIZATIONS`).
         languages: the target languages of a model of several (`check_exportable`).
+        source_length: every source PAD-padded to this many ids (None: any length; the
+            module docstring).
 
     Returns:
         The folder.
@@ -120,7 +149,7 @@ def export_litert(model: Transformer, tokenizer: Tokenizer, directory: str | os.
     settings = SearchSettings() if settings is None else settings
     check_exportable(languages)
     directory = Path(directory)
-    flatbuffer = litert_model(model, settings, quantization)
+    flatbuffer = litert_model(model, settings, quantization, source_length)
     directory.mkdir(parents=True)
     try:
         (directory / LITERT_FILE).write_bytes(flatbuffer)
@@ -131,8 +160,9 @@ def export_litert(model: Transformer, tokenizer: Tokenizer, directory: str | os.
                     "special_ids": {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID},
                     "vocab_size": config.vocab_size,
                     "output_vocab_size": config.output_vocab_size,
-                    "max_length": config.max_length, "search": dataclasses.asdict(settings),
-                    "quantization": quantization,
+                    "max_length": config.max_length, "source_length": source_length,
+                    "search": dataclasses.asdict(settings),
+                    "quantization": quantization, "tokenizer": tokenizer_files(tokenizer),
                     **({"languages": languages.to_dict()} if languages else {})}
         (directory / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True),
                                                encoding="utf-8")
@@ -140,6 +170,22 @@ def export_litert(model: Transformer, tokenizer: Tokenizer, directory: str | os.
         shutil.rmtree(directory, ignore_errors=True)
         raise
     return directory
+
+
+def tokenizer_files(tokenizer: Tokenizer) -> str | dict[str, str]:
+    """The files of `tokenizer` a device reads: the shared SentencePiece model's name, or an
+    imported model's source and target models and its vocabulary of our ids."""
+    if isinstance(tokenizer, SentencePiecePair):
+        return {"source": SOURCE_FILENAME, "target": TARGET_FILENAME,
+                "vocabulary": VOCABULARY_FILENAME}
+    return MODEL_FILENAME
+
+
+def fixed_source_length(directory: str | os.PathLike) -> Optional[int]:
+    """The source length every source of the LiteRT export `directory` is padded to (its
+    longest: `source_length - 1` pieces and EOS); None: any length up to `max_length`."""
+    manifest = json.loads((Path(directory) / MANIFEST_FILE).read_text(encoding="utf-8"))
+    return manifest.get("source_length")
 
 
 def litert_functions(directory: str | os.PathLike, threads: int = 2,
@@ -172,7 +218,10 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
     except ValueError as error:
         raise ValueError(f"{directory / LITERT_FILE}: not a LiteRT model ({error})") from None
     beam = interpreter.get_signature_runner("beam")
-    vocab_size, max_length = manifest["vocab_size"], manifest["max_length"]
+    beam_size = int(beam.get_output_details()["scores"]["shape_signature"][1])
+    vocab_size = manifest["vocab_size"]
+    fixed = fixed_source_length(directory)
+    max_length = fixed or manifest["max_length"]
     token = None
     if target_language:
         token = RunLanguages.from_dict(manifest["languages"]).token_id(target_language)
@@ -182,13 +231,15 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
                                vocab_size, max_length).to_list()
         nbest, scores = [], []
         for row in kept:
-            if token is not None:
+            if row and token is not None:
                 row = ([token] + row)[:max_length - 1]
-            if not row:  # an empty source: an empty translation
-                nbest.append(np.full([1, 1], PAD_ID, np.int32))
-                scores.append(np.zeros([1], np.float32))
+            if not row:  # an empty source: an empty translation, into any language
+                nbest.append(np.full([beam_size, 1], PAD_ID, np.int32))
+                scores.append(np.zeros([beam_size], np.float32))
                 continue
-            result = beam(source_ids=np.array([row + [EOS_ID]], np.int32))
+            row = row + [EOS_ID]
+            result = beam(source_ids=np.array([row + [PAD_ID] * ((fixed or 0) - len(row))],
+                                              np.int32))
             nbest.append(result["ids"][0])
             scores.append(result["scores"][0])
         hypotheses = max((ids.shape[0] for ids in nbest), default=1)

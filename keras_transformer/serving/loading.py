@@ -10,7 +10,8 @@ from typing import Any, Optional
 
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.serving.ctranslate2_export import ctranslate2_functions, is_ctranslate2_model
-from keras_transformer.serving.litert_export import is_litert_model, litert_functions
+from keras_transformer.serving.litert_export import (fixed_source_length, is_litert_model,
+                                                     litert_functions)
 from keras_transformer.serving.text_translation import LineTranslator, chosen_language
 
 # Where an export's provenance record is (`provenance`): the model's architecture, among others.
@@ -52,6 +53,7 @@ def load_export(path: str | os.PathLike, target_language: Optional[str] = None,
     language = chosen_language(languages, target_language, repr(str(version)))
     max_length = recorded_facts(version).get("architecture", {}).get("max_length")
     if is_litert_model(version):
+        max_length = fixed_source_length(version) or max_length
         translate_text, translate_ids, tokenizer, owner = litert_functions(
             version, threads=threads, target_language=language)
         return LineTranslator(translate_text, translate_ids, tokenizer, owner=owner,

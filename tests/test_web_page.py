@@ -1,0 +1,158 @@
+"""The translation page (`web/`) in a real browser: headless Chromium, driven by Selenium, loads a
+LiteRT export with LiteRT.js and its SentencePiece model with sentencepiece-js, and translates
+what is typed into it, into the language chosen, as kt-translate translates with the same
+export (an empty line and a cut line included); an export LiteRT.js cannot run is named on the
+page. Skipped without
+Chromium, its driver, Selenium or the page's npm packages (`npm ci --prefix web`)."""
+import functools
+import http.server
+import json
+import re
+import shutil
+import threading
+
+import pytest
+
+from helpers import ROOT, random_run, text_lines
+from keras_transformer.data import SubwordTokenizer, read_parallel, write_demo_corpus
+from keras_transformer.data.languages import (LanguagePair, RunLanguages, language_token_ids,
+                                              reserved_tokens)
+from keras_transformer.serving.litert_export import MANIFEST_FILE
+from keras_transformer.serving.loading import load_export
+from keras_transformer.training.run_dir import LANGUAGES_FILE
+from trainers import export, translate
+
+webdriver = pytest.importorskip("selenium.webdriver")
+pytest.importorskip("ai_edge_litert.interpreter")
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+
+CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+PAGE = ROOT / "web"
+pytestmark = [
+    pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="no chromium and chromedriver (apt "
+                       "install chromium chromium-driver)"),
+    pytest.mark.skipif(not (PAGE / "node_modules").is_dir(),
+                       reason="the page's packages are not installed (npm ci --prefix web)"),
+]
+SOURCE_LENGTH = 24  # the random model's max_length
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """A static server of a folder holding the page and two exports of one random model of two
+    target languages (their tokens first in the source): one of fixed shapes
+    (`--source-length`), one of any source length; its address, the exports and demo
+    sources."""
+    root = tmp_path_factory.mktemp("site")
+    texts = read_parallel(*write_demo_corpus(root / "demo")["train"])
+    vocabulary = root / "vocabulary"
+    SubwordTokenizer.train(texts[0] + texts[1], 400, vocabulary, reserved=reserved_tokens(
+        [LanguagePair.parse(name) for name in ("en-de", "en-fr")]))
+    run = random_run(vocabulary, root / "run")
+    token_ids = language_token_ids(SubwordTokenizer.load(vocabulary), ["de", "fr"],
+                                   "the vocabulary")
+    (run.root / LANGUAGES_FILE).write_text(json.dumps(RunLanguages.trained(
+        "source", token_ids, 1.0, []).to_dict()), encoding="utf-8")
+    for name, extra in (("fixed", ["--source-length", str(SOURCE_LENGTH)]), ("any", [])):
+        assert export.main([str(run.root), "--name", name, "--base-dir", str(root / "exports"),
+                            "--beam-size", "3", "--max-decode-extra", "6", "--format", "litert",
+                            *extra]) == 0
+    (root / "page").symlink_to(PAGE, target_is_directory=True)
+    handler = functools.partial(QuietHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    sources = read_parallel(*write_demo_corpus(root / "demo")["test"])[0][:20]
+    yield {"url": f"http://127.0.0.1:{server.server_port}", "exports": root / "exports",
+           "sources": sources}
+    server.shutdown()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves files without a log line per request."""
+
+    def log_message(self, format, *args):  # noqa: A002 (the base class's name)
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium under its driver, its console kept."""
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--disable-dev-shm-usage"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+def page_state(driver) -> tuple[str, bool]:
+    """The page's status line and whether it reports an error."""
+    status = driver.find_element(By.ID, "status")
+    return status.text, "error" in (status.get_attribute("class") or "")
+
+
+def open_page(driver, url: str) -> tuple[str, bool]:
+    """Opens `url` and waits until the page is ready or reports an error; its state then."""
+    driver.get(url)
+    WebDriverWait(driver, 120).until(
+        lambda d: page_state(d)[0] == "ready" or page_state(d)[1])
+    return page_state(driver)
+
+
+@pytest.mark.slow
+def test_the_page_translates_as_kt_translate_does(site, browser, tmp_path):
+    """Twenty demo sentences, an empty line and a line past the fixed source length, typed into
+    the page and translated into each language it offers: its translations are kt-translate's
+    of the same export (`--target-language`) line for line, and the lines cut are named, those
+    kt-translate names."""
+    status, error = open_page(browser, f"{site['url']}/page/index.html?model=../exports/fixed/1")
+    assert (status, error) == ("ready", False), browser.get_log("browser")[-5:]
+    choice = Select(browser.find_element(By.ID, "language"))
+    assert [option.text for option in choice.options] == ["de", "fr"]
+    long_line = " ".join(site["sources"][:4])
+    lines = [*site["sources"], "", long_line]
+    browser.find_element(By.ID, "source").send_keys("\n".join(lines))
+    source = tmp_path / "typed.en"
+    source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    translated = {}
+    for language in ("fr", "de"):
+        choice.select_by_value(language)
+        browser.find_element(By.ID, "translate").click()
+        WebDriverWait(browser, 300).until(
+            lambda d: page_state(d)[0].startswith("translated") or page_state(d)[1])
+        status, error = page_state(browser)
+        assert not error, status
+        cut = load_export(site["exports"] / "fixed" / "1", target_language=language).truncated(
+            [line.encode() for line in lines])
+        assert [int(number) - 1 for number in re.findall(r"line (\d+): \d+ pieces past the "
+                                                         r"model's length", status)] == cut
+        assert cut and cut[-1] == len(lines) - 1 and len(cut) < len(lines) / 2
+        translated[language] = browser.execute_script(
+            "return document.getElementById('translation').textContent").split("\n")
+        output = tmp_path / f"typed.{language}"
+        assert translate.main([str(site["exports"] / "fixed" / "1"), str(source), "--output",
+                               str(output), "--quiet", "--target-language", language]) == 0
+        assert translated[language] == text_lines(output), language
+        assert translated[language][len(site["sources"])] == ""
+        # the next language's translations replace these: the page is read only once changed
+        browser.execute_script("document.getElementById('translation').textContent = ''")
+    # the translations differ, and the language token is read: the comparisons can fail
+    assert len(set(translated["de"][:20])) > 10 and translated["de"] != translated["fr"]
+
+
+def test_an_export_of_any_source_length_is_named_on_the_page(site, browser):
+    """LiteRT.js runs fixed shapes only: the page names the export and --source-length; a
+    folder that is not an export is named too."""
+    status, error = open_page(browser, f"{site['url']}/page/index.html?model=../exports/any/1")
+    assert error and "--source-length" in status and "exports/any/1" in status
+    manifest = json.loads((site["exports"] / "any" / "1" / MANIFEST_FILE).read_text())
+    assert manifest["source_length"] is None
+    status, error = open_page(browser, f"{site['url']}/page/index.html?model=../nothere")
+    assert error and "nothere/keras_transformer_litert.json: 404" in status
+
