@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from helpers import random_run
+from helpers import final_json, random_run, text_lines
 from keras_transformer.data import read_parallel, write_demo_corpus
 from keras_transformer.data.languages import (LanguagePair, RunLanguages, language_token_ids,
                                               reserved_tokens)
@@ -21,7 +21,8 @@ from keras_transformer.serving.litert_export import LITERT_FILE, MANIFEST_FILE
 from keras_transformer.serving.loading import load_export
 from keras_transformer.training.loaded_run import load_run
 from keras_transformer.training.run_dir import LANGUAGES_FILE
-from trainers import export, translate
+from keras_transformer.evaluation import corpus_scores
+from trainers import evaluate, export, translate
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 
@@ -148,6 +149,31 @@ def test_an_export_of_fixed_shapes_translates_as_the_export_of_any_length(export
     with pytest.raises(SystemExit):
         export.parse_args([run, "--name", "x", "--source-length", "16"])
     assert "--source-length: --format litert only" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_kt_evaluate_scores_an_export_as_kt_translate_translates_it(exported, tmp_path, capsys):
+    """kt-evaluate on the LiteRT export: its hypotheses are kt-translate's output, its figures
+    sacreBLEU's of them; an export needs --hypotheses, and takes no search flag."""
+    test = write_demo_corpus(tmp_path / "demo")["test"]
+    sources, references = (tmp_path / "test.en", tmp_path / "test.de")
+    for path, lines in zip((sources, references), read_parallel(*test)):
+        path.write_text("".join(line + "\n" for line in lines[:40]), encoding="utf-8")
+    hypotheses, translated = tmp_path / "lite.hyp", tmp_path / "lite.de"
+    lite = str(exported["lite"])
+    assert evaluate.main([lite, "--src", str(sources), "--ref", str(references), "--hypotheses",
+                          str(hypotheses), "--threads", "1"]) == 0
+    figures = final_json(capsys.readouterr().out)
+    assert translate.main([lite, str(sources), "--output", str(translated), "--quiet"]) == 0
+    assert text_lines(hypotheses) == text_lines(translated)
+    bleu, chrf = corpus_scores(text_lines(hypotheses), text_lines(references))
+    assert figures[bleu.name] == round(bleu.value, 2) and figures[chrf.name] == round(chrf.value, 2)
+    assert evaluate.main([lite, "--src", str(sources), "--ref", str(references)]) == 2
+    assert "--hypotheses: required with an export" in capsys.readouterr().err
+    assert evaluate.main([lite, "--src", str(sources), "--ref", str(references), "--hypotheses",
+                          str(hypotheses), "--beam-size", "2"]) == 2
+    assert "--beam-size: an export's weights and search settings are fixed" in (
+        capsys.readouterr().err)
 
 
 def test_what_a_litert_export_cannot_hold_is_refused_by_name(exported, tmp_path, capsys):

@@ -17,6 +17,7 @@ from keras_transformer.data.prepare import ParallelSource, sample_sentences
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.model import Transformer
+from keras_transformer.serving.ctranslate2_export import is_ctranslate2_model
 from keras_transformer.serving.text_translation import chosen_language
 from keras_transformer.training.loaded_run import chosen_model, load_run
 from keras_transformer.training.progress import CountProgress, stage
@@ -273,6 +274,22 @@ def given_search_flags(args: argparse.Namespace) -> list[str]:
     """The search flags given on the command line."""
     return [flag for field, (flag, _) in _SEARCH_FLAGS.items()
             if getattr(args, field) is not None]
+
+
+def is_run_directory(model: str) -> bool:
+    """Whether `model` (a command's model argument) is a run directory, not an export."""
+    return (Path(model) / "config.json").is_file() and not is_ctranslate2_model(model)
+
+
+def check_export_flags(args: argparse.Namespace) -> None:
+    """Refuses (ValueError naming them) the search flags, `--weights` and `--ensemble` with an
+    export, whose weights and search are fixed."""
+    given = given_search_flags(args) + [flag for flag, value in (
+        ("--weights", args.weights), ("--ensemble", args.ensemble)) if value]
+    if given:
+        raise ValueError(f"{' and '.join(given)}: an export's weights and search settings are "
+                         "fixed when it is written; export again (kt-export ... --beam-size K) "
+                         "or translate from the run directory")
 
 
 def search_settings(args: argparse.Namespace, defaults: SearchSettings) -> SearchSettings:

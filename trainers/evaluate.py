@@ -11,7 +11,9 @@ Multi30k results. Weights: `--weights`, else the run's result (`result.json`), e
 averaged, final or newest checkpoint. Progress (sentences translated, their rate, the ETA)
 goes to stderr every 10 seconds.
 `--ensemble RUN_DIR ...` decodes with those runs' models too (same vocabulary), averaging
-their probabilities. A run of several language pairs (`kt-train --pair`) translates into the
+their probabilities. An export (a SavedModel, CTranslate2 or LiteRT folder, or its numbered
+versions' parent) in place of the run directory is scored as kt-translate translates with it
+(its search fixed; `--hypotheses` names the output, `--threads` a LiteRT interpreter's). A run of several language pairs (`kt-train --pair`) translates into the
 language `--target-language` names, its hypotheses by default in `<src name>.<language>.hyp`
 (one file per language).
 
@@ -31,14 +33,16 @@ from typing import Optional, Sequence
 
 from trainers.common import (add_ensemble_argument, add_search_arguments,
                              add_target_language_argument, add_tfds_language_arguments,
-                             add_weights_argument, command_description, load_ensemble,
-                             load_run_model, run_target_language, search_settings)
+                             add_weights_argument, check_export_flags, command_description,
+                             is_run_directory, load_ensemble, load_run_model,
+                             run_target_language, search_settings)
 from keras_transformer.data import load_tfds, read_lines, read_parallel
 from keras_transformer.decoding.translator import IntoLanguage, Translator, truncated_sources
 from keras_transformer.evaluation import (corpus_scores, tokenized_lowercase_bleu,
                                           translate_corpus, write_lines)
 from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
-from keras_transformer.serving.text_translation import truncation_warning
+from keras_transformer.serving.loading import export_version, load_export
+from keras_transformer.serving.text_translation import best_lines, truncation_warning
 from keras_transformer.training.progress import CountProgress
 from keras_transformer.training.run_dir import RunDir
 
@@ -47,7 +51,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
     parser = argparse.ArgumentParser(prog="kt-evaluate",
                                      description=command_description(__doc__))
-    parser.add_argument("run_dir", help="the directory kt-train wrote")
+    parser.add_argument("run_dir", help="the directory kt-train wrote, or an export")
     parser.add_argument("--task", choices=("translation", "parsing"), default="translation",
                         help="translation (BLEU, default) or parsing (bracket F1, needs --trees)")
     add_weights_argument(parser, run_directory_only=False)
@@ -71,7 +75,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64,
                         help="sentences per batch (default: 64)")
     parser.add_argument("--hypotheses", help="output file (default: <run_dir>/<src name>.hyp, "
-                        "or <src name>.<language>.hyp with --target-language)")
+                        "or <src name>.<language>.hyp with --target-language; an export: "
+                        "required)")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="a LiteRT export's interpreter threads (default: 2)")
     args = parser.parse_args(argv)
     if args.task == "parsing":
         if not args.trees:
@@ -86,8 +93,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error("--tfds: cannot be combined with --src/--ref")
     if args.task == "translation" and not args.tfds and not (args.src and args.ref):
         parser.error("--src and --ref (or --tfds): the test set to translate is required")
-    if args.batch_size < 1:
-        parser.error(f"--batch-size: must be at least 1, got {args.batch_size}")
+    for name in ("batch_size", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')}: must be at least 1, got "
+                         f"{getattr(args, name)}")
     for name in ("src", "ref", "trees", "tokenized_ref", "weights"):
         path = getattr(args, name)
         if path and not os.path.isfile(path):
@@ -132,35 +141,67 @@ def trees_path(args: argparse.Namespace, hypotheses_path: str) -> str:
     return path
 
 
+def warn_truncated(args: argparse.Namespace, truncated: Sequence[int], max_length: int) -> None:
+    """Names the test set's lines (indices `truncated`) translated from their first
+    `max_length - 1` subwords only."""
+    if truncated:
+        print("kt-evaluate: warning: " + truncation_warning(
+            args.src or f"{args.tfds} {args.split}", [index + 1 for index in truncated],
+            max_length), file=sys.stderr)
+
+
+def run_hypotheses(args: argparse.Namespace, sources: list[str], name: str
+                   ) -> tuple[list[str], str]:
+    """The translations of `sources` by the run directory's model and the path they go to
+    (default: in the run directory, per target language)."""
+    languages, language = run_target_language(args.run_dir, args.target_language)
+    model, tokenizer = load_run_model(args.run_dir, args.weights)
+    output = args.hypotheses or os.path.join(
+        args.run_dir, f"{name}.hyp" if language is None else f"{name}.{language}.hyp")
+    translator = Translator(model, tokenizer,
+                            search_settings(args, RunDir(args.run_dir).load_recipe().search),
+                            ensemble=load_ensemble(args.ensemble, tokenizer),
+                            languages=languages)
+    max_length = model.config.max_length
+    warn_truncated(args, truncated_sources(tokenizer, sources, max_length, languages=languages,
+                                           language=language), max_length)
+    hypotheses = translate_corpus(translator if language is None
+                                  else IntoLanguage(translator, language), sources,
+                                  args.batch_size,
+                                  CountProgress("kt-evaluate", len(sources),
+                                                doing="translating").advance)
+    return hypotheses, output
+
+
+def export_hypotheses(args: argparse.Namespace, sources: list[str], name: str
+                      ) -> tuple[list[str], str]:
+    """The translations of `sources` by the export (kt-translate's output lines) and
+    `--hypotheses`, which an export needs (nothing is written into its folder)."""
+    export_version(args.run_dir)  # FileNotFoundError naming a folder that is neither kind
+    if not args.hypotheses:
+        raise ValueError(f"--hypotheses: required with an export ({args.run_dir!r} is one; "
+                         f"kt-evaluate writes nothing into it), e.g. --hypotheses {name}.hyp")
+    check_export_flags(args)
+    translator = load_export(args.run_dir, args.target_language, threads=args.threads)
+    lines = [source.encode("utf-8") for source in sources]
+    if translator.max_length is not None:
+        warn_truncated(args, translator.truncated(lines), translator.max_length)
+    progress = CountProgress("kt-evaluate", len(sources), doing="translating")
+    return (best_lines(translator, lines, batch_size=args.batch_size, on_batch=progress.advance),
+            args.hypotheses)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line; returns its exit status (2 on a user error)."""
     args = parse_args(argv)
     try:
         sources, references, name = test_set(args)
-        languages, language = run_target_language(args.run_dir, args.target_language)
-        model, tokenizer = load_run_model(args.run_dir, args.weights)
-        output = args.hypotheses or os.path.join(
-            args.run_dir, f"{name}.hyp" if language is None else f"{name}.{language}.hyp")
+        translate = (run_hypotheses if is_run_directory(args.run_dir)
+                     else export_hypotheses)
+        hypotheses, output = translate(args, sources, name)
         outputs = {"hypotheses": output}
         if args.task == "parsing":
             outputs["trees"] = trees_path(args, output)
-        translator = Translator(model, tokenizer,
-                                search_settings(args, RunDir(args.run_dir).load_recipe().search),
-                                ensemble=load_ensemble(args.ensemble, tokenizer),
-                                languages=languages)
-        max_length = model.config.max_length
-        truncated = truncated_sources(tokenizer, sources, max_length, languages=languages,
-                                      language=language)
-        if truncated:
-            print("kt-evaluate: warning: " + truncation_warning(
-                args.src or f"{args.tfds} {args.split}", [index + 1 for index in truncated],
-                max_length), file=sys.stderr)
-        hypotheses = translate_corpus(translator if language is None
-                                      else IntoLanguage(translator, language), sources,
-                                      args.batch_size,
-                                      CountProgress("kt-evaluate", len(sources),
-                                                    doing="translating").advance)
-        if args.task == "parsing":
             trees, scores = parse_scores(hypotheses, references)
         else:
             scores = corpus_scores(hypotheses, references)

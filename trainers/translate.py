@@ -27,7 +27,6 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
-from keras_transformer.serving.ctranslate2_export import is_ctranslate2_model
 from keras_transformer.data.text_files import read_raw_lines
 from keras_transformer.decoding.translator import IntoLanguage, Translator
 from keras_transformer.serving.loading import export_version, load_export, recorded_languages
@@ -38,8 +37,9 @@ from keras_transformer.training.progress import CountProgress
 from keras_transformer.training.run_dir import RunDir
 from trainers.common import (add_ensemble_argument, add_search_arguments,
                              add_target_language_argument, add_weights_argument,
-                             command_description, given_search_flags, load_ensemble,
-                             load_run_model, run_target_language, search_settings)
+                             check_export_flags, command_description, is_run_directory,
+                             load_ensemble, load_run_model, run_target_language,
+                             search_settings)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -87,11 +87,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
-def is_run_directory(model: str) -> bool:
-    """Whether `model` (the command's model argument) is a run directory, not an export."""
-    return (Path(model) / "config.json").is_file() and not is_ctranslate2_model(model)
-
-
 def checked_target_language(args: argparse.Namespace) -> Optional[str]:
     """`--target-language`, checked against the languages of the model (a run directory's or
     an export's) before it loads (`chosen_language`'s ValueError)."""
@@ -105,7 +100,6 @@ def checked_target_language(args: argparse.Namespace) -> Optional[str]:
 def load_translator(args: argparse.Namespace) -> LineTranslator:
     """An export as saved, or a run directory's model with its recipe's search settings (the
     search flags override them), into `--target-language` (a model of several)."""
-    searching = given_search_flags(args)
     if is_run_directory(args.model):
         languages, language = run_target_language(args.model, args.target_language)
         model, tokenizer = load_run_model(args.model, args.weights)
@@ -114,12 +108,7 @@ def load_translator(args: argparse.Namespace) -> LineTranslator:
                                 ensemble=load_ensemble(args.ensemble, tokenizer))
         return LineTranslator.from_translator(
             translator if language is None else IntoLanguage(translator, language))
-    if searching or args.weights or args.ensemble:
-        given = " and ".join(searching + [flag for flag, value in (
-            ("--weights", args.weights), ("--ensemble", args.ensemble)) if value])
-        raise ValueError(f"{given}: an export's weights and search settings are fixed when it "
-                         f"is written; export again (kt-export ... --beam-size K) or translate "
-                         f"from the run directory")
+    check_export_flags(args)
     return load_export(args.model, args.target_language, threads=args.threads)
 
 
