@@ -55,6 +55,7 @@ setup(
             "kt-translate-corpus=trainers.launch:translate_corpus",
             "kt-plot-attention=trainers.launch:plot_attention",
             "kt-import=trainers.launch:import_model",
+            "kt-score=trainers.launch:score",
         ]
     },
 )

@@ -1,16 +1,22 @@
-"""One sentence at a time on the device's runtime: the LiteRT exports (float32, float16, int8;
-the LiteRT interpreter with XNNPACK, `--threads`) against our SavedModel exports (graph and XLA)
-and CTranslate2 (float32 and int8) of the same model, in one process, sentence by sentence in
-alternation; and each export's size on disk.
+"""The device's runtime against the servers': the LiteRT exports (float32, float16, int8; the
+LiteRT interpreter with XNNPACK, `--threads`) against our SavedModel exports (graph and XLA)
+and CTranslate2 (float32 and int8) of the same model, in one process: one sentence at a time,
+sentence by sentence in alternation (latency), and a batch of `--batch-sentences` (throughput:
+a LiteRT model takes one sentence a call, so its batch is that many calls); and each export's
+size on disk.
 
-    PYTHONPATH=. python benchmarks/litert_speed.py [--sentences 12] [--threads 2] \
-        [--rounds 3] [--workdir DIR]
+    PYTHONPATH=.:benchmarks python benchmarks/litert_speed.py [--model base|opus-mt] \
+        [--sentences 12] [--batch-sentences 32] [--threads 2] [--rounds 3] [--workdir DIR]
 
-The model is `decoding_speed.py`'s: `base` sizes, random weights, PAD, BOS and EOS embedding
-rows zeroed so that every output has exactly `--source-tokens + --extra-length` tokens, a
-vocabulary learned from `--data`, sources from it; beam 4. Every system's first ids are compared
-with the SavedModel's (float32 ones equal). Prints one JSON object: per system the median
-latency over every sentence of every round, its ratio to CTranslate2 int8's, and the file size.
+`--model base` is `decoding_speed.py`'s: `base` sizes, random weights, PAD, BOS and EOS
+embedding rows zeroed so that every output has exactly `--source-tokens + --extra-length`
+tokens, a vocabulary learned from `--data`; `--model opus-mt` `imported_speed.py`'s random
+Marian model of OPUS-MT's shape (6 + 6 layers, 512 wide, swish, two SentencePiece models of
+`--vocab-size` pieces; `</s>` never the best token, so outputs have that length too), imported.
+Sources from `--data`; beam 4. Every system's first ids are compared with the SavedModel's
+(float32 ones equal). Prints one JSON object: per system the median latency over every sentence
+of every round and its ratio to CTranslate2 int8's, the median batch throughput (sentences per
+second) and its ratio to CTranslate2 int8's, and the file size.
 """
 from __future__ import annotations
 
@@ -30,11 +36,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     shared = os.environ.get("KT_SHARED_DATA", os.path.join(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data"))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", choices=("base", "opus-mt"), default="base")
     parser.add_argument("--data", default=os.path.join(shared, "wmt14", "newstest2014.en"))
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--source-tokens", type=int, default=16)
     parser.add_argument("--extra-length", type=int, default=16)
     parser.add_argument("--sentences", type=int, default=12)
+    parser.add_argument("--batch-sentences", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--workdir", help="where the exports are written (default: a temporary "
@@ -60,15 +68,29 @@ def systems(args: argparse.Namespace, workdir: str) -> tuple[dict, dict, np.ndar
     from keras_transformer.serving.export import export_translator
     from keras_transformer.serving.litert_export import export_litert, litert_functions
 
-    with open(args.data, encoding="utf-8") as handle:
-        texts = [line.strip() for line in handle if line.strip()]
-    tokenizer = SubwordTokenizer.train(texts, args.vocab_size, os.path.join(workdir, "vocab"))
-    ids = source_ids(args.data, tokenizer, args.sentences, args.source_tokens)
-    model = kt.Transformer(kt.TransformerConfig.preset("base", vocab_size=tokenizer.vocab_size,
-                                                       dropout=0.0))
-    embeddings = model.source_embedding.embeddings
-    embeddings.assign(tf.tensor_scatter_nd_update(embeddings, [[PAD_ID], [BOS_ID], [EOS_ID]],
-                                                  tf.zeros([3, embeddings.shape[1]])))
+    if args.model == "base":
+        with open(args.data, encoding="utf-8") as handle:
+            texts = [line.strip() for line in handle if line.strip()]
+        tokenizer = SubwordTokenizer.train(texts, args.vocab_size, os.path.join(workdir, "vocab"))
+        model = kt.Transformer(kt.TransformerConfig.preset(
+            "base", vocab_size=tokenizer.vocab_size, dropout=0.0))
+        embeddings = model.source_embedding.embeddings
+        embeddings.assign(tf.tensor_scatter_nd_update(embeddings, [[PAD_ID], [BOS_ID], [EOS_ID]],
+                                                      tf.zeros([3, embeddings.shape[1]])))
+    else:
+        from pathlib import Path
+
+        from imported_speed import opus_mt_folder
+        from keras_transformer.data.sentencepiece_pair import SentencePiecePair
+        from keras_transformer.importing.marian import read_marian_folder
+        from keras_transformer.importing.run_directory import imported_transformer
+
+        imported = read_marian_folder(opus_mt_folder(Path(workdir), args.vocab_size))
+        model = imported_transformer(imported)
+        tokenizer = SentencePiecePair(imported.source_spm, imported.target_spm,
+                                      imported.source_pieces, imported.target_pieces)
+    ids = source_ids(args.data, tokenizer, max(args.sentences, args.batch_sentences),
+                     args.source_tokens)
     search = kt.SearchSettings(4, length_penalty=0.6, max_decode_extra=args.extra_length)
     functions, sizes = {}, {}
     for name, xla in (("SavedModel graph", False), ("SavedModel XLA", True)):
@@ -109,18 +131,32 @@ def main(argv=None) -> None:
             first_ids[name] = bool(np.array_equal(first[0, :reference.shape[1]], reference[0]))
         seconds = {name: [] for name in functions}
         for _ in range(args.rounds):
-            for row in range(len(ids)):
+            for row in range(args.sentences):
                 for name, function in functions.items():
                     start = time.perf_counter()
                     function(ids[row:row + 1])
                     seconds[name].append(time.perf_counter() - start)
         latency = {name: statistics.median(values) for name, values in seconds.items()}
-        print(json.dumps({"sentences": len(ids), "rounds": args.rounds, "threads": args.threads,
+        batch = ids[:args.batch_sentences]
+        batch_seconds = {name: [] for name in functions}
+        for _ in range(args.rounds):
+            for name, function in functions.items():
+                start = time.perf_counter()
+                function(batch)
+                batch_seconds[name].append(time.perf_counter() - start)
+        throughput = {name: len(batch) / statistics.median(values)
+                      for name, values in batch_seconds.items()}
+        print(json.dumps({"model": args.model, "sentences": args.sentences,
+                          "batch_sentences": len(batch), "rounds": args.rounds,
+                          "threads": args.threads,
                           "output_tokens": args.source_tokens + args.extra_length,
                           "systems": {name: {
                               "latency_seconds": round(latency[name], 4),
-                              "over_ctranslate2_int8": round(
+                              "latency_over_ctranslate2_int8": round(
                                   latency[name] / latency["CTranslate2 int8"], 3),
+                              "batch_sentences_per_second": round(throughput[name], 2),
+                              "throughput_over_ctranslate2_int8": round(
+                                  throughput[name] / throughput["CTranslate2 int8"], 3),
                               "megabytes": round(sizes[name] / 1e6, 1),
                               "first_ids_equal_savedmodel": first_ids[name]}
                               for name in functions}}, indent=2))

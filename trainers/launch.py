@@ -69,7 +69,7 @@ def import_tensorflow_quietly(argv: Optional[Sequence[str]] = None) -> None:
 # The commands `python -m trainers COMMAND` runs; the `kt-*` ones are console scripts too.
 COMMANDS = ("train", "prepare", "evaluate", "average_checkpoints", "export", "translate",
             "translate_corpus", "prepare_parsing", "moses_form", "plot_attention",
-            "import_model")
+            "import_model", "score")
 
 
 def launch(command: str, argv: Optional[Sequence[str]] = None) -> int:
@@ -126,3 +126,8 @@ def plot_attention() -> int:
 def import_model() -> int:
     """`kt-import`."""
     return launch("import_model")
+
+
+def score() -> int:
+    """`kt-score`."""
+    return launch("score")

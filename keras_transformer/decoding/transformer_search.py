@@ -281,19 +281,27 @@ def log_probs(logits: tf.Tensor, never: tf.Tensor, unscored: Optional[tf.Tensor]
     return tf.nn.log_softmax(logits, axis=-1) + never
 
 
-def score_hypotheses(model: Transformer, source_ids, hypothesis_ids, alpha: float = 0.6
-                     ) -> tf.Tensor:
-    """`[batch]` sum of log p(y_t | y_<t, x) over each hypothesis' tokens (EOS included,
-    PAD excluded) divided by `length_divisor(length, alpha)`, from one `model.decode` pass.
-
-    `hypothesis_ids`: `[batch, length]` without BOS, right-padded with PAD.
-    """
+def token_log_probs(model: Transformer, source_ids, target_ids) -> tf.Tensor:
+    """`[batch, length]` log p(y_t | y_<t, x) of each token of `target_ids` (`[batch, length]`
+    without BOS, EOS-terminated, right-padded with PAD; 0 at PAD), teacher-forced in one
+    `model.decode` pass over the whole vocabulary."""
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-    targets = tf.convert_to_tensor(hypothesis_ids, tf.int32)
+    targets = tf.convert_to_tensor(target_ids, tf.int32)
     inputs = tf.concat([tf.fill([tf.shape(targets)[0], 1], BOS_ID), targets[:, :-1]], axis=1)
     logits = model.decode(inputs, model.encode(source_ids, training=False),
                           source_padding_mask(source_ids), training=False)
     log_probs = tf.gather(tf.nn.log_softmax(tf.cast(logits, tf.float32)), targets, batch_dims=2)
-    real = tf.not_equal(targets, PAD_ID)
-    total = tf.reduce_sum(tf.where(real, log_probs, 0.0), axis=1)
-    return total / length_divisor(tf.reduce_sum(tf.cast(real, tf.int32), axis=1), alpha)
+    return tf.where(tf.not_equal(targets, PAD_ID), log_probs, 0.0)
+
+
+def score_hypotheses(model: Transformer, source_ids, hypothesis_ids, alpha: float = 0.6
+                     ) -> tf.Tensor:
+    """`[batch]` sum of log p(y_t | y_<t, x) over each hypothesis' tokens (EOS included,
+    PAD excluded; `token_log_probs`) divided by `length_divisor(length, alpha)`.
+
+    `hypothesis_ids`: `[batch, length]` without BOS, right-padded with PAD.
+    """
+    targets = tf.convert_to_tensor(hypothesis_ids, tf.int32)
+    total = tf.reduce_sum(token_log_probs(model, source_ids, targets), axis=1)
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(targets, PAD_ID), tf.int32), axis=1)
+    return total / length_divisor(lengths, alpha)

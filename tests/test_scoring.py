@@ -1,0 +1,116 @@
+"""Confidence (`keras_transformer.decoding.confidence`, `kt-score`): Bergamot's word and
+sentence scores from teacher-forced token log-probabilities, which equal CTranslate2's
+`score_batch` on the CTranslate2 export of the same model and the search's own scores; what
+kt-score refuses, by name."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from helpers import random_run
+from keras_transformer.data import read_parallel, write_demo_corpus
+from keras_transformer.data.languages import RunLanguages
+from keras_transformer.decoding import greedy_decode, token_log_probs
+from keras_transformer.decoding.confidence import confidence
+from keras_transformer.search import length_divisor
+from keras_transformer.training.loaded_run import load_run
+from keras_transformer.training.run_dir import LANGUAGES_FILE
+from trainers import export, score
+
+
+def test_words_are_the_pieces_sentencepiece_joins_and_score_their_mean():
+    """A word starts at a "▁" piece (or the first piece) and scores the mean of its pieces'
+    log-probabilities; the sentence the mean of its words'; EOS is a token, not a word."""
+    scored = confidence(["n", "▁a", "▁ma", "n", "▁."], [-0.5, -1.0, -2.0, -4.0, -0.25, -3.0])
+    assert scored.words == [("n", -0.5), ("a", -1.0), ("man", -3.0), (".", -0.25)]
+    assert scored.sentence == pytest.approx((-0.5 - 1.0 - 3.0 - 0.25) / 4)
+    assert scored.tokens[-1] == ("</s>", -3.0) and len(scored.tokens) == 6
+    empty = confidence([], [-0.7])
+    assert (empty.words, empty.sentence, empty.tokens) == ([], 0.0, [("</s>", -0.7)])
+
+
+@pytest.fixture(scope="module")
+def scored_run(demo_vocab, tmp_path_factory):
+    """A random run, demo pairs (their first 24) and kt-score's records of them."""
+    root = tmp_path_factory.mktemp("scoring")
+    run = random_run(demo_vocab, root / "run")
+    sources, targets = (lines[:24] for lines in read_parallel(
+        *write_demo_corpus(root / "demo")["test"]))
+    targets[3] = ""  # an empty translation: its EOS alone
+    files = [root / "test.en", root / "test.de"]
+    for path, lines in zip(files, (sources, targets)):
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    output = root / "scores.jsonl"
+    assert score.main([str(run.root), "--src", str(files[0]), "--tgt", str(files[1]),
+                       "--output", str(output), "--batch-size", "5"]) == 0
+    records = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    return {"run": run.root, "root": root, "sources": sources, "targets": targets,
+            "records": records, "files": files}
+
+
+def test_kt_scores_token_log_probs_are_ctranslate2s_score_batch(scored_run):
+    """Every token's log-probability within 1e-4 of CTranslate2's `score_batch` on the
+    model's CTranslate2 export (float32): an implementation we did not write."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    base = scored_run["root"] / "exports"
+    assert export.main([str(scored_run["run"]), "--name", "ct2", "--base-dir", str(base),
+                        "--format", "ctranslate2", "--quantization", "float32"]) == 0
+    translator = ctranslate2.Translator(str(base / "ct2" / "1"), device="cpu")
+    tokenizer = load_run(scored_run["run"]).tokenizer
+    pieces = [tokenizer.id_to_piece(ids) if ids else [] for ids in
+              tokenizer.tokenize(tf.constant(scored_run["sources"])).to_list()]
+    targets = [[token for token, _ in record["tokens"][:-1]] for record in scored_run["records"]]
+    theirs = translator.score_batch(pieces, targets)
+    assert len(theirs) == len(scored_run["records"]) == 24
+    for record, result in zip(scored_run["records"], theirs):
+        assert [token for token, _ in record["tokens"]] == [*result.tokens]
+        np.testing.assert_allclose([value for _, value in record["tokens"]], result.log_probs,
+                                   atol=1e-4)
+    assert scored_run["records"][3]["words"] == [] and len(scored_run["records"][3]["tokens"]) == 1
+    sentences = [record["sentence"] for record in scored_run["records"]]
+    assert len(set(sentences)) > 20  # the scores differ: the comparison can fail
+
+
+def test_the_searchs_score_is_the_sum_of_the_teacher_forced_log_probs(demo_vocab, tmp_path):
+    """The greedy search's score of its own output is its tokens' teacher-forced
+    log-probabilities summed and length-normalized (the cached search and the full pass agree)."""
+    loaded = load_run(random_run(demo_vocab, tmp_path / "run").root)
+    texts = read_parallel(*write_demo_corpus(tmp_path / "demo")["test"])[0][:8]
+    pieces = loaded.tokenizer.tokenize(tf.constant(texts))
+    sources = tf.concat([pieces, tf.fill([pieces.nrows(), 1], kt.EOS_ID)], 1).to_tensor()
+    result = greedy_decode(loaded.model, sources, max_decode_extra=6)
+    ids = result.ids[:, 0]
+    log_probs = token_log_probs(loaded.model, sources, ids)
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(ids, kt.PAD_ID), tf.int32), 1)
+    np.testing.assert_allclose(tf.reduce_sum(log_probs, 1) / length_divisor(lengths, 0.6),
+                               result.scores[:, 0], atol=1e-4)
+
+
+def test_kt_score_refuses_what_it_cannot_score_by_name(scored_run, tmp_path, capsys):
+    """Files of different lengths, a target longer than the model's positions and a model of
+    several languages are named; nothing is written."""
+    source, target = scored_run["files"]
+    short = tmp_path / "short.de"
+    short.write_text("ein Hund\n", encoding="utf-8")
+    output = tmp_path / "out.jsonl"
+    run = str(scored_run["run"])
+    assert score.main([run, "--src", str(source), "--tgt", str(short), "--output",
+                       str(output)]) == 2
+    assert "has 24 lines, --tgt" in capsys.readouterr().err and not output.exists()
+    long = tmp_path / "long.de"
+    long.write_text("\n".join([" ".join(scored_run["targets"][:8])] * 24) + "\n",
+                    encoding="utf-8")
+    assert score.main([run, "--src", str(source), "--tgt", str(long), "--output",
+                       str(output)]) == 2
+    assert "target line 1: more subwords than the model's 23" in capsys.readouterr().err
+    several = tmp_path / "several"
+    shutil.copytree(run, several)
+    (several / LANGUAGES_FILE).write_text(json.dumps(RunLanguages.trained(
+        "source", {"de": 5, "fr": 6}, 1.0, []).to_dict()), encoding="utf-8")
+    assert score.main([str(several), "--src", str(source), "--tgt", str(target), "--output",
+                       str(output)]) == 2
+    assert "a model of several target languages" in capsys.readouterr().err
+    assert not output.exists()
