@@ -87,6 +87,26 @@ def random_run(vocab: Path, root: Path, **overrides):
     return run_dir
 
 
+def random_two_language_run(root: Path):
+    """A `random_run` of two target languages, de and fr, their tokens first in the source
+    (the "source" placement), on a 400-piece vocabulary learned from the demo train split
+    under `root`; and that split's `(sources, targets)`."""
+    from keras_transformer.data import read_parallel, write_demo_corpus
+    from keras_transformer.data.languages import (LanguagePair, RunLanguages, language_token_ids,
+                                                  reserved_tokens)
+    from keras_transformer.training.run_dir import LANGUAGES_FILE
+
+    texts = read_parallel(*write_demo_corpus(root / "demo")["train"])
+    vocabulary = root / "vocabulary"
+    SubwordTokenizer.train(texts[0] + texts[1], 400, vocabulary, reserved=reserved_tokens(
+        [LanguagePair.parse(name) for name in ("en-de", "en-fr")]))
+    run = random_run(vocabulary, root / "run")
+    token_ids = language_token_ids(SubwordTokenizer.load(vocabulary), ["de", "fr"],
+                                   "the vocabulary")
+    run.write_json(LANGUAGES_FILE, RunLanguages.trained("source", token_ids, 1.0, []).to_dict())
+    return run, texts
+
+
 def train_vocab(pairs: tuple[list[str], list[str]], size: int, directory: Path) -> Path:
     """Learns a shared vocabulary of `size` pieces from both sides of `pairs` into `directory`."""
     sources, targets = pairs

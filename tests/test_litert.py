@@ -10,18 +10,16 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from helpers import final_json, random_run, text_lines
+from helpers import final_json, random_run, random_two_language_run, text_lines
 from keras_transformer.data import read_parallel, write_demo_corpus
-from keras_transformer.data.languages import (LanguagePair, RunLanguages, language_token_ids,
-                                              reserved_tokens)
-from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.data.languages import RunLanguages
 from keras_transformer.decoding.transformer_search import greedy_decode
 from keras_transformer.decoding.translator import IntoLanguage
+from keras_transformer.evaluation import corpus_scores
 from keras_transformer.serving.litert_export import LITERT_FILE, MANIFEST_FILE
 from keras_transformer.serving.loading import load_export
 from keras_transformer.training.loaded_run import load_run
 from keras_transformer.training.run_dir import LANGUAGES_FILE
-from keras_transformer.evaluation import corpus_scores
 from trainers import evaluate, export, translate
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
@@ -212,15 +210,7 @@ def test_a_model_of_several_languages_translates_into_the_one_asked(tmp_path):
     """The source placement: the language's token first in the source, as the SavedModel and
     the Python `Translator` read it; each language's translations are the `Translator`'s, an
     empty line's empty."""
-    texts = read_parallel(*write_demo_corpus(tmp_path / "demo")["train"])
-    vocabulary = tmp_path / "vocabulary"
-    SubwordTokenizer.train(texts[0] + texts[1], 400, vocabulary, reserved=reserved_tokens(
-        [LanguagePair.parse(name) for name in ("en-de", "en-fr")]))
-    run = random_run(vocabulary, tmp_path / "run")
-    token_ids = language_token_ids(SubwordTokenizer.load(vocabulary), ["de", "fr"],
-                                   "the vocabulary")
-    (run.root / LANGUAGES_FILE).write_text(json.dumps(RunLanguages.trained(
-        "source", token_ids, 1.0, []).to_dict()), encoding="utf-8")
+    run, texts = random_two_language_run(tmp_path)
     assert export.main([str(run.root), "--name", "lite", "--base-dir", str(tmp_path / "out"),
                         "--format", "litert"]) == 0
     translator = load_run(run.root).translator()

@@ -13,13 +13,10 @@ import threading
 
 import pytest
 
-from helpers import ROOT, random_run, text_lines
-from keras_transformer.data import SubwordTokenizer, read_parallel, write_demo_corpus
-from keras_transformer.data.languages import (LanguagePair, RunLanguages, language_token_ids,
-                                              reserved_tokens)
+from helpers import ROOT, random_two_language_run, text_lines
+from keras_transformer.data import read_parallel, write_demo_corpus
 from keras_transformer.serving.litert_export import MANIFEST_FILE
 from keras_transformer.serving.loading import load_export
-from keras_transformer.training.run_dir import LANGUAGES_FILE
 from trainers import export, translate
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -45,15 +42,7 @@ def site(tmp_path_factory):
     (`--source-length`), one of any source length; its address, the exports and demo
     sources."""
     root = tmp_path_factory.mktemp("site")
-    texts = read_parallel(*write_demo_corpus(root / "demo")["train"])
-    vocabulary = root / "vocabulary"
-    SubwordTokenizer.train(texts[0] + texts[1], 400, vocabulary, reserved=reserved_tokens(
-        [LanguagePair.parse(name) for name in ("en-de", "en-fr")]))
-    run = random_run(vocabulary, root / "run")
-    token_ids = language_token_ids(SubwordTokenizer.load(vocabulary), ["de", "fr"],
-                                   "the vocabulary")
-    (run.root / LANGUAGES_FILE).write_text(json.dumps(RunLanguages.trained(
-        "source", token_ids, 1.0, []).to_dict()), encoding="utf-8")
+    run, _ = random_two_language_run(root)
     for name, extra in (("fixed", ["--source-length", str(SOURCE_LENGTH)]), ("any", [])):
         assert export.main([str(run.root), "--name", name, "--base-dir", str(root / "exports"),
                             "--beam-size", "3", "--max-decode-extra", "6", "--format", "litert",
