@@ -45,8 +45,7 @@ import tensorflow as tf
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SearchSettings
 from keras_transformer.data.languages import RunLanguages
-from keras_transformer.data.sentencepiece_pair import (SOURCE_FILENAME, TARGET_FILENAME,
-                                                       VOCABULARY_FILENAME, SentencePiecePair,
+from keras_transformer.data.sentencepiece_pair import (PAIR_FILENAMES, SentencePiecePair,
                                                        Tokenizer, load_tokenizer)
 from keras_transformer.data.tokenizer import MODEL_FILENAME, model_input_ids, text_pieces
 from keras_transformer.decoding.transformer_search import run_search
@@ -176,8 +175,7 @@ def tokenizer_files(tokenizer: Tokenizer) -> str | dict[str, str]:
     """The files of `tokenizer` a device reads: the shared SentencePiece model's name, or an
     imported model's source and target models and its vocabulary of our ids."""
     if isinstance(tokenizer, SentencePiecePair):
-        return {"source": SOURCE_FILENAME, "target": TARGET_FILENAME,
-                "vocabulary": VOCABULARY_FILENAME}
+        return dict(zip(("source", "target", "vocabulary"), PAIR_FILENAMES))
     return MODEL_FILENAME
 
 
@@ -220,7 +218,7 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
     beam = interpreter.get_signature_runner("beam")
     beam_size = int(beam.get_output_details()["scores"]["shape_signature"][1])
     vocab_size = manifest["vocab_size"]
-    fixed = fixed_source_length(directory)
+    fixed = manifest.get("source_length")  # None: any length
     max_length = fixed or manifest["max_length"]
     token = None
     if target_language:
