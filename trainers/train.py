@@ -91,6 +91,10 @@ def compiled_model(recipe: Recipe, jit_compile: bool = False, steps_per_executio
                   loss=LabelSmoothedCrossEntropy(recipe.training.label_smoothing),
                   metrics=[accuracy, Perplexity()], jit_compile=jit_compile,
                   steps_per_execution=steps_per_execution)
+    # Built here, the optimizer's variables exist before the train step is traced: built in
+    # the trace (Keras's default without a distribution strategy), they make tf.function
+    # trace the step twice.
+    model.optimizer.build(model.trainable_variables)
     return model, accuracy
 
 
