@@ -17,7 +17,8 @@ from helpers import ROOT, random_two_language_run, text_lines
 from keras_transformer.data import read_parallel, write_demo_corpus
 from keras_transformer.serving.litert_export import MANIFEST_FILE
 from keras_transformer.serving.loading import load_export
-from trainers import export, translate
+from marian_models import MarianVariant, training_sentences, write_marian_model
+from trainers import export, import_model, translate
 
 webdriver = pytest.importorskip("selenium.webdriver")
 pytest.importorskip("ai_edge_litert.interpreter")
@@ -47,6 +48,13 @@ def site(tmp_path_factory):
         assert export.main([str(run.root), "--name", name, "--base-dir", str(root / "exports"),
                             "--beam-size", "3", "--max-decode-extra", "6", "--format", "litert",
                             *extra]) == 0
+    # An imported multi-target Marian model: two SentencePiece models, `>>xx<<` tokens.
+    folder = write_marian_model(root / "marian", MarianVariant(
+        tied_all=False, languages=("fra", "deu"), max_length=SOURCE_LENGTH))
+    assert import_model.main([str(folder), "--output-dir", str(root / "imported")]) == 0
+    assert export.main([str(root / "imported"), "--name", "imported", "--base-dir",
+                        str(root / "exports"), "--beam-size", "3", "--max-decode-extra", "6",
+                        "--format", "litert", "--source-length", str(SOURCE_LENGTH)]) == 0
     (root / "page").symlink_to(PAGE, target_is_directory=True)
     handler = functools.partial(QuietHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -145,3 +153,45 @@ def test_an_export_of_any_source_length_is_named_on_the_page(site, browser):
     status, error = open_page(browser, f"{site['url']}/page/index.html?model=../nothere")
     assert error and "nothere/keras_transformer_litert.json: 404" in status
 
+
+
+def translated_on_the_page(driver, lines: list[str], language: str) -> list[str]:
+    """`lines` typed into the ready page and translated into `language` (an option's value)."""
+    Select(driver.find_element(By.ID, "language")).select_by_value(language)
+    driver.find_element(By.ID, "source").clear()
+    driver.find_element(By.ID, "source").send_keys("\n".join(lines))
+    driver.find_element(By.ID, "translate").click()
+    WebDriverWait(driver, 300).until(
+        lambda d: page_state(d)[0].startswith("translated") or page_state(d)[1])
+    status, error = page_state(driver)
+    assert not error, status
+    text = driver.execute_script("return document.getElementById('translation').textContent")
+    driver.execute_script("document.getElementById('translation').textContent = ''")
+    return text.split("\n")
+
+
+@pytest.mark.slow
+def test_the_page_translates_an_imported_models_export_as_kt_translate_does(site, browser,
+                                                                             tmp_path):
+    """An imported multi-target model's export (a source and a target SentencePiece model, our
+    ids mapped to theirs, `>>xx<<` tokens): the page's translations into each language, and
+    as each text says (a text's own token, or one the language asked for replaces), are
+    kt-translate's of the same export."""
+    status, error = open_page(browser,
+                              f"{site['url']}/page/index.html?model=../exports/imported/1")
+    assert (status, error) == ("ready", False), browser.get_log("browser")[-5:]
+    options = Select(browser.find_element(By.ID, "language")).options
+    assert [option.get_attribute("value") for option in options] == ["", "deu", "fra"]
+    sources = training_sentences(24, seed=5)[0]
+    lines = [*sources[:8], f">>deu<< {sources[8]}", f">>fra<<  {sources[9]}", "", *sources[10:]]
+    source = tmp_path / "typed.src"
+    source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    translated = {}
+    for language in ("", "fra", "deu"):
+        translated[language] = translated_on_the_page(browser, lines, language)
+        output = tmp_path / f"typed.{language or 'own'}"
+        assert translate.main([str(site["exports"] / "imported" / "1"), str(source),
+                               "--output", str(output), "--quiet",
+                               *(["--target-language", language] if language else [])]) == 0
+        assert translated[language] == text_lines(output), language
+    assert translated["fra"] != translated["deu"] and len(set(translated["fra"])) > 10

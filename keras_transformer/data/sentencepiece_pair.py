@@ -33,7 +33,7 @@ import tensorflow_text as tf_text
 
 from keras_transformer.data.tokenizer import (MODEL_FILENAME, SubwordTokenizer,
                                               native_info_lines_hidden, text_ids)
-from keras_transformer.config import EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 SOURCE_FILENAME = "source.spm"
 TARGET_FILENAME = "target.spm"
@@ -201,6 +201,14 @@ class SentencePiecePair(tf.Module):
         """The source piece text (e.g. b'>>fra<<') of each id of a dense tensor, in the
         graph."""
         return self._source_piece_table.lookup(tf.cast(ids, tf.int64))
+
+    def target_sentencepiece_ids(self) -> list[int]:
+        """The `target.spm` id of each of our target ids' pieces (index = our id; -1 for
+        padding, BOS and EOS, which no text holds): what a runtime without our piece tables
+        detokenizes with (the translation page, whose SentencePiece decodes ids only)."""
+        processor = self._processors["target"]
+        return [-1 if index in (PAD_ID, BOS_ID, EOS_ID) else processor.piece_to_id(piece)
+                for index, piece in enumerate(self._target_pieces)]
 
     def id_to_piece(self, ids: Sequence[int] | tf.Tensor) -> list[str]:
         """Return the target piece text of each id (for attention plots), e.g. '▁chien'."""

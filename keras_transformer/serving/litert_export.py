@@ -15,8 +15,9 @@ The folder `export_litert` writes:
 - the tokenizer's SentencePiece model(s) (`spm.model`, or an imported model's `source.spm`,
   `target.spm` and `vocabulary.json`), which a device tokenizes with;
 - `keras_transformer_litert.json`: the special ids, `max_length`, the search settings, the
-  quantization, the tokenizer's files (`tokenizer_files`) and the target languages (a model of
-  several: each language's token id, first in the source); beside it, as in every export, the
+  quantization, the tokenizer's files (`tokenizer_files`; for a SentencePiece pair, also
+  `target_sentencepiece_ids`, the `target.spm` id of each target id) and the target languages
+  (a model of several: each language's token id, first in the source); beside it, as in every export, the
   provenance record (`assets.extra/keras_transformer_provenance.json`,
   `provenance.write_provenance`).
 
@@ -162,7 +163,9 @@ def export_litert(model: Transformer, tokenizer: Tokenizer, directory: str | os.
                     "max_length": config.max_length, "source_length": source_length,
                     "search": dataclasses.asdict(settings),
                     "quantization": quantization, "tokenizer": tokenizer_files(tokenizer),
-                    **({"languages": languages.to_dict()} if languages else {})}
+                    **({"languages": languages.to_dict()} if languages else {}),
+                    **({"target_sentencepiece_ids": tokenizer.target_sentencepiece_ids()}
+                       if isinstance(tokenizer, SentencePiecePair) else {})}
         (directory / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True),
                                                encoding="utf-8")
     except BaseException:
@@ -220,17 +223,18 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
     vocab_size = manifest["vocab_size"]
     fixed = manifest.get("source_length")  # None: any length
     max_length = fixed or manifest["max_length"]
-    token = None
+    token, own_tokens = None, set()
     if target_language:
-        token = RunLanguages.from_dict(manifest["languages"]).token_id(target_language)
+        languages = RunLanguages.from_dict(manifest["languages"])
+        token, own_tokens = languages.token_id(target_language), set(languages.token_ids.values())
 
     def translate_ids(source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         kept = model_input_ids(tf.RaggedTensor.from_tensor(tf.convert_to_tensor(source_ids)),
                                vocab_size, max_length).to_list()
         nbest, scores = [], []
         for row in kept:
-            if row and token is not None:
-                row = ([token] + row)[:max_length - 1]
+            if row and token is not None:  # in place of a token the text starts with
+                row = ([token] + row[row[0] in own_tokens:])[:max_length - 1]
             if not row:  # an empty source: an empty translation, into any language
                 nbest.append(np.full([beam_size, 1], PAD_ID, np.int32))
                 scores.append(np.zeros([beam_size], np.float32))
