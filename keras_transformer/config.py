@@ -11,7 +11,7 @@ import json
 from typing import Any, Optional
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
-SINUSOID_LAYOUTS = ("interleaved", "halves")
+SINUSOID_LAYOUTS = ("interleaved", "halves", "fairseq")
 NORM_KINDS = ("post", "pre")
 ACTIVATIONS = ("relu", "swish", "gelu", "gelu_sigmoid")
 
@@ -58,10 +58,12 @@ class TransformerConfig:
     layer_norm_epsilon: float = 1e-6
     # Options of models trained elsewhere (e.g. imported Marian ones); the defaults are the
     # paper's. The feed-forward activation; the sinusoids' order across dimensions (the
-    # paper's sin/cos interleaved, or all sines then all cosines); a layer norm on the
-    # embeddings plus positions; a bias on the pre-softmax projection.
+    # paper's sin/cos interleaved, all sines then all cosines, or so at fairseq's frequencies);
+    # the position a sequence's first token is encoded as (fairseq's models: 2); a layer norm
+    # on the embeddings plus positions; a bias on the pre-softmax projection.
     activation: str = "relu"
     sinusoid_layout: str = "interleaved"
+    position_offset: int = 0
     embedding_norm: bool = False
     output_bias: bool = False
 
@@ -79,6 +81,8 @@ class TransformerConfig:
         for name in ("dropout", "attention_dropout"):
             _require(0.0 <= getattr(self, name) < 1.0, name, "must be in [0, 1)")
         _require(self.layer_norm_epsilon > 0, "layer_norm_epsilon", "must be positive")
+        _require(isinstance(self.position_offset, int) and self.position_offset >= 0,
+                 "position_offset", "must be a non-negative integer")
         _require(self.positional in POSITIONAL_KINDS, "positional", f"must be one of {POSITIONAL_KINDS}")
         _require(self.norm in NORM_KINDS, "norm", f"must be one of {NORM_KINDS}")
         _require(self.activation in ACTIVATIONS, "activation", f"must be one of {ACTIVATIONS}")

@@ -95,14 +95,13 @@ class Transformer(keras.Model):
         self.output_projection = (None if c.tie_output else keras.layers.Dense(
             c.output_vocab_size, use_bias=False, name="output_projection"))
         if c.positional == "sinusoidal":
-            self.source_positions = SinusoidalPositionalEncoding(c.sinusoid_layout,
-                                                                 name="positional_encoding")
+            self.source_positions = SinusoidalPositionalEncoding(
+                c.sinusoid_layout, offset=c.position_offset, name="positional_encoding")
             self.target_positions = self.source_positions
         else:
-            self.source_positions = LearnedPositionalEmbedding(c.max_length,
-                                                               name="source_positions")
-            self.target_positions = LearnedPositionalEmbedding(c.max_length,
-                                                               name="target_positions")
+            self.source_positions, self.target_positions = (LearnedPositionalEmbedding(
+                c.max_length, offset=c.position_offset, name=f"{side}_positions")
+                for side in ("source", "target"))
         self.source_dropout = HookDropout(c.dropout)
         self.target_dropout = HookDropout(c.dropout)
         embedding_norm = (lambda name: LayerNorm(

@@ -115,13 +115,13 @@ def test_xla_matches_graph(model):
     np.testing.assert_allclose(plain.scores.numpy(), xla.scores.numpy(), atol=1e-4)
 
 
-# Every option a decoding step reads: pre-norm (a final norm), learned positions, d_k != d_v,
-# no attention bias, an untied output projection over another vocabulary, uneven depths; and
-# those of models trained elsewhere (swish, sinusoids in halves, embedding norm, output bias).
+# Every option a decoding step reads: pre-norm (a final norm), learned positions from an
+# offset, d_k != d_v, no attention bias, an untied output projection over another vocabulary,
+# uneven depths; and those of models trained elsewhere (swish, sinusoids in halves, embedding norm, output bias).
 STEP_VARIANTS = [
     {},
-    {"norm": "pre", "positional": "learned", "d_k": 8, "d_v": 12, "attention_bias": False,
-     "share_embeddings": False, "target_vocab_size": 30, "num_encoder_layers": 3,
+    {"norm": "pre", "positional": "learned", "position_offset": 2, "d_k": 8, "d_v": 12,
+     "attention_bias": False, "share_embeddings": False, "target_vocab_size": 30, "num_encoder_layers": 3,
      "num_decoder_layers": 1},
     {"norm": "pre", "activation": "swish", "sinusoid_layout": "halves", "embedding_norm": True,
      "output_bias": True}]

@@ -162,6 +162,32 @@ def test_learned_positions_index_their_table():
     np.testing.assert_allclose(layer.at(positions), np.asarray(layer.table)[positions])
 
 
+def test_fairseq_sinusoids_follow_their_formula_from_the_offset():
+    """fairseq's `SinusoidalPositionalEmbedding` (M2M-100, NLLB): row r holds sin(r w_j) in
+    its first d/2 dimensions and cos(r w_j) in the rest, w_j = 10000^(-j/(d/2 - 1)); a
+    sequence's first token is row padding_idx + 1 = 2."""
+    d, half = 16, 8
+    rows = np.arange(2, 2 + 30)[:, None] * np.exp(-np.arange(half) * math.log(10000) /
+                                                 (half - 1))[None, :]
+    expected = np.concatenate([np.sin(rows), np.cos(rows)], axis=-1)
+    layer = SinusoidalPositionalEncoding("fairseq", offset=2)
+    np.testing.assert_allclose(layer(np.zeros((1, 30, d), "float32")), expected, atol=1e-5)
+    np.testing.assert_allclose(layer(np.zeros((1, 3, d), "float32"), start_index=7),
+                               expected[7:10], atol=1e-5)
+    positions = np.array([3, 0, 29, 3])
+    np.testing.assert_allclose(layer.at(positions), expected[positions], atol=1e-5)
+    paper = SinusoidalPositionalEncoding("halves")(np.zeros((1, 30, d), "float32"))
+    assert np.abs(np.asarray(paper)[2:] - expected[:-2]).max() > 0.1  # another frequency
+
+
+def test_learned_positions_start_at_the_offset():
+    layer = LearnedPositionalEmbedding(max_length=10, offset=2)
+    out = layer(np.zeros((2, 4, 8), "float32"), start_index=3)
+    assert layer.table.shape == (12, 8)
+    np.testing.assert_allclose(out, np.asarray(layer.table)[5:9])
+    np.testing.assert_allclose(layer.at(np.array([9, 0])), np.asarray(layer.table)[[11, 2]])
+
+
 def test_embedding_is_scaled_and_tied():
     layer = ScaledEmbedding(vocab_size=11, d_model=16)
     ids = np.array([[4, 5, 0]], "int32")
@@ -241,9 +267,10 @@ LAYERS = [
      {"dropout": 0.2, "attention_bias": False},
      lambda layer: built(layer, X.shape, X.shape)(X, X)),
     (lambda: ScaledEmbedding(11, 8), {"vocab_size": 11, "d_model": 8}, lambda layer: layer(IDS)),
-    (lambda: SinusoidalPositionalEncoding("halves"), {"layout": "halves"},
+    (lambda: SinusoidalPositionalEncoding("fairseq", offset=2),
+     {"layout": "fairseq", "offset": 2}, lambda layer: layer(X)),
+    (lambda: LearnedPositionalEmbedding(12, offset=2), {"max_length": 12, "offset": 2},
      lambda layer: layer(X)),
-    (lambda: LearnedPositionalEmbedding(12), {"max_length": 12}, lambda layer: layer(X)),
 ]
 
 

@@ -35,10 +35,19 @@ class _PositionalEncoding(keras.layers.Layer):
     """`call(x, start_index)`: the encoding `[length, d_model]` of positions `start_index ...
     start_index + length - 1` of `x` `[batch, length, d_model]`, for the caller to add to the
     scaled token embeddings; `at(positions)`: the encoding of any int positions, `[..., d_model]`.
+    Position p is encoded as the `offset + p`-th (fairseq's models count a sequence's first
+    token as position 2, `padding_idx + 1`; the paper's as 0).
     """
+
+    def __init__(self, offset: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.offset = offset
 
     def call(self, inputs, start_index=0):
         return self.at(ops.arange(ops.shape(inputs)[1]) + start_index)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "offset": self.offset}
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -46,7 +55,9 @@ class SinusoidalPositionalEncoding(_PositionalEncoding):
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
 
     `layout="halves"` puts the same sines in the first d/2 dimensions and the cosines in the
-    last d/2 (as tensor2tensor and Marian write them) instead of interleaving them.
+    last d/2 (as tensor2tensor and Marian write them) instead of interleaving them;
+    `layout="fairseq"` puts them so too, at the frequencies 10000^(-i/(d/2 - 1)), i < d/2
+    (fairseq's `SinusoidalPositionalEmbedding`, which M2M-100 and NLLB use).
     """
 
     def __init__(self, layout: str = "interleaved", **kwargs):
@@ -67,9 +78,13 @@ class SinusoidalPositionalEncoding(_PositionalEncoding):
     def _encoding(self, positions):
         """`[len(positions), d_model]`."""
         d_model = self.d_model
-        angles = ops.cast(positions, "float32")[:, None] * ops.exp(
-            ops.arange(0, d_model, 2, dtype="float32") * (-math.log(10000.0) / d_model))[None, :]
-        if self.layout == "halves":
+        # log 10000 / (d/2 - 1) per dimension pair in fairseq's layout, 2 log 10000 / d in the
+        # paper's
+        step = (math.log(10000.0) / (d_model // 2 - 1) if self.layout == "fairseq"
+                else 2 * math.log(10000.0) / d_model)
+        angles = ops.cast(positions + self.offset, "float32")[:, None] * ops.exp(
+            ops.arange(0, (d_model + 1) // 2, dtype="float32") * -step)[None, :]
+        if self.layout in ("halves", "fairseq"):
             encoding = ops.concatenate([ops.sin(angles), ops.cos(angles)], axis=-1)
         else:  # even dimensions hold sines and odd ones cosines, as in section 3.5
             encoding = ops.reshape(ops.stack([ops.sin(angles), ops.cos(angles)], axis=-1),
@@ -82,18 +97,20 @@ class SinusoidalPositionalEncoding(_PositionalEncoding):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class LearnedPositionalEmbedding(_PositionalEncoding):
-    """A trained `[max_length, d_model]` table of position vectors."""
+    """A trained `[offset + max_length, d_model]` table of position vectors."""
 
     def __init__(self, max_length: int, **kwargs):
         super().__init__(**kwargs)
         self.max_length = max_length
 
     def build(self, input_shape) -> None:
-        self.table = self.add_weight(name="table", shape=(self.max_length, input_shape[-1]),
+        self.table = self.add_weight(name="table",
+                                     shape=(self.offset + self.max_length, input_shape[-1]),
                                      initializer=keras.initializers.RandomNormal(stddev=0.02))
 
     def at(self, positions):
-        return ops.cast(ops.take(self.table, positions, axis=0), self.compute_dtype)
+        return ops.cast(ops.take(self.table, positions + self.offset, axis=0),
+                        self.compute_dtype)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "max_length": self.max_length}
