@@ -163,9 +163,9 @@ def test_learned_positions_index_their_table():
 
 
 def test_fairseq_sinusoids_follow_their_formula_from_the_offset():
-    """fairseq's `SinusoidalPositionalEmbedding` (M2M-100, NLLB): row r holds sin(r w_j) in
-    its first d/2 dimensions and cos(r w_j) in the rest, w_j = 10000^(-j/(d/2 - 1)); a
-    sequence's first token is row padding_idx + 1 = 2."""
+    """The sinusoids of fairseq's `SinusoidalPositionalEmbedding` (M2M-100, NLLB): row r holds
+    sin(r w_j) in its first d/2 dimensions and cos(r w_j) in the rest, w_j =
+    10000^(-j/(d/2 - 1)); a sequence's first token is row padding_idx + 1 = 2."""
     d, half = 16, 8
     rows = np.arange(2, 2 + 30)[:, None] * np.exp(-np.arange(half) * math.log(10000) /
                                                  (half - 1))[None, :]
