@@ -9,7 +9,9 @@ LiteRT interpreter (XNNPACK), against the float32 SavedModel's `translate_ids` (
 The model: a run directory (sources: the demo corpus's test split, as long as it lasts, then
 its train split), or with `--opus-mt` a random Marian folder of OPUS-MT's shape imported with
 `kt-import` (sources: random word sentences). Prints one JSON object: the sentences, how many
-beam and greedy id rows are equal, and the largest score difference of the equal ones.
+beam and greedy id rows are equal, the largest score difference of the equal ones, and for each
+beam row that differs both systems' n-best scores and the place of LiteRT's best in the
+SavedModel's n-best list.
 """
 from __future__ import annotations
 
@@ -97,7 +99,7 @@ def main(argv=None) -> int:
     beam, greedy = (interpreter.get_signature_runner(name) for name in ("beam", "greedy"))
     max_length = loaded.model.config.max_length
     counts = {"beam": 0, "greedy": 0}
-    differences, total = [], 0
+    differences, differing, total = [], [], 0
     for start in range(0, len(sentences), args.batch_size):
         pieces = loaded.tokenizer.tokenize(tf.constant(sentences[start:start + args.batch_size]))
         pieces = pieces[:, :max_length - 1]
@@ -117,12 +119,29 @@ def main(argv=None) -> int:
                     if name == "beam":
                         differences.append(abs(float(ours[name]["scores"][0, 0])
                                                - float(outputs["nbest_scores"][index, 0])))
+                elif name == "beam":
+                    differing.append(differing_row(total, ours["beam"], outputs, index))
             total += 1
     print(json.dumps({"model": "opus-mt-shaped import" if args.opus_mt else str(run),
                       "sentences": total, "beam_size": args.beam_size,
                       "beam_equal": counts["beam"], "greedy_equal": counts["greedy"],
-                      "largest_score_difference": max(differences, default=None)}))
+                      "largest_score_difference": max(differences, default=None),
+                      "differing_beam_rows": differing}))
     return 0
+
+
+def differing_row(sentence: int, lite: dict, served: dict, index: int) -> dict:
+    """What tells a near-tie from a fault in a beam row that differs: both systems' n-best
+    scores, and where the LiteRT best hypothesis stands in the SavedModel's n-best list
+    (None: not in it)."""
+    best = lite["ids"][0, 0]
+    nbest = served["nbest_ids"].numpy()[index]
+    width = max(best.shape[-1], nbest.shape[-1])
+    rank = next((rank for rank, ids in enumerate(nbest)
+                 if np.array_equal(padded(best[None], width), padded(ids[None], width))), None)
+    return {"sentence": sentence, "litert_scores": lite["scores"][0].round(6).tolist(),
+            "savedmodel_scores": served["nbest_scores"].numpy()[index].round(6).tolist(),
+            "litert_best_in_savedmodel_nbest": rank}
 
 
 if __name__ == "__main__":
