@@ -64,16 +64,17 @@ class PairTokenizer {
     const files = manifest.tokenizer;
     const vocabulary = await (await fetched(new URL(files.vocabulary, modelUrl),
                                             "the vocabulary")).json();
-    return new PairTokenizer(await sentencePiece(new URL(files.source, modelUrl), "the source tokenizer"),
-                             await sentencePiece(new URL(files.target, modelUrl), "the target tokenizer"),
-                             vocabulary.source, manifest.target_sentencepiece_ids,
-                             manifest.special_ids.unk);
+    const [source, target] = await Promise.all(["source", "target"].map(
+      (side) => sentencePiece(new URL(files[side], modelUrl), `the ${side} tokenizer`)));
+    return new PairTokenizer(source, target, vocabulary.source,
+                             manifest.target_sentencepiece_ids, manifest.special_ids.unk);
   }
 
   encode(text) {
     const tag = text.match(LANGUAGE_TOKEN);
     const pieces = this.source.encodePieces(tag ? text.slice(tag[0].length) : text);
-    return [...(tag ? [tag[1]] : []), ...pieces].map((piece) => this.sourceIds.get(piece) ?? this.unk);
+    return [...(tag ? [tag[1]] : []), ...pieces]
+      .map((piece) => this.sourceIds.get(piece) ?? this.unk);
   }
 
   decode(ids) {

@@ -17,8 +17,8 @@ The folder `export_litert` writes:
 - `keras_transformer_litert.json`: the special ids, `max_length`, the search settings, the
   quantization, the tokenizer's files (`tokenizer_files`; for a SentencePiece pair, also
   `target_sentencepiece_ids`, the `target.spm` id of each target id) and the target languages
-  (a model of several: each language's token id, first in the source); beside it, as in every export, the
-  provenance record (`assets.extra/keras_transformer_provenance.json`,
+  (a model of several: each language's token id, first in the source); beside it, as in every
+  export, the provenance record (`assets.extra/keras_transformer_provenance.json`,
   `provenance.write_provenance`).
 
 `web/` (beside the package) is a page that translates with such a folder in a browser.
