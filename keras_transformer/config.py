@@ -59,11 +59,13 @@ class TransformerConfig:
     # Options of models trained elsewhere (e.g. imported Marian ones); the defaults are the
     # paper's. The feed-forward activation; the sinusoids' order across dimensions (the
     # paper's sin/cos interleaved, all sines then all cosines, or so at fairseq's frequencies);
-    # the position a sequence's first token is encoded as (fairseq's models: 2); a layer norm
-    # on the embeddings plus positions; a bias on the pre-softmax projection.
+    # the position a sequence's first token is encoded as (fairseq's models: 2); whether the
+    # embeddings are multiplied by sqrt(d_model) (3.4; some fairseq models' are not); a layer
+    # norm on the embeddings plus positions; a bias on the pre-softmax projection.
     activation: str = "relu"
     sinusoid_layout: str = "interleaved"
     position_offset: int = 0
+    scale_embedding: bool = True
     embedding_norm: bool = False
     output_bias: bool = False
 

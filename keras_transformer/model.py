@@ -88,10 +88,10 @@ class Transformer(keras.Model):
         self.config = config
         c = config
         self.source_embedding = ScaledEmbedding(
-            c.vocab_size, c.d_model,
+            c.vocab_size, c.d_model, scaled=c.scale_embedding,
             name="shared_embedding" if c.share_embeddings else "source_embedding")
         self.target_embedding = (self.source_embedding if c.share_embeddings else ScaledEmbedding(
-            c.output_vocab_size, c.d_model, name="target_embedding"))
+            c.output_vocab_size, c.d_model, scaled=c.scale_embedding, name="target_embedding"))
         self.output_projection = (None if c.tie_output else keras.layers.Dense(
             c.output_vocab_size, use_bias=False, name="output_projection"))
         if c.positional == "sinusoidal":
@@ -277,9 +277,10 @@ class Transformer(keras.Model):
 
     # ---------------------------------------------------------------------------- helpers
     def embed(self, ids, side: str, training, positions=None):
-        """Dropout(E[ids] * sqrt(d_model) + positions) `[batch, len, d_model]` (section 3.4) of
-        the `side` ("source" or "target"); `positions`: the encodings to add (default: those of
-        positions `0 .. len - 1`; a decoding step's, of its position)."""
+        """Dropout(E[ids] * sqrt(d_model) + positions) `[batch, len, d_model]` (section 3.4;
+        `E[ids]` unscaled without `scale_embedding`) of the `side` ("source" or "target");
+        `positions`: the encodings to add (default: those of positions `0 .. len - 1`; a
+        decoding step's, of its position)."""
         x = getattr(self, f"{side}_embedding")(ids)
         if positions is None:
             positions = getattr(self, f"{side}_positions")(x)

@@ -258,5 +258,6 @@ def test_init_from_names_what_it_was_given_and_writes_nothing(imported, tmp_path
     with pytest.raises(SystemExit):
         train.main([*OPTIONS, "--init-from", str(source.root), "--pair", "en-de", *data[1:4:2],
                     "--dev-pair", "en-de", *data[5::2], "--output-dir", str(tmp_path / "run")])
-    assert ("--pair: cannot be combined with --init-from yet (fine-tune on one pair's "
+    assert ("--pair: with --init-from only of a model of many languages that reads both (an "
+            "imported NLLB-200 or M2M-100 model); fine-tune another on one pair's "
             "--train-src/--train-tgt") in capsys.readouterr().err

@@ -9,7 +9,8 @@ import yaml
 
 import keras_transformer as kt
 from keras_transformer.importing.huggingface import read_huggingface_folder
-from keras_transformer.importing.marian import MarianFormatError, read_marian_folder
+from keras_transformer.importing.imported_model import ImportFormatError
+from keras_transformer.importing.marian import read_marian_folder
 from keras_transformer.importing.run_directory import (IMPORT_FILE, imported_transformer,
                                                        write_imported_run)
 from marian_models import (MarianVariant, tokenize, training_sentences, write_huggingface_folder,
@@ -87,12 +88,12 @@ def test_refusals_name_the_option_and_write_nothing(tmp_path):
         edited = yaml.safe_dump({**options, option: value})
         arrays["special:model.yml"] = np.frombuffer(edited.encode() + b"\0", np.int8)
         np.savez(npz, **arrays)
-        with pytest.raises(MarianFormatError, match=option):
+        with pytest.raises(ImportFormatError, match=option):
             write_imported_run(read_marian_folder(folder), tmp_path / "run", str(folder),
                                "marian")
         assert not (tmp_path / "run").exists()
     npz.write_bytes(npz.read_bytes()[:1000])
-    with pytest.raises(MarianFormatError, match="model.npz.*truncated or corrupt"):
+    with pytest.raises(ImportFormatError, match="model.npz.*truncated or corrupt"):
         read_marian_folder(folder)
 
 
@@ -100,7 +101,7 @@ def test_a_vocabulary_of_another_model_is_refused(tmp_path):
     folder = write_marian_model(tmp_path / "marian", MarianVariant())
     vocabulary = folder / "opus.vocab.yml"
     vocabulary.write_text(vocabulary.read_text().replace("▁", "_"))
-    with pytest.raises(MarianFormatError, match="opus.vocab.yml.*not in its SentencePiece"):
+    with pytest.raises(ImportFormatError, match="opus.vocab.yml.*not in its SentencePiece"):
         read_marian_folder(folder)
 
 
@@ -161,7 +162,7 @@ def test_the_hugging_face_layout_imports_the_same_model(name, tmp_path):
 def test_a_hugging_face_folder_without_safetensors_is_refused_by_name(tmp_path):
     folder = write_huggingface_folder(write_marian_model(tmp_path / "marian"), tmp_path / "hf")
     (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
-    with pytest.raises(MarianFormatError, match="pytorch_model.bin: a PyTorch .bin needs torch"):
+    with pytest.raises(ImportFormatError, match="pytorch_model.bin: a PyTorch .bin needs torch"):
         read_huggingface_folder(folder)
 
 

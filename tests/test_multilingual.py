@@ -171,18 +171,29 @@ def test_the_vocabulary_sample_takes_as_many_sentences_of_each_language(corpus):
     assert texts != list(sample_language_sentences(sides, 4 * 500, seed=1))
 
 
-def test_a_language_tokenizer_puts_the_token_where_the_placement_says(vocabulary):
+def test_a_language_tokenizer_puts_the_tokens_where_the_placement_says(vocabulary):
+    """`RunLanguages.pair_prefixes` per placement (and with the source language's token, as
+    NLLB reads it), applied by `LanguageTokenizer`."""
     token = language_token_ids(vocabulary, ["up"], "the test vocabulary")["up"]
     texts = tf.constant(["big cat", "SUN"])
     plain = vocabulary.tokenize(texts).to_list()
-    source = LanguageTokenizer(vocabulary, token, "source")
-    target = LanguageTokenizer(vocabulary, token, "target")
-    assert source.tokenize(texts).to_list() == [[token] + ids for ids in plain]
-    assert source.tokenize_target(texts).to_list() == plain
-    assert target.tokenize(texts).to_list() == plain
-    assert target.tokenize_target(texts).to_list() == [[token] + ids for ids in plain]
-    with pytest.raises(ValueError, match="placement: 'middle'"):
-        LanguageTokenizer(vocabulary, token, "middle")
+    pair = LanguagePair("rv", "up")
+    source = RunLanguages("source", {"up": token, "rv": 7}, {"up": "<2up>", "rv": "<2rv>"})
+    target = RunLanguages("target", {"up": token, "rv": 7}, {"up": "<2up>", "rv": "<2rv>"})
+    both = RunLanguages("target", {"up": token, "rv": 7}, {"up": "up", "rv": "rv"},
+                        source_language_token=True)
+    assert [languages.pair_prefixes(pair) for languages in (source, target, both)] == [
+        ([token], []), ([], [token]), ([7], [token])]
+    for languages in (source, target, both):
+        tokenizer = LanguageTokenizer(vocabulary, languages.pair_prefixes(pair))
+        prefix_source, prefix_target = languages.pair_prefixes(pair)
+        assert tokenizer.tokenize(texts).to_list() == [prefix_source + ids for ids in plain]
+        assert tokenizer.tokenize_target(texts).to_list() == [prefix_target + ids
+                                                              for ids in plain]
+    with pytest.raises(ValueError, match="source language 'cs': the model translates from"):
+        both.pair_prefixes(LanguagePair("cs", "up"))
+    with pytest.raises(ValueError, match="source_language_token: .* \"target\" placement"):
+        RunLanguages("source", {"up": token}, {"up": "up"}, source_language_token=True)
 
 
 def test_an_unknown_target_language_is_refused_by_name():

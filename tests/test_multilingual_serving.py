@@ -494,7 +494,7 @@ def test_a_languages_file_of_the_earlier_format_loads(tmp_path):
     assert languages == RunLanguages.trained("target", {"de": 4, "fr": 5}, 5.0,
                                              record["pairs"])
     assert languages.pieces == {"de": "<2de>", "fr": "<2fr>"} and not languages.optional
-    assert languages.to_dict() == {**record, "optional": False}
+    assert languages.to_dict() == {**record, "optional": False, "source_language_token": False}
     with pytest.raises(ValueError, match="target language '': the model translates into de, "
                                          "fr only"):
         languages.token_id("")

@@ -18,7 +18,7 @@ from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.model import Transformer
 from keras_transformer.serving.ctranslate2_export import is_ctranslate2_model
-from keras_transformer.serving.text_translation import chosen_language
+from keras_transformer.serving.text_translation import chosen_language, chosen_source_language
 from keras_transformer.training.loaded_run import chosen_model, load_run
 from keras_transformer.training.progress import CountProgress, stage
 from keras_transformer.training.run_dir import RunDir
@@ -182,14 +182,21 @@ def load_run_model(run_dir: str, weights: Optional[str] = None
 
 
 def add_target_language_argument(parser: argparse.ArgumentParser) -> None:
-    """`--target-language LANG`: what a model of several target languages translates into."""
+    """`--target-language LANG`: what a model of several target languages translates into;
+    `--source-language LANG`: what a model that reads it (NLLB-200, M2M-100) translates from."""
     parser.add_argument("--target-language", metavar="LANG",
                         help="the language to translate into (e.g. de): required by a model "
                              "trained on several language pairs (kt-train --pair) and its "
                              "exports; a run imported from a multi-target OPUS-MT model, and "
                              "its exports, take it as its >>LANG<< token (e.g. fra), first in "
                              "each line in place of a line's own, or go without it (each line "
-                             "as it is); refused by other models")
+                             "as it is); an imported NLLB-200 or M2M-100 model takes its "
+                             "codes (eng_Latn, or en) or an unambiguous ISO 639-3 code (eng); "
+                             "refused by other models")
+    parser.add_argument("--source-language", metavar="LANG",
+                        help="the language translated from: required by an imported NLLB-200 "
+                             "or M2M-100 model and its exports (e.g. eng_Latn, or eng; en for "
+                             "M2M-100), refused by other models")
 
 
 def add_tfds_language_arguments(parser: argparse.ArgumentParser) -> None:
@@ -205,14 +212,17 @@ def add_tfds_language_arguments(parser: argparse.ArgumentParser) -> None:
                             help=argparse.SUPPRESS)
 
 
-def run_target_language(run_dir: str, language: Optional[str]
-                        ) -> tuple[Optional[RunLanguages], Optional[str]]:
+def run_target_language(run_dir: str, language: Optional[str],
+                        source_language: Optional[str] = None
+                        ) -> tuple[Optional[RunLanguages], Optional[str], Optional[str]]:
     """The run directory's target languages (`RunDir.languages`: of a run of several pairs,
-    or of a model imported from a multi-target Marian model; None for a model of one) and
-    `language` (`--target-language`) checked against them (`chosen_language`: "" for an
-    imported model's optional language left out)."""
+    or of a model imported from a multi-target Marian, NLLB-200 or M2M-100 model; None for a
+    model of one), `language` (`--target-language`) checked against them (`chosen_language`:
+    "" for an imported model's optional language left out) and `source_language`
+    (`--source-language`, `chosen_source_language`: None for a model that reads none)."""
     languages = RunDir(run_dir).languages()
-    return languages, chosen_language(languages, language, repr(run_dir))
+    return (languages, chosen_language(languages, language, repr(run_dir)),
+            chosen_source_language(languages, source_language, repr(run_dir)))
 
 
 def add_ensemble_argument(parser: argparse.ArgumentParser) -> None:

@@ -154,7 +154,8 @@ def run_hypotheses(args: argparse.Namespace, sources: list[str], name: str
                    ) -> tuple[list[str], str]:
     """The translations of `sources` by the run directory's model and the path they go to
     (default: in the run directory, per target language)."""
-    languages, language = run_target_language(args.run_dir, args.target_language)
+    languages, language, source = run_target_language(args.run_dir, args.target_language,
+                                                      args.source_language)
     model, tokenizer = load_run_model(args.run_dir, args.weights)
     output = args.hypotheses or os.path.join(
         args.run_dir, f"{name}.hyp" if language is None else f"{name}.{language}.hyp")
@@ -164,9 +165,10 @@ def run_hypotheses(args: argparse.Namespace, sources: list[str], name: str
                             languages=languages)
     max_length = model.config.max_length
     warn_truncated(args, truncated_sources(tokenizer, sources, max_length, languages=languages,
-                                           language=language), max_length)
+                                           language=language, source_language=source),
+                   max_length)
     hypotheses = translate_corpus(translator if language is None
-                                  else IntoLanguage(translator, language), sources,
+                                  else IntoLanguage(translator, language, source), sources,
                                   args.batch_size,
                                   CountProgress("kt-evaluate", len(sources),
                                                 doing="translating").advance)
@@ -182,7 +184,8 @@ def export_hypotheses(args: argparse.Namespace, sources: list[str], name: str
         raise ValueError(f"--hypotheses: required with an export ({args.run_dir!r} is one; "
                          f"kt-evaluate writes nothing into it), e.g. --hypotheses {name}.hyp")
     check_export_flags(args)
-    translator = load_export(args.run_dir, args.target_language, threads=args.threads)
+    translator = load_export(args.run_dir, args.target_language, threads=args.threads,
+                             source_language=args.source_language)
     lines = [source.encode("utf-8") for source in sources]
     if translator.max_length is not None:
         warn_truncated(args, translator.truncated(lines), translator.max_length)

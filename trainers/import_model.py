@@ -1,11 +1,16 @@
-"""`kt-import`: a released Marian (OPUS-MT) model folder as a run directory.
+"""`kt-import`: a released Marian (OPUS-MT), NLLB-200 or M2M-100 model folder as a run directory.
 
     kt-import opus-mt-en-de/ --output-dir runs/opus-mt-en-de
     echo "A man rides a bike." | kt-translate runs/opus-mt-en-de
+    kt-import nllb-200-distilled-600M/ --output-dir runs/nllb
+    echo "A man rides a bike." | kt-translate runs/nllb --source-language eng_Latn \
+        --target-language fra_Latn
 
 The folder is a Marian release (`decoder.yml`, the `.npz` model, its vocabulary `.yml`,
-`source.spm`, `target.spm`) or the same model in Hugging Face's layout (`config.json`,
-`model.safetensors`, `vocab.json`, `source.spm`, `target.spm`). The run directory holds our config, weights and tokenizer pair,
+`source.spm`, `target.spm`), the same model in Hugging Face's layout (`config.json`,
+`model.safetensors`, `vocab.json`, `source.spm`, `target.spm`), or an NLLB-200 / M2M-100 model
+in Hugging Face's layout (`config.json`, `model.safetensors` or its shards,
+`sentencepiece.bpe.model`, the tokenizer's JSON files). The run directory holds our config, weights and tokenizer pair,
 and `import.json` (origin, file digests, licence and README text); every command takes it like
 a run kt-train wrote. A model we cannot represent is refused by name before anything is written.
 """
@@ -40,7 +45,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line; returns its exit status (2 when the model is refused)."""
     args = parse_args(argv)
     from keras_transformer.importing.huggingface import read_huggingface_folder
-    from keras_transformer.importing.marian import MarianFormatError, read_marian_folder
+    from keras_transformer.importing.imported_model import ImportFormatError
+    from keras_transformer.importing.marian import read_marian_folder
     from keras_transformer.importing.run_directory import write_imported_run
 
     source_format = args.format
@@ -52,7 +58,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         imported = read(args.folder)
         run = write_imported_run(imported, args.output_dir, os.path.abspath(args.folder),
                                  source_format)
-    except (MarianFormatError, ValueError) as error:
+    except (ImportFormatError, ValueError) as error:
         print(f"kt-import: {error}", file=sys.stderr)
         return 2
     config = imported.config

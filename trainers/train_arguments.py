@@ -8,7 +8,7 @@ import sys
 from typing import Optional, Sequence
 
 from keras_transformer.config import Recipe
-from keras_transformer.data.languages import PLACEMENTS, LanguagePair
+from keras_transformer.data.languages import PLACEMENTS, LanguagePair, RunLanguages
 from keras_transformer.training.run_dir import RunDir
 from trainers.common import (add_recipe_arguments, add_tfds_language_arguments, recipe_from_args,
                              recipe_overrides)
@@ -182,6 +182,11 @@ def check_pair_arguments(parser: argparse.ArgumentParser, args: argparse.Namespa
     and sets `args.language_pairs` (the `LanguagePair` of each `--pair`, in order) and
     `args.pair_files` (pair name -> split -> (source file, target file))."""
     args.language_pairs, args.pair_files = [], {}
+    if not args.pair and many_to_many_languages(args.init_from) is not None:
+        parser.error(f"--init-from: {args.init_from!r} translates between many languages, each "
+                     "sentence pair asked for by both its languages: give the new pairs with "
+                     "--pair SRC-TGT TRAIN.SRC TRAIN.TGT and --dev-pair (the model's codes, "
+                     "e.g. eng_Latn-fra_Latn)")
     if not args.pair:
         for flag in ("dev_pair", "test_pair", "pair_temperature", "language_token"):
             if getattr(args, flag) not in (None, []):
@@ -192,9 +197,14 @@ def check_pair_arguments(parser: argparse.ArgumentParser, args: argparse.Namespa
         ("--dev-src", args.dev_src), ("--dev-tgt", args.dev_tgt), ("--test-src", args.test_src),
         ("--test-tgt", args.test_tgt), ("--tfds", args.tfds), ("--prepared", args.prepared),
         ("--task parsing", args.task == "parsing")) if given]
-    if args.init_from:
-        parser.error("--pair: cannot be combined with --init-from yet (fine-tune on one "
-                     "pair's --train-src/--train-tgt, --dev-src/--dev-tgt)")
+    many_to_many = many_to_many_languages(args.init_from)
+    if args.init_from and many_to_many is None:
+        parser.error("--pair: with --init-from only of a model of many languages that reads "
+                     "both (an imported NLLB-200 or M2M-100 model); fine-tune another on one "
+                     "pair's --train-src/--train-tgt, --dev-src/--dev-tgt")
+    if many_to_many is not None and args.language_token not in (None, "target"):
+        parser.error(f"--language-token: {args.init_from!r} reads its languages' tokens where "
+                     "it was trained (the target language's first in the target)")
     if others:
         parser.error(f"--pair: cannot be combined with {', '.join(others)} (give each "
                      "pair's files with --pair, --dev-pair and --test-pair)")
@@ -205,6 +215,8 @@ def check_pair_arguments(parser: argparse.ArgumentParser, args: argparse.Namespa
                 pair = LanguagePair.parse(name)
             except ValueError as error:
                 parser.error(f"{option}: {error}")
+            if many_to_many is not None:
+                check_model_languages(parser, option, pair, many_to_many)
             if split == "train":
                 if name in args.pair_files:
                     parser.error(f"{option}: given twice")
@@ -224,6 +236,32 @@ def check_pair_arguments(parser: argparse.ArgumentParser, args: argparse.Namespa
     if not args.pair_temperature > 0:
         parser.error(f"--pair-temperature: must be positive, got {args.pair_temperature}")
     args.language_token = args.language_token or PLACEMENTS[0]
+
+
+def many_to_many_languages(path: Optional[str]) -> Optional[RunLanguages]:
+    """The languages of the `--init-from` run `path` when its model reads both a source and a
+    target language (`RunLanguages.source_language_token`: an imported NLLB-200 or M2M-100
+    model), which `--pair` fine-tunes on pairs of its languages; else None."""
+    if not path or not RunDir(path).config_path.is_file():
+        return None
+    languages = RunDir(path).languages()
+    return languages if languages is not None and languages.source_language_token else None
+
+
+def check_model_languages(parser: argparse.ArgumentParser, option: str, pair: LanguagePair,
+                          languages: RunLanguages) -> None:
+    """Exits through `parser.error` naming `option` when a language of `pair` is not one of
+    the model's `languages` by its exact code (an alias is pointed to the code it names)."""
+    for language in (pair.source, pair.target):
+        if language in languages.token_ids:
+            continue
+        try:
+            meant = languages.code(language)
+        except ValueError as error:
+            parser.error(f"{option}: {error}")
+        parser.error(f"{option}: {language!r} is not a language of the model" + (
+            f" by its code: write {meant}" if meant != language else
+            f" ({', '.join(sorted(languages.token_ids))})"))
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -336,7 +374,7 @@ def check_init_from(parser: argparse.ArgumentParser, path: Optional[str]) -> Non
                          "--output-dir runs/NAME), then --init-from runs/NAME" if released
                          else ""))
     languages = run.languages()
-    if languages is not None and not languages.optional:
+    if languages is not None and not (languages.optional or languages.source_language_token):
         parser.error(f"--init-from: {path!r} translates into several languages "
                      f"({', '.join(sorted(languages.token_ids))}), each asked for by its token; "
                      "fine-tuning it on --train-src/--train-tgt would keep none: fine-tuning a "

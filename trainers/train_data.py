@@ -4,6 +4,7 @@ batches over them (`PairSampling`), recorded in the run's `languages.json`."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import time
@@ -33,12 +34,13 @@ from trainers.train_arguments import tfds_split_names
 
 class PairInputs(NamedTuple):
     """What a start of several language pairs reads besides the training pairs: pair name ->
-    (sources, targets) of its dev set and of its test set (the pairs given one), and the id
-    of each target language's token in the run's vocabulary."""
+    (sources, targets) of its dev set and of its test set (the pairs given one), and the
+    run's languages before its pairs are recorded: each language's token in the run's
+    vocabulary, where it goes (`RunLanguages.pair_prefixes`)."""
 
     dev: dict[str, tuple[list, list]]
     test: dict[str, tuple[list, list]]
-    token_ids: dict[str, int]
+    languages: RunLanguages
 
 
 class RunInputs(NamedTuple):
@@ -88,10 +90,15 @@ def pair_inputs(args: argparse.Namespace, run: RunDir) -> RunInputs:
     sets = {split: {name: read_parallel(*files[split]) for name, files in args.pair_files.items()
                     if split in files} for split in ("dev", "test")}
     tokenizer = load_or_train_tokenizer(run, args.recipe.architecture, source, args)
-    token_ids = language_token_ids(tokenizer, target_languages(args.language_pairs),
-                                   f"the run's vocabulary {run.vocab}")
+    many_to_many = RunDir(args.init_from).languages() if args.init_from else None
+    if many_to_many is not None:  # a model of many languages (NLLB-200), fine-tuned on pairs
+        languages = dataclasses.replace(many_to_many, temperature=args.pair_temperature)
+    else:
+        languages = RunLanguages.trained(args.language_token, language_token_ids(
+            tokenizer, target_languages(args.language_pairs),
+            f"the run's vocabulary {run.vocab}"), args.pair_temperature, [])
     return RunInputs(source, {}, None, tokenizer, None,
-                     PairInputs(sets["dev"], sets["test"], token_ids))
+                     PairInputs(sets["dev"], sets["test"], languages))
 
 
 def learn_pair_vocabulary(pairs: list[LanguagePair], source: ParallelSource, vocab_size: int,
@@ -219,14 +226,15 @@ def stored(source: ParallelSource, directory: Path, tokenizer: Tokenizer,
 def pair_sampling(run: RunDir, inputs: RunInputs, args: argparse.Namespace,
                   batch_tokens: int) -> PairSampling:
     """The batches of several language pairs: each pair's corpus in its own storage
-    (`prepared/SRC-TGT`) with its target-language token in every pair's ids where
-    `--language-token` says, each pair drawn at `--pair-temperature`; the shares are printed
+    (`prepared/SRC-TGT`) with its language tokens in every pair's ids where the run's
+    languages put them (`RunLanguages.pair_prefixes`: `--language-token`, or the
+    `--init-from` model's), each pair drawn at `--pair-temperature`; the shares are printed
     and recorded with the languages in the run's `languages.json` (`RunLanguages`)."""
     plans, prefixes = {}, {}
     corpora = inputs.source.parts or (inputs.source,)
+    languages = inputs.pairs.languages
     for pair, corpus in zip(args.language_pairs, corpora):
-        token = [inputs.pairs.token_ids[pair.target]]
-        prefixes[pair.name] = (token, []) if args.language_token == "source" else ([], token)
+        prefixes[pair.name] = languages.pair_prefixes(pair)
         storage = stored(corpus, run.root / "prepared" / pair.name, inputs.tokenizer, args,
                          prefixes[pair.name])
         plans[pair.name] = BatchPlan(storage, batch_tokens, args.recipe.architecture.max_length,
@@ -237,15 +245,14 @@ def pair_sampling(run: RunDir, inputs: RunInputs, args: argparse.Namespace,
               "pairs_per_epoch": plans[pair.name].pairs_per_epoch,
               "share": round(float(share), 6)}
              for pair, share in zip(args.language_pairs, sampling.shares)]
-    record = RunLanguages.trained(args.language_token, inputs.pairs.token_ids,
-                                  args.pair_temperature, pairs)
-    run.write_json(LANGUAGES_FILE, record.to_dict())
+    run.write_json(LANGUAGES_FILE, dataclasses.replace(languages, pairs=pairs).to_dict())
     print("kt-train: pairs drawn at temperature "
           f"{args.pair_temperature:g}: " + ", ".join(
               f"{name} {100 * share:.1f}%" for name, share in zip(sampling.names,
                                                                   sampling.shares))
-          + f" of the batches; target-language token first in the {args.language_token}",
-          file=sys.stderr)
+          + f" of the batches; target-language token first in the {languages.placement}"
+          + (", source-language token first in the source"
+             if languages.source_language_token else ""), file=sys.stderr)
     return sampling
 
 

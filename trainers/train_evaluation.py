@@ -45,7 +45,11 @@ def pair_translator(translator: Translator, pair: str = "") -> Translator | Into
     of the language pair named `pair` (`IntoLanguage`), as kt-translate and kt-evaluate do; the
     translator itself for a run of one pair (`pair` ""). The pairs of a run share one
     translator, hence its traced searches."""
-    return IntoLanguage(translator, LanguagePair.parse(pair).target) if pair else translator
+    if not pair:
+        return translator
+    languages, parsed = translator.languages, LanguagePair.parse(pair)
+    return IntoLanguage(translator, parsed.target,
+                        parsed.source if languages.source_language_token else None)
 
 
 def attention_tokenizer(tokenizer: Tokenizer, languages: Optional[RunLanguages],
@@ -55,8 +59,7 @@ def attention_tokenizer(tokenizer: Tokenizer, languages: Optional[RunLanguages],
     (`languages`) puts it; the tokenizer itself for a run of one pair (`pair` "")."""
     if not pair:
         return tokenizer
-    return LanguageTokenizer(tokenizer, languages.token_id(LanguagePair.parse(pair).target),
-                             languages.placement)
+    return LanguageTokenizer(tokenizer, languages.pair_prefixes(LanguagePair.parse(pair)))
 
 
 def warn_of_truncated_sources(tokenizer: Tokenizer, sources: dict[str, tuple[str, Sequence[str]]],
@@ -73,9 +76,12 @@ def warn_of_truncated_sources(tokenizer: Tokenizer, sources: dict[str, tuple[str
         languages: the run's target languages (`RunDir.languages`), None for one.
     """
     for name, (pair, texts) in sources.items():
+        parsed = LanguagePair.parse(pair) if pair else None
         truncated = truncated_sources(
             tokenizer, texts, max_length, languages=languages,
-            language=LanguagePair.parse(pair).target if pair else None)
+            language=parsed.target if parsed else None,
+            source_language=parsed.source if parsed and languages.source_language_token
+            else None)
         if truncated:
             print("kt-train: warning: " + truncation_warning(
                 name, [index + 1 for index in truncated], max_length), file=sys.stderr)

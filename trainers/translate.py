@@ -17,7 +17,9 @@ empty line leaves the sentence free). `--ensemble RUN_DIR ...` (with a run direc
 with those runs' models too, averaging their probabilities. An export's search settings are fixed
 in its graph: to change them, export again (`kt-export --beam-size ...`).
 A model trained on several language pairs (`kt-train --pair`), or its export, translates into
-the language `--target-language` names (`kt-translate runs/multi in.en --target-language de`).
+the language `--target-language` names (`kt-translate runs/multi in.en --target-language de`);
+an imported NLLB-200 or M2M-100 model from the language `--source-language` names too
+(`kt-translate runs/nllb in.en --source-language eng_Latn --target-language fra_Latn`).
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ from keras_transformer.data.text_files import read_raw_lines
 from keras_transformer.decoding.translator import IntoLanguage, Translator
 from keras_transformer.serving.loading import export_version, load_export, recorded_languages
 from keras_transformer.serving.text_translation import (LineTranslator, best_lines,
-                                                        chosen_language, length_batches,
+                                                        chosen_language,
+                                                        chosen_source_language, length_batches,
                                                         output_line, truncation_warning)
 from keras_transformer.training.progress import CountProgress
 from keras_transformer.training.run_dir import RunDir
@@ -91,8 +94,10 @@ def checked_target_language(args: argparse.Namespace) -> Optional[str]:
     """`--target-language`, checked against the languages of the model (a run directory's or
     an export's) before it loads (`chosen_language`'s ValueError)."""
     if is_run_directory(args.model):
-        return run_target_language(args.model, args.target_language)[1]
+        return run_target_language(args.model, args.target_language, args.source_language)[1]
     version = export_version(args.model)
+    chosen_source_language(recorded_languages(version), args.source_language,
+                           repr(str(version)))
     return chosen_language(recorded_languages(version), args.target_language,
                            repr(str(version)))
 
@@ -101,15 +106,17 @@ def load_translator(args: argparse.Namespace) -> LineTranslator:
     """An export as saved, or a run directory's model with its recipe's search settings (the
     search flags override them), into `--target-language` (a model of several)."""
     if is_run_directory(args.model):
-        languages, language = run_target_language(args.model, args.target_language)
+        languages, language, source = run_target_language(args.model, args.target_language,
+                                                          args.source_language)
         model, tokenizer = load_run_model(args.model, args.weights)
         settings = search_settings(args, RunDir(args.model).load_recipe().search)
         translator = Translator(model, tokenizer, settings, languages=languages,
                                 ensemble=load_ensemble(args.ensemble, tokenizer))
         return LineTranslator.from_translator(
-            translator if language is None else IntoLanguage(translator, language))
+            translator if language is None else IntoLanguage(translator, language, source))
     check_export_flags(args)
-    return load_export(args.model, args.target_language, threads=args.threads)
+    return load_export(args.model, args.target_language, threads=args.threads,
+                       source_language=args.source_language)
 
 
 def translate_lines(translator: LineTranslator, lines: list[bytes], args: argparse.Namespace,

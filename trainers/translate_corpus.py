@@ -91,8 +91,9 @@ def tree_sha256(directory: Path) -> str:
 def teacher_identity(args: argparse.Namespace) -> dict[str, Any]:
     """What the output depends on: each run's weights, vocabulary and architecture and the
     search settings, or the export's files (their digests: paths may move); and the target
-    language, when given."""
-    language = {"target_language": args.target_language} if args.target_language else {}
+    and source languages, when given."""
+    language = {name: getattr(args, name) for name in ("target_language", "source_language")
+                if getattr(args, name)}
     if not (Path(args.model) / "config.json").is_file():
         return {"export": tree_sha256(export_version(args.model)), **language}
     runs = []

@@ -124,7 +124,9 @@ class RunLanguages:
     languages, its batches per epoch and its share of the training batches (`pairs`; an
     imported model has neither). `optional`: a text may be translated without a language, as
     it is (an imported multi-target model, whose texts may start with their own token): the
-    language "" asks for none."""
+    language "" asks for none. `source_language_token`: the model's languages are its source
+    languages too, and a source starts with its own language's token (NLLB-200, M2M-100: a
+    request names both languages)."""
 
     placement: str
     token_ids: dict[str, int]
@@ -132,6 +134,7 @@ class RunLanguages:
     temperature: Optional[float] = None
     pairs: list[dict[str, Any]] = field(default_factory=list)
     optional: bool = False
+    source_language_token: bool = False
 
     def __post_init__(self):
         if self.placement not in PLACEMENTS:
@@ -143,6 +146,22 @@ class RunLanguages:
         if self.optional and self.placement != "source":
             raise ValueError("optional: a language can be left out with the \"source\" "
                              "placement only")
+        if self.source_language_token and self.placement != "target":
+            raise ValueError("source_language_token: the source language's token goes first "
+                             "in the source with the \"target\" placement only")
+
+    def code(self, language: str) -> str:
+        """The model's code `language` names: itself, or the one code of the model that it
+        starts (an ISO 639-3 code before a script, `eng` for `eng_Latn`); a ValueError naming
+        the codes it could mean when there are several (`zho`: `zho_Hans`, `zho_Hant`), and
+        `language` itself when it names none (`token_id` refuses it)."""
+        if language in self.token_ids:
+            return language
+        meant = sorted(code for code in self.token_ids if code.startswith(f"{language}_"))
+        if len(meant) > 1:
+            raise ValueError(f"language {language!r} is ambiguous: the model has "
+                             f"{', '.join(meant)}")
+        return meant[0] if meant else language
 
     def token_id(self, language: str) -> Optional[int]:
         """The id of the token asking for `language`; None for "" when the language is
@@ -152,6 +171,18 @@ class RunLanguages:
             return None
         if language not in self.token_ids:
             raise ValueError(f"target language {language!r}: the model translates into "
+                             f"{', '.join(sorted(self.token_ids))} only")
+        return self.token_ids[language]
+
+    def source_token_id(self, language: str) -> int:
+        """The id of the token a source in `language` starts with (`source_language_token`);
+        a ValueError naming `language` and the model's languages when it has no token for it,
+        or naming the model's want when it reads no source language."""
+        if not self.source_language_token:
+            raise ValueError(f"source language {language!r}: the model reads no source "
+                             "language (only the target language is asked for)")
+        if language not in self.token_ids:
+            raise ValueError(f"source language {language!r}: the model translates from "
                              f"{', '.join(sorted(self.token_ids))} only")
         return self.token_ids[language]
 
@@ -170,12 +201,24 @@ class RunLanguages:
         return tf.concat([tf.ragged.boolean_mask(tokens[:, None], asked[:, None]),
                           tf.ragged.boolean_mask(pieces, kept)], axis=1)
 
+    def pair_prefixes(self, pair: LanguagePair) -> tuple[list[int], list[int]]:
+        """The ids a sentence pair of `pair` starts with as the model reads it, (source,
+        target): the target language's token first in the source ("source" placement) or in
+        the target ("target"), and the source language's first in the source where the model
+        reads it (`source_language_token`)."""
+        target = [self.token_ids[pair.target]]
+        if self.placement == "source":
+            return target, []
+        source = [self.source_token_id(pair.source)] if self.source_language_token else []
+        return source, target
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON record."""
         return {"placement": self.placement, "temperature": self.temperature,
                 "tokens": {language: {"piece": self.pieces[language], "id": token_id}
                            for language, token_id in sorted(self.token_ids.items())},
-                "pairs": self.pairs, "optional": self.optional}
+                "pairs": self.pairs, "optional": self.optional,
+                "source_language_token": self.source_language_token}
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> "RunLanguages":
@@ -187,7 +230,8 @@ class RunLanguages:
                    {language: int(token["id"]) for language, token in tokens.items()},
                    {language: token["piece"] for language, token in tokens.items()},
                    None if temperature is None else float(temperature),
-                   list(record.get("pairs", [])), bool(record.get("optional", False)))
+                   list(record.get("pairs", [])), bool(record.get("optional", False)),
+                   bool(record.get("source_language_token", False)))
 
     @classmethod
     def trained(cls, placement: str, token_ids: dict[str, int], temperature: float,
@@ -200,28 +244,24 @@ class RunLanguages:
 
 
 class LanguageTokenizer(tf.Module):
-    """`tokenizer` with the token `token_id` of one target language put where `placement`
-    says: before each source's ids (`tokenize`) or before each target's (`tokenize_target`),
-    as a model of several target languages reads a sentence pair teacher-forced (what
-    `visualization.attention_maps` takes: kt-train's attention plots of a pair's dev
-    sentences). Its pieces are `tokenizer`'s."""
+    """`tokenizer` with a language pair's tokens put where the model reads them: the ids
+    `prefixes` (`RunLanguages.pair_prefixes`) before each source's ids (`tokenize`) and before
+    each target's (`tokenize_target`), as a model of several languages reads a sentence pair
+    teacher-forced (what `visualization.attention_maps` takes: kt-train's attention plots of a
+    pair's dev sentences). Its pieces are `tokenizer`'s."""
 
-    def __init__(self, tokenizer: SubwordTokenizer, token_id: int, placement: str,
+    def __init__(self, tokenizer: SubwordTokenizer, prefixes: tuple[list[int], list[int]],
                  name: str = "language_tokenizer"):
         super().__init__(name=name)
-        if placement not in PLACEMENTS:
-            raise ValueError(f"placement: {placement!r} is not one of {', '.join(PLACEMENTS)}")
-        self.tokenizer, self.token_id, self.placement = tokenizer, token_id, placement
+        self.tokenizer, self.prefixes = tokenizer, prefixes
 
     def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
-        """Source texts' ids, the token first with the "source" placement."""
-        ids = self.tokenizer.tokenize(texts)
-        return self._with_token(ids) if self.placement == "source" else ids
+        """Source texts' ids after the source prefix."""
+        return self._with_prefix(self.tokenizer.tokenize(texts), self.prefixes[0])
 
     def tokenize_target(self, texts: tf.Tensor) -> tf.RaggedTensor:
-        """Target texts' ids, the token first with the "target" placement."""
-        ids = self.tokenizer.tokenize_target(texts)
-        return self._with_token(ids) if self.placement == "target" else ids
+        """Target texts' ids after the target prefix."""
+        return self._with_prefix(self.tokenizer.tokenize_target(texts), self.prefixes[1])
 
     def source_pieces_of(self, ids: tf.Tensor) -> tf.Tensor:
         """The tokenizer's."""
@@ -231,6 +271,7 @@ class LanguageTokenizer(tf.Module):
         """The tokenizer's."""
         return self.tokenizer.id_to_piece(ids)
 
-    def _with_token(self, ids: tf.RaggedTensor) -> tf.RaggedTensor:
-        column = tf.fill([ids.nrows(), 1], tf.constant(self.token_id, tf.int32))
-        return tf.concat([column, tf.cast(ids, tf.int32)], axis=1)
+    @staticmethod
+    def _with_prefix(ids: tf.RaggedTensor, prefix: list[int]) -> tf.RaggedTensor:
+        columns = tf.tile(tf.constant([prefix], tf.int32), [ids.nrows(), 1])
+        return tf.concat([columns, tf.cast(ids, tf.int32)], axis=1)

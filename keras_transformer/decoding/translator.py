@@ -25,6 +25,8 @@ XLA_WIDTH_STEP = 16  # source and prefix widths an XLA-compiled search is given:
 TEXT = tf.TensorSpec([None], tf.string, name="text")  # the input of the text signatures
 # The further input of every signature of a model of several target languages: one per row.
 TARGET_LANGUAGE = tf.TensorSpec([None], tf.string, name="target_language")
+# And of a model whose sources start with their language's token (NLLB-200, M2M-100).
+SOURCE_LANGUAGE = tf.TensorSpec([None], tf.string, name="source_language")
 
 
 class Translator(tf.Module):
@@ -60,8 +62,10 @@ class Translator(tf.Module):
     InvalidArgumentError naming it and the model's languages. With the "source" placement the
     token asked for takes the place of one the text starts with, and a model whose language
     is optional (`RunLanguages.optional`: an imported multi-target model) takes "" for a row
-    translated as its text says (`RunLanguages.with_source_tokens`). `IntoLanguage` asks for
-    one language in-process.
+    translated as its text says (`RunLanguages.with_source_tokens`). A model whose sources
+    start with their own language's token (`RunLanguages.source_language_token`: NLLB-200,
+    M2M-100) takes one more input, `source_language` `[batch]`, whose token goes first in the
+    row's source. `IntoLanguage` asks for one language (and source language) in-process.
 
     `settings` default to the paper's (`SearchSettings()`: beam 4, alpha 0.6, +50). With a
     `shortlist`, each batch's search scores only its `shortlist.target_ids` (faster at large
@@ -109,7 +113,8 @@ class Translator(tf.Module):
             self.language_tokens = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
                 tf.constant(codes), tf.constant([languages.token_ids[code] for code in codes],
                                                 tf.int32)), default_value=-1)
-            language = (TARGET_LANGUAGE,)
+            language = (TARGET_LANGUAGE,) + (
+                (SOURCE_LANGUAGE,) if languages.source_language_token else ())
         # The signatures: functions of this instance's bound methods. They hold the instance
         # (a method decorated in the class holds it by a weak reference only, so that
         # `Translator(...).translate(text)` would find it gone).
@@ -124,19 +129,21 @@ class Translator(tf.Module):
             self._translate_ids, tf.TensorSpec([None, None], tf.int32, name="source_ids"),
             *language)
 
-    def _translate(self, text: tf.Tensor, target_language: Optional[tf.Tensor] = None
-                   ) -> dict[str, tf.Tensor]:
+    def _translate(self, text: tf.Tensor, target_language: Optional[tf.Tensor] = None,
+                   source_language: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `translation` `[batch]` strings and `score` `[batch]`."""
         tokens = self._language_tokens(target_language, text)
-        best = self._translate_ragged(self._pieces(text), tokens)
+        best = self._translate_ragged(self._pieces(text), tokens,
+                                      self._source_language_tokens(source_language, text))
         return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"]}
 
-    def _translate_nbest(self, text: tf.Tensor, target_language: Optional[tf.Tensor] = None
-                         ) -> dict[str, tf.Tensor]:
+    def _translate_nbest(self, text: tf.Tensor, target_language: Optional[tf.Tensor] = None,
+                         source_language: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `nbest_translations` `[batch, beam]` strings and `nbest_scores`
         `[batch, beam]`, best first."""
         tokens = self._language_tokens(target_language, text)
-        result = self._translate_ragged(self._pieces(text), tokens)
+        result = self._translate_ragged(self._pieces(text), tokens,
+                                        self._source_language_tokens(source_language, text))
         ids = result["nbest_ids"]
         shape = tf.shape(ids)
         # Not [-1, len]: for an empty batch, [0, beam, 0] ids would reshape to [beam, 0].
@@ -145,7 +152,8 @@ class Translator(tf.Module):
                 "nbest_scores": result["nbest_scores"]}
 
     def _translate_with_alignment(self, text: tf.Tensor,
-                                  target_language: Optional[tf.Tensor] = None
+                                  target_language: Optional[tf.Tensor] = None,
+                                  source_language: Optional[tf.Tensor] = None
                                   ) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `translation`, `score`, `target_pieces` `[batch, T]` (the best
         hypothesis' subwords up to its EOS, "" after), `source_pieces` `[batch, S]` (the
@@ -153,7 +161,8 @@ class Translator(tf.Module):
         of `languages` the language token first) and `alignment` `[batch, T]` int32: for each
         target piece the index of the source piece it is aligned to (-1 after the end)."""
         tokens = self._language_tokens(target_language, text)
-        source_ids, empty = self._source_ids(self._pieces(text), tokens)
+        source_ids, empty = self._source_ids(self._pieces(text), tokens,
+                                             self._source_language_tokens(source_language, text))
         best = self._translate_source(source_ids, empty, self._prefix_ids(None, tokens))
         ids = best["ids"]
         target_in = tf.concat([tf.fill([tf.shape(ids)[0], 1], BOS_ID), ids[:, :-1]], axis=1)
@@ -166,15 +175,16 @@ class Translator(tf.Module):
         alignment = tf.where(target_real, tf.argmax(heads_mean, axis=-1, output_type=tf.int32),
                              -1)
         pieces = tf.where(target_real, self.tokenizer.pieces(ids), "")
-        return {"translation": self.tokenizer.detokenize(self._without_tokens(ids, ids, tokens)),
+        return {"translation": self.tokenizer.detokenize(self._without_tokens(ids, tokens)),
                 "score": best["score"],
-                "target_pieces": self._without_tokens(pieces, ids, tokens, ""),
+                "target_pieces": self._without_tokens(pieces, tokens, ""),
                 "source_pieces": tf.where(source_ids != PAD_ID,
                                           self.tokenizer.source_pieces_of(source_ids), ""),
-                "alignment": self._without_tokens(alignment, ids, tokens, -1)}
+                "alignment": self._without_tokens(alignment, tokens, -1)}
 
     def _translate_with_prefix(self, text: tf.Tensor, prefix: tf.Tensor,
-                               target_language: Optional[tf.Tensor] = None
+                               target_language: Optional[tf.Tensor] = None,
+                               source_language: Optional[tf.Tensor] = None
                                ) -> dict[str, tf.Tensor]:
         """`text` and `prefix` `[batch]` -> `translation` `[batch]` starting with that row's
         `prefix` (the target text typed so far; "" leaves the row free) and its `score`.
@@ -182,27 +192,30 @@ class Translator(tf.Module):
         The prefix is tokenized like any target text (`tokenize_target`) and forced on every
         hypothesis; the search continues after it as usual (an empty source still gets "")."""
         tokens = self._language_tokens(target_language, text)
-        best = self._translate_source(*self._source_ids(self._pieces(text), tokens),
-                                      self._prefix_ids(prefix, tokens))
-        ids = self._without_tokens(best["ids"], best["ids"], tokens)
+        best = self._translate_source(*self._source_ids(
+            self._pieces(text), tokens, self._source_language_tokens(source_language, text)),
+            self._prefix_ids(prefix, tokens))
+        ids = self._without_tokens(best["ids"], tokens)
         return {"translation": self.tokenizer.detokenize(ids), "score": best["score"]}
 
-    def _translate_ids(self, source_ids: tf.Tensor, target_language: Optional[tf.Tensor] = None
-                       ) -> dict[str, tf.Tensor]:
+    def _translate_ids(self, source_ids: tf.Tensor, target_language: Optional[tf.Tensor] = None,
+                       source_language: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
         """`source_ids` `[batch, len]` subword ids (right-padded with 0) -> `ids`
         `[batch, len]` (EOS-terminated, 0-padded), `score` `[batch]`, and the n-best
         `nbest_ids` `[batch, beam, len]` and `nbest_scores` `[batch, beam]`."""
         tokens = self._language_tokens(target_language, source_ids)
         return self._translate_ragged(tf.RaggedTensor.from_tensor(source_ids, padding=PAD_ID),
-                                      tokens)
+                                      tokens,
+                                      self._source_language_tokens(source_language, source_ids))
 
-    def _translate_ragged(self, pieces: tf.RaggedTensor, tokens: Optional[tf.Tensor] = None
-                          ) -> dict[str, tf.Tensor]:
+    def _translate_ragged(self, pieces: tf.RaggedTensor, tokens: Optional[tf.Tensor] = None,
+                          source_tokens: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
         """The search's result for source `pieces` (`tokens`: each row's target-language
-        token, `_language_tokens`), its ids without the tokens."""
-        result = self._translate_source(*self._source_ids(pieces, tokens),
+        token, `_language_tokens`; `source_tokens` its source language's,
+        `_source_language_tokens`), its ids without the tokens."""
+        result = self._translate_source(*self._source_ids(pieces, tokens, source_tokens),
                                         self._prefix_ids(None, tokens))
-        return {**result, **{key: self._without_tokens(result[key], result[key], tokens)
+        return {**result, **{key: self._without_tokens(result[key], tokens)
                              for key in ("ids", "nbest_ids")}}
 
     def _language_tokens(self, target_language: Optional[tf.Tensor], rows: tf.Tensor
@@ -225,17 +238,35 @@ class Translator(tf.Module):
         with tf.control_dependencies(checks):
             return tf.identity(tokens)
 
-    def _without_tokens(self, values: tf.Tensor, ids: tf.Tensor, tokens: Optional[tf.Tensor],
+    def _source_language_tokens(self, source_language: Optional[tf.Tensor], rows: tf.Tensor
+                                ) -> Optional[tf.Tensor]:
+        """The `[batch]` ids of the tokens of `source_language`, one per row of `rows` (None
+        for a model that reads no source language); an InvalidArgumentError when their numbers
+        differ or a language is not the model's, naming it and the model's languages."""
+        if self.languages is None or not self.languages.source_language_token:
+            return None
+        tokens = self.language_tokens.lookup(source_language)
+        known = ", ".join(sorted(self.languages.token_ids))
+        checks = [tf.debugging.assert_equal(
+                      tf.size(source_language), tf.shape(rows)[0],
+                      message="source_language: give one language per row of the batch"),
+                  tf.debugging.Assert(~tf.reduce_any(tokens < 0), [
+                      f"source_language: the model translates from {known} only, not",
+                      tf.boolean_mask(source_language, tokens < 0)])]
+        with tf.control_dependencies(checks):
+            return tf.identity(tokens)
+
+    def _without_tokens(self, values: tf.Tensor, tokens: Optional[tf.Tensor],
                         default: int | str = PAD_ID) -> tf.Tensor:
-        """`values` (of the shape of the translations' `ids`, `[batch, ...]`) without the
-        entries where `ids` holds the row's token of `tokens` forced into it (the "target"
-        placement), the rest moved up and padded with `default` to the same shape; `values`
-        itself for the "source" placement or when `tokens` is None."""
+        """`values` (of the shape of the translations' ids, `[batch, ..., length]`) without
+        their first position, which holds the row's token of `tokens` forced into it (the
+        "target" placement; a model may emit the token again later, which stays), the rest
+        moved up and padded with `default` to the same shape; `values` itself for the "source"
+        placement or when `tokens` is None."""
         if tokens is None or self.languages.placement != "target":
             return values
-        row_tokens = tf.reshape(tokens, [-1] + [1] * (ids.shape.rank - 1))
-        return tf.ragged.boolean_mask(values, ids != row_tokens).to_tensor(
-            default_value=default, shape=tf.shape(values))
+        padding = [[0, 0]] * (values.shape.rank - 1) + [[0, 1]]
+        return tf.pad(values[..., 1:], padding, constant_values=default)
 
     def _prefix_ids(self, prefix: Optional[tf.Tensor], tokens: Optional[tf.Tensor]
                     ) -> Optional[tf.Tensor]:
@@ -255,17 +286,20 @@ class Translator(tf.Module):
     def _pieces(self, text: tf.Tensor) -> tf.RaggedTensor:
         return text_pieces(self.tokenizer, text)
 
-    def _source_ids(self, pieces: tf.RaggedTensor, tokens: Optional[tf.Tensor] = None
-                    ) -> tuple[tf.Tensor, tf.Tensor]:
+    def _source_ids(self, pieces: tf.RaggedTensor, tokens: Optional[tf.Tensor] = None,
+                    source_tokens: Optional[tf.Tensor] = None) -> tuple[tf.Tensor, tf.Tensor]:
         """The search's input: the `model_input_ids` of `pieces` (after the row's token of
-        `tokens` with the "source" placement) plus EOS, 0-padded; and `[batch, 1]` True for
-        empty sources (a token alone is none)."""
+        `tokens` with the "source" placement, or of `source_tokens`, its source language's)
+        plus EOS, 0-padded; and `[batch, 1]` True for empty sources (a token alone is
+        none)."""
         pieces = model_input_ids(pieces, self.model.config.vocab_size,
                                  self.model.config.max_length)
         empty = tf.equal(pieces.row_lengths(), 0)[:, None]
         if tokens is not None and self.languages.placement == "source":
             pieces = self.languages.with_source_tokens(
                 pieces, tokens)[:, :self.model.config.max_length - 1]
+        if source_tokens is not None:
+            pieces = _prepended(source_tokens, pieces)[:, :self.model.config.max_length - 1]
         eos = tf.fill([pieces.nrows(), 1], EOS_ID)
         source_ids = tf.concat([pieces, eos], axis=1).to_tensor(default_value=PAD_ID)
         return source_ids, empty
@@ -299,43 +333,54 @@ class Translator(tf.Module):
 
 class IntoLanguage:
     """A `Translator` of several target languages (`Translator.languages`) asked for one,
-    `language`, in every call: the calls of a `Translator` of one (`translate`,
-    `translate_ids`, `translate_nbest`, `translate_with_prefix`, `translate_with_alignment`),
-    its `tokenizer` and `model`. A language the model does not have is a ValueError naming it
-    and the model's languages; "" asks for none where the language is optional
-    (`RunLanguages.optional`: the texts as they are)."""
+    `language`, in every call (and, of a model that reads the source language too,
+    `source_language`): the calls of a `Translator` of one (`translate`, `translate_ids`,
+    `translate_nbest`, `translate_with_prefix`, `translate_with_alignment`), its `tokenizer`
+    and `model`. A language the model does not have, or a source language missing or
+    not wanted, is a ValueError naming it and the model's languages; "" asks for none where the
+    language is optional (`RunLanguages.optional`: the texts as they are)."""
 
-    def __init__(self, translator: Translator, language: str):
-        if translator.languages is None:
+    def __init__(self, translator: Translator, language: str,
+                 source_language: Optional[str] = None):
+        languages = translator.languages
+        if languages is None:
             raise ValueError(f"target language {language!r}: the model translates into one "
                              "language (it has no language tokens)")
-        translator.languages.token_id(language)
+        languages.token_id(language)
+        if languages.source_language_token and source_language is None:
+            raise ValueError(f"source language: the model reads the source's language too "
+                             f"(one of {', '.join(sorted(languages.token_ids))})")
+        if source_language is not None:
+            languages.source_token_id(source_language)
         self.translator, self.language = translator, language
+        self.source_language = source_language
         self.tokenizer, self.model = translator.tokenizer, translator.model
 
     def translate(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """`Translator.translate` into the language."""
-        return self.translator.translate(text, self._languages(text))
+        return self.translator.translate(text, *self._languages(text))
 
     def translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         """`Translator.translate_ids` into the language."""
-        return self.translator.translate_ids(source_ids, self._languages(source_ids))
+        return self.translator.translate_ids(source_ids, *self._languages(source_ids))
 
     def translate_nbest(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """`Translator.translate_nbest` into the language."""
-        return self.translator.translate_nbest(text, self._languages(text))
+        return self.translator.translate_nbest(text, *self._languages(text))
 
     def translate_with_prefix(self, text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
         """`Translator.translate_with_prefix` into the language."""
-        return self.translator.translate_with_prefix(text, prefix, self._languages(text))
+        return self.translator.translate_with_prefix(text, prefix, *self._languages(text))
 
     def translate_with_alignment(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """`Translator.translate_with_alignment` into the language."""
-        return self.translator.translate_with_alignment(text, self._languages(text))
+        return self.translator.translate_with_alignment(text, *self._languages(text))
 
-    def _languages(self, rows: tf.Tensor) -> tf.Tensor:
-        """The language once per row of `rows`."""
-        return tf.fill(tf.shape(rows)[:1], self.language)
+    def _languages(self, rows: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        """The language once per row of `rows`, and the source language's where given."""
+        count = tf.shape(rows)[:1]
+        return (tf.fill(count, self.language),) + (
+            () if self.source_language is None else (tf.fill(count, self.source_language),))
 
 
 def _signature(method: Callable[..., dict[str, tf.Tensor]],
@@ -352,13 +397,15 @@ def _prepended(tokens: tf.Tensor, pieces: tf.RaggedTensor) -> tf.RaggedTensor:
 def truncated_sources(tokenizer: SubwordTokenizer, texts: Sequence[bytes | str],
                       max_length: int, batch_size: int = 10_000,
                       languages: Optional[RunLanguages] = None,
-                      language: Optional[str] = None) -> list[int]:
+                      language: Optional[str] = None,
+                      source_language: Optional[str] = None) -> list[int]:
     """The indices of the `texts` that a `Translator` of a model of `max_length` cuts to
     their first `max_length - 1` subwords (the search's source holds those and EOS): the
     texts of more pieces, counted as the `Translator` counts them, `batch_size` texts at a
     time. Of a model of several target languages (`languages`) asked for `language`, with
     the "source" placement, the language token counts as a piece
-    (`RunLanguages.with_source_tokens`)."""
+    (`RunLanguages.with_source_tokens`), as does the token of `source_language` of a model that
+    reads it."""
     indices: list[int] = []
     for start in range(0, len(texts), batch_size):
         pieces = without_special_ids(text_pieces(
@@ -367,6 +414,6 @@ def truncated_sources(tokenizer: SubwordTokenizer, texts: Sequence[bytes | str],
             token = languages.token_id(language)
             pieces = languages.with_source_tokens(
                 pieces, tf.fill([pieces.nrows()], -1 if token is None else token))
-        lengths = pieces.row_lengths().numpy()
+        lengths = pieces.row_lengths().numpy() + int(source_language is not None)
         indices += (np.flatnonzero(lengths > max_length - 1) + start).tolist()
     return indices

@@ -17,35 +17,43 @@ from typing import Any
 
 import numpy as np
 
-from keras_transformer.importing.marian import (MarianFormatError, MarianModel, marian_model,
-                                                pieces_by_id)
+from keras_transformer.importing.imported_model import ImportedModel, ImportFormatError
+from keras_transformer.importing.marian import marian_model, pieces_by_id
 
 # Hugging Face's `activation_function` -> Marian's `transformer-ffn-activation`.
 _ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
 # Marian's name of each projection of a layer, by Hugging Face's.
 _ATTENTIONS = {"self_attn": "self", "encoder_attn": "context"}
 _PROJECTIONS = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "out_proj": "o"}
+M2M_100_TYPES = ("m2m_100", "nllb-moe")  # `model_type`s the M2M-100 reader takes (or refuses)
 
 
-def read_huggingface_folder(folder: str | Path) -> MarianModel:
-    """Reads a Hugging Face Marian folder.
+def read_huggingface_folder(folder: str | Path) -> ImportedModel:
+    """Reads a Hugging Face Marian folder, or an NLLB-200 / M2M-100 one (`config.json`'s
+    `model_type` "m2m_100", or "nllb-moe" to be refused by name:
+    `keras_transformer.importing.m2m_100`).
 
     Raises:
-        MarianFormatError: naming the file and what we cannot import (another model type, a
+        ImportFormatError: naming the file and what we cannot import (another model type, a
             PyTorch-only checkpoint, a vocabulary without its padding row last, ...).
     """
     folder = Path(folder)
     config_path = folder / "config.json"
-    config = _read_json(config_path)
+    config = read_json(config_path)
+    if config.get("model_type") in M2M_100_TYPES:
+        from keras_transformer.importing.m2m_100 import read_m2m_100_folder
+
+        return read_m2m_100_folder(folder)
     if config.get("model_type") != "marian":
-        raise MarianFormatError(f"{config_path}: model_type {config.get('model_type')!r} "
-                                "(only 'marian' models)")
-    weights_path, tensors = _read_weights(folder)
+        raise ImportFormatError(f"{config_path}: model_type {config.get('model_type')!r} "
+                                "(Marian, NLLB-200 and M2M-100 models: 'marian', 'm2m_100')")
+    weights_path, tensors = read_weights(
+        folder, hint=", or import the Marian release folder instead")
     source_path = folder / "vocab.json"
     target_path = folder / "target_vocab.json"
     if not target_path.is_file():
         target_path = source_path
-    vocabularies = [_pieces_without_padding(_read_json(path), path)
+    vocabularies = [_pieces_without_padding(read_json(path), path)
                     for path in (source_path, target_path)]
     options = _marian_options(config, config_path)
     arrays = _marian_arrays(tensors, config, weights_path, len(vocabularies[0]),
@@ -54,33 +62,38 @@ def read_huggingface_folder(folder: str | Path) -> MarianModel:
                         beam_size=int(config.get("num_beams") or 4), extra_files=[config_path])
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """The JSON value of the file `path` (ImportFormatError naming it when it is missing or
+    not JSON)."""
     if not path.is_file():
-        raise MarianFormatError(f"{path}: no such file")
+        raise ImportFormatError(f"{path}: no such file")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise MarianFormatError(f"{path}: not valid JSON ({error})") from None
+        raise ImportFormatError(f"{path}: not valid JSON ({error})") from None
 
 
-def _read_weights(folder: Path) -> tuple[Path, dict[str, np.ndarray]]:
-    """The weights of `model.safetensors` (PyTorch names and layouts)."""
-    path = folder / "model.safetensors"
+def read_weights(folder: Path, name: str = "model.safetensors", hint: str = ""
+                 ) -> tuple[Path, dict[str, np.ndarray]]:
+    """The weights of the safetensors file `name` in `folder` (PyTorch names and layouts);
+    ImportFormatError naming it when it is missing (with what the folder holds instead, and
+    `hint`), truncated or corrupt."""
+    path = folder / name
     if not path.is_file():
         others = [name for name in ("pytorch_model.bin", "tf_model.h5")
                   if (folder / name).is_file()]
-        raise MarianFormatError(
-            f"{folder}: no model.safetensors" + (
+        raise ImportFormatError(
+            f"{folder}: no {name}" + (
                 f" (found {', '.join(others)}: a PyTorch .bin needs torch to read; convert it "
-                "with transformers' `save_pretrained(..., safe_serialization=True)`, or "
-                "import the Marian release folder instead)" if others else ""))
+                f"with transformers' `save_pretrained(..., safe_serialization=True)`{hint})"
+                if others else ""))
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
     try:
         return path, load_file(str(path))
     except (SafetensorError, OSError, ValueError) as error:
-        raise MarianFormatError(f"{path}: not a readable safetensors file, truncated or "
+        raise ImportFormatError(f"{path}: not a readable safetensors file, truncated or "
                                 f"corrupt ({error})") from None
 
 
@@ -88,7 +101,7 @@ def _pieces_without_padding(mapping: Any, path: Path) -> list[str]:
     """Marian's vocabulary of a `vocab.json`: its pieces but the `<pad>` the conversion
     appended as the last id."""
     if not isinstance(mapping, dict) or mapping.get("<pad>") != len(mapping) - 1:
-        raise MarianFormatError(f"{path}: expected '<pad>' as the last id, as the Marian "
+        raise ImportFormatError(f"{path}: expected '<pad>' as the last id, as the Marian "
                                 "conversion writes it")
     return pieces_by_id({piece: index for piece, index in mapping.items() if piece != "<pad>"},
                         path)
@@ -98,14 +111,14 @@ def _marian_options(config: dict[str, Any], path: Path) -> dict[str, Any]:
     """Marian's model options of a Hugging Face Marian `config.json`."""
     activation = _ACTIVATIONS.get(config.get("activation_function", "swish"))
     if activation is None:
-        raise MarianFormatError(f"{path}: activation_function "
+        raise ImportFormatError(f"{path}: activation_function "
                                 f"{config.get('activation_function')!r} (swish, relu or gelu)")
     if config.get("encoder_attention_heads") != config.get("decoder_attention_heads") or (
             config.get("encoder_ffn_dim") != config.get("decoder_ffn_dim")):
-        raise MarianFormatError(f"{path}: the encoder and decoder differ in heads or "
+        raise ImportFormatError(f"{path}: the encoder and decoder differ in heads or "
                                 "feed-forward size (one of each only)")
     if not config.get("scale_embedding", True):
-        raise MarianFormatError(f"{path}: scale_embedding false (Marian scales by "
+        raise ImportFormatError(f"{path}: scale_embedding false (Marian scales by "
                                 "sqrt(d_model))")
     shared = bool(config.get("share_encoder_decoder_embeddings", True))
     return {"type": "transformer", "dim-emb": config["d_model"],
@@ -126,7 +139,7 @@ def _marian_arrays(tensors: dict[str, np.ndarray], config: dict[str, Any], path:
     the padding row dropped from the embeddings, the output layer and its bias."""
     def get(name: str) -> np.ndarray:
         if name not in tensors:
-            raise MarianFormatError(f"{path}: tensor {name} is missing")
+            raise ImportFormatError(f"{path}: tensor {name} is missing")
         return np.asarray(tensors[name], np.float32)
 
     arrays = {}
@@ -170,4 +183,4 @@ def _embedding_or_tied(tensors: dict[str, np.ndarray], names: tuple[str, ...],
     for name in names:
         if name in tensors:
             return np.asarray(tensors[name], np.float32)
-    raise MarianFormatError(f"{path}: none of the shared embedding tensors {list(names)}")
+    raise ImportFormatError(f"{path}: none of the shared embedding tensors {list(names)}")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import re
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +36,10 @@ import numpy as np
 import yaml
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, TransformerConfig, UNK_ID
+from keras_transformer.data.sentencepiece_pair import SPECIAL_PIECES
+from keras_transformer.importing.imported_model import (NEVER_EMITTED_BIAS, ImportedModel,
+                                                        ImportFormatError)
 
-NEVER_EMITTED_BIAS = -100.0
-"""The output bias of padding and the start token, which Marian's vocabulary does not have:
-their probability is below 1e-40 of the likeliest token's for any logit in Marian models'
-range, and finite, so that label smoothing's mean over the logits stays finite when
-fine-tuning."""
-OUR_SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
 MARIAN_EOS, MARIAN_UNK = 0, 1
 LANGUAGE_TOKEN = re.compile(r">>[^<>\s]+<<")
 
@@ -59,33 +55,12 @@ _REFUSED_WEIGHTS = (("factor_", "factored vocabularies"), ("_Wemb_lemma", "facto
                     ("_QuantMult", "quantized weights"))
 
 
-class MarianFormatError(ValueError):
-    """A Marian model that cannot be imported, naming the file and the option or weight."""
-
-
-@dataclass(frozen=True)
-class MarianModel:
-    """A Marian model read from its folder: our architecture, our weights by variable path
-    (`weights_for(model)` orders them), the tokenizer's pieces in our id order per side, the
-    SentencePiece models, the search settings of `decoder.yml`, and the files read."""
-
-    config: TransformerConfig
-    arrays: dict[str, np.ndarray]
-    source_pieces: list[str]
-    target_pieces: list[str]
-    source_spm: bytes
-    target_spm: bytes
-    beam_size: int
-    files: list[Path]
-    options: dict[str, Any]
-
-
-def read_marian_folder(folder: str | Path) -> MarianModel:
+def read_marian_folder(folder: str | Path) -> ImportedModel:
     """Reads and checks a Marian release folder (`decoder.yml`, the `.npz`, its vocabularies,
     `source.spm`, `target.spm`).
 
     Raises:
-        MarianFormatError: naming the file and the option, weight or piece we cannot import
+        ImportFormatError: naming the file and the option, weight or piece we cannot import
             (an SSRU/RNN or average-attention decoder, tied layers, factors, a vocabulary
             that does not fit the embeddings or the SentencePiece models, a corrupt file).
     """
@@ -94,7 +69,7 @@ def read_marian_folder(folder: str | Path) -> MarianModel:
     decoder = _read_yaml(decoder_yml)
     models, vocabularies = decoder.get("models") or [], decoder.get("vocabs") or []
     if len(models) != 1 or len(vocabularies) not in (1, 2):
-        raise MarianFormatError(f"{decoder_yml}: needs one model and one or two vocabularies, "
+        raise ImportFormatError(f"{decoder_yml}: needs one model and one or two vocabularies, "
                                 f"found models {models} and vocabs {vocabularies}")
     npz_path = folder / models[0]
     arrays = _read_npz(npz_path)
@@ -107,7 +82,7 @@ def read_marian_folder(folder: str | Path) -> MarianModel:
 
 def marian_model(options: dict[str, Any], arrays: dict[str, np.ndarray], weights_path: Path,
                  vocabularies: list[list[str]], vocabulary_paths: list[Path], beam_size: int,
-                 extra_files: list[Path]) -> MarianModel:
+                 extra_files: list[Path]) -> ImportedModel:
     """A Marian model from its options and arrays under Marian's names (however stored), its
     source and target vocabularies (pieces in Marian's id order) and the folder's
     `source.spm` and `target.spm`, checked.
@@ -129,7 +104,7 @@ def marian_model(options: dict[str, Any], arrays: dict[str, np.ndarray], weights
     for vocabulary, path in zip(vocabularies, vocabulary_paths):
         _check_pieces_in_sentencepiece(vocabulary, path, spm_models)
     config = _config(options, arrays, weights_path, len(vocabularies[0]), len(vocabularies[1]))
-    return MarianModel(
+    return ImportedModel(
         config=config, arrays=_our_arrays(arrays, config, weights_path),
         source_pieces=_our_pieces(vocabularies[0]), target_pieces=_our_pieces(vocabularies[1]),
         source_spm=spm_models[0], target_spm=spm_models[1], beam_size=beam_size,
@@ -141,7 +116,7 @@ def marian_model(options: dict[str, Any], arrays: dict[str, np.ndarray], weights
 # ------------------------------------------------------------------------------ reading files
 def _read_bytes(path: Path) -> bytes:
     if not path.is_file():
-        raise MarianFormatError(f"{path}: no such file")
+        raise ImportFormatError(f"{path}: no such file")
     return path.read_bytes()
 
 
@@ -149,9 +124,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         value = yaml.safe_load(_read_bytes(path).decode("utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise MarianFormatError(f"{path}: not valid YAML ({error})") from None
+        raise ImportFormatError(f"{path}: not valid YAML ({error})") from None
     if not isinstance(value, dict):
-        raise MarianFormatError(f"{path}: not a YAML mapping")
+        raise ImportFormatError(f"{path}: not a YAML mapping")
     return value
 
 
@@ -161,21 +136,21 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
         with np.load(path, allow_pickle=False) as archive:
             return {name: archive[name] for name in archive.files}
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
-        raise MarianFormatError(f"{path}: not a readable .npz archive, truncated or corrupt "
+        raise ImportFormatError(f"{path}: not a readable .npz archive, truncated or corrupt "
                                 f"({error})") from None
 
 
 def _model_options(entry: np.ndarray | None, path: Path) -> dict[str, Any]:
     """The `special:model.yml` entry: YAML bytes with trailing NULs (one, or padding)."""
     if entry is None:
-        raise MarianFormatError(f"{path}: no 'special:model.yml' entry (not a Marian model)")
+        raise ImportFormatError(f"{path}: no 'special:model.yml' entry (not a Marian model)")
     text = entry.astype(np.uint8).tobytes().rstrip(b"\0").decode("utf-8", "replace")
     try:
         options = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise MarianFormatError(f"{path}: special:model.yml is not valid YAML ({error})") from None
+        raise ImportFormatError(f"{path}: special:model.yml is not valid YAML ({error})") from None
     if not isinstance(options, dict):
-        raise MarianFormatError(f"{path}: special:model.yml is not a YAML mapping")
+        raise ImportFormatError(f"{path}: special:model.yml is not a YAML mapping")
     return options
 
 
@@ -185,7 +160,7 @@ def _read_vocabulary(path: Path) -> list[str]:
     try:
         mapping = yaml.load(_read_bytes(path).decode("utf-8"), Loader=yaml.BaseLoader)
     except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise MarianFormatError(f"{path}: not a valid vocabulary YAML file ({error})") from None
+        raise ImportFormatError(f"{path}: not a valid vocabulary YAML file ({error})") from None
     return pieces_by_id(mapping, path)
 
 
@@ -193,15 +168,15 @@ def pieces_by_id(mapping: Any, path: Path) -> list[str]:
     """The pieces of a vocabulary `mapping` (piece -> id, read from `path`) in id order,
     checked: ids 0 .. V-1, each once, `</s>` 0 and `<unk>` 1."""
     if not isinstance(mapping, dict) or not mapping:
-        raise MarianFormatError(f"{path}: not a mapping of pieces to ids")
+        raise ImportFormatError(f"{path}: not a mapping of pieces to ids")
     try:
         by_id = {int(index): piece for piece, index in mapping.items()}
     except ValueError:
-        raise MarianFormatError(f"{path}: ids must be integers") from None
+        raise ImportFormatError(f"{path}: ids must be integers") from None
     if sorted(by_id) != list(range(len(mapping))):
-        raise MarianFormatError(f"{path}: ids are not 0 .. {len(mapping) - 1}, each once")
+        raise ImportFormatError(f"{path}: ids are not 0 .. {len(mapping) - 1}, each once")
     if by_id[MARIAN_EOS] != "</s>" or by_id[MARIAN_UNK] != "<unk>":
-        raise MarianFormatError(f"{path}: id 0 must be '</s>' and id 1 '<unk>', found "
+        raise ImportFormatError(f"{path}: id 0 must be '</s>' and id 1 '<unk>', found "
                                 f"{by_id[MARIAN_EOS]!r} and {by_id[MARIAN_UNK]!r}")
     return [by_id[index] for index in range(len(by_id))]
 
@@ -219,7 +194,7 @@ def _check_pieces_in_sentencepiece(pieces: list[str], path: Path,
     foreign = [piece for piece in pieces[2:]
                if piece not in known and not LANGUAGE_TOKEN.fullmatch(piece)]
     if foreign:
-        raise MarianFormatError(f"{path}: {len(foreign)} pieces are not in its SentencePiece "
+        raise ImportFormatError(f"{path}: {len(foreign)} pieces are not in its SentencePiece "
                                 f"model (e.g. {foreign[:3]}): the vocabulary does not match "
                                 "source.spm/target.spm")
 
@@ -267,14 +242,14 @@ def _config(options: dict[str, Any], arrays: dict[str, np.ndarray], path: Path,
     refused += [f"weight {name}: dtype {array.dtype} (float32 weights only)"
                 for name, array in arrays.items() if array.dtype != np.float32][:3]
     if refused:
-        raise MarianFormatError(f"{path}: cannot import: " + "; ".join(refused))
+        raise ImportFormatError(f"{path}: cannot import: " + "; ".join(refused))
 
     share = "Wemb" in arrays
     tie_output = bool(option("tied-embeddings", False) or option("tied-embeddings-all", False))
     source_rows = arrays["Wemb" if share else "encoder_Wemb"].shape[0]
     target_rows = arrays["Wemb" if share else "decoder_Wemb"].shape[0]
     if (source_rows, target_rows) != (source_size, target_size):
-        raise MarianFormatError(f"{path}: embeddings of {source_rows}/{target_rows} rows but "
+        raise ImportFormatError(f"{path}: embeddings of {source_rows}/{target_rows} rows but "
                                 f"vocabularies of {source_size}/{target_size} pieces")
     if "Wpos" in arrays:
         positional = {"positional": "learned", "max_length": int(arrays["Wpos"].shape[0])}
@@ -304,7 +279,7 @@ def _activation(name: str, version: str) -> str | None:
 # ------------------------------------------------------------------------ weights to ours
 def _our_pieces(pieces: list[str]) -> list[str]:
     """Our vocabulary: our reserved pieces, then Marian's after its `</s>` and `<unk>`."""
-    return [*OUR_SPECIAL_PIECES, *pieces[2:]]
+    return [*SPECIAL_PIECES, *pieces[2:]]
 
 
 def _our_rows(matrix: np.ndarray, fill: float = 0.0) -> np.ndarray:
@@ -321,17 +296,17 @@ def _our_arrays(arrays: dict[str, np.ndarray], config: TransformerConfig,
     """Our weights by variable path (`Transformer` variable `.path`) from Marian's arrays.
 
     Raises:
-        MarianFormatError: naming a weight the model needs that is missing or misshapen.
+        ImportFormatError: naming a weight the model needs that is missing or misshapen.
     """
     heads, key_dim = config.num_heads, config.key_dim
     pre = "_pre" if config.norm == "pre" else ""
 
     def get(name: str, shape: tuple[int, ...]) -> np.ndarray:
         if name not in arrays:
-            raise MarianFormatError(f"{path}: weight {name} is missing")
+            raise ImportFormatError(f"{path}: weight {name} is missing")
         array = arrays[name]
         if array.size != int(np.prod(shape)):
-            raise MarianFormatError(f"{path}: weight {name} has shape {array.shape}, expected "
+            raise ImportFormatError(f"{path}: weight {name} has shape {array.shape}, expected "
                                     f"{shape}")
         return array.reshape(shape)
 

@@ -17,7 +17,8 @@ import numpy as np
 from keras_transformer.config import Recipe, SearchSettings, TrainingSettings
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import SentencePiecePair
-from keras_transformer.importing.marian import LANGUAGE_TOKEN, MarianModel
+from keras_transformer.importing.imported_model import ImportedModel
+from keras_transformer.importing.marian import LANGUAGE_TOKEN
 from keras_transformer.model import Transformer
 from keras_transformer.training.backup import file_sha256
 from keras_transformer.training.run_dir import CONFIG_FILE, IMPORT_FILE, LANGUAGES_FILE, RunDir
@@ -26,7 +27,7 @@ _NOTICE_NAMES = ("README", "LICENSE", "LICENCE")  # text files of the origin kep
 _NOTICE_BYTES = 20_000
 
 
-def imported_transformer(imported: MarianModel) -> Transformer:
+def imported_transformer(imported: ImportedModel) -> Transformer:
     """Our `Transformer` with the imported weights.
 
     Raises:
@@ -44,7 +45,7 @@ def imported_transformer(imported: MarianModel) -> Transformer:
     return model
 
 
-def write_imported_run(imported: MarianModel, output_dir: str | os.PathLike, origin: str,
+def write_imported_run(imported: ImportedModel, output_dir: str | os.PathLike, origin: str,
                        source_format: str) -> RunDir:
     """Writes `imported` as the run directory `output_dir`, which must not exist yet.
 
@@ -85,11 +86,14 @@ def write_imported_run(imported: MarianModel, output_dir: str | os.PathLike, ori
     return RunDir(output_dir)
 
 
-def imported_languages(imported: MarianModel) -> Optional[RunLanguages]:
-    """The target languages of a multi-target model, as a run of several records them: each
+def imported_languages(imported: ImportedModel) -> Optional[RunLanguages]:
+    """The languages of a model of several, as a run of several records them: those its reader
+    gave (`ImportedModel.languages`), else, of a multi-target Marian model, each
     `>>xx<<` piece of its source vocabulary (`marian.LANGUAGE_TOKEN`) asks for `xx` (e.g. fra)
     first in the source, and the language is optional (a text may start with its own token);
     None for a model of one target language."""
+    if imported.languages is not None:
+        return imported.languages
     pieces = {piece[2:-2]: piece for piece in imported.source_pieces
               if LANGUAGE_TOKEN.fullmatch(piece)}
     if not pieces:
@@ -99,9 +103,10 @@ def imported_languages(imported: MarianModel) -> Optional[RunLanguages]:
                         optional=True)
 
 
-def import_record(imported: MarianModel, origin: str, source_format: str) -> dict[str, Any]:
+def import_record(imported: ImportedModel, origin: str, source_format: str) -> dict[str, Any]:
     """What `import.json` holds: the format, the origin, each file read with its SHA-256, the
-    model's own options, and the text of the origin folder's README and licence files."""
+    model's own options, its licence where the folder states it (None: see the notices), and
+    the text of the origin folder's README and licence files."""
     folder = imported.files[0].parent
     notices = {path.name: path.read_bytes()[:_NOTICE_BYTES].decode("utf-8", "replace")
                for path in sorted(folder.iterdir())
@@ -109,4 +114,4 @@ def import_record(imported: MarianModel, origin: str, source_format: str) -> dic
     return {"format": source_format, "origin": origin,
             "files": {str(path.relative_to(folder)): file_sha256(path) for path in imported.files},
             "options": json.loads(json.dumps(imported.options, default=str)),
-            "notices": notices}
+            "licence": imported.licence, "notices": notices}

@@ -9,13 +9,14 @@ from keras import ops
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class ScaledEmbedding(keras.layers.Layer):
-    """`ids -> E[ids] * sqrt(d_model)`; tied, `E^T` is also the pre-softmax projection
-    (`Transformer.pre_softmax_projection`)."""
+    """`ids -> E[ids] * sqrt(d_model)` (section 3.4; `E[ids]` alone when not `scaled`); tied,
+    `E^T` is also the pre-softmax projection (`Transformer.pre_softmax_projection`)."""
 
-    def __init__(self, vocab_size: int, d_model: int, **kwargs):
+    def __init__(self, vocab_size: int, d_model: int, scaled: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.d_model = d_model
+        self.scaled = scaled
 
     def build(self, input_shape=None) -> None:
         self.embeddings = self.add_weight(
@@ -23,12 +24,15 @@ class ScaledEmbedding(keras.layers.Layer):
             initializer=keras.initializers.RandomNormal(stddev=self.d_model ** -0.5))
 
     def call(self, ids):
-        vectors = ops.take(self.embeddings, ops.cast(ids, "int32"), axis=0)
-        return ops.cast(vectors, self.compute_dtype) * ops.cast(self.d_model ** 0.5,
-                                                               self.compute_dtype)
+        vectors = ops.cast(ops.take(self.embeddings, ops.cast(ids, "int32"), axis=0),
+                           self.compute_dtype)
+        if not self.scaled:
+            return vectors
+        return vectors * ops.cast(self.d_model ** 0.5, self.compute_dtype)
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}
+        return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
+                "scaled": self.scaled}
 
 
 class _PositionalEncoding(keras.layers.Layer):

@@ -170,6 +170,7 @@ def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer):
             node = node[int(part)] if part.isdigit() else getattr(node, part)
         setattr(node, leaf, value)
     spec.config.layer_norm_epsilon = config.layer_norm_epsilon
+    spec.encoder.scale_embeddings = spec.decoder.scale_embeddings = config.scale_embedding
     spec.register_source_vocabulary(source_pieces)
     spec.register_target_vocabulary(target_pieces)
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = target_pieces[1:4]
@@ -220,7 +221,8 @@ def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer,
 
 def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
                           intra_threads: Optional[int] = None, use_vmap: bool = False,
-                          target_language: Optional[str] = None
+                          target_language: Optional[str] = None,
+                          source_language: Optional[str] = None
                           ) -> tuple[Callable, Callable, Callable, SubwordTokenizer, object]:
     """The search of a directory `export_ctranslate2` wrote, with its recorded settings.
 
@@ -235,6 +237,8 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
         target_language: the language a model of several target languages translates into
             (its token placed as the model was trained, and left out of the outputs); None
             for a model of one.
+        source_language: the sources' language, of a model that reads it
+            (`RunLanguages.source_language_token`: its token first in each source).
 
     Returns:
         `(translate_text, translate_ids, translate_prefixed, tokenizer, translator)`, with
@@ -262,6 +266,8 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
     # The language tokens' source pieces: the one asked for replaces one a source starts with.
     own = ({source_pieces[index] for index in RunLanguages.from_dict(
         recorded["languages"]).token_ids.values()} if "languages" in recorded else set())
+    source_token = source_language_piece(recorded.get("languages"), source_language,
+                                         source_pieces)
     # As in our search: PAD and BOS are never generated, and the end may come first (an empty
     # translation); CTranslate2 by default generates any token and never ends at the first step.
     never_generated = [[target_pieces[PAD_ID]], [target_pieces[BOS_ID]]]
@@ -290,6 +296,9 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
         elif placement == "target":
             prefixes = [([token] + (prefix or []))[:max_length - 1]
                         for prefix in prefixes or [None] * len(sources)]
+        if source_token is not None:
+            sources = [[source_token, *source][:max_length - 1] if source else source
+                       for source in sources]
         longest = max((len(source) for source in sources), default=0) + 1  # + EOS
         # As ours, a prefix leaves room for itself and one token more (CTranslate2 counts it
         # inside its limit).
@@ -301,8 +310,8 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
                                                 longest_prefix + 1), max_length)),
             suppress_sequences=never_generated, min_decoding_length=0, use_vmap=use_vmap,
             return_scores=True, return_end_token=True)
-        return [([[ids_of[piece] for piece in hypothesis
-                   if not (placement == "target" and piece == token)]
+        forced = int(placement == "target")  # the token first in every hypothesis
+        return [([[ids_of[piece] for piece in hypothesis[forced:]]
                   for hypothesis in result.hypotheses]
                  if not is_empty else [[EOS_ID]] * nbest,
                  list(result.scores) if not is_empty else [0.0] * nbest)
@@ -359,3 +368,21 @@ def language_token_piece(languages: Optional[dict], target_language: Optional[st
         return None, None
     pieces = source_pieces if run_languages.placement == "source" else target_pieces
     return pieces[token_id], run_languages.placement
+
+
+def source_language_piece(languages: Optional[dict], source_language: Optional[str],
+                          source_pieces: list[str]) -> Optional[str]:
+    """The piece a source in `source_language` starts with, of a model of the recorded
+    `languages` that reads it (`RunLanguages.source_language_token`); None for another model,
+    which a `source_language` is refused by (ValueError, as a language missing or not the
+    model's)."""
+    run_languages = None if languages is None else RunLanguages.from_dict(languages)
+    if run_languages is None or not run_languages.source_language_token:
+        if source_language is not None:
+            raise ValueError(f"source language {source_language!r}: the model reads no "
+                             "source language")
+        return None
+    if source_language is None:
+        raise ValueError(f"source language: needed, the model translates from "
+                         f"{', '.join(sorted(run_languages.token_ids))}")
+    return source_pieces[run_languages.source_token_id(source_language)]

@@ -12,7 +12,8 @@ from keras_transformer.data.languages import RunLanguages
 from keras_transformer.serving.ctranslate2_export import ctranslate2_functions, is_ctranslate2_model
 from keras_transformer.serving.litert_export import (fixed_source_length, is_litert_model,
                                                      litert_functions)
-from keras_transformer.serving.text_translation import LineTranslator, chosen_language
+from keras_transformer.serving.text_translation import (LineTranslator, chosen_language,
+                                                        chosen_source_language)
 
 # Where an export's provenance record is (`provenance`): the model's architecture, among others.
 PROVENANCE_FILE = os.path.join("assets.extra", "keras_transformer_provenance.json")
@@ -42,15 +43,16 @@ def export_version(path: str | os.PathLike) -> Path:
 
 
 def load_export(path: str | os.PathLike, target_language: Optional[str] = None,
-                threads: int = 2) -> LineTranslator:
+                threads: int = 2, source_language: Optional[str] = None) -> LineTranslator:
     """The export of `export_version(path)` as a `LineTranslator` (its search settings are
     fixed), translating into `target_language`: needed by the export of a model of several
     target languages (optional for an imported one, whose texts may carry their own token),
-    refused by one of one (`chosen_language`'s ValueError). `threads`: a LiteRT model's
-    interpreter's."""
+    refused by one of one (`chosen_language`'s ValueError), from `source_language` where the
+    model reads it (`chosen_source_language`). `threads`: a LiteRT model's interpreter's."""
     version = export_version(path)
     languages = recorded_languages(version)
     language = chosen_language(languages, target_language, repr(str(version)))
+    source = chosen_source_language(languages, source_language, repr(str(version)))
     max_length = recorded_facts(version).get("architecture", {}).get("max_length")
     if is_litert_model(version):
         max_length = fixed_source_length(version) or max_length
@@ -60,12 +62,13 @@ def load_export(path: str | os.PathLike, target_language: Optional[str] = None,
                               max_length=max_length, languages=languages, language=language)
     if is_ctranslate2_model(version):
         translate_text, translate_ids, translate_prefixed, tokenizer, owner = (
-            ctranslate2_functions(version, target_language=language))
+            ctranslate2_functions(version, target_language=language, source_language=source))
         return LineTranslator(translate_text, translate_ids, tokenizer, owner=owner,
                               translate_prefixed=translate_prefixed, max_length=max_length,
-                              languages=languages, language=language)
+                              languages=languages, language=language, source_language=source)
     return LineTranslator.from_saved_model(version, max_length=max_length,
-                                           target_language=language, languages=languages)
+                                           target_language=language, languages=languages,
+                                           source_language=source)
 
 
 def recorded_languages(version: Path) -> Optional[RunLanguages]:

@@ -57,17 +57,20 @@ class LineTranslator:
     `max_length`: the model's, whose sources longer than `max_length - 1` subwords are cut
     (`truncated` names them; None: not known, as for exports without a provenance record);
     `languages` and `language`: of a model of several target languages, its languages and the
-    one asked for (with the "source" placement its token is one of those subwords)."""
+    one asked for (with the "source" placement its token is one of those subwords);
+    `source_language`: the source texts' language, of a model that reads it (its token is one
+    more subword)."""
 
     def __init__(self, translate_text: Callable[[tf.Tensor], dict],
                  translate_ids: Callable[[tf.Tensor], dict], tokenizer: SubwordTokenizer,
                  owner: object = None,
                  translate_prefixed: Optional[Callable[[tf.Tensor, tf.Tensor], dict]] = None,
                  max_length: Optional[int] = None, languages: Optional[RunLanguages] = None,
-                 language: Optional[str] = None):
+                 language: Optional[str] = None, source_language: Optional[str] = None):
         self._owner = owner
         self.max_length = max_length
         self.languages, self.language = languages, language
+        self.source_language = source_language
         self._translate_text = translate_text
         self._translate_ids = translate_ids
         self._translate_prefixed = translate_prefixed
@@ -82,11 +85,12 @@ class LineTranslator:
     @classmethod
     def from_saved_model(cls, version: str | os.PathLike, max_length: Optional[int] = None,
                          target_language: Optional[str] = None,
-                         languages: Optional[RunLanguages] = None) -> "LineTranslator":
+                         languages: Optional[RunLanguages] = None,
+                         source_language: Optional[str] = None) -> "LineTranslator":
         """The SavedModel in the directory `version` (its search settings are fixed), of a
         model of `max_length` (None: not known); of a model of several target languages
         (`languages`), translating into `target_language` (each signature's `target_language`
-        input)."""
+        input) from `source_language` where the model reads it (`source_language`)."""
         version = Path(version)
         with quiet_export_loading():
             loaded = tf.saved_model.load(os.fspath(version))
@@ -95,6 +99,8 @@ class LineTranslator:
         def call(signature: str, rows: tf.Tensor, **inputs: tf.Tensor) -> dict:
             if target_language is not None:
                 inputs["target_language"] = tf.fill(tf.shape(rows)[:1], target_language)
+            if source_language is not None:
+                inputs["source_language"] = tf.fill(tf.shape(rows)[:1], source_language)
             return signatures[signature](**inputs)
 
         prefixed = None
@@ -105,7 +111,7 @@ class LineTranslator:
                    lambda ids: call("translate_ids", ids, source_ids=ids),
                    load_tokenizer(version / "assets"), owner=loaded,
                    translate_prefixed=prefixed, max_length=max_length, languages=languages,
-                   language=target_language)
+                   language=target_language, source_language=source_language)
 
     @classmethod
     def from_translator(cls, translator: Translator | IntoLanguage) -> "LineTranslator":
@@ -116,7 +122,8 @@ class LineTranslator:
                    owner=translator, translate_prefixed=translator.translate_with_prefix,
                    max_length=translator.model.config.max_length,
                    languages=translator.translator.languages if into else None,
-                   language=translator.language if into else None)
+                   language=translator.language if into else None,
+                   source_language=translator.source_language if into else None)
 
     def truncated(self, texts: Sequence[bytes]) -> list[int]:
         """The indices of the `texts` translated from their first `max_length - 1` subwords
@@ -124,7 +131,8 @@ class LineTranslator:
         if self.max_length is None:
             return []
         return truncated_sources(self.tokenizer, texts, self.max_length,
-                                 languages=self.languages, language=self.language)
+                                 languages=self.languages, language=self.language,
+                                 source_language=self.source_language)
 
     @property
     def takes_prefixes(self) -> bool:
@@ -184,9 +192,35 @@ def chosen_language(languages: Optional[RunLanguages], language: Optional[str],
         raise ValueError(f"--target-language: required: {model} translates into "
                          f"{', '.join(sorted(languages.token_ids))}")
     try:
+        language = languages.code(language)
         languages.token_id(language)
     except ValueError as error:
         raise ValueError(f"--target-language: {error}") from None
+    return language
+
+
+def chosen_source_language(languages: Optional[RunLanguages], language: Optional[str],
+                           model: str) -> Optional[str]:
+    """The source language `model` (named in errors) translates from: `language`
+    (`--source-language`), which a model reading its sources' language needs
+    (`RunLanguages.source_language_token`: NLLB-200, M2M-100) and any other model refuses; a
+    ValueError naming the option and, for a language the model does not have or a missing one,
+    the model's languages. An unambiguous ISO 639-3 code names the model's code
+    (`RunLanguages.code`: `eng` for `eng_Latn`)."""
+    if languages is None or not languages.source_language_token:
+        if language is not None:
+            raise ValueError(f"--source-language: {model} does not read the source's language "
+                             "(only models such as NLLB-200 and M2M-100 do); leave the option "
+                             "out")
+        return None
+    if language is None:
+        raise ValueError(f"--source-language: required: {model} translates from "
+                         f"{', '.join(sorted(languages.token_ids))}")
+    try:
+        language = languages.code(language)
+        languages.source_token_id(language)
+    except ValueError as error:
+        raise ValueError(f"--source-language: {error}") from None
     return language
 
 

@@ -50,21 +50,23 @@ def warmup_requests(signatures: dict[str, Sequence[tf.TensorSpec]],
                     ) -> list[predict_pb2.PredictRequest]:
     """One `PredictRequest` per signature and width (two for a signature taking `prefix`);
     with `languages` (a model of several target languages) these into the first language, and
-    one `serving_default` request into each further one (at most `MAX_RECORDS` in all).
+    one `serving_default` request into each further one (at most `MAX_RECORDS` in all), from
+    the first language where the model reads the source's too.
 
     `signatures`: signature name -> its input specs (each named as the input); `tokenizer`:
     the export's, which measures the sentences; `widths`: from `warmup_widths`.
     """
     codes = sorted(languages.token_ids) if languages else [""]
     # A language token first in the source takes a piece of the width.
-    token_pieces = int(languages is not None and languages.placement == "source")
+    token_pieces = int(languages is not None and (languages.placement == "source"
+                                                  or languages.source_language_token))
     requests = []
     for width in widths:
         text = _sentence(tokenizer, width - 1 - token_pieces)
         ids = tokenizer.tokenize(tf.constant([text])).to_tensor().numpy()
         for prefix in ("", WORD):
             values = {"text": [text], "source_ids": ids, "prefix": [prefix],
-                      "target_language": codes[:1]}
+                      "target_language": codes[:1], "source_language": codes[:1]}
             for name, specs in signatures.items():
                 takes_prefix = any(spec.name == "prefix" for spec in specs)
                 if prefix and not takes_prefix:
@@ -73,7 +75,8 @@ def warmup_requests(signatures: dict[str, Sequence[tf.TensorSpec]],
     text = _sentence(tokenizer, widths[0] - 1 - token_pieces)
     for code in codes[1:MAX_RECORDS - len(requests) + 1]:
         requests.append(_request("serving_default", signatures["serving_default"],
-                                 {"text": [text], "target_language": [code]}))
+                                 {"text": [text], "target_language": [code],
+                                  "source_language": codes[:1]}))
     return requests
 
 

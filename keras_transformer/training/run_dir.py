@@ -119,6 +119,8 @@ class RunDir:
         if imported is not None:
             record["imported_from"] = {key: imported.get(key)
                                        for key in ("format", "origin", "files")}
+            if imported.get("licence"):  # what the model card states (NLLB-200: non-commercial)
+                record["imported_from"]["licence"] = imported["licence"]
         return record
 
     def check_writable(self) -> None:

@@ -1,0 +1,191 @@
+"""Imported NLLB-200 / M2M-100 models against transformers' `M2M100ForConditionalGeneration`
+and CTranslate2's conversion of the same folders.
+
+Two environments, one folder:
+
+    python benchmarks/m2m_100_parity.py ours WORK_DIR
+    VENV_HF/bin/python benchmarks/m2m_100_parity.py theirs WORK_DIR
+    python benchmarks/m2m_100_parity.py compare WORK_DIR
+
+`ours` writes random models in the Hugging Face layout (tests/m2m_100_models.py: NLLB- and
+M2M-100-style vocabularies, 2+1 and 3+2 layers, scale_embedding on and off), imports each with
+`kt-import`'s reader, and writes per language pair (three per model) the source ids our
+tokenizer gives, our teacher-forced log-probabilities of generated sentence pairs and our greedy
+translations (`Translator`, beam 1, into the target language from the source language) as
+their ids. `theirs` (an environment with torch, transformers and ctranslate2, without this
+package) tokenizes the same sentences with the folder's own tokenizer (`AutoTokenizer`,
+`src_lang`), scores the pairs with `M2M100ForConditionalGeneration`, translates greedily with
+its `generate(forced_bos_token_id=...)`, and with the folder converted by CTranslate2's
+`TransformersConverter` (`target_prefix` = the language code). Both of theirs are kept from
+emitting `<s>` and `<pad>`, which the import leaves out of the ids it can emit, and their
+log-probabilities are renormalized over the same ids. `compare` prints one JSON line per model.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+VARIANTS = {
+    "nllb_2_1": {"style": "nllb"},
+    "nllb_3_2_unscaled_sharded": {"style": "nllb", "encoder_layers": 3, "decoder_layers": 2,
+                                  "scale_embedding": False, "sharded": True, "seed": 1},
+    "m2m100_2_1": {"style": "m2m100", "seed": 2},
+    "m2m100_3_2_unscaled": {"style": "m2m100", "encoder_layers": 3, "decoder_layers": 2,
+                            "scale_embedding": False, "seed": 3},
+}
+PAIRS = {"nllb": [("eng_Latn", "fra_Latn"), ("fra_Latn", "deu_Latn"), ("deu_Latn", "zho_Hans")],
+         "m2m100": [("en", "fr"), ("fr", "de"), ("de", "cs")]}
+SCORED, TRANSLATED, EXTRA = 20, 50, 10  # sentences per pair; the search's max_decode_extra
+THEIR_EOS = 2
+
+
+def theirs_of(ids: list[int]) -> list[int]:
+    """Our ids as the model's own: our EOS (3) is its `</s>` (2); ids from 4 on are the same."""
+    return [THEIR_EOS if index == 3 else index for index in ids]
+
+
+def until_end(ids: list[int], end: int) -> list[int]:
+    """`ids` before the first `end`, padding (0 ours, 1 theirs, after the end only) left out."""
+    return ids[:ids.index(end)] if end in ids else [index for index in ids if index > 1]
+
+
+def ours(work_dir: Path) -> None:
+    import tensorflow as tf
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from m2m_100_models import training_sentences, write_m2m_100_folder
+
+    from keras_transformer.config import BOS_ID, EOS_ID, SearchSettings
+    from keras_transformer.data.sentencepiece_pair import SentencePiecePair
+    from keras_transformer.decoding.translator import IntoLanguage, Translator
+    from keras_transformer.importing.huggingface import read_huggingface_folder
+    from keras_transformer.importing.run_directory import imported_transformer
+
+    sources, targets = training_sentences(TRANSLATED, seed=11)
+    for name, fields in VARIANTS.items():
+        folder = write_m2m_100_folder(work_dir / name / "hf", **fields)
+        imported = read_huggingface_folder(folder)
+        languages = imported.languages
+        model = imported_transformer(imported)
+        tokenizer = SentencePiecePair(imported.source_spm, imported.target_spm,
+                                      imported.source_pieces, imported.target_pieces)
+        translator = Translator(model, tokenizer, SearchSettings(
+            beam_size=1, max_decode_extra=EXTRA), languages=languages)
+        records = []
+        for source_language, target_language in PAIRS[fields["style"]]:
+            source_code = languages.token_ids[source_language]
+            target_code = languages.token_ids[target_language]
+            scored = []
+            for source, target in zip(sources[:SCORED], targets[:SCORED]):
+                source_ids = [source_code, *tokenizer.encode(source), EOS_ID]
+                labels = [target_code, *tokenizer.encode_batch([target], "target")[0], EOS_ID]
+                logits = model((tf.constant([source_ids]), tf.constant([[BOS_ID] + labels[:-1]])),
+                               training=False)[0]
+                log_probs = tf.nn.log_softmax(logits).numpy()[np.arange(len(labels)), labels]
+                scored.append({"source": theirs_of(source_ids), "labels": theirs_of(labels),
+                               "ours": log_probs.tolist()})
+            into = IntoLanguage(translator, target_language, source_language)
+            best = into.translate(tf.constant(sources))
+            ids = translator.translate_ids(
+                tf.ragged.constant([tokenizer.encode(text) for text in sources]).to_tensor(),
+                tf.fill([len(sources)], target_language),
+                tf.fill([len(sources)], source_language))["ids"].numpy()
+            greedy = [theirs_of(until_end(row.tolist(), EOS_ID)) for row in ids]
+            records.append({
+                "source_language": source_language, "target_language": target_language,
+                "source_code": source_code, "target_code": target_code, "scored": scored,
+                "sentences": sources,
+                "source_ids": [theirs_of([source_code, *tokenizer.encode(text), EOS_ID])
+                               for text in sources],
+                "limits": [min(len(tokenizer.encode(text)) + 2 + EXTRA,
+                               model.config.max_length) for text in sources],
+                "greedy": greedy,
+                "translations": [text.decode("utf-8") for text in
+                                 best["translation"].numpy().tolist()]})
+        (work_dir / name / "ours.json").write_text(json.dumps(records))
+        print(json.dumps({"variant": name, "pairs": len(records)}))
+
+
+def theirs(work_dir: Path) -> None:
+    import ctranslate2
+    import torch
+    import transformers
+    from ctranslate2.converters import TransformersConverter
+
+    for name in VARIANTS:
+        folder = work_dir / name / "hf"
+        records = json.loads((work_dir / name / "ours.json").read_text())
+        model = transformers.M2M100ForConditionalGeneration.from_pretrained(folder).eval()
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+        converted = work_dir / name / "ct2"
+        if not converted.exists():
+            TransformersConverter(str(folder)).convert(str(converted))
+        ct2 = ctranslate2.Translator(str(converted), device="cpu", intra_threads=1)
+        # Its tokens' ids: the converted vocabulary's (rows the tokenizer names no token, e.g.
+        # M2M-100's madeup words, get names of the converter's that the tokenizer reads as UNK).
+        ct2_ids = {token: index for index, token in enumerate(json.loads(
+            (converted / "shared_vocabulary.json").read_text()))}
+        for record in records:
+            tokenizer.src_lang = record["source_language"]
+            record["their_source_ids"] = [tokenizer(text)["input_ids"]
+                                          for text in record["sentences"]]
+            for pair in record["scored"]:
+                labels = pair["labels"]
+                with torch.no_grad():
+                    logits = model(input_ids=torch.tensor([pair["source"]]),
+                                   decoder_input_ids=torch.tensor([[THEIR_EOS] + labels[:-1]])
+                                   ).logits[0]
+                logits[:, :2] = -float("inf")  # <s>, <pad>: ids the import never emits
+                rows = torch.arange(len(labels))
+                pair["theirs"] = torch.log_softmax(logits, -1)[rows, labels].tolist()
+            record["hf_greedy"], record["ct2_greedy"] = [], []
+            for source_ids, limit in zip(record["source_ids"], record["limits"]):
+                with torch.no_grad():
+                    out = model.generate(torch.tensor([source_ids]), num_beams=1,
+                                         do_sample=False,
+                                         forced_bos_token_id=record["target_code"],
+                                         suppress_tokens=[0, 1], max_length=limit + 1,
+                                         min_length=0)[0].tolist()
+                record["hf_greedy"].append(until_end(out[2:], THEIR_EOS))  # after </s>, code
+                tokens = tokenizer.convert_ids_to_tokens(source_ids)
+                code = tokenizer.convert_ids_to_tokens(record["target_code"])
+                result = ct2.translate_batch(
+                    [tokens], target_prefix=[[code]], beam_size=1, max_decoding_length=limit,
+                    suppress_sequences=[["<s>"], ["<pad>"]], min_decoding_length=0,
+                    return_end_token=False)[0]
+                record["ct2_greedy"].append([ct2_ids[token]
+                                             for token in result.hypotheses[0][1:]])
+        (work_dir / name / "theirs.json").write_text(json.dumps(records))
+        print(json.dumps({"variant": name, "transformers": transformers.__version__,
+                          "torch": torch.__version__, "ctranslate2": ctranslate2.__version__}))
+
+
+def compare(work_dir: Path) -> None:
+    for name in VARIANTS:
+        records = json.loads((work_dir / name / "theirs.json").read_text())
+        scored = [pair for record in records for pair in record["scored"]]
+        greedy = [(ours_ids, hf, ct2) for record in records
+                  for ours_ids, hf, ct2 in zip(record["greedy"], record["hf_greedy"],
+                                               record["ct2_greedy"])]
+        print(json.dumps({
+            "variant": name, "pairs": [f"{r['source_language']}-{r['target_language']}"
+                                       for r in records],
+            "tokenized_as_theirs": sum(ours_ids == theirs_ids for record in records
+                                       for ours_ids, theirs_ids in zip(
+                                           record["source_ids"], record["their_source_ids"])),
+            "sentences": sum(len(record["sentences"]) for record in records),
+            "scored_tokens": sum(len(pair["ours"]) for pair in scored),
+            "max_abs_log_prob_difference": max(float(np.abs(np.subtract(
+                pair["ours"], pair["theirs"])).max()) for pair in scored),
+            "greedy_equal_transformers": sum(a == b for a, b, _ in greedy),
+            "greedy_equal_ctranslate2": sum(a == c for a, _, c in greedy),
+            "greedy_sentences": len(greedy)}))
+
+
+if __name__ == "__main__":
+    step, directory = sys.argv[1], Path(sys.argv[2])
+    directory.mkdir(parents=True, exist_ok=True)
+    {"ours": ours, "theirs": theirs, "compare": compare}[step](directory)

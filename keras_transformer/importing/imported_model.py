@@ -1,0 +1,47 @@
+"""What every reader of a foreign format gives: our architecture, our weights by variable path,
+the tokenizer's pieces and SentencePiece models, the languages, and the files read; and the
+error naming what a folder holds that we cannot import."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+
+from keras_transformer.config import TransformerConfig
+
+if TYPE_CHECKING:
+    from keras_transformer.data.languages import RunLanguages
+
+NEVER_EMITTED_BIAS = -100.0
+"""The output bias of the ids an imported model never emits (padding and the start token,
+which Marian's vocabulary does not have, and which NLLB's and M2M-100's decoders are never
+trained to predict): their probability is below 1e-40 of the likeliest token's for any logit
+in such models' range, and finite, so that label smoothing's mean over the logits stays finite
+when fine-tuning."""
+
+
+class ImportFormatError(ValueError):
+    """A foreign model that cannot be imported, naming the file and the option or weight."""
+
+
+@dataclass(frozen=True)
+class ImportedModel:
+    """A model read from a foreign folder: our architecture, our weights by variable path
+    (`run_directory.imported_transformer` assigns them), the tokenizer's pieces in our id
+    order per side, the SentencePiece models, the release's beam size, the files read, the
+    model's own options (recorded in `import.json`), and its languages when it translates
+    between several (None: `run_directory.imported_languages` reads `>>xx<<` pieces)."""
+
+    config: TransformerConfig
+    arrays: dict[str, np.ndarray]
+    source_pieces: list[str]
+    target_pieces: list[str]
+    source_spm: bytes
+    target_spm: bytes
+    beam_size: int
+    files: list[Path]
+    options: dict[str, Any]
+    languages: Optional["RunLanguages"] = None
+    licence: Optional[str] = None

@@ -1,0 +1,248 @@
+"""kt-import of NLLB-200 and M2M-100 folders in the Hugging Face layout (tiny random models,
+tests/m2m_100_models.py), and the commands on the run it writes: the vocabulary numbered as the
+model's own tokenizer numbers it, the languages of both sides, the licence, refusals before any
+file is written, kt-translate with --source-language and --target-language (codes and ISO
+aliases), and the SavedModel and CTranslate2 exports translating as the run does. Exactness
+against transformers' `M2M100ForConditionalGeneration` and CTranslate2's own conversion of the
+same folders is benchmarks/m2m_100_parity.py's (a separate environment; RESULTS.md)."""
+import io
+import json
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.data.sentencepiece_pair import load_tokenizer
+from keras_transformer.decoding.translator import IntoLanguage, Translator
+from keras_transformer.importing.imported_model import NEVER_EMITTED_BIAS, ImportFormatError
+from keras_transformer.importing.m2m_100 import read_m2m_100_folder
+from keras_transformer.training.run_dir import IMPORT_FILE, RunDir
+from m2m_100_models import (M2MVariant, random_tensors, training_sentences, vocabulary,
+                            write_m2m_100_folder)
+from trainers import export, import_model, translate
+from trainers.common import load_run_model
+
+EXTRA = 4
+SEARCH = ["--beam-size", "1", "--max-decode-extra", str(EXTRA)]
+
+
+@pytest.fixture(scope="module")
+def nllb(tmp_path_factory) -> dict:
+    """An NLLB-style folder, the run kt-import wrote from it, and an input file."""
+    root = tmp_path_factory.mktemp("nllb")
+    folder = write_m2m_100_folder(root / "hf", M2MVariant(style="nllb"))
+    assert import_model.main([str(folder), "--output-dir", str(root / "run")]) == 0
+    sources, _ = training_sentences(5, seed=7)
+    lines = [*sources[:3], "", sources[3]]
+    (root / "input.en").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return {"folder": folder, "run": root / "run", "input": root / "input.en", "lines": lines}
+
+
+def run_translate(argv: list) -> list:
+    stdout = io.StringIO()
+    assert translate.main([*argv, "--quiet"], stdout=stdout) == 0
+    return stdout.getvalue().split("\n")[:-1]
+
+
+@pytest.mark.parametrize("style", ["nllb", "m2m100"])
+def test_every_token_keeps_the_id_its_own_tokenizer_gives_it(style, tmp_path):
+    """Pieces and language codes at the model's own ids (NLLB: SentencePiece id + 1; M2M-100:
+    vocab.json's, in an order of its own), our special ids reading their rows (our BOS and EOS
+    both their `</s>`), the output bias keeping padding and BOS from being emitted."""
+    variant = M2MVariant(style=style, seed=5)
+    folder = write_m2m_100_folder(tmp_path / style, variant)
+    imported = read_m2m_100_folder(folder)
+    theirs = vocabulary(folder)
+    assert [token for token, index in theirs.items() if index >= 4
+            and imported.source_pieces[index] != token] == []
+    codes = {(token[2:-2] if style == "m2m100" else token): theirs[token]
+             for token in variant.language_tokens}
+    assert imported.languages.token_ids == codes
+    assert imported.languages.placement == "target"
+    assert imported.languages.source_language_token
+    from safetensors.numpy import load_file
+
+    embedding = load_file(str(folder / "model.safetensors"))["model.shared.weight"]
+    ours = imported.arrays["shared_embedding/embeddings"]
+    for our_id, their_id in ((PAD_ID, 1), (UNK_ID, 3), (BOS_ID, 2), (EOS_ID, 2)):
+        np.testing.assert_array_equal(ours[our_id], embedding[their_id])
+    np.testing.assert_array_equal(ours[4:], embedding[4:])
+    bias = imported.arrays["output_bias"]
+    assert set(np.flatnonzero(bias)) == {PAD_ID, BOS_ID} and bias[BOS_ID] == NEVER_EMITTED_BIAS
+    config = imported.config
+    assert (config.norm, config.sinusoid_layout, config.position_offset,
+            config.layer_norm_epsilon) == ("pre", "fairseq", 2, 1e-5)
+
+
+def test_sharded_and_unscaled_models_import(tmp_path):
+    """Shards named by the index give the arrays one file gives; scale_embedding false is
+    kept, and the model then reads its embeddings unscaled."""
+    variant = M2MVariant(scale_embedding=False, encoder_layers=3, decoder_layers=2, seed=4)
+    whole = read_m2m_100_folder(write_m2m_100_folder(tmp_path / "whole", variant))
+    sharded = read_m2m_100_folder(write_m2m_100_folder(tmp_path / "sharded", variant,
+                                                       sharded=True))
+    assert sorted(whole.arrays) == sorted(sharded.arrays)
+    for name, array in whole.arrays.items():
+        np.testing.assert_array_equal(array, sharded.arrays[name])
+    assert not whole.config.scale_embedding
+    from keras_transformer.importing.run_directory import imported_transformer
+
+    model = imported_transformer(whole)
+    ids = tf.constant([[5, 6, 7]])
+    np.testing.assert_allclose(model.source_embedding(ids).numpy(),
+                               whole.arrays["shared_embedding/embeddings"][[[5, 6, 7]]])
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model_type": "nllb-moe"}, "NLLB-MoE"),
+    ({"num_experts": 4}, "NLLB-MoE"),
+    ({"decoder_attention_heads": 2}, "decoder_attention_heads 2 differ"),
+    ({"activation_function": "tanh"}, "activation_function 'tanh'"),
+    ({"vocab_size": 100}, "beyond the model's vocab_size 100"),
+])
+def test_what_cannot_be_imported_is_refused_by_name_before_any_file(change, message, tmp_path):
+    folder = write_m2m_100_folder(tmp_path / "hf", M2MVariant(seed=6))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(ImportFormatError, match=message):
+        read_m2m_100_folder(folder)
+    assert import_model.main([str(folder), "--output-dir", str(tmp_path / "run")]) == 2
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_pytorch_checkpoint_alone_and_foreign_tensors_are_named(tmp_path):
+    folder = write_m2m_100_folder(tmp_path / "hf", M2MVariant(seed=6))
+    tensors = random_tensors(M2MVariant(seed=6), json.loads(
+        (folder / "config.json").read_text())["vocab_size"])
+    from safetensors.numpy import save_file
+
+    save_file({**tensors, "model.encoder.layernorm_embedding.weight": np.ones(32, np.float32)},
+              str(folder / "model.safetensors"))
+    with pytest.raises(ImportFormatError, match="layernorm_embedding.*not of an M2M-100"):
+        read_m2m_100_folder(folder)
+    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
+    with pytest.raises(ImportFormatError, match="found pytorch_model.bin: a PyTorch .bin"):
+        read_m2m_100_folder(folder)
+
+
+def test_the_run_records_both_sides_languages_and_the_licence(nllb):
+    run = RunDir(nllb["run"])
+    languages = run.languages()
+    assert languages.source_language_token and "eng_Latn" in languages.token_ids
+    record = json.loads((nllb["run"] / IMPORT_FILE).read_text())
+    assert record["format"] == "huggingface" and record["licence"] == "cc-by-nc-4.0"
+    assert "sentencepiece.bpe.model" in record["files"]
+
+
+def test_kt_translate_names_both_languages(nllb, capsys):
+    """Codes or an unambiguous ISO 639-3 alias give the in-process translation (source token
+    first, target code forced and left out); a missing, unknown or ambiguous language is
+    refused by name."""
+    run, lines = str(nllb["run"]), nllb["lines"]
+    translated = run_translate([run, str(nllb["input"]), *SEARCH, "--source-language", "eng",
+                                "--target-language", "fra_Latn"])
+    model, tokenizer = load_run_model(run)
+    from keras_transformer.config import SearchSettings
+
+    translator = Translator(model, tokenizer, SearchSettings(beam_size=1, max_decode_extra=EXTRA),
+                            languages=RunDir(run).languages())
+    expected = IntoLanguage(translator, "fra_Latn", "eng_Latn").translate(tf.constant(lines))
+    assert translated == [text.decode("utf-8") for text in
+                          expected["translation"].numpy().tolist()]
+    assert translated[3] == ""
+    other = IntoLanguage(translator, "fra_Latn", "deu_Latn").translate(tf.constant(lines[:1]))
+    assert other["score"].numpy()[0] != expected["score"].numpy()[0]  # the source token is read
+    for argv, message in (([], "--source-language: required"),
+                          (["--source-language", "zho"], "ambiguous: the model has zho_Hans"),
+                          (["--source-language", "xho_Latn"], "translates from deu_Latn")):
+        capsys.readouterr()
+        assert translate.main([run, str(nllb["input"]), "--target-language", "fra_Latn",
+                               *argv]) == 2
+        assert message in capsys.readouterr().err
+    with pytest.raises(tf.errors.InvalidArgumentError, match="translates from .* not.*xho"):
+        translator.translate(tf.constant(["a"]), tf.constant(["fra_Latn"]),
+                             tf.constant(["xho_Latn"]))
+
+
+@pytest.mark.slow
+def test_the_exports_translate_as_the_run(nllb, tmp_path):
+    """The SavedModel (`source_language` a request input) and the CTranslate2 export give the
+    run's greedy translations (random models repeat a piece up to the length limit)."""
+    run, input_file = str(nllb["run"]), str(nllb["input"])
+    languages = ["--source-language", "deu_Latn", "--target-language", "zho_Hans"]
+    expected = run_translate([run, input_file, *SEARCH, *languages])
+    base = tmp_path / "exports"
+    assert export.main([run, "--name", "graph", "--base-dir", str(base), *SEARCH]) == 0
+    assert run_translate([str(base / "graph"), input_file, *languages]) == expected
+    from keras_transformer.serving.provenance import read_provenance
+
+    assert read_provenance(base / "graph")[1]["imported_from"]["licence"] == "cc-by-nc-4.0"
+    loaded = tf.saved_model.load(str(base / "graph" / "1"))
+    assert set(loaded.signatures["serving_default"].structured_input_signature[1]) == {
+        "text", "target_language", "source_language"}
+    assert export.main([run, "--name", "ct2", "--base-dir", str(base), "--format",
+                        "ctranslate2", "--quantization", "float32", *SEARCH]) == 0
+    # One sentence a batch: CTranslate2's length limit is its batch's longest source's.
+    assert run_translate([str(base / "ct2"), input_file, *languages, "--batch-size", "1"]) == (
+        expected)
+    shutil.rmtree(base)
+    assert load_tokenizer(nllb["run"] / "vocab").vocab_size == RunDir(run).load_recipe(
+        ).architecture.vocab_size
+
+
+@pytest.mark.slow
+def test_fine_tuning_on_new_pairs_reads_both_languages_tokens(nllb, tmp_path, capsys):
+    """`kt-train --init-from` an NLLB run with `--pair` (LoRA here): each pair's training ids
+    start as the model reads them (the source code first in the source, the target code first
+    in the target), the run keeps the model's languages and scores each pair on its dev set;
+    a pair named by an alias is pointed to the code, and plain --train-src is refused."""
+    sources, targets = training_sentences(60, seed=9)
+    files = {}
+    for name, lines in (("train.en", sources[:50]), ("train.fr", targets[:50]),
+                        ("dev.en", sources[50:]), ("dev.fr", targets[50:])):
+        files[name] = tmp_path / name
+        files[name].write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    from trainers import train
+
+    common = ["--init-from", str(nllb["run"]), "--precision", "float32", "--eval-every", "2",
+              "--eval-sentences", "4", "--attention-sentences", "1", "--progress-seconds", "0",
+              "--no-export", "--set", "batch_tokens=512"]
+    pair = ["--pair", "eng_Latn-fra_Latn", str(files["train.en"]), str(files["train.fr"]),
+            "--dev-pair", "eng_Latn-fra_Latn", str(files["dev.en"]), str(files["dev.fr"])]
+    assert train.main([*common, *pair, "--pair", "fra_Latn-eng_Latn", str(files["train.fr"]),
+                       str(files["train.en"]), "--dev-pair", "fra_Latn-eng_Latn",
+                       str(files["dev.fr"]), str(files["dev.en"]), "--lora-rank", "2",
+                       "--steps", "2", "--output-dir", str(tmp_path / "tuned")]) == 0
+    assert "source-language token first in the source" in capsys.readouterr().err
+    run = RunDir(tmp_path / "tuned")
+    languages = run.languages()
+    assert languages.source_language_token and languages.token_ids == RunDir(
+        nllb["run"]).languages().token_ids
+    assert [entry["name"] for entry in languages.pairs] == ["eng_Latn-fra_Latn",
+                                                            "fra_Latn-eng_Latn"]
+    from keras_transformer.data.token_storage import TokenStorage
+
+    tokenizer = load_tokenizer(run.vocab)
+    for name, source, target in (("eng_Latn-fra_Latn", "eng_Latn", "fra_Latn"),
+                                 ("fra_Latn-eng_Latn", "fra_Latn", "eng_Latn")):
+        storage = TokenStorage.open(run.root / "prepared" / name)
+        source_ids, target_ids = storage.load_shard(0).pair(0)
+        assert source_ids[0] == languages.token_ids[source]
+        assert target_ids[0] == languages.token_ids[target]
+        assert list(target_ids[1:]) in [tokenizer.encode_batch([line], "target")[0]
+                                        for line in (targets if target == "fra_Latn"
+                                                     else sources)[:50]]
+    result = json.loads((run.root / "result.json").read_text())
+    assert set(result["dev_bleu_pairs"]) == {"eng_Latn-fra_Latn", "fra_Latn-eng_Latn"}
+    for argv, message in (
+            ([*common, "--pair", "eng-fra_Latn", str(files["train.en"]), str(files["train.fr"]),
+              "--dev-pair", "eng-fra_Latn", str(files["dev.en"]), str(files["dev.fr"])],
+             "'eng' is not a language of the model by its code: write eng_Latn"),
+            ([*common, "--train-src", str(files["train.en"]), "--train-tgt",
+              str(files["train.fr"])], "give the new pairs with --pair SRC-TGT")):
+        with pytest.raises(SystemExit):
+            train.main([*argv, "--steps", "1", "--output-dir", str(tmp_path / "refused")])
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / "refused").exists()
