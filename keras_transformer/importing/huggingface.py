@@ -73,17 +73,16 @@ def read_json(path: Path) -> Any:
         raise ImportFormatError(f"{path}: not valid JSON ({error})") from None
 
 
-def read_weights(folder: Path, name: str = "model.safetensors", hint: str = ""
-                 ) -> tuple[Path, dict[str, np.ndarray]]:
-    """The weights of the safetensors file `name` in `folder` (PyTorch names and layouts);
+def read_weights(folder: Path, hint: str = "") -> tuple[Path, dict[str, np.ndarray]]:
+    """The weights of `model.safetensors` in `folder` (PyTorch names and layouts);
     ImportFormatError naming it when it is missing (with what the folder holds instead, and
     `hint`), truncated or corrupt."""
-    path = folder / name
+    path = folder / "model.safetensors"
     if not path.is_file():
         others = [name for name in ("pytorch_model.bin", "tf_model.h5")
                   if (folder / name).is_file()]
         raise ImportFormatError(
-            f"{folder}: no {name}" + (
+            f"{folder}: no model.safetensors" + (
                 f" (found {', '.join(others)}: a PyTorch .bin needs torch to read; convert it "
                 f"with transformers' `save_pretrained(..., safe_serialization=True)`{hint})"
                 if others else ""))

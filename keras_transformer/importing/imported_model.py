@@ -3,9 +3,10 @@ the tokenizer's pieces and SentencePiece models, the languages, and the files re
 error naming what a folder holds that we cannot import."""
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import numpy as np
 
@@ -22,6 +23,23 @@ in such models' range, and finite, so that label smoothing's mean over the logit
 when fine-tuning."""
 
 
+class ReadOnAccess(Mapping):
+    """Arrays by name, each computed (read from its file) when it is asked for and not kept:
+    an import holds one tensor of a large model at a time beside the model's variables."""
+
+    def __init__(self, readers: dict[str, Callable[[], np.ndarray]]):
+        self._readers = readers
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._readers[name]()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._readers)
+
+    def __len__(self) -> int:
+        return len(self._readers)
+
+
 class ImportFormatError(ValueError):
     """A foreign model that cannot be imported, naming the file and the option or weight."""
 
@@ -35,7 +53,7 @@ class ImportedModel:
     between several (None: `run_directory.imported_languages` reads `>>xx<<` pieces)."""
 
     config: TransformerConfig
-    arrays: dict[str, np.ndarray]
+    arrays: Mapping[str, np.ndarray]
     source_pieces: list[str]
     target_pieces: list[str]
     source_spm: bytes

@@ -32,9 +32,10 @@ translation forced to start with the target code (`forced_bos_token_id`): the mo
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -42,7 +43,7 @@ from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, TransformerConfig, 
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import SPECIAL_PIECES
 from keras_transformer.importing.imported_model import (NEVER_EMITTED_BIAS, ImportedModel,
-                                                        ImportFormatError)
+                                                        ImportFormatError, ReadOnAccess)
 
 SENTENCEPIECE_FILENAME = "sentencepiece.bpe.model"
 THEIR_START, THEIR_PAD, THEIR_EOS, THEIR_UNK = 0, 1, 2, 3
@@ -92,25 +93,80 @@ def read_m2m_100_folder(folder: str | Path) -> ImportedModel:
         options=config, languages=languages, licence=_licence(folder))
 
 
-def read_safetensors(folder: Path) -> tuple[list[Path], dict[str, np.ndarray]]:
+class SafetensorsFiles:
+    """The tensors of safetensors files by name: their shapes read from the files' headers
+    (`shapes`), a tensor's data when `read`, into memory of its own (not mapped: an import
+    holds each tensor once), as float32.
+
+    A safetensors file is an 8-byte little-endian header length, a JSON header (each tensor's
+    dtype, shape and byte offsets after the header) and the tensors' bytes."""
+
+    _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
+
+    def __init__(self, paths: list[Path]):
+        self.where: dict[str, tuple[Path, int, str, int]] = {}
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        for path in paths:
+            size = path.stat().st_size
+            try:
+                with open(path, "rb") as handle:
+                    length = int.from_bytes(handle.read(8), "little")
+                    header = json.loads(handle.read(length)) if 0 < length < size else None
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                header = None
+            if not isinstance(header, dict):
+                raise ImportFormatError(f"{path}: not a readable safetensors file, truncated "
+                                        "or corrupt (no header)")
+            for name, entry in header.items():
+                if name == "__metadata__":
+                    continue
+                begin, finish = entry["data_offsets"]
+                if entry["dtype"] not in self._DTYPES:
+                    raise ImportFormatError(f"{path}: tensor {name} is {entry['dtype']} "
+                                            "(float32, float16 or bfloat16 only)")
+                if 8 + length + finish > size:
+                    raise ImportFormatError(f"{path}: truncated (tensor {name} ends past the "
+                                            "file)")
+                self.where[name] = (path, 8 + length + begin, entry["dtype"],
+                                    int(np.prod(entry["shape"])))
+                self.shapes[name] = tuple(entry["shape"])
+
+    def read(self, name: str) -> np.ndarray:
+        """The tensor `name` as float32."""
+        path, offset, dtype, count = self.where[name]
+        values = np.fromfile(path, self._DTYPES[dtype], count, offset=offset)
+        if dtype == "BF16":  # the upper half of a float32
+            values = (values.astype(np.uint32) << 16).view(np.float32)
+        return values.astype(np.float32, copy=False).reshape(self.shapes[name])
+
+
+def read_safetensors(folder: Path) -> tuple[list[Path], SafetensorsFiles]:
     """The tensors of `model.safetensors`, or of every shard `model.safetensors.index.json`
-    names, and the files read (ImportFormatError naming a missing, corrupt or PyTorch-only
-    checkpoint)."""
-    from keras_transformer.importing.huggingface import read_json, read_weights
+    names (read when asked for), and the files (ImportFormatError naming a missing, corrupt or
+    PyTorch-only checkpoint)."""
+    from keras_transformer.importing.huggingface import read_json
 
     index_path = folder / "model.safetensors.index.json"
     if not index_path.is_file():
-        path, tensors = read_weights(folder)
-        return [path], tensors
+        path = folder / "model.safetensors"
+        if not path.is_file():
+            others = [name for name in ("pytorch_model.bin", "tf_model.h5")
+                      if (folder / name).is_file()]
+            raise ImportFormatError(
+                f"{folder}: no model.safetensors" + (
+                    f" (found {', '.join(others)}: a PyTorch .bin needs torch to read; convert "
+                    "it with transformers' `save_pretrained(..., safe_serialization=True)`)"
+                    if others else ""))
+        return [path], SafetensorsFiles([path])
     index = read_json(index_path)
     shards = sorted(set((index.get("weight_map") or {}).values()))
     if not shards:
         raise ImportFormatError(f"{index_path}: no weight_map naming the shards")
-    tensors: dict[str, np.ndarray] = {}
-    for shard in shards:
-        _, shard_tensors = read_weights(folder, shard)
-        tensors.update(shard_tensors)
-    return [index_path, *(folder / shard for shard in shards)], tensors
+    paths = [folder / shard for shard in shards]
+    for path in paths:
+        if not path.is_file():
+            raise ImportFormatError(f"{path}: no such file (a shard {index_path.name} names)")
+    return [index_path, *paths], SafetensorsFiles(paths)
 
 
 def _check_model_type(config: dict[str, Any], path: Path) -> None:
@@ -263,30 +319,40 @@ def _licence(folder: Path) -> Optional[str]:
 
 # ---------------------------------------------------------------------------------- weights
 def _our_rows(matrix: np.ndarray) -> np.ndarray:
-    """Rows of their ids in our order: our special ids read theirs (`_THEIRS_OF_OURS`), every
-    other id its own."""
-    rows = matrix.copy()
+    """`matrix` (their rows, a fresh array) with the rows of our special ids set to theirs
+    (`_THEIRS_OF_OURS`), in place; every other id keeps its own."""
+    special = {theirs: matrix[theirs].copy() for theirs in set(_THEIRS_OF_OURS.values())}
     for ours, theirs in _THEIRS_OF_OURS.items():
-        rows[ours] = matrix[theirs]
-    return rows
+        matrix[ours] = special[theirs]
+    return matrix
 
 
-def _our_arrays(tensors: dict[str, np.ndarray], config: TransformerConfig,
-                path: Path) -> dict[str, np.ndarray]:
+def _our_arrays(tensors: SafetensorsFiles, config: TransformerConfig,
+                path: Path) -> ReadOnAccess:
     """Our weights by variable path from M2M-100's PyTorch tensors (`[out, in]` projections
-    transposed); ImportFormatError naming a tensor that is missing or misshapen."""
+    transposed), each read when it is asked for; ImportFormatError naming a tensor that is
+    missing or misshapen, or one the model does not have, before any is read."""
     d, heads, key_dim, ours = config.d_model, config.num_heads, config.key_dim, {}
+    used = set()
 
-    def get(name: str, shape: tuple[int, ...], transposed: bool = False) -> np.ndarray:
-        if name not in tensors:
+    def get(name: str, shape: tuple[int, ...], transposed: bool = False,
+            rows: bool = False) -> Callable[[], np.ndarray]:
+        if name not in tensors.shapes:
             raise ImportFormatError(f"{path}: tensor {name} is missing")
-        array = np.asarray(tensors.pop(name), np.float32)
-        if transposed:
-            array = array.T
-        if array.size != int(np.prod(shape)):
-            raise ImportFormatError(f"{path}: tensor {name} has shape {array.shape}, expected "
+        stored = tensors.shapes[name]
+        if int(np.prod(stored)) != int(np.prod(shape)):
+            raise ImportFormatError(f"{path}: tensor {name} has shape {stored}, expected "
                                     f"{shape[::-1] if transposed else shape}")
-        return np.ascontiguousarray(array).reshape(shape)
+        used.add(name)
+
+        def read() -> np.ndarray:
+            array = tensors.read(name)
+            if rows:
+                array = _our_rows(array)
+            if transposed:
+                array = np.ascontiguousarray(array.T)
+            return array.reshape(shape)
+        return read
 
     def norm(prefix: str, theirs: str) -> None:
         ours[f"{prefix}/gamma"] = get(f"{theirs}.weight", (d,))
@@ -322,15 +388,18 @@ def _our_arrays(tensors: dict[str, np.ndarray], config: TransformerConfig,
     tied_copies = ("model.shared.weight", "model.encoder.embed_tokens.weight",
                    "model.decoder.embed_tokens.weight") + (
                        ("lm_head.weight",) if config.tie_output else ())
-    embedding_name = next((name for name in tied_copies if name in tensors), tied_copies[0])
-    embeddings = get(embedding_name, (size, d))
-    ours["shared_embedding/embeddings"] = _our_rows(embeddings)
+    embedding_name = next((name for name in tied_copies if name in tensors.shapes),
+                          tied_copies[0])
+    ours["shared_embedding/embeddings"] = get(embedding_name, (size, d), rows=True)
     if not config.tie_output:
-        ours["output_projection/kernel"] = _our_rows(get("lm_head.weight", (size, d))).T
-    ours["output_bias"] = np.zeros([size], np.float32)
-    ours["output_bias"][[PAD_ID, BOS_ID]] = NEVER_EMITTED_BIAS
-    unread = sorted(name for name in tensors if not _TIED_OR_COMPUTED.fullmatch(name))
+        ours["output_projection/kernel"] = get("lm_head.weight", (d, size), transposed=True,
+                                               rows=True)
+    bias = np.zeros([size], np.float32)
+    bias[[PAD_ID, BOS_ID]] = NEVER_EMITTED_BIAS
+    ours["output_bias"] = lambda: bias.copy()
+    unread = sorted(name for name in tensors.shapes
+                    if name not in used and not _TIED_OR_COMPUTED.fullmatch(name))
     if unread:
         raise ImportFormatError(f"{path}: cannot import tensors {unread[:3]}"
                                 f"{' ...' if len(unread) > 3 else ''} (not of an M2M-100 model)")
-    return ours
+    return ReadOnAccess(ours)

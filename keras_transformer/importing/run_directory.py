@@ -41,8 +41,21 @@ def imported_transformer(imported: ImportedModel) -> Transformer:
                          f"{sorted(set(imported.arrays) - set(variables))}, variables without a "
                          f"weight {sorted(set(variables) - set(imported.arrays))}")
     for name, variable in variables.items():
-        variable.assign(np.asarray(imported.arrays[name], np.float32).reshape(variable.shape))
+        assign_in_rows(variable, np.asarray(imported.arrays[name], np.float32).reshape(
+            variable.shape))
     return model
+
+
+def assign_in_rows(variable, value: np.ndarray, rows_bytes: int = 64 << 20) -> None:
+    """`variable.assign(value)`, a block of rows of about `rows_bytes` at a time: the tensor
+    made of each block is that size, not the whole matrix's (an import's peak memory: NLLB's
+    embedding is 1 GB)."""
+    if value.ndim == 0 or value.nbytes <= rows_bytes:
+        variable.assign(value)
+        return
+    step = max(1, rows_bytes // max(1, value[0].nbytes))
+    for start in range(0, value.shape[0], step):
+        variable.value[start:start + step].assign(value[start:start + step])
 
 
 def write_imported_run(imported: ImportedModel, output_dir: str | os.PathLike, origin: str,
