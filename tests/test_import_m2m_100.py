@@ -122,6 +122,10 @@ def test_a_pytorch_checkpoint_alone_and_foreign_tensors_are_named(tmp_path):
               str(folder / "model.safetensors"))
     with pytest.raises(ImportFormatError, match="layernorm_embedding.*not of an M2M-100"):
         read_m2m_100_folder(folder)
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[:len(data) // 2])
+    with pytest.raises(ImportFormatError, match="model.safetensors: truncated"):
+        read_m2m_100_folder(folder)
     (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
     with pytest.raises(ImportFormatError, match="found pytorch_model.bin: a PyTorch .bin"):
         read_m2m_100_folder(folder)
