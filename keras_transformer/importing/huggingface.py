@@ -11,13 +11,12 @@ always post-norm with sinusoidal positions and no embedding layer norm.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from keras_transformer.importing.imported_model import ImportedModel, ImportFormatError
+from keras_transformer.importing.imported_model import ImportedModel, ImportFormatError, read_json
 from keras_transformer.importing.marian import marian_model, pieces_by_id
 
 # Hugging Face's `activation_function` -> Marian's `transformer-ffn-activation`.
@@ -60,17 +59,6 @@ def read_huggingface_folder(folder: str | Path) -> ImportedModel:
                             len(vocabularies[1]))
     return marian_model(options, arrays, weights_path, vocabularies, [source_path, target_path],
                         beam_size=int(config.get("num_beams") or 4), extra_files=[config_path])
-
-
-def read_json(path: Path) -> Any:
-    """The JSON value of the file `path` (ImportFormatError naming it when it is missing or
-    not JSON)."""
-    if not path.is_file():
-        raise ImportFormatError(f"{path}: no such file")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ImportFormatError(f"{path}: not valid JSON ({error})") from None
 
 
 def read_weights(folder: Path, hint: str = "") -> tuple[Path, dict[str, np.ndarray]]:

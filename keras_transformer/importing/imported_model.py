@@ -4,6 +4,7 @@ error naming what a folder holds that we cannot import."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
@@ -63,3 +64,14 @@ class ImportedModel:
     options: dict[str, Any]
     languages: Optional["RunLanguages"] = None
     licence: Optional[str] = None
+
+
+def read_json(path: Path) -> Any:
+    """The JSON value of the file `path` (ImportFormatError naming it when it is missing or
+    not JSON)."""
+    if not path.is_file():
+        raise ImportFormatError(f"{path}: no such file")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ImportFormatError(f"{path}: not valid JSON ({error})") from None

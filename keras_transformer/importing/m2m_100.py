@@ -43,7 +43,8 @@ from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, TransformerConfig, 
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import SPECIAL_PIECES
 from keras_transformer.importing.imported_model import (NEVER_EMITTED_BIAS, ImportedModel,
-                                                        ImportFormatError, ReadOnAccess)
+                                                        ImportFormatError, ReadOnAccess,
+                                                        read_json)
 
 SENTENCEPIECE_FILENAME = "sentencepiece.bpe.model"
 THEIR_START, THEIR_PAD, THEIR_EOS, THEIR_UNK = 0, 1, 2, 3
@@ -66,8 +67,6 @@ def read_m2m_100_folder(folder: str | Path) -> ImportedModel:
             another model type, a PyTorch `.bin` without safetensors, encoder and decoder of
             different shapes, a tokenizer that does not fit the embeddings, ...).
     """
-    from keras_transformer.importing.huggingface import read_json
-
     folder = Path(folder)
     config_path = folder / "config.json"
     config = read_json(config_path)
@@ -144,8 +143,6 @@ def read_safetensors(folder: Path) -> tuple[list[Path], SafetensorsFiles]:
     """The tensors of `model.safetensors`, or of every shard `model.safetensors.index.json`
     names (read when asked for), and the files (ImportFormatError naming a missing, corrupt or
     PyTorch-only checkpoint)."""
-    from keras_transformer.importing.huggingface import read_json
-
     index_path = folder / "model.safetensors.index.json"
     if not index_path.is_file():
         path = folder / "model.safetensors"
@@ -225,8 +222,6 @@ def _vocabulary(folder: Path, spm_model: bytes, size: int
     ids; the language codes after them."""
     import sentencepiece  # only here: reading a model is all the import needs of it
 
-    from keras_transformer.importing.huggingface import read_json
-
     processor = sentencepiece.SentencePieceProcessor(model_proto=spm_model)
     vocabulary_path = folder / "vocab.json"
     by_id: dict[int, str] = {}
@@ -274,8 +269,6 @@ def _added_tokens(folder: Path) -> tuple[list[str], dict[str, int], list[Path]]:
     """The language codes the tokenizer lists (`additional_special_tokens`, in order), the ids
     the folder gives added tokens (`added_tokens_decoder`, `added_tokens.json`), and the files
     read."""
-    from keras_transformer.importing.huggingface import read_json
-
     tokens: list[str] = []
     ids: dict[str, int] = {}
     files = []
