@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from keras_transformer.importing.imported_model import ImportedModel, ImportFormatError, read_json
+from keras_transformer.importing.imported_model import (ImportedModel, ImportFormatError,
+                                                        read_json, safetensors_path)
 from keras_transformer.importing.marian import marian_model, pieces_by_id
 
 # Hugging Face's `activation_function` -> Marian's `transformer-ffn-activation`.
@@ -65,15 +66,7 @@ def read_weights(folder: Path, hint: str = "") -> tuple[Path, dict[str, np.ndarr
     """The weights of `model.safetensors` in `folder` (PyTorch names and layouts);
     ImportFormatError naming it when it is missing (with what the folder holds instead, and
     `hint`), truncated or corrupt."""
-    path = folder / "model.safetensors"
-    if not path.is_file():
-        others = [name for name in ("pytorch_model.bin", "tf_model.h5")
-                  if (folder / name).is_file()]
-        raise ImportFormatError(
-            f"{folder}: no model.safetensors" + (
-                f" (found {', '.join(others)}: a PyTorch .bin needs torch to read; convert it "
-                f"with transformers' `save_pretrained(..., safe_serialization=True)`{hint})"
-                if others else ""))
+    path = safetensors_path(folder, hint)
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 

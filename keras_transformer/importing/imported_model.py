@@ -75,3 +75,18 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ImportFormatError(f"{path}: not valid JSON ({error})") from None
+
+
+def safetensors_path(folder: Path, hint: str = "") -> Path:
+    """`folder`'s `model.safetensors`; ImportFormatError naming it when it is missing, with
+    what the folder holds instead (a PyTorch `.bin` needs torch to read) and `hint`."""
+    path = folder / "model.safetensors"
+    if not path.is_file():
+        others = [name for name in ("pytorch_model.bin", "tf_model.h5")
+                  if (folder / name).is_file()]
+        raise ImportFormatError(
+            f"{folder}: no model.safetensors" + (
+                f" (found {', '.join(others)}: a PyTorch .bin needs torch to read; convert it "
+                f"with transformers' `save_pretrained(..., safe_serialization=True)`{hint})"
+                if others else ""))
+    return path

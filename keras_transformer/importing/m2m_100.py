@@ -44,7 +44,7 @@ from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import SPECIAL_PIECES
 from keras_transformer.importing.imported_model import (NEVER_EMITTED_BIAS, ImportedModel,
                                                         ImportFormatError, ReadOnAccess,
-                                                        read_json)
+                                                        read_json, safetensors_path)
 
 SENTENCEPIECE_FILENAME = "sentencepiece.bpe.model"
 THEIR_START, THEIR_PAD, THEIR_EOS, THEIR_UNK = 0, 1, 2, 3
@@ -145,15 +145,7 @@ def read_safetensors(folder: Path) -> tuple[list[Path], SafetensorsFiles]:
     PyTorch-only checkpoint)."""
     index_path = folder / "model.safetensors.index.json"
     if not index_path.is_file():
-        path = folder / "model.safetensors"
-        if not path.is_file():
-            others = [name for name in ("pytorch_model.bin", "tf_model.h5")
-                      if (folder / name).is_file()]
-            raise ImportFormatError(
-                f"{folder}: no model.safetensors" + (
-                    f" (found {', '.join(others)}: a PyTorch .bin needs torch to read; convert "
-                    "it with transformers' `save_pretrained(..., safe_serialization=True)`)"
-                    if others else ""))
+        path = safetensors_path(folder)
         return [path], SafetensorsFiles([path])
     index = read_json(index_path)
     shards = sorted(set((index.get("weight_map") or {}).values()))
