@@ -250,3 +250,21 @@ def test_fine_tuning_on_new_pairs_reads_both_languages_tokens(nllb, tmp_path, ca
             train.main([*argv, "--steps", "1", "--output-dir", str(tmp_path / "refused")])
         assert message in capsys.readouterr().err
         assert not (tmp_path / "refused").exists()
+
+
+def test_evaluate_and_the_teacher_corpus_translate_as_kt_translate(nllb, tmp_path):
+    """kt-evaluate (its hypotheses) and kt-translate-corpus (a distillation teacher's output)
+    take both languages as kt-translate does, and give its lines."""
+    from trainers import evaluate, translate_corpus
+
+    run, input_file = str(nllb["run"]), str(nllb["input"])
+    languages = ["--source-language", "fra_Latn", "--target-language", "deu_Latn"]
+    expected = run_translate([run, input_file, *SEARCH, *languages])
+    hypotheses = tmp_path / "test.hyp"
+    assert evaluate.main([run, "--src", input_file, "--ref", input_file, *SEARCH, *languages,
+                          "--hypotheses", str(hypotheses)]) == 0
+    assert hypotheses.read_text(encoding="utf-8").split("\n")[:-1] == expected
+    output = tmp_path / "teacher.de"
+    assert translate_corpus.main([run, input_file, "--output", str(output), "--quiet",
+                                  *SEARCH, *languages]) == 0
+    assert output.read_text(encoding="utf-8").split("\n")[:-1] == expected
