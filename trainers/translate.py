@@ -96,10 +96,9 @@ def checked_target_language(args: argparse.Namespace) -> Optional[str]:
     if is_run_directory(args.model):
         return run_target_language(args.model, args.target_language, args.source_language)[1]
     version = export_version(args.model)
-    chosen_source_language(recorded_languages(version), args.source_language,
-                           repr(str(version)))
-    return chosen_language(recorded_languages(version), args.target_language,
-                           repr(str(version)))
+    languages = recorded_languages(version)
+    chosen_source_language(languages, args.source_language, repr(str(version)))
+    return chosen_language(languages, args.target_language, repr(str(version)))
 
 
 def load_translator(args: argparse.Namespace) -> LineTranslator:

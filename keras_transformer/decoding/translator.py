@@ -226,33 +226,31 @@ class Translator(tf.Module):
         model's, naming it and the model's languages."""
         if self.languages is None:
             return None
-        tokens = self.language_tokens.lookup(target_language)
-        known = ", ".join(sorted(self.languages.token_ids))
-        refused = (tokens < 0) & (target_language != "" if self.languages.optional else True)
-        checks = [tf.debugging.assert_equal(
-                      tf.size(target_language), tf.shape(rows)[0],
-                      message="target_language: give one language per row of the batch"),
-                  tf.debugging.Assert(~tf.reduce_any(refused), [
-                      f"target_language: the model translates into {known} only, not",
-                      tf.boolean_mask(target_language, refused)])]
-        with tf.control_dependencies(checks):
-            return tf.identity(tokens)
+        return self._checked_tokens(target_language, rows, "target_language", "into",
+                                    may_be_empty=self.languages.optional)
 
     def _source_language_tokens(self, source_language: Optional[tf.Tensor], rows: tf.Tensor
                                 ) -> Optional[tf.Tensor]:
         """The `[batch]` ids of the tokens of `source_language`, one per row of `rows` (None
-        for a model that reads no source language); an InvalidArgumentError when their numbers
-        differ or a language is not the model's, naming it and the model's languages."""
+        for a model that reads no source language); errors as `_language_tokens`'."""
         if self.languages is None or not self.languages.source_language_token:
             return None
-        tokens = self.language_tokens.lookup(source_language)
+        return self._checked_tokens(source_language, rows, "source_language", "from")
+
+    def _checked_tokens(self, languages: tf.Tensor, rows: tf.Tensor, name: str, direction: str,
+                        may_be_empty: bool = False) -> tf.Tensor:
+        """The token ids of the input `name`'s `languages` (-1 for "" where `may_be_empty`),
+        after checks that there is one per row of `rows` and that each is the model's (an
+        InvalidArgumentError naming the input, the languages refused and the model's)."""
+        tokens = self.language_tokens.lookup(languages)
         known = ", ".join(sorted(self.languages.token_ids))
+        refused = (tokens < 0) & (languages != "" if may_be_empty else True)
         checks = [tf.debugging.assert_equal(
-                      tf.size(source_language), tf.shape(rows)[0],
-                      message="source_language: give one language per row of the batch"),
-                  tf.debugging.Assert(~tf.reduce_any(tokens < 0), [
-                      f"source_language: the model translates from {known} only, not",
-                      tf.boolean_mask(source_language, tokens < 0)])]
+                      tf.size(languages), tf.shape(rows)[0],
+                      message=f"{name}: give one language per row of the batch"),
+                  tf.debugging.Assert(~tf.reduce_any(refused), [
+                      f"{name}: the model translates {direction} {known} only, not",
+                      tf.boolean_mask(languages, refused)])]
         with tf.control_dependencies(checks):
             return tf.identity(tokens)
 
