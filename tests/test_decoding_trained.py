@@ -70,5 +70,8 @@ def test_bfloat16_serving_copy_translates_like_float32(trained):
                           max_decode_extra=4)
     agree = np.all(exact.ids[:, 0].numpy() == rounded.ids[:, 0].numpy(), axis=1)
     assert agree.mean() >= 0.95
-    np.testing.assert_allclose(rounded.scores[:, 0].numpy()[agree],
-                               exact.scores[:, 0].numpy()[agree], atol=0.05)
+    # bfloat16 keeps 8 bits of mantissa: each weight is off by up to 0.4%, and a sentence's
+    # score sums the resulting error over its tokens, so the bound grows with the score.
+    got, want = rounded.scores[:, 0].numpy()[agree], exact.scores[:, 0].numpy()[agree]
+    np.testing.assert_allclose(got, want, rtol=0.1, atol=0.05)
+    assert np.mean(np.abs(got - want)) <= 0.03
