@@ -24,6 +24,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
 
+from keras_transformer import constraints as constrained
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID
 
 State = Any
@@ -40,11 +41,14 @@ class DecodeResult(NamedTuple):
     scores: `[batch, n]` float32, sum of token log-probs / `length_divisor(lengths, alpha)`;
         -inf for slots left empty.
     lengths: `[batch, n]` int32, emitted tokens including EOS.
+    unplaced: of a constrained beam search, `[batch, n, C]` bool: the constraints each
+        hypothesis does not contain (it reached its length limit first); else None.
     """
 
     ids: tf.Tensor
     scores: tf.Tensor
     lengths: tf.Tensor
+    unplaced: Optional[tf.Tensor] = None
 
 
 def length_divisor(length, alpha: float) -> tf.Tensor:
@@ -86,13 +90,17 @@ def beam(step: StepFunction, state: State, limits: tf.Tensor, buffer_length: tf.
          beam_size: int, length_penalty: float = 0.6, eos_id: int = EOS_ID,
          prefix_ids: Optional[tf.Tensor] = None,
          vocabulary_ids: Optional[tf.Tensor] = None,
-         reorder: Reorder = gather_rows) -> DecodeResult:
+         reorder: Reorder = gather_rows,
+         constraints: Optional[tf.Tensor] = None) -> DecodeResult:
     """The `beam_size` best hypotheses of each sentence (build it inside a `tf.function`).
 
     Each position extends every alive hypothesis by every candidate and keeps the `beam_size`
     best per sentence; candidates ending in `eos_id`, or reaching their sentence's limit, join
     its finished n-best list. A sentence stops as soon as no alive hypothesis can beat its
-    worst finished one, the loop when every sentence has.
+    worst finished one, the loop when every sentence has. With `constraints`, the beam is
+    allocated by the constraint pieces each hypothesis has met (`constraints.choose`), a
+    hypothesis ends only when it contains every phrase (or at its limit), and the finished
+    list ranks those that contain fewer after the others.
 
     Args:
         step: the step function (module docstring), called with `[batch, beam_size]` tokens.
@@ -105,9 +113,12 @@ def beam(step: StepFunction, state: State, limits: tf.Tensor, buffer_length: tf.
         prefix_ids: optional `[batch, P]` ids every hypothesis starts with (PAD-padded).
         vocabulary_ids: optional `[n]` ids the step's log-probabilities score.
         reorder: moves the state's rows to the hypotheses that extend them.
+        constraints: optional `[batch, C, L]` int32 target phrases each sentence's
+            translation must contain (`keras_transformer.constraints`; PAD-padded, a phrase of
+            no pieces is absent).
 
     Returns:
-        A `DecodeResult` with n = `beam_size`.
+        A `DecodeResult` with n = `beam_size` (and `unplaced` with `constraints`).
     """
     batch = tf.shape(limits)[0]
     positions = tf.range(buffer_length + 1)
@@ -118,15 +129,29 @@ def beam(step: StepFunction, state: State, limits: tf.Tensor, buffer_length: tf.
     finished = (sequences, tf.fill([batch, beam_size], NEG_INF),
                 tf.zeros([batch, beam_size], tf.int32))
     row_offsets = tf.range(batch)[:, None] * beam_size
+    progress = ()
+    if constraints is not None:
+        given = tf.shape(constraints)[1]
+        constraints = constrained.padded(constraints)
+        phrase_lengths = constrained.phrase_lengths(constraints)
+        progress = constrained.start(constraints, beam_size)
+        finished += (constrained.unplaced(progress, phrase_lengths),)
 
     def advance(position, carried, done):
-        sequences, alive_log_probs, finished, state = carried
+        sequences, alive_log_probs, finished, state, progress = carried
         log_probs, state = step(tf.gather(sequences, position, axis=2), position, state)
         totals = alive_log_probs[:, :, None] + _force_prefix(log_probs, prefix_ids, position,
                                                             vocabulary_ids)
         candidates = tf.shape(totals)[2]
-        top_log_probs, flat = tf.math.top_k(tf.reshape(totals, [batch, -1]), k=beam_size)
-        origin, tokens = flat // candidates, _emitted(flat % candidates, vocabulary_ids)
+        if constraints is None:
+            top_log_probs, flat = tf.math.top_k(tf.reshape(totals, [batch, -1]), k=beam_size)
+            origin, index = flat // candidates, flat % candidates
+        else:
+            eos_index = None if eos_id < 0 else constrained.candidate_indices(
+                tf.constant(eos_id), vocabulary_ids, candidates)[0]
+            top_log_probs, origin, index, progress = constrained.choose(
+                totals, progress, constraints, beam_size, vocabulary_ids, eos_index)
+        tokens = _emitted(index, vocabulary_ids)
         sequences = tf.where(positions == position + 1, tokens[:, :, None],
                              tf.gather(sequences, origin, batch_dims=1))
         length = position + 1
@@ -134,7 +159,9 @@ def beam(step: StepFunction, state: State, limits: tf.Tensor, buffer_length: tf.
         ends = tf.logical_and(ends, tf.logical_not(done)[:, None])
         new_scores = tf.where(ends, top_log_probs / length_divisor(length, length_penalty),
                               NEG_INF)
-        finished = _merge_finished(finished, sequences, new_scores, length, beam_size)
+        new = (sequences, new_scores) + (
+            () if constraints is None else (constrained.unplaced(progress, phrase_lengths),))
+        finished = _merge_finished(finished, new, length, beam_size)
         alive_log_probs = tf.where(tf.logical_or(ends, done[:, None]), NEG_INF, top_log_probs)
         # Log-probs only fall and the penalty grows with length, so the best an alive
         # hypothesis can still score is its log-prob over the penalty at the sentence's limit.
@@ -142,12 +169,15 @@ def beam(step: StepFunction, state: State, limits: tf.Tensor, buffer_length: tf.
         hopeless = best_alive / best_limit_penalty < tf.reduce_min(finished[1], axis=1)
         done = done | hopeless | tf.equal(best_alive, NEG_INF)
         state = reorder(state, tf.reshape(origin + row_offsets, [-1]))
-        return (sequences, alive_log_probs, finished, state), done
+        return (sequences, alive_log_probs, finished, state, progress), done
 
-    carried = (sequences, alive_log_probs, finished, state)
-    _, _, (sequences, scores, lengths), _ = _search_loop(
-        advance, carried, tf.zeros([batch], tf.bool), buffer_length)
-    return _result(sequences, scores, lengths)
+    carried = (sequences, alive_log_probs, finished, state, progress)
+    _, _, finished, _, _ = _search_loop(advance, carried, tf.zeros([batch], tf.bool),
+                                        buffer_length)
+    result = _result(*finished[:3])
+    if constraints is None:
+        return result
+    return DecodeResult(*result[:3], unplaced=finished[3][:, :, :given])
 
 
 def greedy(step: StepFunction, state: State, limits: tf.Tensor,
@@ -325,15 +355,23 @@ def _force_prefix(log_probs: tf.Tensor, prefix_ids: Optional[tf.Tensor], positio
     return tf.where(others & tf.not_equal(forced, PAD_ID), NEG_INF, log_probs)
 
 
-def _merge_finished(finished, candidates, candidate_scores, length, beam_size: int):
-    """Keeps the `beam_size` best of the finished hypotheses and the new finishing ones."""
-    sequences, scores, lengths = finished
-    all_scores = tf.concat([scores, candidate_scores], axis=1)
-    all_lengths = tf.concat([lengths, tf.fill(tf.shape(candidate_scores), length)], axis=1)
-    all_sequences = tf.concat([sequences, candidates], axis=1)
-    scores, keep = tf.math.top_k(all_scores, k=beam_size)
-    return (tf.gather(all_sequences, keep, batch_dims=1), scores,
-            tf.gather(all_lengths, keep, batch_dims=1))
+def _merge_finished(finished: tuple, new: tuple, length, beam_size: int) -> tuple:
+    """Keeps the `beam_size` best of the finished hypotheses, `(sequences, scores, lengths)`
+    and, of a constrained search, `unplaced`, and the new finishing ones, `(sequences, scores)`
+    (-inf: not finishing) and their `unplaced`; those missing fewer constraints first."""
+    scores = tf.concat([finished[1], new[1]], axis=1)
+    merged = (tf.concat([finished[0], new[0]], axis=1), scores,
+              tf.concat([finished[2], tf.fill(tf.shape(new[1]), length)], axis=1),
+              *(tf.concat([old, now], axis=1) for old, now in zip(finished[3:], new[2:])))
+    if len(finished) == 3:
+        scores, keep = tf.math.top_k(scores, k=beam_size)
+    else:
+        missing = tf.reduce_sum(tf.cast(merged[3], tf.int32), axis=2)
+        missing = tf.where(scores > NEG_INF, missing, tf.shape(merged[3])[2] + 1)
+        by_score = tf.argsort(scores, axis=1, direction="DESCENDING", stable=True)
+        by_missing = tf.argsort(tf.gather(missing, by_score, batch_dims=1), axis=1, stable=True)
+        keep = tf.gather(by_score, by_missing, batch_dims=1)[:, :beam_size]
+    return tuple(tf.gather(part, keep, batch_dims=1) for part in merged)
 
 
 def _search_loop(advance: Callable[[tf.Tensor, Any, tf.Tensor], tuple[Any, tf.Tensor]],

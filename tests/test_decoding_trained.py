@@ -75,3 +75,47 @@ def test_bfloat16_serving_copy_translates_like_float32(trained):
     got, want = rounded.scores[:, 0].numpy()[agree], exact.scores[:, 0].numpy()[agree]
     np.testing.assert_allclose(got, want, rtol=0.1, atol=0.05)
     assert np.mean(np.abs(got - want)) <= 0.03
+
+
+def reference_phrases(target_out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Post & Vilar's protocol: 1-3 random phrases of 1-3 tokens from each reference, apart
+    from each other, `[batch, 3, 3]` PAD-padded."""
+    phrases = np.zeros((len(target_out), 3, 3), np.int32)
+    for row, reference in enumerate(target_out):
+        tokens = reference[(reference != kt.PAD_ID) & (reference != kt.EOS_ID)].tolist()
+        cuts = sorted(rng.choice(np.arange(1, len(tokens)), size=2, replace=False).tolist())
+        spans = [tokens[a:b] for a, b in zip([0, *cuts], [*cuts, len(tokens)])]
+        for index, span in enumerate(spans[:rng.integers(1, 4)]):
+            length = min(rng.integers(1, 4), len(span))
+            start = rng.integers(0, len(span) - length + 1)
+            phrases[row, index, :length] = span[start:start + length]
+    return phrases
+
+
+def test_constrained_search_places_every_constraint_and_references_help(trained):
+    """On the learned task: random constraints all appear in the best translations (the limit
+    leaves room), and constraints from the references keep or raise exact matches."""
+    rng = np.random.default_rng(4)
+    source, _, target_out = reversal_data(48, rng)
+    random_phrases = np.zeros((48, 3, 3), np.int32)
+    for row in range(48):
+        for index in range(rng.integers(1, 4)):
+            length = rng.integers(1, 4)
+            random_phrases[row, index, :length] = rng.choice(SYMBOLS, size=length)
+    result = beam_search(trained, source, beam_size=4, max_decode_extra=12,
+                         constraints=random_phrases)
+    assert not result.unplaced.numpy()[:, 0].any()
+    for row in range(48):
+        best = result.ids[row, 0, :result.lengths[row, 0]].numpy().tolist()
+        assert best[-1] == kt.EOS_ID
+        for phrase in random_phrases[row]:
+            real = phrase[phrase != kt.PAD_ID].tolist()
+            assert not real or any(best[i:i + len(real)] == real for i in range(len(best)))
+
+    width = target_out.shape[1]
+    def exact(ids):
+        return np.mean(np.all(np.pad(ids, [(0, 0), (0, width)])[:, :width] == target_out, 1))
+    plain = beam_search(trained, source, beam_size=4, max_decode_extra=4)
+    guided = beam_search(trained, source, beam_size=4, max_decode_extra=4,
+                         constraints=reference_phrases(target_out, rng))
+    assert exact(guided.ids[:, 0].numpy()) >= exact(plain.ids[:, 0].numpy())

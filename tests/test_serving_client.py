@@ -28,7 +28,8 @@ from keras_transformer.serving.loading import load_export
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = ["I have forty-two apples", "", "caf\u00e9 \u00fcber alles"]
 IDS = [[20, 21, 22, 0], [30, 0, 0, 0]]
-EXAMPLES = {"text": TEXTS, "prefix": ["ich habe", "", "zwei"], "source_ids": IDS}
+EXAMPLES = {"text": TEXTS, "prefix": ["ich habe", "", "zwei"], "source_ids": IDS,
+            "terms": ["Äpfel", "", "zwei\tHunde"]}
 
 
 def load_client():
@@ -59,7 +60,8 @@ def test_rest_requests_get_the_direct_answers(export):
     client = load_client()
     specs = client.signature_inputs(export)
     assert set(specs) == {"serving_default", "translate_ids", "translate_nbest",
-                          "translate_with_prefix", "translate_with_alignment"}
+                          "translate_with_prefix", "translate_with_terms",
+                          "translate_with_alignment"}
     signatures = tf.saved_model.load(export).signatures
     for name in specs:
         values = {key: EXAMPLES[key] for key in specs[name]}

@@ -40,6 +40,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 texts = json.loads(sys.argv[2])
 inputs = {"text": tf.constant(texts), "prefix": tf.constant(texts[::-1]),
+          "terms": tf.constant(texts[::-1]),
           "source_ids": tf.constant(json.loads(sys.argv[3]), tf.int32)}
 def plain(array):
     return ([item.hex() for item in array.ravel().tolist()] if array.dtype == object
@@ -142,7 +143,7 @@ def test_every_warmup_request_of_every_export_kind_replays_on_the_stock_runtime(
         further = int(name == "imported")
         assert counts == {"serving_default": widths + further, "translate_ids": widths,
                           "translate_nbest": widths, "translate_with_alignment": widths,
-                          "translate_with_prefix": 2 * widths}
+                          "translate_with_prefix": 2 * widths, "translate_with_terms": widths}
         assert sum(counts.values()) == warmup["records"]
 
 
@@ -181,11 +182,11 @@ def assert_outputs_in_process(stock: dict, path: str, texts: list) -> None:
     """`stock` (every signature's outputs of the export at `path` on the stock runtime, given
     `texts`, their reverse as prefixes, and `IDS`) equals what the export computes here."""
     inputs = {"text": tf.constant(texts), "prefix": tf.constant(texts[::-1]),
-              "source_ids": tf.constant(IDS, tf.int32)}
+              "terms": tf.constant(texts[::-1]), "source_ids": tf.constant(IDS, tf.int32)}
     signatures = tf.saved_model.load(path).signatures
     assert set(stock) == set(signatures) == {
         "serving_default", "translate_ids", "translate_nbest", "translate_with_prefix",
-        "translate_with_alignment"}
+        "translate_with_terms", "translate_with_alignment"}
     for signature, function in signatures.items():
         keys = function.structured_input_signature[1]
         arguments = {key: inputs[key] for key in keys if key != "target_language"}

@@ -13,7 +13,12 @@ line longer than the model's `max_length` is translated from its first `max_leng
 subwords (a warning counts such lines and names the first). With `--nbest K` each input line gives K lines `INDEX ||| TRANSLATION ||| SCORE`
 (INDEX: the 0-based line number in its file), best first. With `--prefix FILE` (one per input,
 line for line) each translation starts with its prefix line (the target text typed so far; an
-empty line leaves the sentence free). `--ensemble RUN_DIR ...` (with a run directory) decodes
+empty line leaves the sentence free). `--terms GLOSSARY` (lines `source phrase ||| target
+phrase`) makes each translation contain the target phrases whose source phrases its line
+contains, and `--constraints FILE` (one per input, line for line: target phrases separated by
+tabs) the phrases given; the search is then lexically constrained (`keras_transformer.constraints`),
+a phrase it could not place before the length limit is named in a warning (file, line, phrase).
+`--ensemble RUN_DIR ...` (with a run directory) decodes
 with those runs' models too, averaging their probabilities. An export's search settings are fixed
 in its graph: to change them, export again (`kt-export --beam-size ...`).
 A model trained on several language pairs (`kt-train --pair`), or its export, translates into
@@ -27,9 +32,10 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Optional, Sequence, TextIO
+from typing import Callable, Optional, Sequence, TextIO
 
 from keras_transformer.data.text_files import read_raw_lines
+from keras_transformer.decoding.terminology import Glossary, read_constraints, sentence_terms
 from keras_transformer.decoding.translator import IntoLanguage, Translator
 from keras_transformer.serving.loading import export_version, load_export, recorded_languages
 from keras_transformer.serving.text_translation import (LineTranslator, best_lines,
@@ -61,6 +67,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--prefix", nargs="+", metavar="FILE",
                         help="one file per input: line N is the start forced on the "
                         "translation of input line N")
+    parser.add_argument("--terms", metavar="GLOSSARY",
+                        help="lines 'source phrase ||| target phrase': a translation contains "
+                        "the target phrase wherever its line contains the source phrase")
+    parser.add_argument("--constraints", nargs="+", metavar="FILE",
+                        help="one file per input: line N holds the target phrases (separated "
+                        "by tabs) the translation of input line N must contain")
     parser.add_argument("--batch-size", type=int, default=64,
                         help="sentences per batch (default: 64)")
     parser.add_argument("--threads", type=int, default=2,
@@ -73,15 +85,21 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     add_search_arguments(parser, "(run directories only: an export's are fixed)")
     add_ensemble_argument(parser)
     args = parser.parse_args(argv)
-    for path in args.prefix or []:
-        if not os.path.isfile(path):
-            parser.error(f"--prefix: {path!r} does not exist")
-    for name in ("output", "prefix"):
+    for name in ("prefix", "constraints", "terms"):
+        value = getattr(args, name)
+        for path in [value] if isinstance(value, str) else value or []:
+            if not os.path.isfile(path):
+                parser.error(f"--{name}: {path!r} does not exist")
+    for name in ("output", "prefix", "constraints"):
         files = getattr(args, name)
         if files and len(files) != len(args.inputs):
             parser.error(f"--{name}: {len(files)} file(s) for {len(args.inputs)} input(s)")
     if args.prefix and args.nbest:
         parser.error("--prefix: not with --nbest (prefixes give the best translation only)")
+    for name in ("terms", "constraints"):
+        if getattr(args, name) and (args.nbest or args.prefix):
+            parser.error(f"--{name}: not with --nbest or --prefix (terms give the best "
+                         "translation only)")
     for name in ("batch_size", "batch_tokens", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: must be positive")
@@ -119,13 +137,16 @@ def load_translator(args: argparse.Namespace) -> LineTranslator:
 
 
 def translate_lines(translator: LineTranslator, lines: list[bytes], args: argparse.Namespace,
-                    progress: CountProgress, prefixes: Optional[list[bytes]] = None) -> list[str]:
+                    progress: CountProgress, prefixes: Optional[list[bytes]] = None,
+                    terms: Optional[list[str]] = None,
+                    on_missing: Optional[Callable[[int, list[str]], None]] = None) -> list[str]:
     """The output lines (without newlines) for `lines` (each starting with its line of
-    `prefixes`, when given), in their order."""
+    `prefixes`, or containing its `terms`, when given; `on_missing` told of the terms a line's
+    translation lacks), in their order."""
     if not args.nbest:
         return best_lines(translator, lines, batch_size=args.batch_size,
                           batch_tokens=args.batch_tokens, prefixes=prefixes,
-                          on_batch=progress.advance)
+                          on_batch=progress.advance, terms=terms, on_missing=on_missing)
     outputs: list[str] = [""] * len(lines)
     lengths = [len(line.split()) for line in lines]
     for batch in length_batches(lengths, args.batch_size, args.batch_tokens):
@@ -135,6 +156,23 @@ def translate_lines(translator: LineTranslator, lines: list[bytes], args: argpar
                                        for text, score in hypotheses)
         progress.advance(len(batch))
     return outputs
+
+
+def read_terms(args: argparse.Namespace, inputs: list[tuple[list[bytes], list[int]]]
+               ) -> list[Optional[list[str]]]:
+    """Each input's `translate_with_terms` terms, one per line (None without `--terms` and
+    `--constraints`); ValueError naming the file of a malformed glossary line or of
+    constraints whose line count differs from its input's."""
+    if not args.terms and not args.constraints:
+        return [None] * len(inputs)
+    glossary = Glossary.read(args.terms) if args.terms else None
+    terms = []
+    for position, (lines, _) in enumerate(inputs):
+        constraints = (read_constraints(args.constraints[position], len(lines))
+                       if args.constraints else None)
+        texts = [line.decode("utf-8", "replace") for line in lines]
+        terms.append(sentence_terms(texts, glossary, constraints))
+    return terms
 
 
 def read_prefixes(args: argparse.Namespace, inputs: list[tuple[list[bytes], list[int]]]
@@ -159,7 +197,13 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) 
     try:
         inputs = [read_raw_lines(path) for path in args.inputs]
         prefixes = read_prefixes(args, inputs)
+        terms = read_terms(args, inputs)
         translator = load_translator(args)
+        if terms[0] is not None and not translator.takes_terms:
+            raise ValueError(f"--{'terms' if args.terms else 'constraints'}: {args.model} has "
+                             "no constrained search (CTranslate2 and LiteRT exports have none, "
+                             "nor SavedModels exported before it); translate with the run "
+                             "directory or a SavedModel exported by this version")
         if args.nbest > 1 and args.nbest > translator.beam_size:  # every search keeps one
             raise ValueError(f"--nbest: {args.nbest} exceeds the beam size "
                              f"{translator.beam_size}")
@@ -180,8 +224,11 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) 
             print("kt-translate: warning: " + truncation_warning(
                 path, [index + 1 for index in truncated], translator.max_length),
                 file=sys.stderr)
-        text = "".join(line + "\n" for line in translate_lines(translator, lines, args,
-                                                                progress, prefixes[position]))
+        def missing(index: int, phrases: list[str]) -> None:
+            print(f"kt-translate: warning: {path}:{index + 1}: not placed before the length "
+                  f"limit: {', '.join(map(repr, phrases))}", file=sys.stderr)
+        text = "".join(line + "\n" for line in translate_lines(
+            translator, lines, args, progress, prefixes[position], terms[position], missing))
         if args.output:
             Path(args.output[position]).parent.mkdir(parents=True, exist_ok=True)
             Path(args.output[position]).write_text(text, encoding="utf-8")

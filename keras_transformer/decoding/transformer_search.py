@@ -48,7 +48,8 @@ def run_search(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSe
                use_cache: bool = True, eos_id: int = EOS_ID,
                prefix_ids: Optional[tf.Tensor] = None,
                shortlist: Optional[VocabularyShortlist] = None, greedy: Optional[bool] = None,
-               static_shapes: bool = False, num_samples: int = 1) -> DecodeResult:
+               static_shapes: bool = False, num_samples: int = 1,
+               constraints: Optional[tf.Tensor] = None) -> DecodeResult:
     """Builds a search over `source_ids` (call it inside a `tf.function`).
 
     Args:
@@ -65,6 +66,9 @@ def run_search(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSe
             compiles): the shortlist's `padded_target_ids` instead of its `target_ids`, and
             caches read whole (`Transformer.init_decoding`).
         num_samples: translations drawn per sentence when `settings.sampling`.
+        constraints: optional `[batch, C, L]` target phrases (ids, PAD-padded) each
+            translation must contain: the constrained beam search (`search.beam`), whatever
+            the beam size; a shortlist then scores their ids too.
 
     Returns:
         The n-best `DecodeResult` (when sampling, the samples in the order drawn).
@@ -74,16 +78,23 @@ def run_search(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSe
     """
     with hooks.references():
         settings = SearchSettings() if settings is None else settings
+        if constraints is not None and settings.sampling:
+            raise ValueError("constraints: a constrained search is a beam search, not sampling")
         members = ensemble_members(model)
         source_ids = tf.cast(source_ids, tf.int32)
         limits, buffer_length = output_limits(source_ids, settings.max_decode_extra,
                                               members[0].config.max_length, prefix_ids=prefix_ids)
         vocabulary_ids = unscored = None
-        if shortlist is not None and static_shapes:
-            vocabulary_ids, unscored = shortlist.padded_target_ids(source_ids, prefix_ids)
-        elif shortlist is not None:
-            vocabulary_ids = shortlist.target_ids(source_ids, prefix_ids)
-        greedy = settings.beam_size == 1 if greedy is None else greedy
+        if shortlist is not None:
+            listed = prefix_ids
+            if constraints is not None:
+                pieces = tf.reshape(tf.cast(constraints, tf.int32), [tf.shape(source_ids)[0], -1])
+                listed = pieces if prefix_ids is None else tf.concat([prefix_ids, pieces], 1)
+            if static_shapes:
+                vocabulary_ids, unscored = shortlist.padded_target_ids(source_ids, listed)
+            else:
+                vocabulary_ids = shortlist.target_ids(source_ids, listed)
+        greedy = (settings.beam_size == 1 if greedy is None else greedy) and constraints is None
         rows_per_sentence = (num_samples if settings.sampling else 1 if greedy
                              else settings.beam_size)
         step_arguments = dict(source_ids=source_ids, rows_per_sentence=rows_per_sentence,
@@ -104,7 +115,8 @@ def run_search(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSe
                 top_p=settings.top_p, **common)
         if greedy:
             return search.greedy(**common)
-        return search.beam(beam_size=settings.beam_size, reorder=reorder, **common)
+        return search.beam(beam_size=settings.beam_size, reorder=reorder,
+                           constraints=constraints, **common)
 
 
 _run_search_graph = tf.function(run_search, reduce_retracing=True, autograph=False)
@@ -117,8 +129,8 @@ run_search_xla = tf.function(run_search, reduce_retracing=True, autograph=False,
 def beam_search(model: Models, source_ids, beam_size: int = 4,
                 length_penalty: float = 0.6, max_decode_extra: int = 50,
                 use_cache: bool = True, eos_id: int = EOS_ID, jit_compile: bool = False,
-                prefix_ids=None, shortlist: Optional[VocabularyShortlist] = None
-                ) -> DecodeResult:
+                prefix_ids=None, shortlist: Optional[VocabularyShortlist] = None,
+                constraints=None) -> DecodeResult:
     """The `beam_size` best translations of `source_ids` `[batch, src_len]`, in one graph.
 
     Arguments as `run_search`'s; at most `source length + max_decode_extra` tokens (EOS
@@ -129,7 +141,7 @@ def beam_search(model: Models, source_ids, beam_size: int = 4,
                               max_decode_extra=max_decode_extra)
     return _checked_search(model, source_ids, settings, greedy=False, use_cache=use_cache,
                            eos_id=eos_id, jit_compile=jit_compile, prefix_ids=prefix_ids,
-                           shortlist=shortlist)
+                           shortlist=shortlist, constraints=constraints)
 
 
 def greedy_decode(model: Models, source_ids, length_penalty: float = 0.6,
@@ -166,8 +178,8 @@ def sample(model: Models, source_ids, seed: int = 0, temperature: float = 1.0,
 
 def _checked_search(model: Models, source_ids, settings: SearchSettings, greedy: bool,
                     use_cache: bool, eos_id: int, jit_compile: bool, prefix_ids,
-                    shortlist: Optional[VocabularyShortlist], num_samples: int = 1
-                    ) -> DecodeResult:
+                    shortlist: Optional[VocabularyShortlist], num_samples: int = 1,
+                    constraints=None) -> DecodeResult:
     """Checks the arguments eagerly (named errors) and runs `run_search`'s graph (arguments
     as its, and `jit_compile` as `beam_search`'s)."""
     if jit_compile and not use_cache:
@@ -175,11 +187,12 @@ def _checked_search(model: Models, source_ids, settings: SearchSettings, greedy:
     members = ensemble_members(model)
     model = members[0] if len(members) == 1 else tuple(members)
     graph = run_search_xla if jit_compile else _run_search_graph
-    prefix_ids = None if prefix_ids is None else tf.convert_to_tensor(prefix_ids, tf.int32)
+    prefix_ids, constraints = (None if ids is None else tf.convert_to_tensor(ids, tf.int32)
+                               for ids in (prefix_ids, constraints))
     return graph(model, tf.convert_to_tensor(source_ids, tf.int32), settings,
                  use_cache=use_cache, eos_id=eos_id, prefix_ids=prefix_ids,
                  shortlist=shortlist, greedy=greedy, static_shapes=jit_compile,
-                 num_samples=num_samples)
+                 num_samples=num_samples, constraints=constraints)
 
 
 def output_limits(source_ids: tf.Tensor, max_decode_extra: int, max_length: int,

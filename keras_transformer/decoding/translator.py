@@ -27,6 +27,9 @@ TEXT = tf.TensorSpec([None], tf.string, name="text")  # the input of the text si
 TARGET_LANGUAGE = tf.TensorSpec([None], tf.string, name="target_language")
 # And of a model whose sources start with their language's token (NLLB-200, M2M-100).
 SOURCE_LANGUAGE = tf.TensorSpec([None], tf.string, name="source_language")
+# `translate_with_terms`' further input: each row's target phrases, separated by tabs.
+TERMS = tf.TensorSpec([None], tf.string, name="terms")
+TERM_SEPARATOR = "\t"
 
 
 class Translator(tf.Module):
@@ -37,7 +40,9 @@ class Translator(tf.Module):
     Signatures: `translate` (text -> best translation and score), `translate_ids` (ids -> best
     and n-best ids and scores), `translate_nbest` (text -> every hypothesis of the beam as text
     with its score, best first), `translate_with_prefix` (text and the start of its
-    translation -> the best translation that starts so) and `translate_with_alignment` (text
+    translation -> the best translation that starts so), `translate_with_terms` (text and
+    target phrases -> the best translation that contains them, lexically constrained) and
+    `translate_with_alignment` (text
     -> best translation, its subword pieces and, for each, the source piece it attends to
     most: encoder-decoder attention
     of decoder layer `alignment_layer`, averaged over its heads, when that piece is predicted
@@ -125,6 +130,8 @@ class Translator(tf.Module):
         self.translate_with_prefix = _signature(self._translate_with_prefix, TEXT,
                                                 tf.TensorSpec([None], tf.string, name="prefix"),
                                                 *language)
+        self.translate_with_terms = _signature(self._translate_with_terms, TEXT, TERMS,
+                                               *language)
         self.translate_ids = _signature(
             self._translate_ids, tf.TensorSpec([None, None], tf.int32, name="source_ids"),
             *language)
@@ -197,6 +204,35 @@ class Translator(tf.Module):
             self._prefix_ids(prefix, tokens))
         ids = self._without_tokens(best["ids"], tokens)
         return {"translation": self.tokenizer.detokenize(ids), "score": best["score"]}
+
+    def _translate_with_terms(self, text: tf.Tensor, terms: tf.Tensor,
+                              target_language: Optional[tf.Tensor] = None,
+                              source_language: Optional[tf.Tensor] = None
+                              ) -> dict[str, tf.Tensor]:
+        """`text` and `terms` `[batch]` -> `translation` `[batch]` containing each of that
+        row's `terms` (target phrases separated by tabs, tokenized as target text; "" leaves
+        the row free), its `score`, and `missing_terms` `[batch]`: the phrases it does not
+        contain (tab-separated, in the order given; "" when all are in), because the length
+        limit came first (or the source is empty).
+
+        The search is the constrained beam search (`keras_transformer.constraints`): a row
+        without terms gets exactly the `translate` signature's translation."""
+        tokens = self._language_tokens(target_language, text)
+        phrases = tf.strings.split(terms, TERM_SEPARATOR)
+        phrases = tf.ragged.boolean_mask(phrases, tf.strings.length(tf.strings.strip(phrases)) > 0)
+        pieces = model_input_ids(text_pieces(self.tokenizer, phrases.flat_values, target=True),
+                                 self.model.config.output_vocab_size, self.model.config.max_length)
+        constraints = tf.RaggedTensor.from_row_lengths(pieces, phrases.row_lengths())
+        source_ids, empty = self._source_ids(self._pieces(text), tokens,
+                                             self._source_language_tokens(source_language, text))
+        best = self._translate_source(source_ids, empty, self._prefix_ids(None, tokens),
+                                      constraints.to_tensor(default_value=PAD_ID))
+        missing = tf.RaggedTensor.from_tensor(best["unplaced"], lengths=phrases.row_lengths())
+        return {"translation": self.tokenizer.detokenize(self._without_tokens(best["ids"],
+                                                                              tokens)),
+                "score": best["score"],
+                "missing_terms": tf.strings.reduce_join(tf.ragged.boolean_mask(phrases, missing),
+                                                        axis=1, separator=TERM_SEPARATOR)}
 
     def _translate_ids(self, source_ids: tf.Tensor, target_language: Optional[tf.Tensor] = None,
                        source_language: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
@@ -303,37 +339,50 @@ class Translator(tf.Module):
         return source_ids, empty
 
     def _translate_source(self, source_ids: tf.Tensor, empty: tf.Tensor,
-                          prefix_ids: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
+                          prefix_ids: Optional[tf.Tensor] = None,
+                          constraints: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
         """The search's best and n-best ids and scores of `source_ids` (`_source_ids`; an
-        `empty` source's: PAD and 0), each hypothesis starting with `prefix_ids`."""
+        `empty` source's: PAD and 0), each hypothesis starting with `prefix_ids`; with
+        `constraints` `[batch, C, L]` (target phrases' ids) the constrained search, and the
+        best's `unplaced` `[batch, C]` (every phrase of an empty source)."""
         search = run_search
         if self.jit_compile:
             # XLA compiles once per input shape: padded widths bound the shapes a server sees.
             search = run_search_xla
             source_ids = self._padded_width(source_ids)
             prefix_ids = None if prefix_ids is None else self._padded_width(prefix_ids)
+            if constraints is not None:
+                constraints = tf.transpose(self._padded_width(tf.transpose(
+                    self._padded_width(constraints), [0, 2, 1])), [0, 2, 1])
         models = (self.model, *self.ensemble) if self.ensemble else self.model
         result = search(models, source_ids, self.settings, prefix_ids=prefix_ids,
-                        shortlist=self.shortlist, static_shapes=self.jit_compile)
+                        shortlist=self.shortlist, static_shapes=self.jit_compile,
+                        constraints=constraints)
         ids = tf.where(empty[:, :, None], PAD_ID, result.ids)
         scores = tf.where(empty, 0.0, result.scores)
-        return {"ids": ids[:, 0], "score": scores[:, 0], "nbest_ids": ids,
-                "nbest_scores": scores}
+        found = {"ids": ids[:, 0], "score": scores[:, 0], "nbest_ids": ids,
+                 "nbest_scores": scores}
+        if constraints is not None:
+            present = tf.reduce_any(tf.not_equal(constraints, PAD_ID), axis=2)
+            found["unplaced"] = (result.unplaced[:, 0] | empty) & present
+        return found
 
     def _padded_width(self, ids: tf.Tensor) -> tf.Tensor:
-        """`ids` `[batch, length]` PAD-padded to the next multiple of `XLA_WIDTH_STEP` (at most
+        """`ids` `[..., length]` PAD-padded to the next multiple of `XLA_WIDTH_STEP` (at most
         the model's `max_length`, or `length` if longer)."""
-        length = tf.shape(ids)[1]
+        length = tf.shape(ids)[-1]
         width = tf.maximum(length, tf.minimum((length + XLA_WIDTH_STEP - 1) // XLA_WIDTH_STEP
                                               * XLA_WIDTH_STEP, self.model.config.max_length))
-        return tf.pad(ids, [[0, 0], [0, width - length]], constant_values=PAD_ID)
+        padding = [[0, 0]] * (ids.shape.rank - 1) + [[0, width - length]]
+        return tf.pad(ids, padding, constant_values=PAD_ID)
 
 
 class IntoLanguage:
     """A `Translator` of several target languages (`Translator.languages`) asked for one,
     `language`, in every call (and, of a model that reads the source language too,
     `source_language`): the calls of a `Translator` of one (`translate`, `translate_ids`,
-    `translate_nbest`, `translate_with_prefix`, `translate_with_alignment`), its `tokenizer`
+    `translate_nbest`, `translate_with_prefix`, `translate_with_terms`,
+    `translate_with_alignment`), its `tokenizer`
     and `model`. A language the model does not have, or a source language missing or
     not wanted, is a ValueError naming it and the model's languages; "" asks for none where the
     language is optional (`RunLanguages.optional`: the texts as they are)."""
@@ -369,6 +418,10 @@ class IntoLanguage:
     def translate_with_prefix(self, text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
         """`Translator.translate_with_prefix` into the language."""
         return self.translator.translate_with_prefix(text, prefix, *self._languages(text))
+
+    def translate_with_terms(self, text: tf.Tensor, terms: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`Translator.translate_with_terms` into the language."""
+        return self.translator.translate_with_terms(text, terms, *self._languages(text))
 
     def translate_with_alignment(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """`Translator.translate_with_alignment` into the language."""

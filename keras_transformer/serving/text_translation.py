@@ -18,7 +18,8 @@ from keras_transformer.data.text_files import line_list
 from keras_transformer.data.sentencepiece_pair import load_tokenizer
 from keras_transformer.data.tokenizer import (SubwordTokenizer, native_info_lines_hidden,
                                               text_pieces)
-from keras_transformer.decoding.translator import IntoLanguage, Translator, truncated_sources
+from keras_transformer.decoding.translator import (TERM_SEPARATOR, IntoLanguage, Translator,
+                                                  truncated_sources)
 from keras_transformer.config import PAD_ID
 
 if TYPE_CHECKING:
@@ -52,7 +53,9 @@ class LineTranslator:
     Best and n-best translations of strings, through `translate_text` (`[batch]` strings ->
     `translation`, `score`), `translate_ids` (`[batch, len]` ids -> `nbest_ids`,
     `nbest_scores`) with `tokenizer` for the n-best lists' text, and `translate_prefixed`
-    (texts and prefixes -> `translation`, `score`; None for exports older than it); `owner`
+    (texts and prefixes -> `translation`, `score`; None for exports older than it) and
+    `translate_terms` (texts and their tab-separated target phrases -> `translation`, `score`,
+    `missing_terms`; None for backends without a constrained search); `owner`
     is kept alive for them (a loaded SavedModel, or the `Translator` whose methods they are);
     `max_length`: the model's, whose sources longer than `max_length - 1` subwords are cut
     (`truncated` names them; None: not known, as for exports without a provenance record);
@@ -66,8 +69,10 @@ class LineTranslator:
                  owner: object = None,
                  translate_prefixed: Optional[Callable[[tf.Tensor, tf.Tensor], dict]] = None,
                  max_length: Optional[int] = None, languages: Optional[RunLanguages] = None,
-                 language: Optional[str] = None, source_language: Optional[str] = None):
+                 language: Optional[str] = None, source_language: Optional[str] = None,
+                 translate_terms: Optional[Callable[[tf.Tensor, tf.Tensor], dict]] = None):
         self._owner = owner
+        self._translate_terms = translate_terms
         self.max_length = max_length
         self.languages, self.language = languages, language
         self.source_language = source_language
@@ -103,15 +108,19 @@ class LineTranslator:
                 inputs["source_language"] = tf.fill(tf.shape(rows)[:1], source_language)
             return signatures[signature](**inputs)
 
-        prefixed = None
+        prefixed = with_terms = None
         if "translate_with_prefix" in signatures:  # not in exports written before it
             def prefixed(text: tf.Tensor, prefix: tf.Tensor) -> dict:
                 return call("translate_with_prefix", text, text=text, prefix=prefix)
+        if "translate_with_terms" in signatures:
+            def with_terms(text: tf.Tensor, terms: tf.Tensor) -> dict:
+                return call("translate_with_terms", text, text=text, terms=terms)
         return cls(lambda text: call("serving_default", text, text=text),
                    lambda ids: call("translate_ids", ids, source_ids=ids),
                    load_tokenizer(version / "assets"), owner=loaded,
                    translate_prefixed=prefixed, max_length=max_length, languages=languages,
-                   language=target_language, source_language=source_language)
+                   language=target_language, source_language=source_language,
+                   translate_terms=with_terms)
 
     @classmethod
     def from_translator(cls, translator: Translator | IntoLanguage) -> "LineTranslator":
@@ -123,7 +132,8 @@ class LineTranslator:
                    max_length=translator.model.config.max_length,
                    languages=translator.translator.languages if into else None,
                    language=translator.language if into else None,
-                   source_language=translator.source_language if into else None)
+                   source_language=translator.source_language if into else None,
+                   translate_terms=translator.translate_with_terms)
 
     def truncated(self, texts: Sequence[bytes]) -> list[int]:
         """The indices of the `texts` translated from their first `max_length - 1` subwords
@@ -153,6 +163,26 @@ class LineTranslator:
         else:
             outputs = self._translate_prefixed(texts, tf.constant(list(prefixes), tf.string))
         return outputs["translation"].numpy().tolist(), outputs["score"].numpy().tolist()
+
+    @property
+    def takes_terms(self) -> bool:
+        """Whether `with_terms` can constrain translations (a SavedModel export, a run)."""
+        return self._translate_terms is not None
+
+    def with_terms(self, texts: Sequence[bytes], terms: Sequence[str]
+                   ) -> tuple[list[bytes], list[float], list[list[str]]]:
+        """The best translation (UTF-8) and score of each text that contains its `terms`
+        (target phrases separated by tabs; "" leaves a text free), and the phrases each does
+        not contain (the length limit came first)."""
+        if self._translate_terms is None:
+            raise ValueError("terms: this model has no constrained search (a SavedModel "
+                             "exported by this version or a run directory has)")
+        outputs = self._translate_terms(tf.constant(list(texts), tf.string),
+                                        tf.constant(list(terms), tf.string))
+        missing = [[phrase for phrase in row.decode("utf-8").split(TERM_SEPARATOR) if phrase]
+                   for row in outputs["missing_terms"].numpy().tolist()]
+        return (outputs["translation"].numpy().tolist(), outputs["score"].numpy().tolist(),
+                missing)
 
     def nbest(self, texts: Sequence[bytes], k: int) -> list[list[tuple[bytes, float]]]:
         """The `k` best (translation, score) pairs of each text, best first."""
@@ -290,7 +320,9 @@ def output_line(text: bytes) -> str:
 
 def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: int = 64,
                batch_tokens: int = 6000, prefixes: Optional[Sequence[bytes]] = None,
-               on_batch: Optional[Callable[[int], None]] = None) -> list[str]:
+               on_batch: Optional[Callable[[int], None]] = None,
+               terms: Optional[Sequence[str]] = None,
+               on_missing: Optional[Callable[[int, list[str]], None]] = None) -> list[str]:
     """The best translation of each line as an `output_line`, in the lines' order, translated
     in `length_batches` of the lines' word counts.
 
@@ -301,6 +333,9 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
         batch_tokens: at most this many padded words a batch.
         prefixes: optional, one per line: the start forced on its translation.
         on_batch: called with each batch's size after it is translated.
+        terms: optional, one per line: the target phrases its translation must contain
+            (tab-separated; `LineTranslator.with_terms`).
+        on_missing: called with a line's index and the terms its translation lacks.
 
     Returns:
         One output line per input line.
@@ -308,9 +343,16 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
     outputs = [""] * len(lines)
     lengths = [len(line.split()) for line in lines]
     for batch in length_batches(lengths, batch_size, batch_tokens):
-        translations, _ = translator.best(
-            [lines[index] for index in batch],
-            None if prefixes is None else [prefixes[index] for index in batch])
+        texts = [lines[index] for index in batch]
+        if terms is not None:
+            translations, _, missing = translator.with_terms(texts,
+                                                             [terms[index] for index in batch])
+            for index, lacking in zip(batch, missing):
+                if lacking and on_missing is not None:
+                    on_missing(index, lacking)
+        else:
+            translations, _ = translator.best(
+                texts, None if prefixes is None else [prefixes[index] for index in batch])
         for index, text in zip(batch, translations):
             outputs[index] = output_line(text)
         if on_batch is not None:

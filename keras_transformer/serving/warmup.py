@@ -5,7 +5,8 @@ TF Serving replays this file (a TFRecord file of `PredictionLog`s, each holding 
 first call (graph optimization, kernel set-up, and for an XLA export a compilation per input
 shape) are not paid by a client. Every signature gets a request: one sentence whose subwords
 (with EOS) fill a padded width; `translate_with_prefix` once with an empty prefix and once with
-a one-word prefix (prefix widths 0 and 16 of an XLA export). A graph export runs any shape with
+a one-word prefix (prefix widths 0 and 16 of an XLA export), `translate_with_terms` with a
+one-word term. A graph export runs any shape with
 the same graph: one width, 16. An XLA export compiles each padded width (multiples of 16,
 `Translator`) at batch 1, the traffic it is made for: every width up to `max_width` source
 pieces (`DEFAULT_MAX_WIDTH`) and the model's `max_length`; longer inputs, and other batch sizes,
@@ -65,7 +66,7 @@ def warmup_requests(signatures: dict[str, Sequence[tf.TensorSpec]],
         text = _sentence(tokenizer, width - 1 - token_pieces)
         ids = tokenizer.tokenize(tf.constant([text])).to_tensor().numpy()
         for prefix in ("", WORD):
-            values = {"text": [text], "source_ids": ids, "prefix": [prefix],
+            values = {"text": [text], "source_ids": ids, "prefix": [prefix], "terms": [WORD],
                       "target_language": codes[:1], "source_language": codes[:1]}
             for name, specs in signatures.items():
                 takes_prefix = any(spec.name == "prefix" for spec in specs)
