@@ -9,7 +9,8 @@ signature definitions, and a client that sends them and reports latency percenti
 
 Without `--send`, prints the REST request body (`POST http://HOST:8501/v1/models/NAME:predict`)
 of each signature: the texts for those taking `text`, `--prefix` (default "") for
-`translate_with_prefix`, example ids for `translate_ids`. With `--send rest` or `--send grpc`,
+`translate_with_prefix`, `--terms` (target phrases separated by tabs, default "") for
+`translate_with_terms`, example ids for `translate_ids`. With `--send rest` or `--send grpc`,
 sends `--signature`'s request (default `serving_default`) to `--server` over REST (JSON to
 `/v1/models/NAME[/labels/LABEL]:predict`, after reading the model's status from
 `/v1/models/NAME`) or gRPC (`PredictionService/Predict`): `--requests` of them at most, for
@@ -193,6 +194,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("saved_model_dir", help="the export (a version directory NAME/N)")
     parser.add_argument("texts", nargs="+")
     parser.add_argument("--prefix", default="")
+    parser.add_argument("--terms", default="")
     parser.add_argument("--send", choices=("rest", "grpc"),
                         help="send requests instead of printing the REST bodies")
     parser.add_argument("--server", help="--send: HOST:PORT (REST 8501, gRPC 8500 by default "
@@ -252,9 +254,11 @@ def send_requests(args: argparse.Namespace,
 def main(argv: list[str]) -> None:
     """Prints the REST body of each signature for the texts given, or with `--send` the
     latency report of the requests sent (`--prefix P`: the start that
-    `translate_with_prefix` forces on each translation, default none)."""
+    `translate_with_prefix` forces on each translation, default none; `--terms T`: the target
+    phrases `translate_with_terms` places in each, default none)."""
     args = parse_args(argv)
     examples = {"text": args.texts, "prefix": [args.prefix] * len(args.texts),
+                "terms": [args.terms] * len(args.texts),
                 "source_ids": [[20, 21, 22, 0], [30, 0, 0, 0]]}
     signatures = read_signatures(args.saved_model_dir)
     if args.send:

@@ -40,7 +40,7 @@ from trainers import (evaluate, export, import_model, train, train_evaluation, t
 
 LANGUAGES = sorted(TARGETS)  # dd, rv, up
 SIGNATURES = {"serving_default", "translate_ids", "translate_nbest", "translate_with_prefix",
-              "translate_with_terms", "translate_with_alignment"}
+              "translate_with_terms", "translate_with_scores", "translate_with_alignment"}
 
 # Given an export, sentences, languages and requests (signature, inputs as lists and
 # dtypes), the translations into each language (or the error) and each request's outputs.

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from helpers import random_run
+from helpers import random_run, text_lines
 from keras_transformer.data import read_parallel, write_demo_corpus
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.decoding import greedy_decode, token_log_probs
@@ -114,3 +114,56 @@ def test_kt_score_refuses_what_it_cannot_score_by_name(scored_run, tmp_path, cap
                        str(output)]) == 2
     assert "a model of several target languages" in capsys.readouterr().err
     assert not output.exists()
+
+
+def test_the_translators_confidence_is_bergamots_of_the_translations_own_tokens(scored_run):
+    """`translate_with_scores`: the token scores are the search's own (summed and length-
+    normalized they give its score), the words and their scores Bergamot's of those tokens
+    (`confidence` on the translation's pieces), the sentence the mean of its words'."""
+    from keras_transformer.decoding.confidence import confidence
+    from keras_transformer.decoding.translator import Translator
+
+    loaded = load_run(scored_run["run"])
+    translator = Translator(loaded.model, loaded.tokenizer,
+                            kt.SearchSettings(beam_size=1, max_decode_extra=6))
+    texts = scored_run["sources"][:10] + [""]
+    out = translator.translate_with_scores(tf.constant(texts))
+    best = translator.translate_ids(loaded.tokenizer.tokenize(tf.constant(texts)).to_tensor())
+    assert out["translation"].numpy().tolist() == translator.translate(
+        tf.constant(texts))["translation"].numpy().tolist()
+    for row in range(len(texts)):
+        ids = [i for i in best["ids"][row].numpy().tolist() if i != kt.PAD_ID]
+        tokens = out["token_scores"][row].numpy()[:len(ids)]
+        if texts[row]:
+            assert float(out["score"][row]) == pytest.approx(
+                tokens.sum() / float(length_divisor(len(ids), 0.6)), abs=1e-4)
+        pieces = ids[:-1] if ids and ids[-1] == kt.EOS_ID else ids  # the limit may come first
+        expected = confidence(loaded.tokenizer.id_to_piece(pieces) if pieces else [],
+                              [*tokens.tolist(), *[0.0] * (pieces == ids)])
+        words = [word.decode() for word in out["words"][row].numpy().tolist() if word]
+        assert words == [word for word, _ in expected.words]
+        np.testing.assert_allclose(out["word_scores"][row].numpy()[:len(words)],
+                                   [value for _, value in expected.words], atol=1e-6)
+        assert float(out["confidence"][row]) == pytest.approx(expected.sentence, abs=1e-6)
+    assert float(out["confidence"][-1]) == 0.0 and not out["words"][-1].numpy().any()
+
+
+def test_kt_translate_writes_each_lines_confidence(scored_run, tmp_path, capsys):
+    from trainers import translate
+
+    source = scored_run["files"][0]
+    scores, output = tmp_path / "scores.jsonl", tmp_path / "out.de"
+    assert translate.main([str(scored_run["run"]), str(source), "--output", str(output),
+                           "--scores", str(scores), "--quiet"]) == 0
+    records = [json.loads(line) for line in scores.read_text(encoding="utf-8").splitlines()]
+    translations = text_lines(output)
+    assert len(records) == len(translations) == 24
+    for record, translation in zip(records, translations):
+        assert bool(record["words"]) == bool(translation)
+        if record["words"]:
+            assert record["sentence"] == pytest.approx(
+                np.mean([value for _, value in record["words"]]), abs=1e-5)
+    with pytest.raises(SystemExit):
+        translate.main([str(scored_run["run"]), str(source), "--scores", str(scores),
+                        "--nbest", "2"])
+    assert "--scores: not with --nbest" in capsys.readouterr().err

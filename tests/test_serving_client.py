@@ -60,7 +60,7 @@ def test_rest_requests_get_the_direct_answers(export):
     client = load_client()
     specs = client.signature_inputs(export)
     assert set(specs) == {"serving_default", "translate_ids", "translate_nbest",
-                          "translate_with_prefix", "translate_with_terms",
+                          "translate_with_prefix", "translate_with_terms", "translate_with_scores",
                           "translate_with_alignment"}
     signatures = tf.saved_model.load(export).signatures
     for name in specs:
@@ -267,7 +267,7 @@ def test_the_client_runs_quietly(export):
                           timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
-    assert len(done.stdout.splitlines()) == 5
+    assert len(done.stdout.splitlines()) == 7  # one REST body per signature
 
 
 def test_loading_an_export_prints_nothing(export, capfd, caplog, monkeypatch):

@@ -143,7 +143,8 @@ def test_every_warmup_request_of_every_export_kind_replays_on_the_stock_runtime(
         further = int(name == "imported")
         assert counts == {"serving_default": widths + further, "translate_ids": widths,
                           "translate_nbest": widths, "translate_with_alignment": widths,
-                          "translate_with_prefix": 2 * widths, "translate_with_terms": widths}
+                          "translate_with_prefix": 2 * widths, "translate_with_terms": widths,
+                          "translate_with_scores": widths}
         assert sum(counts.values()) == warmup["records"]
 
 
@@ -186,7 +187,7 @@ def assert_outputs_in_process(stock: dict, path: str, texts: list) -> None:
     signatures = tf.saved_model.load(path).signatures
     assert set(stock) == set(signatures) == {
         "serving_default", "translate_ids", "translate_nbest", "translate_with_prefix",
-        "translate_with_terms", "translate_with_alignment"}
+        "translate_with_terms", "translate_with_scores", "translate_with_alignment"}
     for signature, function in signatures.items():
         keys = function.structured_input_signature[1]
         arguments = {key: inputs[key] for key in keys if key != "target_language"}

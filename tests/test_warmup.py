@@ -13,7 +13,7 @@ from keras_transformer.serving.export import export_translator
 from keras_transformer.serving.warmup import WARMUP_FILE, warmup_widths
 
 SIGNATURES = {"serving_default", "translate_ids", "translate_nbest", "translate_with_prefix",
-              "translate_with_terms", "translate_with_alignment"}
+              "translate_with_terms", "translate_with_scores", "translate_with_alignment"}
 
 
 def read_requests(export: str) -> list:

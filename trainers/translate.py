@@ -18,6 +18,10 @@ phrase`) makes each translation contain the target phrases whose source phrases 
 contains, and `--constraints FILE` (one per input, line for line: target phrases separated by
 tabs) the phrases given; the search is then lexically constrained (`keras_transformer.constraints`),
 a phrase it could not place before the length limit is named in a warning (file, line, phrase).
+`--scores FILE` (one per input) writes how sure the model is of each translation, one JSON
+object a line: `score` (the search's), `sentence` and `words` (Bergamot's quality estimation,
+`keras_transformer.decoding.confidence`: a word's score is the mean log-probability of its
+pieces, the sentence's the mean of its words').
 `--ensemble RUN_DIR ...` (with a run directory) decodes
 with those runs' models too, averaging their probabilities. An export's search settings are fixed
 in its graph: to change them, export again (`kt-export --beam-size ...`).
@@ -29,6 +33,7 @@ an imported NLLB-200 or M2M-100 model from the language `--source-language` name
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -73,6 +78,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--constraints", nargs="+", metavar="FILE",
                         help="one file per input: line N holds the target phrases (separated "
                         "by tabs) the translation of input line N must contain")
+    parser.add_argument("--scores", nargs="+", metavar="FILE",
+                        help="one file per input: line N is a JSON object of the confidence "
+                        "of translation N (sentence and word scores)")
     parser.add_argument("--batch-size", type=int, default=64,
                         help="sentences per batch (default: 64)")
     parser.add_argument("--threads", type=int, default=2,
@@ -90,7 +98,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         for path in [value] if isinstance(value, str) else value or []:
             if not os.path.isfile(path):
                 parser.error(f"--{name}: {path!r} does not exist")
-    for name in ("output", "prefix", "constraints"):
+    for name in ("output", "prefix", "constraints", "scores"):
         files = getattr(args, name)
         if files and len(files) != len(args.inputs):
             parser.error(f"--{name}: {len(files)} file(s) for {len(args.inputs)} input(s)")
@@ -100,6 +108,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         if getattr(args, name) and (args.nbest or args.prefix):
             parser.error(f"--{name}: not with --nbest or --prefix (terms give the best "
                          "translation only)")
+    if args.scores and (args.nbest or args.prefix or args.terms or args.constraints):
+        parser.error("--scores: not with --nbest, --prefix, --terms or --constraints")
     for name in ("batch_size", "batch_tokens", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: must be positive")
@@ -139,14 +149,16 @@ def load_translator(args: argparse.Namespace) -> LineTranslator:
 def translate_lines(translator: LineTranslator, lines: list[bytes], args: argparse.Namespace,
                     progress: CountProgress, prefixes: Optional[list[bytes]] = None,
                     terms: Optional[list[str]] = None,
-                    on_missing: Optional[Callable[[int, list[str]], None]] = None) -> list[str]:
+                    on_missing: Optional[Callable[[int, list[str]], None]] = None,
+                    on_scores: Optional[Callable[[int, dict], None]] = None) -> list[str]:
     """The output lines (without newlines) for `lines` (each starting with its line of
     `prefixes`, or containing its `terms`, when given; `on_missing` told of the terms a line's
-    translation lacks), in their order."""
+    translation lacks, `on_scores` given each line's confidence), in their order."""
     if not args.nbest:
         return best_lines(translator, lines, batch_size=args.batch_size,
                           batch_tokens=args.batch_tokens, prefixes=prefixes,
-                          on_batch=progress.advance, terms=terms, on_missing=on_missing)
+                          on_batch=progress.advance, terms=terms, on_missing=on_missing,
+                          on_scores=on_scores)
     outputs: list[str] = [""] * len(lines)
     lengths = [len(line.split()) for line in lines]
     for batch in length_batches(lengths, args.batch_size, args.batch_tokens):
@@ -156,6 +168,13 @@ def translate_lines(translator: LineTranslator, lines: list[bytes], args: argpar
                                        for text, score in hypotheses)
         progress.advance(len(batch))
     return outputs
+
+
+def write_json_lines(path: str, records: list[dict]) -> None:
+    """`records` as one JSON object a line in `path` (its folders made)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text("".join(json.dumps(record, ensure_ascii=False) + "\n"
+                                  for record in records), encoding="utf-8")
 
 
 def read_terms(args: argparse.Namespace, inputs: list[tuple[list[bytes], list[int]]]
@@ -204,6 +223,10 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) 
                              "no constrained search (CTranslate2 and LiteRT exports have none, "
                              "nor SavedModels exported before it); translate with the run "
                              "directory or a SavedModel exported by this version")
+        if args.scores and not translator.takes_scores:
+            raise ValueError(f"--scores: {args.model} gives no word scores (CTranslate2 and "
+                             "LiteRT exports do not, nor SavedModels exported before it); use "
+                             "the run directory or a SavedModel exported by this version")
         if args.nbest > 1 and args.nbest > translator.beam_size:  # every search keeps one
             raise ValueError(f"--nbest: {args.nbest} exceeds the beam size "
                              f"{translator.beam_size}")
@@ -227,8 +250,15 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) 
         def missing(index: int, phrases: list[str]) -> None:
             print(f"kt-translate: warning: {path}:{index + 1}: not placed before the length "
                   f"limit: {', '.join(map(repr, phrases))}", file=sys.stderr)
+        records: list[dict] = [{} for _ in lines]
+
+        def scored(index: int, record: dict) -> None:
+            records[index] = record
         text = "".join(line + "\n" for line in translate_lines(
-            translator, lines, args, progress, prefixes[position], terms[position], missing))
+            translator, lines, args, progress, prefixes[position], terms[position], missing,
+            scored if args.scores else None))
+        if args.scores:
+            write_json_lines(args.scores[position], records)
         if args.output:
             Path(args.output[position]).parent.mkdir(parents=True, exist_ok=True)
             Path(args.output[position]).write_text(text, encoding="utf-8")

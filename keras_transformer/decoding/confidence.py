@@ -8,7 +8,6 @@ given source/target pairs.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
@@ -38,24 +37,63 @@ class Confidence:
                 "tokens": [list(token) for token in self.tokens]}
 
 
-def word_scores(pieces: Sequence[str], log_probs: Sequence[float]) -> list[tuple[str, float]]:
-    """The words of `pieces` (a translation's, without EOS) and each one's mean piece
-    log-probability; a first piece without "▁" starts a word too."""
-    words: list[tuple[str, list[float]]] = []
-    for piece, log_prob in zip(pieces, log_probs):
-        if piece.startswith(WORD_START) or not words:
-            words.append((piece.removeprefix(WORD_START), [log_prob]))
-        else:
-            words[-1] = (words[-1][0] + piece, words[-1][1] + [log_prob])
-    return [(word, statistics.fmean(scores)) for word, scores in words]
+def word_scores(pieces: tf.Tensor, log_probs: tf.Tensor, real: tf.Tensor
+                ) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.Tensor]:
+    """Bergamot's scores of translations, in the graph (`kt-score` and the SavedModel's
+    `translate_with_scores` alike).
+
+    Args:
+        pieces: `[batch, T]` strings, each translation's pieces (EOS left out by `real`).
+        log_probs: `[batch, T]` float32, each piece's log-probability.
+        real: `[batch, T]` bool, the positions of the pieces (not EOS, not padding).
+
+    Returns:
+        `(words, scores, sentence)`: `[batch, (W)]` each translation's words (a "▁" piece, or
+        the first, starts one; "▁" dropped), `[batch, (W)]` each word's mean piece
+        log-probability, and `[batch]` the mean of each translation's word scores (0.0
+        without words).
+    """
+    first = tf.equal(tf.range(tf.shape(pieces)[1]), 0)[None]
+    starts = tf.ragged.boolean_mask(
+        first | tf.strings.regex_full_match(pieces, f"{WORD_START}.*"), real)
+    flat_pieces = tf.ragged.boolean_mask(pieces, real).flat_values
+    flat_log_probs = tf.ragged.boolean_mask(log_probs, real).flat_values
+    word = tf.cumsum(tf.cast(starts.flat_values, tf.int32)) - 1
+    count = tf.reduce_sum(tf.cast(starts.flat_values, tf.int32))
+    text = tf.strings.regex_replace(tf.strings.unsorted_segment_join(flat_pieces, word, count),
+                                    f"^{WORD_START}", "")
+    mean = tf.math.unsorted_segment_mean(flat_log_probs, word, count)
+    per_row = tf.reduce_sum(tf.cast(starts, tf.int32), axis=1)
+    words = tf.RaggedTensor.from_row_lengths(text, per_row)
+    scores = tf.RaggedTensor.from_row_lengths(mean, per_row)
+    sentence = tf.reduce_sum(scores, axis=1) / tf.cast(tf.maximum(per_row, 1), tf.float32)
+    return words, scores, sentence
 
 
 def confidence(pieces: Sequence[str], log_probs: Sequence[float]) -> Confidence:
     """The `Confidence` of a translation of `pieces` whose tokens (the pieces, then EOS) have
     `log_probs`."""
-    words = word_scores(pieces, log_probs[:len(pieces)])
-    return Confidence(list(zip([*pieces, "</s>"], log_probs)), words,
-                      statistics.fmean(score for _, score in words) if words else 0.0)
+    return confidences([list(pieces)], [list(log_probs)])[0]
+
+
+def confidences(pieces: Sequence[Sequence[str]], log_probs: Sequence[Sequence[float]]
+                ) -> list[Confidence]:
+    """The `Confidence` of each translation of `pieces` whose tokens (its pieces, then EOS)
+    have `log_probs` (`word_scores`, in one batch)."""
+    width = max(len(row) for row in pieces) if pieces else 0
+    texts = tf.constant([[*row, *[""] * (width - len(row))] for row in pieces], tf.string,
+                        shape=[len(pieces), width])
+    values = tf.constant([[*row[:len(text)], *[0.0] * (width - len(text))]
+                          for row, text in zip(log_probs, pieces)], tf.float32,
+                         shape=[len(pieces), width])
+    real = tf.sequence_mask([len(row) for row in pieces], width)
+    words, scores, sentence = word_scores(texts, values, real)
+    return [Confidence(list(zip([*text, "</s>"], row)),
+                       [(word.decode("utf-8"), score) for word, score in zip(row_words,
+                                                                             row_scores)],
+                       float(row_sentence))
+            for text, row, row_words, row_scores, row_sentence in zip(
+                pieces, log_probs, words.to_list(), scores.to_list(), sentence.numpy())]
 
 
 def score_pairs(model: Transformer, tokenizer: Tokenizer, sources: Sequence[str],
@@ -93,9 +131,11 @@ def score_pairs(model: Transformer, tokenizer: Tokenizer, sources: Sequence[str]
                              f"{max_length - 1} (max_length {max_length}, EOS included)")
         target = tf.concat([target, tf.fill([target.nrows(), 1], EOS_ID)], 1)
         log_probs = token_log_probs(model, source.to_tensor(PAD_ID), target.to_tensor(PAD_ID))
-        for row, values in zip(target.to_list(), log_probs.numpy().tolist()):
-            pieces = tokenizer.id_to_piece(row[:-1]) if len(row) > 1 else []
-            scored.append(confidence(pieces, values[:len(row)]))
+        rows = target.to_list()
+        scored += confidences([tokenizer.id_to_piece(row[:-1]) if len(row) > 1 else []
+                               for row in rows],
+                              [values[:len(row)] for row, values in
+                               zip(rows, log_probs.numpy().tolist())])
         if on_batch is not None:
             on_batch(len(texts))
     return scored

@@ -12,9 +12,10 @@ import tensorflow as tf
 
 from keras_transformer.data.tokenizer import (SubwordTokenizer, model_input_ids, text_pieces,
                                               without_special_ids)
+from keras_transformer.decoding.confidence import word_scores
 from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.decoding.transformer_search import (ensemble_members, run_search,
-                                                           run_search_xla)
+                                                           run_search_xla, token_log_probs)
 from keras_transformer.model import Transformer
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings
 
@@ -41,8 +42,9 @@ class Translator(tf.Module):
     and n-best ids and scores), `translate_nbest` (text -> every hypothesis of the beam as text
     with its score, best first), `translate_with_prefix` (text and the start of its
     translation -> the best translation that starts so), `translate_with_terms` (text and
-    target phrases -> the best translation that contains them, lexically constrained) and
-    `translate_with_alignment` (text
+    target phrases -> the best translation that contains them, lexically constrained),
+    `translate_with_scores` (text -> best translation with Bergamot's confidence: its
+    sentence's and each word's, `decoding.confidence`) and `translate_with_alignment` (text
     -> best translation, its subword pieces and, for each, the source piece it attends to
     most: encoder-decoder attention
     of decoder layer `alignment_layer`, averaged over its heads, when that piece is predicted
@@ -132,6 +134,7 @@ class Translator(tf.Module):
                                                 *language)
         self.translate_with_terms = _signature(self._translate_with_terms, TEXT, TERMS,
                                                *language)
+        self.translate_with_scores = _signature(self._translate_with_scores, TEXT, *language)
         self.translate_ids = _signature(
             self._translate_ids, tf.TensorSpec([None, None], tf.int32, name="source_ids"),
             *language)
@@ -234,6 +237,29 @@ class Translator(tf.Module):
                 "missing_terms": tf.strings.reduce_join(tf.ragged.boolean_mask(phrases, missing),
                                                         axis=1, separator=TERM_SEPARATOR)}
 
+    def _translate_with_scores(self, text: tf.Tensor, target_language: Optional[tf.Tensor] = None,
+                               source_language: Optional[tf.Tensor] = None
+                               ) -> dict[str, tf.Tensor]:
+        """`text` `[batch]` -> `translation`, `score`, and how sure the model is of it
+        (Bergamot's quality estimation, `decoding.confidence.word_scores`): `confidence`
+        `[batch]` (the mean of its word scores), `words` `[batch, W]` ("" after the last),
+        `word_scores` `[batch, W]` (each word's mean piece log-probability; 0.0 after) and
+        `token_scores` `[batch, T]` (each piece's, then EOS's; 0.0 after). The log-probabilities
+        are `model`'s, teacher-forced over the whole vocabulary (not an ensemble's or a
+        shortlist's)."""
+        tokens = self._language_tokens(target_language, text)
+        source_ids, empty = self._source_ids(self._pieces(text), tokens,
+                                             self._source_language_tokens(source_language, text))
+        best = self._translate_source(source_ids, empty, self._prefix_ids(None, tokens))
+        log_probs = token_log_probs(self.model, source_ids, best["ids"])
+        ids = self._without_tokens(best["ids"], tokens)
+        log_probs = self._without_tokens(log_probs, tokens, 0.0)
+        real = tf.not_equal(ids, PAD_ID) & tf.not_equal(ids, EOS_ID)
+        words, scores, sentence = word_scores(self.tokenizer.pieces(ids), log_probs, real)
+        return {"translation": self.tokenizer.detokenize(ids), "score": best["score"],
+                "confidence": sentence, "words": words.to_tensor(""),
+                "word_scores": scores.to_tensor(0.0), "token_scores": log_probs}
+
     def _translate_ids(self, source_ids: tf.Tensor, target_language: Optional[tf.Tensor] = None,
                        source_language: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
         """`source_ids` `[batch, len]` subword ids (right-padded with 0) -> `ids`
@@ -291,7 +317,7 @@ class Translator(tf.Module):
             return tf.identity(tokens)
 
     def _without_tokens(self, values: tf.Tensor, tokens: Optional[tf.Tensor],
-                        default: int | str = PAD_ID) -> tf.Tensor:
+                        default: int | float | str = PAD_ID) -> tf.Tensor:
         """`values` (of the shape of the translations' ids, `[batch, ..., length]`) without
         their first position, which holds the row's token of `tokens` forced into it (the
         "target" placement; a model may emit the token again later, which stays), the rest
@@ -382,7 +408,7 @@ class IntoLanguage:
     `language`, in every call (and, of a model that reads the source language too,
     `source_language`): the calls of a `Translator` of one (`translate`, `translate_ids`,
     `translate_nbest`, `translate_with_prefix`, `translate_with_terms`,
-    `translate_with_alignment`), its `tokenizer`
+    `translate_with_scores`, `translate_with_alignment`), its `tokenizer`
     and `model`. A language the model does not have, or a source language missing or
     not wanted, is a ValueError naming it and the model's languages; "" asks for none where the
     language is optional (`RunLanguages.optional`: the texts as they are)."""
@@ -422,6 +448,10 @@ class IntoLanguage:
     def translate_with_terms(self, text: tf.Tensor, terms: tf.Tensor) -> dict[str, tf.Tensor]:
         """`Translator.translate_with_terms` into the language."""
         return self.translator.translate_with_terms(text, terms, *self._languages(text))
+
+    def translate_with_scores(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`Translator.translate_with_scores` into the language."""
+        return self.translator.translate_with_scores(text, *self._languages(text))
 
     def translate_with_alignment(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """`Translator.translate_with_alignment` into the language."""

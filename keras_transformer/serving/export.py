@@ -4,7 +4,8 @@ Signatures: `serving_default` (`text` -> `translation`, `score`, tokenization in
 `translate_ids` (`source_ids` -> `ids`, `score`, `nbest_ids`, `nbest_scores`),
 `translate_nbest` (`text` -> `nbest_translations`, `nbest_scores`), `translate_with_prefix`
 (`text`, `prefix` -> `translation`, `score`), `translate_with_terms` (`text`, `terms`: target
-phrases separated by tabs -> `translation`, `score`, `missing_terms`) and
+phrases separated by tabs -> `translation`, `score`, `missing_terms`), `translate_with_scores`
+(`text` -> `translation`, `score`, `confidence`, `words`, `word_scores`, `token_scores`) and
 `translate_with_alignment` (`text` ->
 `translation`, `score`, `target_pieces`, `source_pieces`, `alignment`); see `Translator`.
 Loading needs
@@ -89,6 +90,7 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
                       "translate_nbest": translator.translate_nbest,
                       "translate_with_prefix": translator.translate_with_prefix,
                       "translate_with_terms": translator.translate_with_terms,
+                      "translate_with_scores": translator.translate_with_scores,
                       "translate_with_alignment": translator.translate_with_alignment}
         # An export only infers: without the gradients of the kernels' custom-gradient ops its
         # graph is smaller, it loads faster, and a process that loads it again and again keeps

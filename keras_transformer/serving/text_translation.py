@@ -55,7 +55,9 @@ class LineTranslator:
     `nbest_scores`) with `tokenizer` for the n-best lists' text, and `translate_prefixed`
     (texts and prefixes -> `translation`, `score`; None for exports older than it) and
     `translate_terms` (texts and their tab-separated target phrases -> `translation`, `score`,
-    `missing_terms`; None for backends without a constrained search); `owner`
+    `missing_terms`; None for backends without a constrained search) and `translate_scored`
+    (texts -> `translation`, `score`, `confidence`, `words`, `word_scores`; None for backends
+    without it); `owner`
     is kept alive for them (a loaded SavedModel, or the `Translator` whose methods they are);
     `max_length`: the model's, whose sources longer than `max_length - 1` subwords are cut
     (`truncated` names them; None: not known, as for exports without a provenance record);
@@ -70,9 +72,11 @@ class LineTranslator:
                  translate_prefixed: Optional[Callable[[tf.Tensor, tf.Tensor], dict]] = None,
                  max_length: Optional[int] = None, languages: Optional[RunLanguages] = None,
                  language: Optional[str] = None, source_language: Optional[str] = None,
-                 translate_terms: Optional[Callable[[tf.Tensor, tf.Tensor], dict]] = None):
+                 translate_terms: Optional[Callable[[tf.Tensor, tf.Tensor], dict]] = None,
+                 translate_scored: Optional[Callable[[tf.Tensor], dict]] = None):
         self._owner = owner
         self._translate_terms = translate_terms
+        self._translate_scored = translate_scored
         self.max_length = max_length
         self.languages, self.language = languages, language
         self.source_language = source_language
@@ -108,19 +112,22 @@ class LineTranslator:
                 inputs["source_language"] = tf.fill(tf.shape(rows)[:1], source_language)
             return signatures[signature](**inputs)
 
-        prefixed = with_terms = None
+        prefixed = with_terms = scored = None
         if "translate_with_prefix" in signatures:  # not in exports written before it
             def prefixed(text: tf.Tensor, prefix: tf.Tensor) -> dict:
                 return call("translate_with_prefix", text, text=text, prefix=prefix)
         if "translate_with_terms" in signatures:
             def with_terms(text: tf.Tensor, terms: tf.Tensor) -> dict:
                 return call("translate_with_terms", text, text=text, terms=terms)
+        if "translate_with_scores" in signatures:
+            def scored(text: tf.Tensor) -> dict:
+                return call("translate_with_scores", text, text=text)
         return cls(lambda text: call("serving_default", text, text=text),
                    lambda ids: call("translate_ids", ids, source_ids=ids),
                    load_tokenizer(version / "assets"), owner=loaded,
                    translate_prefixed=prefixed, max_length=max_length, languages=languages,
                    language=target_language, source_language=source_language,
-                   translate_terms=with_terms)
+                   translate_terms=with_terms, translate_scored=scored)
 
     @classmethod
     def from_translator(cls, translator: Translator | IntoLanguage) -> "LineTranslator":
@@ -133,7 +140,8 @@ class LineTranslator:
                    languages=translator.translator.languages if into else None,
                    language=translator.language if into else None,
                    source_language=translator.source_language if into else None,
-                   translate_terms=translator.translate_with_terms)
+                   translate_terms=translator.translate_with_terms,
+                   translate_scored=translator.translate_with_scores)
 
     def truncated(self, texts: Sequence[bytes]) -> list[int]:
         """The indices of the `texts` translated from their first `max_length - 1` subwords
@@ -183,6 +191,28 @@ class LineTranslator:
                    for row in outputs["missing_terms"].numpy().tolist()]
         return (outputs["translation"].numpy().tolist(), outputs["score"].numpy().tolist(),
                 missing)
+
+    @property
+    def takes_scores(self) -> bool:
+        """Whether `with_scores` can give word scores (a SavedModel export, a run)."""
+        return self._translate_scored is not None
+
+    def with_scores(self, texts: Sequence[bytes]) -> tuple[list[bytes], list[dict]]:
+        """The best translation (UTF-8) of each text and how sure the model is of it:
+        `{"score": search score, "sentence": confidence, "words": [[word, score], ...]}`
+        (`Translator.translate_with_scores`)."""
+        if self._translate_scored is None:
+            raise ValueError("scores: this model gives no word scores (a SavedModel exported "
+                             "by this version or a run directory does)")
+        outputs = self._translate_scored(tf.constant(list(texts), tf.string))
+        records = [{"score": score, "sentence": sentence,
+                    "words": [[word.decode("utf-8"), value]
+                              for word, value in zip(words, values) if word]}
+                   for score, sentence, words, values in zip(
+                       outputs["score"].numpy().tolist(), outputs["confidence"].numpy().tolist(),
+                       outputs["words"].numpy().tolist(),
+                       outputs["word_scores"].numpy().tolist())]
+        return outputs["translation"].numpy().tolist(), records
 
     def nbest(self, texts: Sequence[bytes], k: int) -> list[list[tuple[bytes, float]]]:
         """The `k` best (translation, score) pairs of each text, best first."""
@@ -322,7 +352,8 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
                batch_tokens: int = 6000, prefixes: Optional[Sequence[bytes]] = None,
                on_batch: Optional[Callable[[int], None]] = None,
                terms: Optional[Sequence[str]] = None,
-               on_missing: Optional[Callable[[int, list[str]], None]] = None) -> list[str]:
+               on_missing: Optional[Callable[[int, list[str]], None]] = None,
+               on_scores: Optional[Callable[[int, dict], None]] = None) -> list[str]:
     """The best translation of each line as an `output_line`, in the lines' order, translated
     in `length_batches` of the lines' word counts.
 
@@ -336,6 +367,8 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
         terms: optional, one per line: the target phrases its translation must contain
             (tab-separated; `LineTranslator.with_terms`).
         on_missing: called with a line's index and the terms its translation lacks.
+        on_scores: when given (and no `terms`), called with each line's index and its
+            translation's confidence record (`LineTranslator.with_scores`).
 
     Returns:
         One output line per input line.
@@ -350,6 +383,10 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
             for index, lacking in zip(batch, missing):
                 if lacking and on_missing is not None:
                     on_missing(index, lacking)
+        elif on_scores is not None:
+            translations, records = translator.with_scores(texts)
+            for index, record in zip(batch, records):
+                on_scores(index, record)
         else:
             translations, _ = translator.best(
                 texts, None if prefixes is None else [prefixes[index] for index in batch])
