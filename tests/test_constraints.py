@@ -154,3 +154,33 @@ def test_a_phrase_is_continued_abandoned_or_restarted_as_the_tokens_say():
         ([True, True, True], -1, 0)]    # "5 6 7" placed: every phrase
     assert constraints.complete(progress, lengths).numpy().all()
     assert constraints.pieces_met(progress, lengths).numpy().tolist() == [[6]]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_beam_takes_each_banks_best_first_fullest_bank_first(seed):
+    """`choose` on random log-probabilities: with at least as many slots as banks, every bank
+    that has a candidate gives its best one, in the order of the banks (most pieces met
+    first), then the second best of each; within a bank, candidates by score."""
+    rng = np.random.default_rng(seed)
+    batch, beam_size = 3, 6
+    totals = tf.constant(rng.normal(size=(batch, beam_size, VOCAB)), tf.float32)
+    phrases = constraints.padded(tf.constant(random_constraints(rng, batch, most=2)))
+    lengths = constraints.phrase_lengths(phrases)
+    progress = constraints.start(phrases, beam_size)
+    for _ in range(3):  # hypotheses that have met some pieces already
+        tokens = tf.constant(rng.choice(SYMBOLS, size=(batch, beam_size)), tf.int32)
+        progress = constraints.advanced(progress, tokens, phrases, lengths)
+    scores, origins, indices, after = constraints.choose(totals, progress, phrases, beam_size)
+    banks = constraints.pieces_met(after, lengths).numpy()
+    scores = scores.numpy()
+    for row in range(batch):
+        kept_banks = banks[row].tolist()
+        distinct = sorted(set(kept_banks), reverse=True)
+        stripe = kept_banks[:len(distinct)]
+        assert stripe == distinct  # the best of each bank first, fullest bank first
+        for bank in distinct:  # within a bank, by score
+            mine = scores[row][banks[row] == bank]
+            assert np.all(np.diff(mine) <= 0)
+        # no candidate kept twice
+        pairs = list(zip(origins[row].numpy().tolist(), indices[row].numpy().tolist()))
+        assert len(set(pairs)) == len(pairs)

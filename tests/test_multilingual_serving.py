@@ -356,7 +356,7 @@ def test_one_savedmodel_answers_each_language_and_refuses_an_unknown_one(random_
     languages = RunDir(random_multi).languages()
     assert recorded_languages(random_export) == languages
     signatures = tf.saved_model.load(str(random_export)).signatures
-    assert {name: set(function.structured_input_signature[1]) - {"text", "prefix"}
+    assert {name: set(function.structured_input_signature[1]) - {"text", "prefix", "terms"}
             for name, function in signatures.items()} == {
         **{name: {"target_language"} for name in SIGNATURES},
         "translate_ids": {"source_ids", "target_language"}}
@@ -396,7 +396,7 @@ def test_the_warmup_asks_for_each_language_and_replays(random_export):
     assert asked_languages(requests) == WARMUP_ASKS
     record = json.loads((random_export / "assets.extra" /
                          "keras_transformer_provenance.json").read_text())
-    assert record["warmup"]["records"] == len(requests) == 8
+    assert record["warmup"]["records"] == len(requests) == 10
     signatures = tf.saved_model.load(str(random_export)).signatures
     for request in requests:
         inputs = {key: tf.constant(tf.make_ndarray(proto))
