@@ -12,25 +12,21 @@ from collections.abc import Iterator
 
 import keras
 
+from keras_transformer.choices import PRECISION_CHOICES, PRECISION_POLICIES, SERVING_DTYPES
 from keras_transformer.model import Transformer
 
-POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
-CHOICES = ("auto", *POLICIES)
-# What an export may store and compute in: bfloat16 has float32's range, so inference needs no
-# loss-scale-like care; float16 does not.
-SERVING_DTYPES = ("float32", "bfloat16")
 
 
 def resolve_precision(name: str) -> str:
-    """`name` when it is a policy in `POLICIES`, else a ValueError naming the choices ("auto"
-    is resolved where a run is set up: the command lines measure it with
+    """`name` when it is a policy in `PRECISION_POLICIES`, else a ValueError naming the
+    choices ("auto" is resolved where a run is set up: the command lines measure it with
     `probes.choose_precision`; the library never measures)."""
     if name == "auto":
         raise ValueError("precision: 'auto' is chosen by a run's set-up "
                          "(trainers.probes.choose_precision); give a policy here, "
-                         f"one of {', '.join(POLICIES)}")
-    if name not in POLICIES:
-        raise ValueError(f"precision: {name!r} is not one of {', '.join(CHOICES)}")
+                         f"one of {', '.join(PRECISION_POLICIES)}")
+    if name not in PRECISION_POLICIES:
+        raise ValueError(f"precision: {name!r} is not one of {', '.join(PRECISION_CHOICES)}")
     return name
 
 

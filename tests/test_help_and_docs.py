@@ -3,6 +3,9 @@ and describes the command in whole sentences, and every `--flag` the prose of RE
 docs/*.md names exists in the command it names (the shell blocks: tests/test_readme.py)."""
 import argparse
 import importlib
+import json
+import subprocess
+import sys
 import importlib.util
 import re
 from pathlib import Path
@@ -10,7 +13,7 @@ from typing import Callable
 
 import pytest
 
-from trainers.common import DEFAULT_PRESET
+from trainers.arguments import DEFAULT_PRESET, PARSERS
 from trainers.launch import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,6 +105,32 @@ def test_weights_help_says_which_weights_are_the_default(command, monkeypatch):
                   if "--weights" in action.option_strings)
     assert "default: the weights the run's result.json chose" in action.help
     assert "see above" not in action.help and "as kt-evaluate" not in action.help
+
+
+def test_help_answers_from_the_grammar_without_importing_tensorflow():
+    """`COMMAND --help` through the launcher (`kt-*`, `python -m trainers`) prints the parser
+    the command parses with, in a process that never imports TensorFlow, Keras or the model
+    (`launch.print_help`); a help flag after `--` is an argument like any other."""
+    code = """
+import contextlib, io, json, sys
+from trainers import launch
+printed = {}
+for command in launch.COMMANDS:
+    with contextlib.redirect_stdout(io.StringIO()) as output:
+        try:
+            launch.launch(command, ["--help"])
+        except SystemExit as stop:
+            printed[command] = (stop.code, output.getvalue())
+heavy = [name for name in ("tensorflow", "keras", "keras_transformer.model") if name in sys.modules]
+print(json.dumps({"printed": printed, "heavy": heavy,
+                  "after --": launch.asks_for_help(["x", "--", "--help"])}))
+"""
+    result = json.loads(subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
+                                       capture_output=True, text=True).stdout)
+    assert result["heavy"] == [] and result["after --"] is False
+    assert set(PARSERS) == set(COMMANDS) == set(result["printed"])
+    for command, (code, text) in result["printed"].items():
+        assert code == 0 and text == PARSERS[command]().format_help(), command
 
 
 def test_train_and_prepare_have_one_default_preset(monkeypatch):

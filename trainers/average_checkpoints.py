@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from trainers.arguments import average_checkpoints_parser
+
 from keras_transformer.model import Transformer
 from keras_transformer.training.checkpoints import (average_weights, checkpoints_to_average,
                                                     list_checkpoints, save_weights_atomic)
@@ -31,14 +33,7 @@ from keras_transformer.training.run_dir import RESULT_FILE, RunDir, record_avera
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
-    parser = argparse.ArgumentParser(prog="kt-average-checkpoints",
-                                     description=__doc__.split("\n")[0])
-    parser.add_argument("run_dir", help="the directory kt-train wrote")
-    parser.add_argument("--last", type=int,
-                        help="how many of the newest checkpoints, 2 or more (default: the "
-                             "run's recipe's average_last, or as many as were kept if fewer; "
-                             "paper: 5 base, 20 big)")
-    parser.add_argument("--output", help="default: <run_dir>/averaged.weights.h5")
+    parser = average_checkpoints_parser()
     args = parser.parse_args(argv)
     if args.last is not None and args.last < 2:
         parser.error(f"--last: must be at least 2 (one checkpoint is nothing to average), got "

@@ -11,7 +11,7 @@ from typing import Any, Iterator, Optional
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
 from keras_transformer import fast
-from keras_transformer.config import PRESETS, Recipe, SearchSettings
+from keras_transformer.config import Recipe, SearchSettings
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.prepare import ParallelSource, sample_sentences
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
@@ -22,16 +22,7 @@ from keras_transformer.serving.text_translation import chosen_language, chosen_s
 from keras_transformer.training.loaded_run import chosen_model, load_run
 from keras_transformer.training.progress import CountProgress, stage
 from keras_transformer.training.run_dir import RunDir
-
-
-# kt-train's and kt-prepare's: storage prepared with the defaults trains with the defaults.
-DEFAULT_PRESET = "tiny"
-
-
-def command_description(docstring: str) -> str:
-    """A command's `--help` description: the first paragraph of its module's `docstring`, its
-    lines joined (a summary may take more than one line)."""
-    return " ".join(docstring.strip().split("\n\n")[0].split())
+from trainers.arguments import SEARCH_FLAGS, given_search_flags
 
 
 def counted_source(source: ParallelSource, progress: CountProgress) -> ParallelSource:
@@ -65,18 +56,6 @@ def learn_vocabulary(command: str, source: ParallelSource, vocab_size: int, sent
                         f"{sentences:,} sentences"):
         return SubwordTokenizer.train(sample_sentences(source, sentences, seed), vocab_size,
                                       directory, seed=seed)
-
-
-def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--preset` (default `DEFAULT_PRESET`), `--config FILE.json` and repeated `--set
-    key=value` (applied in that order)."""
-    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS),
-                        help=f"named recipe: architecture, training and search settings "
-                             f"(default: {DEFAULT_PRESET})")
-    parser.add_argument("--config", metavar="FILE.json",
-                        help="JSON object of recipe fields overriding the preset")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE", help="override one recipe field (repeatable)")
 
 
 def recipe_from_args(args: argparse.Namespace) -> Recipe:
@@ -139,7 +118,7 @@ def set_up_kernels(recorded: Optional[str] = None, requested: Optional[str] = No
     sets differ in training only, and a search runs the references under either
     (`hooks.references`)."""
     requested = fast.selection.validate(
-        requested or os.environ.get(fast.selection.ENVIRONMENT_VARIABLE, "auto"))
+        requested or os.environ.get(fast.selection.KERNELS_VARIABLE, "auto"))
     if requested != "auto":
         return fast.set_kernels(requested)
     return fast.set_kernels(recorded if recorded in fast.KERNEL_SETS else fast.REFERENCE)
@@ -162,54 +141,12 @@ def _set_up_run_kernels(run_dir: str, weights: Optional[str]) -> None:
     set_up_kernels(run.recorded_options().get("kernels"))
 
 
-def add_weights_argument(parser: argparse.ArgumentParser, run_directory_only: bool) -> None:
-    """`--weights FILE`, with its default (`RunDir.default_weights`) in its help;
-    `run_directory_only`: the command also takes exports, which have no weights to choose."""
-    parser.add_argument("--weights", metavar="FILE",
-                        help=("with a run directory: " if run_directory_only else "")
-                        + "a .weights.h5 file (default: the weights the run's result.json "
-                        "chose, the better on dev of the averaged and the final ones; without "
-                        "one, the averaged weights, else the final weights, else the newest "
-                        "checkpoint)")
-
-
 def load_run_model(run_dir: str, weights: Optional[str] = None
                    ) -> tuple[Transformer, SubwordTokenizer]:
     """`run_model` and the run's tokenizer (`kt.load_run`)."""
     _set_up_run_kernels(run_dir, weights)
     loaded = load_run(run_dir, weights)
     return loaded.model, loaded.tokenizer
-
-
-def add_target_language_argument(parser: argparse.ArgumentParser) -> None:
-    """`--target-language LANG`: what a model of several target languages translates into;
-    `--source-language LANG`: what a model that reads it (NLLB-200, M2M-100) translates from."""
-    parser.add_argument("--target-language", metavar="LANG",
-                        help="the language to translate into (e.g. de): required by a model "
-                             "trained on several language pairs (kt-train --pair) and its "
-                             "exports; a run imported from a multi-target OPUS-MT model, and "
-                             "its exports, take it as its >>LANG<< token (e.g. fra), first in "
-                             "each line in place of a line's own, or go without it (each line "
-                             "as it is); an imported NLLB-200 or M2M-100 model takes its "
-                             "codes (eng_Latn, or en) or an unambiguous ISO 639-3 code (eng); "
-                             "refused by other models")
-    parser.add_argument("--source-language", metavar="LANG",
-                        help="the language translated from: required by an imported NLLB-200 "
-                             "or M2M-100 model and its exports (e.g. eng_Latn, or eng; en for "
-                             "M2M-100), refused by other models")
-
-
-def add_tfds_language_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--tfds-source-language` and `--tfds-target-language` (on `parser` or one of its
-    argument groups): the tensorflow-datasets features translated from and into, parsed as
-    `source_lang` and `target_lang` (`load_tfds`'s names, and the keys a run's `run.json`
-    records); `--source-lang`/`--target-lang`, their earlier spelling, are still read."""
-    for side, default in (("source", "en"), ("target", "de")):
-        parser.add_argument(f"--tfds-{side}-language", dest=f"{side}_lang", default=default,
-                            metavar="LANG",
-                            help=f"tensorflow-datasets {side} language (default: {default})")
-        parser.add_argument(f"--{side}-lang", dest=f"{side}_lang", default=argparse.SUPPRESS,
-                            help=argparse.SUPPRESS)
 
 
 def run_target_language(run_dir: str, language: Optional[str],
@@ -223,14 +160,6 @@ def run_target_language(run_dir: str, language: Optional[str],
     languages = RunDir(run_dir).languages()
     return (languages, chosen_language(languages, language, repr(run_dir)),
             chosen_source_language(languages, source_language, repr(run_dir)))
-
-
-def add_ensemble_argument(parser: argparse.ArgumentParser) -> None:
-    """`--ensemble RUN_DIR ...`: runs whose models decode together with the main one."""
-    parser.add_argument("--ensemble", nargs="+", default=[], metavar="RUN_DIR",
-                        help="further run directories (same vocabulary) whose models' "
-                             "probabilities the search averages with the run's (their "
-                             "default weights)")
 
 
 def load_ensemble(run_dirs: list[str], tokenizer: SubwordTokenizer) -> list[Transformer]:
@@ -247,43 +176,7 @@ def load_ensemble(run_dirs: list[str], tokenizer: SubwordTokenizer) -> list[Tran
     return models
 
 
-# Each search setting's one command-line name, and the spelling earlier versions accepted.
-_SEARCH_FLAGS = {"beam_size": ("--beam-size", None),
-                 "length_penalty": ("--length-penalty", "--alpha"),
-                 "max_decode_extra": ("--max-decode-extra", "--extra-length"),
-                 "temperature": ("--temperature", None),
-                 "top_k": ("--top-k", None),
-                 "top_p": ("--top-p", None),
-                 "sampling_seed": ("--seed", None)}
 _SAMPLING_FIELDS = ("temperature", "top_k", "top_p")
-
-
-def add_search_arguments(parser: argparse.ArgumentParser, what: str) -> None:
-    """`--beam-size`, `--length-penalty` and `--max-decode-extra`, and sampling's
-    `--temperature`, `--top-k`, `--top-p` and `--seed` (`SearchSettings`), each defaulting to
-    the run's recipe's; `what` says what they apply to."""
-    types = {"beam_size": int, "length_penalty": float, "max_decode_extra": int,
-             "temperature": float, "top_k": int, "top_p": float, "sampling_seed": int}
-    helps = {"beam_size": "beam size (1 = greedy)",
-             "length_penalty": "length penalty alpha",
-             "max_decode_extra": "output tokens allowed beyond the source length",
-             "temperature": "sample instead of searching (as do --top-k and --top-p), from "
-                            "the softmax at this temperature",
-             "top_k": "sample among the K most likely tokens (0: all)",
-             "top_p": "sample within the most likely tokens of this total probability",
-             "sampling_seed": "sampling seed (the same seed gives a sentence the same "
-                              "translation in any batch)"}
-    for field, (flag, old_flag) in _SEARCH_FLAGS.items():
-        parser.add_argument(flag, dest=field, type=types[field],
-                            help=f"{helps[field]} {what} (default: the recipe's {field})")
-        if old_flag:
-            parser.add_argument(old_flag, dest=field, type=types[field], help=argparse.SUPPRESS)
-
-
-def given_search_flags(args: argparse.Namespace) -> list[str]:
-    """The search flags given on the command line."""
-    return [flag for field, (flag, _) in _SEARCH_FLAGS.items()
-            if getattr(args, field) is not None]
 
 
 def is_run_directory(model: str) -> bool:
@@ -310,8 +203,8 @@ def search_settings(args: argparse.Namespace, defaults: SearchSettings) -> Searc
         raise ValueError("--seed: only for sampling (give --temperature, --top-k or --top-p)")
     try:
         return SearchSettings.of(defaults, **{field: getattr(args, field)
-                                              for field in _SEARCH_FLAGS},
+                                              for field in SEARCH_FLAGS},
                                  sampling=True if sampling else None)
     except ValueError as error:
         field, message = str(error).split(": ", 1)
-        raise ValueError(f"{_SEARCH_FLAGS[field][0]}: {message}") from None
+        raise ValueError(f"{SEARCH_FLAGS[field][0]}: {message}") from None

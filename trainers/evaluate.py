@@ -31,11 +31,9 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from trainers.common import (add_ensemble_argument, add_search_arguments,
-                             add_target_language_argument, add_tfds_language_arguments,
-                             add_weights_argument, check_export_flags, command_description,
-                             is_run_directory, load_ensemble, load_run_model,
-                             run_target_language, search_settings)
+from trainers.arguments import evaluate_parser
+from trainers.common import (check_export_flags, is_run_directory, load_ensemble,
+                             load_run_model, run_target_language, search_settings)
 from keras_transformer.data import load_tfds, read_lines, read_parallel
 from keras_transformer.decoding.translator import IntoLanguage, Translator, truncated_sources
 from keras_transformer.evaluation import (corpus_scores, tokenized_lowercase_bleu,
@@ -49,36 +47,7 @@ from keras_transformer.training.run_dir import RunDir
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
-    parser = argparse.ArgumentParser(prog="kt-evaluate",
-                                     description=command_description(__doc__))
-    parser.add_argument("run_dir", help="the directory kt-train wrote, or an export")
-    parser.add_argument("--task", choices=("translation", "parsing"), default="translation",
-                        help="translation (BLEU, default) or parsing (bracket F1, needs --trees)")
-    add_weights_argument(parser, run_directory_only=False)
-    parser.add_argument("--src", help="source sentences, one a line (plain or .gz)")
-    parser.add_argument("--ref", help="reference translations, line-aligned with --src")
-    parser.add_argument("--trees", help="--task parsing: gold trees, one per --src sentence")
-    parser.add_argument("--output-trees", help="--task parsing: the parsed trees, one a line "
-                        "(default: the --hypotheses path with .parsed.tree for .hyp)")
-    parser.add_argument("--tfds", metavar="NAME", help="tensorflow-datasets builder instead")
-    parser.add_argument("--tfds-split", dest="split", default="test",
-                        help="its split (default: test)")
-    parser.add_argument("--split", dest="split", default=argparse.SUPPRESS,
-                        help=argparse.SUPPRESS)  # the earlier spelling
-    add_tfds_language_arguments(parser)
-    parser.add_argument("--tfds-data-dir", help="tensorflow-datasets data directory")
-    parser.add_argument("--tokenized-ref", help="lowercased tokenized references (Multi30k "
-                        "tok/*.lc.norm.tok.de) for the tokenized BLEU")
-    add_target_language_argument(parser)
-    add_search_arguments(parser, "of the search")
-    add_ensemble_argument(parser)
-    parser.add_argument("--batch-size", type=int, default=64,
-                        help="sentences per batch (default: 64)")
-    parser.add_argument("--hypotheses", help="output file (default: <run_dir>/<src name>.hyp, "
-                        "or <src name>.<language>.hyp with --target-language; an export: "
-                        "required)")
-    parser.add_argument("--threads", type=int, default=2,
-                        help="a LiteRT export's interpreter threads (default: 2)")
+    parser = evaluate_parser()
     args = parser.parse_args(argv)
     if args.task == "parsing":
         if not args.trees:

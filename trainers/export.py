@@ -53,76 +53,24 @@ from keras_transformer.data.text_files import iter_parallel
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
-from keras_transformer.serving.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
+from keras_transformer.choices import CTRANSLATE2_QUANTIZATIONS, LITERT_QUANTIZATIONS
+from keras_transformer.serving.ctranslate2_export import export_ctranslate2
 from keras_transformer.serving import litert_export
 from keras_transformer.serving.export import (check_model_tree, export_translator,
                                               publish_version)
 from keras_transformer.model import Transformer
 from trainers.probes import choose_serving_dtype
 from keras_transformer.config import SearchSettings
-from keras_transformer.precision import SERVING_DTYPES
 from keras_transformer.serving.provenance import (describe, export_record, file_provenance,
                                           read_provenance, write_provenance)
-from keras_transformer.serving.warmup import DEFAULT_MAX_WIDTH
 from keras_transformer.training.run_dir import RunDir
-from trainers.common import (add_search_arguments, add_weights_argument, command_description,
-                             run_model, search_settings, set_up_kernels)
+from trainers.arguments import SHORTLIST_SENTENCES, export_parser
+from trainers.common import run_model, search_settings, set_up_kernels
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
-    parser = argparse.ArgumentParser(prog="kt-export",
-                                     description=command_description(__doc__))
-    parser.add_argument("model", nargs="?", help="a .keras file, a directory holding one (the "
-                        "newest is used), or a kt-train run directory")
-    parser.add_argument("vocabulary", nargs="?", help="directory with the tokenizer's files (a "
-                        "run's vocab/; default: the run directory's own)")
-    parser.add_argument("--name", help="model name: <base-dir>/<name>/<version> (required)")
-    parser.add_argument("--describe", metavar="EXPORT",
-                        help="print where the export EXPORT (NAME/N, or NAME for its newest "
-                             "version) came from, and write nothing")
-    parser.add_argument("--base-dir", "--export-dir", dest="base_dir", default="saved_models",
-                        help="root of the TF Serving model tree, as kt-train's --base-dir "
-                             "(default: saved_models)")
-    add_weights_argument(parser, run_directory_only=True)
-    parser.add_argument("--precision", choices=(*SERVING_DTYPES, "auto"), default="float32",
-                        help="dtype the export stores and computes in (default: float32; auto: "
-                             "bfloat16 where its matmuls measure at least 1.25x float32's "
-                             "here at decoding sizes)")
-    parser.add_argument("--shortlist", metavar="FREQUENT,PER_SOURCE",
-                        help="score only a shortlist of target pieces per batch: the FREQUENT "
-                             "most common plus PER_SOURCE per source piece (e.g. 1000,20)")
-    parser.add_argument("--shortlist-data", nargs=2, metavar=("SRC", "TGT"),
-                        help="parallel text the shortlist is learned from (default: a run "
-                             "directory's training files); the first "
-                             f"{SHORTLIST_SENTENCES:,} pairs are used")
-    parser.add_argument("--format", choices=("savedmodel", "ctranslate2", "litert"),
-                        default="savedmodel",
-                        help="savedmodel, a TF Serving SavedModel (default: savedmodel); "
-                             "ctranslate2, a CTranslate2 model directory (pip install -e "
-                             "'.[ctranslate2]'); or litert, a LiteRT (TFLite) model for "
-                             "devices")
-    parser.add_argument("--quantization",
-                        choices=sorted(set(QUANTIZATIONS) | set(litert_export.QUANTIZATIONS)),
-                        help="--format ctranslate2: how CTranslate2 stores the weights "
-                             f"({', '.join(QUANTIZATIONS)}; default: int8); --format litert: "
-                             f"{', '.join(litert_export.QUANTIZATIONS)} (default: float32)")
-    parser.add_argument("--source-length", type=int, metavar="PIECES",
-                        help="--format litert: every shape fixed, the source padded to this "
-                             "many ids (its pieces and EOS; longer sources are cut and "
-                             "named), as LiteRT.js and the browser page (web/) need "
-                             "(default: any length up to the model's max_length)")
-    parser.add_argument("--xla", action="store_true",
-                        help="save the search as one XLA-compiled function (lower latency at "
-                             "small batches; TF Serving on CPU needs "
-                             "--xla_cpu_compilation_enabled=true)")
-    parser.add_argument("--warmup-max-width", type=int, default=DEFAULT_MAX_WIDTH,
-                        metavar="PIECES",
-                        help="--xla: the warm-up requests cover each padded source width (a "
-                             "multiple of 16) up to this many subword pieces (default: "
-                             f"{DEFAULT_MAX_WIDTH}); longer inputs compile at their first "
-                             "request")
-    add_search_arguments(parser, "fixed in the export")
+    parser = export_parser()
     args = parser.parse_args(argv)
     given = argv if argv is not None else sys.argv[1:]
     if args.describe:
@@ -152,7 +100,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      "LiteRT model's precision is its --quantization)")
     if args.format == "savedmodel" and args.quantization is not None:
         parser.error("--quantization: --format ctranslate2 or litert only")
-    allowed = {"ctranslate2": QUANTIZATIONS, "litert": litert_export.QUANTIZATIONS}.get(
+    allowed = {"ctranslate2": CTRANSLATE2_QUANTIZATIONS, "litert": LITERT_QUANTIZATIONS}.get(
         args.format, ())
     if args.quantization is None and allowed:
         args.quantization = allowed[0] if args.format == "litert" else "int8"
@@ -160,9 +108,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error(f"--quantization: {args.quantization} is not one of --format "
                      f"{args.format}'s ({', '.join(allowed)})")
     return args
-
-
-SHORTLIST_SENTENCES = 1_000_000
 
 
 def shortlist_sizes(text: str) -> tuple[int, int]:

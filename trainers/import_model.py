@@ -21,19 +21,13 @@ import os
 import sys
 from typing import Optional, Sequence
 
-FORMATS = ("auto", "marian", "huggingface")
+from trainers.arguments import import_model_parser
+
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options (`argv`: default `sys.argv[1:]`)."""
-    parser = argparse.ArgumentParser(prog="kt-import", description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("folder", help="the model's release folder")
-    parser.add_argument("--output-dir", required=True,
-                        help="the run directory to create (must not exist)")
-    parser.add_argument("--format", choices=FORMATS, default="auto",
-                        help="the folder's layout (auto: Hugging Face's when it holds a "
-                             "config.json, else Marian's)")
+    parser = import_model_parser()
     args = parser.parse_args(argv)
     if not os.path.isdir(args.folder):
         parser.error(f"folder: {args.folder!r} " + ("is not a folder" if os.path.exists(

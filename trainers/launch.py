@@ -4,12 +4,17 @@ TensorFlow prints its C++ start-up lines (oneDNN, CUDA stubs, CPU features, absl
 InitializeLog" notice) while it is imported, before any log level applies. The launcher imports
 it with them captured and dropped, unless `--verbose` is on the command line; where the user set
 `TF_CPP_MIN_LOG_LEVEL`, the lines of that severity and above are printed (if the import fails,
-all are replayed before the error), then imports the command's module and runs its `main`. Importing `trainers` or a command's module has no
-such effect (`python -m trainers.train` runs too, without the quiet start).
+all are replayed before the error), then imports the command's module and runs its `main`.
+Importing `trainers` or a command's module has no such effect (`python -m trainers.train` runs
+too, without the quiet start).
+
+A command line asking for help (`-h`, `--help`) is answered from the command's grammar alone
+(`trainers.arguments`) before TensorFlow or the model is imported: in well under a second.
 """
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import re
 import sys
@@ -79,8 +84,44 @@ def launch(command: str, argv: Optional[Sequence[str]] = None) -> int:
         print(f"trainers: unknown command {command!r}; choose from {', '.join(COMMANDS)}",
               file=sys.stderr)
         return 2
-    import_tensorflow_quietly(sys.argv if argv is None else argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if asks_for_help(arguments):
+        print_help(command, arguments)
+    import_tensorflow_quietly(arguments)
     return importlib.import_module(f"trainers.{command}").main(argv)
+
+
+def asks_for_help(argv: Sequence[str]) -> bool:
+    """Whether `argv` holds `-h` or `--help` (before a `--`, after which all is positional)."""
+    for argument in argv:
+        if argument == "--":
+            return False
+        if argument in ("-h", "--help"):
+            return True
+    return False
+
+
+def print_help(command: str, argv: Sequence[str]) -> None:
+    """Parses `argv` with `command`'s grammar (`trainers.arguments.PARSERS`), which prints its
+    help and exits. The grammar reads only modules that import nothing heavy
+    (`keras_transformer.config`, `keras_transformer.choices`), but importing them runs the
+    package's `__init__`, which imports the model and TensorFlow; so the package stands in
+    `sys.modules` bare meanwhile (its `__init__` not run), and what was imported beside it is
+    dropped again when the parse returns instead (a `-h` that was an option's value), for the
+    command to import it in full."""
+    if "keras_transformer" in sys.modules:  # imported already (a warm process): no cost to save
+        from trainers.arguments import PARSERS
+        PARSERS[command]().parse_args(argv)
+        return
+    package = importlib.util.module_from_spec(importlib.util.find_spec("keras_transformer"))
+    sys.modules["keras_transformer"] = package
+    try:
+        from trainers.arguments import PARSERS
+        PARSERS[command]().parse_args(argv)
+    finally:
+        for name in [name for name in sys.modules if name == "trainers.arguments"
+                     or name.split(".")[0] == "keras_transformer"]:
+            del sys.modules[name]
 
 
 def train() -> int:

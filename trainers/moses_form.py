@@ -14,19 +14,14 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from trainers.arguments import moses_form_parser
+
 from keras_transformer.data.moses_form import write_moses_form
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options (`argv`: default `sys.argv[1:]`)."""
-    parser = argparse.ArgumentParser(prog="moses_form", description=__doc__.split("\n")[0])
-    parser.add_argument("--src", required=True, help="source sentences (plain or .gz)")
-    parser.add_argument("--tgt", required=True, help="their translations, line-aligned")
-    parser.add_argument("--langs", nargs=2, required=True, metavar=("SRC_LANG", "TGT_LANG"),
-                        help="the two languages (Moses tokenizer rules), e.g. en de")
-    parser.add_argument("--output-prefix", required=True,
-                        help="writes <prefix>.<src_lang> and <prefix>.<tgt_lang>")
-    return parser.parse_args(argv)
+    return moses_form_parser().parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

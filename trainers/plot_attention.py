@@ -13,7 +13,8 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from trainers.common import add_weights_argument, command_description, load_run_model
+from trainers.arguments import plot_attention_parser
+from trainers.common import load_run_model
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.evaluation import translate_corpus
 from keras_transformer.config import SearchSettings
@@ -22,14 +23,7 @@ from keras_transformer.visualization import attention_figure, attention_maps, fi
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
-    parser = argparse.ArgumentParser(prog="kt-plot-attention",
-                                     description=command_description(__doc__))
-    parser.add_argument("run_dir", help="the directory kt-train wrote")
-    parser.add_argument("source", help="source sentence")
-    parser.add_argument("--target", help="target sentence (default: the model's translation)")
-    add_weights_argument(parser, run_directory_only=False)
-    parser.add_argument("--out", default="attention_plots",
-                        help="output directory (default: attention_plots)")
+    parser = plot_attention_parser()
     args = parser.parse_args(argv)
     if not args.source.strip():
         parser.error("source: empty sentence")

@@ -22,10 +22,9 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from trainers.common import (add_recipe_arguments, add_tfds_language_arguments,
-                             command_description, counted_source, learn_vocabulary,
-                             recipe_from_args)
-from keras_transformer.data.prepare import (DEFAULT_SHARD_PAIRS, check_pairs, combined_source,
+from trainers.arguments import prepare_parser
+from trainers.common import counted_source, learn_vocabulary, recipe_from_args
+from keras_transformer.data.prepare import (check_pairs, combined_source,
                                             describe_left_out, left_out, prepare,
                                             text_file_source, tfds_source)
 from keras_transformer.data.sentencepiece_pair import load_tokenizer
@@ -34,32 +33,7 @@ from keras_transformer.training.progress import CountProgress
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
-    parser = argparse.ArgumentParser(prog="kt-prepare",
-                                     description=command_description(__doc__))
-    add_recipe_arguments(parser)
-    parser.add_argument("--train-src", metavar="FILE", action="append",
-                        help="source sentences, one a line (plain or .gz); repeat "
-                        "--train-src/--train-tgt for several corpora, counted apart in the "
-                        "manifest")
-    parser.add_argument("--train-tgt", metavar="FILE", action="append",
-                        help="their translations, line-aligned")
-    parser.add_argument("--tfds", metavar="NAME", help="a tensorflow-datasets translation "
-                        "builder instead, e.g. wmt14_translate/de-en")
-    parser.add_argument("--tfds-split", default="train", help="its split (default: train)")
-    add_tfds_language_arguments(parser)
-    parser.add_argument("--tfds-data-dir", help="tensorflow-datasets data directory")
-    parser.add_argument("--output-dir", required=True, help="where the storage goes")
-    parser.add_argument("--vocab", metavar="DIR", help="use the spm.model in DIR (e.g. a run's "
-                        "vocab/) instead of learning one of the recipe's vocab_size")
-    parser.add_argument("--vocab-sentences", type=int, default=2_000_000,
-                        help="sentences sampled to learn the vocabulary (default: 2,000,000)")
-    parser.add_argument("--shard-pairs", type=int, default=DEFAULT_SHARD_PAIRS,
-                        help=f"pairs per shard (default: {DEFAULT_SHARD_PAIRS:,})")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="vocabulary sample and shard assignment seed (default: 0)")
-    parser.add_argument("--threads", type=int, help="tokenizer threads (default: every core)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="keep TensorFlow's C++ start-up lines")
+    parser = prepare_parser()
     args = parser.parse_args(argv)
     if len(args.train_src or []) != len(args.train_tgt or []):
         parser.error("--train-src and --train-tgt: give both, one of each per corpus")

@@ -14,20 +14,14 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from trainers.arguments import prepare_parsing_parser
+
 from keras_transformer.parsing.corpus import treebank_dir, write_parallel_files
-from keras_transformer.parsing.linearize import LEAVES
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
-    parser = argparse.ArgumentParser(prog="prepare_parsing", description=__doc__.split("\n")[0])
-    parser.add_argument("--treebank", help="folder of wsj_*.mrg files (default: the shared "
-                                           "data's treebank/, $KT_SHARED_DATA or ../shared/data)")
-    parser.add_argument("--output-dir", required=True, help="where the split files go")
-    parser.add_argument("--leaves", choices=LEAVES, default="placeholder",
-                        help="what stands for each word in the targets: XX (placeholder, as "
-                             "Vinyals & Kaiser et al.; default) or the words themselves")
-    return parser.parse_args(argv)
+    return prepare_parsing_parser().parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -22,20 +22,13 @@ from keras_transformer.decoding.translator import truncated_sources
 from keras_transformer.serving.text_translation import truncation_warning
 from keras_transformer.training.progress import CountProgress
 from keras_transformer.training.run_dir import RunDir
-from trainers.common import add_weights_argument, command_description, load_run_model
+from trainers.arguments import score_parser
+from trainers.common import load_run_model
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
-    parser = argparse.ArgumentParser(prog="kt-score", description=command_description(__doc__))
-    parser.add_argument("run_dir", help="the directory kt-train (or kt-import) wrote")
-    parser.add_argument("--src", required=True, help="source sentences, one a line (or .gz)")
-    parser.add_argument("--tgt", required=True,
-                        help="their translations, line-aligned with --src (or .gz)")
-    parser.add_argument("--output", help="the JSON lines (default: standard output)")
-    parser.add_argument("--batch-size", type=int, default=32,
-                        help="pairs scored at once (default: 32)")
-    add_weights_argument(parser, run_directory_only=False)
+    parser = score_parser()
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         parser.error(f"--batch-size: must be at least 1, got {args.batch_size}")

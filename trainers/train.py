@@ -49,7 +49,7 @@ from keras_transformer.training.callbacks import (DevEvaluation, PeriodicBackup,
                                                   StopAtLimit, TensorBoardScalars, epoch_steps)
 from keras_transformer.training.checkpoints import load_weights_file, save_weights_atomic
 from trainers.probes import choose_kernels, choose_precision, gpus_tensorflow_cannot_see
-from keras_transformer.precision import POLICIES as PRECISIONS
+from keras_transformer.choices import PRECISION_POLICIES
 from keras_transformer.precision import precision_scope
 from keras_transformer.training.progress import ProgressLines, stage
 from keras_transformer.training.run_dir import TEST_FILE, RunDir
@@ -176,7 +176,7 @@ def hardware_choices(args: argparse.Namespace, recipe: Recipe, recorded: dict,
         else:
             choices[name] = "chief's"
         if worker_count(strategy) > 1:
-            options = PRECISIONS if name == "precision" else fast.KERNEL_SETS
+            options = PRECISION_POLICIES if name == "precision" else fast.KERNEL_SETS
             mine = options.index(choices[name]) if choices[name] in options else -1
             taken = options[chief_values(strategy, [mine])[0]]
             if not chief and taken != choices[name]:

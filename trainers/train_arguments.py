@@ -1,5 +1,5 @@
-"""`kt-train`'s options: the parser, their cross-checks, and the ones a restart must
-repeat."""
+"""`kt-train`'s options (the grammar: `trainers.arguments.train_parser`): their
+cross-checks, and the ones a restart must repeat."""
 from __future__ import annotations
 
 import argparse
@@ -8,173 +8,11 @@ import sys
 from typing import Optional, Sequence
 
 from keras_transformer.config import Recipe
-from keras_transformer.data.languages import PLACEMENTS, LanguagePair, RunLanguages
+from keras_transformer.choices import PLACEMENTS
+from keras_transformer.data.languages import LanguagePair, RunLanguages
 from keras_transformer.training.run_dir import RunDir
-from trainers.common import (add_recipe_arguments, add_tfds_language_arguments, recipe_from_args,
-                             recipe_overrides)
-from keras_transformer import fast
-from keras_transformer.precision import CHOICES
-
-
-DEFAULT_STEPS = 1000
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command line's argument parser."""
-    parser = argparse.ArgumentParser(
-        prog="kt-train", description="Trains a Transformer with Keras fit, evaluates it and "
-        "exports it.")
-    add_recipe_arguments(parser)
-    parser.add_argument("--task", choices=("translation", "parsing"), default="translation",
-                        help="translation (default) or parsing: sources are sentences, targets "
-                             "linearized trees (prepare_parsing's files); the final test "
-                             "evaluation reports bracket F1 against --test-tree, while the "
-                             "periodic dev evaluation stays BLEU of the linearized trees, "
-                             "a cheap proxy")
-    data = parser.add_argument_group("data (default: the generated demo corpus)")
-    for split in ("train", "dev", "test"):
-        for side in ("src", "tgt"):
-            data.add_argument(f"--{split}-{side}", metavar="FILE",
-                              action="append" if split == "train" else "store",
-                              help=f"{split} {'source' if side == 'src' else 'target'} "
-                                   "sentences, one a line (plain or .gz)"
-                                   + ("; repeat --train-src/--train-tgt for several corpora "
-                                      "(e.g. the originals and a teacher's translations)"
-                                      if split == "train" else ""))
-    data.add_argument("--test-tree", metavar="FILE",
-                      help="--task parsing: gold trees of --test-src, one per sentence "
-                           "(required with --test-src)")
-    data.add_argument("--tfds", metavar="NAME", help="tensorflow-datasets translation "
-                      "builder, e.g. wmt14_translate/de-en")
-    add_tfds_language_arguments(data)
-    data.add_argument("--tfds-data-dir", help="tensorflow-datasets data directory")
-    data.add_argument("--tfds-splits", default="train,validation,test",
-                      help="tfds train,dev,test split names (default: train,validation,test)")
-    data.add_argument("--prepared", metavar="DIR",
-                      help="train on storage written by kt-prepare (its vocabulary) instead of "
-                           "--train-src/--train-tgt; dev and test files as usual")
-    data.add_argument("--vocab-sentences", type=int, default=2_000_000,
-                      help="sentences sampled to learn the subword vocabulary (default: "
-                           "2,000,000)")
-    add_pair_arguments(parser)
-    run = parser.add_argument_group("run")
-    run.add_argument("--init-from", metavar="RUN_DIR",
-                     help="fine-tune: start from this run's model (one kt-train or kt-import "
-                          "wrote: its architecture, tokenizer and chosen weights) with the "
-                          "fine-tuning schedule (Recipe.for_fine_tuning: 200 warmup steps to "
-                          "a peak rate of 1e-4); --set and --config may change training and "
-                          "search fields and dropout, nothing else of the model")
-    run.add_argument("--lora-rank", type=int, metavar="R",
-                     help="with --init-from: train LoRA adapters of rank R only: each "
-                          "attention and feed-forward projection multiplies by W + "
-                          "(ALPHA/R) A B, W frozen, the adapters A and B trained, every other "
-                          "weight frozen; the final, averaged and chosen weights are written "
-                          "merged, as plain weights (default: none, every weight is "
-                          "fine-tuned)")
-    run.add_argument("--lora-alpha", type=float, metavar="ALPHA",
-                     help="with --lora-rank: the adapters' scale is ALPHA/R (default: R, a "
-                          "scale of 1)")
-    run.add_argument("--output-dir", default=os.path.join("runs", "demo"),
-                     help="run directory: config, vocab, checkpoints, logs (default: runs/demo)")
-    run.add_argument("--steps", type=int, help=f"total optimizer steps (default: "
-                     f"{DEFAULT_STEPS} unless --epochs or --max-minutes is given)")
-    run.add_argument("--epochs", type=float, help="passes over the training data instead")
-    run.add_argument("--max-minutes", type=float, help="stop after this much wall clock")
-    run.add_argument("--cpu-replicas", type=int, default=0,
-                     help="split the CPU into N logical devices and mirror over them "
-                          "(default: 0, no split)")
-    run.add_argument("--seed", type=int, default=0, help="data order and initialization seed "
-                     "(default: 0)")
-    run.add_argument("--precision", choices=CHOICES, default="auto",
-                     help="Keras dtype policy (default: auto = a reduced precision where its "
-                          "matmuls measure at least 1.25x float32's on this machine, else "
-                          "float32; the figures are printed and kept in the run directory); "
-                          "exports are float32")
-    run.add_argument("--kernels", choices=fast.CHOICES,
-                     default=os.environ.get(fast.selection.ENVIRONMENT_VARIABLE, "auto"),
-                     help="fast (the package's speed tricks), reference (their plain "
-                          "Keras/TensorFlow twins), or auto (the faster of the two measured on "
-                          "this machine at the model's sizes); default: $KT_KERNELS, else auto")
-    run.add_argument("--jit-compile", action="store_true",
-                     help="XLA-compile the train step (measured slower on CPU; may help on GPU)")
-    run.add_argument("--steps-per-execution", type=int, default=1,
-                     help="training steps per call of the compiled train function (Keras "
-                          "fetches the logs to the host once per call: on a GPU, 10-100 hide "
-                          "that wait); --steps, --eval-every and --backup-every must be "
-                          "multiples of it (default: 1)")
-    run.add_argument("--eval-every", type=int, default=250,
-                     help="steps between dev BLEU evaluations and attention images "
-                          "(default: 250)")
-    run.add_argument("--eval-every-minutes", type=float,
-                     help="also evaluate at the first backup interval's end this many minutes "
-                          "after the previous evaluation (default: by steps only)")
-    run.add_argument("--eval-sentences", type=int, default=200,
-                     help="dev sentences translated at each evaluation (default: 200)")
-    run.add_argument("--eval-beam-size", type=int, default=1,
-                     help="beam size of the periodic dev evaluation and of the final dev "
-                          "scoring of the averaged and final weights (default: 1, greedy)")
-    run.add_argument("--attention-sentences", type=int, default=2,
-                     help="dev pairs drawn as attention heatmaps at each evaluation "
-                          "(default: 2)")
-    run.add_argument("--checkpoint-every-steps", type=int,
-                     help="also checkpoint every N steps (default: by minutes only; both "
-                          "intervals fire)")
-    run.add_argument("--checkpoint-every-minutes", type=float, default=10.0,
-                     help="checkpoint interval in minutes, always on (default: 10, as in the "
-                          "paper)")
-    run.add_argument("--keep-checkpoints", type=int,
-                     help="newest checkpoints kept (default: 5, or the recipe's average_last "
-                          "when that is more)")
-    run.add_argument("--backup-every", type=int, default=100,
-                     help="steps between backups a killed run resumes from (default: 100)")
-    run.add_argument("--backup-every-minutes", type=float,
-                     help="also back up at the first evaluation or backup interval's end this "
-                          "many minutes after the previous backup (default: by steps only)")
-    run.add_argument("--log-batches", action="store_true",
-                     help="append each training batch's step and a digest of its ids to "
-                          "batches.tsv in the run directory (to audit resumed runs)")
-    run.add_argument("--log-every-steps", type=int, default=50,
-                     help="steps between TensorBoard's training scalars (loss, token accuracy, "
-                          "perplexity, learning rate, tokens/s); 0: at evaluations only "
-                          "(default: 50)")
-    run.add_argument("--progress-seconds", type=float, default=30.0,
-                     help="seconds between progress lines (step, loss, tok/s, ETA; default 30)")
-    run.add_argument("--verbose", action="store_true",
-                     help="keep TensorFlow's C++ start-up and log lines (hidden by default)")
-    out = parser.add_argument_group("after training")
-    out.add_argument("--test-beam-size", type=int, help="beam of the final test evaluation "
-                     "(default: the recipe's beam_size)")
-    out.add_argument("--export-name", help="SavedModel name (default: the output dir's name "
-                     "+ '-staging', so that a finished run never writes a new version into a "
-                     "served model's directory; serve it through kt-export --name NAME)")
-    out.add_argument("--base-dir", "--export-dir", dest="export_dir", default="saved_models",
-                     help="root of the TF Serving model tree, as kt-export's --base-dir "
-                          "(default: saved_models)")
-    out.add_argument("--no-export", action="store_true", help="skip the SavedModel export")
-    return parser
-
-
-def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--pair`, `--dev-pair`, `--test-pair`, `--pair-temperature` and `--language-token`:
-    several language pairs in one model."""
-    pairs = parser.add_argument_group(
-        "several language pairs in one model (instead of --train-src ...; docs/training.md)")
-    for flag, split in (("--pair", "training"), ("--dev-pair", "dev"), ("--test-pair", "test")):
-        pairs.add_argument(flag, nargs=3, action="append", default=[],
-                           metavar=("SRC-TGT", "SRC_FILE", "TGT_FILE"),
-                           help=f"a language pair's {split} sentences (plain or .gz), e.g. "
-                                f"{flag} en-de {split[:5]}.en.gz {split[:5]}.de.gz; repeat it "
-                                "for each pair"
-                                + {"--pair": "", "--dev-pair": " (one per --pair)",
-                                   "--test-pair": " (optional)"}[flag])
-    pairs.add_argument("--pair-temperature", type=float,
-                       help="draw each batch's pair with probability proportional to its "
-                            "batches per epoch to the power 1/T: 1 in proportion to size, "
-                            "inf uniformly (default: 1)")
-    pairs.add_argument("--language-token", choices=PLACEMENTS,
-                       help="where the target-language token (<2de>) goes: first in the "
-                            "source (Johnson et al. 2017) or first in the target, after BOS "
-                            "(default: source)")
+from trainers.arguments import DEFAULT_STEPS, train_parser
+from trainers.common import recipe_from_args, recipe_overrides
 
 
 def check_pair_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -266,7 +104,7 @@ def check_model_languages(parser: argparse.ArgumentParser, option: str, pair: La
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parses and cross-checks the options; every error names its flag."""
-    parser = build_parser()
+    parser = train_parser()
     args = parser.parse_args(argv)
     check_pair_arguments(parser, args)
     local = {name: getattr(args, name.replace("-", "_")) for name in

@@ -49,49 +49,14 @@ from keras_transformer.serving.text_translation import (LineTranslator, best_lin
                                                         output_line, truncation_warning)
 from keras_transformer.training.progress import CountProgress
 from keras_transformer.training.run_dir import RunDir
-from trainers.common import (add_ensemble_argument, add_search_arguments,
-                             add_target_language_argument, add_weights_argument,
-                             check_export_flags, command_description, is_run_directory,
-                             load_ensemble, load_run_model, run_target_language,
-                             search_settings)
+from trainers.arguments import translate_parser
+from trainers.common import (check_export_flags, is_run_directory, load_ensemble,
+                             load_run_model, run_target_language, search_settings)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
-    parser = argparse.ArgumentParser(prog="kt-translate",
-                                     description=command_description(__doc__))
-    parser.add_argument("model", help="an export (NAME/ for its newest version, or NAME/N/) or "
-                        "a kt-train run directory")
-    parser.add_argument("inputs", nargs="*", default=["-"],
-                        help="text files, one sentence a line, plain or .gz (default: - = stdin)")
-    parser.add_argument("--output", nargs="+", metavar="FILE",
-                        help="one output file per input (default: standard output)")
-    parser.add_argument("--nbest", type=int, default=0, metavar="K",
-                        help="K best translations per line as INDEX ||| TEXT ||| SCORE "
-                        "(default: 0, the best translation alone)")
-    parser.add_argument("--prefix", nargs="+", metavar="FILE",
-                        help="one file per input: line N is the start forced on the "
-                        "translation of input line N")
-    parser.add_argument("--terms", metavar="GLOSSARY",
-                        help="lines 'source phrase ||| target phrase': a translation contains "
-                        "the target phrase wherever its line contains the source phrase")
-    parser.add_argument("--constraints", nargs="+", metavar="FILE",
-                        help="one file per input: line N holds the target phrases (separated "
-                        "by tabs) the translation of input line N must contain")
-    parser.add_argument("--scores", nargs="+", metavar="FILE",
-                        help="one file per input: line N is a JSON object of the confidence "
-                        "of translation N (sentence and word scores)")
-    parser.add_argument("--batch-size", type=int, default=64,
-                        help="sentences per batch (default: 64)")
-    parser.add_argument("--threads", type=int, default=2,
-                        help="a LiteRT export's interpreter threads (default: 2)")
-    parser.add_argument("--batch-tokens", type=int, default=6000,
-                        help="at most this many padded words per batch (default: 6000)")
-    add_weights_argument(parser, run_directory_only=True)
-    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    add_target_language_argument(parser)
-    add_search_arguments(parser, "(run directories only: an export's are fixed)")
-    add_ensemble_argument(parser)
+    parser = translate_parser()
     args = parser.parse_args(argv)
     for name in ("prefix", "constraints", "terms"):
         value = getattr(args, name)

@@ -36,38 +36,14 @@ from keras_transformer.serving.text_translation import (best_lines, closest_line
                                                         truncation_warning)
 from keras_transformer.training.progress import duration
 from keras_transformer.training.run_dir import RunDir
-from trainers.common import (add_ensemble_argument, add_search_arguments,
-                             add_target_language_argument, add_weights_argument,
-                             command_description, search_settings)
+from trainers.arguments import translate_corpus_parser
+from trainers.common import search_settings
 from trainers.translate import checked_target_language, load_translator
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options, checked (`argv`: default `sys.argv[1:]`)."""
-    parser = argparse.ArgumentParser(prog="kt-translate-corpus",
-                                     description=command_description(__doc__))
-    parser.add_argument("model", help="a kt-train run directory or an export")
-    parser.add_argument("input", help="the source side of the corpus, plain or .gz")
-    parser.add_argument("--output", required=True, metavar="FILE",
-                        help="the translation, line for line (parts in FILE.parts/)")
-    parser.add_argument("--shard", default="1/1", metavar="I/N",
-                        help="translate shard I of N (1-based; default 1/1: every chunk)")
-    parser.add_argument("--chunk-lines", type=int, default=10_000,
-                        help="input lines per chunk, the unit of resumption (default: 10000)")
-    parser.add_argument("--batch-size", type=int, default=64,
-                        help="sentences per batch (default: 64)")
-    parser.add_argument("--batch-tokens", type=int, default=6000,
-                        help="at most this many padded words per batch (default: 6000)")
-    parser.add_argument("--closest-to-reference", metavar="REF",
-                        help="reference translations, line-aligned with the input: keep the "
-                             "beam's hypothesis with the highest sentence BLEU against each")
-    add_weights_argument(parser, run_directory_only=True)
-    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    parser.add_argument("--progress-seconds", type=float, default=30.0,
-                        help="seconds between progress lines (default: 30)")
-    add_target_language_argument(parser)
-    add_search_arguments(parser, "(run directories only: an export's are fixed)")
-    add_ensemble_argument(parser)
+    parser = translate_corpus_parser()
     args = parser.parse_args(argv)
     try:
         args.shard = Shard.parse(args.shard)

@@ -24,6 +24,7 @@ from typing import Any, Optional
 import numpy as np
 import sentencepiece
 
+from keras_transformer.choices import DEFAULT_SHARD_PAIRS
 from keras_transformer.data.text_files import (FIRST_LINES, count_lines, iter_parallel,
                                                line_list, require_files)
 from keras_transformer.data.tfds_source import tfds_pairs
@@ -31,7 +32,6 @@ from keras_transformer.data.token_storage import (MANIFEST, MAX_SIDE, StorageWri
                                                   TokenStorage, vocabulary_sha256)
 from keras_transformer.data.sentencepiece_pair import Tokenizer
 
-DEFAULT_SHARD_PAIRS = 1_000_000
 MAX_SHARDS = 400  # two files each are open while preparing: within the usual limit of 1,024
 CHUNK_PAIRS = 8192
 EMPTY_SIDE = "an empty side"  # why prepare drops a pair

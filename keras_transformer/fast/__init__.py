@@ -23,8 +23,8 @@ no twin here: its cached step (`Transformer.decode_step`) is the core's, and a s
 references whichever set is in force (`hooks.references`).
 """
 from keras_transformer.fast.model import FastTransformer
-from keras_transformer.fast.selection import (CHOICES, FAST, KERNEL_SETS, REFERENCE, active,
+from keras_transformer.fast.selection import (FAST, KERNEL_CHOICES, KERNEL_SETS, REFERENCE, active,
                                               kernels_scope, set_kernels)
 
-__all__ = ["CHOICES", "FAST", "FastTransformer", "KERNEL_SETS", "REFERENCE", "active",
+__all__ = ["FAST", "FastTransformer", "KERNEL_CHOICES", "KERNEL_SETS", "REFERENCE", "active",
            "kernels_scope", "set_kernels"]

@@ -15,21 +15,18 @@ import os
 from collections.abc import Iterator
 
 from keras_transformer import hooks
+from keras_transformer.choices import (FAST, KERNEL_CHOICES, KERNEL_SETS, KERNELS_VARIABLE,
+                                       REFERENCE)
 from keras_transformer.fast import kernels, loss, optimizers
-
-FAST = "fast"
-REFERENCE = "reference"
-KERNEL_SETS = (FAST, REFERENCE)
-CHOICES = ("auto", *KERNEL_SETS)
-ENVIRONMENT_VARIABLE = "KT_KERNELS"
 
 _active: str | None = None
 
 
 def validate(name: str, source: str = "kernels") -> str:
-    """`name` if it is one of `CHOICES`, else a ValueError naming `source` and the choices."""
-    if name not in CHOICES:
-        raise ValueError(f"{source}: {name!r} is not one of {', '.join(CHOICES)}")
+    """`name` if it is one of `KERNEL_CHOICES`, else a ValueError naming `source` and the
+    choices."""
+    if name not in KERNEL_CHOICES:
+        raise ValueError(f"{source}: {name!r} is not one of {', '.join(KERNEL_CHOICES)}")
     return name
 
 
@@ -38,7 +35,7 @@ def active() -> str:
     (installed now), else the reference set (also for `KT_KERNELS=auto`, which only a run's
     set-up resolves)."""
     if _active is None:
-        name = validate(os.environ.get(ENVIRONMENT_VARIABLE, REFERENCE), ENVIRONMENT_VARIABLE)
+        name = validate(os.environ.get(KERNELS_VARIABLE, REFERENCE), KERNELS_VARIABLE)
         set_kernels(REFERENCE if name == "auto" else name)
     return _active
 

@@ -15,6 +15,7 @@ import difflib
 import re
 from typing import Optional, Sequence
 
+from keras_transformer.choices import LEAVES
 from keras_transformer.parsing.preprocess import ROOT_LABEL
 from keras_transformer.parsing.trees import Tree
 
@@ -30,7 +31,6 @@ def source_text(tree: Tree) -> str:
     return " ".join(tree.words())
 
 
-LEAVES = ("placeholder", "words")
 
 
 def linearize(tree: Tree, leaves: str = "placeholder") -> str:

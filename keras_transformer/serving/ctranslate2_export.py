@@ -42,13 +42,13 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.choices import CTRANSLATE2_QUANTIZATIONS
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings, TransformerConfig
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer, model_input_ids, text_pieces
 from keras_transformer.model import Transformer
 
-QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float32")
 SETTINGS_FILENAME = "keras_transformer.json"  # the search settings and the converted config
 # Our feed-forward activations by the name of CTranslate2's `common_spec.Activation`.
 _ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU", "gelu_sigmoid": "GELUSigmoid"}
@@ -189,16 +189,16 @@ def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer,
         model: the trained Transformer.
         tokenizer: its SentencePiece tokenizer (copied beside the model).
         directory: the new directory (e.g. `saved_models/NAME/VERSION`).
-        quantization: how CTranslate2 stores the weights, one of `QUANTIZATIONS`.
+        quantization: how CTranslate2 stores the weights, one of `CTRANSLATE2_QUANTIZATIONS`.
         settings: the search settings `kt-translate` uses (default: the paper's).
         languages: the target languages of a model of several (recorded with the settings).
 
     Returns:
         The directory.
     """
-    if quantization not in QUANTIZATIONS:
+    if quantization not in CTRANSLATE2_QUANTIZATIONS:
         raise ValueError(f"quantization: {quantization!r} is not one of "
-                         f"{', '.join(QUANTIZATIONS)}")
+                         f"{', '.join(CTRANSLATE2_QUANTIZATIONS)}")
     if quantization == "bfloat16" and importlib.util.find_spec("torch") is None:
         raise ValueError("quantization: CTranslate2's converter writes bfloat16 through torch, "
                          "which is not installed (pip install torch); or export float16, or "

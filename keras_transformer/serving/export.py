@@ -50,7 +50,7 @@ from keras_transformer.config import SearchSettings
 from keras_transformer.precision import serving_copy
 from keras_transformer.serving.loading import is_export
 from keras_transformer.serving.provenance import export_record, shortlist_record, write_provenance
-from keras_transformer.serving.warmup import (DEFAULT_MAX_WIDTH, WARMUP_FILE, warmup_requests,
+from keras_transformer.serving.warmup import (WARMUP_MAX_WIDTH, WARMUP_FILE, warmup_requests,
                                       warmup_widths, write_warmup_requests)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -61,7 +61,7 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
                       settings: Optional[SearchSettings] = None, dtype: str = "float32",
                       shortlist: Optional[VocabularyShortlist] = None,
                       jit_compile: bool = False, provenance: Optional[dict[str, Any]] = None,
-                      warmup_max_width: int = DEFAULT_MAX_WIDTH,
+                      warmup_max_width: int = WARMUP_MAX_WIDTH,
                       languages: Optional[RunLanguages] = None) -> str:
     """Saves a `Translator` as the next free version of `<base_dir>/<name>`; returns its path.
 

@@ -44,6 +44,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.choices import LITERT_QUANTIZATIONS
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SearchSettings
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import (PAIR_FILENAMES, SentencePiecePair,
@@ -54,7 +55,6 @@ from keras_transformer.model import Transformer
 
 LITERT_FILE = "model.tflite"
 MANIFEST_FILE = "keras_transformer_litert.json"
-QUANTIZATIONS = ("float32", "float16", "int8")
 SIGNATURES = ("beam", "greedy")
 
 
@@ -79,9 +79,9 @@ def litert_model(model: Transformer, settings: SearchSettings, quantization: str
                  source_length: Optional[int] = None) -> bytes:
     """The `.tflite` flatbuffer of `model`'s searches (the module docstring): `beam` with
     `settings`, `greedy` with its length penalty and limit; weights stored as `quantization`
-    says (one of `QUANTIZATIONS`); `source_length`: the fixed source length (None: any)."""
-    if quantization not in QUANTIZATIONS:
-        raise ValueError(f"quantization: must be one of {', '.join(QUANTIZATIONS)} for LiteRT, "
+    says (one of `LITERT_QUANTIZATIONS`); `source_length`: the fixed source length (None: any)."""
+    if quantization not in LITERT_QUANTIZATIONS:
+        raise ValueError(f"quantization: must be one of {', '.join(LITERT_QUANTIZATIONS)} for LiteRT, "
                          f"got {quantization!r}")
     if settings.sampling:
         raise ValueError("sampling: a LiteRT export holds the beam and greedy searches only")
@@ -138,7 +138,7 @@ def export_litert(model: Transformer, tokenizer: Tokenizer, directory: str | os.
         tokenizer: its tokenizer, whose SentencePiece files the folder ships.
         directory: the folder to write (must not exist).
         settings: the search settings (default: the paper's).
-        quantization: how the weights are stored (`QUANTIZATIONS`).
+        quantization: how the weights are stored (`LITERT_QUANTIZATIONS`).
         languages: the target languages of a model of several (`check_exportable`).
         source_length: every source PAD-padded to this many ids (None: any length; the
             module docstring).

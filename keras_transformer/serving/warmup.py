@@ -9,7 +9,7 @@ a one-word prefix (prefix widths 0 and 16 of an XLA export), `translate_with_ter
 one-word term. A graph export runs any shape with
 the same graph: one width, 16. An XLA export compiles each padded width (multiples of 16,
 `Translator`) at batch 1, the traffic it is made for: every width up to `max_width` source
-pieces (`DEFAULT_MAX_WIDTH`) and the model's `max_length`; longer inputs, and other batch sizes,
+pieces (`WARMUP_MAX_WIDTH`) and the model's `max_length`; longer inputs, and other batch sizes,
 compile at their first request. TF Serving reads at most 1,000 records (5-6 per width here).
 
 An export of a model of several target languages takes `target_language` in every request:
@@ -25,18 +25,18 @@ from typing import Optional, Sequence
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
+from keras_transformer.choices import WARMUP_MAX_WIDTH
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.tokenizer import SubwordTokenizer
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
-DEFAULT_MAX_WIDTH = 64
 WIDTH_STEP = 16  # the XLA search's padded widths are multiples of it (`Translator`)
 WORD = "a"  # the warm-up sentences repeat it: one or two pieces in any SentencePiece model
 MAX_RECORDS = 1_000  # TF Serving refuses a warm-up file of more
 
 
 def warmup_widths(max_length: int, jit_compile: bool,
-                  max_width: int = DEFAULT_MAX_WIDTH) -> list[int]:
+                  max_width: int = WARMUP_MAX_WIDTH) -> list[int]:
     """The padded source widths the warm-up covers: for an XLA export (`jit_compile`) each
     multiple of 16 up to `max_width`, each at most the model's `max_length`; for a graph export
     the first only."""
