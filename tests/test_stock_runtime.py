@@ -33,41 +33,19 @@ KINDS = {"float32-beam3": ("float32", 3, False, False), "float32-greedy": ("floa
 IMPORTED_TEXTS = [">>fra<< I see one dog.", "", "we like the red car!"]
 IMPORTED_SEARCH = ["--beam-size", "3", "--max-decode-extra", "5"]
 
-LOAD_AND_TRANSLATE = """
-import json, sys
-import numpy as np
-import tensorflow as tf
-import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
-texts = json.loads(sys.argv[2])
-inputs = {"text": tf.constant(texts), "prefix": tf.constant(texts[::-1]),
-          "terms": tf.constant(texts[::-1]),
-          "source_ids": tf.constant(json.loads(sys.argv[3]), tf.int32)}
-def plain(array):
-    return ([item.hex() for item in array.ravel().tolist()] if array.dtype == object
-            else array.tolist())
-outputs = {"tf": tf.__version__, "text": tensorflow_text.__version__}
-for name, path in json.loads(sys.argv[1]).items():
-    signatures = tf.saved_model.load(path).signatures
-    outputs[name] = {}
-    for signature, function in signatures.items():
-        keys = function.structured_input_signature[1]
-        arguments = {key: inputs[key] for key in keys if key != "target_language"}
-        if "target_language" in keys:  # "": each row as its text says (an imported model)
-            rows = tf.shape(next(iter(arguments.values())))[:1]
-            arguments["target_language"] = tf.fill(rows, "")
-        outputs[name][signature] = {key: plain(value.numpy())
-                                    for key, value in function(**arguments).items()}
-assert not [name for name in sys.modules if name.startswith("keras_transformer")]
-print(json.dumps(outputs))
-"""
-
-
-REPLAY_WARMUP = """
+# Run once in the stock Python: each export loaded once, every signature called on the texts
+# given for it (their reverse as prefixes and terms, and IDS), then every warm-up request it
+# carries replayed and checked for well-formed outputs.
+LOAD_TRANSLATE_AND_REPLAY = """
 import json, os, sys
 import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 from tensorflow_serving.apis import prediction_log_pb2
+ids = tf.constant(json.loads(sys.argv[2]), tf.int32)
+def plain(array):
+    return ([item.hex() for item in array.ravel().tolist()] if array.dtype == object
+            else array.tolist())
 def check(value, batch):
     array = value.numpy()
     assert array.shape[:1] == (batch,), array.shape
@@ -75,25 +53,38 @@ def check(value, batch):
         [item.decode("utf-8") for item in array.ravel().tolist()]
     elif array.dtype.kind == "f":
         assert np.isfinite(array).all(), array
-replayed = {"tf": tf.__version__}
-for name, path in json.loads(sys.argv[1]).items():
+outputs = {"tf": tf.__version__, "text": tensorflow_text.__version__}
+for name, export in json.loads(sys.argv[1]).items():
+    path, texts = export["path"], export["texts"]
+    inputs = {"text": tf.constant(texts), "prefix": tf.constant(texts[::-1]),
+              "terms": tf.constant(texts[::-1]), "source_ids": ids}
     signatures = tf.saved_model.load(path).signatures
+    translated = {}
+    for signature, function in signatures.items():
+        keys = function.structured_input_signature[1]
+        arguments = {key: inputs[key] for key in keys if key != "target_language"}
+        if "target_language" in keys:  # "": each row as its text says (an imported model)
+            rows = tf.shape(next(iter(arguments.values())))[:1]
+            arguments["target_language"] = tf.fill(rows, "")
+        translated[signature] = {key: plain(value.numpy())
+                                 for key, value in function(**arguments).items()}
     counts = {}
     extra = os.path.join(path, "assets.extra")
     for record in tf.data.TFRecordDataset(os.path.join(extra, "tf_serving_warmup_requests")):
         request = prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log.request
         signature = request.model_spec.signature_name or "serving_default"
-        inputs = {key: tf.constant(tf.make_ndarray(proto))
-                  for key, proto in request.inputs.items()}
-        outputs = signatures[signature](**inputs)
-        assert set(outputs) == set(signatures[signature].structured_outputs), signature
-        for value in outputs.values():
-            check(value, len(next(iter(inputs.values()))))
+        arguments = {key: tf.constant(tf.make_ndarray(proto))
+                     for key, proto in request.inputs.items()}
+        replies = signatures[signature](**arguments)
+        assert set(replies) == set(signatures[signature].structured_outputs), signature
+        for value in replies.values():
+            check(value, len(next(iter(arguments.values()))))
         counts[signature] = counts.get(signature, 0) + 1
     with open(os.path.join(extra, "keras_transformer_provenance.json"), encoding="utf-8") as file:
-        replayed[name] = {"counts": counts, "warmup": json.load(file)["warmup"]}
+        warmup = json.load(file)["warmup"]
+    outputs[name] = {"translated": translated, "counts": counts, "warmup": warmup}
 assert not [name for name in sys.modules if name.startswith("keras_transformer")]
-print(json.dumps(replayed))
+print(json.dumps(outputs))
 """
 
 
@@ -127,16 +118,27 @@ def imported(tmp_path_factory) -> tuple[Path, str]:
     return root / "run", str(root / "exports" / "imported" / "1")
 
 
+@pytest.fixture(scope="module")
+def stock(exports, imported, tmp_path_factory) -> dict:
+    """`LOAD_TRANSLATE_AND_REPLAY`'s outputs for every export kind (on `TEXTS`) and the imported
+    model's export (on `IMPORTED_TEXTS`), in the stock Python (without it: in this one, whose
+    translations the tests then do not compare)."""
+    given = {**{name: {"path": path, "texts": TEXTS} for name, path in exports.items()},
+             "imported": {"path": imported[1], "texts": IMPORTED_TEXTS}}
+    return run_stock(STOCK_PYTHON or sys.executable, LOAD_TRANSLATE_AND_REPLAY,
+                     json.dumps(given), json.dumps(IDS), cwd=tmp_path_factory.mktemp("stock"))
+
+
+needs_stock = pytest.mark.skipif(not STOCK_PYTHON, reason="KT_STOCK_RUNTIME_PYTHON (a Python "
+                                 "with exactly tensorflow 2.20 + tensorflow-text 2.20) is not set")
+
+
 @pytest.mark.slow
-def test_every_warmup_request_of_every_export_kind_replays_on_the_stock_runtime(exports,
-                                                                                imported,
-                                                                                tmp_path):
-    replayed = run_stock(STOCK_PYTHON or sys.executable, REPLAY_WARMUP,
-                         json.dumps({**exports, "imported": imported[1]}), cwd=tmp_path)
+def test_every_warmup_request_of_every_export_kind_replays_on_the_stock_runtime(stock):
     if STOCK_PYTHON:
-        assert replayed["tf"].startswith("2.20.")
+        assert stock["tf"].startswith("2.20.")
     for name, xla in [*((name, kind[3]) for name, kind in KINDS.items()), ("imported", False)]:
-        counts, warmup = replayed[name]["counts"], replayed[name]["warmup"]
+        counts, warmup = stock[name]["counts"], stock[name]["warmup"]
         widths = len(warmup["source_widths"])
         assert warmup["source_widths"] == ([16, 24] if xla else [16])  # max_length 24 or 512
         # The imported model's second language, fra, once more (the first is deu).
@@ -149,32 +151,25 @@ def test_every_warmup_request_of_every_export_kind_replays_on_the_stock_runtime(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not STOCK_PYTHON, reason="KT_STOCK_RUNTIME_PYTHON (a Python with exactly "
-                    "tensorflow 2.20 + tensorflow-text 2.20) is not set")
-def test_every_export_kind_translates_identically_on_the_stock_runtime(exports, tmp_path):
-    stock = run_stock(STOCK_PYTHON, LOAD_AND_TRANSLATE, json.dumps(exports), json.dumps(TEXTS),
-                      json.dumps(IDS), cwd=tmp_path)
+@needs_stock
+def test_every_export_kind_translates_identically_on_the_stock_runtime(stock, exports):
     assert stock["tf"].startswith("2.20.") and stock["text"].startswith("2.20.")
     for name, path in exports.items():
-        assert_outputs_in_process(stock[name], path, TEXTS)
+        assert_outputs_in_process(stock[name]["translated"], path, TEXTS)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not STOCK_PYTHON, reason="KT_STOCK_RUNTIME_PYTHON (a Python with exactly "
-                    "tensorflow 2.20 + tensorflow-text 2.20) is not set")
+@needs_stock
 def test_an_imported_models_export_translates_on_the_stock_runtime_as_kt_translate_does(
-        imported, tmp_path):
+        stock, imported, tmp_path):
     run_dir, path = imported
-    stock = run_stock(STOCK_PYTHON, LOAD_AND_TRANSLATE, json.dumps({"imported": path}),
-                      json.dumps(IMPORTED_TEXTS), json.dumps(IDS), cwd=tmp_path)
-    assert stock["tf"].startswith("2.20.") and stock["text"].startswith("2.20.")
-    assert_outputs_in_process(stock["imported"], path, IMPORTED_TEXTS)
+    assert_outputs_in_process(stock["imported"]["translated"], path, IMPORTED_TEXTS)
     (tmp_path / "input.en").write_text("".join(text + "\n" for text in IMPORTED_TEXTS),
                                        encoding="utf-8")
     stdout = io.StringIO()
     assert translate.main([str(run_dir), str(tmp_path / "input.en"), *IMPORTED_SEARCH,
                            "--quiet"], stdout=stdout) == 0
-    translations = stock["imported"]["serving_default"]["translation"]
+    translations = stock["imported"]["translated"]["serving_default"]["translation"]
     assert [bytes.fromhex(text).decode() for text in translations] == (
         stdout.getvalue().split("\n")[:-1])
 
