@@ -177,7 +177,11 @@ def test_kt_evaluate_scores_an_export_as_kt_translate_translates_it(exported, tm
 def test_what_a_litert_export_cannot_hold_is_refused_by_name(exported, tmp_path, capsys):
     """--xla, --precision, a CTranslate2-only quantization and a model whose language token is
     forced into the translation are refused before anything is written; a corrupt .tflite is
-    named."""
+    named; what the export cannot do that a SavedModel does is recorded with it."""
+    from keras_transformer.serving import litert_export
+    from keras_transformer.serving.provenance import read_provenance
+
+    assert read_provenance(exported["lite"])[1]["unsupported"] == litert_export.UNSUPPORTED
     run = str(exported["run"])
     for extra, message in [(["--xla"], "--xla: SavedModel exports only"),
                            (["--precision", "bfloat16"], "--shortlist and --precision"),

@@ -10,6 +10,7 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.serving import ctranslate2_export
 from keras_transformer.serving.export import export_translator
 from keras_transformer.serving.provenance import PROVENANCE_FILE, file_provenance, read_provenance
 from keras_transformer.training.checkpoints import save_weights_atomic
@@ -152,9 +153,16 @@ def test_a_ctranslate2_export_records_its_provenance_too(run_dir, tmp_path, caps
     pytest.importorskip("ctranslate2")
     assert export_cli.main([str(run_dir.root), str(run_dir.vocab), "--name", "ct2",
                             "--base-dir", str(tmp_path), "--format", "ctranslate2"]) == 0
-    record = read_provenance(capsys.readouterr().out.strip())[1]
+    captured = capsys.readouterr()
+    record = read_provenance(captured.out.strip())[1]
     assert (record["format"], record["quantization"]) == ("ctranslate2", "int8")
     assert record["weights"] == str(run_dir.averaged_weights) and "warmup" not in record
+    # what it cannot do, said when written and recorded with it
+    assert record["unsupported"] == ctranslate2_export.UNSUPPORTED
+    assert set(record["unsupported"]) == {"terms", "scores"}
+    assert "no lexically constrained search" in captured.err
+    assert export_cli.main(["--describe", str(tmp_path / "ct2")]) == 0
+    assert "cannot" in capsys.readouterr().out
 
 
 def test_the_commit_is_only_claimed_from_the_packages_own_checkout(tmp_path, monkeypatch):

@@ -54,8 +54,7 @@ from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
 from keras_transformer.choices import CTRANSLATE2_QUANTIZATIONS, LITERT_QUANTIZATIONS
-from keras_transformer.serving.ctranslate2_export import export_ctranslate2
-from keras_transformer.serving import litert_export
+from keras_transformer.serving import ctranslate2_export, litert_export
 from keras_transformer.serving.export import (check_model_tree, export_translator,
                                               publish_version)
 from keras_transformer.model import Transformer
@@ -251,8 +250,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 litert_export.check_exportable(languages)
                 litert_export.check_source_length(args.source_length, model.config.max_length)
                 extra["source_length"] = args.source_length
-            writer = (export_ctranslate2 if args.format == "ctranslate2"
-                      else litert_export.export_litert)
+            writer, unsupported = ((ctranslate2_export.export_ctranslate2, ctranslate2_export.UNSUPPORTED)
+                                   if args.format == "ctranslate2" else
+                                   (litert_export.export_litert, litert_export.UNSUPPORTED))
 
             def write(staging: str) -> str:
                 saved = os.fspath(writer(model, tokenizer, os.path.join(staging, "model"),
@@ -260,11 +260,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                          languages=languages, **extra))
                 write_provenance(saved, export_record(
                     model.config, settings, source, format=args.format,
-                    quantization=args.quantization,
+                    quantization=args.quantization, unsupported=unsupported,
                     **({"languages": languages.to_dict()} if languages else {})))
                 return saved
 
             path = publish_version(write, args.name, args.base_dir)
+            print(f"kt-export: unlike a SavedModel, this export has "
+                  f"{'; '.join(unsupported.values())}", file=sys.stderr)
         else:
             shortlist = learn_shortlist(args.shortlist, args.shortlist_data, args.model,
                                         tokenizer)

@@ -56,6 +56,9 @@ from keras_transformer.model import Transformer
 LITERT_FILE = "model.tflite"
 MANIFEST_FILE = "keras_transformer_litert.json"
 SIGNATURES = ("beam", "greedy")
+# What a SavedModel export does that this one cannot (as `ctranslate2_export.UNSUPPORTED`).
+UNSUPPORTED = {"terms": "no lexically constrained search (the on-device search is the plain one)",
+               "scores": "no word scores (kt-score gives them from the run directory)"}
 
 
 def is_litert_model(path: str | os.PathLike) -> bool:

@@ -104,7 +104,7 @@ _LABELS = (("created", "written (UTC)"), ("format", "format"), ("run_dir", "run 
            ("averaged_checkpoints", "averaged checkpoints"), ("test", "test figures"),
            ("imported_from", "imported from"),
            ("search", "search settings"), ("precision", "precision"), ("xla", "XLA-compiled"),
-           ("shortlist", "shortlist"), ("quantization", "quantization"),
+           ("shortlist", "shortlist"), ("quantization", "quantization"), ("unsupported", "cannot"),
            ("warmup", "warm-up requests"), ("training_precision", "training precision"),
            ("architecture", "architecture"), ("code", "written by"))
 
