@@ -16,7 +16,6 @@ from keras_transformer.choices import PRECISION_CHOICES, PRECISION_POLICIES, SER
 from keras_transformer.model import Transformer
 
 
-
 def resolve_precision(name: str) -> str:
     """`name` when it is a policy in `PRECISION_POLICIES`, else a ValueError naming the
     choices ("auto" is resolved where a run is set up: the command lines measure it with

@@ -39,12 +39,13 @@ def text_lines(path: Path) -> list[str]:
 STOCK_PYTHON = os.environ.get("KT_STOCK_RUNTIME_PYTHON")
 
 
-def run_stock(python: str, script: str, *arguments: str, cwd) -> dict:
-    """Runs `script` in `python` without this checkout on its path; its last line as JSON."""
+def run_stock(python: str, script: str, *arguments: str, cwd, timeout: float = 900) -> dict:
+    """Runs `script` in `python` without this checkout on its path (killed after `timeout`
+    seconds); its last line as JSON."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
     run = subprocess.run([python, "-c", script, *arguments], cwd=cwd, env=env,
-                         capture_output=True, text=True, timeout=900)
+                         capture_output=True, text=True, timeout=timeout)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 

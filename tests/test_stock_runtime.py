@@ -33,10 +33,10 @@ KINDS = {"float32-beam3": ("float32", 3, False, False), "float32-greedy": ("floa
 IMPORTED_TEXTS = [">>fra<< I see one dog.", "", "we like the red car!"]
 IMPORTED_SEARCH = ["--beam-size", "3", "--max-decode-extra", "5"]
 
-# Run once in the stock Python: each export loaded once, every signature called on the texts
-# given for it (their reverse as prefixes and terms, and IDS), then every warm-up request it
-# carries replayed and checked for well-formed outputs.
-LOAD_TRANSLATE_AND_REPLAY = """
+# Run once in the stock Python: each export loaded once, every warm-up request it carries
+# replayed first (as TF Serving does on a fresh load) and checked for well-formed outputs, then
+# every signature called on the texts given for it (their reverse as prefixes and terms; IDS).
+LOAD_REPLAY_AND_TRANSLATE = """
 import json, os, sys
 import numpy as np
 import tensorflow as tf
@@ -59,15 +59,6 @@ for name, export in json.loads(sys.argv[1]).items():
     inputs = {"text": tf.constant(texts), "prefix": tf.constant(texts[::-1]),
               "terms": tf.constant(texts[::-1]), "source_ids": ids}
     signatures = tf.saved_model.load(path).signatures
-    translated = {}
-    for signature, function in signatures.items():
-        keys = function.structured_input_signature[1]
-        arguments = {key: inputs[key] for key in keys if key != "target_language"}
-        if "target_language" in keys:  # "": each row as its text says (an imported model)
-            rows = tf.shape(next(iter(arguments.values())))[:1]
-            arguments["target_language"] = tf.fill(rows, "")
-        translated[signature] = {key: plain(value.numpy())
-                                 for key, value in function(**arguments).items()}
     counts = {}
     extra = os.path.join(path, "assets.extra")
     for record in tf.data.TFRecordDataset(os.path.join(extra, "tf_serving_warmup_requests")):
@@ -82,6 +73,15 @@ for name, export in json.loads(sys.argv[1]).items():
         counts[signature] = counts.get(signature, 0) + 1
     with open(os.path.join(extra, "keras_transformer_provenance.json"), encoding="utf-8") as file:
         warmup = json.load(file)["warmup"]
+    translated = {}
+    for signature, function in signatures.items():
+        keys = function.structured_input_signature[1]
+        arguments = {key: inputs[key] for key in keys if key != "target_language"}
+        if "target_language" in keys:  # "": each row as its text says (an imported model)
+            rows = tf.shape(next(iter(arguments.values())))[:1]
+            arguments["target_language"] = tf.fill(rows, "")
+        translated[signature] = {key: plain(value.numpy())
+                                 for key, value in function(**arguments).items()}
     outputs[name] = {"translated": translated, "counts": counts, "warmup": warmup}
 assert not [name for name in sys.modules if name.startswith("keras_transformer")]
 print(json.dumps(outputs))
@@ -120,13 +120,14 @@ def imported(tmp_path_factory) -> tuple[Path, str]:
 
 @pytest.fixture(scope="module")
 def stock(exports, imported, tmp_path_factory) -> dict:
-    """`LOAD_TRANSLATE_AND_REPLAY`'s outputs for every export kind (on `TEXTS`) and the imported
+    """`LOAD_REPLAY_AND_TRANSLATE`'s outputs for every export kind (on `TEXTS`) and the imported
     model's export (on `IMPORTED_TEXTS`), in the stock Python (without it: in this one, whose
     translations the tests then do not compare)."""
     given = {**{name: {"path": path, "texts": TEXTS} for name, path in exports.items()},
              "imported": {"path": imported[1], "texts": IMPORTED_TEXTS}}
-    return run_stock(STOCK_PYTHON or sys.executable, LOAD_TRANSLATE_AND_REPLAY,
-                     json.dumps(given), json.dumps(IDS), cwd=tmp_path_factory.mktemp("stock"))
+    return run_stock(STOCK_PYTHON or sys.executable, LOAD_REPLAY_AND_TRANSLATE,
+                     json.dumps(given), json.dumps(IDS), cwd=tmp_path_factory.mktemp("stock"),
+                     timeout=1800)
 
 
 needs_stock = pytest.mark.skipif(not STOCK_PYTHON, reason="KT_STOCK_RUNTIME_PYTHON (a Python "
@@ -163,6 +164,7 @@ def test_every_export_kind_translates_identically_on_the_stock_runtime(stock, ex
 def test_an_imported_models_export_translates_on_the_stock_runtime_as_kt_translate_does(
         stock, imported, tmp_path):
     run_dir, path = imported
+    assert stock["tf"].startswith("2.20.") and stock["text"].startswith("2.20.")
     assert_outputs_in_process(stock["imported"]["translated"], path, IMPORTED_TEXTS)
     (tmp_path / "input.en").write_text("".join(text + "\n" for text in IMPORTED_TEXTS),
                                        encoding="utf-8")

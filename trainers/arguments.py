@@ -141,7 +141,6 @@ def given_search_flags(args: argparse.Namespace) -> list[str]:
             if getattr(args, field) is not None]
 
 
-
 def train_parser() -> argparse.ArgumentParser:
     """`kt-train`'s options."""
     parser = command_parser("kt-train", "train")
@@ -296,7 +295,6 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
                        help="where the target-language token (<2de>) goes: first in the "
                             "source (Johnson et al. 2017) or first in the target, after BOS "
                             "(default: source)")
-
 
 
 def average_checkpoints_parser() -> argparse.ArgumentParser:

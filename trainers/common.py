@@ -196,8 +196,9 @@ def check_export_flags(args: argparse.Namespace) -> None:
 
 
 def search_settings(args: argparse.Namespace, defaults: SearchSettings) -> SearchSettings:
-    """The `SearchSettings` of `add_search_arguments`' flags over `defaults` (any sampling flag
-    turns sampling on); a bad value is a ValueError naming its flag."""
+    """The `SearchSettings` of `trainers.arguments.add_search_arguments`' flags over
+    `defaults` (any sampling flag turns sampling on); a bad value is a ValueError naming its
+    flag."""
     sampling = any(getattr(args, field) is not None for field in _SAMPLING_FIELDS)
     if args.sampling_seed is not None and not (sampling or defaults.sampling):
         raise ValueError("--seed: only for sampling (give --temperature, --top-k or --top-p)")

@@ -250,9 +250,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 litert_export.check_exportable(languages)
                 litert_export.check_source_length(args.source_length, model.config.max_length)
                 extra["source_length"] = args.source_length
-            writer, unsupported = ((ctranslate2_export.export_ctranslate2, ctranslate2_export.UNSUPPORTED)
-                                   if args.format == "ctranslate2" else
-                                   (litert_export.export_litert, litert_export.UNSUPPORTED))
+            writer, unsupported = (
+                (ctranslate2_export.export_ctranslate2, ctranslate2_export.UNSUPPORTED)
+                if args.format == "ctranslate2" else
+                (litert_export.export_litert, litert_export.UNSUPPORTED))
 
             def write(staging: str) -> str:
                 saved = os.fspath(writer(model, tokenizer, os.path.join(staging, "model"),

@@ -21,12 +21,11 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from trainers.arguments import import_model_parser
-
-
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line's options (`argv`: default `sys.argv[1:]`)."""
+    from trainers.arguments import import_model_parser  # this module imports nothing heavy
+
     parser = import_model_parser()
     args = parser.parse_args(argv)
     if not os.path.isdir(args.folder):

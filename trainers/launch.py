@@ -107,8 +107,7 @@ def print_help(command: str, argv: Sequence[str]) -> None:
     (`keras_transformer.config`, `keras_transformer.choices`), but importing them runs the
     package's `__init__`, which imports the model and TensorFlow; so the package stands in
     `sys.modules` bare meanwhile (its `__init__` not run), and what was imported beside it is
-    dropped again when the parse returns instead (a `-h` that was an option's value), for the
-    command to import it in full."""
+    dropped again as the help's exit passes (a process that catches it imports all in full)."""
     if "keras_transformer" in sys.modules:  # imported already (a warm process): no cost to save
         from trainers.arguments import PARSERS
         PARSERS[command]().parse_args(argv)
@@ -122,6 +121,7 @@ def print_help(command: str, argv: Sequence[str]) -> None:
         for name in [name for name in sys.modules if name == "trainers.arguments"
                      or name.split(".")[0] == "keras_transformer"]:
             del sys.modules[name]
+        vars(sys.modules["trainers"]).pop("arguments", None)
 
 
 def train() -> int:

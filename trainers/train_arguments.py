@@ -16,9 +16,9 @@ from trainers.common import recipe_from_args, recipe_overrides
 
 
 def check_pair_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Checks `add_pair_arguments`' options (exiting through `parser.error` naming the flag)
-    and sets `args.language_pairs` (the `LanguagePair` of each `--pair`, in order) and
-    `args.pair_files` (pair name -> split -> (source file, target file))."""
+    """Checks `trainers.arguments.add_pair_arguments`' options (exiting through
+    `parser.error` naming the flag) and sets `args.language_pairs` (the `LanguagePair` of each
+    `--pair`, in order) and `args.pair_files` (pair name -> split -> (source file, target file))."""
     args.language_pairs, args.pair_files = [], {}
     if not args.pair and many_to_many_languages(args.init_from) is not None:
         parser.error(f"--init-from: {args.init_from!r} translates between many languages, each "

@@ -33,8 +33,6 @@ import tensorflow as tf
 from keras_transformer.choices import PLACEMENTS
 from keras_transformer.data.prepare import ParallelSource, drawn
 from keras_transformer.data.tokenizer import SubwordTokenizer
-
-"""Where the target-language token goes: first in the source, or first in the target."""
 _CODE = "[A-Za-z][A-Za-z0-9_]*"
 _PAIR = re.compile(f"({_CODE})-({_CODE})")
 

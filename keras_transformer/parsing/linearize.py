@@ -31,8 +31,6 @@ def source_text(tree: Tree) -> str:
     return " ".join(tree.words())
 
 
-
-
 def linearize(tree: Tree, leaves: str = "placeholder") -> str:
     """The target sequence of a preprocessed tree (under a ``TOP`` root); `leaves` is
     "placeholder" (one ``XX`` per word) or "words" (the words themselves)."""

@@ -51,7 +51,7 @@ from keras_transformer.model import Transformer
 
 SETTINGS_FILENAME = "keras_transformer.json"  # the search settings and the converted config
 # What a SavedModel export does that this one cannot: recorded in its provenance (`kt-export
-# --describe`), said when kt-export writes it, and the reason kt-translate gives for refusing.
+# --describe`) and said when kt-export writes it (kt-translate refuses either by name).
 UNSUPPORTED = {"terms": "no lexically constrained search (CTranslate2 has none)",
                "scores": "no word scores (kt-score gives them from the run directory)"}
 # Our feed-forward activations by the name of CTranslate2's `common_spec.Activation`.

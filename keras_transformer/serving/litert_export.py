@@ -84,8 +84,8 @@ def litert_model(model: Transformer, settings: SearchSettings, quantization: str
     `settings`, `greedy` with its length penalty and limit; weights stored as `quantization`
     says (one of `LITERT_QUANTIZATIONS`); `source_length`: the fixed source length (None: any)."""
     if quantization not in LITERT_QUANTIZATIONS:
-        raise ValueError(f"quantization: must be one of {', '.join(LITERT_QUANTIZATIONS)} for LiteRT, "
-                         f"got {quantization!r}")
+        raise ValueError(f"quantization: must be one of {', '.join(LITERT_QUANTIZATIONS)} for "
+                         f"LiteRT, got {quantization!r}")
     if settings.sampling:
         raise ValueError("sampling: a LiteRT export holds the beam and greedy searches only")
     check_source_length(source_length, model.config.max_length)
