@@ -1,8 +1,10 @@
 """What a run is made of: the architecture (`TransformerConfig`, what `Transformer(config)`
 builds and saves with it), how it is trained (`TrainingSettings`, section 5), how it is
 searched (`SearchSettings`, section 6.1), the three together (`Recipe`), and the named recipes
-(`PRESETS`: the paper's models, every Table 3 row as overrides, CPU-sized ones); and the
-reserved token ids every vocabulary, model, loss and search shares.
+(`PRESETS`: the paper's models, every Table 3 row as overrides, CPU-sized ones); the
+reserved token ids every vocabulary, model, loss and search shares; and the named choices the
+command lines offer (precision policies, kernel sets, quantizations, ...). It imports nothing
+heavy: a command's `--help` reads it without TensorFlow.
 """
 from __future__ import annotations
 
@@ -14,6 +16,39 @@ POSITIONAL_KINDS = ("sinusoidal", "learned")
 SINUSOID_LAYOUTS = ("interleaved", "halves", "fairseq")
 NORM_KINDS = ("post", "pre")
 ACTIVATIONS = ("relu", "swish", "gelu", "gelu_sigmoid")
+
+# The named choices and defaults the command lines offer (read by `trainers.arguments` for
+# `--help` without importing TensorFlow), each used under this name by the module acting on it.
+PRECISION_POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
+"""Keras mixed-precision policies a run trains in."""
+PRECISION_CHOICES = ("auto", *PRECISION_POLICIES)
+"""kt-train's `--precision`: a policy, or `auto` (measured on the machine)."""
+SERVING_DTYPES = ("float32", "bfloat16")
+"""What an export may store and compute in: bfloat16 has float32's range, so inference needs no
+loss-scale-like care; float16 does not."""
+
+FAST = "fast"
+REFERENCE = "reference"
+KERNEL_SETS = (FAST, REFERENCE)
+"""The kernel sets: the core's references and the `fast` subpackage's twins."""
+KERNEL_CHOICES = ("auto", *KERNEL_SETS)
+"""kt-train's `--kernels`: a set, or `auto` (measured on the machine)."""
+KERNELS_VARIABLE = "KT_KERNELS"
+"""The environment variable that chooses the kernel set."""
+
+CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float32")
+"""How a CTranslate2 export stores its weights (CTranslate2's names)."""
+LITERT_QUANTIZATIONS = ("float32", "float16", "int8")
+"""How a LiteRT export stores its weights."""
+WARMUP_MAX_WIDTH = 64
+"""An XLA export's warm-up requests cover each padded source width up to this many pieces."""
+
+PLACEMENTS = ("source", "target")
+"""Where a model of several target languages reads its language token."""
+DEFAULT_SHARD_PAIRS = 1_000_000
+"""Pairs per shard of prepared training data."""
+LEAVES = ("placeholder", "words")
+"""What stands for each word in a linearized parse tree."""
 
 PAD_ID = 0
 """Padding; ignored by the loss and masked out of attention."""

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import keras
 
-from keras_transformer.choices import PRECISION_CHOICES, PRECISION_POLICIES, SERVING_DTYPES
+from keras_transformer.config import PRECISION_CHOICES, PRECISION_POLICIES, SERVING_DTYPES
 from keras_transformer.model import Transformer
 
 

@@ -82,8 +82,11 @@ def test_the_cycle_finder_finds_cycles():
 
 
 def test_the_search_imports_no_model():
-    imported = reachable(module_graph(), f"{PACKAGE}.search")
-    assert imported <= {PACKAGE, f"{PACKAGE}.config"}, imported
+    """The model-free search, its constraints' bookkeeping among it."""
+    graph = module_graph()
+    imported = reachable(graph, f"{PACKAGE}.search")
+    assert imported <= {PACKAGE, f"{PACKAGE}.config", f"{PACKAGE}.constraints"}, imported
+    assert reachable(graph, f"{PACKAGE}.constraints") <= {PACKAGE, f"{PACKAGE}.config"}
 
 
 def test_data_and_exports_import_no_training_code():

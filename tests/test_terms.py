@@ -62,6 +62,19 @@ def test_terms_that_do_not_fit_the_length_limit_are_named(model, tokenizer):
         assert (term in translation) != (term in missing.split("\t"))
 
 
+def test_a_sampling_translator_places_terms_with_the_beam_search_of_its_beam_size(model,
+                                                                               tokenizer):
+    """Terms are placed by a search: a translator that samples constrains as the beam search
+    of its beam size does."""
+    beam = kt.SearchSettings(beam_size=3, max_decode_extra=12)
+    sampling = kt.SearchSettings(beam_size=3, max_decode_extra=12, sampling=True, top_k=5,
+                                 sampling_seed=1)
+    outputs = [Translator(model, tokenizer, settings).translate_with_terms(
+        tf.constant(TEXTS), tf.constant(TERMS)) for settings in (beam, sampling)]
+    for key in ("translation", "missing_terms"):
+        assert decoded(outputs[1][key]) == decoded(outputs[0][key])
+
+
 @pytest.mark.slow
 def test_the_savedmodel_and_an_xla_translator_constrain_as_the_python_search(
         model, tokenizer, tmp_path):

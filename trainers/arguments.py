@@ -1,7 +1,7 @@
 """Every command line's grammar: the options of each `kt-*` command (and of `python -m
-trainers moses_form` / `prepare_parsing`) and the option groups they share, built from light
-modules only (`keras_transformer.config`, `keras_transformer.choices`) so that `--help` answers
-without importing TensorFlow (`trainers.launch`). Each command checks what it parsed itself."""
+trainers moses_form` / `prepare_parsing`) and the option groups they share, built from
+`keras_transformer.config` alone (which imports nothing heavy) so that `--help` answers without
+importing TensorFlow (`trainers.launch`). Each command checks what it parsed itself."""
 from __future__ import annotations
 
 import argparse
@@ -10,11 +10,10 @@ import importlib.util
 import os
 from typing import Callable
 
-from keras_transformer.choices import (CTRANSLATE2_QUANTIZATIONS, DEFAULT_SHARD_PAIRS,
-                                       KERNEL_CHOICES, KERNELS_VARIABLE, LEAVES,
-                                       LITERT_QUANTIZATIONS, PLACEMENTS, PRECISION_CHOICES,
-                                       SERVING_DTYPES, WARMUP_MAX_WIDTH)
-from keras_transformer.config import PRESETS
+from keras_transformer.config import (CTRANSLATE2_QUANTIZATIONS, DEFAULT_SHARD_PAIRS,
+                                      KERNEL_CHOICES, KERNELS_VARIABLE, LEAVES,
+                                      LITERT_QUANTIZATIONS, PLACEMENTS, PRECISION_CHOICES,
+                                      PRESETS, SERVING_DTYPES, WARMUP_MAX_WIDTH)
 
 # kt-train's and kt-prepare's: storage prepared with the defaults trains with the defaults.
 DEFAULT_PRESET = "tiny"

@@ -53,13 +53,13 @@ from keras_transformer.data.text_files import iter_parallel
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
-from keras_transformer.choices import CTRANSLATE2_QUANTIZATIONS, LITERT_QUANTIZATIONS
 from keras_transformer.serving import ctranslate2_export, litert_export
 from keras_transformer.serving.export import (check_model_tree, export_translator,
                                               publish_version)
 from keras_transformer.model import Transformer
 from trainers.probes import choose_serving_dtype
-from keras_transformer.config import SearchSettings
+from keras_transformer.config import (CTRANSLATE2_QUANTIZATIONS, LITERT_QUANTIZATIONS,
+                                      SearchSettings)
 from keras_transformer.serving.provenance import (describe, export_record, file_provenance,
                                           read_provenance, write_provenance)
 from keras_transformer.training.run_dir import RunDir

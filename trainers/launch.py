@@ -103,10 +103,9 @@ def asks_for_help(argv: Sequence[str]) -> bool:
 
 def print_help(command: str, argv: Sequence[str]) -> None:
     """Parses `argv` with `command`'s grammar (`trainers.arguments.PARSERS`), which prints its
-    help and exits. The grammar reads only modules that import nothing heavy
-    (`keras_transformer.config`, `keras_transformer.choices`), but importing them runs the
-    package's `__init__`, which imports the model and TensorFlow; so the package stands in
-    `sys.modules` bare meanwhile (its `__init__` not run), and what was imported beside it is
+    help and exits. The grammar reads only `keras_transformer.config`, which imports nothing
+    heavy, but importing it runs the package's `__init__`, which imports the model and
+    TensorFlow; so the package stands in `sys.modules` bare meanwhile (its `__init__` not run), and what was imported beside it is
     dropped again as the help's exit passes (a process that catches it imports all in full)."""
     if "keras_transformer" in sys.modules:  # imported already (a warm process): no cost to save
         from trainers.arguments import PARSERS

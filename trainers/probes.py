@@ -21,7 +21,7 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.atomic_files import write_atomic
+from keras_transformer.data.atomic_files import write_atomic
 
 # A reduced precision must beat float32 matmuls by this factor: its step-level gain is
 # smaller, and its rounding is a cost.

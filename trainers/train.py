@@ -34,7 +34,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import fast
-from keras_transformer.config import Recipe
+from keras_transformer.config import PRECISION_POLICIES, Recipe
 from keras_transformer.data.batch_plan import BatchPlan, check_batch_tokens
 from keras_transformer.data.token_storage import TokenStorage
 from keras_transformer.serving.export import check_model_tree, export_translator
@@ -49,7 +49,6 @@ from keras_transformer.training.callbacks import (DevEvaluation, PeriodicBackup,
                                                   StopAtLimit, TensorBoardScalars, epoch_steps)
 from keras_transformer.training.checkpoints import load_weights_file, save_weights_atomic
 from trainers.probes import choose_kernels, choose_precision, gpus_tensorflow_cannot_see
-from keras_transformer.choices import PRECISION_POLICIES
 from keras_transformer.precision import precision_scope
 from keras_transformer.training.progress import ProgressLines, stage
 from keras_transformer.training.run_dir import TEST_FILE, RunDir

@@ -7,8 +7,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from keras_transformer.config import Recipe
-from keras_transformer.choices import PLACEMENTS
+from keras_transformer.config import PLACEMENTS, Recipe
 from keras_transformer.data.languages import LanguagePair, RunLanguages
 from keras_transformer.training.run_dir import RunDir
 from trainers.arguments import DEFAULT_STEPS, train_parser

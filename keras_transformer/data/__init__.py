@@ -45,6 +45,9 @@ Tokenizers (ids from keras_transformer.config: pad 0 unk 1 bos 2 eos 3):
     load_tokenizer(directory) -> SubwordTokenizer | SentencePiecePair
         Whichever kind ``directory`` holds.
 
+Files written whole or not at all (run directories, storage and exports use it):
+    atomic_files.write_atomic(path, data)
+
 Batches ``((source, target_in), target_out)``, int32, 0-padded:
     make_training_dataset(sources, targets, tokenizer, batch_tokens, max_length, seed, ...)
         Shuffled, length-bucketed, at most ``batch_tokens`` positions per side and batch.

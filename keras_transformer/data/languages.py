@@ -30,7 +30,7 @@ from typing import Any, Optional
 import sentencepiece
 import tensorflow as tf
 
-from keras_transformer.choices import PLACEMENTS
+from keras_transformer.config import PLACEMENTS
 from keras_transformer.data.prepare import ParallelSource, drawn
 from keras_transformer.data.tokenizer import SubwordTokenizer
 _CODE = "[A-Za-z][A-Za-z0-9_]*"

@@ -24,7 +24,7 @@ from typing import Any, Optional
 import numpy as np
 import sentencepiece
 
-from keras_transformer.choices import DEFAULT_SHARD_PAIRS
+from keras_transformer.config import DEFAULT_SHARD_PAIRS
 from keras_transformer.data.text_files import (FIRST_LINES, count_lines, iter_parallel,
                                                line_list, require_files)
 from keras_transformer.data.tfds_source import tfds_pairs

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from keras_transformer.atomic_files import write_atomic
+from keras_transformer.data.atomic_files import write_atomic
 
 MANIFEST = "manifest.json"
 FORMAT = "keras-transformer token storage"

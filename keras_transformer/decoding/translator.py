@@ -5,6 +5,7 @@ exported model's exact outputs.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
@@ -219,7 +220,8 @@ class Translator(tf.Module):
         limit came first (or the source is empty).
 
         The search is the constrained beam search (`keras_transformer.constraints`): a row
-        without terms gets exactly the `translate` signature's translation."""
+        without terms gets exactly the `translate` signature's translation (of a translator
+        that samples, the beam search's of its beam size: terms are placed by a search)."""
         tokens = self._language_tokens(target_language, text)
         phrases = tf.strings.split(terms, TERM_SEPARATOR)
         phrases = tf.ragged.boolean_mask(phrases, tf.strings.length(tf.strings.strip(phrases)) > 0)
@@ -369,7 +371,8 @@ class Translator(tf.Module):
                           constraints: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
         """The search's best and n-best ids and scores of `source_ids` (`_source_ids`; an
         `empty` source's: PAD and 0), each hypothesis starting with `prefix_ids`; with
-        `constraints` `[batch, C, L]` (target phrases' ids) the constrained search, and the
+        `constraints` `[batch, C, L]` (target phrases' ids) the constrained search (a beam
+        search of the settings' beam size, also where the settings sample), and the
         best's `unplaced` `[batch, C]` (every phrase of an empty source)."""
         search = run_search
         if self.jit_compile:
@@ -381,7 +384,10 @@ class Translator(tf.Module):
                 constraints = tf.transpose(self._padded_width(tf.transpose(
                     self._padded_width(constraints), [0, 2, 1])), [0, 2, 1])
         models = (self.model, *self.ensemble) if self.ensemble else self.model
-        result = search(models, source_ids, self.settings, prefix_ids=prefix_ids,
+        settings = self.settings
+        if constraints is not None and settings.sampling:
+            settings = dataclasses.replace(settings, sampling=False)
+        result = search(models, source_ids, settings, prefix_ids=prefix_ids,
                         shortlist=self.shortlist, static_shapes=self.jit_compile,
                         constraints=constraints)
         ids = tf.where(empty[:, :, None], PAD_ID, result.ids)

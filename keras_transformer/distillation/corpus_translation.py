@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from keras_transformer.atomic_files import write_atomic
+from keras_transformer.data.atomic_files import write_atomic
 from keras_transformer.data.text_files import count_lines, iter_raw_lines
 
 MANIFEST = "manifest.json"

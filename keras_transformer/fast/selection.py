@@ -15,8 +15,8 @@ import os
 from collections.abc import Iterator
 
 from keras_transformer import hooks
-from keras_transformer.choices import (FAST, KERNEL_CHOICES, KERNEL_SETS, KERNELS_VARIABLE,
-                                       REFERENCE)
+from keras_transformer.config import (FAST, KERNEL_CHOICES, KERNEL_SETS, KERNELS_VARIABLE,
+                                      REFERENCE)
 from keras_transformer.fast import kernels, loss, optimizers
 
 _active: str | None = None

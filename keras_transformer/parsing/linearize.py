@@ -15,7 +15,7 @@ import difflib
 import re
 from typing import Optional, Sequence
 
-from keras_transformer.choices import LEAVES
+from keras_transformer.config import LEAVES
 from keras_transformer.parsing.preprocess import ROOT_LABEL
 from keras_transformer.parsing.trees import Tree
 

@@ -42,7 +42,7 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.choices import CTRANSLATE2_QUANTIZATIONS
+from keras_transformer.config import CTRANSLATE2_QUANTIZATIONS
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings, TransformerConfig
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces

@@ -39,7 +39,7 @@ from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
-from keras_transformer.atomic_files import sync_directory, sync_tree
+from keras_transformer.data.atomic_files import sync_directory, sync_tree
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import tokenizer_files
 from keras_transformer.data.tokenizer import SubwordTokenizer

@@ -44,7 +44,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.choices import LITERT_QUANTIZATIONS
+from keras_transformer.config import LITERT_QUANTIZATIONS
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SearchSettings
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import (PAIR_FILENAMES, SentencePiecePair,

@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from keras_transformer.atomic_files import write_atomic
+from keras_transformer.data.atomic_files import write_atomic
 from keras_transformer.config import SearchSettings, TransformerConfig
 from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.serving.loading import PROVENANCE_FILE, export_version

@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
-from keras_transformer.choices import WARMUP_MAX_WIDTH
+from keras_transformer.config import WARMUP_MAX_WIDTH
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.tokenizer import SubwordTokenizer
 

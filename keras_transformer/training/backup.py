@@ -28,7 +28,7 @@ import numpy as np
 
 from keras_transformer.training.checkpoints import (files_by_step, list_checkpoints,
                                                     load_weights_file, save_weights_atomic)
-from keras_transformer.atomic_files import write_atomic
+from keras_transformer.data.atomic_files import write_atomic
 
 KEEP = 2
 _BACKUP = re.compile(r"^step-(\d+)\.json$")

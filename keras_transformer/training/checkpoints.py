@@ -14,7 +14,7 @@ from typing import Optional
 import keras
 import numpy as np
 
-from keras_transformer.atomic_files import sync_directory
+from keras_transformer.data.atomic_files import sync_directory
 
 _CHECKPOINT = re.compile(r"^ckpt-(\d+)\.weights\.h5$")
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, ContextManager, Optional
 
 import keras
 
-from keras_transformer.atomic_files import write_atomic
+from keras_transformer.data.atomic_files import write_atomic
 from keras_transformer.config import Recipe
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.training.checkpoints import (average_weights, checkpoints_to_average,
