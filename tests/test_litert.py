@@ -75,8 +75,9 @@ def test_litert_searches_equal_the_savedmodel_and_the_python_search(exported):
         width = max(beam["ids"].shape[-1], served["nbest_ids"].shape[-1], greedy_ids.shape[-1])
         np.testing.assert_array_equal(padded(beam["ids"][0], width),
                                       padded(served["nbest_ids"].numpy()[index], width))
+        # float32 sums in XNNPACK's order and TensorFlow's: 1e-5 of a score of about 16
         np.testing.assert_allclose(beam["scores"][0], served["nbest_scores"].numpy()[index],
-                                   atol=1e-4)
+                                   rtol=5e-5, atol=1e-4)
         np.testing.assert_array_equal(padded(greedy["ids"][0], width),
                                       padded(greedy_ids[index], width))
         varied.add(tuple(beam["ids"][0, 0]))
