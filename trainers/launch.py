@@ -107,20 +107,19 @@ def print_help(command: str, argv: Sequence[str]) -> None:
     heavy, but importing it runs the package's `__init__`, which imports the model and
     TensorFlow; so the package stands in `sys.modules` bare meanwhile (its `__init__` not run), and what was imported beside it is
     dropped again as the help's exit passes (a process that catches it imports all in full)."""
-    if "keras_transformer" in sys.modules:  # imported already (a warm process): no cost to save
-        from trainers.arguments import PARSERS
-        PARSERS[command]().parse_args(argv)
-        return
-    package = importlib.util.module_from_spec(importlib.util.find_spec("keras_transformer"))
-    sys.modules["keras_transformer"] = package
+    bare = "keras_transformer" not in sys.modules  # imported already (a warm process): as is
+    if bare:
+        sys.modules["keras_transformer"] = importlib.util.module_from_spec(
+            importlib.util.find_spec("keras_transformer"))
     try:
         from trainers.arguments import PARSERS
         PARSERS[command]().parse_args(argv)
     finally:
-        for name in [name for name in sys.modules if name == "trainers.arguments"
-                     or name.split(".")[0] == "keras_transformer"]:
-            del sys.modules[name]
-        vars(sys.modules["trainers"]).pop("arguments", None)
+        if bare:
+            for name in [name for name in sys.modules if name == "trainers.arguments"
+                         or name.split(".")[0] == "keras_transformer"]:
+                del sys.modules[name]
+            vars(sys.modules["trainers"]).pop("arguments", None)
 
 
 def train() -> int:
