@@ -12,6 +12,7 @@ from keras_transformer.layers import (DecoderLayer, EncoderLayer, HeadsDense, Ho
                                       LayerNorm, LearnedPositionalEmbedding, ScaledEmbedding,
                                       SinusoidalPositionalEncoding)
 from keras_transformer.layers.attention import KeyValues, cache_index
+from keras_transformer.layers.encoder_decoder import TransformerBlock
 from keras_transformer.layers.dense import lora_settings
 from keras_transformer.optimization import with_loss_scaling
 
@@ -108,11 +109,8 @@ class Transformer(keras.Model):
             epsilon=c.layer_norm_epsilon, name=name) if c.embedding_norm else None)
         self.source_embedding_norm = embedding_norm("source_embedding_norm")
         self.target_embedding_norm = embedding_norm("target_embedding_norm")
-        layer_args = dict(num_heads=c.num_heads, key_dim=c.key_dim, value_dim=c.value_dim,
-                          d_ff=c.d_ff, dropout=c.dropout, attention_dropout=c.attention_dropout,
-                          attention_bias=c.attention_bias, norm=c.norm,
-                          epsilon=c.layer_norm_epsilon, activation=c.activation,
-                          **lora_settings(lora_rank, lora_alpha))
+        layer_args = {**{field: getattr(c, field) for field in TransformerBlock.FIELDS},
+                      **lora_settings(lora_rank, lora_alpha)}
         self.encoder_layers = [EncoderLayer(**layer_args, name=f"encoder_layer_{i}")
                                for i in range(c.encoder_depth)]
         self.decoder_layers = [DecoderLayer(**layer_args, name=f"decoder_layer_{i}")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import keras_transformer  # noqa: F401  (selects the TensorFlow backend)
+import keras_transformer as kt
 from keras_transformer.fast import KERNEL_SETS, kernels_scope
 from keras_transformer.layers import (DecoderLayer, EncoderLayer, LearnedPositionalEmbedding,
                                       MultiHeadAttention, PositionwiseFeedForward, ResidualNorm,
@@ -261,8 +261,10 @@ LAYERS = [
     (lambda: ResidualNorm("pre", 0.1, epsilon=1e-5), {"norm": "pre", "dropout": 0.1,
                                                      "epsilon": 1e-5},
      lambda layer: built(layer, X.shape)(X, layer.normalize_input(X))),
-    (lambda: EncoderLayer(2, 4, 4, 16, dropout=0.1, norm="pre", activation="gelu"),
-     {"d_ff": 16, "dropout": 0.1, "norm": "pre", "activation": "gelu"}, lambda layer: layer(X)),
+    (lambda: EncoderLayer(2, 4, 4, 16, dropout=0.1, norm="pre", layer_norm_epsilon=1e-5,
+                          activation="gelu"),
+     {"d_ff": 16, "dropout": 0.1, "norm": "pre", "layer_norm_epsilon": 1e-5,
+      "activation": "gelu"}, lambda layer: layer(X)),
     (lambda: DecoderLayer(2, 4, 4, 16, dropout=0.2, attention_bias=False),
      {"dropout": 0.2, "attention_bias": False},
      lambda layer: built(layer, X.shape, X.shape)(X, X)),
@@ -286,6 +288,20 @@ def test_get_config_round_trip(make, settings, run):
     np.testing.assert_allclose(run(clone), run(layer), rtol=1e-6)
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert type(restored) is type(layer)
+
+
+def test_blocks_take_the_configs_names_and_load_their_older_name():
+    """The model passes its config's fields to the blocks by name, as they are; a block saved
+    when its norm's epsilon was `epsilon` loads with that epsilon."""
+    config = kt.TransformerConfig(vocab_size=20, d_model=8, d_ff=16, num_layers=1, num_heads=2,
+                                  layer_norm_epsilon=1e-5, attention_bias=True)
+    model = kt.Transformer(config)
+    layer_config = model.encoder_layers[0].get_config()
+    assert {field: layer_config[field] for field in EncoderLayer.FIELDS} == {
+        field: getattr(config, field) for field in EncoderLayer.FIELDS}
+    older = {key: value for key, value in layer_config.items() if key != "layer_norm_epsilon"}
+    restored = EncoderLayer.from_config({**older, "epsilon": 1e-5})
+    assert restored.self_residual.layer_norm.epsilon == 1e-5
 
 
 @pytest.mark.parametrize("input_shape, output_dims, input_rank, equation", [

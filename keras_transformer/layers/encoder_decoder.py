@@ -12,19 +12,25 @@ from keras_transformer.layers.residual import ResidualNorm
 
 
 class TransformerBlock(keras.layers.Layer):
-    """Base of `EncoderLayer` and `DecoderLayer`: their settings and common sub-layers."""
+    """Base of `EncoderLayer` and `DecoderLayer`: their settings and common sub-layers. The
+    settings are `TransformerConfig`'s fields of the same names (`FIELDS`), the model passes
+    them down as they are; the sub-layers take Keras's names (`use_bias`, `epsilon`)."""
+
+    FIELDS = ("num_heads", "key_dim", "value_dim", "d_ff", "dropout", "attention_dropout",
+              "attention_bias", "norm", "layer_norm_epsilon", "activation")
 
     def __init__(self, num_heads: int, key_dim: int, value_dim: int, d_ff: int,
                  dropout: float = 0.1, attention_dropout: float = 0.0,
-                 attention_bias: bool = True, norm: str = "post", epsilon: float = 1e-6,
-                 activation: str = "relu", lora_rank: Optional[int] = None,
-                 lora_alpha: Optional[float] = None, **kwargs):
+                 attention_bias: bool = True, norm: str = "post",
+                 layer_norm_epsilon: float = 1e-6, activation: str = "relu",
+                 lora_rank: Optional[int] = None, lora_alpha: Optional[float] = None, **kwargs):
         super().__init__(**kwargs)
         self.lora = lora_settings(lora_rank, lora_alpha)  # the projections' LoRA adapters
         self.settings = dict(num_heads=num_heads, key_dim=key_dim, value_dim=value_dim,
                              d_ff=d_ff, dropout=dropout, attention_dropout=attention_dropout,
-                             attention_bias=attention_bias, norm=norm, epsilon=epsilon,
-                             activation=activation, **self.lora)
+                             attention_bias=attention_bias, norm=norm,
+                             layer_norm_epsilon=layer_norm_epsilon, activation=activation,
+                             **self.lora)
         self.self_attention = self.attention("self_attention")
         self.self_residual = self.residual("self_residual")
         self.feed_forward = PositionwiseFeedForward(d_ff, activation, **self.lora,
@@ -39,7 +45,7 @@ class TransformerBlock(keras.layers.Layer):
 
     def residual(self, name: str) -> ResidualNorm:
         return ResidualNorm(self.settings["norm"], self.settings["dropout"],
-                            self.settings["epsilon"], name=name)
+                            self.settings["layer_norm_epsilon"], name=name)
 
     def blocks(self, x, attentions: Sequence[Callable], training=None) -> tuple:
         """The layer's order of section 3.1, the one place it is written: each attention, then
@@ -67,6 +73,13 @@ class TransformerBlock(keras.layers.Layer):
 
     def get_config(self) -> dict:
         return {**super().get_config(), **self.settings}
+
+    @classmethod
+    def from_config(cls, config: dict) -> "TransformerBlock":
+        config = dict(config)
+        if "epsilon" in config:  # the name layers saved before it was the config's
+            config["layer_norm_epsilon"] = config.pop("epsilon")
+        return cls(**config)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
