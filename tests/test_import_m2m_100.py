@@ -158,7 +158,7 @@ def test_kt_translate_names_both_languages(nllb, capsys):
     assert translated[3] == ""
     other = IntoLanguage(translator, "fra_Latn", "deu_Latn").translate(tf.constant(lines[:1]))
     assert other["score"].numpy()[0] != expected["score"].numpy()[0]  # the source token is read
-    for argv, message in (([], "--source-language: required"),
+    for argv, message in (([], "source language: needed, the model translates from"),
                           (["--source-language", "zho"], "ambiguous: the model has zho_Hans"),
                           (["--source-language", "xho_Latn"], "translates from deu_Latn")):
         capsys.readouterr()

@@ -12,9 +12,11 @@ import tensorflow as tf
 
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.data.batch_plan import BatchPlan
-from keras_transformer.data.languages import (LanguagePair, LanguageTokenizer, RunLanguages,
-                                              language_token, language_token_ids,
-                                              reserved_tokens, sample_language_sentences)
+from keras_transformer.data.languages import (AskedLanguages, LanguageError, LanguagePair,
+                                              LanguageTokenizer, RunLanguages, asked_languages,
+                                              chosen_languages, language_token,
+                                              language_token_ids, reserved_tokens,
+                                              sample_language_sentences)
 from keras_transformer.data.pair_sampling import BLOCK, PairSampling, temperature_shares
 from keras_transformer.data.prepare import prepare, text_file_source
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -203,6 +205,44 @@ def test_an_unknown_target_language_is_refused_by_name():
     with pytest.raises(ValueError, match=r"target language 'cs': the model translates into "
                                          r"de, fr only"):
         languages.token_id("cs")
+
+
+NLLB_LIKE = RunLanguages("target", {"eng_Latn": 5, "zho_Hans": 6, "zho_Hant": 7},
+                         {"eng_Latn": "eng_Latn", "zho_Hans": "zho_Hans", "zho_Hant": "zho_Hant"},
+                         source_language_token=True)
+OPUS_LIKE = RunLanguages("source", {"fra": 4, "deu": 5}, {"fra": ">>fra<<", "deu": ">>deu<<"},
+                         optional=True)
+
+
+@pytest.mark.parametrize("languages, target, source, asked", [
+    (None, None, None, AskedLanguages()),
+    (OPUS_LIKE, None, None, AskedLanguages("", None, None, None)),
+    (OPUS_LIKE, "deu", None, AskedLanguages("deu", None, 5, None)),
+    (NLLB_LIKE, "eng", "zho_Hant", AskedLanguages("eng_Latn", "zho_Hant", 5, 7)),
+])
+def test_a_requests_languages_are_the_models_codes_and_tokens(languages, target, source, asked):
+    assert asked_languages(languages, target, source) == asked
+
+
+@pytest.mark.parametrize("languages, target, source, side, message", [
+    (None, "de", None, "target", "target language 'de': the model translates into one"),
+    (None, None, "en", "source", "source language 'en': the model reads no source language"),
+    (OPUS_LIKE, "deu", "fra", "source", "source language 'fra': the model reads no source"),
+    (OPUS_LIKE, "cs", None, "target", "target language 'cs': the model translates into deu, fra"),
+    (NLLB_LIKE, None, "eng", "target", "target language: needed, the model translates into"),
+    (NLLB_LIKE, "eng", None, "source", "source language: needed, the model translates from"),
+    (NLLB_LIKE, "eng", "zho", "source", "source language: language 'zho' is ambiguous: the "
+                                        "model has zho_Hans, zho_Hant"),
+    (NLLB_LIKE, "xho_Latn", "eng", "target", "target language 'xho_Latn': the model translates "
+                                             "into eng_Latn, zho_Hans, zho_Hant only"),
+])
+def test_a_request_names_the_language_the_model_cannot_take(languages, target, source, side,
+                                                             message):
+    with pytest.raises(LanguageError, match=message) as raised:
+        asked_languages(languages, target, source)
+    assert raised.value.side == side
+    with pytest.raises(LanguageError, match=f"--{side}-language: 'runs/x': {message}"):
+        chosen_languages(languages, target, source, "'runs/x'")
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -326,11 +326,11 @@ def test_a_missing_or_unknown_target_language_is_refused_by_name_writing_nothing
                                                             "--output", str(output)])}
     main, argv = arguments[command]
     assert main.main([str(random_multi), *argv]) == 2
-    assert (f"{command}: error: --target-language: required: '{random_multi}' translates into "
-            f"dd, rv, up") in capsys.readouterr().err
+    assert (f"{command}: error: --target-language: '{random_multi}': target language: needed, "
+            f"the model translates into dd, rv, up") in capsys.readouterr().err
     assert main.main([str(random_multi), *argv, "--target-language", "fr"]) == 2
-    assert (f"{command}: error: --target-language: target language 'fr': the model translates "
-            f"into dd, rv, up only") in capsys.readouterr().err
+    assert (f"{command}: error: --target-language: '{random_multi}': target language 'fr': the "
+            f"model translates into dd, rv, up only") in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
 
@@ -339,8 +339,8 @@ def test_a_model_of_one_target_language_refuses_one(demo_vocab, tmp_path, capsys
     source = tmp_path / "in.en"
     source.write_text("one dog\n")
     code, _, err = translated([str(run), str(source), "--target-language", "de"], capsys)
-    assert code == 2 and (f"--target-language: '{run}' has one target language (no language "
-                          "tokens)") in err
+    assert code == 2 and (f"--target-language: '{run}': target language 'de': the model "
+                          "translates into one language (it has no language tokens)") in err
     with pytest.raises(ValueError, match="target language 'de': the model translates into one"):
         IntoLanguage(load_run(run).translator(), "de")
 
@@ -469,8 +469,8 @@ def test_an_imported_multi_target_model_takes_the_language_as_its_first_source_t
         code: tokenizer.tokenize(tf.constant([f">>{code}<<"]))[0].numpy().tolist()[0]
         for code in ("fra", "deu")}
     code, _, err = translated([run, plain, "--target-language", "ita"], capsys)
-    assert code == 2 and ("--target-language: target language 'ita': the model translates "
-                          "into deu, fra only") in err
+    assert code == 2 and (f"--target-language: {run!r}: target language 'ita': the model "
+                          "translates into deu, fra only") in err
     text = imported_multi["lines"][0]
     pieces = int(tokenizer.tokenize(tf.constant([text])).row_lengths()[0])
     texts = [text, f">>fra<< {text}"]  # the token asked for counts, in place of a text's own

@@ -12,13 +12,12 @@ from typing import Any, Iterator, Optional
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
 from keras_transformer import fast
 from keras_transformer.config import Recipe, SearchSettings
-from keras_transformer.data.languages import RunLanguages
+from keras_transformer.data.languages import RunLanguages, chosen_languages
 from keras_transformer.data.prepare import ParallelSource, sample_sentences
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.model import Transformer
 from keras_transformer.serving.ctranslate2_export import is_ctranslate2_model
-from keras_transformer.serving.text_translation import chosen_language, chosen_source_language
 from keras_transformer.training.loaded_run import chosen_model, load_run
 from keras_transformer.training.progress import CountProgress, stage
 from keras_transformer.training.run_dir import RunDir
@@ -154,12 +153,12 @@ def run_target_language(run_dir: str, language: Optional[str],
                         ) -> tuple[Optional[RunLanguages], Optional[str], Optional[str]]:
     """The run directory's target languages (`RunDir.languages`: of a run of several pairs,
     or of a model imported from a multi-target Marian, NLLB-200 or M2M-100 model; None for a
-    model of one), `language` (`--target-language`) checked against them (`chosen_language`:
-    "" for an imported model's optional language left out) and `source_language`
-    (`--source-language`, `chosen_source_language`: None for a model that reads none)."""
+    model of one), `language` (`--target-language`) and `source_language`
+    (`--source-language`) checked against them (`chosen_languages`: "" for an imported
+    model's optional language left out, None for a model that reads no source language)."""
     languages = RunDir(run_dir).languages()
-    return (languages, chosen_language(languages, language, repr(run_dir)),
-            chosen_source_language(languages, source_language, repr(run_dir)))
+    asked = chosen_languages(languages, language, source_language, repr(run_dir))
+    return languages, asked.target, asked.source
 
 
 def load_ensemble(run_dirs: list[str], tokenizer: SubwordTokenizer) -> list[Transformer]:

@@ -43,10 +43,10 @@ from keras_transformer.data.text_files import read_raw_lines
 from keras_transformer.decoding.terminology import Glossary, read_constraints, sentence_terms
 from keras_transformer.decoding.translator import IntoLanguage, Translator
 from keras_transformer.serving.loading import export_version, load_export, recorded_languages
+from keras_transformer.data.languages import chosen_languages
 from keras_transformer.serving.text_translation import (LineTranslator, best_lines,
-                                                        chosen_language,
-                                                        chosen_source_language, length_batches,
-                                                        output_line, truncation_warning)
+                                                        length_batches, output_line,
+                                                        truncation_warning)
 from keras_transformer.training.progress import CountProgress
 from keras_transformer.training.run_dir import RunDir
 from trainers.arguments import translate_parser
@@ -85,13 +85,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 def checked_target_language(args: argparse.Namespace) -> Optional[str]:
     """`--target-language`, checked against the languages of the model (a run directory's or
-    an export's) before it loads (`chosen_language`'s ValueError)."""
+    an export's) before it loads (`chosen_languages`' error)."""
     if is_run_directory(args.model):
         return run_target_language(args.model, args.target_language, args.source_language)[1]
     version = export_version(args.model)
     languages = recorded_languages(version)
-    chosen_source_language(languages, args.source_language, repr(str(version)))
-    return chosen_language(languages, args.target_language, repr(str(version)))
+    return chosen_languages(languages, args.target_language, args.source_language,
+                            repr(str(version))).target
 
 
 def load_translator(args: argparse.Namespace) -> LineTranslator:

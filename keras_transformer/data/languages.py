@@ -19,6 +19,8 @@ pieces, the "source" placement; there the language is optional, as a text may st
 own token). `RunLanguages.with_source_tokens` puts the tokens first in the sources, in the
 graph; `LanguageTokenizer` puts the token of one target language where the placement says
 around the run's tokenizer (kt-train's attention plots of a pair's dev sentences).
+`asked_languages` is the one check of the languages a request names (the target, and the
+source of a model that reads it), for the API, the command lines and every export's functions.
 """
 from __future__ import annotations
 
@@ -239,6 +241,123 @@ class RunLanguages:
         return cls(placement, token_ids,
                    {language: language_token(language) for language in token_ids},
                    temperature, pairs)
+
+
+class LanguageTable(tf.Module):
+    """A model's languages in a signature's graph: the token ids of its `target_language` and
+    `source_language` inputs, one per row, checked as `asked_languages` checks a request (an
+    InvalidArgumentError naming the input, the languages refused and the model's)."""
+
+    def __init__(self, languages: RunLanguages):
+        super().__init__(name="language_table")
+        self.languages = languages
+        codes = sorted(languages.token_ids)
+        self.table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+            tf.constant(codes), tf.constant([languages.token_ids[code] for code in codes],
+                                            tf.int32)), default_value=-1)
+
+    def token_ids(self, target_language: tf.Tensor, source_language: Optional[tf.Tensor],
+                  rows: tf.Tensor) -> tuple[tf.Tensor, Optional[tf.Tensor]]:
+        """The `[batch]` ids of the tokens of `target_language` (-1 for "" where the language
+        is optional: the text as it is) and of `source_language` (None for a model that reads
+        no source language), one per row of `rows`."""
+        target = self._checked(target_language, rows, "target_language", "into",
+                               may_be_empty=self.languages.optional)
+        if not self.languages.source_language_token:
+            return target, None
+        return target, self._checked(source_language, rows, "source_language", "from")
+
+    def _checked(self, languages: tf.Tensor, rows: tf.Tensor, name: str, direction: str,
+                 may_be_empty: bool = False) -> tf.Tensor:
+        tokens = self.table.lookup(languages)
+        known = ", ".join(sorted(self.languages.token_ids))
+        refused = (tokens < 0) & (languages != "" if may_be_empty else True)
+        checks = [tf.debugging.assert_equal(
+                      tf.size(languages), tf.shape(rows)[0],
+                      message=f"{name}: give one language per row of the batch"),
+                  tf.debugging.Assert(~tf.reduce_any(refused), [
+                      f"{name}: the model translates {direction} {known} only, not",
+                      tf.boolean_mask(languages, refused)])]
+        with tf.control_dependencies(checks):
+            return tf.identity(tokens)
+
+
+class LanguageError(ValueError):
+    """A request's language the model cannot take; `side` is "target" or "source"."""
+
+    def __init__(self, side: str, message: str):
+        super().__init__(message)
+        self.side = side
+
+
+@dataclass(frozen=True)
+class AskedLanguages:
+    """The languages of a request, checked (`asked_languages`): the model's codes (`target`
+    "" for none where the model's language is optional; None where the model takes none) and
+    their tokens' ids (None: no token)."""
+
+    target: Optional[str] = None
+    source: Optional[str] = None
+    target_id: Optional[int] = None
+    source_id: Optional[int] = None
+
+
+def asked_languages(languages: Optional[RunLanguages], target: Optional[str] = None,
+                    source: Optional[str] = None) -> AskedLanguages:
+    """The one check of the languages a request names, for every front end (the API's
+    `IntoLanguage`, the command lines' options, the CTranslate2 and LiteRT functions): the
+    `target` and `source` languages (the model's codes, or an ISO 639-3 code naming one,
+    `RunLanguages.code`) of a model of `languages` (None: one target language, no tokens). A
+    `LanguageError` names the language and the model's: one given to a model that takes
+    none, one missing, one the model does not have. A target left out of a model whose
+    language is optional is "" (the text as it is). The graph's own check of a signature's
+    inputs is `Translator`'s (the same languages, per row)."""
+    if languages is None:
+        if target is not None:
+            raise LanguageError("target", f"target language {target!r}: the model translates "
+                                "into one language (it has no language tokens)")
+    elif target is None and not languages.optional:
+        raise LanguageError("target", "target language: needed, the model translates into "
+                            f"{', '.join(sorted(languages.token_ids))}")
+    if languages is None or not languages.source_language_token:
+        if source is not None:
+            raise LanguageError("source", f"source language {source!r}: the model reads no "
+                                "source language (only models such as NLLB-200 and M2M-100 do)")
+        if languages is None:
+            return AskedLanguages()
+    elif source is None:
+        raise LanguageError("source", "source language: needed, the model translates from "
+                            f"{', '.join(sorted(languages.token_ids))}")
+    target = _model_code(languages, "target", target or "")
+    asked = AskedLanguages(target, target_id=_checked(languages.token_id, "target", target))
+    if source is None:
+        return asked
+    source = _model_code(languages, "source", source)
+    return AskedLanguages(asked.target, source, asked.target_id,
+                          _checked(languages.source_token_id, "source", source))
+
+
+def chosen_languages(languages: Optional[RunLanguages], target: Optional[str],
+                     source: Optional[str], model: str) -> AskedLanguages:
+    """`asked_languages` of a command line's `--target-language` and `--source-language` for
+    `model` (its path, named in errors): a `LanguageError` names the option and the model."""
+    try:
+        return asked_languages(languages, target, source)
+    except LanguageError as error:
+        raise LanguageError(error.side, f"--{error.side}-language: {model}: {error}") from None
+
+
+def _model_code(languages: RunLanguages, side: str, language: str) -> str:
+    return language and _checked(languages.code, side, language)
+
+
+def _checked(check, side: str, language: str):
+    """`check(language)`, its ValueError a `LanguageError` of `side`."""
+    try:
+        return check(language)
+    except ValueError as error:
+        raise LanguageError(side, f"{side} language: {error}" if str(error).startswith(
+            "language ") else str(error)) from None
 
 
 class LanguageTokenizer(tf.Module):

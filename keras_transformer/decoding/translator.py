@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.data.languages import LanguageTable, asked_languages
 from keras_transformer.data.tokenizer import (SubwordTokenizer, model_input_ids, text_pieces,
                                               without_special_ids)
 from keras_transformer.decoding.confidence import word_scores
@@ -116,11 +117,8 @@ class Translator(tf.Module):
         self.jit_compile = jit_compile
         self.languages = languages
         language = ()
+        self.language_table = None if languages is None else LanguageTable(languages)
         if languages is not None:
-            codes = sorted(languages.token_ids)
-            self.language_tokens = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
-                tf.constant(codes), tf.constant([languages.token_ids[code] for code in codes],
-                                                tf.int32)), default_value=-1)
             language = (TARGET_LANGUAGE,) + (
                 (SOURCE_LANGUAGE,) if languages.source_language_token else ())
         # The signatures: functions of this instance's bound methods. They hold the instance
@@ -143,18 +141,16 @@ class Translator(tf.Module):
     def _translate(self, text: tf.Tensor, target_language: Optional[tf.Tensor] = None,
                    source_language: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `translation` `[batch]` strings and `score` `[batch]`."""
-        tokens = self._language_tokens(target_language, text)
-        best = self._translate_ragged(self._pieces(text), tokens,
-                                      self._source_language_tokens(source_language, text))
+        tokens, source_tokens = self._tokens(target_language, source_language, text)
+        best = self._translate_ragged(self._pieces(text), tokens, source_tokens)
         return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"]}
 
     def _translate_nbest(self, text: tf.Tensor, target_language: Optional[tf.Tensor] = None,
                          source_language: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `nbest_translations` `[batch, beam]` strings and `nbest_scores`
         `[batch, beam]`, best first."""
-        tokens = self._language_tokens(target_language, text)
-        result = self._translate_ragged(self._pieces(text), tokens,
-                                        self._source_language_tokens(source_language, text))
+        tokens, source_tokens = self._tokens(target_language, source_language, text)
+        result = self._translate_ragged(self._pieces(text), tokens, source_tokens)
         ids = result["nbest_ids"]
         shape = tf.shape(ids)
         # Not [-1, len]: for an empty batch, [0, beam, 0] ids would reshape to [beam, 0].
@@ -171,9 +167,8 @@ class Translator(tf.Module):
         source's subwords and EOS, "" after: the encoder's input, with the "source" placement
         of `languages` the language token first) and `alignment` `[batch, T]` int32: for each
         target piece the index of the source piece it is aligned to (-1 after the end)."""
-        tokens = self._language_tokens(target_language, text)
-        source_ids, empty = self._source_ids(self._pieces(text), tokens,
-                                             self._source_language_tokens(source_language, text))
+        tokens, source_tokens = self._tokens(target_language, source_language, text)
+        source_ids, empty = self._source_ids(self._pieces(text), tokens, source_tokens)
         best = self._translate_source(source_ids, empty, self._prefix_ids(None, tokens))
         ids = best["ids"]
         target_in = tf.concat([tf.fill([tf.shape(ids)[0], 1], BOS_ID), ids[:, :-1]], axis=1)
@@ -202,10 +197,10 @@ class Translator(tf.Module):
 
         The prefix is tokenized like any target text (`tokenize_target`) and forced on every
         hypothesis; the search continues after it as usual (an empty source still gets "")."""
-        tokens = self._language_tokens(target_language, text)
-        best = self._translate_source(*self._source_ids(
-            self._pieces(text), tokens, self._source_language_tokens(source_language, text)),
-            self._prefix_ids(prefix, tokens))
+        tokens, source_tokens = self._tokens(target_language, source_language, text)
+        best = self._translate_source(*self._source_ids(self._pieces(text), tokens,
+                                                        source_tokens),
+                                      self._prefix_ids(prefix, tokens))
         ids = self._without_tokens(best["ids"], tokens)
         return {"translation": self.tokenizer.detokenize(ids), "score": best["score"]}
 
@@ -222,14 +217,13 @@ class Translator(tf.Module):
         The search is the constrained beam search (`keras_transformer.constraints`): a row
         without terms gets exactly the `translate` signature's translation (of a translator
         that samples, the beam search's of its beam size: terms are placed by a search)."""
-        tokens = self._language_tokens(target_language, text)
+        tokens, source_tokens = self._tokens(target_language, source_language, text)
         phrases = tf.strings.split(terms, TERM_SEPARATOR)
         phrases = tf.ragged.boolean_mask(phrases, tf.strings.length(tf.strings.strip(phrases)) > 0)
         pieces = model_input_ids(text_pieces(self.tokenizer, phrases.flat_values, target=True),
                                  self.model.config.output_vocab_size, self.model.config.max_length)
         constraints = tf.RaggedTensor.from_row_lengths(pieces, phrases.row_lengths())
-        source_ids, empty = self._source_ids(self._pieces(text), tokens,
-                                             self._source_language_tokens(source_language, text))
+        source_ids, empty = self._source_ids(self._pieces(text), tokens, source_tokens)
         best = self._translate_source(source_ids, empty, self._prefix_ids(None, tokens),
                                       constraints.to_tensor(default_value=PAD_ID))
         missing = tf.RaggedTensor.from_tensor(best["unplaced"], lengths=phrases.row_lengths())
@@ -249,9 +243,8 @@ class Translator(tf.Module):
         `token_scores` `[batch, T]` (each piece's, then EOS's; 0.0 after). The log-probabilities
         are `model`'s, teacher-forced over the whole vocabulary (not an ensemble's or a
         shortlist's)."""
-        tokens = self._language_tokens(target_language, text)
-        source_ids, empty = self._source_ids(self._pieces(text), tokens,
-                                             self._source_language_tokens(source_language, text))
+        tokens, source_tokens = self._tokens(target_language, source_language, text)
+        source_ids, empty = self._source_ids(self._pieces(text), tokens, source_tokens)
         best = self._translate_source(source_ids, empty, self._prefix_ids(None, tokens))
         log_probs = token_log_probs(self.model, source_ids, best["ids"])
         ids = self._without_tokens(best["ids"], tokens)
@@ -267,56 +260,28 @@ class Translator(tf.Module):
         """`source_ids` `[batch, len]` subword ids (right-padded with 0) -> `ids`
         `[batch, len]` (EOS-terminated, 0-padded), `score` `[batch]`, and the n-best
         `nbest_ids` `[batch, beam, len]` and `nbest_scores` `[batch, beam]`."""
-        tokens = self._language_tokens(target_language, source_ids)
+        tokens, source_tokens = self._tokens(target_language, source_language, source_ids)
         return self._translate_ragged(tf.RaggedTensor.from_tensor(source_ids, padding=PAD_ID),
-                                      tokens,
-                                      self._source_language_tokens(source_language, source_ids))
+                                      tokens, source_tokens)
 
     def _translate_ragged(self, pieces: tf.RaggedTensor, tokens: Optional[tf.Tensor] = None,
                           source_tokens: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
         """The search's result for source `pieces` (`tokens`: each row's target-language
-        token, `_language_tokens`; `source_tokens` its source language's,
-        `_source_language_tokens`), its ids without the tokens."""
+        token, `source_tokens` its source language's, `_tokens`), its ids without the
+        tokens."""
         result = self._translate_source(*self._source_ids(pieces, tokens, source_tokens),
                                         self._prefix_ids(None, tokens))
         return {**result, **{key: self._without_tokens(result[key], tokens)
                              for key in ("ids", "nbest_ids")}}
 
-    def _language_tokens(self, target_language: Optional[tf.Tensor], rows: tf.Tensor
-                         ) -> Optional[tf.Tensor]:
-        """The `[batch]` token ids of `target_language`, one per row of `rows` (None for a
-        model of one target language; -1 for "" where the language is optional, the text as
-        it is); an InvalidArgumentError when their numbers differ or a language is not the
-        model's, naming it and the model's languages."""
-        if self.languages is None:
-            return None
-        return self._checked_tokens(target_language, rows, "target_language", "into",
-                                    may_be_empty=self.languages.optional)
-
-    def _source_language_tokens(self, source_language: Optional[tf.Tensor], rows: tf.Tensor
-                                ) -> Optional[tf.Tensor]:
-        """The `[batch]` ids of the tokens of `source_language`, one per row of `rows` (None
-        for a model that reads no source language); errors as `_language_tokens`'."""
-        if self.languages is None or not self.languages.source_language_token:
-            return None
-        return self._checked_tokens(source_language, rows, "source_language", "from")
-
-    def _checked_tokens(self, languages: tf.Tensor, rows: tf.Tensor, name: str, direction: str,
-                        may_be_empty: bool = False) -> tf.Tensor:
-        """The token ids of the input `name`'s `languages` (-1 for "" where `may_be_empty`),
-        after checks that there is one per row of `rows` and that each is the model's (an
-        InvalidArgumentError naming the input, the languages refused and the model's)."""
-        tokens = self.language_tokens.lookup(languages)
-        known = ", ".join(sorted(self.languages.token_ids))
-        refused = (tokens < 0) & (languages != "" if may_be_empty else True)
-        checks = [tf.debugging.assert_equal(
-                      tf.size(languages), tf.shape(rows)[0],
-                      message=f"{name}: give one language per row of the batch"),
-                  tf.debugging.Assert(~tf.reduce_any(refused), [
-                      f"{name}: the model translates {direction} {known} only, not",
-                      tf.boolean_mask(languages, refused)])]
-        with tf.control_dependencies(checks):
-            return tf.identity(tokens)
+    def _tokens(self, target_language: Optional[tf.Tensor],
+                source_language: Optional[tf.Tensor], rows: tf.Tensor
+                ) -> tuple[Optional[tf.Tensor], Optional[tf.Tensor]]:
+        """The `[batch]` token ids of the signature's languages, one per row of `rows`
+        (`LanguageTable.token_ids`; None, None for a model of one target language)."""
+        if self.language_table is None:
+            return None, None
+        return self.language_table.token_ids(target_language, source_language, rows)
 
     def _without_tokens(self, values: tf.Tensor, tokens: Optional[tf.Tensor],
                         default: int | float | str = PAD_ID) -> tf.Tensor:
@@ -415,24 +380,15 @@ class IntoLanguage:
     `source_language`): the calls of a `Translator` of one (`translate`, `translate_ids`,
     `translate_nbest`, `translate_with_prefix`, `translate_with_terms`,
     `translate_with_scores`, `translate_with_alignment`), its `tokenizer`
-    and `model`. A language the model does not have, or a source language missing or
-    not wanted, is a ValueError naming it and the model's languages; "" asks for none where the
+    and `model`. The languages are checked by `asked_languages` (a `LanguageError` names one
+    the model does not have, or one missing or not wanted); "" asks for none where the
     language is optional (`RunLanguages.optional`: the texts as they are)."""
 
     def __init__(self, translator: Translator, language: str,
                  source_language: Optional[str] = None):
-        languages = translator.languages
-        if languages is None:
-            raise ValueError(f"target language {language!r}: the model translates into one "
-                             "language (it has no language tokens)")
-        languages.token_id(language)
-        if languages.source_language_token and source_language is None:
-            raise ValueError(f"source language: the model reads the source's language too "
-                             f"(one of {', '.join(sorted(languages.token_ids))})")
-        if source_language is not None:
-            languages.source_token_id(source_language)
-        self.translator, self.language = translator, language
-        self.source_language = source_language
+        asked = asked_languages(translator.languages, language, source_language)
+        self.translator, self.language, self.source_language = (translator, asked.target,
+                                                                 asked.source)
         self.tokenizer, self.model = translator.tokenizer, translator.model
 
     def translate(self, text: tf.Tensor) -> dict[str, tf.Tensor]:

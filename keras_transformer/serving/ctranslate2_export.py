@@ -44,7 +44,7 @@ import tensorflow as tf
 
 from keras_transformer.config import CTRANSLATE2_QUANTIZATIONS
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings, TransformerConfig
-from keras_transformer.data.languages import RunLanguages
+from keras_transformer.data.languages import RunLanguages, asked_languages
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer, model_input_ids, text_pieces
 from keras_transformer.model import Transformer
@@ -265,13 +265,18 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
                                         intra_threads=intra_threads or os.cpu_count() or 1)
     source_pieces, target_pieces = vocabulary_pieces(tokenizer)
     ids_of = {piece: index for index, piece in enumerate(target_pieces)}
-    token, placement = language_token_piece(recorded.get("languages"), target_language,
-                                            source_pieces, target_pieces)
-    # The language tokens' source pieces: the one asked for replaces one a source starts with.
-    own = ({source_pieces[index] for index in RunLanguages.from_dict(
-        recorded["languages"]).token_ids.values()} if "languages" in recorded else set())
-    source_token = source_language_piece(recorded.get("languages"), source_language,
-                                         source_pieces)
+    languages = (RunLanguages.from_dict(recorded["languages"]) if "languages" in recorded
+                 else None)
+    asked = asked_languages(languages, target_language, source_language)
+    # The target language's token piece where the placement puts it (none: the texts as they
+    # are); the language tokens' source pieces, the one asked for replacing one a source
+    # starts with; the source language's token piece.
+    placement = None if asked.target_id is None else languages.placement
+    token = (None if placement is None else
+             (source_pieces if placement == "source" else target_pieces)[asked.target_id])
+    own = ({source_pieces[index] for index in languages.token_ids.values()} if languages
+           else set())
+    source_token = None if asked.source_id is None else source_pieces[asked.source_id]
     # As in our search: PAD and BOS are never generated, and the end may come first (an empty
     # translation); CTranslate2 by default generates any token and never ends at the first step.
     never_generated = [[target_pieces[PAD_ID]], [target_pieces[BOS_ID]]]
@@ -350,43 +355,3 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
 
     return translate_text, translate_ids, translate_prefixed, tokenizer, translator
 
-
-def language_token_piece(languages: Optional[dict], target_language: Optional[str],
-                         source_pieces: list[str], target_pieces: list[str]
-                         ) -> tuple[Optional[str], Optional[str]]:
-    """The piece of `target_language`'s token and its placement ("source" or "target") in a
-    model of the recorded `languages` (`RunLanguages.to_dict`; None for a model of one target
-    language); (None, None) without a language, or for "" where it is optional. A ValueError
-    names a language missing, given to a model of one, or not the model's."""
-    if languages is None:
-        if target_language is not None:
-            raise ValueError(f"target language {target_language!r}: the model translates into "
-                             "one language")
-        return None, None
-    run_languages = RunLanguages.from_dict(languages)
-    if target_language is None:
-        raise ValueError(f"target language: needed, the model translates into "
-                         f"{', '.join(sorted(run_languages.token_ids))}")
-    token_id = run_languages.token_id(target_language)
-    if token_id is None:  # an optional language left out: the sources as they are
-        return None, None
-    pieces = source_pieces if run_languages.placement == "source" else target_pieces
-    return pieces[token_id], run_languages.placement
-
-
-def source_language_piece(languages: Optional[dict], source_language: Optional[str],
-                          source_pieces: list[str]) -> Optional[str]:
-    """The piece a source in `source_language` starts with, of a model of the recorded
-    `languages` that reads it (`RunLanguages.source_language_token`); None for another model,
-    which a `source_language` is refused by (ValueError, as a language missing or not the
-    model's)."""
-    run_languages = None if languages is None else RunLanguages.from_dict(languages)
-    if run_languages is None or not run_languages.source_language_token:
-        if source_language is not None:
-            raise ValueError(f"source language {source_language!r}: the model reads no "
-                             "source language")
-        return None
-    if source_language is None:
-        raise ValueError(f"source language: needed, the model translates from "
-                         f"{', '.join(sorted(run_languages.token_ids))}")
-    return source_pieces[run_languages.source_token_id(source_language)]

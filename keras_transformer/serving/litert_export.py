@@ -46,7 +46,7 @@ import tensorflow as tf
 
 from keras_transformer.config import LITERT_QUANTIZATIONS
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SearchSettings
-from keras_transformer.data.languages import RunLanguages
+from keras_transformer.data.languages import RunLanguages, asked_languages
 from keras_transformer.data.sentencepiece_pair import (PAIR_FILENAMES, SentencePiecePair,
                                                        Tokenizer, load_tokenizer)
 from keras_transformer.data.tokenizer import MODEL_FILENAME, model_input_ids, text_pieces
@@ -226,10 +226,10 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
     vocab_size = manifest["vocab_size"]
     fixed = manifest.get("source_length")  # None: any length
     max_length = fixed or manifest["max_length"]
-    token, own_tokens = None, set()
-    if target_language:
-        languages = RunLanguages.from_dict(manifest["languages"])
-        token, own_tokens = languages.token_id(target_language), set(languages.token_ids.values())
+    languages = (RunLanguages.from_dict(manifest["languages"]) if "languages" in manifest
+                 else None)
+    token = asked_languages(languages, target_language).target_id
+    own_tokens = set(languages.token_ids.values()) if languages else set()
 
     def translate_ids(source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         kept = model_input_ids(tf.RaggedTensor.from_tensor(tf.convert_to_tensor(source_ids)),

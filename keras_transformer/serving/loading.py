@@ -8,12 +8,11 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from keras_transformer.data.languages import RunLanguages
+from keras_transformer.data.languages import RunLanguages, chosen_languages
 from keras_transformer.serving.ctranslate2_export import ctranslate2_functions, is_ctranslate2_model
 from keras_transformer.serving.litert_export import (fixed_source_length, is_litert_model,
                                                      litert_functions)
-from keras_transformer.serving.text_translation import (LineTranslator, chosen_language,
-                                                        chosen_source_language)
+from keras_transformer.serving.text_translation import LineTranslator
 
 # Where an export's provenance record is (`provenance`): the model's architecture, among others.
 PROVENANCE_FILE = os.path.join("assets.extra", "keras_transformer_provenance.json")
@@ -47,12 +46,12 @@ def load_export(path: str | os.PathLike, target_language: Optional[str] = None,
     """The export of `export_version(path)` as a `LineTranslator` (its search settings are
     fixed), translating into `target_language`: needed by the export of a model of several
     target languages (optional for an imported one, whose texts may carry their own token),
-    refused by one of one (`chosen_language`'s ValueError), from `source_language` where the
-    model reads it (`chosen_source_language`). `threads`: a LiteRT model's interpreter's."""
+    refused by one of one, from `source_language` where the model reads it (both checked by
+    `chosen_languages`). `threads`: a LiteRT model's interpreter's."""
     version = export_version(path)
     languages = recorded_languages(version)
-    language = chosen_language(languages, target_language, repr(str(version)))
-    source = chosen_source_language(languages, source_language, repr(str(version)))
+    asked = chosen_languages(languages, target_language, source_language, repr(str(version)))
+    language, source = asked.target, asked.source
     max_length = recorded_facts(version).get("architecture", {}).get("max_length")
     if is_litert_model(version):
         max_length = fixed_source_length(version) or max_length

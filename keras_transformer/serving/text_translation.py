@@ -232,58 +232,6 @@ class LineTranslator:
                 for row, row_scores in zip(words, scores)]
 
 
-def chosen_language(languages: Optional[RunLanguages], language: Optional[str],
-                    model: str) -> Optional[str]:
-    """The target language `model` (named in errors) translates into: `language`
-    (`--target-language`), which a model of several target languages (`languages`) needs
-    (where the language is optional, `RunLanguages.optional`, none is "": the texts as they
-    are) and a model of one (None) refuses; a ValueError naming the option and, for a
-    language the model does not have or a missing one, the model's languages."""
-    if languages is None:
-        if language is not None:
-            raise ValueError(f"--target-language: {model} has one target language (no "
-                             "language tokens); leave the option out (a multi-target OPUS-MT "
-                             "model imported by an earlier kt-import takes it once imported "
-                             "again)")
-        return None
-    if language is None and languages.optional:
-        return ""
-    if language is None:
-        raise ValueError(f"--target-language: required: {model} translates into "
-                         f"{', '.join(sorted(languages.token_ids))}")
-    try:
-        language = languages.code(language)
-        languages.token_id(language)
-    except ValueError as error:
-        raise ValueError(f"--target-language: {error}") from None
-    return language
-
-
-def chosen_source_language(languages: Optional[RunLanguages], language: Optional[str],
-                           model: str) -> Optional[str]:
-    """The source language `model` (named in errors) translates from: `language`
-    (`--source-language`), which a model reading its sources' language needs
-    (`RunLanguages.source_language_token`: NLLB-200, M2M-100) and any other model refuses; a
-    ValueError naming the option and, for a language the model does not have or a missing one,
-    the model's languages. An unambiguous ISO 639-3 code names the model's code
-    (`RunLanguages.code`: `eng` for `eng_Latn`)."""
-    if languages is None or not languages.source_language_token:
-        if language is not None:
-            raise ValueError(f"--source-language: {model} does not read the source's language "
-                             "(only models such as NLLB-200 and M2M-100 do); leave the option "
-                             "out")
-        return None
-    if language is None:
-        raise ValueError(f"--source-language: required: {model} translates from "
-                         f"{', '.join(sorted(languages.token_ids))}")
-    try:
-        language = languages.code(language)
-        languages.source_token_id(language)
-    except ValueError as error:
-        raise ValueError(f"--source-language: {error}") from None
-    return language
-
-
 def closest_lines(translator: LineTranslator, lines: Sequence[bytes],
                   references: Sequence[bytes], similarity: Callable[[str, str], float],
                   batch_size: int = 64, batch_tokens: int = 6000) -> list[str]:
