@@ -1,6 +1,7 @@
 """Every use of a private Keras or TensorFlow API, in one place: the fast subpackage's (its
-training steps, multi-worker `fit`) and the core's two (`unlocked_state`, for LoRA adapters
-added to a built layer; `drop_variable`, for the float kernel `quantize` replaces); no other
+training steps, multi-worker `fit`) and the core's three (`unlocked_state`, for LoRA adapters
+added to a built layer; `drop_variable`, for the float kernel `quantize` replaces;
+`save_in_row_blocks`, for a large embedding written to a weights file); no other
 module of the package uses any (tests/test_architecture.py).
 
 Each was checked on the versions in `CHECKED_ON` (the ends of setup.py's declared range, both
@@ -10,9 +11,10 @@ those versions, or falls back to a public path where one exists (said at each fu
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 CHECKED_ON = "TensorFlow 2.20-2.21 with Keras 3.10-3.15"
@@ -58,6 +60,36 @@ def drop_variable(layer: keras.layers.Layer, name: str) -> None:
     variable = getattr(layer, name)
     private_attribute(layer, "_untrack_variable")(variable)
     super(keras.layers.Layer, layer).__delattr__(name)
+
+
+def save_in_row_blocks(store, variables: Sequence[keras.Variable], rows_bytes: int) -> None:
+    """A layer's `save_own_variables`: `store[str(index)] = variable` for each of
+    `variables`, except that in Keras's `.weights.h5` store (`H5IOStore`, private) a float32
+    variable larger than `rows_bytes` is written a block of rows at a time: Keras converts a
+    variable whole (`np.array`: a copy beside it, 1 GB more for NLLB-200's embedding, twice
+    that for a variable TensorFlow reads in copy-on-read mode, as one assigned in blocks is);
+    here its dataset is created in the store's group and filled from `tf.gather`s of row
+    ranges. Any other store (a sharded one, the `.npz` one), or a Keras without these
+    attributes, takes each variable whole (the public path); the file reads back the same."""
+    from keras.src.saving import saving_lib
+
+    in_blocks = type(store) is saving_lib.H5IOStore and all(
+        hasattr(store, name) for name in ("_h5_entry_initialized", "_create_h5_group",
+                                          "_h5_entry_path"))
+    for index, variable in enumerate(variables):
+        shape = tuple(variable.shape)
+        row_bytes = 4 * int(np.prod(shape[1:]))
+        if (not in_blocks or not shape or variable.dtype != "float32"
+                or row_bytes * shape[0] <= rows_bytes):
+            store[f"{index}"] = variable
+            continue
+        if not store._h5_entry_initialized:
+            store._create_h5_group(store._h5_entry_path)
+        dataset = store._h5_entry_group.create_dataset(f"{index}", shape, dtype="float32")
+        step = max(1, rows_bytes // row_bytes)
+        for start in range(0, shape[0], step):
+            rows = tf.range(start, min(start + step, shape[0]))
+            dataset[start:start + step] = tf.gather(variable.value, rows).numpy()
 
 
 def in_xla_context() -> bool:

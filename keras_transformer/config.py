@@ -47,6 +47,9 @@ PLACEMENTS = ("source", "target")
 """Where a model of several target languages reads its language token."""
 DEFAULT_SHARD_PAIRS = 1_000_000
 """Pairs per shard of prepared training data."""
+ROW_BLOCK_BYTES = 64 << 20
+"""A large variable (NLLB-200's 1 GB embedding) is imported and saved about this many bytes of
+rows at a time: the memory beside the model's variables."""
 LEAVES = ("placeholder", "words")
 """What stands for each word in a linearized parse tree."""
 

@@ -16,7 +16,8 @@ import tensorflow as tf
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.data.sentencepiece_pair import load_tokenizer
 from keras_transformer.decoding.translator import IntoLanguage, Translator
-from keras_transformer.importing.imported_model import NEVER_EMITTED_BIAS, ImportFormatError
+from keras_transformer.importing.imported_model import (NEVER_EMITTED_BIAS, ImportFormatError,
+                                                        RowBlocks)
 from keras_transformer.importing.m2m_100 import read_m2m_100_folder
 from keras_transformer.training.run_dir import IMPORT_FILE, RunDir
 from m2m_100_models import (M2MVariant, random_tensors, training_sentences, vocabulary,
@@ -65,7 +66,12 @@ def test_every_token_keeps_the_id_its_own_tokenizer_gives_it(style, tmp_path):
     from safetensors.numpy import load_file
 
     embedding = load_file(str(folder / "model.safetensors"))["model.shared.weight"]
-    ours = imported.arrays["shared_embedding/embeddings"]
+    blocks = imported.arrays["shared_embedding/embeddings"]
+    assert isinstance(blocks, RowBlocks)  # read a block of rows at a time, never whole
+    ours = np.asarray(blocks)
+    # a block after the first is those rows of theirs; the first has our special rows
+    np.testing.assert_array_equal(blocks.rows(5, 9), embedding[5:9])
+    np.testing.assert_array_equal(blocks.rows(0, 6), ours[:6])
     for our_id, their_id in ((PAD_ID, 1), (UNK_ID, 3), (BOS_ID, 2), (EOS_ID, 2)):
         np.testing.assert_array_equal(ours[our_id], embedding[their_id])
     np.testing.assert_array_equal(ours[4:], embedding[4:])
@@ -90,9 +96,12 @@ def test_sharded_and_unscaled_models_import(tmp_path):
     from keras_transformer.importing.run_directory import imported_transformer
 
     model = imported_transformer(whole)
+    blocked = imported_transformer(whole, rows_bytes=3 * 4 * whole.config.d_model)
+    for ours, theirs in zip(blocked.weights, model.weights):  # assigned 3 rows at a time
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy(), err_msg=ours.path)
     ids = tf.constant([[5, 6, 7]])
     np.testing.assert_allclose(model.source_embedding(ids).numpy(),
-                               whole.arrays["shared_embedding/embeddings"][[[5, 6, 7]]])
+                               np.asarray(whole.arrays["shared_embedding/embeddings"])[[[5, 6, 7]]])
 
 
 @pytest.mark.parametrize("change, message", [

@@ -304,6 +304,35 @@ def test_blocks_take_the_configs_names_and_load_their_older_name():
     assert restored.self_residual.layer_norm.epsilon == 1e-5
 
 
+def test_a_large_embedding_is_saved_a_block_of_rows_at_a_time(tmp_path, monkeypatch):
+    """A table larger than `ROW_BLOCK_BYTES` reaches the weights file in row blocks (each a
+    gather, none a copy of the whole table), also after a partial assignment (TensorFlow's
+    copy-on-read mode); the file and a `.keras` file read back every weight exactly."""
+    from keras_transformer.layers import embedding
+
+    model = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=60))
+    table = model.source_embedding.embeddings
+    table.value[10:12].assign(np.ones([2, table.shape[1]], "float32"))
+    monkeypatch.setattr(embedding, "ROW_BLOCK_BYTES", 7 * 4 * table.shape[1])
+    gathers = []
+    real_gather = tf.gather
+    monkeypatch.setattr(tf, "gather", lambda *args, **kwargs: gathers.append(
+        args[1]) or real_gather(*args, **kwargs))
+    model.save_weights(tmp_path / "model.weights.h5")
+    monkeypatch.setattr(tf, "gather", real_gather)
+    assert [len(rows) for rows in gathers] == [7] * 8 + [4]  # 60 rows, 7 at a time
+    for path, load in ((tmp_path / "model.weights.h5", None),
+                       (tmp_path / "model.keras", keras.saving.load_model)):
+        if load is None:
+            restored = kt.Transformer(model.config)
+            restored.load_weights(path)
+        else:
+            model.save(path)
+            restored = load(path)
+        for ours, theirs in zip(restored.weights, model.weights):
+            np.testing.assert_array_equal(ours.numpy(), theirs.numpy(), err_msg=ours.path)
+
+
 @pytest.mark.parametrize("input_shape, output_dims, input_rank, equation", [
     ((2, 5, 12), (3, 4), 1, "btd,dhk->bthk"),
     ((2, 5, 3, 4), (12,), 2, "bthk,hkd->btd"),

@@ -25,8 +25,9 @@ when fine-tuning."""
 
 
 class ReadOnAccess(Mapping):
-    """Arrays by name, each computed (read from its file) when it is asked for and not kept:
-    an import holds one tensor of a large model at a time beside the model's variables."""
+    """Arrays by name (or `RowBlocks`), each computed (read from its file) when it is asked
+    for and not kept: an import holds one tensor of a large model at a time beside the
+    model's variables."""
 
     def __init__(self, readers: dict[str, Callable[[], np.ndarray]]):
         self._readers = readers
@@ -39,6 +40,20 @@ class ReadOnAccess(Mapping):
 
     def __len__(self) -> int:
         return len(self._readers)
+
+
+class RowBlocks:
+    """A large matrix of a foreign checkpoint, read a block of rows at a time and never whole
+    (`rows(start, stop)`): what an import assigns to a large variable (NLLB-200's 1 GB
+    embedding), so that the import holds one block beside the model's variables."""
+
+    def __init__(self, shape: tuple[int, ...], rows: Callable[[int, int], np.ndarray]):
+        self.shape = tuple(shape)
+        self.rows = rows
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """The whole matrix (read at once: for tests and small models)."""
+        return np.asarray(self.rows(0, self.shape[0]), dtype)
 
 
 class ImportFormatError(ValueError):

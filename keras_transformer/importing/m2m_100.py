@@ -44,7 +44,8 @@ from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import SPECIAL_PIECES
 from keras_transformer.importing.imported_model import (NEVER_EMITTED_BIAS, ImportedModel,
                                                         ImportFormatError, ReadOnAccess,
-                                                        read_json, safetensors_path)
+                                                        RowBlocks, read_json,
+                                                        safetensors_path)
 
 SENTENCEPIECE_FILENAME = "sentencepiece.bpe.model"
 THEIR_START, THEIR_PAD, THEIR_EOS, THEIR_UNK = 0, 1, 2, 3
@@ -132,11 +133,20 @@ class SafetensorsFiles:
 
     def read(self, name: str) -> np.ndarray:
         """The tensor `name` as float32."""
+        return self.read_rows(name, 0, self.shapes[name][0] if self.shapes[name] else 1)
+
+    def read_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows `start` to `stop` (along the first axis) of the tensor `name`, as float32."""
         path, offset, dtype, count = self.where[name]
-        values = np.fromfile(path, self._DTYPES[dtype], count, offset=offset)
+        shape = self.shapes[name]
+        row = count // shape[0] if shape else 1
+        stop = min(stop, shape[0]) if shape else 1
+        item = np.dtype(self._DTYPES[dtype]).itemsize
+        values = np.fromfile(path, self._DTYPES[dtype], (stop - start) * row,
+                             offset=offset + start * row * item)
         if dtype == "BF16":  # the upper half of a float32
             values = (values.astype(np.uint32) << 16).view(np.float32)
-        return values.astype(np.float32, copy=False).reshape(self.shapes[name])
+        return values.astype(np.float32, copy=False).reshape((stop - start, *shape[1:]))
 
 
 def read_safetensors(folder: Path) -> tuple[list[Path], SafetensorsFiles]:
@@ -312,6 +322,17 @@ def _our_rows(matrix: np.ndarray) -> np.ndarray:
     return matrix
 
 
+_SPECIAL_ROWS = 1 + max(*_THEIRS_OF_OURS, *_THEIRS_OF_OURS.values())  # the rows both use
+
+
+def _our_row_block(tensors: SafetensorsFiles, name: str, start: int, stop: int) -> np.ndarray:
+    """Rows `start` to `stop` of `_our_rows` of the matrix `name`, reading those rows only (and
+    the special ids' first rows when the block starts among them)."""
+    if start >= _SPECIAL_ROWS:
+        return tensors.read_rows(name, start, stop)
+    return _our_rows(tensors.read_rows(name, 0, max(stop, _SPECIAL_ROWS)))[start:stop]
+
+
 def _our_arrays(tensors: SafetensorsFiles, config: TransformerConfig,
                 path: Path) -> ReadOnAccess:
     """Our weights by variable path from M2M-100's PyTorch tensors (`[out, in]` projections
@@ -330,7 +351,10 @@ def _our_arrays(tensors: SafetensorsFiles, config: TransformerConfig,
                                     f"{shape[::-1] if transposed else shape}")
         used.add(name)
 
-        def read() -> np.ndarray:
+        def read() -> np.ndarray | RowBlocks:
+            if rows and not transposed:  # the embedding: a block of rows at a time
+                return RowBlocks(shape, lambda start, stop: _our_row_block(
+                    tensors, name, start, stop))
             array = tensors.read(name)
             if rows:
                 array = _our_rows(array)

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
+import tensorflow as tf
 
-from keras_transformer.config import Recipe, SearchSettings, TrainingSettings
+from keras_transformer.config import ROW_BLOCK_BYTES, Recipe, SearchSettings, TrainingSettings
 from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import SentencePiecePair
-from keras_transformer.importing.imported_model import ImportedModel
+from keras_transformer.importing.imported_model import ImportedModel, RowBlocks
 from keras_transformer.importing.marian import LANGUAGE_TOKEN
 from keras_transformer.model import Transformer
 from keras_transformer.training.backup import file_sha256
@@ -27,8 +28,10 @@ _NOTICE_NAMES = ("README", "LICENSE", "LICENCE")  # text files of the origin kep
 _NOTICE_BYTES = 20_000
 
 
-def imported_transformer(imported: ImportedModel) -> Transformer:
-    """Our `Transformer` with the imported weights.
+def imported_transformer(imported: ImportedModel, rows_bytes: int = ROW_BLOCK_BYTES
+                         ) -> Transformer:
+    """Our `Transformer` with the imported weights, a large variable assigned `rows_bytes` of
+    rows at a time (`assign_in_rows`).
 
     Raises:
         ValueError: when the imported weights and the model's variables differ in names or
@@ -41,21 +44,33 @@ def imported_transformer(imported: ImportedModel) -> Transformer:
                          f"{sorted(set(imported.arrays) - set(variables))}, variables without a "
                          f"weight {sorted(set(variables) - set(imported.arrays))}")
     for name, variable in variables.items():
-        assign_in_rows(variable, np.asarray(imported.arrays[name], np.float32).reshape(
-            variable.shape))
+        value = imported.arrays[name]
+        if not isinstance(value, RowBlocks):
+            value = np.asarray(value, np.float32).reshape(variable.shape)
+        assign_in_rows(variable, value, rows_bytes)
     return model
 
 
-def assign_in_rows(variable, value: np.ndarray, rows_bytes: int = 64 << 20) -> None:
+def assign_in_rows(variable, value: np.ndarray | RowBlocks, rows_bytes: int = ROW_BLOCK_BYTES
+                   ) -> None:
     """`variable.assign(value)`, a block of rows of about `rows_bytes` at a time: the tensor
     made of each block is that size, not the whole matrix's (an import's peak memory: NLLB's
-    embedding is 1 GB)."""
-    if value.ndim == 0 or value.nbytes <= rows_bytes:
-        variable.assign(value)
+    embedding is 1 GB), and `RowBlocks` are read a block at a time."""
+    shape = tuple(variable.shape)
+    if isinstance(value, RowBlocks) and value.shape != shape:
+        raise ValueError(f"import: {variable.path} has shape {shape}, its weight {value.shape}")
+    row_bytes = 4 * int(np.prod(shape[1:]))
+    if not shape or row_bytes * shape[0] <= rows_bytes:
+        variable.assign(value.rows(0, shape[0]) if isinstance(value, RowBlocks) else value)
         return
-    step = max(1, rows_bytes // max(1, value[0].nbytes))
-    for start in range(0, value.shape[0], step):
-        variable.value[start:start + step].assign(value[start:start + step])
+    step = max(1, rows_bytes // row_bytes)
+    for start in range(0, shape[0], step):
+        block = (value.rows(start, start + step) if isinstance(value, RowBlocks)
+                 else value[start:start + step])
+        # a scatter of the rows: a slice's assign would read the whole variable first (a copy
+        # of it, once TensorFlow reads the variable in copy-on-read mode)
+        variable.value.scatter_update(tf.IndexedSlices(
+            tf.constant(block, tf.float32), tf.range(start, start + len(block))))
 
 
 def write_imported_run(imported: ImportedModel, output_dir: str | os.PathLike, origin: str,

@@ -6,6 +6,9 @@ import math
 import keras
 from keras import ops
 
+from keras_transformer.compat import save_in_row_blocks
+from keras_transformer.config import ROW_BLOCK_BYTES
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class ScaledEmbedding(keras.layers.Layer):
@@ -29,6 +32,12 @@ class ScaledEmbedding(keras.layers.Layer):
         if not self.scaled:
             return vectors
         return vectors * ops.cast(self.d_model ** 0.5, self.compute_dtype)
+
+    def save_own_variables(self, store) -> None:
+        """As Keras's, the table written a block of rows at a time (`ROW_BLOCK_BYTES`) to a
+        weights file: saving a 256k-piece table costs a block, not a copy of it."""
+        save_in_row_blocks(store, self.trainable_variables + self.non_trainable_variables,
+                           ROW_BLOCK_BYTES)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
