@@ -20,6 +20,7 @@ from keras_transformer.importing.imported_model import (NEVER_EMITTED_BIAS, Impo
                                                         RowBlocks)
 from keras_transformer.importing.m2m_100 import read_m2m_100_folder
 from keras_transformer.training.run_dir import IMPORT_FILE, RunDir
+from helpers import final_weights
 from m2m_100_models import (M2MVariant, random_tensors, training_sentences, vocabulary,
                             write_m2m_100_folder)
 from trainers import export, import_model, translate
@@ -207,10 +208,11 @@ def test_the_exports_translate_as_the_run(nllb, tmp_path):
 
 @pytest.mark.slow
 def test_fine_tuning_on_new_pairs_reads_both_languages_tokens(nllb, tmp_path, capsys):
-    """`kt-train --init-from` an NLLB run with `--pair` (LoRA here): each pair's training ids
-    start as the model reads them (the source code first in the source, the target code first
-    in the target), the run keeps the model's languages and scores each pair on its dev set;
-    a pair named by an alias is pointed to the code, and plain --train-src is refused."""
+    """`kt-train --init-from` an NLLB run with `--pair` (LoRA, and every weight): each pair's
+    training ids start as the model reads them (the source code first in the source, the
+    target code first in the target), the run keeps the model's languages and scores each pair
+    on its dev set; a pair named by an alias is pointed to the code, and plain --train-src is
+    refused."""
     sources, targets = training_sentences(60, seed=9)
     files = {}
     for name, lines in (("train.en", sources[:50]), ("train.fr", targets[:50]),
@@ -249,6 +251,12 @@ def test_fine_tuning_on_new_pairs_reads_both_languages_tokens(nllb, tmp_path, ca
                                                      else sources)[:50]]
     result = json.loads((run.root / "result.json").read_text())
     assert set(result["dev_bleu_pairs"]) == {"eng_Latn-fra_Latn", "fra_Latn-eng_Latn"}
+    # every weight fine-tuned (no adapters), one pair: the languages kept, the weights moved
+    assert train.main([*common, *pair, "--steps", "1", "--output-dir",
+                       str(tmp_path / "full")]) == 0
+    assert RunDir(tmp_path / "full").languages().token_ids == languages.token_ids
+    assert any(not np.array_equal(tuned, imported) for tuned, imported in zip(
+        final_weights(tmp_path / "full"), final_weights(nllb["run"])))
     for argv, message in (
             ([*common, "--pair", "eng-fra_Latn", str(files["train.en"]), str(files["train.fr"]),
               "--dev-pair", "eng-fra_Latn", str(files["dev.en"]), str(files["dev.fr"])],
