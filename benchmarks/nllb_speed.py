@@ -5,7 +5,8 @@ shortlist) against CTranslate2 float32 and int8 of the same import (`kt-export -
 ctranslate2`'s code, which converts as CTranslate2's own transformers converter does: tests and
 benchmarks/m2m_100_parity.py), beam 4, one sentence at a time and in one batch of `--sentences` (16); and where one
 decoding step's time goes (`decoding_speed.op_time_by_part`: the output projection's share) with
-and without the shortlist.
+and without the shortlist; then each system's memory: the peak resident set of a process of
+its own that loads it and translates the batch once (`--memory-of NAME` is that process).
 
     python benchmarks/nllb_speed.py [--sentences 16] [--rounds 2] [--threads 2]
         [--workdir DIR]
@@ -35,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHAPE = dict(style="nllb", encoder_layers=12, decoder_layers=12, d_model=1024, heads=16,
              ffn_dim=4096, max_positions=1024, vocab_size=256_206)
 SOURCE, TARGET = "eng_Latn", "fra_Latn"
+SYSTEMS = ("savedmodel_xla", "savedmodel_xla_shortlist", "ctranslate2_float32",
+           "ctranslate2_int8")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -48,6 +51,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="frequent ids of the shortlist (plus 16 candidates per source id)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--workdir", help="default: a temporary directory")
+    parser.add_argument("--memory-of", choices=SYSTEMS,
+                        help="only load this system (its exports written) and translate the "
+                        "batch once; print the process's peak resident set")
     return parser.parse_args(argv)
 
 
@@ -71,9 +77,11 @@ def imported_run(workdir: Path) -> tuple[Path, dict]:
                  "import_peak_vs_float32": round(peak / float32, 2)}
 
 
-def systems(run: Path, workdir: Path, args) -> tuple[dict, dict]:
-    """Each export as a function of a batch of source ids (without language tokens), and the
-    step profiles of the XLA exports at batch 1."""
+def systems(run: Path, workdir: Path, args, names: tuple[str, ...] = SYSTEMS
+            ) -> tuple[dict, dict]:
+    """Each export of `names` as a function of a batch of source ids (without language
+    tokens), and the step profiles of the XLA exports at batch 1 (when all are asked for);
+    the run's model is loaded only to write an export that is missing."""
     import ctranslate2
     import tensorflow as tf
 
@@ -81,6 +89,7 @@ def systems(run: Path, workdir: Path, args) -> tuple[dict, dict]:
     from decoding_speed import op_time_by_part
 
     from keras_transformer.config import SearchSettings
+    from keras_transformer.data.sentencepiece_pair import load_tokenizer
     from keras_transformer.decoding.shortlist import VocabularyShortlist
     from keras_transformer.serving.ctranslate2_export import export_ctranslate2
     from keras_transformer.serving.export import export_translator
@@ -88,30 +97,35 @@ def systems(run: Path, workdir: Path, args) -> tuple[dict, dict]:
     from trainers.common import load_run_model
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    model, tokenizer = load_run_model(str(run))
     languages = RunDir(run).languages()
-    size = model.config.vocab_size
-    pieces = tokenizer._source_pieces
+    pieces = load_tokenizer(run / "vocab")._source_pieces
     settings = SearchSettings(beam_size=4, length_penalty=0.6,
                               max_decode_extra=args.extra_length)
-    rng = np.random.default_rng(0)
-    shortlist = VocabularyShortlist(
-        np.arange(4, 4 + args.shortlist_size),
-        rng.integers(4, size, (size, 16)), target_vocab_size=size)
-    exports = {"savedmodel_xla": {"jit_compile": True},
-               "savedmodel_xla_shortlist": {"jit_compile": True, "shortlist": shortlist}}
-    for name, options in exports.items():
-        if not (workdir / "exports" / name / "1").exists():
-            export_translator(model, tokenizer, name, workdir / "exports", settings,
-                              languages=languages, warmup_max_width=16, **options)
-    for quantization in ("float32", "int8"):
-        directory = workdir / "exports" / f"ct2_{quantization}"
-        if not directory.exists():
-            export_ctranslate2(model, tokenizer, directory, quantization, settings, languages)
-    del model  # every system loads its own copy: one more would not fit beside them
-    gc.collect()
+    exports = ("savedmodel_xla", "savedmodel_xla_shortlist")
+    missing = [name for name in exports if not (workdir / "exports" / name / "1").exists()] + [
+        quantization for quantization in ("float32", "int8")
+        if not (workdir / "exports" / f"ct2_{quantization}").exists()]
+    if missing:
+        model, tokenizer = load_run_model(str(run))
+        size = model.config.vocab_size
+        rng = np.random.default_rng(0)
+        shortlist = VocabularyShortlist(
+            np.arange(4, 4 + args.shortlist_size),
+            rng.integers(4, size, (size, 16)), target_vocab_size=size)
+        options = {"savedmodel_xla": {"jit_compile": True},
+                   "savedmodel_xla_shortlist": {"jit_compile": True, "shortlist": shortlist}}
+        for name in exports:
+            if name in missing:
+                export_translator(model, tokenizer, name, workdir / "exports", settings,
+                                  languages=languages, warmup_max_width=16, **options[name])
+        for quantization in ("float32", "int8"):
+            if quantization in missing:
+                export_ctranslate2(model, tokenizer, workdir / "exports" / f"ct2_{quantization}",
+                                   quantization, settings, languages)
+        del model  # every system loads its own copy: one more would not fit beside them
+        gc.collect()
     found, profiled = {}, {}
-    for name in exports:
+    for name in [name for name in exports if name in names]:
         signature = tf.saved_model.load(
             str(workdir / "exports" / name / "1")).signatures["translate_ids"]
 
@@ -122,13 +136,14 @@ def systems(run: Path, workdir: Path, args) -> tuple[dict, dict]:
                              source_language=tf.fill([rows], SOURCE))["nbest_ids"].numpy()[:, 0]
 
         found[name] = {"translate": translate}
-        if "xla" in name:
+        if names == SYSTEMS:
             profiled[name] = op_time_by_part(
                 lambda translate=translate: translate(sentence_ids(args)[:1]),
                 args.source_tokens + args.extra_length)
     source_code, target_code = (pieces[languages.token_ids[code]] for code in (SOURCE, TARGET))
     limit = args.source_tokens + args.extra_length
-    for quantization in ("float32", "int8"):
+    for quantization in [quantization for quantization in ("float32", "int8")
+                         if f"ctranslate2_{quantization}" in names]:
         directory = workdir / "exports" / f"ct2_{quantization}"
         translator = ctranslate2.Translator(str(directory), device="cpu",
                                             compute_type=quantization,
@@ -158,6 +173,12 @@ def main(argv=None) -> None:
     from imported_speed import interleaved_timings
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="nllb_speed-"))
+    if args.memory_of:
+        found, _ = systems(workdir / "run", workdir, args, (args.memory_of,))
+        found[args.memory_of]["translate"](sentence_ids(args))
+        print(json.dumps({"peak_rss_gb": round(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9, 2)}))
+        return
     run, memory = imported_run(workdir)
     found, profiled = systems(run, workdir, args)
     inputs = sentence_ids(args)
@@ -168,6 +189,16 @@ def main(argv=None) -> None:
             result["batch1_ms_per_sentence"] / reference["batch1_ms_per_sentence"], 3)
         result["batch32_throughput_vs_ctranslate2_float32"] = round(
             result["batch32_sentences_per_second"] / reference["batch32_sentences_per_second"], 3)
+    del found
+    gc.collect()
+    for name in SYSTEMS:  # each in a process of its own, the exports written
+        completed = subprocess.run(
+            [sys.executable, __file__, "--workdir", str(workdir), "--memory-of", name,
+             "--sentences", str(args.sentences), "--source-tokens", str(args.source_tokens),
+             "--extra-length", str(args.extra_length), "--threads", str(args.threads)],
+            check=True, capture_output=True, text=True, cwd=ROOT)
+        results[name]["serving_peak_rss_gb"] = json.loads(
+            completed.stdout.splitlines()[-1])["peak_rss_gb"]
     print(json.dumps({"threads": args.threads, "sentences_batch1": len(inputs),
                       **memory, **results, "profiles_batch1": profiled}))
 
