@@ -311,29 +311,29 @@ def asked_languages(languages: Optional[RunLanguages], target: Optional[str] = N
     `LanguageError` names the language and the model's: one given to a model that takes
     none, one missing, one the model does not have. A target left out of a model whose
     language is optional is "" (the text as it is). The graph's own check of a signature's
-    inputs is `Translator`'s (the same languages, per row)."""
+    inputs is `LanguageTable`'s (the same languages, per row)."""
+    if languages is None and target is not None:
+        raise LanguageError("target", f"target language {target!r}: the model translates "
+                            "into one language (it has no language tokens)")
+    reads_source = languages is not None and languages.source_language_token
+    if source is not None and not reads_source:
+        raise LanguageError("source", f"source language {source!r}: the model reads no "
+                            "source language (only models such as NLLB-200 and M2M-100 do)")
     if languages is None:
-        if target is not None:
-            raise LanguageError("target", f"target language {target!r}: the model translates "
-                                "into one language (it has no language tokens)")
-    elif target is None and not languages.optional:
-        raise LanguageError("target", "target language: needed, the model translates into "
-                            f"{', '.join(sorted(languages.token_ids))}")
-    if languages is None or not languages.source_language_token:
-        if source is not None:
-            raise LanguageError("source", f"source language {source!r}: the model reads no "
-                                "source language (only models such as NLLB-200 and M2M-100 do)")
-        if languages is None:
-            return AskedLanguages()
-    elif source is None:
-        raise LanguageError("source", "source language: needed, the model translates from "
-                            f"{', '.join(sorted(languages.token_ids))}")
+        return AskedLanguages()
+    known = ", ".join(sorted(languages.token_ids))
+    if target is None and not languages.optional:
+        raise LanguageError("target", f"target language: needed, the model translates into "
+                            f"{known}")
+    if source is None and reads_source:
+        raise LanguageError("source", f"source language: needed, the model translates from "
+                            f"{known}")
     target = _model_code(languages, "target", target or "")
-    asked = AskedLanguages(target, target_id=_checked(languages.token_id, "target", target))
+    target_id = _checked(languages.token_id, "target", target)
     if source is None:
-        return asked
+        return AskedLanguages(target, None, target_id, None)
     source = _model_code(languages, "source", source)
-    return AskedLanguages(asked.target, source, asked.target_id,
+    return AskedLanguages(target, source, target_id,
                           _checked(languages.source_token_id, "source", source))
 
 

@@ -57,16 +57,16 @@ def assign_in_rows(variable, value: np.ndarray | RowBlocks, rows_bytes: int = RO
     made of each block is that size, not the whole matrix's (an import's peak memory: NLLB's
     embedding is 1 GB), and `RowBlocks` are read a block at a time."""
     shape = tuple(variable.shape)
-    if isinstance(value, RowBlocks) and value.shape != shape:
+    if tuple(value.shape) != shape:
         raise ValueError(f"import: {variable.path} has shape {shape}, its weight {value.shape}")
+    rows = value.rows if isinstance(value, RowBlocks) else lambda start, stop: value[start:stop]
     row_bytes = 4 * int(np.prod(shape[1:]))
     if not shape or row_bytes * shape[0] <= rows_bytes:
-        variable.assign(value.rows(0, shape[0]) if isinstance(value, RowBlocks) else value)
+        variable.assign(rows(0, shape[0]) if shape else value)
         return
     step = max(1, rows_bytes // row_bytes)
     for start in range(0, shape[0], step):
-        block = (value.rows(start, start + step) if isinstance(value, RowBlocks)
-                 else value[start:start + step])
+        block = rows(start, start + step)
         # a scatter of the rows: a slice's assign would read the whole variable first (a copy
         # of it, once TensorFlow reads the variable in copy-on-read mode)
         variable.value.scatter_update(tf.IndexedSlices(
