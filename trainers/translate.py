@@ -37,7 +37,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Optional, Sequence, TextIO
+from typing import Optional, Sequence, TextIO
 
 from keras_transformer.data.text_files import read_raw_lines
 from keras_transformer.decoding.terminology import Glossary, read_constraints, sentence_terms
@@ -111,19 +111,20 @@ def load_translator(args: argparse.Namespace) -> LineTranslator:
                        source_language=args.source_language)
 
 
-def translate_lines(translator: LineTranslator, lines: list[bytes], args: argparse.Namespace,
-                    progress: CountProgress, prefixes: Optional[list[bytes]] = None,
-                    terms: Optional[list[str]] = None,
-                    on_missing: Optional[Callable[[int, list[str]], None]] = None,
-                    on_scores: Optional[Callable[[int, dict], None]] = None) -> list[str]:
-    """The output lines (without newlines) for `lines` (each starting with its line of
-    `prefixes`, or containing its `terms`, when given; `on_missing` told of the terms a line's
-    translation lacks, `on_scores` given each line's confidence), in their order."""
-    if not args.nbest:
-        return best_lines(translator, lines, batch_size=args.batch_size,
-                          batch_tokens=args.batch_tokens, prefixes=prefixes,
-                          on_batch=progress.advance, terms=terms, on_missing=on_missing,
-                          on_scores=on_scores)
+def nbest_lines(translator: LineTranslator, lines: list[bytes], args: argparse.Namespace,
+                progress: CountProgress) -> list[str]:
+    """The `--nbest` output of `lines`, in their order.
+
+    Args:
+        translator: what translates.
+        lines: raw input lines.
+        args: the command line's options (`--nbest`, `--batch-size`, `--batch-tokens`).
+        progress: advanced by each batch's size.
+
+    Returns:
+        For each line its `args.nbest` lines `INDEX ||| TRANSLATION ||| SCORE` (joined by
+        newlines), best first.
+    """
     outputs: list[str] = [""] * len(lines)
     lengths = [len(line.split()) for line in lines]
     for batch in length_batches(lengths, args.batch_size, args.batch_tokens):
@@ -133,6 +134,36 @@ def translate_lines(translator: LineTranslator, lines: list[bytes], args: argpar
                                        for text, score in hypotheses)
         progress.advance(len(batch))
     return outputs
+
+
+def check_translator(args: argparse.Namespace, translator: LineTranslator,
+                     terms: list[Optional[list[str]]]) -> None:
+    """Checks that the model serves the flags given.
+
+    Args:
+        args: the command line's options.
+        translator: the loaded model (`load_translator`).
+        terms: each input's terms (`read_terms`).
+
+    Raises:
+        ValueError naming the flag the model cannot serve: `--terms` or `--constraints`,
+        `--scores`, `--nbest` beyond the beam, `--prefix`.
+    """
+    if terms[0] is not None and not translator.takes_terms:
+        raise ValueError(f"--{'terms' if args.terms else 'constraints'}: {args.model} has "
+                         "no constrained search (CTranslate2 and LiteRT exports have none, "
+                         "nor SavedModels exported before it); translate with the run "
+                         "directory or a SavedModel exported by this version")
+    if args.scores and not translator.takes_scores:
+        raise ValueError(f"--scores: {args.model} gives no word scores (CTranslate2 and "
+                         "LiteRT exports do not, nor SavedModels exported before it); use "
+                         "the run directory or a SavedModel exported by this version")
+    if args.nbest > 1 and args.nbest > translator.beam_size:  # every search keeps one
+        raise ValueError(f"--nbest: {args.nbest} exceeds the beam size "
+                         f"{translator.beam_size}")
+    if args.prefix and not translator.takes_prefixes:
+        raise ValueError(f"--prefix: {args.model} has no translate_with_prefix signature "
+                         "(exported by an older version); export it again")
 
 
 def write_json_lines(path: str, records: list[dict]) -> None:
@@ -183,21 +214,7 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) 
         prefixes = read_prefixes(args, inputs)
         terms = read_terms(args, inputs)
         translator = load_translator(args)
-        if terms[0] is not None and not translator.takes_terms:
-            raise ValueError(f"--{'terms' if args.terms else 'constraints'}: {args.model} has "
-                             "no constrained search (CTranslate2 and LiteRT exports have none, "
-                             "nor SavedModels exported before it); translate with the run "
-                             "directory or a SavedModel exported by this version")
-        if args.scores and not translator.takes_scores:
-            raise ValueError(f"--scores: {args.model} gives no word scores (CTranslate2 and "
-                             "LiteRT exports do not, nor SavedModels exported before it); use "
-                             "the run directory or a SavedModel exported by this version")
-        if args.nbest > 1 and args.nbest > translator.beam_size:  # every search keeps one
-            raise ValueError(f"--nbest: {args.nbest} exceeds the beam size "
-                             f"{translator.beam_size}")
-        if args.prefix and not translator.takes_prefixes:
-            raise ValueError(f"--prefix: {args.model} has no translate_with_prefix signature "
-                             "(exported by an older version); export it again")
+        check_translator(args, translator, terms)
     except (ValueError, FileNotFoundError, OSError) as error:
         print(f"kt-translate: error: {error}", file=sys.stderr)
         return 2
@@ -219,9 +236,11 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) 
 
         def scored(index: int, record: dict) -> None:
             records[index] = record
-        text = "".join(line + "\n" for line in translate_lines(
-            translator, lines, args, progress, prefixes[position], terms[position], missing,
-            scored if args.scores else None))
+        outputs = nbest_lines(translator, lines, args, progress) if args.nbest else best_lines(
+            translator, lines, batch_size=args.batch_size, batch_tokens=args.batch_tokens,
+            prefixes=prefixes[position], on_batch=progress.advance, terms=terms[position],
+            on_missing=missing, on_scores=scored if args.scores else None)
+        text = "".join(line + "\n" for line in outputs)
         if args.scores:
             write_json_lines(args.scores[position], records)
         if args.output:

@@ -157,62 +157,61 @@ class LineTranslator:
         """Whether `best` can force prefixes (exports written before that signature cannot)."""
         return self._translate_prefixed is not None
 
+    @property
+    def takes_terms(self) -> bool:
+        """Whether `best_lines` can constrain translations to terms (a SavedModel export, a
+        run)."""
+        return self._translate_terms is not None
+
+    @property
+    def takes_scores(self) -> bool:
+        """Whether `best_lines` can give word scores (a SavedModel export, a run)."""
+        return self._translate_scored is not None
+
+    def best_function(self, terms: bool = False, scores: bool = False, prefixes: bool = False
+                      ) -> Callable[..., dict]:
+        """The backend's function of a batch of best translations (its inputs `[batch]`
+        strings, its outputs a dict of tensors), the first one asked for.
+
+        Args:
+            terms: of the texts and their target phrases separated by tabs (-> `translation`,
+                `score`, `missing_terms`).
+            scores: of the texts, with how sure the model is (-> `translation`, `score`,
+                `confidence`, `words`, `word_scores`).
+            prefixes: of the texts and their prefixes (-> `translation`, `score`); with none
+                asked for, of the texts alone (-> `translation`, `score`).
+
+        Returns:
+            The function; ValueError when the backend has none (`takes_terms`,
+            `takes_scores`, `takes_prefixes`).
+        """
+        if terms:
+            function, lacking = self._translate_terms, (
+                "terms: this model has no constrained search (a SavedModel exported by this "
+                "version or a run directory has)")
+        elif scores:
+            function, lacking = self._translate_scored, (
+                "scores: this model gives no word scores (a SavedModel exported by this "
+                "version or a run directory does)")
+        elif prefixes:
+            function, lacking = self._translate_prefixed, (
+                "prefixes: this export has no translate_with_prefix signature; export it "
+                "again with this version")
+        else:
+            return self._translate_text
+        if function is None:
+            raise ValueError(lacking)
+        return function
+
     def best(self, texts: Sequence[bytes], prefixes: Optional[Sequence[bytes]] = None
              ) -> tuple[list[bytes], list[float]]:
         """The best translation (UTF-8) and score of each text, starting with its prefix when
         `prefixes` are given (b"" leaves a text free); invalid UTF-8 is decoded with U+FFFD
         replacements, an empty text gets an empty translation."""
-        texts = tf.constant(list(texts), tf.string)
-        if prefixes is None:
-            outputs = self._translate_text(texts)
-        elif self._translate_prefixed is None:
-            raise ValueError("prefixes: this export has no translate_with_prefix signature; "
-                             "export it again with this version")
-        else:
-            outputs = self._translate_prefixed(texts, tf.constant(list(prefixes), tf.string))
+        columns = [texts] if prefixes is None else [texts, prefixes]
+        outputs = self.best_function(prefixes=prefixes is not None)(
+            *(tf.constant(list(column), tf.string) for column in columns))
         return outputs["translation"].numpy().tolist(), outputs["score"].numpy().tolist()
-
-    @property
-    def takes_terms(self) -> bool:
-        """Whether `with_terms` can constrain translations (a SavedModel export, a run)."""
-        return self._translate_terms is not None
-
-    def with_terms(self, texts: Sequence[bytes], terms: Sequence[str]
-                   ) -> tuple[list[bytes], list[float], list[list[str]]]:
-        """The best translation (UTF-8) and score of each text that contains its `terms`
-        (target phrases separated by tabs; "" leaves a text free), and the phrases each does
-        not contain (the length limit came first)."""
-        if self._translate_terms is None:
-            raise ValueError("terms: this model has no constrained search (a SavedModel "
-                             "exported by this version or a run directory has)")
-        outputs = self._translate_terms(tf.constant(list(texts), tf.string),
-                                        tf.constant(list(terms), tf.string))
-        missing = [[phrase for phrase in row.decode("utf-8").split(TERM_SEPARATOR) if phrase]
-                   for row in outputs["missing_terms"].numpy().tolist()]
-        return (outputs["translation"].numpy().tolist(), outputs["score"].numpy().tolist(),
-                missing)
-
-    @property
-    def takes_scores(self) -> bool:
-        """Whether `with_scores` can give word scores (a SavedModel export, a run)."""
-        return self._translate_scored is not None
-
-    def with_scores(self, texts: Sequence[bytes]) -> tuple[list[bytes], list[dict]]:
-        """The best translation (UTF-8) of each text and how sure the model is of it:
-        `{"score": search score, "sentence": confidence, "words": [[word, score], ...]}`
-        (`Translator.translate_with_scores`)."""
-        if self._translate_scored is None:
-            raise ValueError("scores: this model gives no word scores (a SavedModel exported "
-                             "by this version or a run directory does)")
-        outputs = self._translate_scored(tf.constant(list(texts), tf.string))
-        records = [{"score": score, "sentence": sentence,
-                    "words": [[word.decode("utf-8"), value]
-                              for word, value in zip(words, values) if word]}
-                   for score, sentence, words, values in zip(
-                       outputs["score"].numpy().tolist(), outputs["confidence"].numpy().tolist(),
-                       outputs["words"].numpy().tolist(),
-                       outputs["word_scores"].numpy().tolist())]
-        return outputs["translation"].numpy().tolist(), records
 
     def nbest(self, texts: Sequence[bytes], k: int) -> list[list[tuple[bytes, float]]]:
         """The `k` best (translation, score) pairs of each text, best first."""
@@ -313,33 +312,51 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
         prefixes: optional, one per line: the start forced on its translation.
         on_batch: called with each batch's size after it is translated.
         terms: optional, one per line: the target phrases its translation must contain
-            (tab-separated; `LineTranslator.with_terms`).
+            (tab-separated).
         on_missing: called with a line's index and the terms its translation lacks.
         on_scores: when given (and no `terms`), called with each line's index and its
-            translation's confidence record (`LineTranslator.with_scores`).
+            translation's confidence record (`Translator.translate_with_scores`).
 
     Returns:
         One output line per input line.
     """
+    translate = translator.best_function(terms=terms is not None, scores=on_scores is not None,
+                                         prefixes=prefixes is not None)
+    extra = terms if terms is not None else prefixes if on_scores is None else None
+    columns = [lines] if extra is None else [lines, extra]
     outputs = [""] * len(lines)
-    lengths = [len(line.split()) for line in lines]
-    for batch in length_batches(lengths, batch_size, batch_tokens):
-        texts = [lines[index] for index in batch]
+    for batch in length_batches([len(line.split()) for line in lines], batch_size,
+                                batch_tokens):
+        found = translate(*(tf.constant([column[index] for index in batch], tf.string)
+                            for column in columns))
+        for index, text in zip(batch, found["translation"].numpy().tolist()):
+            outputs[index] = output_line(text)
         if terms is not None:
-            translations, _, missing = translator.with_terms(texts,
-                                                             [terms[index] for index in batch])
-            for index, lacking in zip(batch, missing):
+            for index, lacking in zip(batch, _missing_terms(found)):
                 if lacking and on_missing is not None:
                     on_missing(index, lacking)
         elif on_scores is not None:
-            translations, records = translator.with_scores(texts)
-            for index, record in zip(batch, records):
+            for index, record in zip(batch, _confidence_records(found)):
                 on_scores(index, record)
-        else:
-            translations, _ = translator.best(
-                texts, None if prefixes is None else [prefixes[index] for index in batch])
-        for index, text in zip(batch, translations):
-            outputs[index] = output_line(text)
         if on_batch is not None:
             on_batch(len(batch))
     return outputs
+
+
+def _missing_terms(outputs: dict) -> list[list[str]]:
+    """The phrases each translation of a batch with terms does not contain (its
+    `missing_terms`: the length limit came first)."""
+    return [[phrase for phrase in row.decode("utf-8").split(TERM_SEPARATOR) if phrase]
+            for row in outputs["missing_terms"].numpy().tolist()]
+
+
+def _confidence_records(outputs: dict) -> list[dict]:
+    """How sure the model is of each translation of a batch with scores:
+    `{"score": search score, "sentence": confidence, "words": [[word, score], ...]}`
+    (`Translator.translate_with_scores`)."""
+    return [{"score": score, "sentence": sentence,
+             "words": [[word.decode("utf-8"), value]
+                       for word, value in zip(words, values) if word]}
+            for score, sentence, words, values in zip(
+                outputs["score"].numpy().tolist(), outputs["confidence"].numpy().tolist(),
+                outputs["words"].numpy().tolist(), outputs["word_scores"].numpy().tolist())]
