@@ -142,7 +142,7 @@ class Translator(tf.Module):
                    source_language: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `translation` `[batch]` strings and `score` `[batch]`."""
         tokens, source_tokens = self._tokens(target_language, source_language, text)
-        best = self._translate_ragged(self._pieces(text), tokens, source_tokens)
+        best = self._search(self._pieces(text), tokens, source_tokens)
         return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"]}
 
     def _translate_nbest(self, text: tf.Tensor, target_language: Optional[tf.Tensor] = None,
@@ -150,7 +150,7 @@ class Translator(tf.Module):
         """`text` `[batch]` -> `nbest_translations` `[batch, beam]` strings and `nbest_scores`
         `[batch, beam]`, best first."""
         tokens, source_tokens = self._tokens(target_language, source_language, text)
-        result = self._translate_ragged(self._pieces(text), tokens, source_tokens)
+        result = self._search(self._pieces(text), tokens, source_tokens)
         ids = result["nbest_ids"]
         shape = tf.shape(ids)
         # Not [-1, len]: for an empty batch, [0, beam, 0] ids would reshape to [beam, 0].
@@ -168,9 +168,8 @@ class Translator(tf.Module):
         of `languages` the language token first) and `alignment` `[batch, T]` int32: for each
         target piece the index of the source piece it is aligned to (-1 after the end)."""
         tokens, source_tokens = self._tokens(target_language, source_language, text)
-        source_ids, empty = self._source_ids(self._pieces(text), tokens, source_tokens)
-        best = self._translate_source(source_ids, empty, self._prefix_ids(None, tokens))
-        ids = best["ids"]
+        best = self._search(self._pieces(text), tokens, source_tokens)
+        source_ids, ids = best["source_ids"], best["searched_ids"]
         target_in = tf.concat([tf.fill([tf.shape(ids)[0], 1], BOS_ID), ids[:, :-1]], axis=1)
         attention = self.model.attention_weights(source_ids, target_in)["encoder_decoder"]
         heads_mean = tf.reduce_mean(attention[self.alignment_layer], axis=1)  # [b, T, S]
@@ -181,8 +180,7 @@ class Translator(tf.Module):
         alignment = tf.where(target_real, tf.argmax(heads_mean, axis=-1, output_type=tf.int32),
                              -1)
         pieces = tf.where(target_real, self.tokenizer.pieces(ids), "")
-        return {"translation": self.tokenizer.detokenize(self._without_tokens(ids, tokens)),
-                "score": best["score"],
+        return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"],
                 "target_pieces": self._without_tokens(pieces, tokens, ""),
                 "source_pieces": tf.where(source_ids != PAD_ID,
                                           self.tokenizer.source_pieces_of(source_ids), ""),
@@ -198,11 +196,8 @@ class Translator(tf.Module):
         The prefix is tokenized like any target text (`tokenize_target`) and forced on every
         hypothesis; the search continues after it as usual (an empty source still gets "")."""
         tokens, source_tokens = self._tokens(target_language, source_language, text)
-        best = self._translate_source(*self._source_ids(self._pieces(text), tokens,
-                                                        source_tokens),
-                                      self._prefix_ids(prefix, tokens))
-        ids = self._without_tokens(best["ids"], tokens)
-        return {"translation": self.tokenizer.detokenize(ids), "score": best["score"]}
+        best = self._search(self._pieces(text), tokens, source_tokens, prefix=prefix)
+        return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"]}
 
     def _translate_with_terms(self, text: tf.Tensor, terms: tf.Tensor,
                               target_language: Optional[tf.Tensor] = None,
@@ -223,13 +218,10 @@ class Translator(tf.Module):
         pieces = model_input_ids(text_pieces(self.tokenizer, phrases.flat_values, target=True),
                                  self.model.config.output_vocab_size, self.model.config.max_length)
         constraints = tf.RaggedTensor.from_row_lengths(pieces, phrases.row_lengths())
-        source_ids, empty = self._source_ids(self._pieces(text), tokens, source_tokens)
-        best = self._translate_source(source_ids, empty, self._prefix_ids(None, tokens),
-                                      constraints.to_tensor(default_value=PAD_ID))
+        best = self._search(self._pieces(text), tokens, source_tokens,
+                            constraints=constraints.to_tensor(default_value=PAD_ID))
         missing = tf.RaggedTensor.from_tensor(best["unplaced"], lengths=phrases.row_lengths())
-        return {"translation": self.tokenizer.detokenize(self._without_tokens(best["ids"],
-                                                                              tokens)),
-                "score": best["score"],
+        return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"],
                 "missing_terms": tf.strings.reduce_join(tf.ragged.boolean_mask(phrases, missing),
                                                         axis=1, separator=TERM_SEPARATOR)}
 
@@ -244,11 +236,10 @@ class Translator(tf.Module):
         are `model`'s, teacher-forced over the whole vocabulary (not an ensemble's or a
         shortlist's)."""
         tokens, source_tokens = self._tokens(target_language, source_language, text)
-        source_ids, empty = self._source_ids(self._pieces(text), tokens, source_tokens)
-        best = self._translate_source(source_ids, empty, self._prefix_ids(None, tokens))
-        log_probs = token_log_probs(self.model, source_ids, best["ids"])
-        ids = self._without_tokens(best["ids"], tokens)
-        log_probs = self._without_tokens(log_probs, tokens, 0.0)
+        best = self._search(self._pieces(text), tokens, source_tokens)
+        ids = best["ids"]
+        log_probs = self._without_tokens(
+            token_log_probs(self.model, best["source_ids"], best["searched_ids"]), tokens, 0.0)
         real = tf.not_equal(ids, PAD_ID) & tf.not_equal(ids, EOS_ID)
         words, scores, sentence = word_scores(self.tokenizer.pieces(ids), log_probs, real)
         return {"translation": self.tokenizer.detokenize(ids), "score": best["score"],
@@ -261,18 +252,9 @@ class Translator(tf.Module):
         `[batch, len]` (EOS-terminated, 0-padded), `score` `[batch]`, and the n-best
         `nbest_ids` `[batch, beam, len]` and `nbest_scores` `[batch, beam]`."""
         tokens, source_tokens = self._tokens(target_language, source_language, source_ids)
-        return self._translate_ragged(tf.RaggedTensor.from_tensor(source_ids, padding=PAD_ID),
-                                      tokens, source_tokens)
-
-    def _translate_ragged(self, pieces: tf.RaggedTensor, tokens: Optional[tf.Tensor] = None,
-                          source_tokens: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
-        """The search's result for source `pieces` (`tokens`: each row's target-language
-        token, `source_tokens` its source language's, `_tokens`), its ids without the
-        tokens."""
-        result = self._translate_source(*self._source_ids(pieces, tokens, source_tokens),
-                                        self._prefix_ids(None, tokens))
-        return {**result, **{key: self._without_tokens(result[key], tokens)
-                             for key in ("ids", "nbest_ids")}}
+        result = self._search(tf.RaggedTensor.from_tensor(source_ids, padding=PAD_ID), tokens,
+                              source_tokens)
+        return {key: result[key] for key in ("ids", "score", "nbest_ids", "nbest_scores")}
 
     def _tokens(self, target_language: Optional[tf.Tensor],
                 source_language: Optional[tf.Tensor], rows: tf.Tensor
@@ -331,19 +313,33 @@ class Translator(tf.Module):
         source_ids = tf.concat([pieces, eos], axis=1).to_tensor(default_value=PAD_ID)
         return source_ids, empty
 
-    def _translate_source(self, source_ids: tf.Tensor, empty: tf.Tensor,
-                          prefix_ids: Optional[tf.Tensor] = None,
-                          constraints: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
-        """The search's best and n-best ids and scores of `source_ids` (`_source_ids`; an
-        `empty` source's: PAD and 0), each hypothesis starting with `prefix_ids`; with
-        `constraints` `[batch, C, L]` (target phrases' ids) the constrained search (a beam
-        search of the settings' beam size, also where the settings sample), and the
-        best's `unplaced` `[batch, C]` (every phrase of an empty source)."""
-        search = run_search
+    def _search(self, pieces: tf.RaggedTensor, tokens: Optional[tf.Tensor] = None,
+                source_tokens: Optional[tf.Tensor] = None, prefix: Optional[tf.Tensor] = None,
+                constraints: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
+        """The search over the sources of `pieces`, its XLA-compiled form with `jit_compile`.
+
+        Args:
+            pieces: each row's source subword ids.
+            tokens: each row's target-language token (`_tokens`; None: a model of one).
+            source_tokens: each row's source-language token (`_tokens`; None: none).
+            prefix: optional `[batch]` target texts every hypothesis of the row starts with.
+            constraints: optional `[batch, C, L]` target phrases' ids: the constrained search
+                (a beam search of the settings' beam size, also where the settings sample).
+
+        Returns:
+            `source_ids` (the search's input, `_source_ids`), the best's `ids` and `score`,
+            the n-best `nbest_ids` and `nbest_scores` (an empty source's: PAD and 0), the ids
+            without the tokens (`_without_tokens`); `searched_ids`, the best's ids as searched
+            (the tokens kept); with `constraints`, the best's `unplaced` `[batch, C]` (every
+            phrase of an empty source).
+        """
+        source_ids, empty = self._source_ids(pieces, tokens, source_tokens)
+        prefix_ids = self._prefix_ids(prefix, tokens)
+        search, searched_source = run_search, source_ids
         if self.jit_compile:
             # XLA compiles once per input shape: padded widths bound the shapes a server sees.
             search = run_search_xla
-            source_ids = self._padded_width(source_ids)
+            searched_source = self._padded_width(source_ids)
             prefix_ids = None if prefix_ids is None else self._padded_width(prefix_ids)
             if constraints is not None:
                 constraints = tf.transpose(self._padded_width(tf.transpose(
@@ -352,13 +348,14 @@ class Translator(tf.Module):
         settings = self.settings
         if constraints is not None and settings.sampling:
             settings = dataclasses.replace(settings, sampling=False)
-        result = search(models, source_ids, settings, prefix_ids=prefix_ids,
+        result = search(models, searched_source, settings, prefix_ids=prefix_ids,
                         shortlist=self.shortlist, static_shapes=self.jit_compile,
                         constraints=constraints)
         ids = tf.where(empty[:, :, None], PAD_ID, result.ids)
         scores = tf.where(empty, 0.0, result.scores)
-        found = {"ids": ids[:, 0], "score": scores[:, 0], "nbest_ids": ids,
-                 "nbest_scores": scores}
+        found = {"source_ids": source_ids, "ids": self._without_tokens(ids[:, 0], tokens),
+                 "score": scores[:, 0], "nbest_ids": self._without_tokens(ids, tokens),
+                 "nbest_scores": scores, "searched_ids": ids[:, 0]}
         if constraints is not None:
             present = tf.reduce_any(tf.not_equal(constraints, PAD_ID), axis=2)
             found["unplaced"] = (result.unplaced[:, 0] | empty) & present
