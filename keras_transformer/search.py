@@ -167,13 +167,14 @@ def beam(step: StepFunction, state: State, limits: tf.Tensor, buffer_length: tf.
         # hypothesis can still score is its log-prob over the penalty at the sentence's limit.
         best_alive = tf.reduce_max(alive_log_probs, axis=1)
         hopeless = best_alive / best_limit_penalty < tf.reduce_min(finished[1], axis=1)
-        done = done | hopeless | tf.equal(best_alive, NEG_INF)
         state = reorder(state, tf.reshape(origin + row_offsets, [-1]))
-        return (sequences, alive_log_probs, finished, state, progress), done
+        return _next_position(position, (sequences, alive_log_probs, finished, state, progress),
+                              done | hopeless | tf.equal(best_alive, NEG_INF), (carried, done))
 
-    carried = (sequences, alive_log_probs, finished, state, progress)
-    _, _, finished, _, _ = _search_loop(advance, carried, tf.zeros([batch], tf.bool),
-                                        buffer_length)
+    loop = (tf.constant(0), (sequences, alive_log_probs, finished, state, progress),
+            tf.zeros([batch], tf.bool))
+    _, (_, _, finished, _, _), _ = tf.while_loop(_searching(buffer_length), advance, loop,
+                                                 maximum_iterations=buffer_length)
     result = _result(*finished[:3])
     if constraints is None:
         return result
@@ -183,19 +184,50 @@ def beam(step: StepFunction, state: State, limits: tf.Tensor, buffer_length: tf.
 def greedy(step: StepFunction, state: State, limits: tf.Tensor,
            buffer_length: tf.Tensor, length_penalty: float = 0.6, eos_id: int = EOS_ID,
            prefix_ids: Optional[tf.Tensor] = None,
-           vocabulary_ids: Optional[tf.Tensor] = None) -> DecodeResult:
+           vocabulary_ids: Optional[tf.Tensor] = None, hypotheses: int = 1,
+           choose: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
+           ) -> DecodeResult:
     """The most likely next token at every position: `beam` with one beam, without
-    its bookkeeping (same tokens and scores). Arguments as `beam`'s; the state is
-    never reordered.
+    its bookkeeping (same tokens and scores). Each hypothesis is extended at every position
+    until it emits `eos_id` or reaches its sentence's limit.
+
+    Args:
+        step, state, limits, buffer_length, length_penalty, eos_id, prefix_ids,
+            vocabulary_ids: as `beam`'s, the step called with `[batch, hypotheses]` tokens
+            and the state holding `batch * hypotheses` rows (never reordered).
+        hypotheses: independent hypotheses per sentence.
+        choose: `(log_probs, position)` -> the candidate each hypothesis is extended by,
+            `[batch, hypotheses]` indices into the candidates (default: the most likely;
+            `sampling` draws).
 
     Returns:
-        A `DecodeResult` with n = 1.
+        A `DecodeResult` with n = `hypotheses`.
     """
-    def most_likely(log_probs, position):
-        return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+    batch = tf.shape(limits)[0]
+    positions = tf.range(buffer_length + 1)
 
-    return _token_by_token(step, state, limits, buffer_length, most_likely, 1, length_penalty,
-                           eos_id, prefix_ids, vocabulary_ids)
+    def advance(position, carried, done):
+        sequences, log_prob_sums, lengths, state = carried
+        log_probs, state = step(tf.gather(sequences, position, axis=2), position, state)
+        log_probs = _force_prefix(log_probs, prefix_ids, position, vocabulary_ids)
+        chosen = (tf.argmax(log_probs, axis=-1, output_type=tf.int32) if choose is None
+                  else choose(log_probs, position))
+        token_log_probs = tf.gather(log_probs, chosen, batch_dims=2)
+        tokens = tf.where(done, PAD_ID, _emitted(chosen, vocabulary_ids))
+        sequences = tf.where(positions == position + 1, tokens[:, :, None], sequences)
+        log_prob_sums = tf.where(done, log_prob_sums, log_prob_sums + token_log_probs)
+        lengths = tf.where(done, lengths, position + 1)
+        return _next_position(
+            position, (sequences, log_prob_sums, lengths, state),
+            done | tf.equal(tokens, eos_id) | (position + 1 >= limits)[:, None], (carried, done))
+
+    loop = (tf.constant(0), (_start_sequences(batch, hypotheses, buffer_length),
+                             tf.zeros([batch, hypotheses]),
+                             tf.zeros([batch, hypotheses], tf.int32), state),
+            tf.zeros([batch, hypotheses], tf.bool))
+    _, (sequences, log_prob_sums, lengths, _), _ = tf.while_loop(
+        _searching(buffer_length), advance, loop, maximum_iterations=buffer_length)
+    return _result(sequences, log_prob_sums / length_divisor(lengths, length_penalty), lengths)
 
 
 def sampling(step: StepFunction, state: State, limits: tf.Tensor,
@@ -236,8 +268,8 @@ def sampling(step: StepFunction, state: State, limits: tf.Tensor,
         return tf.argmax(reshaped + _gumbel_noise(keys, position, scored), axis=-1,
                          output_type=tf.int32)
 
-    return _token_by_token(step, state, limits, buffer_length, draw, num_samples,
-                           length_penalty, eos_id, prefix_ids, vocabulary_ids)
+    return greedy(step, state, limits, buffer_length, length_penalty, eos_id, prefix_ids,
+                  vocabulary_ids, hypotheses=num_samples, choose=draw)
 
 
 def sampling_log_probs(log_probs: tf.Tensor, temperature: float = 1.0, top_k: int = 0,
@@ -299,37 +331,6 @@ def _gumbel_noise(keys: tf.Tensor, position: tf.Tensor, candidate_ids: tf.Tensor
     return -tf.math.log(-tf.math.log(uniform))
 
 
-def _token_by_token(step: StepFunction, state: State, limits: tf.Tensor,
-                    buffer_length: tf.Tensor, choose: Callable, hypotheses: int,
-                    length_penalty: float, eos_id: int, prefix_ids: Optional[tf.Tensor],
-                    vocabulary_ids: Optional[tf.Tensor]) -> DecodeResult:
-    """The loop of the greedy and sampling searches: `hypotheses` independent hypotheses per
-    sentence, each extended at every position by the candidate `choose(log_probs, position)`
-    picks (`[batch, hypotheses]` indices into the candidates), until it emits `eos_id` or
-    reaches its sentence's limit. Other arguments as `beam`'s."""
-    batch = tf.shape(limits)[0]
-    positions = tf.range(buffer_length + 1)
-
-    def advance(position, carried, done):
-        sequences, log_prob_sums, lengths, state = carried
-        log_probs, state = step(tf.gather(sequences, position, axis=2), position, state)
-        log_probs = _force_prefix(log_probs, prefix_ids, position, vocabulary_ids)
-        chosen = choose(log_probs, position)
-        token_log_probs = tf.gather(log_probs, chosen, batch_dims=2)
-        tokens = tf.where(done, PAD_ID, _emitted(chosen, vocabulary_ids))
-        sequences = tf.where(positions == position + 1, tokens[:, :, None], sequences)
-        log_prob_sums = tf.where(done, log_prob_sums, log_prob_sums + token_log_probs)
-        lengths = tf.where(done, lengths, position + 1)
-        done = done | tf.equal(tokens, eos_id) | (position + 1 >= limits)[:, None]
-        return (sequences, log_prob_sums, lengths, state), done
-
-    carried = (_start_sequences(batch, hypotheses, buffer_length),
-               tf.zeros([batch, hypotheses]), tf.zeros([batch, hypotheses], tf.int32), state)
-    sequences, log_prob_sums, lengths, _ = _search_loop(
-        advance, carried, tf.zeros([batch, hypotheses], tf.bool), buffer_length)
-    return _result(sequences, log_prob_sums / length_divisor(lengths, length_penalty), lengths)
-
-
 def _start_sequences(batch, beam_size: int, buffer_length) -> tf.Tensor:
     """`[batch, beam_size, buffer_length + 1]`: the start token, then PAD."""
     return tf.concat([tf.fill([batch, beam_size, 1], BOS_ID),
@@ -374,29 +375,34 @@ def _merge_finished(finished: tuple, new: tuple, length, beam_size: int) -> tupl
     return tuple(tf.gather(part, keep, batch_dims=1) for part in merged)
 
 
-def _search_loop(advance: Callable[[tf.Tensor, Any, tf.Tensor], tuple[Any, tf.Tensor]],
-                 carried: Any, done: tf.Tensor, buffer_length: tf.Tensor) -> Any:
-    """Runs `advance(position, carried, done) -> (carried, done)` for position = 0, 1, ...
-    while a sentence (`done`: `[batch]` or `[batch, hypotheses]` bool) is not done, at most `buffer_length` times, and
-    returns the last `carried` (tensors whose shapes never change; gathers lose static sizes,
-    e.g. a batch of 0, which are restored)."""
-
-    def keep_shapes(new: Any, old: Any) -> Any:
-        def restore(new_tensor: tf.Tensor, old_tensor: tf.Tensor) -> tf.Tensor:
-            new_tensor.set_shape(old_tensor.shape)
-            return new_tensor
-        return tf.nest.map_structure(restore, new, old)
-
-    def body(position, carried, done):
-        new_carried, new_done = advance(position, carried, done)
-        return position + 1, keep_shapes(new_carried, carried), keep_shapes(new_done, done)
-
-    def not_done(position, carried, done):
+def _searching(buffer_length: tf.Tensor) -> Callable[[tf.Tensor, Any, tf.Tensor], tf.Tensor]:
+    """The condition of a search's `tf.while_loop` over `(position, carried, done)` from
+    position 0: a position within `buffer_length` left and a sentence (`done`: `[batch]` or
+    `[batch, hypotheses]` bool) not done."""
+    def searching(position, carried, done):
         return tf.logical_and(position < buffer_length, tf.logical_not(tf.reduce_all(done)))
+    return searching
 
-    _, carried, _ = tf.while_loop(not_done, body, (tf.constant(0), carried, done),
-                                  maximum_iterations=buffer_length)
-    return carried
+
+def _next_position(position: tf.Tensor, carried: Any, done: tf.Tensor,
+                   before: tuple[Any, tf.Tensor]) -> tuple[tf.Tensor, Any, tf.Tensor]:
+    """A search loop's variables after `position` (its `tf.while_loop` body's outputs).
+
+    Args:
+        position: the position just searched.
+        carried: what the search carries to the next position.
+        done: which sentences (or hypotheses) are done.
+        before: the `(carried, done)` the position started from, whose static shapes the new
+            ones take (their shapes never change, but gathers lose static sizes, e.g. a batch
+            of 0).
+
+    Returns:
+        `(position + 1, carried, done)`.
+    """
+    def restore(tensor: tf.Tensor, old: tf.Tensor) -> tf.Tensor:
+        tensor.set_shape(old.shape)
+        return tensor
+    return (position + 1, *tf.nest.map_structure(restore, (carried, done), before))
 
 
 def _result(sequences: tf.Tensor, scores: tf.Tensor, lengths: tf.Tensor) -> DecodeResult:
