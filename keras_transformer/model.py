@@ -7,7 +7,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_transformer.config import PAD_ID, TransformerConfig
+from keras_transformer.config import BOS_ID, PAD_ID, TransformerConfig
 from keras_transformer.layers import (DecoderLayer, EncoderLayer, HeadsDense, HookDropout,
                                       LayerNorm, LearnedPositionalEmbedding, ScaledEmbedding,
                                       SinusoidalPositionalEncoding)
@@ -40,6 +40,8 @@ class DecodingConstants(NamedTuple):
     cross_mask: `[batch, 1, src_len]`, True on real source tokens.
     positions: `[max_length, d_model]`, the target positional encodings.
     output: the pre-softmax projection (of a shortlist's ids only, when given).
+    never: `[n]` float32 added to the log-probabilities (`never_emitted`).
+    unscored: optional `[n]` bool, True at the ids that only pad a shortlist to a static size.
     static_shapes: the step XLA compiles (`Transformer.init_decoding`).
     """
 
@@ -47,6 +49,8 @@ class DecodingConstants(NamedTuple):
     cross_mask: tf.Tensor
     positions: tf.Tensor
     output: OutputProjection
+    never: tf.Tensor
+    unscored: Optional[tf.Tensor]
     static_shapes: bool
 
 
@@ -216,7 +220,7 @@ class Transformer(keras.Model):
 
     # ------------------------------------------------------------------ incremental decoding
     def init_decoding(self, encoder_output, source_mask, rows_per_sentence: int, max_length,
-                      vocabulary_ids=None, static_shapes: bool = False
+                      vocabulary_ids=None, unscored=None, static_shapes: bool = False
                       ) -> tuple["DecodingConstants", "DecodingCache"]:
         """What `decode_step` needs for `rows_per_sentence` hypotheses (rows) of each sentence
         of `encoder_output` `[batch, src_len, d_model]` (`source_mask` `[batch, src_len]`,
@@ -227,7 +231,10 @@ class Transformer(keras.Model):
             source_mask: their padding mask.
             rows_per_sentence: hypotheses per sentence (its beam, or its samples).
             max_length: positions the caches hold.
-            vocabulary_ids: optional `[n]` ids the logits are computed for (a shortlist).
+            vocabulary_ids: optional `[n]` ids the log-probabilities are computed for (a
+                shortlist).
+            unscored: optional `[n]` bool, True at the ids of `vocabulary_ids` that only pad
+                it to a static size (log-probability -inf, outside the normalization).
             static_shapes: the sizes XLA compiles, the one place a static-shape build differs:
                 caches of zeros read whole (`attention.cache_index`), written by a scatter,
                 and a tied output matrix read as stored (`pre_softmax_projection`).
@@ -242,7 +249,8 @@ class Transformer(keras.Model):
             cross_mask=ops.expand_dims(source_mask, 1),
             positions=self.target_positions.at(ops.arange(max_length)),
             output=self.pre_softmax_projection(vocabulary_ids, rows_as_stored=static_shapes),
-            static_shapes=static_shapes)
+            never=never_emitted(vocabulary_ids, self.config.output_vocab_size),
+            unscored=unscored, static_shapes=static_shapes)
         cache = DecodingCache(
             self_attention=tuple(layer.self_attention.init_cache(
                 rows, max_length, self.compute_dtype, static_shapes)
@@ -250,11 +258,13 @@ class Transformer(keras.Model):
             ancestors=tf.tile(tf.range(rows)[:, None], tf.stack([1, max_length])))
         return constants, cache
 
-    def decode_step(self, token_ids, position, constants: "DecodingConstants",
-                    cache: "DecodingCache") -> tuple[tf.Tensor, "DecodingCache"]:
-        """Logits `[batch, per sentence, vocab]` for the next token after `token_ids`
-        `[batch, per sentence]` at target `position` (0 for the start token), and `cache` with
-        that position written: `decode`'s layers, each hypothesis one query.
+    def decode_step(self, token_ids, position, cache: "DecodingCache",
+                    constants: "DecodingConstants") -> tuple[tf.Tensor, "DecodingCache"]:
+        """The log-probabilities `[batch, per sentence, n]` of the next token after
+        `token_ids` `[batch, per sentence]` at target `position` (0 for the start token), over
+        the ids `init_decoding` was given (`next_token_log_probs`), and `cache` with that
+        position written: `decode`'s layers, each hypothesis one query. With `constants`
+        bound, a step function of `keras_transformer.search`.
 
         Each row writes this position into its own cache row and reads its history through
         its ancestors (`DecodingCache`)."""
@@ -271,7 +281,9 @@ class Transformer(keras.Model):
             x, self_cache = layer(x, cross_mask=constants.cross_mask, self_cache=self_cache,
                                   cross_cache=cross_cache, cache_index=index, training=False)
             written.append(self_cache)
-        return self.output_logits(x, constants.output), DecodingCache(tuple(written), ancestors)
+        return (next_token_log_probs(self.output_logits(x, constants.output), constants.never,
+                                     constants.unscored),
+                DecodingCache(tuple(written), ancestors))
 
     # ---------------------------------------------------------------------------- helpers
     def embed(self, ids, side: str, training, positions=None):
@@ -406,6 +418,26 @@ class Transformer(keras.Model):
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "Transformer":
         return cls(**config)  # `__init__` reads a saved config dict with `from_saved`
+
+
+def never_emitted(vocabulary_ids: Optional[tf.Tensor], vocab_size: int) -> tf.Tensor:
+    """`[n]` float32 added to the log-probabilities: -inf at PAD and BOS (never generated,
+    though they stay in the normalization), else 0."""
+    scored = tf.range(vocab_size) if vocabulary_ids is None else vocabulary_ids
+    special = tf.logical_or(tf.equal(scored, PAD_ID), tf.equal(scored, BOS_ID))
+    return tf.where(special, -float("inf"), 0.0)
+
+
+def next_token_log_probs(logits: tf.Tensor, never: tf.Tensor,
+                         unscored: Optional[tf.Tensor] = None) -> tf.Tensor:
+    """Log-softmax over the scored ids (without the `unscored` ones, which only pad a
+    shortlist), PAD and BOS excluded from the output (`never`). Over the whole vocabulary an
+    emitted token's log-probability is exactly the model's (the one teacher forcing gives);
+    over a shortlist it is renormalized."""
+    logits = tf.cast(logits, tf.float32)
+    if unscored is not None:
+        logits = tf.where(unscored, -float("inf"), logits)
+    return tf.nn.log_softmax(logits, axis=-1) + never
 
 
 def source_padding_mask(ids):

@@ -165,15 +165,21 @@ def test_dropout_only_in_training():
 @PRECISIONS
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_decode_step_matches_teacher_forced_decoder(precision, variant):
+    """A step's log-probabilities are the teacher-forced decoder's log-softmax, PAD and BOS
+    left out (-inf)."""
     model = tiny_model(**VARIANTS[variant])
     source = np.array([[5, 6, 7, 3, 0], [8, 9, 10, 11, 3]], "int32")
     target = random_ids((2, 6))
-    full = np.asarray(model((source, target)))
+    full = tf.nn.log_softmax(model((source, target))).numpy()
     constants, cache = model.init_decoding(model.encode(source), source != 0,
                                            rows_per_sentence=1, max_length=8)
+    emitted = np.ones(full.shape[-1], bool)
+    emitted[[kt.PAD_ID, kt.BOS_ID]] = False
     for step in range(6):
-        logits, cache = model.decode_step(target[:, step:step + 1], step, constants, cache)
-        assert_equal_to_rounding(np.asarray(logits[:, 0]), full[:, step], precision)
+        log_probs, cache = model.decode_step(target[:, step:step + 1], step, cache, constants)
+        log_probs = np.asarray(log_probs[:, 0])
+        assert np.all(log_probs[:, ~emitted] == -np.inf)
+        assert_equal_to_rounding(log_probs[:, emitted], full[:, step, emitted], precision)
 
 
 def test_logits_at_positions_equal_the_full_logits_there():

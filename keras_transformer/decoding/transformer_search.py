@@ -7,19 +7,21 @@ are one graph each;
 `run_search(model, source_ids, settings)` builds the search `settings` ask for inside a
 caller's `tf.function` (the exported `Translator`'s). Each takes one `Transformer` or an
 ensemble: a sequence of them over the same vocabulary, whose probabilities the search averages
-(`search.ensemble`). The step function the search runs is `cached_step`, the model's
+(`search.ensemble`). The step function the search runs is `cached_step`'s, the model's
 `decode_step` with its key/value cache, or with `use_cache=False` its reference
-`recomputed_step`.
+`recomputed_step`'s.
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional, Sequence, Union
 
 import tensorflow as tf
 
 from keras_transformer import hooks, search
 from keras_transformer.decoding.shortlist import VocabularyShortlist
-from keras_transformer.model import DecodingCache, Transformer, source_padding_mask
+from keras_transformer.model import (DecodingCache, Transformer, never_emitted,
+                                     next_token_log_probs, source_padding_mask)
 from keras_transformer.search import DecodeResult, length_divisor
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings
 
@@ -216,7 +218,8 @@ def output_limits(source_ids: tf.Tensor, max_decode_extra: int, max_length: int,
 def cached_step(model: Transformer, source_ids: tf.Tensor, rows_per_sentence: int,
                 buffer_length: tf.Tensor, vocabulary_ids: Optional[tf.Tensor] = None,
                 unscored: Optional[tf.Tensor] = None, static_shapes: bool = False):
-    """`(step, state, reorder)` of `model.decode_step` with its key/value cache.
+    """`(step, state, reorder)`: `model.decode_step` with its constants bound, its
+    key/value cache and the cache's reorder.
 
     Args:
         model: the Transformer.
@@ -238,14 +241,8 @@ def cached_step(model: Transformer, source_ids: tf.Tensor, rows_per_sentence: in
     constants, cache = model.init_decoding(
         model.encode(source_ids, training=False), source_padding_mask(source_ids),
         rows_per_sentence=rows_per_sentence, max_length=buffer_length,
-        vocabulary_ids=vocabulary_ids, static_shapes=static_shapes)
-    never = never_emitted(vocabulary_ids, model.config.output_vocab_size)
-
-    def step(token_ids, position, cache):
-        logits, cache = model.decode_step(token_ids, position, constants, cache)
-        return log_probs(logits, never, unscored), cache
-
-    return step, cache, DecodingCache.reorder
+        vocabulary_ids=vocabulary_ids, unscored=unscored, static_shapes=static_shapes)
+    return functools.partial(model.decode_step, constants=constants), cache, DecodingCache.reorder
 
 
 def recomputed_step(model: Transformer, source_ids: tf.Tensor, rows_per_sentence: int,
@@ -269,29 +266,9 @@ def recomputed_step(model: Transformer, source_ids: tf.Tensor, rows_per_sentence
         if vocabulary_ids is not None:
             logits = tf.gather(logits, vocabulary_ids, axis=-1)
         logits = tf.reshape(logits, [tf.shape(token_ids)[0], tf.shape(token_ids)[1], -1])
-        return log_probs(logits, never, unscored), {"prefix": prefix}
+        return next_token_log_probs(logits, never, unscored), {"prefix": prefix}
 
     return step, state, search.gather_rows
-
-
-def never_emitted(vocabulary_ids: Optional[tf.Tensor], vocab_size: int) -> tf.Tensor:
-    """`[n]` float32 added to the log-probabilities: -inf at PAD and BOS (never generated,
-    though they stay in the normalization), else 0."""
-    scored = tf.range(vocab_size) if vocabulary_ids is None else vocabulary_ids
-    special = tf.logical_or(tf.equal(scored, PAD_ID), tf.equal(scored, BOS_ID))
-    return tf.where(special, -float("inf"), 0.0)
-
-
-def log_probs(logits: tf.Tensor, never: tf.Tensor, unscored: Optional[tf.Tensor] = None
-              ) -> tf.Tensor:
-    """Log-softmax over the scored ids (without the `unscored` ones, which only pad a
-    shortlist), PAD and BOS excluded from the output (`never`). Over the whole vocabulary an
-    emitted token's log-probability is exactly the model's (the one teacher forcing gives);
-    over a shortlist it is renormalized."""
-    logits = tf.cast(logits, tf.float32)
-    if unscored is not None:
-        logits = tf.where(unscored, -float("inf"), logits)
-    return tf.nn.log_softmax(logits, axis=-1) + never
 
 
 def token_log_probs(model: Transformer, source_ids, target_ids) -> tf.Tensor:
