@@ -1,10 +1,10 @@
 """Exports load and translate on stock TF Serving 2.20's runtime: a Python with exactly
 tensorflow 2.20 and tensorflow-text 2.20 (`KT_STOCK_RUNTIME_PYTHON`; .ci/run points it at its
-oldest-versions venv), importing nothing of this package, gives the in-process outputs for
-every kind of export the package writes, and for the export of a model imported from a Marian
-folder (kt-import: a SentencePiece pair in the graph) the text kt-translate gives; and it
-answers every warm-up request each carries with well-formed outputs (without that Python, the
-warm-up replay runs in this one's)."""
+oldest-versions venv), importing nothing of this package, gives the in-process outputs for an
+export of each option (precision, greedy or beam search, shortlist, XLA), and for the export of
+a model imported from a Marian folder (kt-import: a SentencePiece pair in the graph) the text
+kt-translate gives; and it answers every warm-up request each carries with well-formed outputs
+(without that Python, the warm-up replay runs in this one's)."""
 import io
 import json
 import sys
@@ -24,10 +24,12 @@ from trainers import export, import_model, translate
 
 TEXTS = ["I have forty-two apples", "", "She sees three dogs today"]
 IDS = [[20, 21, 22, 0], [30, 0, 0, 0]]
-KINDS = {"float32-beam3": ("float32", 3, False, False), "float32-greedy": ("float32", 1, False,
-                                                                         False),
-         "bfloat16-beam3": ("bfloat16", 3, False, False),
-         "shortlist-beam3": ("float32", 3, True, False), "xla-beam3": ("float32", 3, False, True),
+# Each option of an export once (its ops on the stock runtime), beside the plain float32 beam:
+# the greedy search in bfloat16, the shortlist, XLA over the shortlist (whose static shapes are
+# those of XLA without one, plus the shortlist's gathers).
+KINDS = {"float32-beam3": ("float32", 3, False, False),
+         "bfloat16-greedy": ("bfloat16", 1, False, False),
+         "shortlist-beam3": ("float32", 3, True, False),
          "xla-shortlist-beam3": ("float32", 3, True, True)}
 # The imported model's inputs: language tokens, separate source and target vocabularies.
 IMPORTED_TEXTS = [">>fra<< I see one dog.", "", "we like the red car!"]
