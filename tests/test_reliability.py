@@ -27,6 +27,7 @@ from keras_transformer.training.run_dir import RunDir
 from trainers import average_checkpoints, evaluate, export, train
 from trainers.train import compiled_model
 from helpers import run_args, start_training
+from warm_commands import start_warm, warm_commands
 
 RECIPE = kt.Recipe.preset("tiny", vocab_size=50, num_layers=1, max_length=16)
 BATCH = np.random.default_rng(0).integers(3, 50, size=(4, 8)).astype("int32")
@@ -247,27 +248,39 @@ def wait_for(condition, process: subprocess.Popen, seconds: float = 240.0,
     return False
 
 
+@pytest.fixture
+def commands(tmp_path):
+    """The environment whose PATH starts `kt-*` commands warm (`warm_commands`)."""
+    with warm_commands(tmp_path / "warm") as env:
+        yield env
+
+
 @pytest.mark.slow
-def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path):
+def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path, commands):
     """A run finished at half the steps, then continued with the whole `--steps` (a longer
     budget) and killed with SIGKILL at four moments (during a backup's and a checkpoint's
     write, during a dev evaluation, at a random time); restarted with the same command each
     time, it ends at the same step as an uninterrupted run, every step trained on the same
     batch, with the same weights; the last start's output is kt-train's own lines and
-    summary only (nothing from TensorFlow, sentencepiece or Python warnings)."""
+    summary only (nothing from TensorFlow, sentencepiece or Python warnings). The starts
+    before the last are warm (forks of a process that imported TensorFlow: `start_warm`);
+    the last is a user's, from the shell."""
     from keras_transformer.data import write_demo_corpus
+
+    def start(argv: list[str], log: Path):
+        return start_warm(commands, "kt-train", argv, log)
 
     steps = 96
     data = write_demo_corpus(tmp_path / "data")
     extra = ("--steps", str(steps), "--eval-every", "12", "--backup-every", "4",
              "--checkpoint-every-steps", "6", "--keep-checkpoints", "3", "--log-batches")
     reference_dir, killed_dir = tmp_path / "uninterrupted", tmp_path / "killed"
-    reference = start_training(run_args(data, reference_dir, *extra), tmp_path / "reference.log")
+    reference = start(run_args(data, reference_dir, *extra), tmp_path / "reference.log")
     assert reference.wait(timeout=600) == 0, (tmp_path / "reference.log").read_text()[-3000:]
 
     log = tmp_path / "killed.log"
     argv = run_args(data, killed_dir, *extra)
-    half = start_training(argv + ["--steps", str(steps // 2)], log)  # the last --steps counts
+    half = start(argv + ["--steps", str(steps // 2)], log)  # the last --steps counts
     assert half.wait(timeout=600) == 0, log.read_text()[-3000:]
     assert final_json(log.read_text())["steps"] == steps // 2
     backup, checkpoints = killed_dir / "backup", killed_dir / "checkpoints"
@@ -298,7 +311,7 @@ def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path):
         def output() -> str:  # of this process
             return log.read_bytes()[offset:].decode(errors="replace")
 
-        process = start_training(argv, log)
+        process = start(argv, log)
         wait_for(lambda: "training from global step" in output(), process)
         if isinstance(moment, int):
             wait_for(lambda: f"step {moment}/{steps} " in output(), process, every=0.01)

@@ -8,6 +8,10 @@ TensorFlow runtime: the server never runs an op), minus the seconds of imports.
     with warm_commands(directory) as env:   # env: os.environ with the shims first on PATH
         subprocess.run(["bash", "script.sh"], env=env)
 
+A test that kills a command mid-run (SIGKILL reaches the child, not its client) starts it with
+`start_warm`, whose `WarmProcess` signals the child itself: the server hands each client its
+child's pid, which the client writes to the file `KT_WARM_PID_FILE` names.
+
 Not a test module (no tests); `python warm_commands.py serve SOCKET` is the server,
 `python warm_commands.py run SOCKET COMMAND ARGS...` a client.
 """
@@ -30,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = {"kt-train": "train", "kt-evaluate": "evaluate", "kt-export": "export",
             "kt-translate": "translate", "kt-translate-corpus": "translate_corpus",
             "kt-average-checkpoints": "average_checkpoints", "kt-prepare": "prepare"}
-STATUS = struct.Struct("!i")
+STATUS = struct.Struct("!i")  # the child's pid, then its exit status
 
 
 def serve(path: str) -> None:
@@ -69,6 +73,7 @@ def serve(path: str) -> None:
                     os._exit(status or 0)
             for fd in fds:
                 os.close(fd)
+            connection.sendall(STATUS.pack(child))
             _, code = os.waitpid(child, 0)
             connection.sendall(STATUS.pack(os.waitstatus_to_exitcode(code)))
 
@@ -79,8 +84,57 @@ def run(path: str, command: str, argv: list[str]) -> int:
     client.connect(path)
     request = {"command": command, "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}
     socket.send_fds(client, [json.dumps(request).encode()], [0, 1, 2])
-    status = client.recv(STATUS.size)
-    return STATUS.unpack(status)[0] if len(status) == STATUS.size else 1
+    child = _received(client)
+    if child is not None and os.environ.get("KT_WARM_PID_FILE"):
+        Path(os.environ["KT_WARM_PID_FILE"]).write_text(str(child))
+    status = _received(client)
+    return 1 if status is None else status
+
+
+def _received(client: socket.socket) -> int | None:
+    """The next integer the server sends (None: the connection closed first)."""
+    data = b""
+    while len(data) < STATUS.size:
+        chunk = client.recv(STATUS.size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return STATUS.unpack(data)[0]
+
+
+class WarmProcess:
+    """A command started warm (`start_warm`): its client's `poll` and `wait`, and
+    `send_signal` to the command's own process."""
+
+    def __init__(self, client: subprocess.Popen, pid_file: Path):
+        self.client, self.pid_file = client, pid_file
+
+    def poll(self) -> int | None:
+        return self.client.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.client.wait(timeout)
+
+    def send_signal(self, signum: int) -> None:
+        """Signals the command's process (once the server has started it)."""
+        while not self.pid_file.exists() or not self.pid_file.read_text():
+            if self.client.poll() is not None:
+                return
+            time.sleep(0.001)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(self.pid_file.read_text()), signum)
+
+
+def start_warm(env: dict[str, str], command: str, argv: list[str], log: Path) -> WarmProcess:
+    """`command argv` started through the warm server of `env` (`warm_commands`), its output
+    appended to `log`."""
+    pid_file = log.with_name(f"{log.name}.pid")
+    pid_file.unlink(missing_ok=True)
+    with open(log, "ab") as output:
+        client = subprocess.Popen([command, *argv], cwd=ROOT, stdout=output,
+                                  stderr=subprocess.STDOUT,
+                                  env={**env, "KT_WARM_PID_FILE": str(pid_file)})
+    return WarmProcess(client, pid_file)
 
 
 @contextlib.contextmanager
