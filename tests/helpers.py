@@ -80,7 +80,14 @@ def random_run(vocab: Path, root: Path, **overrides):
     run_dir = RunDir(root)
     run_dir.write_json("config.json", recipe.to_dict())
     shutil.copytree(vocab, run_dir.vocab)
-    model = kt.Transformer(recipe.architecture)
+    # The same model whatever ran before in the process: Keras draws an unseeded initializer's
+    # seed from Python's `random`, seeded here for the build and restored after.
+    state = random.getstate()
+    random.seed(0)
+    try:
+        model = kt.Transformer(recipe.architecture)
+    finally:
+        random.setstate(state)
     rng = np.random.default_rng(0)
     model.set_weights([weight + rng.normal(size=weight.shape).astype("float32") * 0.3
                        for weight in model.get_weights()])

@@ -121,7 +121,10 @@ def run_search(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSe
                            constraints=constraints, **common)
 
 
-_run_search_graph = tf.function(run_search, reduce_retracing=True, autograph=False)
+# `run_search` as a graph function of its own: the signatures of an export that search alike
+# (plain text, ids, n-best, scores, alignment) call one trace of it instead of tracing the
+# search each, and the greedy, beam and sampling functions below run it.
+run_search_graph = tf.function(run_search, reduce_retracing=True, autograph=False)
 # `run_search` compiled by XLA as one cluster (the whole search loop): what `jit_compile` runs
 # and an export with `jit_compile` calls inside its signatures.
 run_search_xla = tf.function(run_search, reduce_retracing=True, autograph=False,
@@ -188,7 +191,7 @@ def _checked_search(model: Models, source_ids, settings: SearchSettings, greedy:
         raise ValueError("jit_compile: needs use_cache=True (recomputation has dynamic shapes)")
     members = ensemble_members(model)
     model = members[0] if len(members) == 1 else tuple(members)
-    graph = run_search_xla if jit_compile else _run_search_graph
+    graph = run_search_xla if jit_compile else run_search_graph
     prefix_ids, constraints = (None if ids is None else tf.convert_to_tensor(ids, tf.int32)
                                for ids in (prefix_ids, constraints))
     return graph(model, tf.convert_to_tensor(source_ids, tf.int32), settings,

@@ -16,7 +16,7 @@ from keras_transformer.data.tokenizer import (SubwordTokenizer, model_input_ids,
                                               without_special_ids)
 from keras_transformer.decoding.confidence import word_scores
 from keras_transformer.decoding.shortlist import VocabularyShortlist
-from keras_transformer.decoding.transformer_search import (ensemble_members, run_search,
+from keras_transformer.decoding.transformer_search import (ensemble_members, run_search_graph,
                                                            run_search_xla, token_log_probs)
 from keras_transformer.model import Transformer
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings
@@ -335,7 +335,7 @@ class Translator(tf.Module):
         """
         source_ids, empty = self._source_ids(pieces, tokens, source_tokens)
         prefix_ids = self._prefix_ids(prefix, tokens)
-        search, searched_source = run_search, source_ids
+        search, searched_source = run_search_graph, source_ids
         if self.jit_compile:
             # XLA compiles once per input shape: padded widths bound the shapes a server sees.
             search = run_search_xla
