@@ -31,6 +31,7 @@ from keras_transformer.data import (  # noqa: E402
 )
 from keras_transformer.precision import set_precision  # noqa: E402
 from helpers import train_vocab  # noqa: E402
+from warm_commands import warm_commands  # noqa: E402
 
 fast.active()  # installs the kernel set KT_KERNELS names for the in-process tests
 
@@ -91,6 +92,15 @@ def demo_vocab(
 def demo_tokenizer(demo_vocab: Path) -> SubwordTokenizer:
     """The demo vocabulary, loaded per test (a test's seeding cannot invalidate it)."""
     return SubwordTokenizer.load(demo_vocab)
+
+
+@pytest.fixture(scope="session")
+def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The environment whose PATH starts `kt-*` commands and `kt-python -c` scripts warm: forks
+    of one server per test process that imported TensorFlow and the commands once
+    (`warm_commands`, `start_warm`)."""
+    with warm_commands(tmp_path_factory.mktemp("warm")) as env:
+        yield env
 
 
 @pytest.fixture

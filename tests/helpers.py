@@ -17,13 +17,21 @@ from keras_transformer.data import SubwordTokenizer
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_script_json(script: str, timeout: int = 300) -> dict:
-    """Runs `script` in a fresh Python process (its own TensorFlow devices) from the project
-    root and returns the JSON object its last output line holds."""
-    completed = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[1],
-                               capture_output=True, text=True, timeout=timeout)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+def run_script_json(script: str, warm: dict[str, str], timeout: int = 300) -> dict:
+    """Runs `script` in a process of its own (its own TensorFlow devices), started warm by the
+    `warm` fixture's server (`warm_commands`), from the project root, in this process's
+    environment; the JSON object its last output line holds."""
+    from warm_commands import SCRIPT_COMMAND, start_warm
+
+    process = start_warm(warm, SCRIPT_COMMAND, ["-c", script], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    assert process.returncode == 0, stderr[-3000:]
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def text_lines(path: Path) -> list[str]:

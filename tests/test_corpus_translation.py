@@ -3,10 +3,7 @@ writes, shards join into one job's output, and a restart with another input, chu
 teacher is refused naming what differs (the job with a stand-in translator, then
 kt-translate-corpus with a real run, killed by a signal)."""
 import dataclasses
-import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +17,7 @@ from keras_transformer.serving.text_translation import (LineTranslator, best_lin
                                                 length_batches, output_line)
 from trainers import translate_corpus
 from trainers.common import load_run_model
+from warm_commands import start_warm
 
 TEACHER = {"runs": [{"weights_sha256": "ab"}], "search": {"beam_size": 4}}
 LINES = [f"sentence {index} " * (1 + index % 5) for index in range(47)]
@@ -194,11 +192,11 @@ def kt_translate_corpus(capsys, *arguments: str) -> tuple[int, str]:
 
 @pytest.mark.slow
 def test_kt_translate_corpus_killed_by_a_signal_resumes_exactly(demo_vocab, demo_train,
-                                                                tmp_path, capsys):
+                                                                tmp_path, capsys, warm):
     """A real run translating the demo corpus: a process killed (SIGKILL) once chunks are
     written, the same command run again writes the uninterrupted run's bytes; two shards write
     them too; another search setting or a bad shard is refused by name. (The command runs in
-    this process but for the killed one.)"""
+    this process but for the killed one, started warm.)"""
     run = random_run(demo_vocab, tmp_path / "teacher")
     corpus = tmp_path / "train.en"
     corpus.write_text("\n".join(demo_train[0][:1500]) + "\n", encoding="utf-8")
@@ -210,14 +208,13 @@ def test_kt_translate_corpus_killed_by_a_signal_resumes_exactly(demo_vocab, demo
     assert expected.count(b"\n") == 1500
 
     output = tmp_path / "killed.de"
-    process = subprocess.Popen([sys.executable, "-m", "trainers", "translate_corpus", *common,
-                                "--output", str(output)], cwd=Path(__file__).parents[1],
-                               stderr=subprocess.DEVNULL)
+    process = start_warm(warm, "kt-translate-corpus", [*common, "--output", str(output)],
+                         stderr=subprocess.DEVNULL)
     parts = output.with_name("killed.de.parts")
     deadline = time.monotonic() + 300
     while len(list(parts.glob("chunk-*.txt"))) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
-    os.kill(process.pid, signal.SIGKILL)
+    process.kill()
     process.wait()
     written = len(list(parts.glob("chunk-*.txt")))
     assert 3 <= written < 30 and not output.exists()

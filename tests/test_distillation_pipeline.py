@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from helpers import text_lines
-from warm_commands import warm_commands
 from keras_transformer.data import write_demo_corpus
 from keras_transformer.evaluation import sentence_bleu
 from keras_transformer.training.run_dir import RunDir
@@ -54,7 +53,7 @@ def multi30k_layout(directory: Path) -> Path:
 
 def run_pipeline(work: Path, shared: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     """The pipeline script on `shared`'s corpora into `work`, its commands found on `env`'s
-    PATH (`warm_commands`' shims)."""
+    PATH (the `warm` fixture's shims)."""
     env = {**env, "KT_SHARED_DATA": str(shared), "KT_PIPELINE_STEPS": "6",
            "KT_PIPELINE_TRAIN_ARGS": MICRO,
            "KT_PIPELINE_SPEED_ARGS": "--sentences 3", "KT_PIPELINE_HEARTBEAT_SECONDS": "1",
@@ -65,20 +64,12 @@ def run_pipeline(work: Path, shared: Path, env: dict[str, str]) -> subprocess.Co
                           env=env, capture_output=True, text=True, timeout=1800)
 
 
-@pytest.fixture
-def commands(tmp_path):
-    """The environment whose PATH starts the pipeline's `kt-*` commands warm (each a fork of
-    a process that imported TensorFlow once: `warm_commands`)."""
-    with warm_commands(tmp_path / "warm") as env:
-        yield env
-
-
 @pytest.mark.slow
 # About 40 commands, each tracing its model (started warm: without the imports' seconds each).
 @pytest.mark.timeout(1800)
-def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path, commands):
+def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path, warm):
     shared, work = multi30k_layout(tmp_path / "shared"), tmp_path / "work"
-    first = run_pipeline(work, shared, commands)
+    first = run_pipeline(work, shared, warm)
     assert first.returncode == 0, first.stderr[-3000:]
 
     stages = (work / "stages.log").read_text().splitlines()
@@ -171,7 +162,7 @@ def test_pipeline_runs_every_stage_once_and_a_rerun_redoes_nothing(tmp_path, com
 
     modified = {path: path.stat().st_mtime_ns for path in work.rglob("*")
                 if path.is_file() and path.name not in ("stages.log", "heartbeat.tsv")}
-    second = run_pipeline(work, shared, commands)
+    second = run_pipeline(work, shared, warm)
     assert second.returncode == 0, second.stderr[-3000:]
     again = (work / "stages.log").read_text().splitlines()[len(stages):]
     assert [line.split(" ", 1)[1] for line in again] == ["pipeline done"]

@@ -1,11 +1,11 @@
 """Mirrored training over 8 logical CPU replicas matches one device; two multi-worker
-processes agree, fail together and resume together. Each runs in a subprocess: devices are
-fixed at TF start."""
+processes agree, fail together and resume together. Each runs in a process of its own (devices
+are fixed at TF start), started warm (the `warm` fixture: a fork of a process that imported
+TensorFlow)."""
 import json
 import os
 import socket
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -14,6 +14,7 @@ import pytest
 
 from keras_transformer.data import write_demo_corpus
 from helpers import final_json, final_weights, run_script_json
+from warm_commands import SCRIPT_COMMAND, WarmProcess, start_warm
 
 ROOT = Path(__file__).resolve().parents[1]
 # Replicas of the tests of what unequal replicas do (an overflow on one, the logged loss): four
@@ -69,8 +70,8 @@ ONE_STEP_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_eight_cpu_replicas_match_one_device():
-    result = run_script_json(ONE_STEP_SCRIPT)
+def test_eight_cpu_replicas_match_one_device(warm):
+    result = run_script_json(ONE_STEP_SCRIPT, warm)
     assert result["replicas"] == 8
     assert result["loss_eight"] == pytest.approx(result["loss_one"], rel=1e-5)
     assert result["max_update"] > 1e-5  # the step did change the weights
@@ -88,7 +89,7 @@ def free_ports(count: int) -> list[int]:
 
 
 @pytest.mark.slow
-def test_two_workers_agree_fail_together_and_resume_together(tmp_path):
+def test_two_workers_agree_fail_together_and_resume_together(tmp_path, warm):
     """Two MultiWorkerMirroredStrategy processes: a worker killed mid-run makes the other stop
     within a bounded time with a clear error; both restarted resume from their newest common
     backup and end with the same weights, those of one process with two replicas trained on
@@ -113,14 +114,12 @@ def test_two_workers_agree_fail_together_and_resume_together(tmp_path):
     # workers' collectives differ.
     progress = ["0.001", "1000"]
 
-    def start(index: int) -> subprocess.Popen:
+    def start(index: int) -> WarmProcess:
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        with open(logs[index], "a") as log:
-            return subprocess.Popen(
-                [sys.executable, "-m", "trainers", "train", *common, "--output-dir",
-                 str(tmp_path / f"worker{index}"), "--progress-seconds", progress[index]],
-                cwd=ROOT, stdout=log,
-                stderr=subprocess.STDOUT, env={**os.environ, "TF_CONFIG": json.dumps(tf_config)})
+        return start_warm(warm, "kt-train", [*common, "--output-dir",
+                                             str(tmp_path / f"worker{index}"),
+                                             "--progress-seconds", progress[index]], logs[index],
+                          env={**os.environ, "TF_CONFIG": json.dumps(tf_config)})
 
     processes = [start(0), start(1)]
     try:
@@ -148,10 +147,9 @@ def test_two_workers_agree_fail_together_and_resume_together(tmp_path):
         np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
 
     # One process with two replicas trains on the same global batches to the same weights.
-    single = subprocess.run([sys.executable, "-m", "trainers", "train", *common, "--cpu-replicas",
-                             "2", "--output-dir", str(tmp_path / "single")], cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)
-    assert single.returncode == 0, single.stderr[-3000:]
+    single = start_warm(warm, "kt-train", [*common, "--cpu-replicas", "2", "--output-dir",
+                                           str(tmp_path / "single")], tmp_path / "single.log")
+    assert single.wait(timeout=600) == 0, (tmp_path / "single.log").read_text()[-3000:]
     replicas = read_batch_log(tmp_path / "single" / "batches.tsv", per_step=2)
     for index in range(2):
         shard = read_batch_log(tmp_path / f"worker{index}" / "batches.tsv")
@@ -198,12 +196,12 @@ DROPOUT_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kernels", ["reference", "fast"])
-def test_replicas_draw_their_own_dropout_masks_repeatably(kernels, monkeypatch):
+def test_replicas_draw_their_own_dropout_masks_repeatably(kernels, monkeypatch, warm):
     """Eight replicas of one HookDropout draw eight different masks (about half their
     positions agree, as independent masks at rate 0.5 do), the same eight again from the same
     seed, and replica 0 the mask a lone device draws."""
     monkeypatch.setenv("KT_KERNELS", kernels)
-    result = run_script_json(DROPOUT_SCRIPT)
+    result = run_script_json(DROPOUT_SCRIPT, warm)
     assert result["kernels"] == kernels
     assert result["distinct"] == 8
     assert result["pairwise_agreement"] < 0.6
@@ -259,7 +257,7 @@ OVERFLOW_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kernels, overflowing", [("fast", 3), ("reference", 2)])
-def test_an_overflow_on_any_replica_skips_the_step_on_all(kernels, overflowing, monkeypatch):
+def test_an_overflow_on_any_replica_skips_the_step_on_all(kernels, overflowing, monkeypatch, warm):
     """mixed_float16 over 4 replicas of unequal batches, kt-train's model and optimizer (the
     fused Adam with fast kernels): a float16 overflow in one replica's gradients skips the step
     everywhere and halves the loss scale once; the next step trains; no inf or NaN reaches a
@@ -268,7 +266,7 @@ def test_an_overflow_on_any_replica_skips_the_step_on_all(kernels, overflowing, 
     monkeypatch.setenv("KT_KERNELS", kernels)
     script = (OVERFLOW_SCRIPT.replace("OVERFLOWING", str(overflowing))
               .replace("REPLICAS", str(REPLICAS)))
-    result = run_script_json(script, timeout=240)
+    result = run_script_json(script, warm, timeout=240)
     assert result["kernels"] == kernels and result["optimizer"] == "LossScaleOptimizer"
     assert result["weights_finite"] and result["moments_finite"]
     assert result["scale_ratio"] == 0.5
@@ -322,11 +320,11 @@ LOGGED_LOSS_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kernels", ["reference", "fast"])
-def test_the_logged_loss_is_the_global_batch_per_token_loss(kernels, monkeypatch):
+def test_the_logged_loss_is_the_global_batch_per_token_loss(kernels, monkeypatch, warm):
     """Replicas with batches of 1, 3, 5 and 7 rows and different padding log the loss one
     device logs on all their rows together (Keras's own steps weight replicas by rows)."""
     monkeypatch.setenv("KT_KERNELS", kernels)
-    result = run_script_json(LOGGED_LOSS_SCRIPT.replace("REPLICAS", str(REPLICAS)))
+    result = run_script_json(LOGGED_LOSS_SCRIPT.replace("REPLICAS", str(REPLICAS)), warm)
     assert result["kernels"] == kernels
     assert result["replicas"] == pytest.approx(result["one"], rel=1e-5)
 
@@ -375,7 +373,7 @@ WORKER_OVERFLOW_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_an_overflow_on_one_worker_skips_the_step_on_both():
+def test_an_overflow_on_one_worker_skips_the_step_on_both(warm):
     """Two MultiWorkerMirroredStrategy processes under mixed_float16: an overflow in worker 1's
     gradients skips the step on both workers, halves both scales once, and both finish (no
     worker waits on a collective the other skipped) with equal, finite weights and moments.
@@ -384,9 +382,9 @@ def test_an_overflow_on_one_worker_skips_the_step_on_both():
     processes = []
     for index in range(2):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        processes.append(subprocess.Popen(
-            [sys.executable, "-c", WORKER_OVERFLOW_SCRIPT], cwd=ROOT,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        processes.append(start_warm(
+            warm, SCRIPT_COMMAND, ["-c", WORKER_OVERFLOW_SCRIPT], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
             env={**os.environ, "TF_CONFIG": json.dumps(tf_config)}))
     try:
         outputs = [process.communicate(timeout=300) for process in processes]
@@ -403,7 +401,7 @@ def test_an_overflow_on_one_worker_skips_the_step_on_both():
 
 
 @pytest.mark.slow
-def test_workers_take_the_chiefs_hardware_choices(tmp_path, monkeypatch):
+def test_workers_take_the_chiefs_hardware_choices(tmp_path, monkeypatch, warm):
     """Two workers whose probes would choose differently (their probe caches disagree: the
     chief's says float32 and the reference kernels, the other's bfloat16 and the fast ones)
     both train with the chief's choices, to the same weights."""
@@ -438,10 +436,9 @@ def test_workers_take_the_chiefs_hardware_choices(tmp_path, monkeypatch):
     processes = []
     for index in range(2):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        processes.append(subprocess.Popen(
-            [sys.executable, "-m", "trainers", "train", *common, "--output-dir",
-             str(tmp_path / f"worker{index}")], cwd=ROOT, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True,
+        processes.append(start_warm(
+            warm, "kt-train", [*common, "--output-dir", str(tmp_path / f"worker{index}")],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "TF_CONFIG": json.dumps(tf_config),
                  "KT_CACHE_DIR": str(tmp_path / f"cache{index}")}))
     try:
@@ -461,7 +458,7 @@ def test_workers_take_the_chiefs_hardware_choices(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_replicas_with_dropout_and_float16_resume_exactly(tmp_path):
+def test_replicas_with_dropout_and_float16_resume_exactly(tmp_path, warm):
     """kt-train over 2 CPU replicas with dropout on and mixed_float16 (dynamic loss scaling):
     a run stopped after 4 steps and started again ends with the weights of an uninterrupted
     8-step run, each step trained on the same batches. (Two, not eight: each kt-train start
@@ -482,12 +479,12 @@ def test_replicas_with_dropout_and_float16_resume_exactly(tmp_path):
               "--no-export"]
 
     def run(name: str, steps: int) -> str:
-        completed = subprocess.run(
-            [sys.executable, "-m", "trainers", "train", *common, "--steps", str(steps),
-             "--output-dir", str(tmp_path / name)], cwd=ROOT, capture_output=True, text=True,
-            timeout=600)
-        assert completed.returncode == 0, completed.stderr[-3000:]
-        return completed.stderr
+        process = start_warm(warm, "kt-train", [*common, "--steps", str(steps), "--output-dir",
+                                                str(tmp_path / name)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stderr = process.communicate(timeout=600)[1]
+        assert process.returncode == 0, stderr[-3000:]
+        return stderr
 
     run("uninterrupted", 8)
     run("resumed", 4)

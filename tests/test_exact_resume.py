@@ -1,27 +1,26 @@
 """Resumes that cannot silently change the data stream: a run records what fixes it (the
 replica count, a `--prepared` storage's identity) and a restart that differs is refused,
 naming the old and new values."""
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from keras_transformer.data import write_demo_corpus
-from helpers import MICRO, ROOT, run_args
+from helpers import MICRO, run_args
 from trainers import prepare, train
+from warm_commands import start_warm
 
 
 @pytest.mark.slow
-def test_a_restart_on_another_number_of_replicas_is_refused(tmp_path, capsys):
+def test_a_restart_on_another_number_of_replicas_is_refused(tmp_path, capsys, warm):
     """Each replica takes batch_tokens / replicas: another count is another batch plan, so
-    the restored step would index other pairs. (The 2-replica run in a process of its own:
-    devices are fixed at TensorFlow's start; the refused restart in this one.)"""
+    the restored step would index other pairs. (The 2-replica run in a process of its own,
+    started warm: devices are fixed at TensorFlow's start; the refused restart in this one.)"""
     data = write_demo_corpus(tmp_path / "data")
-    first = subprocess.run([sys.executable, "-m", "trainers", "train", *run_args(
-        data, tmp_path / "run", "--cpu-replicas", "2", "--steps", "2", "--backup-every", "2")],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert first.returncode == 0, first.stderr[-2000:]
+    first = start_warm(warm, "kt-train", run_args(
+        data, tmp_path / "run", "--cpu-replicas", "2", "--steps", "2", "--backup-every", "2"),
+        tmp_path / "first.log")
+    assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()[-2000:]
     capsys.readouterr()
     assert train.main(run_args(data, tmp_path / "run", "--steps", "4", "--backup-every",
                                "2")) == 2

@@ -114,8 +114,8 @@ MIRRORED_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_fused_adam_updates_every_mirrored_replica_like_keras_adam():
-    result = run_script_json(MIRRORED_SCRIPT)
+def test_fused_adam_updates_every_mirrored_replica_like_keras_adam(warm):
+    result = run_script_json(MIRRORED_SCRIPT, warm)
     fused, reference = np.array(result["fused"]), np.array(result["keras"])
     assert fused.shape == reference.shape == (2, 6, 4)
     np.testing.assert_allclose(fused[0], fused[1])  # both replicas got the update

@@ -27,7 +27,7 @@ from keras_transformer.training.run_dir import RunDir
 from trainers import average_checkpoints, evaluate, export, train
 from trainers.train import compiled_model
 from helpers import run_args, start_training
-from warm_commands import start_warm, warm_commands
+from warm_commands import start_warm
 
 RECIPE = kt.Recipe.preset("tiny", vocab_size=50, num_layers=1, max_length=16)
 BATCH = np.random.default_rng(0).integers(3, 50, size=(4, 8)).astype("int32")
@@ -248,27 +248,20 @@ def wait_for(condition, process: subprocess.Popen, seconds: float = 240.0,
     return False
 
 
-@pytest.fixture
-def commands(tmp_path):
-    """The environment whose PATH starts `kt-*` commands warm (`warm_commands`)."""
-    with warm_commands(tmp_path / "warm") as env:
-        yield env
-
-
 @pytest.mark.slow
-def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path, commands):
+def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path, warm):
     """A run finished at half the steps, then continued with the whole `--steps` (a longer
     budget) and killed with SIGKILL at four moments (during a backup's and a checkpoint's
     write, during a dev evaluation, at a random time); restarted with the same command each
     time, it ends at the same step as an uninterrupted run, every step trained on the same
     batch, with the same weights; the last start's output is kt-train's own lines and
     summary only (nothing from TensorFlow, sentencepiece or Python warnings). The starts
-    before the last are warm (forks of a process that imported TensorFlow: `start_warm`);
+    before the last are warm (forks of a process that imported TensorFlow: `warm`);
     the last is a user's, from the shell."""
     from keras_transformer.data import write_demo_corpus
 
     def start(argv: list[str], log: Path):
-        return start_warm(commands, "kt-train", argv, log)
+        return start_warm(warm, "kt-train", argv, log)
 
     steps = 96
     data = write_demo_corpus(tmp_path / "data")

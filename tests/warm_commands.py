@@ -1,16 +1,18 @@
-"""Command lines started warm, for tests that run a script of many of them (the distillation
-pipeline): one server process imports TensorFlow and the commands once; each `kt-*` command the
-script starts is a small client (a shim on PATH) that hands its arguments, working directory,
-environment and standard streams to the server, which forks a child to run it and answers with
-its exit status. A child is a process of its own as a command started cold is (its own
-TensorFlow runtime: the server never runs an op), minus the seconds of imports.
+"""Command lines and Python scripts started warm, for tests that start many (the distillation
+pipeline, the clusters of processes): one server process imports TensorFlow and the commands
+once; each `kt-*` command (and `kt-python -c SCRIPT`) started is a small client (a shim on PATH)
+that hands its arguments, working directory, environment and standard streams to the server,
+which forks a child to run it and answers with its exit status. A child is a process of its own
+as a command started cold is (its own TensorFlow runtime: the server never runs an op), minus
+the seconds of imports; children run at once (the workers of one cluster).
 
     with warm_commands(directory) as env:   # env: os.environ with the shims first on PATH
         subprocess.run(["bash", "script.sh"], env=env)
 
-A test that kills a command mid-run (SIGKILL reaches the child, not its client) starts it with
-`start_warm`, whose `WarmProcess` signals the child itself: the server hands each client its
-child's pid, which the client writes to the file `KT_WARM_PID_FILE` names.
+The suite's `warm` fixture (conftest.py) is one server per test process. A test that kills a
+command mid-run (SIGKILL reaches the child, not its client) starts it with `start_warm`, whose
+`WarmProcess` signals the child itself: the server hands each client its child's pid, which the
+client writes to the file `KT_WARM_PID_FILE` names.
 
 Not a test module (no tests); `python warm_commands.py serve SOCKET` is the server,
 `python warm_commands.py run SOCKET COMMAND ARGS...` a client.
@@ -25,7 +27,10 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Iterator
 
@@ -34,11 +39,14 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = {"kt-train": "train", "kt-evaluate": "evaluate", "kt-export": "export",
             "kt-translate": "translate", "kt-translate-corpus": "translate_corpus",
             "kt-average-checkpoints": "average_checkpoints", "kt-prepare": "prepare"}
+DIRECTORY = "KT_WARM_DIRECTORY"  # the environment's name of the shims' directory
+SCRIPT_COMMAND = "kt-python"  # `kt-python -c SCRIPT`: the script run as `python -c` runs it
 STATUS = struct.Struct("!i")  # the child's pid, then its exit status
 
 
 def serve(path: str) -> None:
-    """Imports the commands, then runs each request in a forked child, one at a time."""
+    """Imports the commands, then runs each request in a forked child; a thread per request
+    answers its client (the child's pid, then its exit status)."""
     sys.path.insert(0, str(ROOT))
     from trainers import launch
 
@@ -50,31 +58,57 @@ def serve(path: str) -> None:
     server.listen()
     while True:
         connection, _ = server.accept()
-        with connection:
-            message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
-            request = json.loads(message)
-            child = os.fork()
-            if child == 0:
-                server.close()
-                status = 1
-                try:
-                    for target, fd in enumerate(fds):
-                        os.dup2(fd, target)
-                    os.chdir(request["cwd"])
-                    os.environ.clear()
-                    os.environ.update(request["env"])
-                    sys.argv = [request["command"], *request["argv"]]
-                    status = launch.launch(COMMANDS[request["command"]], request["argv"])
-                except SystemExit as stop:
-                    status = stop.code if isinstance(stop.code, int) else 1
-                finally:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                    os._exit(status or 0)
-            for fd in fds:
-                os.close(fd)
+        message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+        request = json.loads(message)
+        child = os.fork()
+        if child == 0:
+            server.close()
+            connection.close()
+            _run_child(request, fds, launch)
+        for fd in fds:
+            os.close(fd)
+        threading.Thread(target=_answer, args=(connection, child), daemon=True).start()
+
+
+def _run_child(request: dict, fds: list[int], launch) -> None:
+    """In the forked child: the request's streams, directory, environment and command; exits
+    with its status."""
+    status = 1
+    try:
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        if request["command"] == SCRIPT_COMMAND:
+            if request["argv"][:1] != ["-c"] or len(request["argv"]) < 2:
+                raise SystemExit(f"{SCRIPT_COMMAND}: usage: {SCRIPT_COMMAND} -c SCRIPT [ARGS]")
+            sys.argv = ["-c", *request["argv"][2:]]
+            sys.path.insert(0, request["cwd"])
+            exec(compile(request["argv"][1], "<string>", "exec"), {"__name__": "__main__"})
+            status = 0
+        else:
+            sys.argv = [request["command"], *request["argv"]]
+            status = launch.launch(COMMANDS[request["command"]], request["argv"])
+    except SystemExit as stop:
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+        status = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:  # a script's uncaught error: its traceback, as Python prints it
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status or 0)
+
+
+def _answer(connection: socket.socket, child: int) -> None:
+    """Sends the client its child's pid, then the child's exit status once it ends."""
+    with connection:
+        with contextlib.suppress(OSError):  # a client killed: its child still reaped
             connection.sendall(STATUS.pack(child))
-            _, code = os.waitpid(child, 0)
+        _, code = os.waitpid(child, 0)
+        with contextlib.suppress(OSError):
             connection.sendall(STATUS.pack(os.waitstatus_to_exitcode(code)))
 
 
@@ -103,38 +137,58 @@ def _received(client: socket.socket) -> int | None:
 
 
 class WarmProcess:
-    """A command started warm (`start_warm`): its client's `poll` and `wait`, and
-    `send_signal` to the command's own process."""
+    """A command started warm (`start_warm`): its client's `subprocess.Popen` (`poll`, `wait`,
+    `communicate`, `returncode`, ...), but `send_signal` and `kill` reach the command's own
+    process."""
 
     def __init__(self, client: subprocess.Popen, pid_file: Path):
         self.client, self.pid_file = client, pid_file
 
-    def poll(self) -> int | None:
-        return self.client.poll()
-
-    def wait(self, timeout: float | None = None) -> int:
-        return self.client.wait(timeout)
+    def __getattr__(self, name: str):
+        return getattr(self.client, name)
 
     def send_signal(self, signum: int) -> None:
-        """Signals the command's process (once the server has started it)."""
-        while not self.pid_file.exists() or not self.pid_file.read_text():
+        """Signals the command's process (once the server has started it; nothing once its
+        client has ended, which it does when the command has)."""
+        while not self.pid_file.read_text():
             if self.client.poll() is not None:
                 return
             time.sleep(0.001)
+        if self.client.poll() is not None:
+            return
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(self.pid_file.read_text()), signum)
 
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
-def start_warm(env: dict[str, str], command: str, argv: list[str], log: Path) -> WarmProcess:
-    """`command argv` started through the warm server of `env` (`warm_commands`), its output
-    appended to `log`."""
-    pid_file = log.with_name(f"{log.name}.pid")
-    pid_file.unlink(missing_ok=True)
+
+def start_warm(warm: dict[str, str], command: str, argv: list[str], log: Path | None = None,
+               **popen) -> WarmProcess:
+    """`command argv` started through the warm server of `warm` (`warm_commands`) from the
+    project root, its output appended to `log` (or as `popen`'s `subprocess.Popen` options
+    say; an `env` among them is the command's environment in place of `warm`, but PATH).
+
+    Args:
+        warm: the environment `warm_commands` yields.
+        command: a shim's name (`COMMANDS`, `SCRIPT_COMMAND`).
+        argv: its arguments.
+        log: a file the output is appended to, or None.
+        **popen: options of `subprocess.Popen`.
+
+    Returns:
+        The started command's `WarmProcess`.
+    """
+    pid_file = Path(tempfile.mkstemp(suffix=".pid", dir=warm[DIRECTORY])[1])
+    base = popen.get("env", warm)  # the child's environment: `popen`'s, the shims on its PATH
+    options = {"cwd": ROOT, **popen, "env": {**base, "PATH": warm["PATH"],
+                                             DIRECTORY: warm[DIRECTORY],
+                                             "KT_WARM_PID_FILE": str(pid_file)}}
+    if log is None:
+        return WarmProcess(subprocess.Popen([command, *argv], **options), pid_file)
     with open(log, "ab") as output:
-        client = subprocess.Popen([command, *argv], cwd=ROOT, stdout=output,
-                                  stderr=subprocess.STDOUT,
-                                  env={**env, "KT_WARM_PID_FILE": str(pid_file)})
-    return WarmProcess(client, pid_file)
+        return WarmProcess(subprocess.Popen([command, *argv], stdout=output,
+                                            stderr=subprocess.STDOUT, **options), pid_file)
 
 
 @contextlib.contextmanager
@@ -146,7 +200,7 @@ def warm_commands(directory: Path) -> Iterator[dict[str, str]]:
     server = subprocess.Popen([sys.executable, __file__, "serve", path],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for command in COMMANDS:
+        for command in [*COMMANDS, SCRIPT_COMMAND]:
             shim = directory / command
             shim.write_text(f"#!/bin/sh\nexec {sys.executable} {__file__} run {path} {command} "
                             '"$@"\n')
@@ -155,7 +209,8 @@ def warm_commands(directory: Path) -> Iterator[dict[str, str]]:
             if server.poll() is not None:
                 raise RuntimeError("the warm command server stopped while starting")
             time.sleep(0.1)
-        yield {**os.environ, "PATH": f"{directory}{os.pathsep}{os.environ['PATH']}"}
+        yield {**os.environ, "PATH": f"{directory}{os.pathsep}{os.environ['PATH']}",
+               DIRECTORY: str(directory)}
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait()
