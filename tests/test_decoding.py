@@ -1,4 +1,7 @@
 """Beam search and greedy decoding on a random `tiny` model: equivalences and limits."""
+import functools
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -136,41 +139,70 @@ QUICK_STEP_CASES = {("float32", 0), ("float32", 2)}
     for dtype, tolerance in (("float32", 1e-5), ("bfloat16", 0.15))
     for number, overrides in enumerate(STEP_VARIANTS)])
 @pytest.mark.parametrize("jit_compile", [False, pytest.param(True, marks=pytest.mark.slow)])
-def test_cached_step_equals_the_recomputed_step_at_every_position(overrides, dtype, tolerance,
+class StepCase(NamedTuple):
+    """A model of a step variant in a serving precision, the tokens and parents of six
+    positions of a beam of 3 over two sentences, and the reference's log-probabilities."""
+    model: kt.Transformer
+    source: tf.Tensor
+    tokens: tf.Tensor
+    parents: tf.Tensor
+    reference: np.ndarray
+
+
+BEAM, LENGTH = 3, 6
+
+
+def step_positions(case: StepCase, build, **options) -> tf.Tensor:
+    """The log-probabilities `build`'s step gives at each position of `case`, the state
+    reordered to the position's parents after each."""
+    step, state, reorder = build(case.model, case.source, BEAM, tf.constant(LENGTH + 2),
+                                 **options)
+    outputs = []
+    for position in range(LENGTH):
+        log_probs, state = step(case.tokens[position], tf.constant(position), state)
+        outputs.append(log_probs)
+        state = reorder(state, case.parents[position])
+    return tf.stack(outputs)
+
+
+@functools.cache
+def step_case(number: int, dtype: str) -> StepCase:
+    """The `StepCase` of `STEP_VARIANTS[number]` in `dtype`, built and its reference (the
+    decoder rerun over each prefix, in a graph) computed once for the graph and XLA cases."""
+    config = kt.TransformerConfig.preset("tiny", vocab_size=40, dropout=0.0,
+                                         **STEP_VARIANTS[number])
+    model = kt.Transformer(config)
+    if model.output_bias is not None:  # zeros when built: a bias that changes the logits
+        model.output_bias.assign(np.linspace(-1, 1, config.output_vocab_size, dtype="float32"))
+    draws = np.random.default_rng(1)  # its own: the same draws whichever tests run before
+    tokens = tf.constant(draws.integers(4, 30, size=(LENGTH, 2, BEAM)), tf.int32)
+    # A hypothesis extends one of its own sentence's, as in a beam search.
+    parents = tf.constant(draws.integers(0, BEAM, size=(LENGTH, 2 * BEAM))
+                          + np.repeat([0, BEAM], BEAM), tf.int32)
+    case = StepCase(serving_copy(model, dtype), tf.constant([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]]),
+                    tokens, parents, None)
+    return case._replace(reference=tf.function(step_positions)(case, recomputed_step).numpy())
+
+
+@pytest.mark.parametrize("number, dtype, tolerance", [
+    pytest.param(number, dtype, tolerance, id=f"{dtype}-variant{number}",
+                 marks=[] if (dtype, number) in QUICK_STEP_CASES else [pytest.mark.slow])
+    for dtype, tolerance in (("float32", 1e-5), ("bfloat16", 0.15))
+    for number in range(len(STEP_VARIANTS))])
+@pytest.mark.parametrize("jit_compile", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_cached_step_equals_the_recomputed_step_at_every_position(number, dtype, tolerance,
                                                                   jit_compile):
     """The cached step (caches never reordered, each row reading its ancestors' positions)
     against the reference that reruns the decoder over each prefix, over six positions of a
     beam of 3 whose hypotheses extend random parents of their sentence: the same
     log-probabilities at every position, in a graph and under XLA (caches read whole, the
     unwritten positions masked)."""
-    config = kt.TransformerConfig.preset("tiny", vocab_size=40, dropout=0.0, **overrides)
-    model = kt.Transformer(config)
-    if model.output_bias is not None:  # zeros when built: a bias that changes the logits
-        model.output_bias.assign(np.linspace(-1, 1, config.output_vocab_size, dtype="float32"))
-    model = serving_copy(model, dtype)
-    source = tf.constant([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])
-    beam, length = 3, 6
-    draws = np.random.default_rng(1)  # its own: the same draws whichever tests run before
-    tokens = tf.constant(draws.integers(4, 30, size=(length, 2, beam)), tf.int32)
-    # A hypothesis extends one of its own sentence's, as in a beam search.
-    parents = tf.constant(draws.integers(0, beam, size=(length, 2 * beam))
-                          + np.repeat([0, beam], beam), tf.int32)
-
-    def positions(build, **options):
-        step, state, reorder = build(model, source, beam, tf.constant(length + 2), **options)
-        outputs = []
-        for position in range(length):
-            log_probs, state = step(tokens[position], tf.constant(position), state)
-            outputs.append(log_probs)
-            state = reorder(state, parents[position])
-        return tf.stack(outputs)
-
-    cached = tf.function(positions, jit_compile=jit_compile)(
-        cached_step, static_shapes=jit_compile).numpy()
-    reference = tf.function(positions)(recomputed_step).numpy()
-    finite = np.isfinite(reference)
+    case = step_case(number, dtype)
+    cached = tf.function(step_positions, jit_compile=jit_compile)(
+        case, cached_step, static_shapes=jit_compile).numpy()
+    finite = np.isfinite(case.reference)
     np.testing.assert_array_equal(np.isfinite(cached), finite)
-    np.testing.assert_allclose(cached[finite], reference[finite], rtol=0, atol=tolerance)
+    np.testing.assert_allclose(cached[finite], case.reference[finite], rtol=0, atol=tolerance)
 
 
 def test_the_decoding_step_runs_the_same_ops_under_either_kernel_set():
