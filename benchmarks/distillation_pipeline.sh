@@ -19,7 +19,11 @@
 # KT_PIPELINE_STEPS (the recipe's 8000), KT_PIPELINE_TRAIN_ARGS (added to every kt-train, later
 # arguments win), KT_PIPELINE_SPEED_ARGS (added to student_speed.py) and KT_PIPELINE_SAMPLING
 # (the sampled translation's flags, "--top-p 0.9 --seed 1") shrink it for a rehearsal, e.g. the
-# test's tiny models and steps.
+# test's tiny models and steps. KT_PIPELINE_PYTHON (default python) runs the Moses form and
+# student_speed.py, the steps that import TensorFlow (the test's starts them warm).
+# KT_PIPELINE_STOP_AFTER names a stage as stages.log does (e.g. "scoring teachers", or an
+# attempt's PREFIX below, e.g. student_diverse): the job stops once that stage is done, and the
+# same command without it goes on from there (the test runs the pipeline in parts so).
 set -euo pipefail
 WORK="$(realpath -m "${1:?usage: distillation_pipeline.sh WORK_DIR}")"
 cd "$(dirname "$0")/.."
@@ -27,6 +31,13 @@ M="${KT_SHARED_DATA:-../shared/data}/multi30k"
 D="$WORK/data"
 mkdir -p "$D" "$WORK/runs" "$WORK/distilled" "$WORK/scores"
 log() { echo "$(date -u +%FT%TZ) $*" | tee -a "$WORK/stages.log"; }
+done_with() {  # STAGE: the job ends here when KT_PIPELINE_STOP_AFTER names STAGE
+  if [ "$1" = "${KT_PIPELINE_STOP_AFTER:-}" ]; then
+    echo "stopped after $1 (KT_PIPELINE_STOP_AFTER)"
+    exit 0
+  fi
+}
+PYTHON="${KT_PIPELINE_PYTHON:-python}"
 heartbeat() {  # a stopped machine (or script) stops this clock too: stops cost no stage time
   while sleep "${KT_PIPELINE_HEARTBEAT_SECONDS:-60}" && kill -0 $$ 2> /dev/null; do
     echo "$(date +%s) $(grep ' start ' "$WORK/stages.log" 2> /dev/null | tail -1 | cut -d' ' -f3-)" \
@@ -38,7 +49,7 @@ HEARTBEAT=$!
 trap 'kill "$HEARTBEAT"' EXIT
 
 for split in train val test_2016_flickr; do
-  [ -s "$D/$split.de" ] || python -m trainers moses_form --src "$M/$split.en.gz" \
+  [ -s "$D/$split.de" ] || "$PYTHON" -m trainers moses_form --src "$M/$split.en.gz" \
     --tgt "$M/$split.de.gz" --langs en de --output-prefix "$D/$split"
 done
 STEPS="${KT_PIPELINE_STEPS:-8000}"
@@ -47,11 +58,13 @@ RECIPE=(--preset multi30k --steps "$STEPS" --checkpoint-every-steps 100 --keep-c
   --test-tgt "$D/test_2016_flickr.de" --eval-every 1000 --eval-sentences 400 --no-export)
 train() {  # NAME, then kt-train's corpus and seed arguments
   local name=$1; shift
-  [ -f "$WORK/runs/$name/result.json" ] && return
-  log "start $name"
-  # shellcheck disable=SC2086  # the extra arguments are meant to split on spaces
-  kt-train "${RECIPE[@]}" "$@" ${KT_PIPELINE_TRAIN_ARGS:-} --output-dir "$WORK/runs/$name"
-  log "end $name"
+  if [ ! -f "$WORK/runs/$name/result.json" ]; then
+    log "start $name"
+    # shellcheck disable=SC2086  # the extra arguments are meant to split on spaces
+    kt-train "${RECIPE[@]}" "$@" ${KT_PIPELINE_TRAIN_ARGS:-} --output-dir "$WORK/runs/$name"
+    log "end $name"
+  fi
+  done_with "$name"
 }
 
 ORIGINAL=(--train-src "$D/train.en" --train-tgt "$D/train.de")
@@ -59,10 +72,12 @@ train teacher_s1 "${ORIGINAL[@]}" --seed 1
 train teacher_s2 "${ORIGINAL[@]}" --seed 2
 translate() {  # STAGE OUTPUT RUN, then more of kt-translate-corpus's arguments: train, beam 5
   local stage=$1 output=$2 run=$3; shift 3
-  [ -s "$output" ] && return
-  log "start $stage"
-  kt-translate-corpus "$run" "$D/train.en" "$@" --beam-size 5 --output "$output"
-  log "end $stage"
+  if [ ! -s "$output" ]; then
+    log "start $stage"
+    kt-translate-corpus "$run" "$D/train.en" "$@" --beam-size 5 --output "$output"
+    log "end $stage"
+  fi
+  done_with "$stage"
 }
 translate "translation of train" "$WORK/distilled/train.de" "$WORK/runs/teacher_s1" \
   --ensemble "$WORK/runs/teacher_s2"
@@ -75,13 +90,15 @@ train student_e6d2_s1 "${DISTILLED[@]}" --seed 1 --set num_encoder_layers=6 --se
 
 score() {  # NAME, then kt-evaluate's model arguments: tokenized BLEU on test_2016_flickr
   local name=$1; shift
-  [ -f "$WORK/scores/$name.json" ] && return
-  log "start scoring $name"
-  kt-evaluate "$@" --src "$D/test_2016_flickr.en" --ref "$D/test_2016_flickr.de" \
-    --hypotheses "$WORK/scores/$name.hyp" > "$WORK/scores/$name.txt"
-  sacrebleu "$D/test_2016_flickr.de" -i "$WORK/scores/$name.hyp" --tokenize none -lc -w 2 \
-    > "$WORK/scores/$name.json.partial"
-  mv "$WORK/scores/$name.json.partial" "$WORK/scores/$name.json"
+  if [ ! -f "$WORK/scores/$name.json" ]; then
+    log "start scoring $name"
+    kt-evaluate "$@" --src "$D/test_2016_flickr.en" --ref "$D/test_2016_flickr.de" \
+      --hypotheses "$WORK/scores/$name.hyp" > "$WORK/scores/$name.txt"
+    sacrebleu "$D/test_2016_flickr.de" -i "$WORK/scores/$name.hyp" --tokenize none -lc -w 2 \
+      > "$WORK/scores/$name.json.partial"
+    mv "$WORK/scores/$name.json.partial" "$WORK/scores/$name.json"
+  fi
+  done_with "scoring $name"
 }
 for run in teacher_s1 teacher_s2 student_s1 student_s2 student_deep_s1 student_e6d2_s1; do
   score "$run" "$WORK/runs/$run"
@@ -90,11 +107,12 @@ score teachers "$WORK/runs/teacher_s1" --ensemble "$WORK/runs/teacher_s2"
 if [ ! -s "$WORK/student_speed.txt" ]; then
   log "start student_speed"
   # shellcheck disable=SC2086
-  python benchmarks/student_speed.py "$WORK/runs/"{teacher_s1,student_deep_s1,student_e6d2_s1} \
+  "$PYTHON" benchmarks/student_speed.py "$WORK/runs/"{teacher_s1,student_deep_s1,student_e6d2_s1} \
     --src "$D/test_2016_flickr.en" --beam-size 5 --ctranslate2 float32 ${KT_PIPELINE_SPEED_ARGS:-} \
     > "$WORK/student_speed.txt.partial"
   mv "$WORK/student_speed.txt.partial" "$WORK/student_speed.txt"
 fi
+done_with student_speed
 
 # Attempts at the target when the students stall below it, each from its first student: PREFIX_s1
 # trained and scored, then PREFIX_s2 only when PREFIX_s1 beats student_s1 on dev.
@@ -114,12 +132,13 @@ attempt() {  # PREFIX FROM (the runs each seed continues, FROM_sN, or ""), then 
     name="${prefix}_s$seed"
     if [ "$seed" = 2 ] && ! python benchmarks/distillation_report.py "$WORK" \
         --better-on-dev "${prefix}_s1" student_s1; then
-      return
+      break
     fi
     [ -z "$from" ] || continued "${from}_s$seed" "$name"
     train "$name" "$@" --seed "$seed"
     score "$name" "$WORK/runs/$name"
   done
+  done_with "$prefix"
 }
 
 # Data diversification (Nguyen et al. 2020): each teacher's own translation of train as a corpus

@@ -4,11 +4,13 @@ a one-layer decoder), every run exported the same way and timed in one process.
 
     python benchmarks/student_speed.py runs/student1 runs/student_deep1 \
         --src data/m30k_tok/test_2016_flickr.en --beam-size 5 [--xla] \
-        [--ctranslate2 float32,int8] [--sentences 1000]
+        [--ctranslate2 float32,int8] [--sentences 1000] [--serving-default-only]
 
 Each run's default weights (`RunDir.default_weights`) are exported as a float32 SavedModel with
-its recipe's search settings and `--beam-size` (with `--xla`, the XLA-compiled search), and,
-for each `--ctranslate2` quantization, as a CTranslate2 model run through the library's own
+its recipe's search settings and `--beam-size` (with `--xla`, the XLA-compiled search; with
+`--serving-default-only`, a SavedModel of the one signature timed, a rehearsal's: the same
+search, without the six others an export traces, saves and loads), and, for each
+`--ctranslate2` quantization, as a CTranslate2 model run through the library's own
 functions (`ctranslate2_functions`: the rules `kt-translate` applies). Every sentence is
 translated once by every export as a warm-up (XLA compiles once per padded width), then timed
 alone (batch 1), the exports taking turns sentence by sentence (the order rotated) so that a
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -31,6 +34,8 @@ import tensorflow as tf
 from keras_transformer.config import SearchSettings
 from keras_transformer.serving.ctranslate2_export import ctranslate2_functions, export_ctranslate2
 from keras_transformer.data.text_files import read_lines
+from keras_transformer.decoding.translator import Translator
+from keras_transformer.precision import serving_copy
 from keras_transformer.serving.export import export_translator
 from keras_transformer.training.run_dir import RunDir
 from trainers.common import load_run_model
@@ -48,7 +53,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--xla", action="store_true", help="XLA-compiled SavedModel searches")
     parser.add_argument("--ctranslate2", default="",
                         help="comma-separated CTranslate2 quantizations to time too")
+    parser.add_argument("--serving-default-only", action="store_true",
+                        help="SavedModels of the signature timed alone, not whole exports: the "
+                        "same search, seconds less per run (a rehearsal's)")
     return parser.parse_args(argv)
+
+
+def serving_default_export(model, tokenizer, directory: Path, settings: SearchSettings,
+                           jit_compile: bool) -> str:
+    """A SavedModel in `directory` whose one signature, `serving_default`, is the one an export
+    of `export_translator` has (the `Translator` of a float32 copy of `model` with `settings`
+    and `jit_compile`), without the other six and the export's records; returns its path."""
+    translator = Translator(serving_copy(model, "float32"), tokenizer, settings,
+                            jit_compile=jit_compile)
+    # the weights and the tokenizer the signature reads, not the translator: saving that traces
+    # each of its signatures
+    module = tf.Module()
+    module.model, module.tokenizer = translator.model, tokenizer
+    tf.saved_model.save(module, os.fspath(directory),
+                        signatures={"serving_default": translator.translate},
+                        options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
+    return os.fspath(directory)
 
 
 def exports(args: argparse.Namespace, workdir: Path) -> dict[str, Translate]:
@@ -59,8 +84,11 @@ def exports(args: argparse.Namespace, workdir: Path) -> dict[str, Translate]:
         settings = SearchSettings.of(RunDir(run_dir).load_recipe().search,
                                      beam_size=args.beam_size)
         name = Path(run_dir).name
-        path = export_translator(model, tokenizer, name, workdir, settings,
-                                 jit_compile=args.xla)
+        if args.serving_default_only:
+            path = serving_default_export(model, tokenizer, workdir / name, settings, args.xla)
+        else:
+            path = export_translator(model, tokenizer, name, workdir, settings,
+                                     jit_compile=args.xla)
         signature = tf.saved_model.load(path).signatures["serving_default"]
         functions[f"{name} SavedModel{' XLA' if args.xla else ''}"] = (
             lambda text, signature=signature: signature(text=tf.constant([text]))
