@@ -12,7 +12,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 import pytest
@@ -24,13 +24,14 @@ from helpers import (LEARNS, LANGUAGE_PAIRS, STOCK_PYTHON, TARGETS, final_json, 
 from keras_transformer.config import SearchSettings
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.data.sentencepiece_pair import load_tokenizer
+from keras_transformer.data.text_files import read_raw_lines
 from keras_transformer.data.languages import (LanguagePair, RunLanguages, language_token,
                                               language_token_ids, reserved_tokens)
 from keras_transformer.decoding.translator import IntoLanguage, Translator, truncated_sources
 from keras_transformer.evaluation import corpus_scores
 from keras_transformer.evaluation import translate_corpus as translated_corpus
 from keras_transformer.serving.loading import recorded_languages
-from keras_transformer.serving.text_translation import output_line
+from keras_transformer.serving.text_translation import LineTranslator, best_lines, output_line
 from keras_transformer.serving.warmup import WARMUP_FILE
 from keras_transformer.training.loaded_run import load_run
 from keras_transformer.training.run_dir import LANGUAGES_FILE, RunDir
@@ -86,7 +87,8 @@ class TrainedRun(NamedTuple):
 def trained(request, corpus, tmp_path_factory) -> TrainedRun:
     """A run of the three pairs, its token placed as the parameter says, learned in 300 steps
     (dev BLEU at 150 and 300, the test sets translated), and the SavedModel kt-train exported
-    of it (beam 4)."""
+    of it (beam 4). The tests of one export take the "source" run's (parametrized
+    `indirect`): the same run, trained once."""
     root = tmp_path_factory.mktemp(f"trained_{request.param}")
     argv = LEARNS + pair_args(corpus, "train", "dev", "test") + [
         "--language-token", request.param, "--steps", "300", "--eval-every", "150",
@@ -102,6 +104,12 @@ def trained(request, corpus, tmp_path_factory) -> TrainedRun:
         tf.get_logger().removeHandler(handler)
     return TrainedRun(root / "run", root / "exports" / "multi", final_json(printed.getvalue()),
                       logged.getvalue().splitlines())
+
+
+@pytest.fixture(scope="module")
+def trained_signatures(trained) -> dict:
+    """The signatures of `trained`'s export, loaded once for the tests that read them."""
+    return tf.saved_model.load(str(trained.export / "1")).signatures
 
 
 @pytest.fixture(scope="module")
@@ -124,13 +132,38 @@ def random_multi(vocabulary, tmp_path_factory) -> Path:
     return run.root
 
 
+def long_lines(max_length: int) -> str:
+    """Two lines of words of one piece each for a model of `max_length`: `max_length - 2` of
+    them (with the source token, the `max_length - 1` places the model takes) and
+    `max_length - 1`."""
+    return (" ".join(["cat"] * (max_length - 2)) + "\n"
+            + " ".join(["dog"] * (max_length - 1)) + "\n")
+
+
+class ExportTranslation(NamedTuple):
+    """What kt-translate of an export wrote: its exit status, output lines and standard
+    error, and the file of `long_lines` it translated after the test sources."""
+    code: int
+    lines: list[str]
+    err: str
+    long_source: Path
+
+
 @pytest.fixture(scope="module")
-def random_export(random_multi, tmp_path_factory) -> Path:
-    """The SavedModel of `random_multi` (kt-export)."""
-    base = tmp_path_factory.mktemp("random_exports")
-    assert export.main([str(random_multi), str(random_multi / "vocab"), "--name", "multi",
-                        "--base-dir", str(base)]) == 0
-    return base / "multi" / "1"
+def export_translated(trained, corpus) -> ExportTranslation:
+    """kt-translate of `trained`'s export into up, of the test sources and of `long_lines` (a
+    file beside the run) in one call: the SavedModel loaded once for the tests that read
+    what it wrote."""
+    long_source = trained.run_dir.parent / "long.en"
+    long_source.write_text(long_lines(
+        RunDir(trained.run_dir).load_recipe().architecture.max_length))
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        code = translate.main([str(trained.export), str(corpus["test"]["en"]),
+                               str(long_source), "--target-language", "up", "--quiet"],
+                              stdout=stdout)
+    return ExportTranslation(code, stdout.getvalue().split("\n")[:-1], stderr.getvalue(),
+                             long_source)
 
 
 def warmup_requests(export: Path) -> list:
@@ -158,6 +191,18 @@ def translated(argv: list[str], capsys) -> tuple[int, list[str], str]:
     stdout = io.StringIO()
     code = translate.main([*argv, "--quiet"], stdout=stdout)
     return code, stdout.getvalue().split("\n")[:-1], capsys.readouterr().err
+
+
+def run_lines(translator: Translator, source: Path, language: str,
+              prefixes: Optional[Path] = None) -> list[str]:
+    """kt-translate's output lines of `source` into `language` ("" as the lines say, of a
+    model whose language is optional), after `prefixes` if given, of the run `translator`
+    searches as: what kt-translate of the run computes (`translate.load_translator`,
+    `best_lines`), with one translator traced once for all the calls (kt-translate builds and
+    traces its own in each)."""
+    return best_lines(LineTranslator.from_translator(IntoLanguage(translator, language)),
+                      read_raw_lines(source)[0],
+                      prefixes=None if prefixes is None else read_raw_lines(prefixes)[0])
 
 
 def bleu(hypotheses: list[str], references: Path) -> float:
@@ -212,13 +257,13 @@ def test_scoring_every_pair_traces_no_search_again_and_again(trained):
 
 @pytest.mark.slow
 def test_each_command_translates_into_the_language_asked_for_as_the_export_does(
-        trained, corpus, tmp_path, capsys):
+        trained, trained_signatures, export_translated, corpus, tmp_path, capsys):
     """kt-translate of the run into each language is that language's translation (BLEU 90+
     against its references, below 10 against the others'); one batch of the SavedModel asking
     for each line in each language gives each the run's translation into it, and so do
     kt-translate of the export, kt-evaluate and kt-translate-corpus (into one language each);
     the alignment signature leaves the token out of its target pieces."""
-    run_dir, exports = trained.run_dir, trained.export
+    run_dir = trained.run_dir
     sources = corpus["test"]["en"]
     by_language = {}
     for language in LANGUAGES:
@@ -229,8 +274,8 @@ def test_each_command_translates_into_the_language_asked_for_as_the_export_does(
             score = bleu(lines, corpus["test"][other])
             assert score >= 90 if other == language else score < 10, (language, other, score)
         by_language[language] = lines
-    assert translated([str(exports), str(sources), "--target-language", "up"],
-                      capsys)[1] == by_language["up"]
+    exported = export_translated  # of the test sources, then of `long_lines`
+    assert exported.code == 0 and exported.lines[:len(by_language["up"])] == by_language["up"]
     for language in ("up", "rv"):  # each language's hypotheses in a file of its own
         assert evaluate.main([str(run_dir), "--src", str(sources), "--ref",
                               str(corpus["test"][language]), "--target-language", language]) == 0
@@ -245,7 +290,7 @@ def test_each_command_translates_into_the_language_asked_for_as_the_export_does(
     assert (tmp_path / "corpus.rv").read_text().splitlines() == by_language["rv"]
     lines = sources.read_text(encoding="utf-8").splitlines()  # each line into each language
     texts, asked = [line for line in lines for _ in LANGUAGES], LANGUAGES * len(lines)
-    signatures = tf.saved_model.load(str(exports / "1")).signatures
+    signatures = trained_signatures
     assert {name for name, function in signatures.items()
             if "target_language" in function.structured_input_signature[1]} == SIGNATURES
     mixed = signatures["serving_default"](text=tf.constant(texts),
@@ -262,31 +307,33 @@ def test_each_command_translates_into_the_language_asked_for_as_the_export_does(
 @pytest.mark.slow
 def test_the_ctranslate2_export_passes_the_token_as_the_model_was_trained(trained, corpus,
                                                                           tmp_path, capsys):
-    """Greedy, each language's translations, free and after a prefix, are ours."""
+    """Greedy, each language's translations, free and after a prefix, are ours (what
+    kt-translate of the run computes: `run_lines`)."""
     pytest.importorskip("ctranslate2")
     run_dir = trained.run_dir
-    greedy = ["--beam-size", "1"]
     assert export.main([str(run_dir), str(run_dir / "vocab"), "--name", "ct2", "--base-dir",
                         str(tmp_path), "--format", "ctranslate2", "--quantization", "float32",
-                        *greedy]) == 0
+                        "--beam-size", "1"]) == 0
     sources = corpus["test"]["en"]
     prefixes = tmp_path / "prefixes"
     prefixes.write_text("".join(("" if index % 2 else line.split()[0]) + "\n" for index, line
                                 in enumerate(corpus["test"]["up"].read_text().splitlines())))
+    loaded = load_run(run_dir)
+    greedy = loaded.translator(SearchSettings.of(loaded.recipe.search, beam_size=1))
     for language in LANGUAGES:
-        for extra in ([], ["--prefix", str(prefixes)]):
-            ours = translated([str(run_dir), str(sources), "--target-language", language,
-                               *greedy, *extra], capsys)
+        for prefix in (None, prefixes):
             theirs = translated([str(tmp_path / "ct2"), str(sources), "--target-language",
-                                 language, *extra], capsys)
-            assert ours[0] == theirs[0] == 0 and theirs[1] == ours[1], (language, extra)
+                                 language, *(["--prefix", str(prefix)] if prefix else [])],
+                                capsys)
+            assert theirs[0] == 0 and theirs[1] == run_lines(greedy, sources, language,
+                                                             prefix), (language, prefix)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not STOCK_PYTHON, reason="KT_STOCK_RUNTIME_PYTHON (a Python with exactly "
                     "tensorflow 2.20 + tensorflow-text 2.20) is not set")
 def test_the_stock_runtime_answers_a_request_per_language_and_replays_the_warmup(
-        trained, corpus, tmp_path, capsys):
+        trained, trained_signatures, corpus, tmp_path, capsys):
     """Each language's translations are kt-translate's, an unknown language fails the request
     naming it, and every warm-up request gets an answer of one row per output."""
     run_dir, exports = trained.run_dir, trained.export
@@ -308,8 +355,7 @@ def test_the_stock_runtime_answers_a_request_per_language_and_replays_the_warmup
             capsys)[1]
     assert stock["translations"]["xx"].startswith("InvalidArgumentError")
     assert "the model translates into dd, rv, up only, not] [xx xx" in stock["translations"]["xx"]
-    signatures = tf.saved_model.load(str(exports / "1")).signatures
-    assert stock["replies"] == [sorted(signatures[name].structured_outputs)
+    assert stock["replies"] == [sorted(trained_signatures[name].structured_outputs)
                                 for name, _ in replayed]
 
 
@@ -346,16 +392,16 @@ def test_a_model_of_one_target_language_refuses_one(demo_vocab, tmp_path, capsys
 
 
 @pytest.mark.slow
-def test_one_savedmodel_answers_each_language_and_refuses_an_unknown_one(random_multi,
-                                                                         random_export, corpus,
-                                                                         capsys):
+@pytest.mark.parametrize("trained", ["source"], indirect=True)
+def test_one_savedmodel_answers_each_language_and_refuses_an_unknown_one(
+        trained, trained_signatures, export_translated, corpus):
     """Each signature takes `target_language`, one per row; the export records the languages,
     translates a mixed batch as the run does each language (in-process and through
     kt-translate) and fails a request for a language it does not have, or with a language
     count other than the rows', with InvalidArgumentError naming it."""
-    languages = RunDir(random_multi).languages()
-    assert recorded_languages(random_export) == languages
-    signatures = tf.saved_model.load(str(random_export)).signatures
+    languages = RunDir(trained.run_dir).languages()
+    assert recorded_languages(trained.export / "1") == languages
+    signatures = trained_signatures
     assert {name: set(function.structured_input_signature[1]) - {"text", "prefix", "terms"}
             for name, function in signatures.items()} == {
         **{name: {"target_language"} for name in SIGNATURES},
@@ -364,7 +410,7 @@ def test_one_savedmodel_answers_each_language_and_refuses_an_unknown_one(random_
     asked = [LANGUAGES[index % 3] for index in range(len(texts))]
     mixed = signatures["serving_default"](text=tf.constant(texts),
                                           target_language=tf.constant(asked))
-    translator = load_run(random_multi).translator()
+    translator = load_run(trained.run_dir).translator()
     for language in LANGUAGES:
         rows = [index for index, wanted in enumerate(asked) if wanted == language]
         alone = IntoLanguage(translator, language).translate(tf.constant(
@@ -373,10 +419,10 @@ def test_one_savedmodel_answers_each_language_and_refuses_an_unknown_one(random_
                                                                       rows))
         np.testing.assert_allclose(alone["score"], tf.gather(mixed["score"], rows), atol=1e-5)
     assert mixed["translation"].numpy()[-1] == b""  # an empty sentence, whatever the language
-    source = corpus["dev"]["en"]
-    assert translated([str(random_export), str(source), "--target-language", "rv"],
-                      capsys)[1] == translated([str(random_multi), str(source),
-                                                "--target-language", "rv"], capsys)[1]
+    exported = export_translated  # into up, of the test sources, then of `long_lines`
+    assert exported.code == 0 and exported.lines == run_lines(
+        translator, corpus["test"]["en"], "up") + run_lines(translator, exported.long_source,
+                                                            "up")
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match=r"target_language: the model translates into dd, rv, up only, "
                              r"not\] \[fr\]"):
@@ -389,19 +435,19 @@ def test_one_savedmodel_answers_each_language_and_refuses_an_unknown_one(random_
 
 
 @pytest.mark.slow
-def test_the_warmup_asks_for_each_language_and_replays(random_export):
+@pytest.mark.parametrize("trained", ["source"], indirect=True)
+def test_the_warmup_asks_for_each_language_and_replays(trained, trained_signatures):
     """Every signature once into the first language (translate_with_prefix twice), and
     `serving_default` once into each further one; each request replays."""
-    requests = warmup_requests(random_export)
+    requests = warmup_requests(trained.export / "1")
     assert asked_languages(requests) == WARMUP_ASKS
-    record = json.loads((random_export / "assets.extra" /
+    record = json.loads((trained.export / "1" / "assets.extra" /
                          "keras_transformer_provenance.json").read_text())
     assert record["warmup"]["records"] == len(requests) == 10
-    signatures = tf.saved_model.load(str(random_export)).signatures
     for request in requests:
         inputs = {key: tf.constant(tf.make_ndarray(proto))
                   for key, proto in request.inputs.items()}
-        outputs = signatures[request.model_spec.signature_name](**inputs)
+        outputs = trained_signatures[request.model_spec.signature_name](**inputs)
         assert all(value.shape[0] == 1 for value in outputs.values())
 
 
@@ -441,6 +487,26 @@ def imported_multi(tmp_path_factory) -> dict:
             **{name: root / f"{name}.en" for name in files}}
 
 
+@pytest.fixture(scope="module")
+def imported_export(imported_multi) -> Path:
+    """kt-export's SavedModel of the imported run (searching as IMPORTED_SEARCH says): its
+    model directory, for the tests that read it."""
+    run = imported_multi["run"]
+    base = run.parent / "exports"
+    assert export.main([str(run), str(run / "vocab"), "--name", "opus", "--base-dir",
+                        str(base), *IMPORTED_SEARCH]) == 0
+    return base / "opus"
+
+
+@pytest.fixture(scope="module")
+def imported_translator(imported_multi) -> Translator:
+    """`load_run`'s translator of the imported run, searching as IMPORTED_SEARCH says (as
+    its export does), traced once for the tests that call it."""
+    loaded = load_run(imported_multi["run"])
+    return loaded.translator(SearchSettings.of(loaded.recipe.search, beam_size=2,
+                                               max_decode_extra=5))
+
+
 @pytest.mark.slow
 def test_an_imported_multi_target_model_takes_the_language_as_its_first_source_token(
         imported_multi, capsys):
@@ -451,15 +517,20 @@ def test_an_imported_multi_target_model_takes_the_language_as_its_first_source_t
     is refused by name."""
     run, plain = str(imported_multi["run"]), str(imported_multi["plain"])
     search = [*IMPORTED_SEARCH, "--nbest", "2"]  # the scores tell translations apart
+    # The lines led by each token, and as given: one call, which translates each file apart.
+    code, lines, _ = translated([run, str(imported_multi["deu"]), str(imported_multi["fra"]),
+                                 plain, *search], capsys)
+    count = 2 * len(imported_multi["lines"])  # two lines a line
+    assert code == 0 and len(lines) == 3 * count
+    tagged = {"deu": lines[:count], "fra": lines[count:2 * count]}
     by_language = {}
     for language in ("deu", "fra"):
         asked = translated([run, plain, "--target-language", language, *search], capsys)
-        assert asked[0] == 0 and asked[1] == translated(
-            [run, str(imported_multi[language]), *search], capsys)[1]
-        by_language[language] = asked[1]  # two lines a line
+        assert asked[0] == 0 and asked[1] == tagged[language]
+        by_language[language] = asked[1]
     assert by_language["deu"][2:4] == ["1 |||  ||| 0.0000"] * 2
     assert all(by_language["deu"][index] != by_language["fra"][index] for index in (0, 4, 6))
-    as_given = translated([run, plain, *search], capsys)[1]
+    as_given = lines[2 * count:]
     assert as_given[6:] == by_language["fra"][6:] and as_given[0] != by_language["deu"][0]
     languages = RunDir(run).languages()
     tokenizer = load_tokenizer(imported_multi["run"] / "vocab")
@@ -500,23 +571,39 @@ def test_a_languages_file_of_the_earlier_format_loads(tmp_path):
         languages.token_id("")
 
 
-@pytest.mark.parametrize("model", ["run", pytest.param("export", marks=pytest.mark.slow)])
-def test_the_source_token_counts_toward_the_truncation(random_multi, vocabulary, request,
-                                                       tmp_path, capsys, model):
-    """With the "source" placement the token takes one of the `max_length - 1` source
-    places: kt-translate (of the run and of its export) warns of a line of exactly that many
-    pieces, which loses its last one, and not of a line one piece shorter."""
-    tokenizer = SubwordTokenizer.load(vocabulary)
-    max_length = RunDir(random_multi).load_recipe().architecture.max_length
+def cut_line_warning(run_dir: Path, source: Path) -> str:
+    """kt-translate's warning of the second line of `long_lines` in `source`, translated with
+    the model of `run_dir` (whose vocabulary gives the words one piece each: checked)."""
+    tokenizer = SubwordTokenizer.load(run_dir / "vocab")
     assert tokenizer.tokenize(tf.constant(["cat dog"])).row_lengths().numpy().tolist() == [2]
-    lines = [" ".join(["cat"] * (max_length - 2)), " ".join(["dog"] * (max_length - 1))]
+    max_length = RunDir(run_dir).load_recipe().architecture.max_length
+    assert [len(line.split()) for line in text_lines(source)] == [max_length - 2,
+                                                                  max_length - 1]
+    return (f"{source}: 1 line longer than the model takes (max_length {max_length}), "
+            f"translated from its first {max_length - 1} subwords: line 2")
+
+
+def test_the_source_token_counts_toward_the_truncation(random_multi, tmp_path, capsys):
+    """With the "source" placement the token takes one of the `max_length - 1` source
+    places: kt-translate (of the run, and of an export: the next test) warns of a line of
+    exactly that many pieces, which loses its last one, and not of a line one piece
+    shorter."""
     source = tmp_path / "in.en"
-    source.write_text("".join(line + "\n" for line in lines))
-    path = random_multi if model == "run" else request.getfixturevalue("random_export")
-    code, _, err = translated([str(path), str(source), "--target-language", "up"], capsys)
+    source.write_text(long_lines(RunDir(random_multi).load_recipe().architecture.max_length))
+    code, _, err = translated([str(random_multi), str(source), "--target-language", "up"],
+                              capsys)
     assert code == 0
-    assert (f"{source}: 1 line longer than the model takes (max_length {max_length}), "
-            f"translated from its first {max_length - 1} subwords: line 2") in err
+    assert cut_line_warning(random_multi, source) in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trained", ["source"], indirect=True)
+def test_the_source_token_counts_toward_the_truncation_of_an_export(trained,
+                                                                    export_translated):
+    """So does kt-translate of an export (kt-train's, of the "source" placement)."""
+    assert export_translated.code == 0
+    assert cut_line_warning(trained.run_dir, export_translated.long_source) in (
+        export_translated.err)
 
 
 def test_kt_train_warns_of_each_pairs_dev_and_test_lines_it_cuts(random_multi, vocabulary,
@@ -597,34 +684,25 @@ def test_kt_trains_dev_figures_are_kt_evaluates(trained, corpus, tmp_path, capsy
 
 @pytest.mark.slow
 def test_the_savedmodel_of_an_imported_multi_target_model_takes_the_language(
-        imported_multi, tmp_path, capsys):
-    """kt-export of the imported run: every signature takes `target_language`, one per row;
-    a language translates as kt-translate --target-language does (of the run and of the
-    export), "" as the line says (the option left out), in one batch; a language without a
-    token fails the request naming it; the warm-up asks for each language."""
-    run, plain = imported_multi["run"], str(imported_multi["plain"])
-    base = tmp_path / "exports"
-    assert export.main([str(run), str(run / "vocab"), "--name", "opus", "--base-dir",
-                        str(base), *IMPORTED_SEARCH]) == 0
-    signatures = tf.saved_model.load(str(base / "opus" / "1")).signatures
+        imported_multi, imported_export, imported_translator):
+    """kt-export of the imported run records its languages; every signature takes
+    `target_language`, one per row; a language translates as the run does (what kt-translate
+    of it computes: `run_lines`), "" as the line says (the option left out), in one batch;
+    a language without a token fails the request naming it; the warm-up asks for each
+    language. (kt-translate of the export: the next test.)"""
+    run, plain, translator = imported_multi["run"], imported_multi["plain"], imported_translator
+    assert recorded_languages(imported_export / "1") == RunDir(run).languages()
+    signatures = tf.saved_model.load(str(imported_export / "1")).signatures
     assert {name for name, function in signatures.items()
             if "target_language" in function.structured_input_signature[1]} == SIGNATURES
     lines = imported_multi["lines"]
-    expected = {}
-    for language in ("deu", "fra", ""):
-        option = ["--target-language", language] if language else []
-        expected[language] = translated([str(run), plain, *option, *IMPORTED_SEARCH],
-                                        capsys)[1]
-        assert translated([str(base / "opus"), plain, *option], capsys)[1] == (
-            expected[language])
+    expected = {language: run_lines(translator, plain, language)
+                for language in ("deu", "fra", "")}
     asked = ["deu", "", "fra", ""]
     mixed = signatures["serving_default"](text=tf.constant(lines),
                                           target_language=tf.constant(asked))
     assert [output_line(text) for text in mixed["translation"].numpy()] == [
         expected[language][index] for index, language in enumerate(asked)]
-    loaded = load_run(run)  # searching as IMPORTED_SEARCH says
-    translator = loaded.translator(SearchSettings.of(loaded.recipe.search, beam_size=2,
-                                                     max_decode_extra=5))
     scores = [IntoLanguage(translator, language).translate(tf.constant([line]))["score"][0]
               for line, language in zip(lines, asked)]
     np.testing.assert_allclose(mixed["score"], scores, atol=1e-4)
@@ -635,24 +713,38 @@ def test_the_savedmodel_of_an_imported_multi_target_model_takes_the_language(
                              r"not\] \[ita\]"):
         signatures["translate_nbest"](text=tf.constant(lines[:2]),
                                       target_language=tf.constant(["deu", "ita"]))
-    assert asked_languages(warmup_requests(base / "opus" / "1")) == sorted(
+    assert asked_languages(warmup_requests(imported_export / "1")) == sorted(
         [(name, "deu") for name in SIGNATURES]
         + [("translate_with_prefix", "deu"), ("serving_default", "fra")])
+
+
+@pytest.mark.slow
+def test_kt_translate_of_the_imported_savedmodel_takes_the_language(
+        imported_multi, imported_export, imported_translator, capsys):
+    """kt-translate of the export translates into the language `--target-language` names,
+    and as the lines say without it, as the run does (`run_lines`)."""
+    plain = imported_multi["plain"]
+    for language in ("deu", "fra", ""):
+        option = ["--target-language", language] if language else []
+        assert translated([str(imported_export), str(plain), *option], capsys)[1] == (
+            run_lines(imported_translator, plain, language)), language
 
 
 @pytest.mark.slow
 def test_the_ctranslate2_export_of_an_imported_multi_target_model_takes_the_language(
         imported_multi, tmp_path, capsys):
     """Greedy, the CTranslate2 export translates into each language, and as the lines say
-    without one, as the run does."""
+    without one, as the run does (kt-translate of it: `run_lines`)."""
     pytest.importorskip("ctranslate2")
-    run, plain = imported_multi["run"], str(imported_multi["plain"])
-    greedy = ["--beam-size", "1", "--max-decode-extra", "5"]
+    run, plain = imported_multi["run"], imported_multi["plain"]
     assert export.main([str(run), str(run / "vocab"), "--name", "ct2", "--base-dir",
                         str(tmp_path), "--format", "ctranslate2", "--quantization", "float32",
-                        *greedy]) == 0
-    for option in (["--target-language", "deu"], ["--target-language", "fra"], []):
-        ours = translated([str(run), plain, *option, *greedy], capsys)
-        theirs = translated([str(tmp_path / "ct2"), plain, *option, "--batch-size", "1"],
+                        "--beam-size", "1", "--max-decode-extra", "5"]) == 0
+    loaded = load_run(run)
+    greedy = loaded.translator(SearchSettings.of(loaded.recipe.search, beam_size=1,
+                                                 max_decode_extra=5))
+    for language in ("deu", "fra", ""):
+        option = ["--target-language", language] if language else []
+        theirs = translated([str(tmp_path / "ct2"), str(plain), *option, "--batch-size", "1"],
                             capsys)
-        assert ours[0] == theirs[0] == 0 and theirs[1] == ours[1], option
+        assert theirs[0] == 0 and theirs[1] == run_lines(greedy, plain, language), language
