@@ -3,7 +3,10 @@ pair) fine-tuned on new pairs keeps its architecture and tokenizer, starts from 
 the fine-tuning schedule, refuses what would change the model, and resumes as any run does;
 with `--lora-rank`, only LoRA adapters are trained and the files other commands read hold the
 merged (plain) weights."""
+import contextlib
+import io
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -29,9 +32,10 @@ OPTIONS = ["--precision", "float32", "--kernels", "fast", "--eval-every", "2",
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
-    """An imported random Marian model and a small corpus of new pairs."""
+    """An imported random Marian model and a small corpus of new pairs. One layer a side: what
+    these tests prove does not depend on depth, and each kt-train run traces half the graph."""
     root = tmp_path_factory.mktemp("fine_tuning")
-    folder = write_marian_model(root / "marian")
+    folder = write_marian_model(root / "marian", enc_depth=1, dec_depth=1)
     run = write_imported_run(read_marian_folder(folder), root / "imported", str(folder),
                              "marian")
     sources, targets = training_sentences(120, seed=3)
@@ -50,7 +54,37 @@ def weights_of(run: RunDir, path) -> list:
     return [variable.numpy() for variable in model.trainable_weights]
 
 
+@pytest.fixture(scope="module")
+def tuned(imported, tmp_path_factory):
+    """A fine-tuning run of 4 steps from the imported model, with the fine-tuning schedule: the
+    run the first test reads and the uninterrupted run a continued one must equal."""
+    source, data = imported
+    root = tmp_path_factory.mktemp("tuned") / "run"
+    assert train.main([*data, *OPTIONS, "--init-from", str(source.root), "--steps", "4",
+                       "--output-dir", str(root)]) == 0
+    return RunDir(root)
+
+
 LORA = ["--lora-rank", "2", "--lora-alpha", "4"]
+# A learning rate large enough that the adapters of two checkpoints differ visibly.
+LORA_SCHEDULE = ["--checkpoint-every-steps", "1", "--set", "average_last=2",
+                 "--set", "warmup_steps=1", "--set", "learning_rate_scale=0.05"]
+
+
+@pytest.fixture(scope="module")
+def lora(imported, tmp_path_factory):
+    """A LoRA run of 3 steps from the imported model (`LORA`, `LORA_SCHEDULE`) and what it
+    wrote on stderr: the run the LoRA test reads and the uninterrupted run a restarted one
+    must equal."""
+    source, data = imported
+    root = tmp_path_factory.mktemp("lora") / "run"
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        status = train.main([*data, *OPTIONS, "--init-from", str(source.root), *LORA,
+                             *LORA_SCHEDULE, "--steps", "3", "--output-dir", str(root)])
+    sys.stderr.write(stderr.getvalue())  # still in the captured output of a failing test
+    assert status == 0
+    return RunDir(root), stderr.getvalue()
 
 
 def lora_checkpoint(run: RunDir, path) -> kt.Transformer:
@@ -73,7 +107,7 @@ def files_of(root) -> dict:
 
 
 @pytest.mark.slow
-def test_fine_tuning_keeps_the_model_and_tokenizer_and_starts_from_its_weights(imported,
+def test_fine_tuning_keeps_the_model_and_tokenizer_and_starts_from_its_weights(imported, tuned,
                                                                               tmp_path):
     source, data = imported
     # A learning rate of almost nothing: the final weights are the source's, to rounding.
@@ -86,23 +120,21 @@ def test_fine_tuning_keeps_the_model_and_tokenizer_and_starts_from_its_weights(i
         path.name for path in source.vocab.iterdir())
     assert (still.vocab / "vocabulary.json").read_bytes() == (
         source.vocab / "vocabulary.json").read_bytes()
-    for tuned, original in zip(final_weights(still.root), weights_of(source,
-                                                                     source.final_weights)):
-        np.testing.assert_allclose(tuned, original, atol=1e-6)
+    for weights, original in zip(final_weights(still.root), weights_of(source,
+                                                                       source.final_weights)):
+        np.testing.assert_allclose(weights, original, atol=1e-6)
     # The fine-tuning schedule: warmup to FINE_TUNING_PEAK_RATE.
-    assert train.main([*data, *OPTIONS, "--init-from", str(source.root), "--steps", "2",
-                       "--output-dir", str(tmp_path / "tuned")]) == 0
-    training = RunDir(tmp_path / "tuned").load_recipe().training
+    training = tuned.load_recipe().training
     d_model = source.load_recipe().architecture.d_model
     schedule = TransformerSchedule(d_model, training.warmup_steps, training.learning_rate_scale)
     assert training.warmup_steps == FINE_TUNING_WARMUP_STEPS
     peak = max(float(schedule(step)) for step in range(2 * FINE_TUNING_WARMUP_STEPS))
     assert peak == pytest.approx(FINE_TUNING_PEAK_RATE, rel=1e-3)
-    changed = [not np.allclose(tuned, original) for tuned, original in zip(
-        final_weights(tmp_path / "tuned"), weights_of(source, source.final_weights))]
+    changed = [not np.allclose(weights, original) for weights, original in zip(
+        final_weights(tuned.root), weights_of(source, source.final_weights))]
     assert any(changed)
     # The prepared pairs are the pair tokenizer's ids (source and target models each).
-    manifest = json.loads((tmp_path / "tuned" / "prepared" / "manifest.json").read_text())
+    manifest = json.loads((tuned.root / "prepared" / "manifest.json").read_text())
     assert manifest["vocabulary"]["size"] == source.load_recipe().architecture.vocab_size
 
 
@@ -120,16 +152,15 @@ def test_what_would_change_the_model_is_refused_and_nothing_written(imported, tm
 
 
 @pytest.mark.slow
-def test_a_fine_tuning_run_continued_equals_an_uninterrupted_one(imported, tmp_path):
+def test_a_fine_tuning_run_continued_equals_an_uninterrupted_one(imported, tuned, tmp_path):
     """Continued to more steps, a fine-tuning run resumes from its own backup (not from the
-    source's weights again): the weights of 2 + 2 steps equal 4 steps'."""
+    source's weights again): the weights of 2 + 2 steps equal 4 steps' (`tuned`)."""
     source, data = imported
     common = [*data, *OPTIONS, "--init-from", str(source.root)]
-    assert train.main([*common, "--steps", "4", "--output-dir", str(tmp_path / "whole")]) == 0
     assert train.main([*common, "--steps", "2", "--output-dir", str(tmp_path / "parts")]) == 0
     assert train.main([*common, "--steps", "4", "--output-dir", str(tmp_path / "parts")]) == 0
-    for parts, whole in zip(final_weights(tmp_path / "parts"),
-                            final_weights(tmp_path / "whole")):
+    for parts, whole in zip(final_weights(tmp_path / "parts"), final_weights(tuned.root),
+                            strict=True):
         np.testing.assert_array_equal(parts, whole)
 
 
@@ -145,20 +176,15 @@ def test_an_imported_runs_model_equals_its_import(imported):
 
 
 @pytest.mark.slow
-def test_a_lora_run_trains_the_adapters_and_writes_merged_weights(imported, tmp_path, capsys):
+def test_a_lora_run_trains_the_adapters_and_writes_merged_weights(imported, lora, tmp_path):
     """The run says at start that it trains adapters, of what rank; the checkpoints keep the
     adapters (trained) and the source's weights (frozen); the final weights are the last
     checkpoint's merged model, the averaged ones the mean of the merged checkpoints; both, the
     run's choice and kt-export's SavedModel are a plain model's. The run records only the
     options that applied (no tfds languages)."""
-    source, data = imported
-    # A learning rate large enough that the adapters of two checkpoints differ visibly.
-    assert train.main([*data, *OPTIONS, "--init-from", str(source.root), *LORA, "--steps", "3",
-                       "--checkpoint-every-steps", "1", "--set", "average_last=2",
-                       "--set", "warmup_steps=1", "--set", "learning_rate_scale=0.05",
-                       "--output-dir", str(tmp_path / "lora")]) == 0
-    assert "kt-train: training LoRA adapters only: rank 2, alpha 4, " in capsys.readouterr().err
-    run = RunDir(tmp_path / "lora")
+    source, _ = imported
+    run, stderr = lora
+    assert "kt-train: training LoRA adapters only: rank 2, alpha 4, " in stderr
     assert {key: run.recorded_options()[key] for key in ("lora_rank", "lora_alpha")} == {
         "lora_rank": 2, "lora_alpha": 4.0}
     assert not {"source_lang", "target_lang", "tfds_splits"} & set(run.recorded_options())
@@ -192,27 +218,26 @@ def test_a_lora_run_trains_the_adapters_and_writes_merged_weights(imported, tmp_
 
 
 @pytest.mark.slow
-def test_a_lora_run_restarted_resumes_its_adapters_exactly(imported, tmp_path, capsys):
-    """2 + 2 steps equal 4 steps (the adapters restored from the run's backup, not built
-    afresh); a restart with another rank is refused by name and writes nothing."""
+def test_a_lora_run_restarted_resumes_its_adapters_exactly(imported, lora, tmp_path, capsys):
+    """2 + 1 steps equal 3 steps (`lora`; the adapters and their optimizer state restored from
+    the run's backup, not built afresh); a restart with another rank is refused by name and
+    writes nothing."""
     source, data = imported
-    common = [*data, *OPTIONS, "--init-from", str(source.root)]
-    assert train.main([*common, *LORA, "--steps", "4", "--output-dir",
-                       str(tmp_path / "whole")]) == 0
+    common = [*data, *OPTIONS, "--init-from", str(source.root), *LORA_SCHEDULE]
     assert train.main([*common, *LORA, "--steps", "2", "--output-dir",
                        str(tmp_path / "parts")]) == 0
     before = files_of(tmp_path / "parts")
     capsys.readouterr()
-    assert train.main([*common, "--lora-rank", "3", "--lora-alpha", "4", "--steps", "4",
+    assert train.main([*common, "--lora-rank", "3", "--lora-alpha", "4", "--steps", "3",
                        "--output-dir", str(tmp_path / "parts")]) == 2
     assert "lora_rank: 2 -> 3" in capsys.readouterr().err
     assert files_of(tmp_path / "parts") == before
-    assert train.main([*common, *LORA, "--steps", "4", "--output-dir",
+    assert train.main([*common, *LORA, "--steps", "3", "--output-dir",
                        str(tmp_path / "parts")]) == 0
-    for parts, whole in zip(final_weights(tmp_path / "parts"),
-                            final_weights(tmp_path / "whole"), strict=True):
+    for parts, whole in zip(final_weights(tmp_path / "parts"), final_weights(lora[0].root),
+                            strict=True):
         np.testing.assert_array_equal(parts, whole)
-    runs = [RunDir(tmp_path / name) for name in ("parts", "whole")]
+    runs = [RunDir(tmp_path / "parts"), lora[0]]
     parts, whole = (lora_checkpoint(run, list_checkpoints(run.checkpoints)[-1]) for run in runs)
     for got, want in zip(parts.lora_adapters(), whole.lora_adapters(), strict=True):
         np.testing.assert_array_equal(got.numpy(), want.numpy())

@@ -12,6 +12,7 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.data.sentencepiece_pair import load_tokenizer
@@ -32,9 +33,11 @@ SEARCH = ["--beam-size", "1", "--max-decode-extra", str(EXTRA)]
 
 @pytest.fixture(scope="module")
 def nllb(tmp_path_factory) -> dict:
-    """An NLLB-style folder, the run kt-import wrote from it, and an input file."""
+    """An NLLB-style folder, the run kt-import wrote from it, and an input file. One layer a
+    side: what the commands on it prove does not depend on depth (the importer's tests read
+    deeper models), and each traces half the graph."""
     root = tmp_path_factory.mktemp("nllb")
-    folder = write_m2m_100_folder(root / "hf", M2MVariant(style="nllb"))
+    folder = write_m2m_100_folder(root / "hf", M2MVariant(style="nllb", encoder_layers=1))
     assert import_model.main([str(folder), "--output-dir", str(root / "run")]) == 0
     sources, _ = training_sentences(5, seed=7)
     lines = [*sources[:3], "", sources[3]]
@@ -46,6 +49,17 @@ def run_translate(argv: list) -> list:
     stdout = io.StringIO()
     assert translate.main([*argv, "--quiet"], stdout=stdout) == 0
     return stdout.getvalue().split("\n")[:-1]
+
+
+# Neither the model's first source nor its first target language: both read from the request.
+LANGUAGES = ["--source-language", "deu_Latn", "--target-language", "zho_Hans"]
+
+
+@pytest.fixture(scope="module")
+def translated(nllb) -> list:
+    """kt-translate's greedy translations of the input lines by the NLLB run, from and into
+    `LANGUAGES`: what its exports, kt-evaluate and kt-translate-corpus must give."""
+    return run_translate([str(nllb["run"]), str(nllb["input"]), *SEARCH, *LANGUAGES])
 
 
 @pytest.mark.parametrize("style", ["nllb", "m2m100"])
@@ -181,20 +195,22 @@ def test_kt_translate_names_both_languages(nllb, capsys):
 
 
 @pytest.mark.slow
-def test_the_exports_translate_as_the_run(nllb, tmp_path):
+def test_the_exports_translate_as_the_run(nllb, translated, tmp_path):
     """The SavedModel (`source_language` a request input) and the CTranslate2 export give the
     run's greedy translations (random models repeat a piece up to the length limit)."""
     run, input_file = str(nllb["run"]), str(nllb["input"])
-    languages = ["--source-language", "deu_Latn", "--target-language", "zho_Hans"]
-    expected = run_translate([run, input_file, *SEARCH, *languages])
+    languages, expected = LANGUAGES, translated
     base = tmp_path / "exports"
     assert export.main([run, "--name", "graph", "--base-dir", str(base), *SEARCH]) == 0
     assert run_translate([str(base / "graph"), input_file, *languages]) == expected
     from keras_transformer.serving.provenance import read_provenance
 
     assert read_provenance(base / "graph")[1]["imported_from"]["licence"] == "cc-by-nc-4.0"
-    loaded = tf.saved_model.load(str(base / "graph" / "1"))
-    assert set(loaded.signatures["serving_default"].structured_input_signature[1]) == {
+    # The request inputs as TF Serving reads them: the signature's in saved_model.pb (loading
+    # the SavedModel again would only restore what kt-translate has just run).
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((base / "graph" / "1" / "saved_model.pb").read_bytes())
+    assert set(proto.meta_graphs[0].signature_def["serving_default"].inputs) == {
         "text", "target_language", "source_language"}
     assert export.main([run, "--name", "ct2", "--base-dir", str(base), "--format",
                         "ctranslate2", "--quantization", "float32", *SEARCH]) == 0
@@ -269,14 +285,13 @@ def test_fine_tuning_on_new_pairs_reads_both_languages_tokens(nllb, tmp_path, ca
         assert not (tmp_path / "refused").exists()
 
 
-def test_evaluate_and_the_teacher_corpus_translate_as_kt_translate(nllb, tmp_path):
+def test_evaluate_and_the_teacher_corpus_translate_as_kt_translate(nllb, translated, tmp_path):
     """kt-evaluate (its hypotheses) and kt-translate-corpus (a distillation teacher's output)
-    take both languages as kt-translate does, and give its lines."""
+    take both languages as kt-translate does, and give its lines (`translated`)."""
     from trainers import evaluate, translate_corpus
 
     run, input_file = str(nllb["run"]), str(nllb["input"])
-    languages = ["--source-language", "fra_Latn", "--target-language", "deu_Latn"]
-    expected = run_translate([run, input_file, *SEARCH, *languages])
+    languages, expected = LANGUAGES, translated
     hypotheses = tmp_path / "test.hyp"
     assert evaluate.main([run, "--src", input_file, "--ref", input_file, *SEARCH, *languages,
                           "--hypotheses", str(hypotheses)]) == 0

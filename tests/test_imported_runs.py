@@ -31,8 +31,10 @@ from trainers.common import load_run_model
 ctranslate2 = pytest.importorskip("ctranslate2")
 from ctranslate2.converters import OpusMTConverter  # noqa: E402
 
+# One layer a side: the commands read a model of any depth alike (test_import_marian.py's deeper
+# variants are judged by CTranslate2), and each command traces half the graph.
 VARIANT = MarianVariant(tied_all=False, norm="pre", embedding_norm=True, activation="gelu",
-                        languages=("fra", "deu"), seed=3)
+                        languages=("fra", "deu"), seed=3, enc_depth=1, dec_depth=1)
 EXTRA = 4  # --max-decode-extra everywhere: random models repeat a piece up to the limit
 SEARCH = ["--beam-size", "1", "--max-decode-extra", str(EXTRA)]
 
@@ -55,6 +57,30 @@ def imported(tmp_path_factory) -> dict:
 def greedy(imported) -> list:
     """kt-translate's greedy translations of the input lines by the imported run."""
     return run_translate([str(imported["run"]), str(imported["input"]), *SEARCH])
+
+
+# Each line's prefix (target text), or none: a word, a word cut short, several words.
+PREFIXES = ["je", "", "", "nous aime le", "ils"]
+
+
+@pytest.fixture(scope="module")
+def prefixed(imported, tmp_path_factory) -> tuple:
+    """A file of `PREFIXES` and kt-translate's greedy translations of the input lines by the
+    imported run that start with them."""
+    prefix_file = tmp_path_factory.mktemp("prefixes") / "prefix.fr"
+    prefix_file.write_text("".join(line + "\n" for line in PREFIXES), encoding="utf-8")
+    return prefix_file, run_translate([str(imported["run"]), str(imported["input"]), *SEARCH,
+                                       "--prefix", str(prefix_file)])
+
+
+# Beam 4 with no length penalty: the one normalization CTranslate2 shares with us.
+BEAM = ["--beam-size", "4", "--length-penalty", "0", "--max-decode-extra", str(EXTRA)]
+
+
+@pytest.fixture(scope="module")
+def beam(imported) -> list:
+    """kt-translate's `BEAM` translations of the input lines by the imported run."""
+    return run_translate([str(imported["run"]), str(imported["input"]), *BEAM])
 
 
 def run_translate(argv: list) -> list:
@@ -117,41 +143,36 @@ def test_the_pair_tokenizes_targets_with_the_target_model(imported):
 
 
 @pytest.mark.slow
-def test_kt_translate_greedy_and_beam_equal_ctranslate2s_conversion(imported, greedy,
+def test_kt_translate_greedy_and_beam_equal_ctranslate2s_conversion(imported, greedy, beam,
                                                                      tmp_path):
     """Greedy, and beam 4 with no length penalty (the one normalization both share), as text."""
     folder, lines = imported["folder"], imported["lines"]
     theirs = ctranslate2_conversion(folder, tmp_path / "ct2")
     assert greedy == ctranslate2_texts(theirs, folder, lines, beam_size=1)
-    beam = run_translate([str(imported["run"]), str(imported["input"]), "--beam-size", "4",
-                          "--length-penalty", "0", "--max-decode-extra", str(EXTRA)])
     assert beam == ctranslate2_texts(theirs, folder, lines, beam_size=4, length_penalty=0)
 
 
 @pytest.mark.slow
-def test_prefixes_are_target_text(imported, tmp_path):
+def test_prefixes_are_target_text(imported, prefixed, tmp_path):
     """A prefix is split by target.spm: each translation starts with its prefix and continues
     as CTranslate2's conversion continues it."""
     folder, lines = imported["folder"], imported["lines"]
-    prefixes = ["je", "", "", "nous aime le", "ils"]
-    prefix_file = tmp_path / "prefix.fr"
-    prefix_file.write_text("".join(line + "\n" for line in prefixes), encoding="utf-8")
-    outputs = run_translate([str(imported["run"]), str(imported["input"]), *SEARCH,
-                             "--prefix", str(prefix_file)])
-    for output, prefix in zip(outputs, prefixes):
+    _, outputs = prefixed
+    assert len(outputs) == len(PREFIXES)
+    for output, prefix in zip(outputs, PREFIXES):
         assert output.startswith(prefix), (output, prefix)
     theirs = ctranslate2_conversion(folder, tmp_path / "ct2")
-    assert outputs == ctranslate2_texts(theirs, folder, lines, prefixes, beam_size=1)
+    assert outputs == ctranslate2_texts(theirs, folder, lines, PREFIXES, beam_size=1)
 
 
 @pytest.mark.slow
-def test_nbest_and_sampling(imported, greedy):
+def test_nbest_and_sampling(imported, greedy, beam):
     """`--nbest 3` lists 3 hypotheses a line, best first, the first the best translation of
-    the same beam; a seeded sample is drawn again alike, and differs from greedy search."""
+    the same beam (`beam`); a seeded sample is drawn again alike, and differs from greedy
+    search."""
     run, input_file = str(imported["run"]), str(imported["input"])
-    flags = ["--beam-size", "3", "--max-decode-extra", str(EXTRA)]
-    best = run_translate([run, input_file, *flags])
-    nbest = [line.split(" ||| ") for line in run_translate([run, input_file, *flags,
+    best = beam
+    nbest = [line.split(" ||| ") for line in run_translate([run, input_file, *BEAM,
                                                             "--nbest", "3"])]
     assert len(nbest) == 3 * len(best) and [text for _, text, _ in nbest[::3]] == best
     scores = np.array([float(score) for _, _, score in nbest]).reshape(len(best), 3)
@@ -196,15 +217,13 @@ def test_ensembles_need_the_same_source_and_target_pieces(imported, greedy, tmp_
 
 
 @pytest.mark.slow
-def test_exports_translate_as_kt_translate_and_name_the_origin(imported, greedy, tmp_path,
-                                                               capsys):
-    """The SavedModel export (graph; the run's own vocab/ without naming it), the XLA export
-    with a shortlist learned from target text, and kt-export --describe, which names the Marian
-    folder, its format and the files' digests import.json records."""
+def test_the_export_translates_as_kt_translate_and_names_the_origin(imported, greedy, prefixed,
+                                                                    tmp_path, capsys):
+    """The SavedModel export (graph; the run's own vocab/ without naming it), and kt-export
+    --describe, which names the Marian folder, its format and the files' digests import.json
+    records."""
     run, input_file = str(imported["run"]), str(imported["input"])
-    prefix_file = tmp_path / "prefix.fr"
-    prefix_file.write_text("je\n\n\nnous\n\n", encoding="utf-8")
-    prefixed = run_translate([run, input_file, *SEARCH, "--prefix", str(prefix_file)])
+    prefix_file, prefixed = prefixed
     base = tmp_path / "exports"
     assert export.main([run, "--name", "graph", "--base-dir", str(base), *SEARCH]) == 0
     assert run_translate([str(base / "graph"), input_file]) == greedy
@@ -218,14 +237,25 @@ def test_exports_translate_as_kt_translate_and_name_the_origin(imported, greedy,
     assert export.main(["--describe", str(base / "graph")]) == 0
     assert "imported from" in capsys.readouterr().out
 
+
+@pytest.mark.slow
+def test_the_xla_export_with_a_shortlist_translates_as_kt_translate(imported, greedy, tmp_path):
+    """The XLA export with a shortlist learned from target text (the run's vocab/ named)."""
+    run, input_file = str(imported["run"]), str(imported["input"])
+    base = tmp_path / "exports"
     sources, targets = training_sentences(200, seed=11)
+    # With the greedy translations among the target text, the shortlist (of every piece that
+    # text holds) holds each piece they use: the search over it must find them exactly. (A
+    # random model may choose a piece that no text splits into, e.g. a single letter.)
+    pairs = [pair for pair in zip(imported["lines"], greedy) if pair[0]]
+    sources, targets = sources + [line for line, _ in pairs], targets + [text for _, text in pairs]
     data = [tmp_path / "shortlist.en", tmp_path / "shortlist.fr"]
     for path, side in zip(data, (sources, targets)):
         path.write_text("".join(line + "\n" for line in side), encoding="utf-8")
     assert export.main([run, f"{run}/vocab", "--name", "xla", "--base-dir", str(base), *SEARCH,
                         "--xla", "--shortlist", "1000,1000", "--shortlist-data",
                         *map(str, data)]) == 0
-    assert run_translate([str(base / "xla"), input_file]) == greedy  # a shortlist of every id
+    assert run_translate([str(base / "xla"), input_file]) == greedy
 
 
 def test_a_shortlist_learns_target_pieces_from_target_text(imported, tmp_path):
