@@ -1,12 +1,16 @@
 """SavedModel export: layout, signatures, op set, fresh-process loading, bad serving input."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import glob
+import io
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -26,6 +30,7 @@ SETTINGS = SearchSettings(beam_size=3, length_penalty=0.6, max_decode_extra=5)
 GOOD = ["The cat sits on the mat.", "A small dog runs."]
 LONG = " ".join(["The cat sits on the mat."] * 40)
 BAD_UTF8 = b"\xff\xfe caf\xc3"
+TEXTS = GOOD + ["", LONG]  # what the exports of `uneven` translate
 
 
 @pytest.fixture(scope="module")
@@ -39,14 +44,19 @@ def tokenizer(demo_train, tmp_path_factory) -> SubwordTokenizer:
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
+    """A one-layer `tiny` model (each export traces every layer: the exports of a model of
+    several layers, and of unequal depths, are `uneven`'s)."""
     return kt.Transformer(kt.TransformerConfig.preset(
-        "tiny", vocab_size=tokenizer.vocab_size, max_length=24))
+        "tiny", vocab_size=tokenizer.vocab_size, max_length=24, num_layers=1))
 
 
 @pytest.fixture(scope="module")
 def exported(model, tokenizer, tmp_path_factory) -> str:
-    return export_translator(model, tokenizer, "demo",
-                             tmp_path_factory.mktemp("saved_models"), SETTINGS)
+    """The module's export (each export traces the search: seconds), into a model directory
+    that already holds a directory "7" (`test_layout_uses_the_next_free_integer_version`)."""
+    base = tmp_path_factory.mktemp("saved_models")
+    (base / "demo" / "7").mkdir(parents=True)
+    return export_translator(model, tokenizer, "demo", base, SETTINGS)
 
 
 @pytest.fixture(scope="module")
@@ -75,13 +85,13 @@ def _translate(serving, texts) -> tuple[list[bytes], np.ndarray]:
 
 
 @pytest.mark.slow
-def test_layout_uses_the_next_free_integer_version(model, tokenizer, tmp_path):
-    (tmp_path / "demo" / "7").mkdir(parents=True)
-    first = export_translator(model, tokenizer, "demo", tmp_path, SearchSettings(beam_size=1))
-    assert os.path.basename(first) == "8" and next_version(tmp_path / "demo") == 9
-    assert sorted(os.listdir(tmp_path / "demo")) == ["7", "8"]
-    assert os.path.isfile(os.path.join(first, "saved_model.pb"))
-    assert os.path.isfile(os.path.join(first, "assets", "spm.model"))
+def test_layout_uses_the_next_free_integer_version(exported, tmp_path):
+    """The module's export, into a model directory holding "7"."""
+    model_dir = Path(exported).parent
+    assert os.path.basename(exported) == "8" and next_version(model_dir) == 9
+    assert sorted(os.listdir(model_dir)) == ["7", "8"]
+    assert os.path.isfile(os.path.join(exported, "saved_model.pb"))
+    assert os.path.isfile(os.path.join(exported, "assets", "spm.model"))
     assert next_version(tmp_path / "missing") == 1
 
 
@@ -133,14 +143,18 @@ def test_fresh_process_with_only_tensorflow_and_text_translates_identically(
 
 @pytest.mark.slow
 def test_saved_model_cli_lists_the_signatures(exported):
-    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
-    run = subprocess.run([cli, "show", "--dir", exported, "--all"], capture_output=True,
-                         text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
+    """`saved_model_cli show --dir EXPORT --all`, its parser and command run in this process
+    (a process of its own would spend seconds importing TensorFlow)."""
+    from tensorflow.python.tools import saved_model_cli
+
+    command = saved_model_cli.create_parser().parse_args(["show", "--dir", exported, "--all"])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        command.func()
     for expected in ("signature_def['serving_default']", "signature_def['translate_ids']",
                      "inputs['text']", "outputs['translation']", "outputs['score']",
                      "inputs['source_ids']", "outputs['ids']"):
-        assert expected in run.stdout
+        assert expected in printed.getvalue()
 
 
 def _tf_text_op_names() -> set[str]:
@@ -173,16 +187,17 @@ def test_graph_uses_only_core_and_tf_text_ops(exported):
 
 
 @pytest.mark.slow
-def test_reloads_keep_nothing_of_the_earlier_loads(exported):
+def test_reloads_keep_nothing_of_the_earlier_loads(exported, serving):
     """An export only infers: it holds no gradient functions (the fast kernels' custom
     gradients), which TensorFlow would register for good at each load, so that a process
-    reloading an export (a server's new version, a test) would grow by every load."""
+    reloading an export (a server's new version, a test) would grow by every load. The
+    earlier load is the module's (`serving`)."""
     proto = saved_model_pb2.SavedModel()
     with open(os.path.join(exported, "saved_model.pb"), "rb") as handle:
         proto.ParseFromString(handle.read())
     assert not proto.meta_graphs[0].graph_def.library.registered_gradients
     functions = context.context().list_function_names
-    tf.saved_model.load(exported).signatures["serving_default"](text=tf.constant(GOOD))
+    serving(text=tf.constant(GOOD))
     gc.collect()
     kept = set(functions())
     tf.saved_model.load(exported).signatures["serving_default"](text=tf.constant(GOOD))
@@ -234,32 +249,60 @@ def test_translate_ids_tolerates_out_of_range_ids(translate_ids):
     assert np.isfinite(out["score"].numpy()).all()
 
 
-@pytest.mark.slow
-def test_cli_exports_a_keras_file(model, tokenizer, tmp_path, capsys):
-    model.save(tmp_path / "model.keras")
-    tokenizer.save(tmp_path / "vocabulary")
-    code = export_cli.main([str(tmp_path / "model.keras"), str(tmp_path / "vocabulary"),
-                            "--name", "cli", "--base-dir", str(tmp_path / "out"),
-                            "--beam-size", "2", "--length-penalty", "0.5",
-                            "--max-decode-extra", "3"])
-    assert code == 0
-    assert capsys.readouterr().out.strip() == str(tmp_path / "out" / "cli" / "1")
+@pytest.fixture(scope="module")
+def uneven(tokenizer, tmp_path_factory) -> SimpleNamespace:
+    """A deep-encoder shallow-decoder `model` (3 encoder layers, 1 decoder layer) holding the
+    mean of two checkpoints' weights (`first`, and `second`: `first` moved by noise), and its
+    two exports, made once for the tests that read them (each export traces the search, and
+    an XLA export compiles it at its first call: seconds): `graph` by `export_translator`,
+    `xla` by the command line from the model's .keras file (`--xla` and the search settings
+    `SETTINGS`: its exit `code` and `printed` output, the export's path). `translated`: each
+    export's translations and scores of `TEXTS`."""
+    from keras_transformer.training.checkpoints import average_weights, save_weights_atomic
+
+    directory = tmp_path_factory.mktemp("uneven")
+    config = kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_length=24,
+                                         num_encoder_layers=3, num_decoder_layers=1)
+    model = kt.Transformer(config)
+    first = model.get_weights()
+    save_weights_atomic(model, directory / "a.weights.h5")
+    rng = np.random.default_rng(0)
+    second = [weight + rng.normal(size=weight.shape).astype("float32") * 0.2
+              for weight in first]
+    model.set_weights(second)
+    save_weights_atomic(model, directory / "b.weights.h5")
+    average_weights(model, [directory / "a.weights.h5", directory / "b.weights.h5"])
+    exports = {"graph": export_translator(model, tokenizer, "uneven", directory / "exports",
+                                          SETTINGS)}
+    model.save(directory / "model.keras")
+    tokenizer.save(directory / "vocabulary")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = export_cli.main([str(directory / "model.keras"), str(directory / "vocabulary"),
+                                "--name", "xla", "--base-dir", str(directory / "out"), "--xla",
+                                "--beam-size", "3", "--length-penalty", "0.6",
+                                "--max-decode-extra", "5"])
+    if code == 0:
+        exports["xla"] = printed.getvalue().strip()
+    translated = {kind: _translate(tf.saved_model.load(path).signatures["serving_default"],
+                                   TEXTS) for kind, path in exports.items()}
+    return SimpleNamespace(model=model, first=first, second=second, code=code,
+                           printed=printed.getvalue(), directory=directory,
+                           translated=translated)
 
 
 @pytest.mark.slow
-def test_an_xla_export_translates_as_the_graph_export(model, tokenizer, serving, tmp_path,
-                                                       capsys):
-    model.save(tmp_path / "model.keras")
-    tokenizer.save(tmp_path / "vocabulary")
-    code = export_cli.main([str(tmp_path / "model.keras"), str(tmp_path / "vocabulary"),
-                            "--name", "xla", "--base-dir", str(tmp_path / "out"), "--xla",
-                            "--beam-size", "3", "--length-penalty", "0.6",
-                            "--max-decode-extra", "5"])
-    assert code == 0
-    xla = tf.saved_model.load(capsys.readouterr().out.strip()).signatures["serving_default"]
-    texts = GOOD + ["", LONG]
-    ours, scores = _translate(serving, texts)
-    compiled, compiled_scores = _translate(xla, texts)
+def test_cli_exports_a_keras_file(uneven):
+    """`uneven`'s XLA export, by the command line from a .keras file."""
+    assert uneven.code == 0
+    assert uneven.printed.strip() == str(uneven.directory / "out" / "xla" / "1")
+
+
+@pytest.mark.slow
+def test_an_xla_export_translates_as_the_graph_export(uneven):
+    """`uneven`'s exports: the command line's XLA export and the graph export."""
+    ours, scores = uneven.translated["graph"]
+    compiled, compiled_scores = uneven.translated["xla"]
     assert compiled == ours and any(ours)
     np.testing.assert_allclose(compiled_scores, scores, atol=1e-4)
     with pytest.raises(SystemExit):
@@ -275,7 +318,7 @@ def test_cli_refuses_to_export_into_a_model_directory_or_an_export(model, tokeni
     tokenizer.save(tmp_path / "vocabulary")
     model_dir = os.path.dirname(exported)
     before = sorted(os.walk(model_dir))
-    for base, message in ((model_dir, "is the directory of a model, holding its versions 1"),
+    for base, message in ((model_dir, "is the directory of a model, holding its versions 8:"),
                           (exported, "is an export, not the root of a model tree")):
         code = export_cli.main([str(tmp_path / "model.keras"), str(tmp_path / "vocabulary"),
                                 "--name", "1", "--base-dir", base])
@@ -365,33 +408,17 @@ def test_shortlist_data_defaults_to_the_files_a_run_trained_on(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_deep_encoder_shallow_decoder_model_averages_and_exports(tokenizer, tmp_path):
-    """Separate depths (3 encoder layers, 1 decoder layer) through checkpoint averaging (the
-    mean of two checkpoints' weights) and the graph and XLA exports (each translating as the
-    in-process `Translator`)."""
-    from keras_transformer.training.checkpoints import average_weights, save_weights_atomic
-
-    config = kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_length=24,
-                                         num_encoder_layers=3, num_decoder_layers=1)
-    model = kt.Transformer(config)
-    first = model.get_weights()
-    save_weights_atomic(model, tmp_path / "a.weights.h5")
-    rng = np.random.default_rng(0)
-    second = [weight + rng.normal(size=weight.shape).astype("float32") * 0.2
-              for weight in first]
-    model.set_weights(second)
-    save_weights_atomic(model, tmp_path / "b.weights.h5")
-    average_weights(model, [tmp_path / "a.weights.h5", tmp_path / "b.weights.h5"])
-    for averaged, a, b in zip(model.get_weights(), first, second):
+def test_a_deep_encoder_shallow_decoder_model_averages_and_exports(uneven, tokenizer):
+    """Separate depths (3 encoder layers, 1 decoder layer: `uneven`) through checkpoint
+    averaging (the mean of two checkpoints' weights) and the graph and XLA exports (each
+    translating as the in-process `Translator`)."""
+    model = uneven.model
+    for averaged, a, b in zip(model.get_weights(), uneven.first, uneven.second):
         np.testing.assert_allclose(averaged, (a + b) / 2, atol=1e-6)
     assert (len(model.encoder_layers), len(model.decoder_layers)) == (3, 1)
-    texts = GOOD + ["", LONG]
     in_process = Translator(model, tokenizer, SETTINGS)
-    expected, expected_scores = _translate(in_process.translate, texts)
-    for jit_compile in (False, True):
-        path = export_translator(model, tokenizer, "uneven", tmp_path / "exports", SETTINGS,
-                                 jit_compile=jit_compile)
-        exported = tf.saved_model.load(path).signatures["serving_default"]
-        translations, scores = _translate(exported, texts)
+    expected, expected_scores = _translate(in_process.translate, TEXTS)
+    assert sorted(uneven.translated) == ["graph", "xla"]
+    for translations, scores in uneven.translated.values():
         assert translations == expected and any(expected)
         np.testing.assert_allclose(scores, expected_scores, atol=1e-4)

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -65,20 +66,39 @@ def corrupt(path: Path, how: str) -> None:
         path.unlink()
 
 
-@pytest.fixture
-def three_states(tmp_path):
-    """Backups at steps 2 and 3, a checkpoint at step 1, and the model at step 3."""
-    backup, checkpoints = tmp_path / "backup", tmp_path / "checkpoints"
+@pytest.fixture(scope="module")
+def states(tmp_path_factory):
+    """Backups at steps 2 and 3 and a checkpoint at step 1 of one training, written once for
+    the module (a model's first train step is traced, seconds a test): their directory, and
+    the model at step 3, which only the test of an exact restore trains further."""
+    directory = tmp_path_factory.mktemp("states")
     model = trained(1)
-    save_checkpoint(model, checkpoints, 1, keep=5)
+    save_checkpoint(model, directory / "checkpoints", 1, keep=5)
     for step in (2, 3):
         model.train_on_batch((BATCH, BATCH), BATCH)
-        write_backup(model, backup, step)
-    return backup, checkpoints, model
+        write_backup(model, directory / "backup", step)
+    return directory, model
 
 
-def test_backup_restores_weights_optimizer_step_and_dropout_seeds_exactly(three_states):
-    backup, checkpoints, model = three_states
+@pytest.fixture
+def three_states(states, tmp_path):
+    """The test's own copy of `states`' backups (steps 2 and 3) and checkpoint (step 1), which
+    it may damage: the backup and checkpoint directories."""
+    shutil.copytree(states[0], tmp_path, dirs_exist_ok=True)
+    return tmp_path / "backup", tmp_path / "checkpoints"
+
+
+def restored_at(backup: Path, checkpoints: Path, step: int) -> keras.Model:
+    """A compiled model holding the state of `step` restored from `backup` (exactly: weights,
+    optimizer and dropout seeds), as training left it at that step."""
+    model = fresh()
+    assert restore_latest(model, backup, checkpoints, at_most=step).step == step
+    return model
+
+
+def test_backup_restores_weights_optimizer_step_and_dropout_seeds_exactly(states, three_states):
+    backup, checkpoints = three_states
+    model = states[1]  # as it wrote the backup of step 3
     restored_model = fresh()
     restored = restore_latest(restored_model, backup, checkpoints)
     assert restored.step == 3 and restored.exact and restored.source.name.startswith("step-")
@@ -94,7 +114,7 @@ def test_backup_restores_weights_optimizer_step_and_dropout_seeds_exactly(three_
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["zero-byte", "truncated", "garbled", "missing"])
 def test_a_damaged_newest_backup_falls_back_to_the_one_before(three_states, how):
-    backup, checkpoints, _ = three_states
+    backup, checkpoints = three_states
     newest = backup / "step-00000003.weights.h5"
     corrupt(newest, how)
     warnings = []
@@ -105,7 +125,7 @@ def test_a_damaged_newest_backup_falls_back_to_the_one_before(three_states, how)
 
 @pytest.mark.slow
 def test_damaged_backups_fall_back_to_a_checkpoint_then_fail_naming_every_file(three_states):
-    backup, checkpoints, _ = three_states
+    backup, checkpoints = three_states
     corrupt(backup / "step-00000003.weights.h5", "truncated")
     (backup / "step-00000002.json").write_text("{not json")
     warnings = []
@@ -122,25 +142,26 @@ def test_damaged_backups_fall_back_to_a_checkpoint_then_fail_naming_every_file(t
 
 
 @pytest.mark.slow
-def test_a_backup_of_the_earlier_keras_layout_still_restores(tmp_path):
+def test_a_backup_of_the_earlier_keras_layout_still_restores(three_states, tmp_path):
     """Runs backed up by Keras's BackupAndRestore (before our own backups) resume from it: the
     weights, optimizer and step, not the dropout seeds (that file lacks them)."""
-    model = trained(2)
-    (tmp_path / "backup").mkdir()
-    model.save_weights(tmp_path / "backup" / "latest.weights.h5")
+    model = restored_at(*three_states, step=2)
+    legacy, checkpoints = tmp_path / "legacy" / "backup", tmp_path / "legacy" / "checkpoints"
+    legacy.mkdir(parents=True)
+    model.save_weights(legacy / "latest.weights.h5")
     restored_model = fresh()
-    restored = restore_latest(restored_model, tmp_path / "backup", tmp_path / "checkpoints")
+    restored = restore_latest(restored_model, legacy, checkpoints)
     assert restored.step == 2 and not restored.exact
     assert all(np.array_equal(x.numpy(), y.numpy()) for x, y in
                zip(model.weights + model.optimizer.variables,
                    restored_model.weights + restored_model.optimizer.variables))
     # Its step is only known once loaded: a cluster's agreed step (from file names) keeps it.
-    assert restore_latest(fresh(), tmp_path / "backup", tmp_path / "checkpoints",
-                          at_most=0).step == 2
+    assert restore_latest(fresh(), legacy, checkpoints, at_most=0).step == 2
 
 
 def test_backups_with_non_finite_weights_are_refused(three_states):
-    backup, checkpoints, model = three_states
+    backup, checkpoints = three_states
+    model = restored_at(backup, checkpoints, step=3)
     model.trainable_weights[0].assign(np.full(model.trainable_weights[0].shape, np.nan))
     write_backup(model, backup, 4)
     warnings = []
@@ -151,7 +172,8 @@ def test_backups_with_non_finite_weights_are_refused(three_states):
 @pytest.mark.slow
 def test_a_failed_write_keeps_the_earlier_backups(three_states, monkeypatch):
     """A disk that fills up mid-write: the partial file goes, the earlier backups stay."""
-    backup, checkpoints, model = three_states
+    backup, checkpoints = three_states
+    model = fresh()  # the disk fails whatever the model holds
 
     def full_disk(self, filepath, overwrite=True):
         Path(filepath).write_bytes(b"\x89HDF\r\n partial")
@@ -237,6 +259,51 @@ def test_tools_name_an_unreadable_weights_file(tmp_path, demo_vocab, capsys):
 
 # --- whole runs -------------------------------------------------------------------------------
 
+def demo_corpus(directory: Path, dev_lines: int = 16) -> dict[str, tuple[str, str]]:
+    """The demo corpus's files in `directory` (`write_demo_corpus`), its dev set cut to its
+    first `dev_lines` lines: the dev BLEU of every dev line that a finished run computes (of
+    its final weights, and of their average) is not what these runs are for; `--eval-sentences`
+    8 are left."""
+    from keras_transformer.data import write_demo_corpus
+
+    paths = write_demo_corpus(directory)
+    for path in paths["dev"]:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()[:dev_lines]
+        Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return paths
+
+
+# The runs compared with `uninterrupted`: their steps and options (but `--steps`).
+STEPS = 32
+RESTARTED = ("--eval-every", "12", "--backup-every", "4", "--checkpoint-every-steps", "6",
+             "--keep-checkpoints", "3", "--log-batches")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(warm, tmp_path_factory) -> tuple[dict, Path]:
+    """A run of `STEPS` steps with the options `RESTARTED` that nothing stops (started warm):
+    what the runs that are stopped and restarted (killed, out of disk space) are compared
+    with (`assert_trains_as`). Its data (`demo_corpus`, which they train on too) and its run
+    directory."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    data, run_dir, log = demo_corpus(root / "data"), root / "run", root / "run.log"
+    process = start_warm(warm, "kt-train", run_args(data, run_dir, "--steps", str(STEPS),
+                                                    *RESTARTED), log)
+    assert process.wait(timeout=600) == 0, log.read_text()[-3000:]
+    return data, run_dir
+
+
+def assert_trains_as(run_dir: Path, reference_dir: Path) -> None:
+    """The finished run in `run_dir` trained each of its `STEPS` steps on the batch the run in
+    `reference_dir` did, to the same weights."""
+    expected = read_batch_log(reference_dir / "batches.tsv")
+    trained_on = read_batch_log(run_dir / "batches.tsv")
+    assert ([trained_on[step] for step in range(1, STEPS + 1)]
+            == [expected[step] for step in range(1, STEPS + 1)])
+    for ours, theirs in zip(final_weights(run_dir), final_weights(reference_dir)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
 def wait_for(condition, process: subprocess.Popen, seconds: float = 240.0,
              every: float = 0.0005) -> bool:
     """Polls `condition()` until it holds (True), or the process ends or time runs out."""
@@ -249,7 +316,8 @@ def wait_for(condition, process: subprocess.Popen, seconds: float = 240.0,
 
 
 @pytest.mark.slow
-def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path, warm):
+def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path, warm,
+                                                                uninterrupted):
     """A run finished at half the steps, then continued with the whole `--steps` (a longer
     budget) and killed with SIGKILL at four moments (during a backup's and a checkpoint's
     write, during a dev evaluation, at a random time); restarted with the same command each
@@ -257,22 +325,13 @@ def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path, warm):
     batch, with the same weights; the last start's output is kt-train's own lines and
     summary only (nothing from TensorFlow, sentencepiece or Python warnings). The starts
     before the last are warm (forks of a process that imported TensorFlow: `warm`);
-    the last is a user's, from the shell."""
-    from keras_transformer.data import write_demo_corpus
-
+    the last is a user's, from the shell. The uninterrupted run is `uninterrupted`."""
     def start(argv: list[str], log: Path):
         return start_warm(warm, "kt-train", argv, log)
 
-    steps = 96
-    data = write_demo_corpus(tmp_path / "data")
-    extra = ("--steps", str(steps), "--eval-every", "12", "--backup-every", "4",
-             "--checkpoint-every-steps", "6", "--keep-checkpoints", "3", "--log-batches")
-    reference_dir, killed_dir = tmp_path / "uninterrupted", tmp_path / "killed"
-    reference = start(run_args(data, reference_dir, *extra), tmp_path / "reference.log")
-    assert reference.wait(timeout=600) == 0, (tmp_path / "reference.log").read_text()[-3000:]
-
-    log = tmp_path / "killed.log"
-    argv = run_args(data, killed_dir, *extra)
+    steps, (data, reference_dir) = STEPS, uninterrupted
+    killed_dir, log = tmp_path / "killed", tmp_path / "killed.log"
+    argv = run_args(data, killed_dir, "--steps", str(steps), *RESTARTED)
     half = start(argv + ["--steps", str(steps // 2)], log)  # the last --steps counts
     assert half.wait(timeout=600) == 0, log.read_text()[-3000:]
     assert final_json(log.read_text())["steps"] == steps // 2
@@ -293,9 +352,11 @@ def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path, warm):
         return lambda: any(int(mark.name[5:13]) % 12 == 0 and mark.name not in seen
                            for mark in list_backups(backup))
 
-    # The last kill at a random step of the rest of the run, a random time into the step.
+    # The last kill at a random step of the rest of the run (after the evaluation of 3/4 of
+    # the steps, which the third kill stops; 4 steps before the end at the latest), a random
+    # time into the step.
     moments = ["backup write", "checkpoint write", "evaluation",
-               rng.randrange(steps // 2 + 24, steps - 4)]
+               rng.randrange(steps * 3 // 4 + 2, steps - 4)]
     kills, torn = 0, 0
     for moment in moments:
         seen = {mark.name for mark in list_backups(backup)}
@@ -333,19 +394,12 @@ def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path, warm):
     for killed, resumed in zip(runs, runs[1:]):
         reached = max([int(step) for step in re.findall(r"step (\d+)/", killed)], default=0)
         assert int(resumed.split()[0]) >= reached - 4, (reached, resumed.split()[0])
-    expected = read_batch_log(reference_dir / "batches.tsv")
-    trained_on = read_batch_log(killed_dir / "batches.tsv")
-    assert ([trained_on[step] for step in range(1, steps + 1)]
-            == [expected[step] for step in range(1, steps + 1)])
-    for ours, theirs in zip(final_weights(killed_dir), final_weights(reference_dir)):
-        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert_trains_as(killed_dir, reference_dir)
 
 
 @pytest.mark.slow
 def test_a_diverged_run_stops_and_resumes_from_its_last_finite_backup(tmp_path, capsys):
-    from keras_transformer.data import write_demo_corpus
-
-    argv = run_args(write_demo_corpus(tmp_path / "data"), tmp_path / "run", "--steps", "40",
+    argv = run_args(demo_corpus(tmp_path / "data"), tmp_path / "run", "--steps", "40",
                     "--eval-every", "20", "--backup-every", "1", "--set",
                     "learning_rate_scale=1e6", "--set", "warmup_steps=1")
     assert train.main(argv) == 2
@@ -360,12 +414,11 @@ def test_a_diverged_run_stops_and_resumes_from_its_last_finite_backup(tmp_path, 
 
 
 @pytest.mark.slow
-def test_a_full_disk_costs_backups_not_the_run(tmp_path, monkeypatch, capsys):
+def test_a_full_disk_costs_backups_not_the_run(tmp_path, monkeypatch, capsys, uninterrupted):
     """Writes fail (ENOSPC) while the disk is full: backups and checkpoints are skipped with a
     warning and training goes on; a full disk at the end stops the run with a message, and
-    the same command finishes it from the last backup once there is space."""
-    from keras_transformer.data import write_demo_corpus
-
+    the same command finishes it from the last backup once there is space, having trained
+    the batches of a run with a disk never full (`uninterrupted`) to its weights."""
     real_save = keras.Model.save_weights
     full = {"from_step": 7, "to_step": 13}
 
@@ -377,9 +430,8 @@ def test_a_full_disk_costs_backups_not_the_run(tmp_path, monkeypatch, capsys):
         return real_save(self, filepath, overwrite=overwrite)
 
     monkeypatch.setattr(keras.Model, "save_weights", save_weights)
-    argv = run_args(write_demo_corpus(tmp_path / "data"), tmp_path / "run", "--steps", "24",
-                    "--eval-every", "12", "--backup-every", "4", "--checkpoint-every-steps",
-                    "6", "--keep-checkpoints", "10")
+    data, reference_dir = uninterrupted
+    argv = run_args(data, tmp_path / "run", "--steps", "24", *RESTARTED)
     assert train.main(argv) == 0
     error = capsys.readouterr().err
     for step in (8, 12):
@@ -393,7 +445,7 @@ def test_a_full_disk_costs_backups_not_the_run(tmp_path, monkeypatch, capsys):
 
     # The disk fills up again at the very end: no final weights, a clear error, exit 1.
     full.update(from_step=30, to_step=10**9)
-    argv[argv.index("24")] = "32"
+    argv[argv.index("24")] = str(STEPS)  # 32: full from step 30, after the backup of 28
     assert train.main(argv) == 1
     error = capsys.readouterr().err
     assert "No space left on device" in error and "run the same command again" in error
@@ -401,3 +453,4 @@ def test_a_full_disk_costs_backups_not_the_run(tmp_path, monkeypatch, capsys):
     assert train.main(argv) == 0
     error = capsys.readouterr().err
     assert "restored step 28" in error
+    assert_trains_as(run, reference_dir)

@@ -1,9 +1,13 @@
 """Short kt-train runs: TensorBoard contents, outputs, mixed precision, steps per execution,
 several corpora."""
+import contextlib
+import io
 import json
 import re
+import shutil
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import keras
 import pytest
@@ -23,8 +27,20 @@ SCALARS = {"loss", "token_accuracy", "perplexity", "learning_rate", "tokens_per_
            "dev_bleu"}
 
 
+def cut(path: str, lines: int, *more: str) -> None:
+    """Leaves the file at `path` its first `lines` lines, then the lines `more`."""
+    kept = Path(path).read_text(encoding="utf-8").splitlines()[:lines]
+    Path(path).write_text("\n".join(kept + list(more)) + "\n", encoding="utf-8")
+
+
 def local_data_args(directory: Path) -> list[str]:
+    """The `--train-src/--train-tgt/--dev-src/--dev-tgt` of the demo corpus written in
+    `directory`, its dev set cut to 16 lines: a finished run's dev BLEU of every dev line (of
+    its final weights, and of their average) is no check of these runs; `--eval-sentences` 8
+    are left."""
     paths = write_demo_corpus(directory)
+    for path in paths["dev"]:
+        cut(path, 16)
     return ["--train-src", paths["train"][0], "--train-tgt", paths["train"][1],
             "--dev-src", paths["dev"][0], "--dev-tgt", paths["dev"][1]]
 
@@ -122,10 +138,10 @@ def test_mixed_precision_run_exports_float32_and_decodes_its_test_set_as_kt_eval
     `kt-evaluate` does (the float32 weights), so a run has one test figure; a test line
     longer than the model takes is warned of as kt-evaluate warns of it."""
     argv = [arg for arg in MICRO if arg != "--no-export"] + local_data_args(tmp_path / "data")
-    test = write_demo_corpus(tmp_path / "data")["test"]
-    for path in test:  # a last line of more than max_length 48 subwords
+    test = [str(tmp_path / "data" / f"test.{language}") for language in ("en", "de")]
+    for path in test:  # 40 lines (decoded twice), and a last of more than max_length 48 subwords
         lines = Path(path).read_text(encoding="utf-8").splitlines()
-        Path(path).write_text("\n".join(lines + [" ".join(lines[:8])]) + "\n", encoding="utf-8")
+        cut(path, 40, " ".join(lines[:8]))
     assert train.main(argv + ["--output-dir", str(tmp_path / "run"), "--steps", "2",
                               "--eval-every", "2", "--precision", "mixed_bfloat16",
                               "--test-src", test[0], "--test-tgt", test[1],
@@ -162,84 +178,104 @@ def test_mixed_precision_run_exports_float32_and_decodes_its_test_set_as_kt_eval
     assert types_pb2.DT_FLOAT in dtypes and types_pb2.DT_BFLOAT16 not in dtypes
 
 
+@pytest.fixture(scope="module")
+def resumed_run(tmp_path_factory) -> SimpleNamespace:
+    """One run that several tests read (each of its starts traces its model: seconds): two
+    training corpora (the demo corpus's, and its first 300 sources paired with the same lines
+    in reverse order), `--steps-per-execution 2`, backups and evaluations every 4 steps, a
+    checkpoint every 2, a recipe averaging the last 7, its batches logged; 8 steps, then
+    started again with `--steps 16`. Its `options` (but `--output-dir` and `--steps`), `data`
+    (the demo corpus's options), `extra` (the second corpus's directory), `run_dir`, `first` (a
+    copy of the run directory as the first start left it) and `outputs` (each start's stdout
+    and stderr)."""
+    root = tmp_path_factory.mktemp("resumed_run")
+    data = local_data_args(root / "data")
+    extra = root / "extra"
+    extra.mkdir()
+    lines = Path(data[1]).read_text(encoding="utf-8").splitlines()[:300]
+    (extra / "train.en").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (extra / "train.de").write_text("\n".join(reversed(lines)) + "\n", encoding="utf-8")
+    options = MICRO + data + [
+        "--train-src", str(extra / "train.en"), "--train-tgt", str(extra / "train.de"),
+        "--eval-every", "4", "--backup-every", "4", "--steps-per-execution", "2",
+        "--checkpoint-every-steps", "2", "--set", "average_last=7", "--progress-seconds", "0",
+        "--log-batches"]
+    run_dir, outputs = root / "run", []
+    for steps in ("8", "16"):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = train.main(options + ["--output-dir", str(run_dir), "--steps", steps])
+        assert code == 0, err.getvalue()[-3000:]
+        outputs.append((out.getvalue(), err.getvalue()))
+        if steps == "8":
+            shutil.copytree(run_dir, root / "first")
+    return SimpleNamespace(options=options, data=data, extra=extra, run_dir=run_dir,
+                           first=root / "first", outputs=outputs)
+
+
 @pytest.mark.slow
-def test_word_dropout_changes_every_training_batch_and_nothing_else(tmp_path):
+def test_word_dropout_changes_every_training_batch_and_nothing_else(resumed_run, tmp_path):
+    """The first start of `resumed_run` (word dropout 0) again with word dropout 0.3."""
     from keras_transformer.training.batch_log import read_batch_log
 
-    data = local_data_args(tmp_path / "data")
-    digests, results = {}, {}
-    for rate in ("0", "0.3"):
-        run_dir = tmp_path / f"word_dropout_{rate}"
-        assert train.main(MICRO + data + ["--output-dir", str(run_dir), "--steps", "3",
-                                          "--eval-every", "1000", "--log-batches",
-                                          "--set", f"word_dropout={rate}"]) == 0
-        digests[rate] = read_batch_log(run_dir / "batches.tsv")
-        results[rate] = json.loads((run_dir / "config.json").read_text())
-    assert all(digests["0"][step] != digests["0.3"][step] for step in (1, 2, 3))
+    run_dir = tmp_path / "word_dropout_0.3"
+    assert train.main(resumed_run.options + ["--output-dir", str(run_dir), "--steps", "8",
+                                             "--set", "word_dropout=0.3"]) == 0
+    digests = {"0": read_batch_log(resumed_run.first / "batches.tsv"),
+               "0.3": read_batch_log(run_dir / "batches.tsv")}
+    results = {"0": json.loads((resumed_run.first / "config.json").read_text()),
+               "0.3": json.loads((run_dir / "config.json").read_text())}
+    assert all(digests["0"][step] != digests["0.3"][step] for step in range(1, 9))
     assert results["0.3"] == {**results["0"], "word_dropout": 0.3}
 
 
 @pytest.mark.slow
-def test_a_recipe_averaging_more_than_5_checkpoints_keeps_that_many(tmp_path, capsys):
-    run_dir = tmp_path / "run"
-    assert train.main(MICRO + local_data_args(tmp_path / "data") + [
-        "--output-dir", str(run_dir), "--steps", "9", "--eval-every", "1000",
-        "--checkpoint-every-steps", "1", "--set", "average_last=7"]) == 0
-    result = final_json(capsys.readouterr().out)
-    assert len(list((run_dir / "checkpoints").glob("ckpt-*.weights.h5"))) == 7
-    assert result["averaged"] == [f"ckpt-{step:08d}.weights.h5" for step in range(3, 10)]
+def test_a_recipe_averaging_more_than_5_checkpoints_keeps_that_many(resumed_run):
+    """`resumed_run` averages its last 7 checkpoints, of the 8 written by step 16."""
+    result = final_json(resumed_run.outputs[1][0])
+    checkpoints = resumed_run.run_dir / "checkpoints"
+    assert len(list(checkpoints.glob("ckpt-*.weights.h5"))) == 7
+    assert result["averaged"] == [f"ckpt-{step:08d}.weights.h5" for step in range(4, 17, 2)]
 
 
 @pytest.mark.slow
-def test_several_steps_per_execution_keep_the_step_count(tmp_path, capsys):
-    """`--steps-per-execution 2`: the host-side step clock still counts every step: backups and
-    evaluations at their steps, the run ends at its budget and resumes from its backup; an
-    interval that is not a multiple is refused."""
-    run_dir = tmp_path / "run"
-    argv = MICRO + local_data_args(tmp_path / "data") + [
-        "--output-dir", str(run_dir), "--eval-every", "4", "--backup-every", "4",
-        "--steps-per-execution", "2", "--progress-seconds", "0"]
-    assert train.main(argv + ["--steps", "8"]) == 0
-    assert final_json(capsys.readouterr().out)["steps"] == 8
-    marks = sorted(path.name for path in (run_dir / "backup").glob("step-*.json"))
+def test_several_steps_per_execution_keep_the_step_count(resumed_run, capsys):
+    """`--steps-per-execution 2` (`resumed_run`): the host-side step clock still counts every
+    step: backups and evaluations at their steps, the run ends at its budget and resumes from
+    its backup; an interval that is not a multiple is refused."""
+    (first_out, _), (out, err) = resumed_run.outputs
+    assert final_json(first_out)["steps"] == 8
+    first = resumed_run.first
+    marks = sorted(path.name for path in (first / "backup").glob("step-*.json"))
     assert marks == ["step-00000004.json", "step-00000008.json"]
-    assert json.loads((run_dir / "backup" / marks[-1]).read_text())["iterations"] == 8
-    curve = (run_dir / "bleu_curve.tsv").read_text().splitlines()[1:]
+    assert json.loads((first / "backup" / marks[-1]).read_text())["iterations"] == 8
+    curve = (first / "bleu_curve.tsv").read_text().splitlines()[1:]
     assert [int(line.split("\t")[0]) for line in curve] == [4, 8]
-    assert train.main(argv + ["--steps", "12"]) == 0
-    captured = capsys.readouterr()
-    assert "restored step 8 " in captured.err and final_json(captured.out)["steps"] == 12
+    assert "restored step 8 " in err and final_json(out)["steps"] == 16
+    curve = (resumed_run.run_dir / "bleu_curve.tsv").read_text().splitlines()[1:]
+    assert [int(line.split("\t")[0]) for line in curve] == [4, 8, 12, 16]
     with pytest.raises(SystemExit):
-        train.parse_args(argv + ["--steps", "9"])
+        train.parse_args(resumed_run.options + ["--output-dir", str(resumed_run.run_dir),
+                                                "--steps", "9"])
     assert "--steps: 9 is not a multiple of --steps-per-execution 2" in capsys.readouterr().err
 
 
 @pytest.mark.slow
-def test_several_training_corpora_prepare_into_one_storage_and_resume(tmp_path, capsys):
-    """Two `--train-src/--train-tgt` pairs (the demo corpus and a second corpus): one storage
-    counting both, a run that trains on it and resumes from its backup with the same files;
-    one pair of files is still recorded as before (a path, not a list), so older runs resume."""
-    data = local_data_args(tmp_path / "data")
+def test_several_training_corpora_prepare_into_one_storage_and_resume(resumed_run, capsys):
+    """Two `--train-src/--train-tgt` pairs (`resumed_run`: the demo corpus and a second
+    corpus): one storage counting both, a run that trains on it and resumes from its backup
+    with the same files; one pair of files is still recorded as before (a path, not a list),
+    so older runs resume."""
+    data, extra, first = resumed_run.data, resumed_run.extra, resumed_run.first
     sources = Path(data[1])
-    extra = tmp_path / "extra"
-    extra.mkdir()
-    lines = sources.read_text(encoding="utf-8").splitlines()[:300]
-    (extra / "train.en").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (extra / "train.de").write_text("\n".join(reversed(lines)) + "\n", encoding="utf-8")
-    run_dir = tmp_path / "run"
-    argv = MICRO + data + ["--train-src", str(extra / "train.en"), "--train-tgt",
-                           str(extra / "train.de"), "--output-dir", str(run_dir),
-                           "--backup-every", "3", "--eval-every", "3"]
-    assert train.main(argv + ["--steps", "3"]) == 0
-    manifest = json.loads((run_dir / "prepared" / "manifest.json").read_text())
+    manifest = json.loads((first / "prepared" / "manifest.json").read_text())
     counts = [corpus["pairs"]["read"] for corpus in manifest["corpora"]]
     assert counts == [len(sources.read_text(encoding="utf-8").splitlines()), 300]
-    options = json.loads((run_dir / "run.json").read_text())
+    options = json.loads((first / "run.json").read_text())
     assert options["train_src"] == [str(sources), str(extra / "train.en")]
-    assert train.main(argv + ["--steps", "6"]) == 0
-    captured = capsys.readouterr()
-    assert "restored step 3 " in captured.err and "reusing" in captured.err
-    assert final_json(captured.out)["steps"] == 6
+    out, err = resumed_run.outputs[1]
+    assert "restored step 8 " in err and "reusing" in err
+    assert final_json(out)["steps"] == 16
     with pytest.raises(SystemExit):
         train.parse_args(MICRO + data + ["--train-src", str(extra / "train.en")])
     assert "2 source file(s) for 1 target file(s)" in capsys.readouterr().err
@@ -266,12 +302,12 @@ def test_the_final_test_pass_decodes_the_float32_weights_whatever_the_training_p
     with precision_scope("mixed_bfloat16"):
         bfloat16_model = kt.Transformer(float32_model.config)
     bfloat16_model.set_weights(float32_model.get_weights())
-    sources = demo_train[0][:300]
+    sources = demo_train[0][:100]
     settings = kt.SearchSettings(beam_size=2, max_decode_extra=5)
     args = argparse.Namespace(recipe=kt.Recipe(architecture=float32_model.config,
                                                search=settings), test_beam_size=None)
     train.evaluate_test(run, train.test_translator(args, run, bfloat16_model, tokenizer),
-                        (sources, demo_train[1][:300]))
+                        (sources, demo_train[1][:100]))
     written = (run.root / "test.hyp").read_text(encoding="utf-8").split("\n")[:len(sources)]
     float32 = translate_corpus(Translator(float32_model, tokenizer, settings), sources)
     bfloat16 = translate_corpus(Translator(bfloat16_model, tokenizer, settings), sources)
