@@ -133,12 +133,8 @@ STEP_VARIANTS = [
 # In the quick tier: the default variant and the one of models trained elsewhere, in float32
 # (the other cases, 7-13 s each, run in the whole suite).
 QUICK_STEP_CASES = {("float32", 0), ("float32", 2)}
-@pytest.mark.parametrize("overrides, dtype, tolerance", [
-    pytest.param(overrides, dtype, tolerance, id=f"{dtype}-variant{number}",
-                 marks=[] if (dtype, number) in QUICK_STEP_CASES else [pytest.mark.slow])
-    for dtype, tolerance in (("float32", 1e-5), ("bfloat16", 0.15))
-    for number, overrides in enumerate(STEP_VARIANTS)])
-@pytest.mark.parametrize("jit_compile", [False, pytest.param(True, marks=pytest.mark.slow)])
+
+
 class StepCase(NamedTuple):
     """A model of a step variant in a serving precision, the tokens and parents of six
     positions of a beam of 3 over two sentences, and the reference's log-probabilities."""

@@ -95,7 +95,7 @@ def exports(demo_vocab, demo_train, tmp_path_factory) -> dict[str, str]:
     """One export of each kind (`KINDS`): name -> its version directory."""
     tokenizer = SubwordTokenizer.load(demo_vocab)
     model = kt.Transformer(kt.TransformerConfig.preset(
-        "tiny", vocab_size=tokenizer.vocab_size, max_length=24, num_layers=1))
+        "tiny", vocab_size=tokenizer.vocab_size, max_length=16, num_layers=1))
     sources, targets = (tokenizer.tokenize(tf.constant(side[:200])).to_list()
                         for side in demo_train)
     shortlist = build_shortlist(sources, targets, tokenizer.vocab_size, 20, 5)
@@ -120,37 +120,61 @@ def imported(tmp_path_factory) -> tuple[Path, str]:
     return root / "run", str(root / "exports" / "imported" / "1")
 
 
-@pytest.fixture(scope="module")
-def stock(exports, imported, tmp_path_factory) -> dict:
-    """`LOAD_REPLAY_AND_TRANSLATE`'s outputs for every export kind (on `TEXTS`) and the imported
-    model's export (on `IMPORTED_TEXTS`), in the stock Python (without it: in this one, whose
-    translations the tests then do not compare)."""
-    given = {**{name: {"path": path, "texts": TEXTS} for name, path in exports.items()},
-             "imported": {"path": imported[1], "texts": IMPORTED_TEXTS}}
+def run_on_stock(given: dict, cwd: Path) -> dict:
+    """`LOAD_REPLAY_AND_TRANSLATE`'s outputs for the exports `given` (name -> its path and
+    texts) in the stock Python (without it: in this one, whose translations the tests then do
+    not compare)."""
     return run_stock(STOCK_PYTHON or sys.executable, LOAD_REPLAY_AND_TRANSLATE,
-                     json.dumps(given), json.dumps(IDS), cwd=tmp_path_factory.mktemp("stock"),
-                     timeout=1800)
+                     json.dumps(given), json.dumps(IDS), cwd=cwd, timeout=1800)
+
+
+@pytest.fixture(scope="module")
+def stock(exports, tmp_path_factory) -> dict:
+    """The stock runtime's outputs (`run_on_stock`) for every export kind, on `TEXTS`."""
+    return run_on_stock({name: {"path": path, "texts": TEXTS} for name, path in exports.items()},
+                        tmp_path_factory.mktemp("stock"))
+
+
+@pytest.fixture(scope="module")
+def stock_imported(imported, tmp_path_factory) -> dict:
+    """The stock runtime's outputs (`run_on_stock`) for the imported model's export, on
+    `IMPORTED_TEXTS`."""
+    return run_on_stock({"imported": {"path": imported[1], "texts": IMPORTED_TEXTS}},
+                        tmp_path_factory.mktemp("stock"))
 
 
 needs_stock = pytest.mark.skipif(not STOCK_PYTHON, reason="KT_STOCK_RUNTIME_PYTHON (a Python "
                                  "with exactly tensorflow 2.20 + tensorflow-text 2.20) is not set")
 
 
+def assert_replayed(outputs: dict, name: str, further_languages: int = 0) -> None:
+    """The export `name` of `outputs` (`run_on_stock`) carried one warm-up request per
+    signature of its one source width (two for `translate_with_prefix`), and one
+    `serving_default` request per language after its first, and each replayed."""
+    if STOCK_PYTHON:
+        assert outputs["tf"].startswith("2.20.")
+    counts, warmup = outputs[name]["counts"], outputs[name]["warmup"]
+    # A graph export's one width; an XLA export's every multiple of 16 up to the model's
+    # max_length, here 16 (the widths an XLA export warms are test_warmup.py's).
+    assert warmup["source_widths"] == [16]
+    assert counts == {"serving_default": 1 + further_languages, "translate_ids": 1,
+                      "translate_nbest": 1, "translate_with_alignment": 1,
+                      "translate_with_prefix": 2, "translate_with_terms": 1,
+                      "translate_with_scores": 1}
+    assert sum(counts.values()) == warmup["records"]
+
+
 @pytest.mark.slow
 def test_every_warmup_request_of_every_export_kind_replays_on_the_stock_runtime(stock):
-    if STOCK_PYTHON:
-        assert stock["tf"].startswith("2.20.")
-    for name, xla in [*((name, kind[3]) for name, kind in KINDS.items()), ("imported", False)]:
-        counts, warmup = stock[name]["counts"], stock[name]["warmup"]
-        widths = len(warmup["source_widths"])
-        assert warmup["source_widths"] == ([16, 24] if xla else [16])  # max_length 24 or 512
-        # The imported model's second language, fra, once more (the first is deu).
-        further = int(name == "imported")
-        assert counts == {"serving_default": widths + further, "translate_ids": widths,
-                          "translate_nbest": widths, "translate_with_alignment": widths,
-                          "translate_with_prefix": 2 * widths, "translate_with_terms": widths,
-                          "translate_with_scores": widths}
-        assert sum(counts.values()) == warmup["records"]
+    for name in KINDS:
+        assert_replayed(stock, name)
+
+
+@pytest.mark.slow
+def test_every_warmup_request_of_an_imported_models_export_replays_on_the_stock_runtime(
+        stock_imported):
+    # The imported model's second language, fra, once more (the first is deu).
+    assert_replayed(stock_imported, "imported", further_languages=1)
 
 
 @pytest.mark.slow
@@ -164,16 +188,16 @@ def test_every_export_kind_translates_identically_on_the_stock_runtime(stock, ex
 @pytest.mark.slow
 @needs_stock
 def test_an_imported_models_export_translates_on_the_stock_runtime_as_kt_translate_does(
-        stock, imported, tmp_path):
+        stock_imported, imported, tmp_path):
     run_dir, path = imported
-    assert stock["tf"].startswith("2.20.") and stock["text"].startswith("2.20.")
-    assert_outputs_in_process(stock["imported"]["translated"], path, IMPORTED_TEXTS)
+    assert stock_imported["tf"].startswith("2.20.") and stock_imported["text"].startswith("2.20.")
+    assert_outputs_in_process(stock_imported["imported"]["translated"], path, IMPORTED_TEXTS)
     (tmp_path / "input.en").write_text("".join(text + "\n" for text in IMPORTED_TEXTS),
                                        encoding="utf-8")
     stdout = io.StringIO()
     assert translate.main([str(run_dir), str(tmp_path / "input.en"), *IMPORTED_SEARCH,
                            "--quiet"], stdout=stdout) == 0
-    translations = stock["imported"]["translated"]["serving_default"]["translation"]
+    translations = stock_imported["imported"]["translated"]["serving_default"]["translation"]
     assert [bytes.fromhex(text).decode() for text in translations] == (
         stdout.getvalue().split("\n")[:-1])
 
