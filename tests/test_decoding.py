@@ -150,15 +150,16 @@ BEAM, LENGTH = 3, 6
 
 def step_positions(case: StepCase, build, **options) -> tf.Tensor:
     """The log-probabilities `build`'s step gives at each position of `case`, the state
-    reordered to the position's parents after each."""
+    reordered to the position's parents after each: a loop over the positions, as a search
+    runs the step (in a graph, one step traced)."""
     step, state, reorder = build(case.model, case.source, BEAM, tf.constant(LENGTH + 2),
                                  **options)
-    outputs = []
-    for position in range(LENGTH):
-        log_probs, state = step(case.tokens[position], tf.constant(position), state)
-        outputs.append(log_probs)
+    outputs = tf.TensorArray(tf.float32, size=LENGTH)
+    for position in tf.range(LENGTH):
+        log_probs, state = step(case.tokens[position], position, state)
+        outputs = outputs.write(position, log_probs)
         state = reorder(state, case.parents[position])
-    return tf.stack(outputs)
+    return outputs.stack()
 
 
 @functools.cache
