@@ -198,6 +198,25 @@ def test_a_language_tokenizer_puts_the_tokens_where_the_placement_says(vocabular
         RunLanguages("source", {"up": token}, {"up": "up"}, source_language_token=True)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_the_source_token_asked_for_starts_the_row_in_place_of_the_texts_own(seed):
+    """`RunLanguages.with_source_tokens` on random batches (empty rows and batches, rows that
+    start with a language token or not, rows asking for none) as a graph traces it, against
+    the rule written per row."""
+    languages = RunLanguages.trained("source", {"dd": 4, "rv": 5, "up": 6}, 1.0, [])
+    placed = tf.function(languages.with_source_tokens)
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        rows = [[int(i) for i in rng.integers(4, 10, rng.integers(0, 4))]
+                for _ in range(rng.integers(0, 5))]
+        tokens = [int(token) for token in rng.choice([-1, 4, 5, 6], len(rows))]
+        pieces = tf.RaggedTensor.from_row_lengths(
+            tf.constant(sum(rows, []), tf.int32), [len(row) for row in rows])
+        expected = [row if token < 0 else [token] + row[row[:1] in ([4], [5], [6]):]
+                    for row, token in zip(rows, tokens)]
+        assert placed(pieces, tf.constant(tokens, tf.int32)).to_list() == expected
+
+
 def test_an_unknown_target_language_is_refused_by_name():
     languages = RunLanguages.trained("source", {"de": 4, "fr": 5}, 1.0, [])
     assert RunLanguages.from_dict(languages.to_dict()) == languages
