@@ -133,7 +133,7 @@ class SentencePiecePair(tf.Module):
         """Number of target ids, special ids included."""
         return len(self._target_pieces)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
         """Map a batch of source strings to ragged int32 ids, without BOS/EOS: a leading
         `>>xx<<` token's id (UNK if it is no source piece), then the ids of the rest's
@@ -145,7 +145,7 @@ class SentencePiecePair(tf.Module):
                             self._source_sp.tokenize(rest)], axis=1)
         return tf.ragged.map_flat_values(self._source_ids.lookup, pieces)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize_target(self, texts: tf.Tensor) -> tf.RaggedTensor:
         """Map a batch of target strings to ragged int32 ids, without BOS/EOS: the ids of
         their `target.spm` pieces."""
@@ -189,7 +189,8 @@ class SentencePiecePair(tf.Module):
             ids = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(ids))
         return self._detokenize(tf.cast(ids, tf.int32))
 
-    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int32, ragged_rank=1)])
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int32, ragged_rank=1)],
+                 autograph=False)
     def _detokenize(self, ids: tf.RaggedTensor) -> tf.Tensor:
         return self._target_sp.detokenize(tf.ragged.map_flat_values(self.pieces, text_ids(ids)))
 

@@ -172,7 +172,7 @@ class SubwordTokenizer(tf.Module):
         """Number of ids, special ids included."""
         return self._vocab_size
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
         """Map a batch of strings to ragged int32 ids, without BOS/EOS."""
         return self._sp.tokenize(texts)
@@ -192,7 +192,8 @@ class SubwordTokenizer(tf.Module):
             ids = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(ids))
         return self._detokenize(tf.cast(ids, tf.int32))
 
-    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int32, ragged_rank=1)])
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int32, ragged_rank=1)],
+                 autograph=False)
     def _detokenize(self, ids: tf.RaggedTensor) -> tf.Tensor:
         return self._sp.detokenize(text_ids(ids))
 
