@@ -131,39 +131,76 @@ def graph_dtypes(saved_model: Path) -> set[int]:
     return found
 
 
+@pytest.fixture(scope="module")
+def resumed_run(tmp_path_factory) -> SimpleNamespace:
+    """One run that several tests read (each of its starts traces its model: seconds): two
+    training corpora (the demo corpus's, and its first 300 sources paired with the same lines
+    in reverse order), mixed_bfloat16, `--steps-per-execution 2`, backups and evaluations every
+    4 steps, a checkpoint every 2, a recipe averaging the last 7, its batches logged; 8 steps,
+    then started again with `--steps 16`, a test set and an export. Its `options` (but
+    `--output-dir`, `--steps` and the second start's test set and export), `data` (the demo
+    corpus's options), `extra` (the second corpus's directory), `test` (the test set's source
+    and target files: the demo test set's first 40 lines, then a line of more than max_length
+    48 subwords), `saved_models` (the export's base directory), `run_dir`, `first` (a copy of
+    the run directory as the first start left it), `outputs` (each start's stdout and stderr)
+    and `policy` (the global dtype policy's name after the starts)."""
+    root = tmp_path_factory.mktemp("resumed_run")
+    data = local_data_args(root / "data")
+    extra = root / "extra"
+    extra.mkdir()
+    lines = Path(data[1]).read_text(encoding="utf-8").splitlines()[:300]
+    (extra / "train.en").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (extra / "train.de").write_text("\n".join(reversed(lines)) + "\n", encoding="utf-8")
+    test = [str(root / "data" / f"test.{language}") for language in ("en", "de")]
+    for path in test:  # 40 lines (decoded twice), and a last of more than max_length 48 subwords
+        cut(path, 40, " ".join(Path(path).read_text(encoding="utf-8").splitlines()[:8]))
+    options = MICRO + data + [
+        "--train-src", str(extra / "train.en"), "--train-tgt", str(extra / "train.de"),
+        "--precision", "mixed_bfloat16", "--eval-every", "4", "--backup-every", "4",
+        "--steps-per-execution", "2", "--checkpoint-every-steps", "2", "--set", "average_last=7",
+        "--progress-seconds", "0", "--log-batches"]
+    tested_and_exported = [arg for arg in options if arg != "--no-export"] + [
+        "--test-src", test[0], "--test-tgt", test[1], "--base-dir", str(root / "saved_models")]
+    run_dir, outputs = root / "run", []
+    for steps, argv in (("8", options), ("16", tested_and_exported)):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = train.main(argv + ["--output-dir", str(run_dir), "--steps", steps])
+        assert code == 0, err.getvalue()[-3000:]
+        outputs.append((out.getvalue(), err.getvalue()))
+        if steps == "8":
+            shutil.copytree(run_dir, root / "first")
+    return SimpleNamespace(options=options, data=data, extra=extra, test=test,
+                           saved_models=root / "saved_models", run_dir=run_dir,
+                           first=root / "first", outputs=outputs,
+                           policy=keras.config.dtype_policy().name)
+
+
 @pytest.mark.slow
 def test_mixed_precision_run_exports_float32_and_decodes_its_test_set_as_kt_evaluate(
-        tmp_path, capsys):
-    """A mixed_bfloat16 run: its export is float32, and its final test pass decodes as
-    `kt-evaluate` does (the float32 weights), so a run has one test figure; a test line
-    longer than the model takes is warned of as kt-evaluate warns of it."""
-    argv = [arg for arg in MICRO if arg != "--no-export"] + local_data_args(tmp_path / "data")
-    test = [str(tmp_path / "data" / f"test.{language}") for language in ("en", "de")]
-    for path in test:  # 40 lines (decoded twice), and a last of more than max_length 48 subwords
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-        cut(path, 40, " ".join(lines[:8]))
-    assert train.main(argv + ["--output-dir", str(tmp_path / "run"), "--steps", "2",
-                              "--eval-every", "2", "--precision", "mixed_bfloat16",
-                              "--test-src", test[0], "--test-tgt", test[1],
-                              "--base-dir", str(tmp_path / "saved_models")]) == 0
-    captured = capsys.readouterr()
-    assert evaluate.main([str(tmp_path / "run"), "--src", test[0], "--ref", test[1],
+        resumed_run, tmp_path, capsys):
+    """A mixed_bfloat16 run (`resumed_run`'s second start): its export is float32, and its
+    final test pass decodes as `kt-evaluate` does (the float32 weights), so a run has one test
+    figure; a test line longer than the model takes is warned of as kt-evaluate warns of it."""
+    run_dir, test = resumed_run.run_dir, resumed_run.test
+    out, err = resumed_run.outputs[1]
+    assert evaluate.main([str(run_dir), "--src", test[0], "--ref", test[1],
                           "--hypotheses", str(tmp_path / "evaluated.hyp")]) == 0
     assert ((tmp_path / "evaluated.hyp").read_text(encoding="utf-8")
-            == (tmp_path / "run" / "test.hyp").read_text(encoding="utf-8"))
+            == (run_dir / "test.hyp").read_text(encoding="utf-8"))
     warning = re.search(r"kt-evaluate: warning: (.* longer than the model takes .*)",
                         capsys.readouterr().err)
     assert warning and f"{test[0]}: 1 line" in warning[1]
-    assert f"kt-train: warning: {warning[1]}" in captured.err
-    assert "2 steps, mixed_bfloat16" in captured.err
-    result = final_json(captured.out)
+    assert f"kt-train: warning: {warning[1]}" in err
+    assert "16 steps, mixed_bfloat16" in err
+    result = final_json(out)
     assert result["precision"] == "mixed_bfloat16"
-    assert keras.config.dtype_policy().name == "float32"  # the run's policy was scoped
+    assert resumed_run.policy == "float32"  # the run's policy was scoped
     export = Path(result["export"])
     # A run's own export is staged beside, never into, the name a server would load.
-    assert export == tmp_path / "saved_models" / "run-staging" / "1"
+    assert export == resumed_run.saved_models / "run-staging" / "1"
     version, provenance = read_provenance(export.parent)
-    assert version == export and provenance["run_dir"] == str(tmp_path / "run")
+    assert version == export and provenance["run_dir"] == str(run_dir)
     assert provenance["weights"] == result["weights"]
     assert provenance["weights_reason"].startswith("result.json")
     assert provenance["test"] == result["test"] and "BLEU" in provenance["test"]
@@ -176,41 +213,6 @@ def test_mixed_precision_run_exports_float32_and_decodes_its_test_set_as_kt_eval
     assert not any("optimizer" in name for name in variables)  # the weights alone
     dtypes = graph_dtypes(export)
     assert types_pb2.DT_FLOAT in dtypes and types_pb2.DT_BFLOAT16 not in dtypes
-
-
-@pytest.fixture(scope="module")
-def resumed_run(tmp_path_factory) -> SimpleNamespace:
-    """One run that several tests read (each of its starts traces its model: seconds): two
-    training corpora (the demo corpus's, and its first 300 sources paired with the same lines
-    in reverse order), `--steps-per-execution 2`, backups and evaluations every 4 steps, a
-    checkpoint every 2, a recipe averaging the last 7, its batches logged; 8 steps, then
-    started again with `--steps 16`. Its `options` (but `--output-dir` and `--steps`), `data`
-    (the demo corpus's options), `extra` (the second corpus's directory), `run_dir`, `first` (a
-    copy of the run directory as the first start left it) and `outputs` (each start's stdout
-    and stderr)."""
-    root = tmp_path_factory.mktemp("resumed_run")
-    data = local_data_args(root / "data")
-    extra = root / "extra"
-    extra.mkdir()
-    lines = Path(data[1]).read_text(encoding="utf-8").splitlines()[:300]
-    (extra / "train.en").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (extra / "train.de").write_text("\n".join(reversed(lines)) + "\n", encoding="utf-8")
-    options = MICRO + data + [
-        "--train-src", str(extra / "train.en"), "--train-tgt", str(extra / "train.de"),
-        "--eval-every", "4", "--backup-every", "4", "--steps-per-execution", "2",
-        "--checkpoint-every-steps", "2", "--set", "average_last=7", "--progress-seconds", "0",
-        "--log-batches"]
-    run_dir, outputs = root / "run", []
-    for steps in ("8", "16"):
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = train.main(options + ["--output-dir", str(run_dir), "--steps", steps])
-        assert code == 0, err.getvalue()[-3000:]
-        outputs.append((out.getvalue(), err.getvalue()))
-        if steps == "8":
-            shutil.copytree(run_dir, root / "first")
-    return SimpleNamespace(options=options, data=data, extra=extra, run_dir=run_dir,
-                           first=root / "first", outputs=outputs)
 
 
 @pytest.mark.slow

@@ -1,29 +1,64 @@
 """kt-translate: one output line per input line, in order, through an export or a run."""
 import io
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from helpers import random_run
+from helpers import random_run, text_lines
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.serving.export import export_translator
 from keras_transformer.serving.loading import export_version, load_export
-from keras_transformer.serving.text_translation import length_batches
+from keras_transformer.serving.text_translation import LineTranslator, length_batches
+from keras_transformer.training.run_dir import RunDir
 from trainers import translate
 
 LINES = [b"I have forty-two apples", b"", b"\xff\xfe caf\xc3 broken", b"She sees three dogs",
          b" ".join([b"seventeen green pears"] * 40), b"one cat"]
+# kt-translate's sampling flags, and the same settings as an export fixes them.
+SAMPLING_FLAGS = ["--top-p", "0.95", "--temperature", "1.5", "--max-decode-extra", "4"]
+SAMPLING = kt.SearchSettings(max_decode_extra=4, sampling=True, temperature=1.5, top_p=0.95,
+                             sampling_seed=1)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def load_export_once() -> Iterator[Callable[..., LineTranslator]]:
+    """`load_export` that loads each export version once in this module (each load: a second
+    or two) and gives that translator again, for kt-translate too: a loaded export translates as
+    its files say, and no test changes them. Run directories still load at every start (their
+    search is traced anew: the sampling seed must reproduce across starts)."""
+    loaded: dict[tuple, LineTranslator] = {}
+
+    def load(path: str | Path, target_language: str | None = None,
+             **options: object) -> LineTranslator:
+        key = (export_version(path), target_language, tuple(sorted(options.items())))
+        if key not in loaded:
+            loaded[key] = load_export(path, target_language, **options)
+        return loaded[key]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(translate, "load_export", load)
+        yield load
 
 
 @pytest.fixture(scope="module")
-def export_dir(demo_vocab, tmp_path_factory):
-    tokenizer = SubwordTokenizer.load(demo_vocab)
-    model = kt.Transformer(kt.TransformerConfig.preset(
-        "tiny", vocab_size=tokenizer.vocab_size, max_length=24, num_layers=1))
+def run_dir(demo_vocab: Path, tmp_path_factory: pytest.TempPathFactory) -> RunDir:
+    """A `random_run` on the demo vocabulary, which the tests translate with and only read."""
+    return random_run(demo_vocab, tmp_path_factory.mktemp("run"))
+
+
+@pytest.fixture(scope="module")
+def export_dir(run_dir: RunDir, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two versions of an export of the `run_dir` model: 1 samples as `SAMPLING` says (the
+    sampling test's export of the run), 2 searches a beam of 3."""
+    from trainers.common import load_run_model
+
+    model, tokenizer = load_run_model(str(run_dir.root))
     base = tmp_path_factory.mktemp("exports")
-    export_translator(model, tokenizer, "demo", base, kt.SearchSettings(beam_size=1))
+    export_translator(model, tokenizer, "demo", base, SAMPLING)
     export_translator(model, tokenizer, "demo", base, kt.SearchSettings(beam_size=3,
                                                                         max_decode_extra=5))
     return base / "demo"
@@ -92,7 +127,8 @@ def test_several_inputs_go_to_their_own_outputs(export_dir, input_file, tmp_path
     code, stdout, _ = run([str(export_dir / "1"), str(input_file), str(other), "--output",
                            *map(str, outputs), "--quiet"], capsys)
     assert code == 0 and stdout == []
-    assert [len(path.read_text(encoding="utf-8").splitlines()) for path in outputs] == [6, 2]
+    # Lines as the command writes them (a sampled translation may hold U+2028 and the like).
+    assert [len(text_lines(path)) for path in outputs] == [6, 2]
     with pytest.raises(SystemExit):
         translate.parse_args([str(export_dir), str(input_file), "--output", "a", "b"])
 
@@ -160,12 +196,10 @@ def test_length_batches_cover_every_text_once_within_budget(seed):
         assert len(batch) <= 8 and (len(batch) == 1 or len(batch) * longest <= 100)
 
 
-def test_run_directories_translate_in_process_with_search_flags(demo_vocab, demo_train,
+def test_run_directories_translate_in_process_with_search_flags(run_dir, demo_train,
                                                                 input_file, tmp_path, capsys):
     from keras_transformer.training.checkpoints import save_weights_atomic
-    from keras_transformer.training.run_dir import RunDir
 
-    run_dir = random_run(demo_vocab, tmp_path / "run")
     flags = ["--beam-size", "2", "--nbest", "2", "--max-decode-extra", "3"]
     code, outputs, _ = run([str(run_dir.root), str(input_file), *flags], capsys)
     assert code == 0 and len(outputs) == 2 * len(LINES)
@@ -188,50 +222,44 @@ def test_run_directories_translate_in_process_with_search_flags(demo_vocab, demo
 
 
 @pytest.mark.slow
-def test_sampling_flags_draw_reproducibly_and_exports_fix_them(demo_vocab, input_file,
-                                                               tmp_path, capsys):
+def test_sampling_flags_draw_reproducibly_and_exports_fix_them(run_dir, export_dir, input_file,
+                                                               capsys, load_export_once):
     """A run samples with `--top-p/--temperature/--seed`: the same seed, the same lines; another
     seed, other lines; `--seed` alone is refused. An export fixes the sampling settings: its
-    SavedModel translates as the in-process `Translator` with the same settings."""
+    SavedModel (`export_dir`'s version 1) translates as the in-process `Translator` with the
+    same settings."""
     from keras_transformer.decoding.translator import Translator
-    from keras_transformer.serving.text_translation import LineTranslator
+    from trainers.common import load_run_model
 
-    run_dir = random_run(demo_vocab, tmp_path / "run")
-    flags = ["--top-p", "0.95", "--temperature", "1.5", "--max-decode-extra", "4"]
-    code, first, _ = run([str(run_dir.root), str(input_file), *flags, "--seed", "1"], capsys)
-    _, again, _ = run([str(run_dir.root), str(input_file), *flags, "--seed", "1"], capsys)
-    _, other, _ = run([str(run_dir.root), str(input_file), *flags, "--seed", "2"], capsys)
+    sampling = [str(run_dir.root), str(input_file), *SAMPLING_FLAGS]
+    code, first, _ = run([*sampling, "--seed", "1"], capsys)
+    _, again, _ = run([*sampling, "--seed", "1"], capsys)
+    _, other, _ = run([*sampling, "--seed", "2"], capsys)
     assert code == 0 and len(first) == len(LINES) and first == again and other != first
     code, _, err = run([str(run_dir.root), str(input_file), "--seed", "1"], capsys)
     assert code == 2 and "--seed: only for sampling" in err
     code, _, err = run([str(run_dir.root), str(input_file), "--top-p", "1.5"], capsys)
     assert code == 2 and "--top-p: must be in (0, 1]" in err
 
-    from trainers.common import load_run_model
     model, tokenizer = load_run_model(str(run_dir.root))
-    settings = kt.SearchSettings(max_decode_extra=4, sampling=True, temperature=1.5,
-                                 top_p=0.95, sampling_seed=1)
-    export_translator(model, tokenizer, "sampled", tmp_path / "exports", settings)
+    sampled = export_dir / "1"
     texts = [line for line in LINES if line]
-    exported = load_export(tmp_path / "exports" / "sampled")
-    in_process = LineTranslator.from_translator(Translator(model, tokenizer, settings))
-    assert exported.best(texts)[0] == in_process.best(texts)[0]
-    code, from_export, _ = run([str(tmp_path / "exports" / "sampled"), str(input_file)], capsys)
+    in_process = LineTranslator.from_translator(Translator(model, tokenizer, SAMPLING))
+    assert load_export_once(sampled).best(texts)[0] == in_process.best(texts)[0]
+    code, from_export, _ = run([str(sampled), str(input_file)], capsys)
     assert code == 0 and from_export == first
-    code, _, err = run([str(tmp_path / "exports" / "sampled"), str(input_file), "--seed", "3"],
-                       capsys)
+    code, _, err = run([str(sampled), str(input_file), "--seed", "3"], capsys)
     assert code == 2 and "--seed" in err and "fixed when it is written" in err
 
 
 @pytest.mark.slow
-def test_lines_longer_than_the_model_takes_are_counted_and_named(export_dir, demo_vocab,
+def test_lines_longer_than_the_model_takes_are_counted_and_named(export_dir, run_dir,
                                                                   input_file, tmp_path, capsys):
     """Line 5 (120 words) is cut to the export's and the run's 23 source subwords: a warning
     counts it and names it, for an export as for a run directory; lines within the limit
     give none."""
     cut = (f"{input_file}: 1 line longer than the model takes (max_length 24), translated "
            "from its first 23 subwords: line 5")
-    run_dir = random_run(demo_vocab, tmp_path / "run")
     for model in (export_dir, run_dir.root):
         code, outputs, err = run([str(model), str(input_file), "--quiet"], capsys)
         assert code == 0 and len(outputs) == len(LINES) and cut in err
@@ -241,14 +269,14 @@ def test_lines_longer_than_the_model_takes_are_counted_and_named(export_dir, dem
     assert code == 0 and "longer than the model takes" not in err
 
 
-def test_truncated_sources_are_those_the_translator_cuts(demo_vocab, tmp_path):
+def test_truncated_sources_are_those_the_translator_cuts(run_dir):
     """Of the growing prefixes of a long line, those a `Translator` of a max_length 24 model
     searches from fewer pieces than the text has (its `source_pieces`) are the ones
     `truncated_sources` names."""
     from keras_transformer.decoding.translator import Translator, truncated_sources
     from trainers.common import load_run_model
 
-    model, tokenizer = load_run_model(str(random_run(demo_vocab, tmp_path / "run").root))
+    model, tokenizer = load_run_model(str(run_dir.root))
     translator = Translator(model, tokenizer, kt.SearchSettings(beam_size=1,
                                                                 max_decode_extra=1))
     words = LINES[4].split()
@@ -261,13 +289,11 @@ def test_truncated_sources_are_those_the_translator_cuts(demo_vocab, tmp_path):
     assert truncated_sources(tokenizer, prefixes, 24, batch_size=4) == cut
 
 
-def test_corpus_translation_and_evaluation_name_the_lines_they_cut(demo_vocab, tmp_path,
-                                                                   capsys):
+def test_corpus_translation_and_evaluation_name_the_lines_they_cut(run_dir, tmp_path, capsys):
     """kt-translate-corpus (lines 5 and 7 cut, in two chunks) and kt-evaluate warn as
     kt-translate does."""
     from trainers import evaluate, translate_corpus
 
-    run_dir = random_run(demo_vocab, tmp_path / "run")
     lines = ["one cat"] * 7
     lines[4] = lines[6] = "seventeen green pears " * 20
     corpus = tmp_path / "train.en"
