@@ -117,8 +117,9 @@ def precision(request: pytest.FixtureRequest) -> Iterator[str]:
 # files in collection order: the files that take minutes (measured with `--durations`) start
 # first, so that the other worker takes the rest meanwhile instead of idling while the last
 # long file ends. Stable: the other files keep their order.
-LONGEST_FIRST = ("test_distillation_pipeline.py", "test_distributed.py",
-                 "test_multilingual_serving.py", "test_fine_tuning.py", "test_reliability.py")
+LONGEST_FIRST = ("test_multilingual_serving.py", "test_distillation_pipeline.py",
+                 "test_distributed.py", "test_stock_runtime.py", "test_reliability.py",
+                 "test_imported_runs.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,37 @@ from helpers import final_json, final_weights, run_script_json
 from warm_commands import SCRIPT_COMMAND, WarmProcess, start_warm
 
 ROOT = Path(__file__).resolve().parents[1]
-# Replicas of the tests of what unequal replicas do (an overflow on one, the logged loss): four
-# show it as eight do, at half the tracing (each replica's step is a copy of the graph);
-# `test_eight_cpu_replicas_match_one_device` keeps eight.
-REPLICAS = 4
+# Replicas of the tests of what unequal replicas do (an overflow on one, the logged loss): two
+# show it as eight do (replica 1 is one whose gradients Keras's own loss scaling never reads,
+# and its batch has other rows and tokens than replica 0's), at a quarter of the tracing (each
+# replica's step is a copy of the graph); `test_eight_cpu_replicas_match_one_device` keeps
+# eight.
+REPLICAS = 2
+
+
+def demo_corpus(directory: Path) -> dict[str, tuple[str, str]]:
+    """The demo corpus's files in `directory` (`write_demo_corpus`), its train set cut to its
+    first 3,000 lines (the runs here take fewer sentences than that; each start learns its
+    vocabulary and tokenizes the set) and its dev set to 16: the dev BLEU of every dev line
+    that a finished run computes is not what these runs are for."""
+    paths = write_demo_corpus(directory)
+    for split, lines in (("train", 3000), ("dev", 16)):
+        for path in paths[split]:
+            kept = Path(path).read_text(encoding="utf-8").splitlines()[:lines]
+            Path(path).write_text("\n".join(kept) + "\n", encoding="utf-8")
+    return paths
+
+
+def micro_run(paths: dict[str, tuple[str, str]], batch_tokens: int, *options: str) -> list[str]:
+    """kt-train's options of a one-layer model of width 32 on the demo corpus `paths`
+    (`demo_corpus`), `batch_tokens` tokens a step, with no attention images and no export;
+    then `options`."""
+    return ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
+            "--set", "num_layers=1", "--set", f"batch_tokens={batch_tokens}",
+            "--set", "max_length=48", "--train-src", paths["train"][0],
+            "--train-tgt", paths["train"][1], "--dev-src", paths["dev"][0],
+            "--dev-tgt", paths["dev"][1], "--attention-sentences", "0", "--no-export", *options]
+
 
 ONE_STEP_SCRIPT = textwrap.dedent("""
     import json, sys
@@ -88,6 +116,17 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+def batches(run_dirs: list[Path], steps: int) -> list[list[str]]:
+    """The digests of the batches each of the first `steps` steps trained on (`--log-batches`),
+    replica by replica: `run_dirs` holds one run over two replicas, or the two one-replica
+    workers of a cluster in worker order."""
+    from keras_transformer.training.batch_log import read_batch_log
+
+    logs = [read_batch_log(run_dir / "batches.tsv", per_step=2 // len(run_dirs))
+            for run_dir in run_dirs]
+    return [[digest for log in logs for digest in log[step]] for step in range(1, steps + 1)]
+
+
 @pytest.mark.slow
 def test_two_workers_agree_fail_together_and_resume_together(tmp_path, warm):
     """Two MultiWorkerMirroredStrategy processes: a worker killed mid-run makes the other stop
@@ -96,18 +135,13 @@ def test_two_workers_agree_fail_together_and_resume_together(tmp_path, warm):
     the same batches (each worker's are those of one of its replicas)."""
     import numpy as np
 
-    from keras_transformer.training.batch_log import read_batch_log
-
-    paths = write_demo_corpus(tmp_path / "data")
-    steps = 60
-    common = ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
-              "--set", "num_layers=1", "--set", "batch_tokens=512", "--set", "max_length=48",
-              "--precision", "float32", "--kernels", "fast",
-              "--train-src", paths["train"][0], "--train-tgt", paths["train"][1],
-              "--dev-src", paths["dev"][0], "--dev-tgt", paths["dev"][1],
-              "--steps", str(steps), "--eval-every", "30", "--eval-sentences", "4",
-              "--attention-sentences", "0", "--backup-every", "3", "--log-batches",
-              "--no-export"]
+    paths = demo_corpus(tmp_path / "data")
+    # A backup every 3 steps: the kill, once step 6 is backed up, lands mid-run, before the dev
+    # evaluation at step 12.
+    steps = 24
+    common = micro_run(paths, 512, "--precision", "float32", "--kernels", "fast",
+                       "--steps", str(steps), "--eval-every", "12", "--eval-sentences", "4",
+                       "--backup-every", "3", "--log-batches")
     workers = [f"localhost:{port}" for port in free_ports(2)]
     logs = [tmp_path / f"worker{index}.log" for index in range(2)]
     # Progress lines on different clocks (one every step, almost none) must not make the
@@ -143,27 +177,51 @@ def test_two_workers_agree_fail_together_and_resume_together(tmp_path, warm):
     resumed = [int(output.split("restored step ")[1].split(" ")[0]) for output in outputs]
     assert resumed[0] == resumed[1] > 0 and resumed[0] % 3 == 0
     assert all(final_json(output)["steps"] == steps for output in outputs)
-    for ours, theirs in zip(*map(final_weights, [tmp_path / "worker0", tmp_path / "worker1"])):
+    cluster = [tmp_path / "worker0", tmp_path / "worker1"]
+    for ours, theirs in zip(*map(final_weights, cluster)):
         np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
 
     # One process with two replicas trains on the same global batches to the same weights.
     single = start_warm(warm, "kt-train", [*common, "--cpu-replicas", "2", "--output-dir",
                                            str(tmp_path / "single")], tmp_path / "single.log")
     assert single.wait(timeout=600) == 0, (tmp_path / "single.log").read_text()[-3000:]
-    replicas = read_batch_log(tmp_path / "single" / "batches.tsv", per_step=2)
-    for index in range(2):
-        shard = read_batch_log(tmp_path / f"worker{index}" / "batches.tsv")
-        assert ([shard[step] for step in range(1, steps + 1)]
-                == [replicas[step][index:index + 1] for step in range(1, steps + 1)])
-    # The cluster's all-reduce sums the gradients in another order than one process does; over
-    # 60 Adam steps that moves a few rarely-updated weights by up to ~5e-5 (measured; a run
-    # with another seed differs in 99.9% of the weights, by up to 0.97).
-    for ours, theirs in zip(final_weights(tmp_path / "worker0"),
-                            final_weights(tmp_path / "single")):
+    assert batches(cluster, steps) == batches([tmp_path / "single"], steps)
+    # The cluster's all-reduce sums the gradients in another order than one process does;
+    # Adam can turn that float noise in a rarely-updated weight's near-zero gradient into a
+    # step: up to ~5e-5 over 60 steps (measured). A run one step short differs in 26 of the 31
+    # weight arrays, by up to 6e-4.
+    for ours, theirs in zip(final_weights(cluster[0]), final_weights(tmp_path / "single")):
         np.testing.assert_allclose(ours, theirs, rtol=1e-3, atol=1e-4)
 
 
 # --- replicas that differ: dropout, float16 overflow, token counts ----------------------------
+
+# Appended to a script that sets up its strategy and data and defines `measure()`: its figures
+# under each kernel set, in one process (the set-up, and the process, shared by the tests of
+# both sets; each set's model and steps are traced anew under it).
+EACH_KERNEL_SET = textwrap.dedent("""
+    from keras_transformer import fast
+    results = {}
+    for kernels in fast.KERNEL_SETS:
+        with fast.kernels_scope(kernels):
+            results[kernels] = {"kernels": fast.active(), **measure()}
+    print(json.dumps(results))
+""")
+
+
+@pytest.fixture(scope="module")
+def by_kernel_set(warm) -> Callable[[str], dict[str, dict]]:
+    """Runs a script (`EACH_KERNEL_SET`) once for the module, within 240 s (a replica that
+    waited on another would hang it); its figures by kernel set."""
+    results: dict[str, dict[str, dict]] = {}
+
+    def figures(script: str) -> dict[str, dict]:
+        if script not in results:
+            results[script] = run_script_json(script + EACH_KERNEL_SET, warm, timeout=240)
+        return results[script]
+
+    return figures
+
 
 DROPOUT_SCRIPT = textwrap.dedent("""
     import json
@@ -171,7 +229,6 @@ DROPOUT_SCRIPT = textwrap.dedent("""
     from keras_transformer.training.strategy import make_strategy
     strategy = make_strategy(cpu_replicas=8)
     import tensorflow as tf
-    from keras_transformer import fast
     from keras_transformer.layers import HookDropout
 
     def masks(seed):
@@ -181,27 +238,26 @@ DROPOUT_SCRIPT = textwrap.dedent("""
         drawn = strategy.run(tf.function(lambda: layer(ones, training=True)))
         return [(mask.numpy() == 0) for mask in strategy.experimental_local_results(drawn)]
 
-    first, again, other = masks(3), masks(3), masks(4)
-    alone = HookDropout(0.5, seed=3)(tf.ones((64, 64)), training=True).numpy() == 0
-    print(json.dumps({
-        "kernels": fast.active(),
-        "distinct": len({mask.tobytes() for mask in first}),
-        "pairwise_agreement": max(float((a == b).mean()) for i, a in enumerate(first)
-                                  for b in first[i + 1:]),
-        "repeat": all(np.array_equal(a, b) for a, b in zip(first, again)),
-        "other_seed_differs": not any(np.array_equal(a, b) for a, b in zip(first, other)),
-        "replica_0_as_alone": bool(np.array_equal(first[0], alone))}))
+    def measure():
+        first, again, other = masks(3), masks(3), masks(4)
+        alone = HookDropout(0.5, seed=3)(tf.ones((64, 64)), training=True).numpy() == 0
+        return {
+            "distinct": len({mask.tobytes() for mask in first}),
+            "pairwise_agreement": max(float((a == b).mean()) for i, a in enumerate(first)
+                                      for b in first[i + 1:]),
+            "repeat": all(np.array_equal(a, b) for a, b in zip(first, again)),
+            "other_seed_differs": not any(np.array_equal(a, b) for a, b in zip(first, other)),
+            "replica_0_as_alone": bool(np.array_equal(first[0], alone))}
 """)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kernels", ["reference", "fast"])
-def test_replicas_draw_their_own_dropout_masks_repeatably(kernels, monkeypatch, warm):
+def test_replicas_draw_their_own_dropout_masks_repeatably(kernels, by_kernel_set):
     """Eight replicas of one HookDropout draw eight different masks (about half their
     positions agree, as independent masks at rate 0.5 do), the same eight again from the same
     seed, and replica 0 the mask a lone device draws."""
-    monkeypatch.setenv("KT_KERNELS", kernels)
-    result = run_script_json(DROPOUT_SCRIPT, warm)
+    result = by_kernel_set(DROPOUT_SCRIPT)[kernels]
     assert result["kernels"] == kernels
     assert result["distinct"] == 8
     assert result["pairwise_agreement"] < 0.6
@@ -215,17 +271,16 @@ OVERFLOW_SCRIPT = textwrap.dedent("""
     strategy = make_strategy(cpu_replicas=REPLICAS)
     import tensorflow as tf
     import keras_transformer as kt
-    from keras_transformer import fast
     from keras_transformer.precision import precision_scope
     from trainers.train import compiled_model
 
-    overflowing = OVERFLOWING  # the replica whose gradients overflow
+    overflowing = REPLICAS - 1  # the replica whose gradients overflow: not replica 0
     recipe = kt.Recipe.preset("tiny", vocab_size=40, d_model=32, d_ff=64, num_layers=1)
-    rng = np.random.default_rng(0)
 
     def replica_batches():
         # Two steps; element r of a step is replica r's batch (rows differ between replicas).
         # In step 1 one replica's batch has a loss gradient that overflows float16.
+        rng = np.random.default_rng(0)  # the same batches for each kernel set
         for step in range(2):
             for replica in range(REPLICAS):
                 rows = 2 + replica
@@ -239,34 +294,33 @@ OVERFLOW_SCRIPT = textwrap.dedent("""
     data = strategy.distribute_datasets_from_function(lambda context: (
         tf.data.Dataset.from_generator(replica_batches, output_signature=(
             (spec, spec), spec, tf.TensorSpec([None, None], tf.float32)))))
-    with strategy.scope(), precision_scope("mixed_float16"):
-        model, _ = compiled_model(recipe)
-    initial_scale = model.optimizer.initial_scale
-    history = model.fit(data, epochs=2, steps_per_epoch=1, verbose=0)
-    optimizer = model.optimizer
-    print(json.dumps({
-        "kernels": fast.active(), "optimizer": type(optimizer).__name__,
-        "losses": history.history["loss"],
-        "weights_finite": all(bool(np.isfinite(w).all()) for w in model.get_weights()),
-        "moments_finite": all(bool(np.isfinite(v.numpy()).all())
-                              for v in optimizer.inner_optimizer.variables),
-        "scale_ratio": float(optimizer.dynamic_scale.numpy()) / initial_scale,
-        "iterations": int(optimizer.iterations.numpy())}))
-""")
+
+    def measure():
+        with strategy.scope(), precision_scope("mixed_float16"):
+            model, _ = compiled_model(recipe)
+        initial_scale = model.optimizer.initial_scale
+        history = model.fit(data, epochs=2, steps_per_epoch=1, verbose=0)
+        optimizer = model.optimizer
+        return {
+            "optimizer": type(optimizer).__name__, "losses": history.history["loss"],
+            "weights_finite": all(bool(np.isfinite(w).all()) for w in model.get_weights()),
+            "moments_finite": all(bool(np.isfinite(v.numpy()).all())
+                                  for v in optimizer.inner_optimizer.variables),
+            "scale_ratio": float(optimizer.dynamic_scale.numpy()) / initial_scale,
+            "iterations": int(optimizer.iterations.numpy())}
+""").replace("REPLICAS", str(REPLICAS))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kernels, overflowing", [("fast", 3), ("reference", 2)])
-def test_an_overflow_on_any_replica_skips_the_step_on_all(kernels, overflowing, monkeypatch, warm):
-    """mixed_float16 over 4 replicas of unequal batches, kt-train's model and optimizer (the
-    fused Adam with fast kernels): a float16 overflow in one replica's gradients skips the step
-    everywhere and halves the loss scale once; the next step trains; no inf or NaN reaches a
-    weight or an Adam moment (Keras's own loss scaling decides from replica 0's gradients
-    alone). The step finishes within the script's time bound (no replica waits on another)."""
-    monkeypatch.setenv("KT_KERNELS", kernels)
-    script = (OVERFLOW_SCRIPT.replace("OVERFLOWING", str(overflowing))
-              .replace("REPLICAS", str(REPLICAS)))
-    result = run_script_json(script, warm, timeout=240)
+@pytest.mark.parametrize("kernels", ["fast", "reference"])
+def test_an_overflow_on_any_replica_skips_the_step_on_all(kernels, by_kernel_set):
+    """mixed_float16 over 2 replicas of unequal batches, kt-train's model and optimizer (the
+    fused Adam with fast kernels): a float16 overflow in the gradients of replica 1 skips the
+    step everywhere and halves the loss scale once; the next step trains; no inf or NaN
+    reaches a weight or an Adam moment (Keras's own loss scaling decides from replica 0's
+    gradients alone). The step finishes within the script's time bound (no replica waits on
+    another)."""
+    result = by_kernel_set(OVERFLOW_SCRIPT)[kernels]
     assert result["kernels"] == kernels and result["optimizer"] == "LossScaleOptimizer"
     assert result["weights_finite"] and result["moments_finite"]
     assert result["scale_ratio"] == 0.5
@@ -312,19 +366,19 @@ LOGGED_LOSS_SCRIPT = textwrap.dedent("""
     whole = np.concatenate([np.pad(batch[1], [(0, 0), (0, width - batch[1].shape[1])])
                             for batch in batches])
     one_device = tf.data.Dataset.from_tensors(((whole, whole), whole))
-    print(json.dumps({"kernels": fast.active(),
-                      "replicas": logged_loss(strategy, per_replica),
-                      "one": logged_loss(tf.distribute.get_strategy(), one_device)}))
-""")
+
+    def measure():
+        return {"replicas": logged_loss(strategy, per_replica),
+                "one": logged_loss(tf.distribute.get_strategy(), one_device)}
+""").replace("REPLICAS", str(REPLICAS))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kernels", ["reference", "fast"])
-def test_the_logged_loss_is_the_global_batch_per_token_loss(kernels, monkeypatch, warm):
-    """Replicas with batches of 1, 3, 5 and 7 rows and different padding log the loss one
+def test_the_logged_loss_is_the_global_batch_per_token_loss(kernels, by_kernel_set):
+    """Two replicas with batches of 1 and 3 rows and different padding log the loss one
     device logs on all their rows together (Keras's own steps weight replicas by rows)."""
-    monkeypatch.setenv("KT_KERNELS", kernels)
-    result = run_script_json(LOGGED_LOSS_SCRIPT.replace("REPLICAS", str(REPLICAS)), warm)
+    result = by_kernel_set(LOGGED_LOSS_SCRIPT)[kernels]
     assert result["kernels"] == kernels
     assert result["replicas"] == pytest.approx(result["one"], rel=1e-5)
 
@@ -410,14 +464,9 @@ def test_workers_take_the_chiefs_hardware_choices(tmp_path, monkeypatch, warm):
 
     from trainers import probes, train
 
-    paths = write_demo_corpus(tmp_path / "data")
-    common = ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
-              "--set", "num_layers=1", "--set", "batch_tokens=512", "--set", "max_length=48",
-              "--precision", "auto", "--kernels", "auto",
-              "--train-src", paths["train"][0], "--train-tgt", paths["train"][1],
-              "--dev-src", paths["dev"][0], "--dev-tgt", paths["dev"][1],
-              "--steps", "6", "--eval-every", "6", "--eval-sentences", "4",
-              "--attention-sentences", "0", "--backup-every", "3", "--no-export"]
+    paths = demo_corpus(tmp_path / "data")
+    common = micro_run(paths, 512, "--precision", "auto", "--kernels", "auto", "--steps", "2",
+                       "--eval-every", "2", "--eval-sentences", "4", "--backup-every", "2")
     winners = [("float32", "reference"), ("bfloat16", "fast")]  # the chief's, the other's
     for index, (dtype, kernels) in enumerate(winners):  # each worker's cache, as kt-train keys it
         monkeypatch.setenv("KT_CACHE_DIR", str(tmp_path / f"cache{index}"))
@@ -466,17 +515,11 @@ def test_replicas_with_dropout_and_float16_resume_exactly(tmp_path, warm):
     `test_eight_cpu_replicas_match_one_device` keeps eight.)"""
     import numpy as np
 
-    from keras_transformer.training.batch_log import read_batch_log
-
-    paths = write_demo_corpus(tmp_path / "data")
-    common = ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
-              "--set", "num_layers=1", "--set", "batch_tokens=2048", "--set", "max_length=48",
-              "--set", "dropout=0.3", "--cpu-replicas", "2", "--precision", "mixed_float16",
-              "--kernels", "fast", "--train-src", paths["train"][0],
-              "--train-tgt", paths["train"][1], "--dev-src", paths["dev"][0],
-              "--dev-tgt", paths["dev"][1], "--eval-every", "4", "--eval-sentences", "2",
-              "--attention-sentences", "0", "--backup-every", "2", "--log-batches",
-              "--no-export"]
+    paths = demo_corpus(tmp_path / "data")
+    # The stop at step 4 falls on a backup and a dev evaluation.
+    common = micro_run(paths, 2048, "--set", "dropout=0.3", "--cpu-replicas", "2",
+                       "--precision", "mixed_float16", "--kernels", "fast", "--eval-every", "4",
+                       "--eval-sentences", "2", "--backup-every", "4", "--log-batches")
 
     def run(name: str, steps: int) -> str:
         process = start_warm(warm, "kt-train", [*common, "--steps", str(steps), "--output-dir",
@@ -489,9 +532,7 @@ def test_replicas_with_dropout_and_float16_resume_exactly(tmp_path, warm):
     run("uninterrupted", 8)
     run("resumed", 4)
     assert "restored step 4 " in run("resumed", 8)
-    expected = read_batch_log(tmp_path / "uninterrupted" / "batches.tsv", per_step=2)
-    trained = read_batch_log(tmp_path / "resumed" / "batches.tsv", per_step=2)
-    assert [trained[step] for step in range(1, 9)] == [expected[step] for step in range(1, 9)]
+    assert batches([tmp_path / "resumed"], 8) == batches([tmp_path / "uninterrupted"], 8)
     for ours, theirs in zip(final_weights(tmp_path / "resumed"),
                             final_weights(tmp_path / "uninterrupted")):
         np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
