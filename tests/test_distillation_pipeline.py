@@ -143,6 +143,14 @@ def expected_starts(work: Path, part: int) -> list[str]:
     return stages
 
 
+def run_part(pipeline: Pipeline, part: int, stop_after: str = "") -> Path:
+    """The job taken to the end of the tests' `part` (`run_pipeline` to `stop_after`), the
+    stages it started those `expected_starts` says; its work directory."""
+    run_pipeline(pipeline, stop_after)
+    assert started(pipeline.work) == expected_starts(pipeline.work, part)
+    return pipeline.work
+
+
 def assert_corpora(work: Path, run: str, corpora: int) -> None:
     """`run` was prepared from `corpora` corpora of all the train pairs each."""
     manifest = json.loads((work / "runs" / run / "prepared" / "manifest.json").read_text())
@@ -155,9 +163,7 @@ def assert_corpora(work: Path, run: str, corpora: int) -> None:
 # seconds each); one run alone runs the parts before its own too.
 @pytest.mark.timeout(1800)
 def test_teachers_and_a_student_of_their_translation(pipeline):
-    run_pipeline(pipeline, stop_after="student_s1")
-    work = pipeline.work
-    assert started(work) == expected_starts(work, 1)
+    work = run_part(pipeline, 1, stop_after="student_s1")
     assert len(text_lines(work / "distilled" / "train.de")) == LINES["train"]
     assert_corpora(work, "student_s1", 2)
 
@@ -165,9 +171,7 @@ def test_teachers_and_a_student_of_their_translation(pipeline):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_more_students_deep_ones_too(pipeline):
-    run_pipeline(pipeline, stop_after="student_e6d2_s1")
-    work = pipeline.work
-    assert started(work) == expected_starts(work, 2)
+    work = run_part(pipeline, 2, stop_after="student_e6d2_s1")
     for run, depths in (("student_deep_s1", (8, 1)), ("student_e6d2_s1", (6, 2))):
         architecture = RunDir(work / "runs" / run).load_recipe().architecture
         assert (architecture.encoder_depth, architecture.decoder_depth) == depths
@@ -176,9 +180,7 @@ def test_more_students_deep_ones_too(pipeline):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_test_scores_and_the_exports_timed(pipeline):
-    run_pipeline(pipeline, stop_after="student_speed")
-    work = pipeline.work
-    assert started(work) == expected_starts(work, 3)
+    work = run_part(pipeline, 3, stop_after="student_speed")
     for name in RUNS + ("teachers",):
         assert json.loads((work / "scores" / f"{name}.json").read_text())["name"] == "BLEU"
         hypotheses = (work / "scores" / f"{name}.hyp").read_text(encoding="utf-8").splitlines()
@@ -192,9 +194,7 @@ def test_test_scores_and_the_exports_timed(pipeline):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_diversification_and_seq_inter_attempts(pipeline):
-    run_pipeline(pipeline, stop_after="student_closest")
-    work = pipeline.work
-    assert started(work) == expected_starts(work, 4)
+    work = run_part(pipeline, 4, stop_after="student_closest")
     for name in ("train.teacher_s1", "train.teacher_s2", "train.closest"):
         assert len(text_lines(work / "distilled" / f"{name}.de")) == LINES["train"]
     references = text_lines(work / "data" / "train.de")
@@ -210,10 +210,8 @@ def test_diversification_and_seq_inter_attempts(pipeline):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_the_last_attempts_the_report_and_a_rerun_that_redoes_nothing(pipeline, capsys):
-    run_pipeline(pipeline)
-    work = pipeline.work
+    work = run_part(pipeline, 5)
     stages = (work / "stages.log").read_text().splitlines()
-    assert started(work) == expected_starts(work, 5)
     assert len(text_lines(work / "distilled" / "train.sampled.de")) == LINES["train"]
     for run, corpora in (("student_sampled_s1", 3), ("student_diverse_longer_s1", 4)):
         assert_corpora(work, run, corpora)
