@@ -88,11 +88,12 @@ class FastTransformer(compat.LocalBatchSymbolicBuild, Transformer):
         if compat.in_xla_context():
             return x, y, sample_weight, None
         stray = ops.logical_and(ops.not_equal(y, PAD_ID), ops.equal(x[1], PAD_ID))
-        tf.debugging.assert_equal(  # Meaningless logits (and none at all with packed tokens).
+        check = tf.debugging.assert_equal(  # Meaningless logits (none with packed tokens).
             tf.reduce_any(stray), False,
             message="labels: a real (non-padding) label sits where the target input is padding; "
                     "labels must be the target input shifted by one, padded alike")
-        positions = tf.where(ops.not_equal(y, PAD_ID))
+        with tf.control_dependencies([check]):  # before the gathers it would make fail first
+            positions = tf.where(ops.not_equal(y, PAD_ID))
         if sample_weight is not None:
             sample_weight = tf.gather_nd(sample_weight, positions)
         return x, tf.gather_nd(y, positions), sample_weight, positions
