@@ -661,7 +661,7 @@ def test_kt_trains_dev_translations_are_kt_evaluates(vocabulary, corpus, tmp_pat
     assert translated_corpus(translator, sources) == text_lines(hypotheses)
     assert text_lines(hypotheses)[-1] == ""
     dev = {"en-rv": train_evaluation.DevSet(loaded.tokenizer, sources, references)}
-    assert train_evaluation.dev_bleu(args, loaded.model, dev, languages=languages)() == {
+    assert train_evaluation.dev_bleu(args, loaded.model, dev, languages)() == {
         "en-rv": pytest.approx(evaluated, abs=0.01)}
 
 

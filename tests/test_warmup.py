@@ -27,11 +27,12 @@ def read_requests(export: str) -> list:
 def source_width(translator: Translator, request) -> int:
     """The padded width the XLA search is given for `request`'s source, as the export pads it."""
     if "source_ids" in request.inputs:
-        pieces = tf.RaggedTensor.from_tensor(tf.make_ndarray(request.inputs["source_ids"]),
-                                             padding=0)
+        source = translator._source_ids(tf.RaggedTensor.from_tensor(
+            tf.make_ndarray(request.inputs["source_ids"]), padding=0))
     else:
-        pieces = translator._pieces(tf.constant(tf.make_ndarray(request.inputs["text"])))
-    return int(translator._padded_width(translator._source_ids(pieces)[0]).shape[1])
+        source = translator._text_source(tf.constant(tf.make_ndarray(request.inputs["text"])),
+                                         None, None)
+    return int(translator._padded_width(source[0]).shape[1])
 
 
 @pytest.fixture(scope="module")

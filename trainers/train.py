@@ -28,7 +28,7 @@ import math
 import os
 import re
 import sys
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import keras
 import tensorflow as tf
@@ -99,9 +99,11 @@ def compiled_model(recipe: Recipe, jit_compile: bool = False, steps_per_executio
 
 def training_callbacks(args: argparse.Namespace, run: RunDir,
                        model_parts: tuple[Transformer, MaskedTokenAccuracy],
-                       dev: dict[str, DevSet], max_steps: Optional[int], first_step: int) -> list:
+                       dev: dict[str, DevSet], dev_scores: Callable[[Optional[int]], dict],
+                       max_steps: Optional[int], first_step: int) -> list:
     """The step clock first; backups after the NaN check (a diverged step is not backed up);
-    dev BLEU before the scalar writer, which records it (`dev`: the dev sets, `dev_sets`).
+    dev BLEU before the scalar writer, which records it (`dev`: the dev sets, `dev_sets`;
+    `dev_scores`: their `dev_bleu`, on `--eval-sentences` of each here).
     None reads a device variable after each batch: only every `--log-every-steps` steps
     (TensorBoard's training scalars) and at progress lines (Keras itself fetches the step's
     logs after each call of the train function: `--steps-per-execution` makes that once per
@@ -120,7 +122,6 @@ def training_callbacks(args: argparse.Namespace, run: RunDir,
     names = {DEV_BLEU: dev_bleu_name(args.eval_beam_size, sentences, len(dev)),
              **{f"{DEV_BLEU}/{name}": f"{name} dev BLEU" for name in dev if name}}
     steps = StepClock(first_step)
-    dev_scores = dev_bleu(args, model, dev, args.eval_sentences, languages)
     evaluation = Schedule(steps, args.eval_every, args.eval_every_minutes, any_worker=any_worker)
     backups = Schedule(steps, args.backup_every, args.backup_every_minutes, at_stop=False,
                        any_worker=any_worker)
@@ -129,7 +130,7 @@ def training_callbacks(args: argparse.Namespace, run: RunDir,
         StopAtLimit(steps, max_steps, args.max_minutes, any_worker),
         keras.callbacks.TerminateOnNaN(),
         PeriodicBackup(run.backup, backups),
-        DevEvaluation(score=lambda: dev_logs(dev_scores()),
+        DevEvaluation(score=lambda: dev_logs(dev_scores(args.eval_sentences)),
                       attention=lambda tokenizer, source, target: attention_maps(
                           model, tokenizer, source, target),
                       attention_pairs=pairs, writer=writer,
@@ -303,7 +304,8 @@ def train(args: argparse.Namespace) -> dict:
     dev = dev_sets(args, inputs)
     warn_of_truncated_sources(tokenizer, translated_sources(args, inputs), config.max_length,
                               run.languages())
-    callbacks = training_callbacks(args, run, (model, accuracy), dev,
+    dev_scores = dev_bleu(args, model, dev, run.languages())
+    callbacks = training_callbacks(args, run, (model, accuracy), dev, dev_scores,
                                    max_steps, restored.step)
     print(f"kt-train: {'resuming' if resumed else 'starting'} {run.root} on {replicas} "
           f"replica(s), {max_steps or 'unlimited'} steps, {precision}, {kernel_set} kernels"
@@ -342,10 +344,11 @@ def train(args: argparse.Namespace) -> dict:
         with strategy.scope(), precision_scope(precision):
             model = trained.merge_lora()
     save_weights_atomic(model, run.final_weights)
-    final_dev = dev_bleu(args, model, dev, languages=run.languages())
+    if model is not trained:  # the merged model: a translator of its own
+        dev_scores = dev_bleu(args, model, dev, run.languages())
     result = keep_better_of_average_and_final(
         model, run, recipe.training.average_last,
-        dev_bleu=(lambda: final_dev()[""]) if "" in dev else final_dev,
+        dev_bleu=(lambda: dev_scores()[""]) if "" in dev else dev_scores,
         stage=lambda what: stage("kt-train", what), checkpoint_model=trained)
     if not result["averaged"]:
         print(f"kt-train: {result['averaging']}", file=sys.stderr)

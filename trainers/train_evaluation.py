@@ -88,24 +88,25 @@ def warn_of_truncated_sources(tokenizer: Tokenizer, sources: dict[str, tuple[str
 
 
 def dev_bleu(args: argparse.Namespace, model: Transformer, dev: dict[str, DevSet],
-             sentences: Optional[int] = None,
-             languages: Optional[RunLanguages] = None) -> Callable[[], dict[str, float]]:
+             languages: Optional[RunLanguages] = None
+             ) -> Callable[[Optional[int]], dict[str, float]]:
     """A function giving the dev BLEU of each set of `dev` (name -> `DevSet`; one pair's is
-    named "", a language pair's `SRC-TGT`, of a run of the target `languages`), on its
-    first `sentences` sentences (None: all), translated with `--eval-beam-size` (greedy by
-    default) by one `Translator` per tokenizer (the run's: one for every pair)."""
+    named "", a language pair's `SRC-TGT`, of a run of the target `languages`) on its first
+    `sentences` sentences (its argument; None: all), translated with `--eval-beam-size`
+    (greedy by default) by one `Translator` per tokenizer (the run's: one for every pair),
+    traced once for the evaluations during training and the final weights' alike."""
     settings = SearchSettings.of(args.recipe.search, beam_size=args.eval_beam_size)
     translators: dict[int, Translator] = {}
     for dev_set in dev.values():
         if id(dev_set.tokenizer) not in translators:
             translators[id(dev_set.tokenizer)] = Translator(model, dev_set.tokenizer, settings,
                                                             languages=languages)
-    translations = {name: (pair_translator(translators[id(dev_set.tokenizer)], name),
-                           dev_set.sources[:sentences], dev_set.references[:sentences])
-                    for name, dev_set in dev.items()}
-    return lambda: {name: corpus_scores(translate_corpus(translator, sources),
-                                        references)[0].value
-                    for name, (translator, sources, references) in translations.items()}
+    by_set = {name: pair_translator(translators[id(dev_set.tokenizer)], name)
+              for name, dev_set in dev.items()}
+    return lambda sentences=None: {
+        name: corpus_scores(translate_corpus(by_set[name], dev_set.sources[:sentences]),
+                            dev_set.references[:sentences])[0].value
+        for name, dev_set in dev.items()}
 
 
 def dev_logs(scores: dict[str, float]) -> dict[str, float]:

@@ -116,11 +116,17 @@ class Translator(tf.Module):
         self.shortlist = shortlist
         self.jit_compile = jit_compile
         self.languages = languages
-        language = ()
+        language, tokens = (), ()
         self.language_table = None if languages is None else LanguageTable(languages)
         if languages is not None:
             language = (TARGET_LANGUAGE,) + (
                 (SOURCE_LANGUAGE,) if languages.source_language_token else ())
+            tokens = tuple(tf.TensorSpec([None], tf.int32, name) for name in ("tokens",
+                           "source_tokens")[:len(language)])
+        # The search's input of a text, one graph function that the signatures of text call
+        # (traced once, not once in each).
+        self._text_source_ids = tf.function(self._source_ids_of_text,
+                                            input_signature=[TEXT, *tokens], autograph=False)
         # The signatures: functions of this instance's bound methods. They hold the instance
         # (a method decorated in the class holds it by a weak reference only, so that
         # `Translator(...).translate(text)` would find it gone).
@@ -142,7 +148,7 @@ class Translator(tf.Module):
                    source_language: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `translation` `[batch]` strings and `score` `[batch]`."""
         tokens, source_tokens = self._tokens(target_language, source_language, text)
-        best = self._search(self._pieces(text), tokens, source_tokens)
+        best = self._search(self._text_source(text, tokens, source_tokens), tokens)
         return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"]}
 
     def _translate_nbest(self, text: tf.Tensor, target_language: Optional[tf.Tensor] = None,
@@ -150,7 +156,7 @@ class Translator(tf.Module):
         """`text` `[batch]` -> `nbest_translations` `[batch, beam]` strings and `nbest_scores`
         `[batch, beam]`, best first."""
         tokens, source_tokens = self._tokens(target_language, source_language, text)
-        result = self._search(self._pieces(text), tokens, source_tokens)
+        result = self._search(self._text_source(text, tokens, source_tokens), tokens)
         ids = result["nbest_ids"]
         shape = tf.shape(ids)
         # Not [-1, len]: for an empty batch, [0, beam, 0] ids would reshape to [beam, 0].
@@ -168,7 +174,7 @@ class Translator(tf.Module):
         of `languages` the language token first) and `alignment` `[batch, T]` int32: for each
         target piece the index of the source piece it is aligned to (-1 after the end)."""
         tokens, source_tokens = self._tokens(target_language, source_language, text)
-        best = self._search(self._pieces(text), tokens, source_tokens)
+        best = self._search(self._text_source(text, tokens, source_tokens), tokens)
         source_ids, ids = best["source_ids"], best["searched_ids"]
         target_in = tf.concat([tf.fill([tf.shape(ids)[0], 1], BOS_ID), ids[:, :-1]], axis=1)
         attention = self.model.attention_weights(source_ids, target_in)["encoder_decoder"]
@@ -196,7 +202,8 @@ class Translator(tf.Module):
         The prefix is tokenized like any target text (`tokenize_target`) and forced on every
         hypothesis; the search continues after it as usual (an empty source still gets "")."""
         tokens, source_tokens = self._tokens(target_language, source_language, text)
-        best = self._search(self._pieces(text), tokens, source_tokens, prefix=prefix)
+        best = self._search(self._text_source(text, tokens, source_tokens), tokens,
+                            prefix=prefix)
         return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"]}
 
     def _translate_with_terms(self, text: tf.Tensor, terms: tf.Tensor,
@@ -218,7 +225,7 @@ class Translator(tf.Module):
         pieces = model_input_ids(text_pieces(self.tokenizer, phrases.flat_values, target=True),
                                  self.model.config.output_vocab_size, self.model.config.max_length)
         constraints = tf.RaggedTensor.from_row_lengths(pieces, phrases.row_lengths())
-        best = self._search(self._pieces(text), tokens, source_tokens,
+        best = self._search(self._text_source(text, tokens, source_tokens), tokens,
                             constraints=constraints.to_tensor(default_value=PAD_ID))
         missing = tf.RaggedTensor.from_tensor(best["unplaced"], lengths=phrases.row_lengths())
         return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"],
@@ -236,7 +243,7 @@ class Translator(tf.Module):
         are `model`'s, teacher-forced over the whole vocabulary (not an ensemble's or a
         shortlist's)."""
         tokens, source_tokens = self._tokens(target_language, source_language, text)
-        best = self._search(self._pieces(text), tokens, source_tokens)
+        best = self._search(self._text_source(text, tokens, source_tokens), tokens)
         ids = best["ids"]
         log_probs = self._without_tokens(
             token_log_probs(self.model, best["source_ids"], best["searched_ids"]), tokens, 0.0)
@@ -252,8 +259,8 @@ class Translator(tf.Module):
         `[batch, len]` (EOS-terminated, 0-padded), `score` `[batch]`, and the n-best
         `nbest_ids` `[batch, beam, len]` and `nbest_scores` `[batch, beam]`."""
         tokens, source_tokens = self._tokens(target_language, source_language, source_ids)
-        result = self._search(tf.RaggedTensor.from_tensor(source_ids, padding=PAD_ID), tokens,
-                              source_tokens)
+        result = self._search(self._source_ids(
+            tf.RaggedTensor.from_tensor(source_ids, padding=PAD_ID), tokens, source_tokens), tokens)
         return {key: result[key] for key in ("ids", "score", "nbest_ids", "nbest_scores")}
 
     def _tokens(self, target_language: Optional[tf.Tensor],
@@ -292,8 +299,17 @@ class Translator(tf.Module):
         return model_input_ids(pieces, self.model.config.output_vocab_size,
                                self.model.config.max_length).to_tensor(default_value=PAD_ID)
 
-    def _pieces(self, text: tf.Tensor) -> tf.RaggedTensor:
-        return text_pieces(self.tokenizer, text)
+    def _text_source(self, text: tf.Tensor, tokens: Optional[tf.Tensor],
+                     source_tokens: Optional[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
+        """`_source_ids` of the subwords of `text` `[batch]`, by the one graph function of
+        them the signatures share."""
+        return self._text_source_ids(text, *(row_tokens for row_tokens in (tokens, source_tokens)
+                                             if row_tokens is not None))
+
+    def _source_ids_of_text(self, text: tf.Tensor, tokens: Optional[tf.Tensor] = None,
+                            source_tokens: Optional[tf.Tensor] = None
+                            ) -> tuple[tf.Tensor, tf.Tensor]:
+        return self._source_ids(text_pieces(self.tokenizer, text), tokens, source_tokens)
 
     def _source_ids(self, pieces: tf.RaggedTensor, tokens: Optional[tf.Tensor] = None,
                     source_tokens: Optional[tf.Tensor] = None) -> tuple[tf.Tensor, tf.Tensor]:
@@ -313,15 +329,14 @@ class Translator(tf.Module):
         source_ids = tf.concat([pieces, eos], axis=1).to_tensor(default_value=PAD_ID)
         return source_ids, empty
 
-    def _search(self, pieces: tf.RaggedTensor, tokens: Optional[tf.Tensor] = None,
-                source_tokens: Optional[tf.Tensor] = None, prefix: Optional[tf.Tensor] = None,
-                constraints: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
-        """The search over the sources of `pieces`, its XLA-compiled form with `jit_compile`.
+    def _search(self, source: tuple[tf.Tensor, tf.Tensor], tokens: Optional[tf.Tensor] = None,
+                prefix: Optional[tf.Tensor] = None, constraints: Optional[tf.Tensor] = None
+                ) -> dict[str, tf.Tensor]:
+        """The search over the sources of `source`, its XLA-compiled form with `jit_compile`.
 
         Args:
-            pieces: each row's source subword ids.
+            source: the search's input and which rows are empty (`_source_ids`).
             tokens: each row's target-language token (`_tokens`; None: a model of one).
-            source_tokens: each row's source-language token (`_tokens`; None: none).
             prefix: optional `[batch]` target texts every hypothesis of the row starts with.
             constraints: optional `[batch, C, L]` target phrases' ids: the constrained search
                 (a beam search of the settings' beam size, also where the settings sample).
@@ -333,7 +348,7 @@ class Translator(tf.Module):
             (the tokens kept); with `constraints`, the best's `unplaced` `[batch, C]` (every
             phrase of an empty source).
         """
-        source_ids, empty = self._source_ids(pieces, tokens, source_tokens)
+        source_ids, empty = source
         prefix_ids = self._prefix_ids(prefix, tokens)
         search, searched_source = run_search_graph, source_ids
         if self.jit_compile:
