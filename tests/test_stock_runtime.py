@@ -37,7 +37,8 @@ IMPORTED_SEARCH = ["--beam-size", "3", "--max-decode-extra", "5"]
 
 # Run once in the stock Python: each export loaded once, every warm-up request it carries
 # replayed first (as TF Serving does on a fresh load) and checked for well-formed outputs, then
-# every signature called on the texts given for it (their reverse as prefixes and terms; IDS).
+# (if the third argument is "translate") every signature called on the texts given for it
+# (their reverse as prefixes and terms; IDS).
 LOAD_REPLAY_AND_TRANSLATE = """
 import json, os, sys
 import numpy as np
@@ -76,7 +77,7 @@ for name, export in json.loads(sys.argv[1]).items():
     with open(os.path.join(extra, "keras_transformer_provenance.json"), encoding="utf-8") as file:
         warmup = json.load(file)["warmup"]
     translated = {}
-    for signature, function in signatures.items():
+    for signature, function in signatures.items() if sys.argv[3] == "translate" else ():
         keys = function.structured_input_signature[1]
         arguments = {key: inputs[key] for key in keys if key != "target_language"}
         if "target_language" in keys:  # "": each row as its text says (an imported model)
@@ -122,10 +123,11 @@ def imported(tmp_path_factory) -> tuple[Path, str]:
 
 def run_on_stock(given: dict, cwd: Path) -> dict:
     """`LOAD_REPLAY_AND_TRANSLATE`'s outputs for the exports `given` (name -> its path and
-    texts) in the stock Python (without it: in this one, whose translations the tests then do
-    not compare)."""
+    texts) in the stock Python; without it, the warm-up replays alone, in this one (the tests
+    compare translations only with the stock Python)."""
     return run_stock(STOCK_PYTHON or sys.executable, LOAD_REPLAY_AND_TRANSLATE,
-                     json.dumps(given), json.dumps(IDS), cwd=cwd, timeout=1800)
+                     json.dumps(given), json.dumps(IDS),
+                     "translate" if STOCK_PYTHON else "replay", cwd=cwd, timeout=1800)
 
 
 @pytest.fixture(scope="module")
