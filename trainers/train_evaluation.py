@@ -123,8 +123,10 @@ def test_translator(args: argparse.Namespace, run: RunDir, model: Transformer,
                     tokenizer: Tokenizer) -> Translator:
     """The final test pass's translator: beam search (`--test-beam-size`, else the recipe's)
     with the weights in float32, whatever the training precision, as `kt-evaluate` and a
-    float32 export decode them (one run, one test figure)."""
-    return Translator(serving_copy(model, "float32"), tokenizer,
+    float32 export decode them (one run, one test figure): `model` itself if it is float32
+    (its searches already traced for the dev set are not traced again)."""
+    float32 = model if model.dtype_policy.name == "float32" else serving_copy(model, "float32")
+    return Translator(float32, tokenizer,
                       SearchSettings.of(args.recipe.search, beam_size=args.test_beam_size),
                       languages=run.languages())
 
