@@ -185,6 +185,27 @@ def padded(rows, width):
 
 # --- whole kt-train runs
 
+def cut(path: str | os.PathLike, lines: int, *more: str) -> None:
+    """Leaves the file at `path` its first `lines` lines, then the lines `more`."""
+    kept = Path(path).read_text(encoding="utf-8").splitlines()[:lines]
+    Path(path).write_text("\n".join(kept + list(more)) + "\n", encoding="utf-8")
+
+
+def demo_corpus(directory: Path, train_lines: int | None = None) -> dict[str, tuple[str, str]]:
+    """The demo corpus's files in `directory` (`write_demo_corpus`), its dev set cut to its
+    first 16 lines (the dev BLEU of every dev line that a finished run computes, of its final
+    weights and of their average, is no check of the runs that use it; `--eval-sentences` 8
+    are left) and, with `train_lines`, its train set to its first so many (each start learns
+    its vocabulary and tokenizes the set)."""
+    from keras_transformer.data import write_demo_corpus
+
+    paths = write_demo_corpus(directory)
+    for split, lines in (("train", train_lines), ("dev", 16)):
+        for path in paths[split] if lines else ():
+            cut(path, lines)
+    return paths
+
+
 MICRO = ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
          "--set", "num_layers=1", "--set", "batch_tokens=512", "--set", "max_length=48",
          "--eval-sentences", "8", "--attention-sentences", "0", "--no-export",

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from keras_transformer.data import write_demo_corpus
-from helpers import final_json, final_weights, run_script_json
+from helpers import demo_corpus, final_json, final_weights, run_script_json
 from warm_commands import SCRIPT_COMMAND, WarmProcess, start_warm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,19 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # replica's step is a copy of the graph); `test_eight_cpu_replicas_match_one_device` keeps
 # eight.
 REPLICAS = 2
-
-
-def demo_corpus(directory: Path) -> dict[str, tuple[str, str]]:
-    """The demo corpus's files in `directory` (`write_demo_corpus`), its train set cut to its
-    first 3,000 lines (the runs here take fewer sentences than that; each start learns its
-    vocabulary and tokenizes the set) and its dev set to 16: the dev BLEU of every dev line
-    that a finished run computes is not what these runs are for."""
-    paths = write_demo_corpus(directory)
-    for split, lines in (("train", 3000), ("dev", 16)):
-        for path in paths[split]:
-            kept = Path(path).read_text(encoding="utf-8").splitlines()[:lines]
-            Path(path).write_text("\n".join(kept) + "\n", encoding="utf-8")
-    return paths
 
 
 def micro_run(paths: dict[str, tuple[str, str]], batch_tokens: int, *options: str) -> list[str]:
@@ -135,7 +121,7 @@ def test_two_workers_agree_fail_together_and_resume_together(tmp_path, warm):
     the same batches (each worker's are those of one of its replicas)."""
     import numpy as np
 
-    paths = demo_corpus(tmp_path / "data")
+    paths = demo_corpus(tmp_path / "data", train_lines=3000)
     # A backup every 3 steps: the kill, once step 6 is backed up, lands mid-run, before the dev
     # evaluation at step 12.
     steps = 24
@@ -464,7 +450,7 @@ def test_workers_take_the_chiefs_hardware_choices(tmp_path, monkeypatch, warm):
 
     from trainers import probes, train
 
-    paths = demo_corpus(tmp_path / "data")
+    paths = demo_corpus(tmp_path / "data", train_lines=3000)
     common = micro_run(paths, 512, "--precision", "auto", "--kernels", "auto", "--steps", "2",
                        "--eval-every", "2", "--eval-sentences", "4", "--backup-every", "2")
     winners = [("float32", "reference"), ("bfloat16", "fast")]  # the chief's, the other's
@@ -515,7 +501,7 @@ def test_replicas_with_dropout_and_float16_resume_exactly(tmp_path, warm):
     `test_eight_cpu_replicas_match_one_device` keeps eight.)"""
     import numpy as np
 
-    paths = demo_corpus(tmp_path / "data")
+    paths = demo_corpus(tmp_path / "data", train_lines=3000)
     # The stop at step 4 falls on a backup and a dev evaluation.
     common = micro_run(paths, 2048, "--set", "dropout=0.3", "--cpu-replicas", "2",
                        "--precision", "mixed_float16", "--kernels", "fast", "--eval-every", "4",

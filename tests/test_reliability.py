@@ -27,7 +27,7 @@ from keras_transformer.precision import precision_scope
 from keras_transformer.training.run_dir import RunDir
 from trainers import average_checkpoints, evaluate, export, train
 from trainers.train import compiled_model
-from helpers import run_args, start_training
+from helpers import demo_corpus, run_args, start_training
 from warm_commands import start_warm
 
 RECIPE = kt.Recipe.preset("tiny", vocab_size=50, num_layers=1, max_length=16)
@@ -258,20 +258,6 @@ def test_tools_name_an_unreadable_weights_file(tmp_path, demo_vocab, capsys):
 
 
 # --- whole runs -------------------------------------------------------------------------------
-
-def demo_corpus(directory: Path, dev_lines: int = 16) -> dict[str, tuple[str, str]]:
-    """The demo corpus's files in `directory` (`write_demo_corpus`), its dev set cut to its
-    first `dev_lines` lines: the dev BLEU of every dev line that a finished run computes (of
-    its final weights, and of their average) is not what these runs are for; `--eval-sentences`
-    8 are left."""
-    from keras_transformer.data import write_demo_corpus
-
-    paths = write_demo_corpus(directory)
-    for path in paths["dev"]:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()[:dev_lines]
-        Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return paths
-
 
 # The runs compared with `uninterrupted`: their steps and options (but `--steps`).
 STEPS = 32

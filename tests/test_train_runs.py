@@ -15,10 +15,9 @@ import tensorflow as tf
 from tensorflow.core.framework import types_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 
-from keras_transformer.data import write_demo_corpus
 from keras_transformer.serving.provenance import read_provenance
 from trainers import evaluate, train
-from helpers import final_json
+from helpers import cut, demo_corpus, final_json
 
 MICRO = ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
          "--set", "num_layers=1", "--set", "batch_tokens=512", "--set", "max_length=48",
@@ -27,20 +26,10 @@ SCALARS = {"loss", "token_accuracy", "perplexity", "learning_rate", "tokens_per_
            "dev_bleu"}
 
 
-def cut(path: str, lines: int, *more: str) -> None:
-    """Leaves the file at `path` its first `lines` lines, then the lines `more`."""
-    kept = Path(path).read_text(encoding="utf-8").splitlines()[:lines]
-    Path(path).write_text("\n".join(kept + list(more)) + "\n", encoding="utf-8")
-
-
 def local_data_args(directory: Path) -> list[str]:
-    """The `--train-src/--train-tgt/--dev-src/--dev-tgt` of the demo corpus written in
-    `directory`, its dev set cut to 16 lines: a finished run's dev BLEU of every dev line (of
-    its final weights, and of their average) is no check of these runs; `--eval-sentences` 8
-    are left."""
-    paths = write_demo_corpus(directory)
-    for path in paths["dev"]:
-        cut(path, 16)
+    """The `--train-src/--train-tgt/--dev-src/--dev-tgt` of `demo_corpus(directory)` (its dev
+    set cut to 16 lines)."""
+    paths = demo_corpus(directory)
     return ["--train-src", paths["train"][0], "--train-tgt", paths["train"][1],
             "--dev-src", paths["dev"][0], "--dev-tgt", paths["dev"][1]]
 
