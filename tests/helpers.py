@@ -158,18 +158,18 @@ def random_ids(shape, low=4, high=60):
     return rng.integers(low, high, size=shape).astype("int32")
 
 
-def assert_equal_to_rounding(actual, expected, precision: str) -> None:
+def assert_equal_to_rounding(actual, expected, precision: str, scale: float | None = None) -> None:
     """Equal up to float32 rounding (of sums taken in another order: a gradient summed over
     positions may differ by 1e-4 of an element, 1e-5 of the array's scale), or 16-bit rounding
     compounded over a tiny model's layers (2% of the array's scale, and at least 5e-4: an array
     whose terms nearly cancel holds their 16-bit rounding alone, bfloat16's step being 4e-4 at
-    0.1)."""
+    0.1). `scale`, when given, is that of the terms summed into an array that is zero in exact
+    arithmetic (its own values being rounding alone)."""
+    scale = float(np.abs(expected).max()) if scale is None else scale
     if precision == "float32":
-        scale = max(1.0, float(np.abs(expected).max()))
-        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5 * scale)
+        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5 * max(1.0, scale))
     else:
-        np.testing.assert_allclose(actual, expected, rtol=0,
-                                   atol=max(0.02 * float(np.abs(expected).max()), 5e-4))
+        np.testing.assert_allclose(actual, expected, rtol=0, atol=max(0.02 * scale, 5e-4))
 
 
 PAIRS = [([5, 6, 7], [9, 8]), ([7, 6], [10, 11, 12]), ([8, 9, 10, 11], [11, 10, 9, 8]),

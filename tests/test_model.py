@@ -226,9 +226,13 @@ def test_packed_layers_equal_padded_layers_in_value_and_gradient(precision, vari
     padded = logits_and_gradients(model, lambda x: tf.gather_nd(x, positions))
     on_tokens = logits_and_gradients(packed_model, lambda x: x)
     assert_equal_to_rounding(on_tokens[0], padded[0], precision)
-    for packed_gradient, padded_gradient in zip(on_tokens[1], padded[1]):
-        assert_equal_to_rounding(tf.convert_to_tensor(packed_gradient).numpy(),
-                                 tf.convert_to_tensor(padded_gradient).numpy(), precision)
+    gradients = [[tf.convert_to_tensor(g).numpy() for g in run[1]] for run in (on_tokens, padded)]
+    largest = max(float(np.abs(g).max()) for g in gradients[1])
+    for variable, packed_gradient, padded_gradient in zip(model.trainable_variables, *gradients):
+        # A key's bias adds one constant to a query's every score, which softmax drops: its
+        # gradient is zero in exact arithmetic, rounding of the model's largest terms alone.
+        scale = largest if variable.path.endswith("key/bias") else None
+        assert_equal_to_rounding(packed_gradient, padded_gradient, precision, scale)
     graph = tf.function(packed_model).get_concrete_function(
         (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32))).graph
     assert "Cumsum" in {op.type for op in graph.get_operations()}  # the TokenLayout ran
