@@ -118,11 +118,22 @@ def precision(request: pytest.FixtureRequest) -> Iterator[str]:
 # first, so that the other worker takes the rest meanwhile instead of idling while the last
 # long file ends. Stable: the other files keep their order.
 LONGEST_FIRST = ("test_multilingual_serving.py", "test_distillation_pipeline.py",
-                 "test_distributed.py", "test_stock_runtime.py", "test_reliability.py",
-                 "test_imported_runs.py")
+                 "test_distributed.py", "test_stock_runtime.py", "test_fine_tuning.py",
+                 "test_decoding.py", "test_imported_runs.py")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--system", action="store_true",
+                     help="also run the system tests (marker `system`: several processes, the "
+                          "pipeline script, the stock runtime, a browser), which CI runs")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--system"):
+        system = [item for item in items if item.get_closest_marker("system")]
+        if system:
+            config.hook.pytest_deselected(items=system)
+            items[:] = [item for item in items if not item.get_closest_marker("system")]
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 

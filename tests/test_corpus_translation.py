@@ -191,6 +191,7 @@ def kt_translate_corpus(capsys, *arguments: str) -> tuple[int, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.system
 def test_kt_translate_corpus_killed_by_a_signal_resumes_exactly(demo_vocab, demo_train,
                                                                 tmp_path, capsys, warm):
     """A real run translating the demo corpus: a process killed (SIGKILL) once chunks are

@@ -12,6 +12,7 @@ from warm_commands import start_warm
 
 
 @pytest.mark.slow
+@pytest.mark.system
 def test_a_restart_on_another_number_of_replicas_is_refused(tmp_path, capsys, warm):
     """Each replica takes batch_tokens / replicas: another count is another batch plan, so
     the restored step would index other pairs. (The 2-replica run in a process of its own,

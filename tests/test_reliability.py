@@ -302,6 +302,7 @@ def wait_for(condition, process: subprocess.Popen, seconds: float = 240.0,
 
 
 @pytest.mark.slow
+@pytest.mark.system
 def test_killed_runs_train_the_same_batches_to_the_same_weights(tmp_path, warm,
                                                                 uninterrupted):
     """A run finished at half the steps, then continued with the whole `--steps` (a longer
@@ -400,6 +401,7 @@ def test_a_diverged_run_stops_and_resumes_from_its_last_finite_backup(tmp_path, 
 
 
 @pytest.mark.slow
+@pytest.mark.system  # compared with a run of its own process (`uninterrupted`)
 def test_a_full_disk_costs_backups_not_the_run(tmp_path, monkeypatch, capsys, uninterrupted):
     """Writes fail (ENOSPC) while the disk is full: backups and checkpoints are skipped with a
     warning and training goes on; a full disk at the end stops the run with a message, and

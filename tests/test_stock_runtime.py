@@ -22,6 +22,8 @@ from helpers import STOCK_PYTHON, run_stock
 from marian_models import MarianVariant, write_marian_model
 from trainers import export, import_model, translate
 
+pytestmark = pytest.mark.system  # another Python and TensorFlow, in processes of their own
+
 TEXTS = ["I have forty-two apples", "", "She sees three dogs today"]
 IDS = [[20, 21, 22, 0], [30, 0, 0, 0]]
 # Each option of an export once (its ops on the stock runtime), beside the plain float32 beam:

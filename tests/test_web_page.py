@@ -28,6 +28,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 PAGE = ROOT / "web"
 pytestmark = [
+    pytest.mark.system,  # a real browser
     pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="no chromium and chromedriver (apt "
                        "install chromium chromium-driver)"),
     pytest.mark.skipif(not (PAGE / "node_modules").is_dir(),
