@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.data import SubwordTokenizer
@@ -181,6 +182,22 @@ def padded(rows, width):
     for i, row in enumerate(rows):
         out[i, :len(row)] = row
     return out
+
+
+def pairs_batch() -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """`PAIRS` as one batch, `((source, target_in), target_out)`, each padded to 6 ids."""
+    source = padded([s + [kt.EOS_ID] for s, _ in PAIRS], 6)
+    target_in = padded([[kt.BOS_ID] + t for _, t in PAIRS], 6)
+    target_out = padded([t + [kt.EOS_ID] for _, t in PAIRS], 6)
+    return (source, target_in), target_out
+
+
+def fit_one_batch(model: kt.Transformer, batch, epochs: int) -> dict[str, list[float]]:
+    """`model.fit` over `epochs` epochs of one step on `batch` each, from one iterator of it
+    repeated (`fit` of arrays makes a new one each epoch, which costs about as much as a tiny
+    model's step); the history."""
+    dataset = tf.data.Dataset.from_tensors(batch).repeat()
+    return model.fit(dataset, epochs=epochs, steps_per_epoch=1, shuffle=False, verbose=0).history
 
 
 # --- whole kt-train runs

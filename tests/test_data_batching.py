@@ -116,7 +116,9 @@ def test_multi30k_bucketing_cuts_padding(
 ) -> None:
     sources, targets = multi30k_train
     budget = 4096
-    bucketed = make_training_dataset(sources, targets, multi30k_tokenizer, budget, 100, seed=0)
+    # Cached: the three passes below tokenize and bucket once.
+    bucketed = make_training_dataset(sources, targets, multi30k_tokenizer, budget, 100,
+                                     seed=0).cache()
     sentences = _check_batches(bucketed, budget, 100)
     batches = sum(1 for _ in bucketed)
     order = list(range(len(sources)))

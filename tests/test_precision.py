@@ -10,7 +10,7 @@ from keras_transformer.precision import (precision_scope, serving_copy,
                                                   resolve_precision)
 from trainers.train import compiled_model
 from helpers import VARIANTS, assert_equal_to_rounding, random_ids, tiny_model
-from helpers import PAIRS, padded
+from helpers import fit_one_batch, pairs_batch
 
 BFLOAT16 = pytest.mark.parametrize("precision", ["mixed_bfloat16"], indirect=True)
 
@@ -61,9 +61,5 @@ def test_compiled_model_trains(precision):
     model, _ = compiled_model(recipe)
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer) == (
         precision == "mixed_float16")
-    source = padded([s + [kt.EOS_ID] for s, _ in PAIRS], 6)
-    target_in = padded([[kt.BOS_ID] + t for _, t in PAIRS], 6)
-    target_out = padded([t + [kt.EOS_ID] for _, t in PAIRS], 6)
-    losses = model.fit((source, target_in), target_out, batch_size=6, epochs=30,
-                       verbose=0).history["loss"]
+    losses = fit_one_batch(model, pairs_batch(), epochs=30)["loss"]
     assert all(map(math.isfinite, losses)) and losses[-1] < losses[0] / 2

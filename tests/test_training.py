@@ -5,7 +5,7 @@ import keras
 
 import keras_transformer as kt
 from keras_transformer.model import source_padding_mask
-from helpers import PAIRS, padded
+from helpers import PAIRS, fit_one_batch, pairs_batch
 
 def greedy_by_full_recompute(model, source, max_len):
     """Reference greedy decoding: re-run the whole decoder for every new token."""
@@ -29,15 +29,13 @@ def test_tiny_model_overfits_through_fit(precision):
     keras.utils.set_random_seed(1)
     recipe = kt.Recipe.preset("tiny", vocab_size=20, dropout=0.0, label_smoothing=0.0,
                               warmup_steps=50, learning_rate_scale=0.5)
-    source = padded([s + [kt.EOS_ID] for s, _ in PAIRS], 6)
-    target_in = padded([[kt.BOS_ID] + t for _, t in PAIRS], 6)
-    target_out = padded([t + [kt.EOS_ID] for _, t in PAIRS], 6)
+    (source, target_in), target_out = batch = pairs_batch()
     model = kt.Transformer(recipe.architecture)
     model.compile(optimizer=kt.make_optimizer(recipe.architecture.d_model, recipe.training),
                   loss=kt.LabelSmoothedCrossEntropy(recipe.training.label_smoothing),
                   metrics=[kt.MaskedTokenAccuracy(), kt.Perplexity()])
-    history = model.fit((source, target_in), target_out, batch_size=6, epochs=150, verbose=0)
-    assert history.history["loss"][-1] < 0.05 < history.history["loss"][0]
+    history = fit_one_batch(model, batch, epochs=150)
+    assert history["loss"][-1] < 0.05 < history["loss"][0]
     results = model.evaluate((source, target_in), target_out, verbose=0, return_dict=True)
     assert results["token_accuracy"] == 1.0 and results["perplexity"] < 1.1
     decoded = greedy_by_full_recompute(model, source, max_len=6)
