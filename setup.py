@@ -27,6 +27,11 @@ setup(
         "safetensors>=0.4",
         "sacrebleu>=2.4",
         "sentencepiece>=0.2.0",
+        # Documents (keras_transformer.documents): sentences found by sentencex (chosen by
+        # measurement: benchmarks/RESULTS.md, "Sentence splitting"), Markdown read by
+        # markdown-it-py (CommonMark); HTML by the standard library's html.parser.
+        "sentencex>=1.0.32",
+        "markdown-it-py>=4.0",
         "matplotlib>=3.9",
         "tensorboard>=2.20",
         # Every SavedModel export carries TF Serving warm-up requests, written as its

@@ -516,6 +516,12 @@ def translate_parser() -> argparse.ArgumentParser:
     parser.add_argument("--scores", nargs="+", metavar="FILE",
                         help="one file per input: line N is a JSON object of the confidence "
                         "of translation N (sentence and word scores)")
+    parser.add_argument("--format", choices=["lines", "text", "html", "markdown"],
+                        help="lines: one sentence a line, as it is; text: lines of any number "
+                        "of sentences, split into sentences (a sentence longer than the model "
+                        "takes is translated in parts); html, markdown: documents, their "
+                        "markup kept and inline tags placed by word alignment (default: html "
+                        "for .html/.htm, markdown for .md/.markdown, else lines)")
     parser.add_argument("--batch-size", type=int, default=64,
                         help="sentences per batch (default: 64)")
     parser.add_argument("--threads", type=int, default=2,

@@ -50,6 +50,8 @@ from keras_transformer.serving.text_translation import (LineTranslator, best_lin
 from keras_transformer.training.progress import CountProgress
 from keras_transformer.training.run_dir import RunDir
 from trainers.arguments import translate_parser
+from trainers.translate_documents import (check_alignment, check_document_flags,
+                                          input_format, translate_document)
 from trainers.common import (check_export_flags, is_run_directory, load_ensemble,
                              load_run_model, run_target_language, search_settings)
 
@@ -213,14 +215,22 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) 
         inputs = [read_raw_lines(path) for path in args.inputs]
         prefixes = read_prefixes(args, inputs)
         terms = read_terms(args, inputs)
+        formats = [input_format(args.format, path) for path in args.inputs]
+        check_document_flags(vars(args), formats)
         translator = load_translator(args)
         check_translator(args, translator, terms)
+        check_alignment(formats, translator.takes_alignment, args.model)
     except (ValueError, FileNotFoundError, OSError) as error:
         print(f"kt-translate: error: {error}", file=sys.stderr)
         return 2
     progress = CountProgress("kt-translate", sum(len(lines) for lines, _ in inputs),
                              every_seconds=5.0, quiet=args.quiet)
     for position, (path, (lines, invalid)) in enumerate(zip(args.inputs, inputs)):
+        if formats[position] != "lines":
+            write_output(args, position, translate_document(
+                translator, path, formats[position], segmenter_language(args),
+                args.batch_size, args.batch_tokens), stdout)
+            continue
         for number in invalid:
             print(f"kt-translate: warning: {path}:{number}: not valid UTF-8, translated with "
                   "U+FFFD replacements", file=sys.stderr)
@@ -243,12 +253,25 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) 
         text = "".join(line + "\n" for line in outputs)
         if args.scores:
             write_json_lines(args.scores[position], records)
-        if args.output:
-            Path(args.output[position]).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.output[position]).write_text(text, encoding="utf-8")
-        else:
-            (stdout or sys.stdout).write(text)
+        write_output(args, position, text, stdout)
     return 0
+
+
+def write_output(args: argparse.Namespace, position: int, text: str,
+                 stdout: Optional[TextIO]) -> None:
+    """The translation of input `position` written to its `--output` file (its folders made)
+    or standard output."""
+    if args.output:
+        Path(args.output[position]).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output[position]).write_text(text, encoding="utf-8")
+    else:
+        (stdout or sys.stdout).write(text)
+
+
+def segmenter_language(args: argparse.Namespace) -> str:
+    """The language the sentence segmenter splits by: `--source-language`'s (its code before
+    any script, e.g. eng of eng_Latn), else English."""
+    return (args.source_language or "en").split("_")[0]
 
 
 if __name__ == "__main__":

@@ -126,6 +126,23 @@ def read_raw_lines(path: str | os.PathLike) -> tuple[list[bytes], list[int]]:
     return lines, invalid
 
 
+def read_document(path: str | os.PathLike) -> tuple[str, list[int]]:
+    """The whole text of ``path`` (plain or .gz; "-" is standard input), line endings kept as
+    they are, and the 1-based numbers of its lines that are not valid UTF-8 (decoded with
+    U+FFFD replacements)."""
+    path = os.fspath(path)
+    lines: list[str] = []
+    invalid = []
+    with nullcontext(sys.stdin.buffer) if path == "-" else _open_binary(path) as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                lines.append(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                lines.append(raw.decode("utf-8", "replace"))
+                invalid.append(number)
+    return "".join(lines), invalid
+
+
 def iter_raw_lines(path: str | os.PathLike) -> Iterator[bytes]:
     """The lines of `read_raw_lines`, streamed."""
     path = os.fspath(path)

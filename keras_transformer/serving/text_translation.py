@@ -57,7 +57,8 @@ class LineTranslator:
     `translate_terms` (texts and their tab-separated target phrases -> `translation`, `score`,
     `missing_terms`; None for backends without a constrained search) and `translate_scored`
     (texts -> `translation`, `score`, `confidence`, `words`, `word_scores`; None for backends
-    without it); `owner`
+    without it) and `translate_aligned` (texts -> `translation`, `score`, `target_pieces`,
+    `source_pieces`, `alignment`; None for backends without it); `owner`
     is kept alive for them (a loaded SavedModel, or the `Translator` whose methods they are);
     `max_length`: the model's, whose sources longer than `max_length - 1` subwords are cut
     (`truncated` names them; None: not known, as for exports without a provenance record);
@@ -73,8 +74,10 @@ class LineTranslator:
                  max_length: Optional[int] = None, languages: Optional[RunLanguages] = None,
                  language: Optional[str] = None, source_language: Optional[str] = None,
                  translate_terms: Optional[Callable[[tf.Tensor, tf.Tensor], dict]] = None,
-                 translate_scored: Optional[Callable[[tf.Tensor], dict]] = None):
+                 translate_scored: Optional[Callable[[tf.Tensor], dict]] = None,
+                 translate_aligned: Optional[Callable[[tf.Tensor], dict]] = None):
         self._owner = owner
+        self._translate_aligned = translate_aligned
         self._translate_terms = translate_terms
         self._translate_scored = translate_scored
         self.max_length = max_length
@@ -112,7 +115,7 @@ class LineTranslator:
                 inputs["source_language"] = tf.fill(tf.shape(rows)[:1], source_language)
             return signatures[signature](**inputs)
 
-        prefixed = with_terms = scored = None
+        prefixed = with_terms = scored = aligned = None
         if "translate_with_prefix" in signatures:  # not in exports written before it
             def prefixed(text: tf.Tensor, prefix: tf.Tensor) -> dict:
                 return call("translate_with_prefix", text, text=text, prefix=prefix)
@@ -122,12 +125,16 @@ class LineTranslator:
         if "translate_with_scores" in signatures:
             def scored(text: tf.Tensor) -> dict:
                 return call("translate_with_scores", text, text=text)
+        if "translate_with_alignment" in signatures:
+            def aligned(text: tf.Tensor) -> dict:
+                return call("translate_with_alignment", text, text=text)
         return cls(lambda text: call("serving_default", text, text=text),
                    lambda ids: call("translate_ids", ids, source_ids=ids),
                    load_tokenizer(version / "assets"), owner=loaded,
                    translate_prefixed=prefixed, max_length=max_length, languages=languages,
                    language=target_language, source_language=source_language,
-                   translate_terms=with_terms, translate_scored=scored)
+                   translate_terms=with_terms, translate_scored=scored,
+                   translate_aligned=aligned)
 
     @classmethod
     def from_translator(cls, translator: Translator | IntoLanguage) -> "LineTranslator":
@@ -141,7 +148,8 @@ class LineTranslator:
                    language=translator.language if into else None,
                    source_language=translator.source_language if into else None,
                    translate_terms=translator.translate_with_terms,
-                   translate_scored=translator.translate_with_scores)
+                   translate_scored=translator.translate_with_scores,
+                   translate_aligned=translator.translate_with_alignment)
 
     def truncated(self, texts: Sequence[bytes]) -> list[int]:
         """The indices of the `texts` translated from their first `max_length - 1` subwords
@@ -164,12 +172,17 @@ class LineTranslator:
         return self._translate_terms is not None
 
     @property
+    def takes_alignment(self) -> bool:
+        """Whether `best_lines` can give word alignments (a SavedModel export, a run)."""
+        return self._translate_aligned is not None
+
+    @property
     def takes_scores(self) -> bool:
         """Whether `best_lines` can give word scores (a SavedModel export, a run)."""
         return self._translate_scored is not None
 
-    def best_function(self, terms: bool = False, scores: bool = False, prefixes: bool = False
-                      ) -> Callable[..., dict]:
+    def best_function(self, terms: bool = False, scores: bool = False, prefixes: bool = False,
+                      alignment: bool = False) -> Callable[..., dict]:
         """The backend's function of a batch of best translations (its inputs `[batch]`
         strings, its outputs a dict of tensors), the first one asked for.
 
@@ -178,8 +191,10 @@ class LineTranslator:
                 `score`, `missing_terms`).
             scores: of the texts, with how sure the model is (-> `translation`, `score`,
                 `confidence`, `words`, `word_scores`).
-            prefixes: of the texts and their prefixes (-> `translation`, `score`); with none
-                asked for, of the texts alone (-> `translation`, `score`).
+            prefixes: of the texts and their prefixes (-> `translation`, `score`).
+            alignment: of the texts, with the source piece each target piece is aligned to
+                (-> `translation`, `score`, `target_pieces`, `source_pieces`, `alignment`);
+                with none asked for, of the texts alone (-> `translation`, `score`).
 
         Returns:
             The function; ValueError when the backend has none (`takes_terms`,
@@ -197,6 +212,10 @@ class LineTranslator:
             function, lacking = self._translate_prefixed, (
                 "prefixes: this export has no translate_with_prefix signature; export it "
                 "again with this version")
+        elif alignment:
+            function, lacking = self._translate_aligned, (
+                "alignment: this model gives no word alignment (a SavedModel export or a run "
+                "directory does)")
         else:
             return self._translate_text
         if function is None:
@@ -300,7 +319,8 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
                on_batch: Optional[Callable[[int], None]] = None,
                terms: Optional[Sequence[str]] = None,
                on_missing: Optional[Callable[[int, list[str]], None]] = None,
-               on_scores: Optional[Callable[[int, dict], None]] = None) -> list[str]:
+               on_scores: Optional[Callable[[int, dict], None]] = None,
+               on_alignment: Optional[Callable[[int, dict], None]] = None) -> list[str]:
     """The best translation of each line as an `output_line`, in the lines' order, translated
     in `length_batches` of the lines' word counts.
 
@@ -316,12 +336,16 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
         on_missing: called with a line's index and the terms its translation lacks.
         on_scores: when given (and no `terms`), called with each line's index and its
             translation's confidence record (`Translator.translate_with_scores`).
+        on_alignment: when given (alone), called with each line's index and its
+            `target_pieces`, `source_pieces` (as text, padding left out) and `alignment`
+            (`Translator.translate_with_alignment`).
 
     Returns:
         One output line per input line.
     """
     translate = translator.best_function(terms=terms is not None, scores=on_scores is not None,
-                                         prefixes=prefixes is not None)
+                                         prefixes=prefixes is not None,
+                                         alignment=on_alignment is not None)
     extra = terms if terms is not None else prefixes if on_scores is None else None
     columns = [lines] if extra is None else [lines, extra]
     outputs = [""] * len(lines)
@@ -338,9 +362,27 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
         elif on_scores is not None:
             for index, record in zip(batch, _confidence_records(found)):
                 on_scores(index, record)
+        elif on_alignment is not None:
+            for index, record in zip(batch, _alignment_records(found)):
+                on_alignment(index, record)
         if on_batch is not None:
             on_batch(len(batch))
     return outputs
+
+
+def _alignment_records(outputs: dict) -> list[dict]:
+    """Each translation's pieces, its source's pieces (padding left out) and the source piece
+    each target piece is aligned to."""
+    records = []
+    for target, source, alignment in zip(outputs["target_pieces"].numpy().tolist(),
+                                         outputs["source_pieces"].numpy().tolist(),
+                                         outputs["alignment"].numpy().tolist()):
+        target = [piece.decode("utf-8", "replace") for piece in target if piece]
+        records.append({"target_pieces": target,
+                        "source_pieces": [piece.decode("utf-8", "replace")
+                                          for piece in source if piece],
+                        "alignment": alignment[:len(target)]})
+    return records
 
 
 def _missing_terms(outputs: dict) -> list[list[str]]:

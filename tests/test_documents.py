@@ -1,0 +1,297 @@
+"""Documents: plain text split into sentences with its layout kept, HTML and Markdown with
+their markup carried by word alignment, sentences longer than the model takes translated in
+parts; first with a translator whose alignment is known, then through kt-translate."""
+import html.parser
+import io
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from helpers import random_run
+from keras_transformer.documents import DocumentTranslator, segmenter
+from keras_transformer.documents import markdown as markdown_format
+from keras_transformer.documents.document import translatable
+from keras_transformer.documents.inline import Aligned
+from keras_transformer.documents.segmentation import fitted_spans, sentence_spans
+from keras_transformer.documents.translators import word_alignment
+from keras_transformer.training.run_dir import RunDir
+from trainers import translate
+
+
+def reversed_upper(texts):
+    """A translator whose alignment is known: each sentence's words upper-cased in reverse
+    order, word i aligned to source word n - 1 - i."""
+    out = []
+    for text in texts:
+        words = text.split()
+        out.append(Aligned(" ".join(word.upper() for word in reversed(words)),
+                           [len(words) - 1 - index for index in range(len(words))]))
+    return out
+
+
+def documents(too_long=None, translate=reversed_upper) -> DocumentTranslator:
+    return DocumentTranslator(translate, segmenter("en"), too_long)
+
+
+class Tags(html.parser.HTMLParser):
+    """The start tags of a document (their source text) and whether they nest: each end tag
+    closes the element opened last."""
+
+    def __init__(self, document: str):
+        super().__init__(convert_charrefs=True)
+        self.starts: list[str] = []
+        self.open: list[str] = []
+        self.nested = True
+        self.text: list[str] = []
+        self.feed(document)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        self.starts.append(self.get_starttag_text())
+        if tag not in ("br", "img", "meta", "hr", "input", "link", "wbr"):
+            self.open.append(tag)
+
+    def handle_endtag(self, tag):
+        self.nested = self.nested and bool(self.open) and self.open.pop() == tag
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def words(text: str) -> list[str]:
+    return text.split()
+
+
+def test_a_line_of_three_sentences_comes_back_as_their_three_translations():
+    line = "they have sold nineteen cats. we see six books. they have sold nine children."
+    translated = documents().translate(line + "\n").text
+    assert translated == "CATS. NINETEEN SOLD HAVE THEY BOOKS. SIX SEE WE CHILDREN. NINE SOLD " \
+                         "HAVE THEY\n"
+
+
+def test_layout_whitespace_numbers_and_urls_pass_through_as_they_are():
+    document = ("  Two  sentences here.   And here.\t\n\n \u00a0\n42 %\nhttps://example.org/a\n"
+                "\r\nmixed endings.\r\nno end")
+    translated = documents().translate(document).text
+    assert translated == ("  HERE. SENTENCES TWO   HERE. AND\t\n\n \u00a0\n42 %\n"
+                          "https://example.org/a\n\r\nENDINGS. MIXED\r\nEND NO")
+    assert translatable("it is 5 pm") and not translatable("3.14 + 2") and not translatable(
+        "www.example.org/x") and not translatable("me@example.org")
+
+
+def test_sentences_longer_than_the_model_takes_are_split_at_clauses_then_words_never_cut():
+    text = ("one two three four five, six seven eight nine ten eleven twelve thirteen fourteen "
+            "fifteen sixteen seventeen")
+    too_long = lambda texts: [len(t.split()) > 6 for t in texts]  # noqa: E731
+    [parts] = fitted_spans(text, [(0, len(text))], too_long)
+    pieces = [text[a:b] for a, b in parts]
+    assert pieces[0] == "one two three four five,"  # the clause first
+    assert all(len(piece.split()) <= 6 for piece in pieces)
+    assert " ".join(pieces).split() == text.split()  # nothing cut, nothing dropped
+    one_word = "x" * 50
+    [parts] = fitted_spans(one_word, [(0, 50)], lambda texts: [len(t) > 8 for t in texts])
+    assert "".join(one_word[a:b] for a, b in parts) == one_word
+    translated = documents(too_long).translate(text + "\n")
+    assert [(split.line, split.parts) for split in translated.splits] == [(1, len(parts := [
+        p for p in fitted_spans(text, [(0, len(text))], too_long)[0]]))]
+    assert sorted(words(translated.text)) == sorted(word.upper() for word in words(text))
+
+
+def test_segments_a_segmenter_changed_are_never_lost():
+    def changing(text):  # a segmenter that normalizes the text it returns
+        return [text.replace("  ", " ")]
+    text = "Two  spaces. Then more."
+    assert sentence_spans(text, changing) == [(0, len(text))]
+    assert sentence_spans("a. b", segmenter("en"), breaks=[2]) == [(0, 2), (3, 4)]
+
+
+HTML = ('<!DOCTYPE html>\n<html><head><title>The cats</title><style>p { color: red }</style>'
+        '</head>\n<body><!-- a comment --><p class="x">they have <b>sold nineteen</b> cats &amp; '
+        'dogs.<br>We <a href="/x?a=1&amp;b=2">see <i>six</i></a> books.</p>\n'
+        '<ul><li>Run <code>ls -l</code> now</li><li translate="no">keep this</li></ul>'
+        '<pre>  keep\n  me</pre><p>2024</p></body></html>\n')
+
+
+def test_html_tags_follow_their_words_and_code_comments_attributes_stay_as_they_are():
+    translated = documents().translate(HTML, "html").text
+    assert "<title>CATS THE</title>" in translated
+    assert "<style>p { color: red }</style>" in translated
+    assert '<!-- a comment --><p class="x">DOGS. &amp; CATS <b>NINETEEN SOLD</b> HAVE THEY<br>' \
+        in translated
+    assert 'BOOKS. <a href="/x?a=1&amp;b=2"><i>SIX</i> SEE</a> WE</p>' in translated
+    # An atom goes after the target words aligned to the source words before it.
+    assert "<li>NOW RUN <code>ls -l</code></li>" in translated
+    assert '<li translate="no">keep this</li>' in translated
+    assert "<pre>  keep\n  me</pre><p>2024</p>" in translated
+
+
+def random_html(rng: random.Random) -> str:
+    """A paragraph of 1-3 sentences with 1-3 inline spans of 1-3 words, nested now and then."""
+    vocabulary = "the cat sees a dog we have sold nine red books and six green pears".split()
+    out = []
+    for _ in range(rng.randint(1, 3)):
+        sentence = [rng.choice(vocabulary) for _ in range(rng.randint(3, 9))]
+        for _ in range(rng.randint(1, 3)):
+            start = rng.randrange(len(sentence))
+            end = min(len(sentence), start + rng.randint(1, 3))
+            tag = rng.choice(["b", "i", 'a href="u"', "span"])
+            name = tag.split()[0]
+            sentence[start] = f"<{tag}>" + sentence[start]
+            sentence[end - 1] = sentence[end - 1] + f"</{name}>"
+        out.append(" ".join(sentence) + ".")
+    return "<p>" + " ".join(out) + "</p>"
+
+
+def well_formed_span(document: str) -> bool:
+    stack = []
+    for match in re.finditer(r"<(/?)(\w+)[^>]*>", document):
+        if match.group(1):
+            if not stack or stack.pop() != match.group(2):
+                return False
+        else:
+            stack.append(match.group(2))
+    return not stack
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_html_output_keeps_every_tag_nested_and_its_text_is_the_plain_translation(seed):
+    """Under any alignment (here a shuffled one): every source start tag is in the output,
+    the output's tags nest, and its text without tags is the translation of the text
+    without tags."""
+    rng = random.Random(seed)
+
+    def shuffled(texts):
+        out = []
+        for text in texts:
+            words_of = text.split()
+            alignment = [rng.randrange(-1, len(words_of)) for _ in words_of]
+            out.append(Aligned(" ".join(w.upper() for w in words_of), alignment))
+        return out
+    for _ in range(20):
+        source = random_html(rng)
+        if not well_formed_span(source):
+            continue  # spans that cross each other: not HTML
+        translated = documents(translate=shuffled).translate(source, "html").text
+        tags = Tags(translated)
+        assert tags.nested and not tags.open, (source, translated)
+        assert set(Tags(source).starts) <= set(tags.starts), (source, translated)
+        plain = documents(translate=shuffled).translate(
+            "".join(Tags(source).text), "text").text
+        assert "".join(tags.text).split() == plain.split()
+
+
+def test_a_broken_page_is_translated_as_well_as_can_be_and_loses_no_text():
+    broken = ("<p>an <b>unclosed bold. a stray </i> end. 3 < 4 and x<y.</p><div>"
+              + "<span>" * 1000 + "deep words" + "</span>" * 1000 + "</div>\x00\x01 binary")
+    translated = documents().translate(broken, "html").text
+    assert "</b>" in translated and "</i>" in translated  # closed where its block ends; copied
+    assert "WORDS DEEP" in translated and translated.count("<span>") == 1000
+    assert "&lt;" in translated  # the "<" of "3 < 4", read as text, written escaped
+
+
+MARKDOWN = """---
+title: front matter is copied
+---
+# The *red* cat
+
+> they have **sold** [nine cats](http://example.org "title") and `ls -l` here.  
+> A new line.
+
+- one item
+- two ![an image](i.png) <https://auto.example>
+
+| name | word |
+|---|---|
+| cell *one* | two |
+
+```python
+print("code")
+```
+
+    indented code
+
+<div>html block</div>
+"""
+
+
+def test_markdown_blocks_stay_inline_markup_follows_and_the_structure_parses_the_same():
+    translated = documents().translate(MARKDOWN, "markdown").text
+    assert translated.startswith("---\ntitle: front matter is copied\n---\n# CAT *RED* THE\n")
+    assert '> HERE. AND [CATS NINE](http://example.org "title") **SOLD** HAVE THEY `ls -l`  \n' \
+        "> LINE. NEW A\n" in translated
+    assert "- ITEM ONE\n- TWO ![an image](i.png) <https://auto.example>\n" in translated
+    assert "| NAME | WORD |\n|---|---|\n| *ONE* CELL | TWO |" in translated
+    assert '```python\nprint("code")\n```\n\n    indented code\n\n<div>html block</div>\n' \
+        in translated
+    assert markdown_format.structure(translated) == markdown_format.structure(MARKDOWN)
+
+
+def test_markdown_special_characters_in_translations_stay_text():
+    def starred(texts):
+        return [Aligned("*not* emphasis # [x](y) 1. - |", None) for _ in texts]
+    source = "| a |\n|---|\n| b c |\n\nplain text here\n"
+    translated = documents(translate=starred).translate(source, "markdown").text
+    assert markdown_format.structure(translated) == markdown_format.structure(source)
+    assert "\\*not\\* emphasis" in translated
+
+
+def test_word_alignment_follows_pieces_and_ignores_tokens_and_eos():
+    # source "<2de> ▁they ▁ha ve ▁cats </s>"; target "▁Sie ▁ha ben ▁Katzen"
+    source = ["<2de>", "\u2581they", "\u2581ha", "ve", "\u2581cats", "</s>"]
+    target = ["\u2581Sie", "\u2581ha", "ben", "\u2581Katzen"]
+    assert word_alignment(target, source, [1, 2, 3, 4], 3, 3) == [0, 1, 2]
+    assert word_alignment(target, source, [5, 0, 0, 4], 3, 3) == [-1, -1, 2]
+    assert word_alignment(target, source, [1, 2, 3, 4], 3, 4) is None  # words miscounted
+
+
+@pytest.fixture(scope="module")
+def run_dir(demo_vocab: Path, tmp_path_factory: pytest.TempPathFactory) -> RunDir:
+    return random_run(demo_vocab, tmp_path_factory.mktemp("run"))
+
+
+def kt_translate(argv, capsys) -> tuple[int, str, str]:
+    stdout = io.StringIO()
+    code = translate.main(argv, stdout=stdout)
+    return code, stdout.getvalue(), capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_kt_translate_documents_equal_their_sentences_translated_alone(run_dir, tmp_path,
+                                                                        capsys):
+    """Through a run: each sentence of a paragraph translates as it does alone on a line; a
+    line past the model's 24 pieces is translated in parts (warned, nothing cut); HTML's text
+    without its tags is the text format's translation of the page's text, its tags kept."""
+    sentences = ["I have forty-two apples.", "She sees three dogs.", "One cat sleeps."]
+    alone = tmp_path / "alone.txt"
+    alone.write_text("\n".join(sentences) + "\n")
+    code, lines, _ = kt_translate([str(run_dir.root), str(alone)], capsys)
+    assert code == 0
+    paragraph = tmp_path / "paragraph.txt"
+    long_line = " ".join(["seventeen green pears,"] * 12)
+    paragraph.write_text(" ".join(sentences) + "\n\n" + long_line + "\n")
+    code, text, err = kt_translate([str(run_dir.root), str(paragraph), "--format", "text"],
+                                   capsys)
+    assert code == 0, err
+    first, empty, parts = text.split("\n")[:3]
+    assert first == " ".join(lines.splitlines()) and empty == ""
+    assert "paragraph.txt: 1 sentence(s) longer than the model takes" in err and "line 3" in err
+    assert parts.strip()
+    page = tmp_path / "page.html"
+    page.write_text("<p>I have <b>forty-two</b> apples. <i>She sees</i> three dogs.</p>\n")
+    code, translated, err = kt_translate([str(run_dir.root), str(page)], capsys)
+    assert code == 0, err
+    tags = Tags(translated)
+    assert tags.nested and {"<p>", "<b>", "<i>"} <= set(tags.starts)
+    plain = tmp_path / "plain.txt"
+    plain.write_text("I have forty-two apples. She sees three dogs.\n")
+    assert "".join(tags.text).split() == kt_translate(
+        [str(run_dir.root), str(plain), "--format", "text"], capsys)[1].split()
+
+
+def test_document_formats_refuse_line_options_by_name(run_dir, tmp_path, capsys):
+    page = tmp_path / "page.md"
+    page.write_text("# a\n")
+    code, _, err = kt_translate([str(run_dir.root), str(page), "--nbest", "2"], capsys)
+    assert code == 2 and "--nbest: only with --format lines" in err
