@@ -23,13 +23,15 @@ from trainers import export, score
 
 def test_words_are_the_pieces_sentencepiece_joins_and_score_their_mean():
     """A word starts at a "▁" piece (or the first piece) and scores the mean of its pieces'
-    log-probabilities; the sentence the mean of its words'; EOS is a token, not a word."""
+    log-probabilities; EOS is a token, not a word, and the sentence the mean of its words' and
+    EOS's: an empty translation is as sure as its EOS, not surest."""
     scored = confidence(["n", "▁a", "▁ma", "n", "▁."], [-0.5, -1.0, -2.0, -4.0, -0.25, -3.0])
     assert scored.words == [("n", -0.5), ("a", -1.0), ("man", -3.0), (".", -0.25)]
-    assert scored.sentence == pytest.approx((-0.5 - 1.0 - 3.0 - 0.25) / 4)
+    assert scored.sentence == pytest.approx((-0.5 - 1.0 - 3.0 - 0.25 - 3.0) / 5)
     assert scored.tokens[-1] == ("</s>", -3.0) and len(scored.tokens) == 6
     empty = confidence([], [-0.7])
-    assert (empty.words, empty.sentence, empty.tokens) == ([], 0.0, [("</s>", -0.7)])
+    assert (empty.words, empty.tokens) == ([], [("</s>", -0.7)])
+    assert empty.sentence == pytest.approx(-0.7)
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +146,10 @@ def test_the_translators_confidence_is_bergamots_of_the_translations_own_tokens(
         assert words == [word for word, _ in expected.words]
         np.testing.assert_allclose(out["word_scores"][row].numpy()[:len(words)],
                                    [value for _, value in expected.words], atol=1e-6)
-        assert float(out["confidence"][row]) == pytest.approx(expected.sentence, abs=1e-6)
-    assert float(out["confidence"][-1]) == 0.0 and not out["words"][-1].numpy().any()
+        if pieces != ids:  # ended by EOS: the sentence sees it
+            assert float(out["confidence"][row]) == pytest.approx(expected.sentence, abs=1e-6)
+    assert not out["words"][-1].numpy().any()  # the empty text: its EOS alone
+    assert float(out["confidence"][-1]) == pytest.approx(float(out["token_scores"][-1][0]))
 
 
 def test_kt_translate_writes_each_lines_confidence(scored_run, tmp_path, capsys):
@@ -160,9 +164,6 @@ def test_kt_translate_writes_each_lines_confidence(scored_run, tmp_path, capsys)
     assert len(records) == len(translations) == 24
     for record, translation in zip(records, translations):
         assert bool(record["words"]) == bool(translation)
-        if record["words"]:
-            assert record["sentence"] == pytest.approx(
-                np.mean([value for _, value in record["words"]]), abs=1e-5)
     with pytest.raises(SystemExit):
         translate.main([str(scored_run["run"]), str(source), "--scores", str(scores),
                         "--nbest", "2"])

@@ -24,8 +24,8 @@ WORD_START = "\u2581"  # SentencePiece's "▁"
 @dataclasses.dataclass(frozen=True)
 class Confidence:
     """A translation's scores: `tokens` its pieces (EOS last, as "</s>") with their
-    log-probabilities, `words` its words with their scores, `sentence` the sentence's (0.0
-    for an empty translation)."""
+    log-probabilities, `words` its words with their scores, `sentence` the sentence's (the mean
+    of the words' and EOS's)."""
 
     tokens: list[tuple[str, float]]
     words: list[tuple[str, float]]
@@ -37,7 +37,7 @@ class Confidence:
                 "tokens": [list(token) for token in self.tokens]}
 
 
-def word_scores(pieces: tf.Tensor, log_probs: tf.Tensor, real: tf.Tensor
+def word_scores(pieces: tf.Tensor, log_probs: tf.Tensor, real: tf.Tensor, end: tf.Tensor
                 ) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.Tensor]:
     """Bergamot's scores of translations, in the graph (`kt-score` and the SavedModel's
     `translate_with_scores` alike).
@@ -46,12 +46,13 @@ def word_scores(pieces: tf.Tensor, log_probs: tf.Tensor, real: tf.Tensor
         pieces: `[batch, T]` strings, each translation's pieces (EOS left out by `real`).
         log_probs: `[batch, T]` float32, each piece's log-probability.
         real: `[batch, T]` bool, the positions of the pieces (not EOS, not padding).
+        end: `[batch]` float32, the log-probability of ending where each translation ends
+            (`token_and_end_log_probs`).
 
     Returns:
         `(words, scores, sentence)`: `[batch, (W)]` each translation's words (a "▁" piece, or
         the first, starts one; "▁" dropped), `[batch, (W)]` each word's mean piece
-        log-probability, and `[batch]` the mean of each translation's word scores (0.0
-        without words).
+        log-probability, and `[batch]` the mean of each translation's word scores and `end`.
     """
     first = tf.equal(tf.range(tf.shape(pieces)[1]), 0)[None]
     starts = tf.ragged.boolean_mask(
@@ -66,13 +67,13 @@ def word_scores(pieces: tf.Tensor, log_probs: tf.Tensor, real: tf.Tensor
     per_row = tf.reduce_sum(tf.cast(starts, tf.int32), axis=1)
     words = tf.RaggedTensor.from_row_lengths(text, per_row)
     scores = tf.RaggedTensor.from_row_lengths(mean, per_row)
-    sentence = tf.reduce_sum(scores, axis=1) / tf.cast(tf.maximum(per_row, 1), tf.float32)
+    sentence = (tf.reduce_sum(scores, axis=1) + end) / tf.cast(per_row + 1, tf.float32)
     return words, scores, sentence
 
 
 def confidence(pieces: Sequence[str], log_probs: Sequence[float]) -> Confidence:
     """The `Confidence` of a translation of `pieces` whose tokens (the pieces, then EOS) have
-    `log_probs`."""
+    `log_probs` (EOS's: the log-probability of ending there)."""
     return confidences([list(pieces)], [list(log_probs)])[0]
 
 
@@ -87,7 +88,9 @@ def confidences(pieces: Sequence[Sequence[str]], log_probs: Sequence[Sequence[fl
                           for row, text in zip(log_probs, pieces)], tf.float32,
                          shape=[len(pieces), width])
     real = tf.sequence_mask([len(row) for row in pieces], width)
-    words, scores, sentence = word_scores(texts, values, real)
+    end = tf.constant([row[len(text)] for row, text in zip(log_probs, pieces)], tf.float32,
+                      shape=[len(pieces)])
+    words, scores, sentence = word_scores(texts, values, real, end)
     return [Confidence(list(zip([*text, "</s>"], row)),
                        [(word.decode("utf-8"), score) for word, score in zip(row_words,
                                                                              row_scores)],

@@ -278,13 +278,27 @@ def token_log_probs(model: Transformer, source_ids, target_ids) -> tf.Tensor:
     """`[batch, length]` log p(y_t | y_<t, x) of each token of `target_ids` (`[batch, length]`
     without BOS, EOS-terminated, right-padded with PAD; 0 at PAD), teacher-forced in one
     `model.decode` pass over the whole vocabulary."""
+    return token_and_end_log_probs(model, source_ids, target_ids)[0]
+
+
+def token_and_end_log_probs(model: Transformer, source_ids, target_ids
+                            ) -> tuple[tf.Tensor, tf.Tensor]:
+    """`token_log_probs`, and `[batch]` the log-probability of ending each row where it ends:
+    of EOS after its last piece, at its EOS's position, or, for a row without EOS (cut at a
+    length limit), in place of its last token (0 for a row of padding alone)."""
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)
     targets = tf.convert_to_tensor(target_ids, tf.int32)
     inputs = tf.concat([tf.fill([tf.shape(targets)[0], 1], BOS_ID), targets[:, :-1]], axis=1)
     logits = model.decode(inputs, model.encode(source_ids, training=False),
                           source_padding_mask(source_ids), training=False)
-    log_probs = tf.gather(tf.nn.log_softmax(tf.cast(logits, tf.float32)), targets, batch_dims=2)
-    return tf.where(tf.not_equal(targets, PAD_ID), log_probs, 0.0)
+    all_log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))
+    real = tf.not_equal(targets, PAD_ID)
+    log_probs = tf.where(real, tf.gather(all_log_probs, targets, batch_dims=2), 0.0)
+    pieces = tf.reduce_sum(tf.cast(real & tf.not_equal(targets, EOS_ID), tf.int32), axis=1)
+    end = tf.minimum(pieces, tf.maximum(tf.shape(targets)[1] - 1, 0))
+    ending = tf.pad(all_log_probs[:, :, EOS_ID], [[0, 0], [0, 1]])  # a column for width 0
+    end_log_probs = tf.gather(ending, end[:, None], batch_dims=1)[:, 0]
+    return log_probs, tf.where(tf.reduce_any(real, axis=1), end_log_probs, 0.0)
 
 
 def score_hypotheses(model: Transformer, source_ids, hypothesis_ids, alpha: float = 0.6

@@ -17,7 +17,7 @@ from keras_transformer.data.tokenizer import (SubwordTokenizer, model_input_ids,
 from keras_transformer.decoding.confidence import word_scores
 from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.decoding.transformer_search import (ensemble_members, run_search_graph,
-                                                           run_search_xla, token_log_probs)
+                                                           run_search_xla, token_and_end_log_probs)
 from keras_transformer.model import Transformer
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings
 
@@ -237,7 +237,7 @@ class Translator(tf.Module):
                                ) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `translation`, `score`, and how sure the model is of it
         (Bergamot's quality estimation, `decoding.confidence.word_scores`): `confidence`
-        `[batch]` (the mean of its word scores), `words` `[batch, W]` ("" after the last),
+        `[batch]` (the mean of its word scores and of ending where it ends), `words` `[batch, W]` ("" after the last),
         `word_scores` `[batch, W]` (each word's mean piece log-probability; 0.0 after) and
         `token_scores` `[batch, T]` (each piece's, then EOS's; 0.0 after). The log-probabilities
         are `model`'s, teacher-forced over the whole vocabulary (not an ensemble's or a
@@ -245,10 +245,11 @@ class Translator(tf.Module):
         tokens, source_tokens = self._tokens(target_language, source_language, text)
         best = self._search(self._text_source(text, tokens, source_tokens), tokens)
         ids = best["ids"]
-        log_probs = self._without_tokens(
-            token_log_probs(self.model, best["source_ids"], best["searched_ids"]), tokens, 0.0)
+        log_probs, end = token_and_end_log_probs(self.model, best["source_ids"],
+                                                 best["searched_ids"])
+        log_probs = self._without_tokens(log_probs, tokens, 0.0)
         real = tf.not_equal(ids, PAD_ID) & tf.not_equal(ids, EOS_ID)
-        words, scores, sentence = word_scores(self.tokenizer.pieces(ids), log_probs, real)
+        words, scores, sentence = word_scores(self.tokenizer.pieces(ids), log_probs, real, end)
         return {"translation": self.tokenizer.detokenize(ids), "score": best["score"],
                 "confidence": sentence, "words": words.to_tensor(""),
                 "word_scores": scores.to_tensor(0.0), "token_scores": log_probs}
