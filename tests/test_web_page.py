@@ -1,9 +1,10 @@
 """The translation page (`web/`) in a real browser: headless Chromium, driven by Selenium, loads a
 LiteRT export with LiteRT.js and its SentencePiece model with sentencepiece-js, and translates
 what is typed into it, into the language chosen, as kt-translate translates with the same
-export (an empty line and a cut line included); an export LiteRT.js cannot run is named on the
-page. Skipped without
-Chromium, its driver, Selenium or the page's npm packages (`npm ci --prefix web`)."""
+export (an empty line and a cut line included); blank lines pass through as they are; an
+export LiteRT.js cannot run and a file the page cannot read are named on the page; LiteRT's
+log lines stay off the console's error level; a search that fails frees its tensors. Skipped
+without Chromium, its driver, Selenium or the page's npm packages (`npm ci --prefix web`)."""
 import functools
 import http.server
 import json
@@ -159,8 +160,9 @@ def test_an_export_of_any_source_length_is_named_on_the_page(site, browser):
 def translated_on_the_page(driver, lines: list[str], language: str) -> list[str]:
     """`lines` typed into the ready page and translated into `language` (an option's value)."""
     Select(driver.find_element(By.ID, "language")).select_by_value(language)
-    driver.find_element(By.ID, "source").clear()
-    driver.find_element(By.ID, "source").send_keys("\n".join(lines))
+    # set, not typed: a tab typed into the box would move the focus instead
+    driver.execute_script("arguments[0].value = arguments[1]",
+                          driver.find_element(By.ID, "source"), "\n".join(lines))
     driver.find_element(By.ID, "translate").click()
     WebDriverWait(driver, 300).until(
         lambda d: page_state(d)[0].startswith("translated") or page_state(d)[1])
@@ -196,3 +198,112 @@ def test_the_page_translates_an_imported_models_export_as_kt_translate_does(site
                                *(["--target-language", language] if language else [])]) == 0
         assert translated[language] == text_lines(output), language
     assert translated["fra"] != translated["deu"] and len(set(translated["fra"])) > 10
+
+
+def test_blank_lines_are_their_own_translation(site, browser, tmp_path):
+    """Lines of spaces, a tab, no-break spaces or a mix come out as they went in, never sent to
+    the model (which invents text for them); the lines around them are kt-translate's."""
+    status, error = open_page(browser, f"{site['url']}/page/index.html?model=../exports/fixed/1")
+    assert (status, error) == ("ready", False), status
+    sources = site["sources"][:4]
+    blanks = ["   ", "\t", "\u00a0", " \t\u00a0\u3000 "]
+    lines = [sources[0], blanks[0], sources[1], blanks[1], blanks[2], sources[2], blanks[3],
+             sources[3]]
+    source = tmp_path / "sources.en"
+    source.write_text("".join(line + "\n" for line in sources), encoding="utf-8")
+    output = tmp_path / "sources.de"
+    assert translate.main([str(site["exports"] / "fixed" / "1"), str(source), "--output",
+                           str(output), "--quiet", "--target-language", "de"]) == 0
+    expected = iter(text_lines(output))
+    assert translated_on_the_page(browser, lines, "de") == [
+        line if line in blanks else next(expected) for line in lines]
+
+
+def test_the_pages_blank_lines_are_those_python_strips_to_nothing(site, browser):
+    """The page's rule (web/lines.js `isBlank`) takes a character for whitespace where Python's
+    `str.isspace` does, over every code point (JavaScript's own whitespace class differs)."""
+    browser.get(f"{site['url']}/page/index.html?model=../exports/fixed/1")
+    blank = browser.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        import(new URL("lines.js", location.href).href).then(({isBlank}) => {
+          const codes = [];
+          for (let code = 0; code <= 0x10ffff; code++) {
+            if (isBlank(String.fromCodePoint(code))) codes.push(code);
+          }
+          done(codes);
+        }, (error) => done(String(error)));""")
+    assert blank == [code for code in range(0x110000) if chr(code).isspace()]
+
+
+@pytest.mark.parametrize(("export", "file", "what"), [
+    ("fixed", "model.tflite", "the model"), ("fixed", "spm.model", "the tokenizer"),
+    ("fixed", MANIFEST_FILE, "the manifest"), ("imported", "vocabulary.json", "the vocabulary"),
+    ("imported", "target.spm", "the target tokenizer")])
+def test_a_file_the_page_cannot_read_is_named(site, browser, export, file, what):
+    """An export with one file corrupt: the page names that file and what it is for."""
+    folder = site["exports"] / f"corrupt-{export}-{file}"
+    if not folder.exists():
+        shutil.copytree(site["exports"] / export, folder)
+        (folder / "1" / file).write_bytes(b"not what the page expects\n")
+    status, error = open_page(
+        browser, f"{site['url']}/page/index.html?model=../exports/{folder.name}/1")
+    url = f"{site['url']}/exports/{folder.name}/1/{file}"
+    assert error and status.startswith(f"{url}: ") and status.endswith(f"({what})"), status
+
+
+def test_litert_log_lines_stay_off_the_consoles_error_level(site, browser):
+    """Loading an export and translating with it prints nothing at the console's error level;
+    LiteRT's own log lines are there, at their own level (INFO)."""
+    browser.get_log("browser")  # what earlier pages printed
+    status, error = open_page(browser, f"{site['url']}/page/index.html?model=../exports/fixed/1")
+    assert (status, error) == ("ready", False), status
+    translated_on_the_page(browser, site["sources"][:2], "fr")
+    log = browser.get_log("browser")
+    assert [entry["message"] for entry in log if entry["level"] == "SEVERE"] == []
+    assert any(entry["level"] == "INFO" and "INFO: [" in entry["message"] for entry in log), log
+
+
+def test_a_search_that_fails_frees_its_tensors(site, browser):
+    """A model whose run throws, or whose outputs cannot be read: the error reaches the caller
+    and the tensors in (and out) are freed; a second export loads beside the first."""
+    status, error = open_page(browser, f"{site['url']}/page/index.html?model=../exports/fixed/1")
+    assert (status, error) == ("ready", False), status
+    result = browser.execute_async_script("""
+        const [source, done] = arguments;
+        (async () => {
+          const {Translator} = await import(new URL("translator.js", location.href).href);
+          const translator = await Translator.load(
+            new URL("../exports/fixed/1/", location.href),
+            new URL("node_modules/@litertjs/core/wasm/", location.href).href);
+          const model = translator.model;
+          const run = model.run.bind(model);
+          const seen = {};
+          const failure = () => translator.translate(source, "de").then(
+            () => "no error", (error) => error.message);
+          model.run = async (signature, inputs) => {
+            seen.input = inputs.source_ids;
+            throw new Error("the run failed");
+          };
+          const runFailed = await failure();
+          model.run = async (signature, inputs) => {
+            seen.outputs = await run(signature, inputs);
+            seen.outputs.scores.toTypedArray = () => { throw new Error("unreadable"); };
+            return seen.outputs;
+          };
+          const readFailed = await failure();
+          return {runFailed, inputFreed: seen.input.deleted, readFailed,
+                  outputsFreed: Object.values(seen.outputs).map((tensor) => tensor.deleted)};
+        })().then(done, (error) => done(String(error)));""", site["sources"][0])
+    assert result == {"runFailed": "the run failed", "inputFreed": True,
+                      "readFailed": "unreadable", "outputsFreed": [True, True]}, result
+
+
+
+def test_a_page_without_its_packages_says_how_to_install_them(site, browser):
+    """The page's files without node_modules: the page says what is missing and the command."""
+    bare = site["exports"].parent / "bare-page"
+    shutil.copytree(PAGE, bare, ignore=shutil.ignore_patterns("node_modules"),
+                    dirs_exist_ok=True)
+    status, error = open_page(browser,
+                              f"{site['url']}/bare-page/index.html?model=../exports/fixed/1")
+    assert error and "npm ci --prefix web" in status, status

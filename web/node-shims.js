@@ -1,3 +1,10 @@
-// What sentencepiece-js imports from Node.js ('fs', 'buffer') and never calls in a browser
-// page, which loads the model from bytes: empty modules in the page's import map.
-export const Buffer = globalThis.Buffer;
+// What sentencepiece-js imports from Node.js ('fs', 'buffer'), in the page's import map: of
+// 'fs' nothing (its file-path loading is Node.js's), of 'buffer' the one call of the base64
+// loading the page uses, `Buffer.from(text, "base64")`, as bytes (sentencepiece-js also makes
+// it `globalThis.Buffer` where there is none).
+export const Buffer = {
+  from(text, encoding) {
+    if (encoding !== "base64") throw new Error(`Buffer.from: ${encoding} is not base64`);
+    return Uint8Array.from(atob(text), (character) => character.charCodeAt(0));
+  },
+};

@@ -1,9 +1,11 @@
 // A LiteRT export (`kt-export --format litert`) translating in the browser as kt-translate
 // translates with it: its SentencePiece model(s) (the C++ library compiled to WebAssembly, by
 // sentencepiece-js) give the source's ids, the model's `beam` signature (LiteRT.js, its
-// WebAssembly CPU kernels) the translation's, the SentencePiece model their text.
+// WebAssembly CPU kernels) the translation's, the SentencePiece model their text. What a line
+// becomes on its way is lines.js's (no browser there); this module loads and runs.
 import {loadLiteRt, loadAndCompile, Tensor} from "@litertjs/core";
 import {SentencePieceProcessor} from "@sctg/sentencepiece-js";
+import {isBlank, sourceIds, translationIds} from "./lines.js";
 
 export const MANIFEST_FILE = "keras_transformer_litert.json";
 export const LITERT_FILE = "model.tflite";
@@ -11,21 +13,82 @@ const TOKENIZER_FILE = "spm.model";
 // A leading target-language token of an imported model's text (`>>fra<<`) and the whitespace
 // after it, as `SentencePiecePair.tokenize` reads it.
 const LANGUAGE_TOKEN = /^(>>[^<>\t\n\f\r ]+<<)[\t\n\f\r ]*/;
+// LiteRT's own log lines ("INFO: [environment.cc:36] Creating LiteRT environment ..."), which
+// its WebAssembly module prints to stderr (the console's error level): the console's level of
+// each line's own.
+const LITERT_LOG_LINE = /^(VERBOSE|INFO|WARNING): /;
+const CONSOLE_LEVEL = {VERBOSE: "debug", INFO: "info", WARNING: "warn"};
 
-async function fetched(url, what) {
-  const response = await fetch(url);
-  if (!response.ok) {
-    throw new Error(`${url}: ${response.status} ${response.statusText} (${what})`);
+// What `load()` gives, or its error named by the file it reads: "URL: problem (what)".
+async function named(url, what, load) {
+  try {
+    return await load();
+  } catch (error) {
+    // a script that would not load gives an event, not an error
+    const problem = error instanceof Event ? "could not be loaded" : error.message ?? error;
+    throw new Error(`${url}: ${problem} (${what})`);
   }
+}
+
+// The response to a GET of `url`; an error for a status that is not 2xx.
+async function fetched(url) {
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`${response.status} ${response.statusText}`);
   return response;
 }
 
-async function sentencePiece(url, what) {
-  const bytes = await (await fetched(url, what)).arrayBuffer();
-  const processor = new SentencePieceProcessor();
-  // sentencepiece-js reads a model from a file path or base64 text; a page has bytes
-  await processor._loadModel(new Uint8Array(bytes));
-  return processor;
+function json(url, what) {
+  return named(url, what, async () => (await fetched(url)).json());
+}
+
+// `bytes` as base64 text, in chunks (String.fromCharCode takes a bounded number of arguments).
+function base64(bytes) {
+  const chunks = [];
+  for (let start = 0; start < bytes.length; start += 0x8000) {
+    chunks.push(String.fromCharCode(...bytes.subarray(start, start + 0x8000)));
+  }
+  return btoa(chunks.join(""));
+}
+
+// A SentencePiece model read with sentencepiece-js's public API: it loads a file path (Node.js
+// only) or base64 text, and says nothing of a file it could not read, which the C++
+// processor's status tells.
+function sentencePiece(url, what) {
+  return named(url, what, async () => {
+    const bytes = new Uint8Array(await (await fetched(url)).arrayBuffer());
+    const processor = new SentencePieceProcessor();
+    await processor.loadFromB64StringModel(base64(bytes));
+    const status = processor.processor.status();
+    const problem = status.ToString();
+    status.delete();
+    if (problem !== "OK") throw new Error(`not a SentencePiece model: ${problem}`);
+    return processor;
+  });
+}
+
+// LiteRT.js's WebAssembly module, loaded once for every model of the page; LiteRT's log lines
+// at their own level, not the console's error level (an Emscripten module takes its
+// `printErr` from the global `Module` object its loader passes in).
+let liteRt = null;
+
+function loadedLiteRt(wasmUrl) {
+  liteRt ??= named(wasmUrl, "LiteRT.js's WebAssembly files", async () => {
+    globalThis.Module = {
+      printErr(line) {
+        const level = line.match(LITERT_LOG_LINE)?.[1];
+        console[CONSOLE_LEVEL[level] ?? "error"](line);
+      },
+    };
+    try {
+      return await loadLiteRt(wasmUrl);
+    } finally {
+      delete globalThis.Module;
+    }
+  }).catch((error) => {
+    liteRt = null;
+    throw error;
+  });
+  return liteRt;
 }
 
 // The tokenizer of a model trained here: one SentencePiece model whose ids are the model's.
@@ -62,8 +125,7 @@ class PairTokenizer {
 
   static async load(manifest, modelUrl) {
     const files = manifest.tokenizer;
-    const vocabulary = await (await fetched(new URL(files.vocabulary, modelUrl),
-                                            "the vocabulary")).json();
+    const vocabulary = await json(new URL(files.vocabulary, modelUrl), "the vocabulary");
     const [source, target] = await Promise.all(["source", "target"].map(
       (side) => sentencePiece(new URL(files[side], modelUrl), `the ${side} tokenizer`)));
     return new PairTokenizer(source, target, vocabulary.source,
@@ -80,34 +142,6 @@ class PairTokenizer {
   decode(ids) {
     return this.target.decodeIds(Int32Array.from(ids, (id) => this.targetIds[id]));
   }
-}
-
-// The ids a model reads of a source's pieces, as `model_input_ids` and `litert_functions`
-// give them: ids the model lacks as UNK, no PAD/BOS/EOS, the language's token first (but
-// none, an empty source), at most `source_length - 1` ids (`cut` counts what did not fit),
-// EOS, then PAD up to `source_length` (`length`: the ids before the padding). The language's
-// token takes the place of one the text starts with.
-export function sourceIds(pieces, manifest, token) {
-  const special = manifest.special_ids;
-  let ids = pieces
-    .map((id) => (id < 0 || id >= manifest.vocab_size ? special.unk : id))
-    .filter((id) => id !== special.pad && id !== special.bos && id !== special.eos);
-  if (token !== null && ids.length) {
-    const own = Object.values(manifest.languages.tokens).some((entry) => entry.id === ids[0]);
-    ids = [token, ...ids.slice(own ? 1 : 0)];
-  }
-  const room = manifest.source_length - 1;
-  const kept = [...ids.slice(0, room), special.eos];
-  const padded = Int32Array.from({length: manifest.source_length},
-                                 (_, index) => kept[index] ?? special.pad);
-  return {ids: padded, length: kept.length, cut: Math.max(0, ids.length - room)};
-}
-
-// The ids of a translation that its text holds: up to its first EOS, without PAD and BOS.
-export function translationIds(ids, special) {
-  const end = ids.indexOf(special.eos);
-  return (end < 0 ? ids : ids.slice(0, end))
-    .filter((id) => id !== special.pad && id !== special.bos);
 }
 
 export class Translator {
@@ -132,7 +166,7 @@ export class Translator {
   // `wasmUrl`; `progress(text)` hears each step.
   static async load(modelUrl, wasmUrl, progress = () => {}) {
     progress("reading the manifest");
-    const manifest = await (await fetched(new URL(MANIFEST_FILE, modelUrl), "the manifest")).json();
+    const manifest = await json(new URL(MANIFEST_FILE, modelUrl), "the manifest");
     if (manifest.format !== "litert") {
       throw new Error(`${new URL(MANIFEST_FILE, modelUrl)}: not a LiteRT export's manifest`);
     }
@@ -145,16 +179,18 @@ export class Translator {
     const tokenizer = await (manifest.tokenizer === TOKENIZER_FILE ? SharedTokenizer
                              : PairTokenizer).load(manifest, modelUrl);
     progress("loading the LiteRT runtime");
-    await loadLiteRt(wasmUrl);
+    await loadedLiteRt(wasmUrl);
     progress("loading the model");
-    const model = await loadAndCompile(new URL(LITERT_FILE, modelUrl).href, {accelerator: "wasm"});
+    const modelFile = new URL(LITERT_FILE, modelUrl);
+    const model = await named(modelFile, "the model", async () => loadAndCompile(
+      new Uint8Array(await (await fetched(modelFile)).arrayBuffer()), {accelerator: "wasm"}));
     progress("ready");
     return new Translator(manifest, model, tokenizer);
   }
 
   // The translation of one line of text into `language` ("" for a model of one, or as the
   // text says where `languageOptional`) and how many of its source pieces the model could not
-  // read: {text, score, cut}.
+  // read: {text, score, cut}. A blank line (`isBlank`) is its own translation.
   async translate(text, language = "") {
     let token = null;
     if (this.languages.length && !(language === "" && this.languageOptional)) {
@@ -165,16 +201,30 @@ export class Translator {
       }
       token = entry.id;
     }
+    if (isBlank(text)) return {text, score: 0, cut: 0};
     const {ids, length, cut} = sourceIds(this.tokenizer.encode(text), this.manifest, token);
     if (length === 1) return {text: "", score: 0, cut};  // nothing but EOS
-    const input = new Tensor(ids, [1, ids.length]);
-    const outputs = await this.model.run("beam", {source_ids: input});
-    input.delete();
-    const [, , width] = outputs.ids.type.layout.dimensions;
-    const best = Array.from(outputs.ids.toTypedArray().slice(0, width));
-    const score = outputs.scores.toTypedArray()[0];
-    for (const tensor of Object.values(outputs)) tensor.delete();
+    const {best, score} = await this.search(ids);
     const kept = translationIds(best, this.manifest.special_ids);
     return {text: kept.length ? this.tokenizer.decode(kept) : "", score, cut};
+  }
+
+  // The `beam` signature's best hypothesis (its ids) and score for one row of source ids; the
+  // tensors in and out freed whatever happens.
+  async search(ids) {
+    const input = new Tensor(ids, [1, ids.length]);
+    let outputs;
+    try {
+      outputs = await this.model.run("beam", {source_ids: input});
+    } finally {
+      input.delete();
+    }
+    try {
+      const [, , width] = outputs.ids.type.layout.dimensions;
+      return {best: Array.from(outputs.ids.toTypedArray().slice(0, width)),
+              score: outputs.scores.toTypedArray()[0]};
+    } finally {
+      for (const tensor of Object.values(outputs)) tensor.delete();
+    }
   }
 }
