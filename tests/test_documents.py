@@ -20,7 +20,7 @@ from keras_transformer.training.run_dir import RunDir
 from trainers import translate
 
 
-def reversed_upper(texts):
+def reversed_upper(texts, aligned=True):
     """A translator whose alignment is known: each sentence's words upper-cased in reverse
     order, word i aligned to source word n - 1 - i."""
     out = []
@@ -162,7 +162,7 @@ def test_html_output_keeps_every_tag_nested_and_its_text_is_the_plain_translatio
     without tags."""
     rng = random.Random(seed)
 
-    def shuffled(texts):
+    def shuffled(texts, aligned=True):
         out = []
         for text in texts:
             words_of = text.split()
@@ -229,7 +229,7 @@ def test_markdown_blocks_stay_inline_markup_follows_and_the_structure_parses_the
 
 
 def test_markdown_special_characters_in_translations_stay_text():
-    def starred(texts):
+    def starred(texts, aligned=True):
         return [Aligned("*not* emphasis # [x](y) 1. - |", None) for _ in texts]
     source = "| a |\n|---|\n| b c |\n\nplain text here\n"
     translated = documents(translate=starred).translate(source, "markdown").text
@@ -295,3 +295,10 @@ def test_document_formats_refuse_line_options_by_name(run_dir, tmp_path, capsys)
     page.write_text("# a\n")
     code, _, err = kt_translate([str(run_dir.root), str(page), "--nbest", "2"], capsys)
     assert code == 2 and "--nbest: only with --format lines" in err
+
+
+def test_markup_needs_a_translator_with_word_alignment():
+    without = DocumentTranslator(reversed_upper, segmenter("en"), aligned=False)
+    assert without.translate("a b. c d.", "text").text == "B A. D C."
+    with pytest.raises(ValueError, match="format: html places markup by word alignment"):
+        without.translate("<p>a <b>b</b></p>", "html")

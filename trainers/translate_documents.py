@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 from keras_transformer.data.text_files import line_list, read_document
-from keras_transformer.documents import document_translator, segmenter
+from keras_transformer.documents import document_translator
 from keras_transformer.serving.text_translation import LineTranslator
 
 EXTENSIONS = {".html": "html", ".htm": "html", ".xhtml": "html", ".md": "markdown",
@@ -50,9 +50,8 @@ def translate_document(translator: LineTranslator, path: str, format: str, langu
     for number in invalid:
         print(f"kt-translate: warning: {path}:{number}: not valid UTF-8, translated with "
               "U+FFFD replacements", file=sys.stderr)
-    documents = document_translator(translator, segmenter(language), format != "text",
-                                    batch_size=batch_size, batch_tokens=batch_tokens,
-                                    on_batch=on_batch)
+    documents = document_translator(translator, language, batch_size=batch_size,
+                                    batch_tokens=batch_tokens, on_batch=on_batch)
     translated = documents.translate(text, format)
     if translated.splits:
         lines = sorted({split.line for split in translated.splits})

@@ -19,8 +19,9 @@ from keras_transformer.documents.segmentation import (Segmenter, Span, fitted_sp
                                                       sentence_spans)
 
 FORMATS = ("text", "html", "markdown")
-# A sentence's words in, its translation and word alignment out, for many sentences at once.
-SentenceTranslator = Callable[[Sequence[str]], list[Aligned]]
+# Sentences (words joined by single spaces) in, their translations out, with word alignments
+# when the second argument asks for them.
+SentenceTranslator = Callable[[Sequence[str], bool], list[Aligned]]
 
 _URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|www\.|mailto:)\S+$|^\S+@\S+\.\w+$", re.I)
 
@@ -49,14 +50,17 @@ class DocumentTranslator:
     """Translates documents with a sentence translator.
 
     Args:
-        translate: sentences (words joined by single spaces) -> their translations, with word
-            alignments where the translator has them (markup is placed by position without).
+        translate: sentences (words joined by single spaces), and whether word alignments
+            are needed -> their translations.
         segmenter: text -> its sentences.
         too_long: sentences -> whether each is longer than the model takes (None: never).
+        aligned: whether `translate` gives word alignments (markup needs them).
     """
 
     def __init__(self, translate: SentenceTranslator, segmenter: Segmenter,
-                 too_long: Optional[Callable[[list[str]], list[bool]]] = None):
+                 too_long: Optional[Callable[[list[str]], list[bool]]] = None,
+                 aligned: bool = True):
+        self.aligned = aligned
         self._translate = translate
         self._segmenter = segmenter
         self._too_long = too_long or (lambda texts: [False] * len(texts))
@@ -65,22 +69,26 @@ class DocumentTranslator:
         """The document (`format`: one of `FORMATS`) translated, in the same format."""
         if format not in FORMATS:
             raise ValueError(f"format: {format!r} is not one of {', '.join(FORMATS)}")
+        if format != "text" and not self.aligned:
+            raise ValueError(f"format: {format} places markup by word alignment, which this "
+                             "translator does not give (CTranslate2 and LiteRT exports do not; "
+                             "a run or a SavedModel does); translate it as text")
         if format == "text":
             parts = _text_blocks(document)
-            escape = str
+            escape: Callable[[str], str] = str
         elif format == "html":
             parts = html_format.parse(document)
             escape = html_format.escape
         else:
             parts = markdown_format.parse(document)
             escape = markdown_format.escape
-        return self._translated(parts, escape)
+        return self._translated(parts, escape, format != "text")
 
-    def _translated(self, parts: Sequence[str | Block], escape: Callable[[str], str]
-                    ) -> Translated:
+    def _translated(self, parts: Sequence[str | Block], escape: Callable[[str], str],
+                    aligned: bool) -> Translated:
         plans = [self._plan(part) if isinstance(part, Block) else None for part in parts]
         texts = [sentence.text for plan in plans if plan for sentence in plan[1]]
-        translations = iter(self._translate(texts) if texts else [])
+        translations = iter(self._translate(texts, aligned) if texts else [])
         out: list[str] = []
         splits: list[Split] = []
         for part, plan in zip(parts, plans):

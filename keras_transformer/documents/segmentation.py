@@ -11,6 +11,16 @@ Span = tuple[int, int]
 # A segmenter: text -> its sentences, as strings in order (a library's own output).
 Segmenter = Callable[[str], Iterable[str]]
 
+def segmenter(language: str) -> Segmenter:
+    """The sentence segmenter of `language` (an ISO 639 code; others get the default rules):
+    `sentencex`, chosen by measurement (benchmarks/RESULTS.md, "Sentence splitting")."""
+    import sentencex
+
+    def segment(text: str) -> Iterable[str]:
+        return sentencex.segment(language, text)
+    return segment
+
+
 _CLAUSE_END = re.compile(r"[,;:\u2014\u2013)\]](?=\s)|\s[-\u2014\u2013](?=\s)")
 _WORD_END = re.compile(r"\S(?=\s)")
 

@@ -8,7 +8,8 @@ from typing import Callable, Optional, Sequence
 
 from keras_transformer.documents.document import DocumentTranslator, SentenceTranslator
 from keras_transformer.documents.inline import Aligned
-from keras_transformer.documents.segmentation import Segmenter
+from keras_transformer.documents.segmentation import segmenter
+from keras_transformer.decoding.translator import IntoLanguage, Translator
 from keras_transformer.serving.text_translation import LineTranslator, best_lines
 
 WORD_START = "\u2581"  # SentencePiece's mark of a piece that starts a word
@@ -50,12 +51,12 @@ def _piece_words(pieces: Sequence[str]) -> list[int]:
     return words
 
 
-def sentence_translator(translator: LineTranslator, aligned: bool, batch_size: int = 64,
+def sentence_translator(translator: LineTranslator, batch_size: int = 64,
                         batch_tokens: int = 6000,
                         on_batch: Optional[Callable[[int], None]] = None) -> SentenceTranslator:
     """Sentences translated by `translator` in batches sorted by length (`best_lines`), with
-    word alignments when `aligned` (the translator must give them: `takes_alignment`)."""
-    def translate(texts: Sequence[str]) -> list[Aligned]:
+    word alignments when asked (the translator must give them: `takes_alignment`)."""
+    def translate(texts: Sequence[str], aligned: bool) -> list[Aligned]:
         lines = [text.encode("utf-8") for text in texts]
         records: dict[int, dict] = {}
         outputs = best_lines(translator, lines, batch_size, batch_tokens, on_batch=on_batch,
@@ -70,14 +71,19 @@ def sentence_translator(translator: LineTranslator, aligned: bool, batch_size: i
     return translate
 
 
-def document_translator(translator: LineTranslator, segmenter: Segmenter, aligned: bool,
-                        batch_size: int = 64, batch_tokens: int = 6000,
+def document_translator(translator: LineTranslator | Translator | IntoLanguage,
+                        language: str = "en", batch_size: int = 64, batch_tokens: int = 6000,
                         on_batch: Optional[Callable[[int], None]] = None) -> DocumentTranslator:
-    """A `DocumentTranslator` over `translator`: sentences longer than its model takes
-    (`LineTranslator.truncated`) are split and translated in parts."""
+    """A `DocumentTranslator` over any translator the package loads: a `LineTranslator` (an
+    export, `serving.loading.load_export`) or an in-process `Translator` (`load_run(...)
+    .translator()`), its source sentences found by `language`'s segmenter. Markup is placed
+    by the translator's word alignment (a run or a SavedModel); sentences longer than its model
+    takes (`LineTranslator.truncated`) are split and translated in parts."""
+    if not isinstance(translator, LineTranslator):
+        translator = LineTranslator.from_translator(translator)
+
     def too_long(texts: list[str]) -> list[bool]:
         cut = set(translator.truncated([text.encode("utf-8") for text in texts]))
         return [index in cut for index in range(len(texts))]
-    return DocumentTranslator(
-        sentence_translator(translator, aligned, batch_size, batch_tokens, on_batch),
-        segmenter, too_long)
+    return DocumentTranslator(sentence_translator(translator, batch_size, batch_tokens, on_batch),
+                              segmenter(language), too_long, aligned=translator.takes_alignment)
