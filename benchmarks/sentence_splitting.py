@@ -297,14 +297,18 @@ def main(argv: list[str] | None = None) -> None:
           f"seed {args.seed}. Split lines of newstest2014 ({lines_count['en']['newstest2014']}) "
           f"and test_2016_flickr ({lines_count['en']['test_2016_flickr']}).\n")
     print("| segmenter | version | language | precision | recall | F1 | ms per 10k sentences "
-          "| newstest2014 lines split | test_2016_flickr lines split |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+          f"| newstest2014 lines split | test_2016_flickr lines split | same splits as {args.choice} |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for (name, language), result in results.items():
         split = result["split_lines"]
+        chosen = results.get((args.choice, language))
+        same = "-" if chosen is None else format(sum(
+            a == b for a, b in zip(result["boundaries"], chosen["boundaries"]))
+            / len(chosen["boundaries"]), ".2%")
         print(f"| {name} | {versions[name] or '-'} | {language} | {result['precision']:.2%} "
               f"| {result['recall']:.2%} | {result['f1']:.2%} "
               f"| {best[name, language] / sentences[language] * 1e7:.1f} "
-              f"| {len(split['newstest2014'])} | {len(split['test_2016_flickr'])} |")
+              f"| {len(split['newstest2014'])} | {len(split['test_2016_flickr'])} | {same} |")
 
     if args.json:
         args.json.write_text(json.dumps({
