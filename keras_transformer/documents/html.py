@@ -16,7 +16,7 @@ import html
 import html.parser
 from typing import Optional
 
-from keras_transformer.documents.inline import Block, Element
+from keras_transformer.documents.inline import Block, Element, Run
 
 INLINE = frozenset(
     "a abbr acronym b bdi bdo big cite data del dfn em font i ins label mark q rp rt ruby s "
@@ -103,6 +103,8 @@ class _Builder:
         self._block: Optional[Block] = None
         self._stack: list[Element] = []
         self._copied: list[str] = []  # the untranslated elements open (their tags' names)
+        # Where each open inline element starts in its block: runs, source texts, breaks.
+        self._starts: list[tuple[int, int, int]] = []
         self.line = 1  # of the event at hand
 
     def event(self, kind: str, value: object, raw: str) -> None:
@@ -116,8 +118,10 @@ class _Builder:
                 self._copied.append(tag)
                 self._atom(raw)
             elif tag in INLINE or "-" in tag:
-                self._current().source.append(raw)
+                block = self._current()
+                block.source.append(raw)
                 self._stack.append(Element(tag, raw, f"</{tag}>"))
+                self._starts.append((len(block.runs), len(block.source), len(block.breaks)))
             else:
                 self._boundary(raw)
         elif kind == "void":
@@ -152,11 +156,21 @@ class _Builder:
         if tag in open_tags:
             while self._stack:
                 element = self._stack.pop()
+                runs, sources, breaks = self._starts.pop()
                 if element.name == tag:
                     element.close = raw
                     break
-            if self._block is not None:
-                self._block.source.append(raw)
+            block = self._current()
+            block.source.append(raw)
+            inside = block.runs[runs:]
+            if all(run.atom or not run.text.strip() for run in inside) and (
+                    len(block.breaks) == breaks):
+                # An element without words (an anchor, an empty span): one atom, kept as it is;
+                # its whitespace stays in the text too, where it parts words.
+                space = "".join(run.text for run in inside if not run.atom)
+                block.runs[runs:] = [Run("".join(block.source[sources - 1:]), tuple(self._stack),
+                                         atom=True)] + ([Run(space, tuple(self._stack))]
+                                                        if space else [])
         elif tag in INLINE or "-" in tag:
             self._atom(raw)  # a stray end tag: copied where it was
         else:
@@ -181,6 +195,7 @@ class _Builder:
     def _close_block(self) -> None:
         self._block = None
         self._stack.clear()
+        self._starts.clear()
 
     def parts(self) -> list[Part]:
         self._close_block()

@@ -10,7 +10,9 @@ its own words, so that every source element is in the output.
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 from typing import Callable, NamedTuple, Optional, Sequence
 
 
@@ -171,9 +173,11 @@ def _between(cells: Sequence[Cell], start: Optional[int], end: Optional[int]) ->
     block's start) to the start of the next (`end`; None: the block's end). Atoms at either
     offset travel with the sentences."""
     out: list[Run] = []
-    for position, char, stack, atom in cells:
-        after = start is None or position > start or (atom is None and position == start)
-        if not after or (end is not None and position >= end):
+    first = 0 if start is None else bisect.bisect_left(cells, (start,))
+    for position, char, stack, atom in itertools.islice(cells, first, None):
+        if end is not None and position >= end:
+            break
+        if not (start is None or position > start or (atom is None and position == start)):
             continue
         if atom is not None:
             out.append(atom)
@@ -196,15 +200,19 @@ def _words(cells: Sequence[Cell], start: int, end: int, taken: set[int]
     def flush() -> None:
         nonlocal atoms
         if chars:
-            stacks = [stack for _, stack in chars]
-            stack = max(stacks, key=lambda candidate: sum(s is candidate for s in stacks))
+            counts: dict[int, tuple[int, Stack]] = {}
+            for _, stack in chars:
+                count, _ = counts.get(id(stack), (0, stack))
+                counts[id(stack)] = (count + 1, stack)
+            stack = max(counts.values(), key=lambda item: item[0])[1]
             words.append(Word("".join(char for char, _ in chars), stack, atoms))
             atoms = Atoms()
             chars.clear()
 
-    for position, char, stack, atom in cells:
-        if not start <= position <= end:
-            continue
+    for position, char, stack, atom in itertools.islice(
+            cells, bisect.bisect_left(cells, (start,)), None):
+        if position > end:
+            break
         if atom is not None:
             if id(atom) not in taken:
                 taken.add(id(atom))
