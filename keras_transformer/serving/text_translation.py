@@ -207,18 +207,22 @@ class LineTranslator:
              ) -> tuple[list[bytes], list[float]]:
         """The best translation (UTF-8) and score of each text, starting with its prefix when
         `prefixes` are given (b"" leaves a text free); invalid UTF-8 is decoded with U+FFFD
-        replacements, an empty text gets an empty translation."""
-        columns = [texts] if prefixes is None else [texts, prefixes]
+        replacements, an empty text gets an empty translation and a `blank` one itself."""
+        columns = [searched(texts)] if prefixes is None else [searched(texts), prefixes]
         outputs = self.best_function(prefixes=prefixes is not None)(
             *(tf.constant(list(column), tf.string) for column in columns))
-        return outputs["translation"].numpy().tolist(), outputs["score"].numpy().tolist()
+        translations = outputs["translation"].numpy().tolist()
+        return ([text if is_blank(text) else translation
+                 for text, translation in zip(texts, translations)],
+                outputs["score"].numpy().tolist())
 
     def nbest(self, texts: Sequence[bytes], k: int) -> list[list[tuple[bytes, float]]]:
-        """The `k` best (translation, score) pairs of each text, best first."""
+        """The `k` best (translation, score) pairs of each text, best first (a `blank` text's
+        translations: itself, as an empty text's are empty)."""
         if not 1 <= k <= self.beam_size:
             raise ValueError(f"--nbest: {k} is not between 1 and the beam size "
                              f"{self.beam_size}")
-        ids = text_pieces(self.tokenizer, tf.constant(list(texts), tf.string)).to_tensor(
+        ids = text_pieces(self.tokenizer, tf.constant(searched(texts), tf.string)).to_tensor(
             default_value=PAD_ID)
         if ids.shape[1] == 0:  # every text empty
             ids = tf.fill([len(texts), 1], PAD_ID)
@@ -227,8 +231,20 @@ class LineTranslator:
         words = self.tokenizer.detokenize(tf.reshape(hypotheses, [-1, hypotheses.shape[-1]]))
         words = np.reshape(words.numpy(), [len(texts), k])
         scores = outputs["nbest_scores"][:, :k].numpy()
-        return [list(zip(row.tolist(), row_scores.tolist()))
-                for row, row_scores in zip(words, scores)]
+        return [list(zip([text] * k if is_blank(text) else row.tolist(), row_scores.tolist()))
+                for text, row, row_scores in zip(texts, words, scores)]
+
+
+def is_blank(text: bytes) -> bool:
+    """Whether `text` is whitespace alone (spaces, tabs, no-break spaces, ...), not empty: a
+    line with nothing to translate, passed through as it is (as an empty line gives an empty
+    one) rather than given to the model, which would invent a sentence."""
+    return bool(text) and not text.decode("utf-8", errors="replace").strip()
+
+
+def searched(texts: Sequence[bytes]) -> list[bytes]:
+    """`texts` as the model is given them: a `blank` one as an empty one."""
+    return [b"" if is_blank(text) else text for text in texts]
 
 
 def closest_lines(translator: LineTranslator, lines: Sequence[bytes],
@@ -302,7 +318,8 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
                on_missing: Optional[Callable[[int, list[str]], None]] = None,
                on_scores: Optional[Callable[[int, dict], None]] = None) -> list[str]:
     """The best translation of each line as an `output_line`, in the lines' order, translated
-    in `length_batches` of the lines' word counts.
+    in `length_batches` of the lines' word counts; an empty line gives an empty line, a
+    `blank` one itself (its confidence record, its missing terms: an empty line's).
 
     Args:
         translator: what translates.
@@ -323,14 +340,14 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
     translate = translator.best_function(terms=terms is not None, scores=on_scores is not None,
                                          prefixes=prefixes is not None)
     extra = terms if terms is not None else prefixes if on_scores is None else None
-    columns = [lines] if extra is None else [lines, extra]
+    columns = [searched(lines)] if extra is None else [searched(lines), extra]
     outputs = [""] * len(lines)
     for batch in length_batches([len(line.split()) for line in lines], batch_size,
                                 batch_tokens):
         found = translate(*(tf.constant([column[index] for index in batch], tf.string)
                             for column in columns))
         for index, text in zip(batch, found["translation"].numpy().tolist()):
-            outputs[index] = output_line(text)
+            outputs[index] = output_line(lines[index] if is_blank(lines[index]) else text)
         if terms is not None:
             for index, lacking in zip(batch, _missing_terms(found)):
                 if lacking and on_missing is not None:
