@@ -194,6 +194,44 @@ def test_kt_translate_names_both_languages(nllb, capsys):
                              tf.constant(["xho_Latn"]))
 
 
+def test_kt_score_reads_both_languages_as_nllb_lays_out_a_pair(nllb, tmp_path, capsys):
+    """kt-score with --source-language and --target-language: each target token's
+    log-probability is the model's with the pair laid out as NLLB's tokenizer lays it out
+    (source `eng_Latn X </s>`, target `fra_Latn Y </s>`), the target code forced first and not
+    scored; into another language the same pair scores otherwise; without one it is refused."""
+    from keras_transformer.decoding.transformer_search import token_log_probs
+    from trainers import score
+
+    run = str(nllb["run"])
+    sources, targets = training_sentences(4, seed=11)
+    source, target = tmp_path / "src.en", tmp_path / "ref.fr"
+    for path, lines in ((source, sources), (target, targets)):
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    records = {}
+    for language in ("fra_Latn", "deu_Latn"):
+        output = tmp_path / f"{language}.jsonl"
+        assert score.main([run, "--src", str(source), "--tgt", str(target), "--output",
+                           str(output), "--source-language", "eng", "--target-language",
+                           language]) == 0
+        records[language] = [json.loads(line) for line in output.read_text().splitlines()]
+    model, tokenizer = load_run_model(run)
+    codes = RunDir(run).languages().token_ids
+    for row, (text, translation) in enumerate(zip(sources, targets)):
+        pieces = tokenizer.tokenize_target(tf.constant([translation])).to_list()[0]
+        source_ids = [codes["eng_Latn"], *tokenizer.tokenize(tf.constant([text])).to_list()[0],
+                      EOS_ID]
+        log_probs = token_log_probs(model, tf.constant([source_ids]),
+                                    tf.constant([[codes["fra_Latn"], *pieces, EOS_ID]]))
+        record = records["fra_Latn"][row]
+        assert [piece for piece, _ in record["tokens"]] == [
+            *tokenizer.id_to_piece(pieces), "</s>"]
+        np.testing.assert_allclose([value for _, value in record["tokens"]],
+                                   log_probs.numpy()[0, 1:], atol=1e-4)
+        assert record["tokens"] != records["deu_Latn"][row]["tokens"]
+    assert score.main([run, "--src", str(source), "--tgt", str(target)]) == 2
+    assert "--target-language: " in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_the_exports_translate_as_the_run(nllb, translated, tmp_path):
     """The SavedModel (`source_language` a request input) and the CTranslate2 export give the

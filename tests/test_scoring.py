@@ -91,7 +91,8 @@ def test_the_searchs_score_is_the_sum_of_the_teacher_forced_log_probs(demo_vocab
 
 def test_kt_score_refuses_what_it_cannot_score_by_name(scored_run, tmp_path, capsys):
     """Files of different lengths, a target longer than the model's positions and a model of
-    several languages are named; nothing is written."""
+    several languages without --target-language are named; nothing is written. A source
+    longer than the model takes is scored from its start, and the warning says so."""
     source, target = scored_run["files"]
     short = tmp_path / "short.de"
     short.write_text("ein Hund\n", encoding="utf-8")
@@ -112,8 +113,16 @@ def test_kt_score_refuses_what_it_cannot_score_by_name(scored_run, tmp_path, cap
         "source", {"de": 5, "fr": 6}, 1.0, []).to_dict()), encoding="utf-8")
     assert score.main([str(several), "--src", str(source), "--tgt", str(target), "--output",
                        str(output)]) == 2
-    assert "a model of several target languages" in capsys.readouterr().err
+    assert ("--target-language: " f"{str(several)!r}: target language: needed, the model "
+            "translates into de, fr") in capsys.readouterr().err
     assert not output.exists()
+    long_source = tmp_path / "long.en"
+    long_source.write_text(" ".join(scored_run["sources"][:8]) + "\n", encoding="utf-8")
+    short.write_text("ein Hund\n", encoding="utf-8")
+    assert score.main([run, "--src", str(long_source), "--tgt", str(short), "--output",
+                       str(output)]) == 0
+    assert (f"{long_source}: 1 line longer than the model takes (max_length 24), scored from "
+            "its first 23 subwords: line 1") in capsys.readouterr().err
 
 
 def test_the_translators_confidence_is_bergamots_of_the_translations_own_tokens(scored_run):

@@ -76,6 +76,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         if args.model or args.vocabulary or args.name:
             parser.error("--describe: takes an export alone (no model, vocabulary or --name)")
         return args
+    if args.model and not os.path.exists(args.model):  # before what a model would supply
+        parser.error(f"model: {args.model!r} does not exist")
     if args.vocabulary is None and args.model and os.path.isdir(os.path.join(args.model,
                                                                               "vocab")):
         args.vocabulary = os.path.join(args.model, "vocab")

@@ -105,6 +105,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parses and cross-checks the options; every error names its flag."""
     parser = train_parser()
     args = parser.parse_args(argv)
+    check_init_from(parser, args.init_from)  # a path that is no run first, before its rules
     check_pair_arguments(parser, args)
     local = {name: getattr(args, name.replace("-", "_")) for name in
              ("train-src", "train-tgt", "dev-src", "dev-tgt", "test-src", "test-tgt")}
@@ -165,7 +166,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.steps is None and args.epochs is None and args.max_minutes is None:
         args.steps = DEFAULT_STEPS
     check_lora_arguments(parser, args)
-    check_init_from(parser, args.init_from)
     try:
         args.recipe = (fine_tuning_recipe(args, argv) if args.init_from
                        else recipe_from_args(args))

@@ -34,14 +34,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
-from keras_transformer.data.text_files import read_raw_lines
+from keras_transformer.data.text_files import file_problem, read_raw_lines
 from keras_transformer.decoding.terminology import Glossary, read_constraints, sentence_terms
 from keras_transformer.decoding.translator import IntoLanguage, Translator
+from keras_transformer.serving.litert_export import is_litert_model
 from keras_transformer.serving.loading import export_version, load_export, recorded_languages
 from keras_transformer.data.languages import chosen_languages
 from keras_transformer.serving.text_translation import (LineTranslator, best_lines,
@@ -61,8 +61,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     for name in ("prefix", "constraints", "terms"):
         value = getattr(args, name)
         for path in [value] if isinstance(value, str) else value or []:
-            if not os.path.isfile(path):
-                parser.error(f"--{name}: {path!r} does not exist")
+            problem = file_problem(path)
+            if problem:
+                parser.error(f"--{name}: {path!r} {problem}")
     for name in ("output", "prefix", "constraints", "scores"):
         files = getattr(args, name)
         if files and len(files) != len(args.inputs):
@@ -73,8 +74,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         if getattr(args, name) and (args.nbest or args.prefix):
             parser.error(f"--{name}: not with --nbest or --prefix (terms give the best "
                          "translation only)")
-    if args.scores and (args.nbest or args.prefix or args.terms or args.constraints):
-        parser.error("--scores: not with --nbest, --prefix, --terms or --constraints")
+    if args.scores and (args.nbest or args.prefix):
+        parser.error("--scores: not with --nbest or --prefix")
     for name in ("batch_size", "batch_tokens", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: must be positive")
@@ -106,6 +107,7 @@ def load_translator(args: argparse.Namespace) -> LineTranslator:
                                 ensemble=load_ensemble(args.ensemble, tokenizer))
         return LineTranslator.from_translator(
             translator if language is None else IntoLanguage(translator, language, source))
+    export_version(args.model)  # a path that is no export is named before any flag's rule
     check_export_flags(args)
     return load_export(args.model, args.target_language, threads=args.threads,
                        source_language=args.source_language)
@@ -162,6 +164,10 @@ def check_translator(args: argparse.Namespace, translator: LineTranslator,
         raise ValueError(f"--nbest: {args.nbest} exceeds the beam size "
                          f"{translator.beam_size}")
     if args.prefix and not translator.takes_prefixes:
+        if is_litert_model(export_version(args.model)):
+            raise ValueError(f"--prefix: {args.model} is a LiteRT export: LiteRT exports force "
+                             "no prefixes; translate with the run directory, a SavedModel or "
+                             "a CTranslate2 export")
         raise ValueError(f"--prefix: {args.model} has no translate_with_prefix signature "
                          "(exported by an older version); export it again")
 
@@ -181,6 +187,9 @@ def read_terms(args: argparse.Namespace, inputs: list[tuple[list[bytes], list[in
     if not args.terms and not args.constraints:
         return [None] * len(inputs)
     glossary = Glossary.read(args.terms) if args.terms else None
+    if glossary is not None and not glossary.entries:
+        print(f"kt-translate: warning: --terms: {args.terms} has no entries (lines 'source "
+              "phrase ||| target phrase'): no line is constrained by it", file=sys.stderr)
     terms = []
     for position, (lines, _) in enumerate(inputs):
         constraints = (read_constraints(args.constraints[position], len(lines))

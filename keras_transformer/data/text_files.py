@@ -25,14 +25,25 @@ FIRST_LINES = 10  # line numbers a report of lines (dropped, truncated, ...) nam
 
 def require_files(*paths: str | os.PathLike) -> None:
     """Raises FileNotFoundError naming the first of `paths` that does not exist, ValueError
-    naming the first that is no regular file (a directory, a device such as /dev/null),
-    checked before a command writes anything."""
+    naming the first that is no regular file (`file_problem`), checked before a command writes
+    anything."""
     for path in paths:
         if not os.path.exists(path):
             raise FileNotFoundError(f"corpus file not found: {os.fspath(path)!r}")
-        if not os.path.isfile(path):
-            kind = "a directory" if os.path.isdir(path) else "a device, pipe or socket"
-            raise ValueError(f"{os.fspath(path)!r} is not a regular file ({kind})")
+        problem = file_problem(path)
+        if problem:
+            raise ValueError(f"{os.fspath(path)!r} {problem}")
+
+
+def file_problem(path: str | os.PathLike) -> Optional[str]:
+    """Why `path` cannot be read as a text file ("does not exist", "is not a regular file (a
+    directory)", ... for a device such as /dev/null), or None for a regular file."""
+    if os.path.isfile(path):
+        return None
+    if not os.path.exists(path):
+        return "does not exist"
+    kind = "a directory" if os.path.isdir(path) else "a device, pipe or socket"
+    return f"is not a regular file ({kind})"
 
 
 def _open_binary(path: str) -> IO[bytes]:

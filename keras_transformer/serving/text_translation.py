@@ -295,12 +295,14 @@ def length_batches(lengths: Sequence[int], batch_size: int,
         yield batch
 
 
-def truncation_warning(name: str, line_numbers: Sequence[int], max_length: int) -> str:
+def truncation_warning(name: str, line_numbers: Sequence[int], max_length: int,
+                       done: str = "translated") -> str:
     """The warning that the lines `line_numbers` (1-based, ascending) of the input `name` are
-    translated from their first `max_length - 1` subwords only (`truncated_sources`)."""
+    `done` ("translated", "scored") from their first `max_length - 1` subwords only
+    (`truncated_sources`)."""
     count = len(line_numbers)
     return (f"{name}: {count:,} line{'s' if count > 1 else ''} longer than the model takes "
-            f"(max_length {max_length}), translated from {'their' if count > 1 else 'its'} "
+            f"(max_length {max_length}), {done} from {'their' if count > 1 else 'its'} "
             f"first {max_length - 1} subwords: {line_list(line_numbers)}")
 
 
