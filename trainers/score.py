@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
+import tensorflow as tf
 from typing import Callable, Optional, Sequence
 
 from keras_transformer.data import read_lines
 from keras_transformer.data.languages import LanguageTokenizer, RunLanguages
-from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.data.tokenizer import SubwordTokenizer, text_pieces
 from keras_transformer.decoding.confidence import Confidence, confidence, score_pairs
 from keras_transformer.decoding.translator import truncated_sources
 from keras_transformer.model import Transformer
@@ -47,11 +49,14 @@ def score_translations(model: Transformer, tokenizer: SubwordTokenizer, sources:
                        targets: Sequence[str], batch_size: int = 32,
                        on_batch: Optional[Callable[[int], None]] = None,
                        languages: Optional[RunLanguages] = None, language: Optional[str] = None,
-                       source_language: Optional[str] = None) -> list[Confidence]:
+                       source_language: Optional[str] = None, skip_long: bool = False
+                       ) -> list[Optional[Confidence]]:
     """`score_pairs` of `sources` and their `targets`, of a model of several target
     `languages` (None: one) into `language` from `source_language` (`run_target_language`'s
     codes): the tokens `kt-translate` would put into the source and the translation are put
-    there, and a token forced first in the translation is left out of each `Confidence`."""
+    there, and a token forced first in the translation is left out of each `Confidence`. A
+    target of more subwords than the model's positions is refused by `score_pairs` (naming
+    its line), or with `skip_long` left unscored (None)."""
     prefixes: tuple[list[int], list[int]] = ([], [])
     target_id = None if languages is None or not language else languages.token_id(language)
     if target_id is not None:
@@ -59,12 +64,22 @@ def score_translations(model: Transformer, tokenizer: SubwordTokenizer, sources:
                       if source_language else [])
         prefixes = (([target_id], []) if languages.placement == "source"
                     else (source_ids, [target_id]))
-    scored = score_pairs(model, LanguageTokenizer(tokenizer, prefixes) if any(prefixes)
-                         else tokenizer, sources, targets, batch_size, on_batch)
+    scoring = LanguageTokenizer(tokenizer, prefixes) if any(prefixes) else tokenizer
+    kept = range(len(targets))
+    if skip_long:
+        lengths = text_pieces(scoring, tf.constant(list(targets), tf.string),
+                              target=True).row_lengths().numpy().tolist()
+        kept = [index for index, length in enumerate(lengths)
+                if length <= model.config.max_length - 1]
+    scored = score_pairs(model, scoring, [sources[index] for index in kept],
+                         [targets[index] for index in kept], batch_size, on_batch)
     forced = len(prefixes[1])
-    return [confidence([piece for piece, _ in record.tokens[forced:-1]],
-                       [value for _, value in record.tokens[forced:]]) if forced else record
-            for record in scored]
+    records: list[Optional[Confidence]] = [None] * len(targets)
+    for index, record in zip(kept, scored):
+        records[index] = confidence([piece for piece, _ in record.tokens[forced:-1]],
+                                    [value for _, value in record.tokens[forced:]]
+                                    ) if forced else record
+    return records
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

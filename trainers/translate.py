@@ -7,7 +7,8 @@
     kt-translate saved_models/demo-ct2 input.en   # a CTranslate2 export (kt-export --format)
     kt-translate saved_models/demo-device input.en --threads 2   # a LiteRT export
 
-One output line per input line, in order: an empty line gives an empty line, a line that is not
+One output line per input line, in order: an empty line gives an empty line, a line of
+whitespace alone (spaces, tabs, no-break spaces) itself, a line that is not
 valid UTF-8 is translated with U+FFFD replacements (with a warning naming file and line), and a
 line longer than the model's `max_length` is translated from its first `max_length - 1`
 subwords (a warning counts such lines and names the first). With `--nbest K` each input line gives K lines `INDEX ||| TRANSLATION ||| SCORE`
@@ -21,7 +22,8 @@ a phrase it could not place before the length limit is named in a warning (file,
 `--scores FILE` (one per input) writes how sure the model is of each translation, one JSON
 object a line: `score` (the search's), `sentence` and `words` (Bergamot's quality estimation,
 `keras_transformer.decoding.confidence`: a word's score is the mean log-probability of its
-pieces, the sentence's the mean of its words').
+pieces, the sentence's the mean of its words'); with `--terms` or `--constraints` (a run
+directory), the constrained translation is scored as kt-score scores a translation.
 `--ensemble RUN_DIR ...` (with a run directory) decodes
 with those runs' models too, averaging their probabilities. An export's search settings are fixed
 in its graph: to change them, export again (`kt-export --beam-size ...`).
@@ -38,18 +40,19 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
-from keras_transformer.data.text_files import file_problem, read_raw_lines
+from keras_transformer.data.text_files import file_problem, line_list, read_raw_lines
 from keras_transformer.decoding.terminology import Glossary, read_constraints, sentence_terms
 from keras_transformer.decoding.translator import IntoLanguage, Translator
 from keras_transformer.serving.litert_export import is_litert_model
 from keras_transformer.serving.loading import export_version, load_export, recorded_languages
 from keras_transformer.data.languages import chosen_languages
-from keras_transformer.serving.text_translation import (LineTranslator, best_lines,
-                                                        length_batches, output_line,
+from keras_transformer.serving.text_translation import (LineTranslator, best_lines, is_blank,
+                                                        length_batches, output_line, searched,
                                                         truncation_warning)
 from keras_transformer.training.progress import CountProgress
 from keras_transformer.training.run_dir import RunDir
 from trainers.arguments import translate_parser
+from trainers.score import score_translations
 from trainers.common import (check_export_flags, is_run_directory, load_ensemble,
                              load_run_model, run_target_language, search_settings)
 
@@ -156,6 +159,11 @@ def check_translator(args: argparse.Namespace, translator: LineTranslator,
                          "no constrained search (CTranslate2 and LiteRT exports have none, "
                          "nor SavedModels exported before it); translate with the run "
                          "directory or a SavedModel exported by this version")
+    if args.scores and terms[0] is not None and translator.model is None:
+        raise ValueError(f"--scores with --{'terms' if args.terms else 'constraints'}: "
+                         f"{args.model} is an export; the confidence of a constrained "
+                         "translation is its score by the run's model (as kt-score scores a "
+                         "translation): translate with the run directory")
     if args.scores and not translator.takes_scores:
         raise ValueError(f"--scores: {args.model} gives no word scores (CTranslate2 and "
                          "LiteRT exports do not, nor SavedModels exported before it); use "
@@ -170,6 +178,32 @@ def check_translator(args: argparse.Namespace, translator: LineTranslator,
                              "a CTranslate2 export")
         raise ValueError(f"--prefix: {args.model} has no translate_with_prefix signature "
                          "(exported by an older version); export it again")
+
+
+def score_constrained(path: str, translator: LineTranslator, lines: list[bytes],
+                      outputs: list[str], records: list[dict], batch_size: int) -> None:
+    """Adds to each line's record (its search's `score`) how sure the model is of its
+    constrained translation, `sentence` and `words`: the translation scored as kt-score scores
+    a pair (`trainers.score.score_translations`, teacher-forced by `translator.model`, a run's),
+    as the constrained search gives no confidence of its own. A line of whitespace is scored
+    as the empty line it was translated as; a translation whose text reads back as more
+    subwords than the model's positions is left unscored (`sentence` null, a warning naming
+    the lines of `path`)."""
+    sources = [line.decode("utf-8", "replace") for line in searched(lines)]
+    targets = ["" if is_blank(line) else output for line, output in zip(lines, outputs)]
+    scored = score_translations(translator.model, translator.tokenizer, sources, targets,
+                                batch_size, languages=translator.languages,
+                                language=translator.language,
+                                source_language=translator.source_language, skip_long=True)
+    unscored = [index + 1 for index, confidence in enumerate(scored) if confidence is None]
+    if unscored:
+        print(f"kt-translate: warning: --scores: {path}: {line_list(unscored)}: the constrained "
+              "translation reads back as more subwords than the model's positions; not scored "
+              '("sentence": null)', file=sys.stderr)
+    for record, confidence in zip(records, scored):
+        record.update(sentence=None if confidence is None else confidence.sentence,
+                      words=[] if confidence is None else [list(word)
+                                                          for word in confidence.words])
 
 
 def write_json_lines(path: str, records: list[dict]) -> None:
@@ -251,6 +285,8 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) 
             on_missing=missing, on_scores=scored if args.scores else None)
         text = "".join(line + "\n" for line in outputs)
         if args.scores:
+            if terms[position] is not None:
+                score_constrained(path, translator, lines, outputs, records, args.batch_size)
             write_json_lines(args.scores[position], records)
         if args.output:
             Path(args.output[position]).parent.mkdir(parents=True, exist_ok=True)

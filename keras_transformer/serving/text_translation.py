@@ -24,6 +24,7 @@ from keras_transformer.config import PAD_ID
 
 if TYPE_CHECKING:
     from keras_transformer.data.languages import RunLanguages
+    from keras_transformer.model import Transformer
 
 
 @contextlib.contextmanager
@@ -57,7 +58,8 @@ class LineTranslator:
     `translate_terms` (texts and their tab-separated target phrases -> `translation`, `score`,
     `missing_terms`; None for backends without a constrained search) and `translate_scored`
     (texts -> `translation`, `score`, `confidence`, `words`, `word_scores`; None for backends
-    without it); `owner`
+    without it); `model`: the in-process model the functions search with (a `Translator`'s;
+    None for an export); `owner`
     is kept alive for them (a loaded SavedModel, or the `Translator` whose methods they are);
     `max_length`: the model's, whose sources longer than `max_length - 1` subwords are cut
     (`truncated` names them; None: not known, as for exports without a provenance record);
@@ -73,8 +75,10 @@ class LineTranslator:
                  max_length: Optional[int] = None, languages: Optional[RunLanguages] = None,
                  language: Optional[str] = None, source_language: Optional[str] = None,
                  translate_terms: Optional[Callable[[tf.Tensor, tf.Tensor], dict]] = None,
-                 translate_scored: Optional[Callable[[tf.Tensor], dict]] = None):
+                 translate_scored: Optional[Callable[[tf.Tensor], dict]] = None,
+                 model: Optional[Transformer] = None):
         self._owner = owner
+        self.model = model
         self._translate_terms = translate_terms
         self._translate_scored = translate_scored
         self.max_length = max_length
@@ -141,7 +145,8 @@ class LineTranslator:
                    language=translator.language if into else None,
                    source_language=translator.source_language if into else None,
                    translate_terms=translator.translate_with_terms,
-                   translate_scored=translator.translate_with_scores)
+                   translate_scored=translator.translate_with_scores,
+                   model=translator.model)
 
     def truncated(self, texts: Sequence[bytes]) -> list[int]:
         """The indices of the `texts` translated from their first `max_length - 1` subwords
@@ -333,8 +338,10 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
         terms: optional, one per line: the target phrases its translation must contain
             (tab-separated).
         on_missing: called with a line's index and the terms its translation lacks.
-        on_scores: when given (and no `terms`), called with each line's index and its
-            translation's confidence record (`Translator.translate_with_scores`).
+        on_scores: when given, called with each line's index and its translation's
+            confidence record (`Translator.translate_with_scores`); with `terms`, a record of
+            the search's score alone (`{"score": score}`: the constrained search gives no
+            confidence; `trainers.translate` scores its translations as kt-score does).
 
     Returns:
         One output line per input line.
@@ -354,6 +361,9 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
             for index, lacking in zip(batch, _missing_terms(found)):
                 if lacking and on_missing is not None:
                     on_missing(index, lacking)
+            for index, score in zip(batch, found["score"].numpy().tolist()):
+                if on_scores is not None:
+                    on_scores(index, {"score": score})
         elif on_scores is not None:
             for index, record in zip(batch, _confidence_records(found)):
                 on_scores(index, record)
