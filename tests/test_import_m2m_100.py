@@ -265,7 +265,7 @@ def test_fine_tuning_on_new_pairs_reads_both_languages_tokens(nllb, tmp_path, ca
     """`kt-train --init-from` an NLLB run with `--pair` (LoRA, and every weight): each pair's
     training ids start as the model reads them (the source code first in the source, the
     target code first in the target), the run keeps the model's languages and scores each pair
-    on its dev set; a pair named by an alias is pointed to the code, and plain --train-src is
+    on its dev set; a pair naming a language the model lacks, and plain --train-src, are
     refused."""
     sources, targets = training_sentences(60, seed=9)
     files = {}
@@ -313,15 +313,37 @@ def test_fine_tuning_on_new_pairs_reads_both_languages_tokens(nllb, tmp_path, ca
     assert any(not np.array_equal(tuned, imported) for tuned, imported in zip(
         final_weights(tmp_path / "full"), final_weights(nllb["run"])))
     for argv, message in (
-            ([*common, "--pair", "eng-fra_Latn", str(files["train.en"]), str(files["train.fr"]),
-              "--dev-pair", "eng-fra_Latn", str(files["dev.en"]), str(files["dev.fr"])],
-             "'eng' is not a language of the model by its code: write eng_Latn"),
+            ([*common, "--pair", "xho-fra_Latn", str(files["train.en"]), str(files["train.fr"]),
+              "--dev-pair", "xho-fra_Latn", str(files["dev.en"]), str(files["dev.fr"])],
+             "'xho' is not a language of the model (deu_Latn, eng_Latn"),
             ([*common, "--train-src", str(files["train.en"]), "--train-tgt",
               str(files["train.fr"])], "give the new pairs with --pair SRC-TGT")):
         with pytest.raises(SystemExit):
             train.main([*argv, "--steps", "1", "--output-dir", str(tmp_path / "refused")])
         assert message in capsys.readouterr().err
         assert not (tmp_path / "refused").exists()
+
+
+def test_a_pair_named_by_aliases_is_the_pair_of_the_model_s_codes(nllb, tmp_path, capsys):
+    """docs/importing.md's `--pair eng-fra_Latn`: an unambiguous ISO 639-3 alias names the
+    model's code, as kt-translate's --source-language takes it; an ambiguous one is named."""
+    from keras_transformer.data.languages import LanguagePair
+    from trainers import train_arguments
+
+    text = tmp_path / "a.txt"
+    text.write_text("hello\n", encoding="utf-8")
+    files = [str(text), str(text)]
+    argv = ["--init-from", str(nllb["run"]), "--output-dir", str(tmp_path / "run")]
+    args = train_arguments.parse_args([*argv, "--pair", "eng-fra_Latn", *files,
+                                       "--dev-pair", "eng_Latn-fra", *files])
+    assert args.language_pairs == [LanguagePair("eng_Latn", "fra_Latn")]
+    assert list(args.pair_files) == ["eng_Latn-fra_Latn"]
+    with pytest.raises(SystemExit):
+        train_arguments.parse_args([*argv, "--pair", "eng-zho", *files,
+                                    "--dev-pair", "eng-zho", *files])
+    assert "language 'zho' is ambiguous: the model has zho_Hans, zho_Hant" in (
+        capsys.readouterr().err)
+    assert not (tmp_path / "run").exists()
 
 
 def test_evaluate_and_the_teacher_corpus_translate_as_kt_translate(nllb, translated, tmp_path):
