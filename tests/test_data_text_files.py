@@ -1,11 +1,15 @@
 """Local parallel files: formats, validation errors and dropped-pair accounting."""
 import gzip
+import io
 import logging
+import sys
 from pathlib import Path
 
 import pytest
 
 from keras_transformer.data import read_lines, read_parallel
+from keras_transformer.data import text_files
+from keras_transformer.data.text_files import iter_parallel, read_raw_lines
 
 
 def _write(path: Path, data: bytes, gzipped: bool = False) -> Path:
@@ -61,3 +65,34 @@ def test_multi30k_splits_read_completely(multi30k: Path) -> None:
         sources, targets = read_parallel(multi30k / f"{split}.en.gz", multi30k / f"{split}.de.gz")
         assert len(sources) == len(targets) == size
     assert sources[0] and targets[0] and "\n" not in sources[0]
+
+
+def test_a_byte_order_mark_at_a_file_start_is_dropped_and_named_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(text_files, "_MARKED", set())  # the files warned about so far
+    mark = "\ufeff".encode()
+    src = _write(tmp_path / "m.en", mark + b"I have apples\r\nmid \xef\xbb\xbf mark\n")
+    tgt = _write(tmp_path / "m.de.gz", mark + b"ich habe\n\n", gzipped=True)
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.data.text_files"):
+        assert read_lines(src) == ["I have apples", "mid \ufeff mark"]  # only the file's start
+        assert read_raw_lines(src) == ([b"I have apples", b"mid \xef\xbb\xbf mark"], [])
+        assert list(iter_parallel(src, tgt)) == [("I have apples", "ich habe"),
+                                                 ("mid \ufeff mark", "")]
+        assert read_lines(_write(tmp_path / "only.en", mark)) == [""]
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(mark + b"a\n")))
+        assert read_raw_lines("-") == ([b"a"], [])
+    warnings = [record.getMessage() for record in caplog.records]
+    for name in (src, tgt, tmp_path / "only.en", "standard input"):
+        assert warnings.count(f"{name}: starts with a UTF-8 byte-order mark (U+FEFF), "
+                              "dropped") == 1, warnings
+    assert len(warnings) == 4
+
+
+def test_a_path_that_is_no_regular_file_is_named_as_such(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="'/dev/null' is not a regular file"):
+        read_lines("/dev/null")
+    with pytest.raises(ValueError, match=rf"'{tmp_path}' is not a regular file \(a directory\)"):
+        read_lines(tmp_path)
+    with pytest.raises(FileNotFoundError, match="not found"):
+        read_lines(tmp_path / "nope")

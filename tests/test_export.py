@@ -340,6 +340,8 @@ def test_cli_names_bad_arguments(tmp_path, capsys):
     assert search_settings(export_cli.parse_args(["m", "v", "--name", "x", "--extra-length",
                                                   "7"]), config).max_decode_extra == 7
     assert export_cli.main([str(tmp_path / "nothing"), str(tmp_path), "--name", "x"]) == 2
+    assert f"model: {str(tmp_path / 'nothing')!r} does not exist" in capsys.readouterr().err
+    assert export_cli.main([str(tmp_path), str(tmp_path), "--name", "x"]) == 2
     assert "vocabulary" in capsys.readouterr().err
 
 

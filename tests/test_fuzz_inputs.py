@@ -7,9 +7,9 @@ names a case that replays.
 The line contract the readers are held to is that of ``wc -l`` and sacrebleu: only LF ends a
 line, a CR right before it belongs to the ending, and every other byte is content: a lone CR
 (on which ``bytes.splitlines`` splits), VT, FF, 0x1c-0x1e, U+0085 and U+2028 (on which
-``str.splitlines`` also splits), NUL, a UTF-8 BOM at the start of the file or anywhere else
-(kept: U+FEFF is not whitespace, so ``read_lines`` does not strip it), invalid UTF-8. A last
-line without LF counts; an empty file has no line.
+``str.splitlines`` also splits), NUL, a UTF-8 BOM anywhere but at the start of the file
+(kept: U+FEFF is not whitespace, so ``read_lines`` does not strip it; the one at the start is
+dropped, as no text), invalid UTF-8. A last line without LF counts; an empty file has no line.
 """
 from __future__ import annotations
 
@@ -89,10 +89,18 @@ def invalid_lines(contents: list[bytes]) -> list[int]:
             if content.decode("utf-8", errors="replace").encode("utf-8") != content]
 
 
+def read_back(contents: list[bytes]) -> list[bytes]:
+    """The lines a reader gives of a file holding `contents`: the first without the BOM it may
+    start with."""
+    return [content.removeprefix(BOM) if number == 0 else content
+            for number, content in enumerate(contents)]
+
+
 def check_readers(path: Path, contents: list[bytes], case: object) -> None:
-    """Asserts that both readers give the lines `contents` written to `path`: `read_raw_lines`
-    the bytes and the invalid lines' numbers, `read_lines` the stripped text or a ValueError
-    naming the file and the first invalid line."""
+    """Asserts that both readers give the lines `contents` written to `path` (`read_back`):
+    `read_raw_lines` the bytes and the invalid lines' numbers, `read_lines` the stripped text or
+    a ValueError naming the file and the first invalid line."""
+    contents = read_back(contents)
     invalid = invalid_lines(contents)
     assert read_raw_lines(path) == (contents, invalid), case
     if invalid:
@@ -126,6 +134,7 @@ def test_standard_input_is_split_like_a_file(monkeypatch: pytest.MonkeyPatch) ->
         rng = random.Random(case)
         contents = random_lines(rng)
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(file_bytes(contents, rng))))
+        contents = read_back(contents)
         assert read_raw_lines("-") == (contents, invalid_lines(contents)), case
 
 
@@ -218,6 +227,7 @@ def test_corrupt_gzip_gives_the_lines_or_an_error_naming_the_file(tmp_path: Path
         rng = random.Random(20_000 + case)
         contents = [random_content(rng, invalid=False) for _ in range(rng.randint(1, 12))]
         kind, packed = spoiled_gzip(file_bytes(contents, rng), rng)
+        contents = read_back(contents)
         path = tmp_path / "spoiled.de.gz"
         path.write_bytes(packed)
         try:

@@ -194,6 +194,44 @@ def test_kt_translate_names_both_languages(nllb, capsys):
                              tf.constant(["xho_Latn"]))
 
 
+def test_kt_score_reads_both_languages_as_nllb_lays_out_a_pair(nllb, tmp_path, capsys):
+    """kt-score with --source-language and --target-language: each target token's
+    log-probability is the model's with the pair laid out as NLLB's tokenizer lays it out
+    (source `eng_Latn X </s>`, target `fra_Latn Y </s>`), the target code forced first and not
+    scored; into another language the same pair scores otherwise; without one it is refused."""
+    from keras_transformer.decoding.transformer_search import token_log_probs
+    from trainers import score
+
+    run = str(nllb["run"])
+    sources, targets = training_sentences(4, seed=11)
+    source, target = tmp_path / "src.en", tmp_path / "ref.fr"
+    for path, lines in ((source, sources), (target, targets)):
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    records = {}
+    for language in ("fra_Latn", "deu_Latn"):
+        output = tmp_path / f"{language}.jsonl"
+        assert score.main([run, "--src", str(source), "--tgt", str(target), "--output",
+                           str(output), "--source-language", "eng", "--target-language",
+                           language]) == 0
+        records[language] = [json.loads(line) for line in output.read_text().splitlines()]
+    model, tokenizer = load_run_model(run)
+    codes = RunDir(run).languages().token_ids
+    for row, (text, translation) in enumerate(zip(sources, targets)):
+        pieces = tokenizer.tokenize_target(tf.constant([translation])).to_list()[0]
+        source_ids = [codes["eng_Latn"], *tokenizer.tokenize(tf.constant([text])).to_list()[0],
+                      EOS_ID]
+        log_probs = token_log_probs(model, tf.constant([source_ids]),
+                                    tf.constant([[codes["fra_Latn"], *pieces, EOS_ID]]))
+        record = records["fra_Latn"][row]
+        assert [piece for piece, _ in record["tokens"]] == [
+            *tokenizer.id_to_piece(pieces), "</s>"]
+        np.testing.assert_allclose([value for _, value in record["tokens"]],
+                                   log_probs.numpy()[0, 1:], atol=1e-4)
+        assert record["tokens"] != records["deu_Latn"][row]["tokens"]
+    assert score.main([run, "--src", str(source), "--tgt", str(target)]) == 2
+    assert "--target-language: " in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_the_exports_translate_as_the_run(nllb, translated, tmp_path):
     """The SavedModel (`source_language` a request input) and the CTranslate2 export give the
@@ -227,7 +265,7 @@ def test_fine_tuning_on_new_pairs_reads_both_languages_tokens(nllb, tmp_path, ca
     """`kt-train --init-from` an NLLB run with `--pair` (LoRA, and every weight): each pair's
     training ids start as the model reads them (the source code first in the source, the
     target code first in the target), the run keeps the model's languages and scores each pair
-    on its dev set; a pair named by an alias is pointed to the code, and plain --train-src is
+    on its dev set; a pair naming a language the model lacks, and plain --train-src, are
     refused."""
     sources, targets = training_sentences(60, seed=9)
     files = {}
@@ -275,15 +313,37 @@ def test_fine_tuning_on_new_pairs_reads_both_languages_tokens(nllb, tmp_path, ca
     assert any(not np.array_equal(tuned, imported) for tuned, imported in zip(
         final_weights(tmp_path / "full"), final_weights(nllb["run"])))
     for argv, message in (
-            ([*common, "--pair", "eng-fra_Latn", str(files["train.en"]), str(files["train.fr"]),
-              "--dev-pair", "eng-fra_Latn", str(files["dev.en"]), str(files["dev.fr"])],
-             "'eng' is not a language of the model by its code: write eng_Latn"),
+            ([*common, "--pair", "xho-fra_Latn", str(files["train.en"]), str(files["train.fr"]),
+              "--dev-pair", "xho-fra_Latn", str(files["dev.en"]), str(files["dev.fr"])],
+             "'xho' is not a language of the model (deu_Latn, eng_Latn"),
             ([*common, "--train-src", str(files["train.en"]), "--train-tgt",
               str(files["train.fr"])], "give the new pairs with --pair SRC-TGT")):
         with pytest.raises(SystemExit):
             train.main([*argv, "--steps", "1", "--output-dir", str(tmp_path / "refused")])
         assert message in capsys.readouterr().err
         assert not (tmp_path / "refused").exists()
+
+
+def test_a_pair_named_by_aliases_is_the_pair_of_the_model_s_codes(nllb, tmp_path, capsys):
+    """docs/importing.md's `--pair eng-fra_Latn`: an unambiguous ISO 639-3 alias names the
+    model's code, as kt-translate's --source-language takes it; an ambiguous one is named."""
+    from keras_transformer.data.languages import LanguagePair
+    from trainers import train_arguments
+
+    text = tmp_path / "a.txt"
+    text.write_text("hello\n", encoding="utf-8")
+    files = [str(text), str(text)]
+    argv = ["--init-from", str(nllb["run"]), "--output-dir", str(tmp_path / "run")]
+    args = train_arguments.parse_args([*argv, "--pair", "eng-fra_Latn", *files,
+                                       "--dev-pair", "eng_Latn-fra", *files])
+    assert args.language_pairs == [LanguagePair("eng_Latn", "fra_Latn")]
+    assert list(args.pair_files) == ["eng_Latn-fra_Latn"]
+    with pytest.raises(SystemExit):
+        train_arguments.parse_args([*argv, "--pair", "eng-zho", *files,
+                                    "--dev-pair", "eng-zho", *files])
+    assert "language 'zho' is ambiguous: the model has zho_Hans, zho_Hant" in (
+        capsys.readouterr().err)
+    assert not (tmp_path / "run").exists()
 
 
 def test_evaluate_and_the_teacher_corpus_translate_as_kt_translate(nllb, translated, tmp_path):

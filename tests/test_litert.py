@@ -208,6 +208,15 @@ def test_what_a_litert_export_cannot_hold_is_refused_by_name(exported, tmp_path,
     (corrupt / LITERT_FILE).write_bytes(b"not a flatbuffer")
     with pytest.raises(ValueError, match=f"{corrupt / LITERT_FILE}: not a LiteRT model"):
         load_export(corrupt)
+    source, prefix = tmp_path / "in.en", tmp_path / "prefix.de"
+    source.write_text("one cat\n \t\n\n", encoding="utf-8")
+    prefix.write_text("ein\n\n\n", encoding="utf-8")
+    assert translate.main([str(exported["lite"]), str(source), "--prefix", str(prefix)]) == 2
+    assert "is a LiteRT export: LiteRT exports force no prefixes" in capsys.readouterr().err
+    output = tmp_path / "out.de"
+    assert translate.main([str(exported["lite"]), str(source), "--output", str(output),
+                           "--quiet"]) == 0
+    assert output.read_text(encoding="utf-8").split("\n")[1:] == [" \t", "", ""]
 
 
 @pytest.mark.slow

@@ -93,7 +93,8 @@ def test_the_searchs_score_is_the_sum_of_the_teacher_forced_log_probs(demo_vocab
 
 def test_kt_score_refuses_what_it_cannot_score_by_name(scored_run, tmp_path, capsys):
     """Files of different lengths, a target longer than the model's positions and a model of
-    several languages are named; nothing is written."""
+    several languages without --target-language are named; nothing is written. A source
+    longer than the model takes is scored from its start, and the warning says so."""
     source, target = scored_run["files"]
     short = tmp_path / "short.de"
     short.write_text("ein Hund\n", encoding="utf-8")
@@ -114,8 +115,16 @@ def test_kt_score_refuses_what_it_cannot_score_by_name(scored_run, tmp_path, cap
         "source", {"de": 5, "fr": 6}, 1.0, []).to_dict()), encoding="utf-8")
     assert score.main([str(several), "--src", str(source), "--tgt", str(target), "--output",
                        str(output)]) == 2
-    assert "a model of several target languages" in capsys.readouterr().err
+    assert ("--target-language: " f"{str(several)!r}: target language: needed, the model "
+            "translates into de, fr") in capsys.readouterr().err
     assert not output.exists()
+    long_source = tmp_path / "long.en"
+    long_source.write_text(" ".join(scored_run["sources"][:8]) + "\n", encoding="utf-8")
+    short.write_text("ein Hund\n", encoding="utf-8")
+    assert score.main([run, "--src", str(long_source), "--tgt", str(short), "--output",
+                       str(output)]) == 0
+    assert (f"{long_source}: 1 line longer than the model takes (max_length 24), scored from "
+            "its first 23 subwords: line 1") in capsys.readouterr().err
 
 
 def test_the_translators_confidence_is_bergamots_of_the_translations_own_tokens(scored_run):
@@ -168,3 +177,69 @@ def test_kt_translate_writes_each_lines_confidence(scored_run, tmp_path, capsys)
         translate.main([str(scored_run["run"]), str(source), "--scores", str(scores),
                         "--nbest", "2"])
     assert "--scores: not with --nbest" in capsys.readouterr().err
+
+
+def test_kt_translate_scores_constrained_translations_as_kt_score_scores_them(
+        scored_run, demo_vocab, tmp_path, capsys):
+    """--scores with --constraints: each record's sentence and words are kt-score's of the
+    line and its constrained translation, its score the constrained search's; a line without
+    constraints gets the translation and the record of --scores alone (where its text reads
+    back as the search's pieces). The random model's many byte pieces read back as three each
+    (U+FFFD): its positions leave room for them; a model of fewer positions leaves such a
+    translation unscored, naming its line."""
+    from trainers import translate
+
+    run, lines = str(random_run(demo_vocab, tmp_path / "run", max_length=128).root), \
+        scored_run["sources"][:6]
+    source, constraints = tmp_path / "in.en", tmp_path / "constraints.de"
+    source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    constraints.write_text("Hund\n\nKatze\tzwei\n\n\n\n", encoding="utf-8")
+    outputs = {}
+    for name, extra in (("constrained", ["--constraints", str(constraints)]), ("free", [])):
+        outputs[name] = (tmp_path / f"{name}.de", tmp_path / f"{name}.jsonl")
+        assert translate.main([run, str(source), "--output", str(outputs[name][0]), "--scores",
+                               str(outputs[name][1]), "--quiet", "--max-decode-extra", "8",
+                               *extra]) == 0
+    records, texts = ({name: function(paths[index]) for name, paths in outputs.items()}
+                      for index, function in ((1, lambda path: [json.loads(line) for line in
+                                                                 path.read_text().splitlines()]),
+                                              (0, text_lines)))
+    assert "Hund" in texts["constrained"][0] and "Katze" in texts["constrained"][2]
+    scored = tmp_path / "kt-score.jsonl"
+    assert score.main([run, "--src", str(source), "--tgt", str(outputs["constrained"][0]),
+                       "--output", str(scored)]) == 0
+    for record, expected in zip(records["constrained"], map(json.loads,
+                                                            scored.read_text().splitlines())):
+        assert record["words"] == expected["words"]
+        assert record["sentence"] == pytest.approx(expected["sentence"], abs=1e-6)
+    assert "not scored" not in capsys.readouterr().err
+    free_rows = [1, 3, 4, 5]
+    assert [texts["constrained"][row] for row in free_rows] == [
+        texts["free"][row] for row in free_rows]
+    for row in free_rows:
+        ours, theirs = records["constrained"][row], records["free"][row]
+        assert ours["score"] == pytest.approx(theirs["score"], abs=1e-4)
+        if [word for word, _ in ours["words"]] == [word for word, _ in theirs["words"]]:
+            assert ours["sentence"] == pytest.approx(theirs["sentence"], abs=1e-4)
+    assert translate.main([str(scored_run["run"]), str(source), "--constraints",
+                           str(constraints), "--scores", str(outputs["free"][1]), "--output",
+                           str(outputs["free"][0]), "--quiet", "--max-decode-extra", "8"]) == 0
+    unscored = [row for row, line in enumerate(outputs["free"][1].read_text().splitlines())
+                if json.loads(line)["sentence"] is None]
+    assert unscored and (f"--scores: {source}: line{'s' if len(unscored) > 1 else ''} "
+                         f"{', '.join(str(row + 1) for row in unscored)}: the constrained "
+                         "translation reads back as more subwords") in capsys.readouterr().err
+
+
+def test_scores_of_constrained_translations_are_refused_by_an_export(tmp_path):
+    from keras_transformer.serving.text_translation import LineTranslator
+    from trainers import translate
+
+    source = tmp_path / "in.en"
+    source.write_text("one cat\n", encoding="utf-8")
+    args = translate.parse_args([str(tmp_path), str(source), "--constraints", str(source),
+                                 "--scores", str(tmp_path / "s.jsonl")])
+    export = LineTranslator(None, None, None, translate_terms=print, translate_scored=print)
+    with pytest.raises(ValueError, match="--scores with --constraints: .* is an export; the "
+                                         "confidence of a constrained translation"):
+        translate.check_translator(args, export, [["one"]])

@@ -1,6 +1,7 @@
 """Terminology through the Translator's `translate_with_terms` signature, its SavedModel,
 kt-translate's `--terms` and `--constraints`, and the glossary's parsing and matching."""
 import io
+import logging
 
 import pytest
 import tensorflow as tf
@@ -102,6 +103,23 @@ def test_a_glossary_applies_its_longest_matching_source_phrases(tmp_path):
     assert glossary.terms("a cat in New York, a cat") == ["Katze", "New York"]
     assert sentence_terms(["a cat", "dogs"], glossary, [["Hund"], ["Hund", "Katze"]]) == [
         "Katze\tHund", "Hund\tKatze"]
+
+
+def test_a_glossary_s_first_entry_matches_after_a_byte_order_mark_and_repeats_are_named(
+        tmp_path, caplog):
+    path = tmp_path / "glossary.txt"
+    path.write_text("\ufeffcat ||| Katze\ndog ||| Hund\n# again\ncat ||| Kater\n",
+                    encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        glossary = Glossary.read(path)
+    assert glossary.terms("a cat and a dog") == ["Katze", "Hund"]
+    assert [record.getMessage() for record in caplog.records
+            if "again" in record.getMessage()] == [
+        f"{path}:4: the source phrase 'cat' again (first at {path}:1); the first entry "
+        "applies, this one is ignored"]
+    constraints = tmp_path / "constraints.de"
+    constraints.write_text("\ufeffHund\tKatze\n", encoding="utf-8")
+    assert read_constraints(constraints, 1) == [["Hund", "Katze"]]
 
 
 @pytest.mark.parametrize("line, problem", [

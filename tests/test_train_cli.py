@@ -54,6 +54,9 @@ def test_config_layers_preset_file_and_set(tmp_path):
     assert args.recipe == kt.Recipe.preset(
         "small", d_model=32, dropout=0.2, share_embeddings=False, warmup_steps=100,
         length_penalty=1.0)
+    config_file.write_text("\ufeff" + json.dumps({"d_model": 32}), encoding="utf-8")
+    assert train.parse_args(["--preset", "small", "--config", str(config_file)]).recipe == (
+        kt.Recipe.preset("small", d_model=32))  # as a Windows editor saves it: a byte-order mark
 
 
 def test_config_file_errors_name_the_file(capsys, tmp_path):

@@ -12,7 +12,8 @@ from helpers import random_run, text_lines
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.serving.export import export_translator
 from keras_transformer.serving.loading import export_version, load_export
-from keras_transformer.serving.text_translation import LineTranslator, length_batches
+from keras_transformer.serving.text_translation import (LineTranslator, best_lines,
+                                                        length_batches)
 from keras_transformer.training.run_dir import RunDir
 from trainers import translate
 
@@ -184,6 +185,62 @@ def test_line_breaks_inside_translations_never_shift_lines(input_file, tmp_path,
     code, outputs, _ = run([str(tmp_path), str(input_file), "--nbest", "2", "--quiet"], capsys)
     assert code == 0 and len(outputs) == 2 * len(LINES)
     assert outputs[:2] == ["0 ||| x y ||| -1.0000", "0 ||| z  ||| -2.0000"]
+
+
+# Lines of whitespace (space, tab, no-break space, em space) among a sentence and an empty line.
+BLANK_LINES = [b"one cat", b" ", b"\t", "\u00a0".encode(), " \t\u2003 ".encode(), b"",
+               b"two dogs"]
+
+
+def inventing_translator(tokenizer: SubwordTokenizer) -> LineTranslator:
+    """A backend that, as a model does, makes a sentence of any text it is given but an empty
+    one (the `translate_text`, `translate_ids`, `translate_scored` and `translate_terms` calls
+    of every backend), on `tokenizer`."""
+    def invent(text: tf.Tensor, *_: tf.Tensor) -> dict:
+        given = tf.strings.length(text) > 0
+        return {"translation": tf.where(given, "erfunden", ""),
+                "score": tf.zeros(tf.shape(text)), "confidence": tf.zeros(tf.shape(text)),
+                "words": tf.fill([tf.shape(text)[0], 1], "erfunden"),
+                "word_scores": tf.zeros([tf.shape(text)[0], 1]),
+                "missing_terms": tf.fill(tf.shape(text), "")}
+
+    def invent_ids(ids: tf.Tensor) -> dict:
+        given = tf.reduce_any(ids != 0, axis=1)
+        return {"nbest_ids": tf.where(given[:, None, None], 7, 0) * tf.ones([1, 2, 3], tf.int32),
+                "nbest_scores": tf.zeros([tf.shape(ids)[0], 2])}
+
+    return LineTranslator(invent, invent_ids, tokenizer, translate_prefixed=invent,
+                          translate_terms=invent, translate_scored=invent)
+
+
+def test_lines_of_whitespace_pass_through_as_they_are(demo_tokenizer):
+    translator = inventing_translator(demo_tokenizer)
+    texts = [line.decode() for line in BLANK_LINES]
+    expected = [text if not text.strip() else "erfunden" for text in texts]
+    records: dict[int, dict] = {}
+    for options in ({}, {"prefixes": [b""] * len(texts)}, {"terms": ["Katze"] * len(texts)},
+                    {"on_scores": records.__setitem__}):
+        assert best_lines(translator, BLANK_LINES, batch_size=3, **options) == expected, options
+    assert records[1] == records[5]  # a blank line's confidence record: an empty line's
+    translations, _ = translator.best(BLANK_LINES)
+    assert [text.decode() for text in translations] == expected
+    for text, hypotheses in zip(texts, translator.nbest(BLANK_LINES, 2)):
+        blank = not text.strip()
+        assert all((found.decode() == text) == blank for found, _ in hypotheses), text
+
+
+@pytest.mark.slow
+def test_blank_lines_pass_through_an_export_and_a_run(export_dir, run_dir, tmp_path, capsys):
+    path = tmp_path / "blank.en"
+    path.write_bytes(b"\n".join(BLANK_LINES) + b"\n")
+    blank = [index for index, line in enumerate(BLANK_LINES) if not line.decode().strip()]
+    for model in (export_dir, run_dir.root):
+        code, outputs, _ = run([str(model), str(path), "--quiet"], capsys)
+        assert code == 0 and [outputs[index] for index in blank] == [
+            BLANK_LINES[index].decode() for index in blank]
+    code, outputs, _ = run([str(export_dir), str(path), "--nbest", "2", "--quiet"], capsys)
+    assert code == 0 and [outputs[2 * index] for index in blank] == [
+        f"{index} ||| {BLANK_LINES[index].decode()} ||| 0.0000" for index in blank]
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -489,6 +489,7 @@ def score_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=32,
                         help="pairs scored at once (default: 32)")
     add_weights_argument(parser, run_directory_only=False)
+    add_target_language_argument(parser)
     return parser
 
 

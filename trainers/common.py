@@ -71,7 +71,8 @@ def recipe_overrides(args: argparse.Namespace) -> dict[str, Any]:
     if args.config:
         path = Path(args.config)
         try:
-            loaded = json.loads(path.read_text(encoding="utf-8"))
+            # "utf-8-sig": a byte-order mark (as Windows editors write one) is no JSON
+            loaded = json.loads(path.read_text(encoding="utf-8-sig"))
             values.update({key: typed_value(key, value, f"--config {args.config!r}")
                            for key, value in loaded.items()})
         except OSError as error:

@@ -76,6 +76,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         if args.model or args.vocabulary or args.name:
             parser.error("--describe: takes an export alone (no model, vocabulary or --name)")
         return args
+    if args.vocabulary is None and args.model and not os.path.exists(args.model):
+        parser.error(missing_model(args.model))  # not the vocabulary it would have supplied
     if args.vocabulary is None and args.model and os.path.isdir(os.path.join(args.model,
                                                                               "vocab")):
         args.vocabulary = os.path.join(args.model, "vocab")
@@ -233,12 +235,19 @@ def describe_export(path: str) -> int:
     return 0
 
 
+def missing_model(model: str) -> str:
+    """The error of a `model` argument that does not exist (named before any other)."""
+    return f"model: {model!r} does not exist"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line; returns its exit status (2 on a user error)."""
     args = parse_args(argv)
     if args.describe:
         return describe_export(args.describe)
     try:
+        if not os.path.exists(args.model):
+            raise FileNotFoundError(missing_model(args.model))
         check_model_tree(args.base_dir, args.name)  # before the minutes a model may take
         tokenizer = load_tokenizer(args.vocabulary)
         model, defaults, source = load_model(args.model, args.weights)

@@ -53,7 +53,8 @@ def check_pair_arguments(parser: argparse.ArgumentParser, args: argparse.Namespa
             except ValueError as error:
                 parser.error(f"{option}: {error}")
             if many_to_many is not None:
-                check_model_languages(parser, option, pair, many_to_many)
+                pair = model_pair(parser, option, pair, many_to_many)
+                name = pair.name
             if split == "train":
                 if name in args.pair_files:
                     parser.error(f"{option}: given twice")
@@ -85,26 +86,29 @@ def many_to_many_languages(path: Optional[str]) -> Optional[RunLanguages]:
     return languages if languages is not None and languages.source_language_token else None
 
 
-def check_model_languages(parser: argparse.ArgumentParser, option: str, pair: LanguagePair,
-                          languages: RunLanguages) -> None:
-    """Exits through `parser.error` naming `option` when a language of `pair` is not one of
-    the model's `languages` by its exact code (an alias is pointed to the code it names)."""
+def model_pair(parser: argparse.ArgumentParser, option: str, pair: LanguagePair,
+               languages: RunLanguages) -> LanguagePair:
+    """`pair` in the model's codes (`languages`): each language its code, or the one code an
+    alias names (`eng` for `eng_Latn`, as `--source-language` takes it); exits through
+    `parser.error` naming `option` when a language names none of the model's, or several."""
+    codes = []
     for language in (pair.source, pair.target):
-        if language in languages.token_ids:
-            continue
         try:
-            meant = languages.code(language)
+            code = languages.code(language)
         except ValueError as error:
             parser.error(f"{option}: {error}")
-        parser.error(f"{option}: {language!r} is not a language of the model" + (
-            f" by its code: write {meant}" if meant != language else
-            f" ({', '.join(sorted(languages.token_ids))})"))
+        if code not in languages.token_ids:
+            parser.error(f"{option}: {language!r} is not a language of the model "
+                         f"({', '.join(sorted(languages.token_ids))})")
+        codes.append(code)
+    return LanguagePair(*codes)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parses and cross-checks the options; every error names its flag."""
     parser = train_parser()
     args = parser.parse_args(argv)
+    check_init_from(parser, args.init_from)  # a path that is no run first, before its rules
     check_pair_arguments(parser, args)
     local = {name: getattr(args, name.replace("-", "_")) for name in
              ("train-src", "train-tgt", "dev-src", "dev-tgt", "test-src", "test-tgt")}
@@ -165,7 +169,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.steps is None and args.epochs is None and args.max_minutes is None:
         args.steps = DEFAULT_STEPS
     check_lora_arguments(parser, args)
-    check_init_from(parser, args.init_from)
     try:
         args.recipe = (fine_tuning_recipe(args, argv) if args.init_from
                        else recipe_from_args(args))

@@ -7,7 +7,8 @@
     kt-translate saved_models/demo-ct2 input.en   # a CTranslate2 export (kt-export --format)
     kt-translate saved_models/demo-device input.en --threads 2   # a LiteRT export
 
-One output line per input line, in order: an empty line gives an empty line, a line that is not
+One output line per input line, in order: an empty line gives an empty line, a line of
+whitespace alone (spaces, tabs, no-break spaces) itself, a line that is not
 valid UTF-8 is translated with U+FFFD replacements (with a warning naming file and line), and a
 line longer than the model's `max_length` is translated from its first `max_length - 1`
 subwords (a warning counts such lines and names the first). With `--nbest K` each input line gives K lines `INDEX ||| TRANSLATION ||| SCORE`
@@ -21,7 +22,8 @@ a phrase it could not place before the length limit is named in a warning (file,
 `--scores FILE` (one per input) writes how sure the model is of each translation, one JSON
 object a line: `score` (the search's), `sentence` and `words` (Bergamot's quality estimation,
 `keras_transformer.decoding.confidence`: a word's score is the mean log-probability of its
-pieces, the sentence's the mean of its words').
+pieces, the sentence's the mean of its words'); with `--terms` or `--constraints` (a run
+directory), the constrained translation is scored as kt-score scores a translation.
 `--ensemble RUN_DIR ...` (with a run directory) decodes
 with those runs' models too, averaging their probabilities. An export's search settings are fixed
 in its graph: to change them, export again (`kt-export --beam-size ...`).
@@ -34,22 +36,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
-from keras_transformer.data.text_files import read_raw_lines
+from keras_transformer.data.text_files import file_problem, line_list, read_raw_lines
 from keras_transformer.decoding.terminology import Glossary, read_constraints, sentence_terms
 from keras_transformer.decoding.translator import IntoLanguage, Translator
+from keras_transformer.serving.litert_export import is_litert_model
 from keras_transformer.serving.loading import export_version, load_export, recorded_languages
 from keras_transformer.data.languages import chosen_languages
-from keras_transformer.serving.text_translation import (LineTranslator, best_lines,
-                                                        length_batches, output_line,
+from keras_transformer.serving.text_translation import (LineTranslator, best_lines, is_blank,
+                                                        length_batches, output_line, searched,
                                                         truncation_warning)
 from keras_transformer.training.progress import CountProgress
 from keras_transformer.training.run_dir import RunDir
 from trainers.arguments import translate_parser
+from trainers.score import score_translations
 from trainers.translate_documents import (check_alignment, check_document_flags,
                                           input_format, translate_document)
 from trainers.common import (check_export_flags, is_run_directory, load_ensemble,
@@ -63,8 +66,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     for name in ("prefix", "constraints", "terms"):
         value = getattr(args, name)
         for path in [value] if isinstance(value, str) else value or []:
-            if not os.path.isfile(path):
-                parser.error(f"--{name}: {path!r} does not exist")
+            problem = file_problem(path)
+            if problem:
+                parser.error(f"--{name}: {path!r} {problem}")
     for name in ("output", "prefix", "constraints", "scores"):
         files = getattr(args, name)
         if files and len(files) != len(args.inputs):
@@ -75,8 +79,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         if getattr(args, name) and (args.nbest or args.prefix):
             parser.error(f"--{name}: not with --nbest or --prefix (terms give the best "
                          "translation only)")
-    if args.scores and (args.nbest or args.prefix or args.terms or args.constraints):
-        parser.error("--scores: not with --nbest, --prefix, --terms or --constraints")
+    if args.scores and (args.nbest or args.prefix):
+        parser.error("--scores: not with --nbest or --prefix")
     for name in ("batch_size", "batch_tokens", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: must be positive")
@@ -108,6 +112,7 @@ def load_translator(args: argparse.Namespace) -> LineTranslator:
                                 ensemble=load_ensemble(args.ensemble, tokenizer))
         return LineTranslator.from_translator(
             translator if language is None else IntoLanguage(translator, language, source))
+    export_version(args.model)  # a path that is no export is named before any flag's rule
     check_export_flags(args)
     return load_export(args.model, args.target_language, threads=args.threads,
                        source_language=args.source_language)
@@ -156,6 +161,11 @@ def check_translator(args: argparse.Namespace, translator: LineTranslator,
                          "no constrained search (CTranslate2 and LiteRT exports have none, "
                          "nor SavedModels exported before it); translate with the run "
                          "directory or a SavedModel exported by this version")
+    if args.scores and terms[0] is not None and translator.model is None:
+        raise ValueError(f"--scores with --{'terms' if args.terms else 'constraints'}: "
+                         f"{args.model} is an export; the confidence of a constrained "
+                         "translation is its score by the run's model (as kt-score scores a "
+                         "translation): translate with the run directory")
     if args.scores and not translator.takes_scores:
         raise ValueError(f"--scores: {args.model} gives no word scores (CTranslate2 and "
                          "LiteRT exports do not, nor SavedModels exported before it); use "
@@ -164,8 +174,38 @@ def check_translator(args: argparse.Namespace, translator: LineTranslator,
         raise ValueError(f"--nbest: {args.nbest} exceeds the beam size "
                          f"{translator.beam_size}")
     if args.prefix and not translator.takes_prefixes:
+        if is_litert_model(export_version(args.model)):
+            raise ValueError(f"--prefix: {args.model} is a LiteRT export: LiteRT exports force "
+                             "no prefixes; translate with the run directory, a SavedModel or "
+                             "a CTranslate2 export")
         raise ValueError(f"--prefix: {args.model} has no translate_with_prefix signature "
                          "(exported by an older version); export it again")
+
+
+def score_constrained(path: str, translator: LineTranslator, lines: list[bytes],
+                      outputs: list[str], records: list[dict], batch_size: int) -> None:
+    """Adds to each line's record (its search's `score`) how sure the model is of its
+    constrained translation, `sentence` and `words`: the translation scored as kt-score scores
+    a pair (`trainers.score.score_translations`, teacher-forced by `translator.model`, a run's),
+    as the constrained search gives no confidence of its own. A line of whitespace is scored
+    as the empty line it was translated as; a translation whose text reads back as more
+    subwords than the model's positions is left unscored (`sentence` null, a warning naming
+    the lines of `path`)."""
+    sources = [line.decode("utf-8", "replace") for line in searched(lines)]
+    targets = ["" if is_blank(line) else output for line, output in zip(lines, outputs)]
+    scored = score_translations(translator.model, translator.tokenizer, sources, targets,
+                                batch_size, languages=translator.languages,
+                                language=translator.language,
+                                source_language=translator.source_language, skip_long=True)
+    unscored = [index + 1 for index, confidence in enumerate(scored) if confidence is None]
+    if unscored:
+        print(f"kt-translate: warning: --scores: {path}: {line_list(unscored)}: the constrained "
+              "translation reads back as more subwords than the model's positions; not scored "
+              '("sentence": null)', file=sys.stderr)
+    for record, confidence in zip(records, scored):
+        record.update(sentence=None if confidence is None else confidence.sentence,
+                      words=[] if confidence is None else [list(word)
+                                                          for word in confidence.words])
 
 
 def write_json_lines(path: str, records: list[dict]) -> None:
@@ -183,6 +223,9 @@ def read_terms(args: argparse.Namespace, inputs: list[tuple[list[bytes], list[in
     if not args.terms and not args.constraints:
         return [None] * len(inputs)
     glossary = Glossary.read(args.terms) if args.terms else None
+    if glossary is not None and not glossary.entries:
+        print(f"kt-translate: warning: --terms: {args.terms} has no entries (lines 'source "
+              "phrase ||| target phrase'): no line is constrained by it", file=sys.stderr)
     terms = []
     for position, (lines, _) in enumerate(inputs):
         constraints = (read_constraints(args.constraints[position], len(lines))
@@ -252,6 +295,8 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) 
             on_missing=missing, on_scores=scored if args.scores else None)
         text = "".join(line + "\n" for line in outputs)
         if args.scores:
+            if terms[position] is not None:
+                score_constrained(path, translator, lines, outputs, records, args.batch_size)
             write_json_lines(args.scores[position], records)
         write_output(args, position, text, stdout)
     return 0

@@ -1,4 +1,5 @@
-"""Line-aligned text files, plain or gzipped, read strictly as UTF-8."""
+"""Line-aligned text files, plain or gzipped, read strictly as UTF-8 (a byte-order mark at a
+file's start dropped, with a warning naming the file once)."""
 from __future__ import annotations
 
 import gzip
@@ -17,15 +18,32 @@ SHARED_DATA_VARIABLE = "KT_SHARED_DATA"
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
+BYTE_ORDER_MARK = b"\xef\xbb\xbf"  # U+FEFF in UTF-8, which Windows editors start files with
+_MARKED: set[str] = set()  # the files whose byte-order mark has been warned about
 FIRST_LINES = 10  # line numbers a report of lines (dropped, truncated, ...) names at most
 
 
 def require_files(*paths: str | os.PathLike) -> None:
-    """Raises FileNotFoundError naming the first of `paths` that is no file (checked before a
-    command writes anything)."""
+    """Raises FileNotFoundError naming the first of `paths` that does not exist, ValueError
+    naming the first that is no regular file (`file_problem`), checked before a command writes
+    anything."""
     for path in paths:
-        if not os.path.isfile(path):
+        if not os.path.exists(path):
             raise FileNotFoundError(f"corpus file not found: {os.fspath(path)!r}")
+        problem = file_problem(path)
+        if problem:
+            raise ValueError(f"{os.fspath(path)!r} {problem}")
+
+
+def file_problem(path: str | os.PathLike) -> Optional[str]:
+    """Why `path` cannot be read as a text file ("does not exist", "is not a regular file (a
+    directory)", ... for a device such as /dev/null), or None for a regular file."""
+    if os.path.isfile(path):
+        return None
+    if not os.path.exists(path):
+        return "does not exist"
+    kind = "a directory" if os.path.isdir(path) else "a device, pipe or socket"
+    return f"is not a regular file ({kind})"
 
 
 def _open_binary(path: str) -> IO[bytes]:
@@ -39,17 +57,31 @@ def _open_binary(path: str) -> IO[bytes]:
 def _numbered_lines(path: str, handle: IO[bytes]) -> Iterator[tuple[int, bytes]]:
     """Each line of ``handle`` (opened from ``path``) with its 1-based number, line ending kept.
 
-    Only LF ends a line (a lone CR is content, as for ``wc -l`` and sacrebleu). Corrupt or
-    truncated gzip data raises ValueError naming the file and the last line read.
+    Only LF ends a line (a lone CR is content, as for ``wc -l`` and sacrebleu). A UTF-8
+    byte-order mark starting line 1 is dropped (`dropped_mark`). Corrupt or truncated gzip
+    data raises ValueError naming the file and the last line read.
     """
     number = 0
     try:
         for number, raw in enumerate(handle, start=1):
-            yield number, raw
+            yield number, dropped_mark(path, raw) if number == 1 else raw
     except _GZIP_ERRORS as error:
         raise ValueError(
             f"{path}: corrupt or truncated gzip data after line {number} ({error})"
         ) from None
+
+
+def dropped_mark(path: str, first: bytes) -> bytes:
+    """`first`, the first bytes of the file `path` ("-": standard input), without the UTF-8
+    byte-order mark it may start with; the first time a file has one, a warning names it (the
+    mark is no text: kept, it would be translated, scored or matched as a word)."""
+    if not first.startswith(BYTE_ORDER_MARK):
+        return first
+    name = "standard input" if path == "-" else path
+    if name not in _MARKED:
+        _MARKED.add(name)
+        _LOG.warning("%s: starts with a UTF-8 byte-order mark (U+FEFF), dropped", name)
+    return first[len(BYTE_ORDER_MARK):]
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:

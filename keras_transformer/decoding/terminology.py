@@ -10,11 +10,15 @@ applies. A sentence's terms are its glossary phrases, then its own constraints, 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 from typing import Sequence
 
+from keras_transformer.data.text_files import read_lines
 from keras_transformer.decoding.translator import TERM_SEPARATOR
+
+_LOG = logging.getLogger(__name__)
 
 ENTRY_SEPARATOR = "|||"
 
@@ -27,28 +31,35 @@ class Glossary:
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> "Glossary":
-        """The glossary file at `path`: one `source phrase ||| target phrase` per line
-        (blank lines and lines starting with `#` skipped); a ValueError naming the file and
-        line of a line without exactly one separator, with an empty side, or with a tab."""
-        entries = []
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                line = line.rstrip("\n")
-                if not line.strip() or line.lstrip().startswith("#"):
-                    continue
-                parts = line.split(ENTRY_SEPARATOR)
-                where = f"{os.fspath(path)}:{number}"
-                if len(parts) != 2:
-                    raise ValueError(f"{where}: expected 'source phrase ||| target phrase', "
-                                     f"got {line!r}")
-                source, target = (part.strip() for part in parts)
-                if not source or not target:
-                    raise ValueError(f"{where}: an empty {'source' if not source else 'target'}"
-                                     f" phrase in {line!r}")
-                if TERM_SEPARATOR in line:
-                    raise ValueError(f"{where}: a tab in {line!r} (phrases are words "
-                                     "separated by spaces)")
-                entries.append((source, target))
+        """The glossary file at `path` (read as `read_lines` reads: plain or gzipped UTF-8, a
+        byte-order mark dropped): one `source phrase ||| target phrase` per line (blank lines
+        and lines starting with `#` skipped); a ValueError naming the file and line of a line
+        without exactly one separator, with an empty side, or with a tab. A source phrase
+        given again is warned about, naming both lines: the first entry applies."""
+        entries: list[tuple[str, str]] = []
+        first_lines: dict[str, int] = {}
+        for number, line in enumerate(read_lines(path), start=1):
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split(ENTRY_SEPARATOR)
+            where = f"{os.fspath(path)}:{number}"
+            if len(parts) != 2:
+                raise ValueError(f"{where}: expected 'source phrase ||| target phrase', "
+                                 f"got {line!r}")
+            source, target = (part.strip() for part in parts)
+            if not source or not target:
+                raise ValueError(f"{where}: an empty {'source' if not source else 'target'}"
+                                 f" phrase in {line!r}")
+            if TERM_SEPARATOR in line:
+                raise ValueError(f"{where}: a tab in {line!r} (phrases are words "
+                                 "separated by spaces)")
+            if source in first_lines:
+                _LOG.warning("%s: the source phrase %r again (first at %s:%d); the first "
+                             "entry applies, this one is ignored", where, source,
+                             os.fspath(path), first_lines[source])
+                continue
+            first_lines[source] = number
+            entries.append((source, target))
         return cls(tuple(entries))
 
     def terms(self, sentence: str) -> list[str]:
@@ -74,13 +85,10 @@ def unique(phrases) -> list[str]:
 
 
 def read_constraints(path: str | os.PathLike, count: int) -> list[list[str]]:
-    """Per-sentence constraints: line N of `path` holds sentence N's target phrases separated
-    by tabs (an empty line: none); a ValueError naming the file when it has other than
-    `count` lines."""
-    with open(path, encoding="utf-8") as handle:
-        lines = handle.read().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    """Per-sentence constraints: line N of `path` (read as `read_lines` reads) holds sentence
+    N's target phrases separated by tabs (an empty line: none); a ValueError naming the file
+    when it has other than `count` lines."""
+    lines = read_lines(path)
     if len(lines) != count:
         raise ValueError(f"{os.fspath(path)}: {len(lines)} lines of constraints for {count} "
                          "sentences (one line per sentence, phrases separated by tabs)")

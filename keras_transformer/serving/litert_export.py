@@ -72,10 +72,14 @@ def check_exportable(languages: Optional[RunLanguages]) -> None:
     target languages whose token is forced first in the translation (the "target"
     placement; the "source" placement's token is one more source id)."""
     if languages is not None and languages.placement != "source":
+        remedy = ("an imported model's placement is the one it was trained with and cannot "
+                  "change: translate it with the run directory, a SavedModel or a CTranslate2 "
+                  "export" if languages.source_language_token else
+                  "a run trained with the 'source' placement (kt-train --language-token "
+                  "source) can")
         raise ValueError("--format litert: a model of several target languages with the "
                          f"{languages.placement!r} placement (its token forced first in the "
-                         "translation) cannot be exported to LiteRT yet; the 'source' "
-                         "placement can")
+                         f"translation) cannot be exported to LiteRT yet; {remedy}")
 
 
 def litert_model(model: Transformer, settings: SearchSettings, quantization: str = "float32",

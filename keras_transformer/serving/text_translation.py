@@ -24,6 +24,7 @@ from keras_transformer.config import PAD_ID
 
 if TYPE_CHECKING:
     from keras_transformer.data.languages import RunLanguages
+    from keras_transformer.model import Transformer
 
 
 @contextlib.contextmanager
@@ -58,7 +59,8 @@ class LineTranslator:
     `missing_terms`; None for backends without a constrained search) and `translate_scored`
     (texts -> `translation`, `score`, `confidence`, `words`, `word_scores`; None for backends
     without it) and `translate_aligned` (texts -> `translation`, `score`, `target_pieces`,
-    `source_pieces`, `alignment`; None for backends without it); `owner`
+    `source_pieces`, `alignment`; None for backends without it); `model`: the in-process
+    model the functions search with (a `Translator`'s; None for an export); `owner`
     is kept alive for them (a loaded SavedModel, or the `Translator` whose methods they are);
     `max_length`: the model's, whose sources longer than `max_length - 1` subwords are cut
     (`truncated` names them; None: not known, as for exports without a provenance record);
@@ -75,9 +77,11 @@ class LineTranslator:
                  language: Optional[str] = None, source_language: Optional[str] = None,
                  translate_terms: Optional[Callable[[tf.Tensor, tf.Tensor], dict]] = None,
                  translate_scored: Optional[Callable[[tf.Tensor], dict]] = None,
-                 translate_aligned: Optional[Callable[[tf.Tensor], dict]] = None):
+                 translate_aligned: Optional[Callable[[tf.Tensor], dict]] = None,
+                 model: Optional[Transformer] = None):
         self._owner = owner
         self._translate_aligned = translate_aligned
+        self.model = model
         self._translate_terms = translate_terms
         self._translate_scored = translate_scored
         self.max_length = max_length
@@ -149,7 +153,8 @@ class LineTranslator:
                    source_language=translator.source_language if into else None,
                    translate_terms=translator.translate_with_terms,
                    translate_scored=translator.translate_with_scores,
-                   translate_aligned=translator.translate_with_alignment)
+                   translate_aligned=translator.translate_with_alignment,
+                   model=translator.model)
 
     def truncated(self, texts: Sequence[bytes]) -> list[int]:
         """The indices of the `texts` translated from their first `max_length - 1` subwords
@@ -226,18 +231,22 @@ class LineTranslator:
              ) -> tuple[list[bytes], list[float]]:
         """The best translation (UTF-8) and score of each text, starting with its prefix when
         `prefixes` are given (b"" leaves a text free); invalid UTF-8 is decoded with U+FFFD
-        replacements, an empty text gets an empty translation."""
-        columns = [texts] if prefixes is None else [texts, prefixes]
+        replacements, an empty text gets an empty translation and a `blank` one itself."""
+        columns = [searched(texts)] if prefixes is None else [searched(texts), prefixes]
         outputs = self.best_function(prefixes=prefixes is not None)(
             *(tf.constant(list(column), tf.string) for column in columns))
-        return outputs["translation"].numpy().tolist(), outputs["score"].numpy().tolist()
+        translations = outputs["translation"].numpy().tolist()
+        return ([text if is_blank(text) else translation
+                 for text, translation in zip(texts, translations)],
+                outputs["score"].numpy().tolist())
 
     def nbest(self, texts: Sequence[bytes], k: int) -> list[list[tuple[bytes, float]]]:
-        """The `k` best (translation, score) pairs of each text, best first."""
+        """The `k` best (translation, score) pairs of each text, best first (a `blank` text's
+        translations: itself, as an empty text's are empty)."""
         if not 1 <= k <= self.beam_size:
             raise ValueError(f"--nbest: {k} is not between 1 and the beam size "
                              f"{self.beam_size}")
-        ids = text_pieces(self.tokenizer, tf.constant(list(texts), tf.string)).to_tensor(
+        ids = text_pieces(self.tokenizer, tf.constant(searched(texts), tf.string)).to_tensor(
             default_value=PAD_ID)
         if ids.shape[1] == 0:  # every text empty
             ids = tf.fill([len(texts), 1], PAD_ID)
@@ -246,8 +255,20 @@ class LineTranslator:
         words = self.tokenizer.detokenize(tf.reshape(hypotheses, [-1, hypotheses.shape[-1]]))
         words = np.reshape(words.numpy(), [len(texts), k])
         scores = outputs["nbest_scores"][:, :k].numpy()
-        return [list(zip(row.tolist(), row_scores.tolist()))
-                for row, row_scores in zip(words, scores)]
+        return [list(zip([text] * k if is_blank(text) else row.tolist(), row_scores.tolist()))
+                for text, row, row_scores in zip(texts, words, scores)]
+
+
+def is_blank(text: bytes) -> bool:
+    """Whether `text` is whitespace alone (spaces, tabs, no-break spaces, ...), not empty: a
+    line with nothing to translate, passed through as it is (as an empty line gives an empty
+    one) rather than given to the model, which would invent a sentence."""
+    return bool(text) and not text.decode("utf-8", errors="replace").strip()
+
+
+def searched(texts: Sequence[bytes]) -> list[bytes]:
+    """`texts` as the model is given them: a `blank` one as an empty one."""
+    return [b"" if is_blank(text) else text for text in texts]
 
 
 def closest_lines(translator: LineTranslator, lines: Sequence[bytes],
@@ -298,12 +319,14 @@ def length_batches(lengths: Sequence[int], batch_size: int,
         yield batch
 
 
-def truncation_warning(name: str, line_numbers: Sequence[int], max_length: int) -> str:
+def truncation_warning(name: str, line_numbers: Sequence[int], max_length: int,
+                       done: str = "translated") -> str:
     """The warning that the lines `line_numbers` (1-based, ascending) of the input `name` are
-    translated from their first `max_length - 1` subwords only (`truncated_sources`)."""
+    `done` ("translated", "scored") from their first `max_length - 1` subwords only
+    (`truncated_sources`)."""
     count = len(line_numbers)
     return (f"{name}: {count:,} line{'s' if count > 1 else ''} longer than the model takes "
-            f"(max_length {max_length}), translated from {'their' if count > 1 else 'its'} "
+            f"(max_length {max_length}), {done} from {'their' if count > 1 else 'its'} "
             f"first {max_length - 1} subwords: {line_list(line_numbers)}")
 
 
@@ -322,7 +345,8 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
                on_scores: Optional[Callable[[int, dict], None]] = None,
                on_alignment: Optional[Callable[[int, dict], None]] = None) -> list[str]:
     """The best translation of each line as an `output_line`, in the lines' order, translated
-    in `length_batches` of the lines' word counts.
+    in `length_batches` of the lines' word counts; an empty line gives an empty line, a
+    `blank` one itself (its confidence record, its missing terms: an empty line's).
 
     Args:
         translator: what translates.
@@ -334,8 +358,10 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
         terms: optional, one per line: the target phrases its translation must contain
             (tab-separated).
         on_missing: called with a line's index and the terms its translation lacks.
-        on_scores: when given (and no `terms`), called with each line's index and its
-            translation's confidence record (`Translator.translate_with_scores`).
+        on_scores: when given, called with each line's index and its translation's
+            confidence record (`Translator.translate_with_scores`); with `terms`, a record of
+            the search's score alone (`{"score": score}`: the constrained search gives no
+            confidence; `trainers.translate` scores its translations as kt-score does).
         on_alignment: when given (alone), called with each line's index and its
             `target_pieces`, `source_pieces` (as text, padding left out) and `alignment`
             (`Translator.translate_with_alignment`).
@@ -347,18 +373,21 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
                                          prefixes=prefixes is not None,
                                          alignment=on_alignment is not None)
     extra = terms if terms is not None else prefixes if on_scores is None else None
-    columns = [lines] if extra is None else [lines, extra]
+    columns = [searched(lines)] if extra is None else [searched(lines), extra]
     outputs = [""] * len(lines)
     for batch in length_batches([len(line.split()) for line in lines], batch_size,
                                 batch_tokens):
         found = translate(*(tf.constant([column[index] for index in batch], tf.string)
                             for column in columns))
         for index, text in zip(batch, found["translation"].numpy().tolist()):
-            outputs[index] = output_line(text)
+            outputs[index] = output_line(lines[index] if is_blank(lines[index]) else text)
         if terms is not None:
             for index, lacking in zip(batch, _missing_terms(found)):
                 if lacking and on_missing is not None:
                     on_missing(index, lacking)
+            for index, score in zip(batch, found["score"].numpy().tolist()):
+                if on_scores is not None:
+                    on_scores(index, {"score": score})
         elif on_scores is not None:
             for index, record in zip(batch, _confidence_records(found)):
                 on_scores(index, record)
