@@ -15,10 +15,13 @@ const SPACES = new RegExp(`${SPACE}+`);
 const EDGE_SPACES = new RegExp(`^${SPACE}+|${SPACE}+$`, "g");
 // The line ends of Python's `str.splitlines`.
 const LINE_END = /\r\n|[\n\v\f\r\x1c-\x1e\x85\u2028\u2029]/g;
-// A URL or an address alone (document.py's `_URL`; Python's `\S` and `\w` are Unicode's).
+// A URL or an address alone (document.py's `_URL`, case-insensitive; Python's `\S` and `\w`
+// are Unicode's, and its `\w` takes no case-folded letter): a URL's start followed by
+// something, with no whitespace anywhere.
 const NOT_SPACE = `[^${SPACE.slice(1)}`;
-const URL_ALONE = new RegExp(`^(?:[a-z][a-z0-9+.-]*://|www\\.|mailto:)${NOT_SPACE}+$|` +
-                             `^${NOT_SPACE}+@${NOT_SPACE}+\\.[\\p{L}\\p{N}_]+$`, "iu");
+const URL_START = /^(?:[a-z][a-z0-9+.-]*:\/\/|www\.|mailto:)./iu;
+const NO_SPACE = new RegExp(`^${NOT_SPACE}+$`, "u");
+const ADDRESS = new RegExp(`^${NOT_SPACE}+@${NOT_SPACE}+\\.[\\p{L}\\p{N}_]+$`, "u");
 const LETTER = /\p{L}/u;
 // Where a part may end (segmentation.py): after clause punctuation, or a dash between spaces.
 const CLAUSE_END = new Set([",", ";", ":", "\u2014", "\u2013", ")", "]"]);
@@ -33,7 +36,9 @@ export function words(text) {
 
 // Whether a text goes to the model: it has a letter and is not a URL or an address alone.
 export function translatable(text) {
-  return LETTER.test(text) && !URL_ALONE.test(text.replace(EDGE_SPACES, ""));
+  const stripped = text.replace(EDGE_SPACES, "");
+  const alone = (URL_START.test(stripped) && NO_SPACE.test(stripped)) || ADDRESS.test(stripped);
+  return LETTER.test(text) && !alone;
 }
 
 // A document's lines as `[body, end]`, the end its line break ("" for the last line without
