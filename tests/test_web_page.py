@@ -158,13 +158,17 @@ def test_the_page_translates_as_kt_translate_does(site, browser, tmp_path):
 
 def test_an_export_of_any_source_length_is_named_on_the_page(site, browser):
     """LiteRT.js runs fixed shapes only: the page names the export and --source-length; a
-    folder that is not an export is named too."""
+    folder that is not an export is named too, and a source language the browser's segmenter
+    does not know."""
     status, error = open_page(browser, f"{site['url']}/page/index.html?model=../exports/any/1")
     assert error and "--source-length" in status and "exports/any/1" in status
     manifest = json.loads((site["exports"] / "any" / "1" / MANIFEST_FILE).read_text())
     assert manifest["source_length"] is None
     status, error = open_page(browser, f"{site['url']}/page/index.html?model=../nothere")
     assert error and "nothere/keras_transformer_litert.json: 404" in status
+    status, error = open_page(
+        browser, f"{site['url']}/page/index.html?model=../exports/fixed/1&source=no%20language")
+    assert error and status.startswith("?source=no language: not a language"), status
 
 
 
