@@ -172,14 +172,19 @@ def test_an_export_of_any_source_length_is_named_on_the_page(site, browser):
 
 
 
-def translated_text(driver, text: str, language: str, format: str) -> str:  # noqa: A002
-    """`text` put into the ready page and translated into `language` (an option's value) as
-    `format` (the format choice's value): the page's translation."""
+def translated_text(driver, text: str, language: str, format: str,  # noqa: A002
+                    typed: bool = False) -> str:
+    """`text` put into the ready page (`typed`: typed; else set, as a paste) and translated
+    into `language` (an option's value) as `format` (the format choice's value): the page's
+    translation."""
     Select(driver.find_element(By.ID, "language")).select_by_value(language)
     Select(driver.find_element(By.ID, "format")).select_by_value(format)
-    # set, not typed: a tab typed into the box would move the focus instead
-    driver.execute_script("arguments[0].value = arguments[1]",
-                          driver.find_element(By.ID, "source"), text)
+    box = driver.find_element(By.ID, "source")
+    # set, not typed, by default: a tab typed into the box would move the focus instead
+    driver.execute_script("arguments[0].value = arguments[1]", box, "" if typed else text)
+    if typed:
+        assert "\t" not in text
+        box.send_keys(text)
     driver.find_element(By.ID, "translate").click()
     WebDriverWait(driver, 300).until(
         lambda d: page_state(d)[0].startswith("translated") or page_state(d)[1])
@@ -263,7 +268,7 @@ def test_the_page_translates_paragraphs_as_kt_translate_format_text_does(site, b
 @pytest.mark.slow
 def test_a_line_longer_than_the_model_takes_is_translated_in_parts(site, browser, tmp_path):
     """A sentence past the export's source length (demo sentences joined by commas and a
-    dash) and a word of 80 letters: translated in parts as kt-translate translates them (the
+    dash) and a word of 80 letters, typed: translated in parts as kt-translate translates them (the
     same parts: the same text), the lines and parts named as the document layer names them;
     nothing cut."""
     status, error = open_page(browser, f"{site['url']}/page/index.html?model=../exports/fixed/1")
@@ -278,7 +283,7 @@ def test_a_line_longer_than_the_model_takes_is_translated_in_parts(site, browser
         document, "text").splits
     assert [split.line for split in splits] == [1, 3] and min(s.parts for s in splits) > 1
     expected = kt_translate_text(export_dir, document, tmp_path / "long.en")
-    assert translated_text(browser, document, "de", "text") == expected
+    assert translated_text(browser, document, "de", "text", typed=True) == expected
     status, _ = page_state(browser)
     assert status == "translated; in parts, nothing cut: " + ", ".join(
         f"line {split.line} ({split.parts} parts)" for split in splits)
