@@ -1,21 +1,31 @@
 """The translation page (`web/`) in a real browser: headless Chromium, driven by Selenium, loads a
 LiteRT export with LiteRT.js and its SentencePiece model with sentencepiece-js, and translates
 what is typed into it, into the language chosen, as kt-translate translates with the same
-export (an empty line and a cut line included); blank lines pass through as they are; an
-export LiteRT.js cannot run and a file the page cannot read are named on the page; LiteRT's
-log lines stay off the console's error level; a search that fails frees its tensors. Skipped
-without Chromium, its driver, Selenium or the page's npm packages (`npm ci --prefix web`)."""
+export: paragraphs sentence by sentence with their layout (`--format text`; a line longer than
+the model takes in parts, nothing cut), each sentence shown as it arrives, and one sentence a
+line (kt-translate's default; an empty line and a cut line included); blank lines pass through
+as they are; an export LiteRT.js cannot run and a file the page cannot read are named on the
+page; LiteRT's log lines stay off the console's error level; a search that fails frees its
+tensors. The page's document plan (web/documents.js) is checked against Python's by
+`node --test web/test/` on cases Python writes (web/test/document_cases.py), checked current
+here. Skipped without Chromium, its driver, Selenium or the page's npm packages
+(`npm ci --prefix web`)."""
 import functools
 import http.server
 import json
 import re
 import shutil
+import subprocess
+import sys
 import threading
+import unicodedata
 
 import pytest
 
 from helpers import ROOT, random_two_language_run, text_lines
 from keras_transformer.data import read_parallel, write_demo_corpus
+from keras_transformer.documents import document_translator, segmenter
+from keras_transformer.documents.document import translatable
 from keras_transformer.serving.litert_export import MANIFEST_FILE
 from keras_transformer.serving.loading import load_export
 from marian_models import MarianVariant, training_sentences, write_marian_model
@@ -114,6 +124,7 @@ def test_the_page_translates_as_kt_translate_does(site, browser, tmp_path):
     assert (status, error) == ("ready", False), browser.get_log("browser")[-5:]
     choice = Select(browser.find_element(By.ID, "language"))
     assert [option.text for option in choice.options] == ["de", "fr"]
+    Select(browser.find_element(By.ID, "format")).select_by_value("lines")
     long_line = " ".join(site["sources"][:4])
     lines = [*site["sources"], "", long_line]
     browser.find_element(By.ID, "source").send_keys("\n".join(lines))
@@ -147,22 +158,33 @@ def test_the_page_translates_as_kt_translate_does(site, browser, tmp_path):
 
 def test_an_export_of_any_source_length_is_named_on_the_page(site, browser):
     """LiteRT.js runs fixed shapes only: the page names the export and --source-length; a
-    folder that is not an export is named too."""
+    folder that is not an export is named too, and a source language the browser's segmenter
+    does not know."""
     status, error = open_page(browser, f"{site['url']}/page/index.html?model=../exports/any/1")
     assert error and "--source-length" in status and "exports/any/1" in status
     manifest = json.loads((site["exports"] / "any" / "1" / MANIFEST_FILE).read_text())
     assert manifest["source_length"] is None
     status, error = open_page(browser, f"{site['url']}/page/index.html?model=../nothere")
     assert error and "nothere/keras_transformer_litert.json: 404" in status
+    status, error = open_page(
+        browser, f"{site['url']}/page/index.html?model=../exports/fixed/1&source=no%20language")
+    assert error and status.startswith("?source=no language: not a language"), status
 
 
 
-def translated_on_the_page(driver, lines: list[str], language: str) -> list[str]:
-    """`lines` typed into the ready page and translated into `language` (an option's value)."""
+def translated_text(driver, text: str, language: str, format: str,  # noqa: A002
+                    typed: bool = False) -> str:
+    """`text` put into the ready page (`typed`: typed; else set, as a paste) and translated
+    into `language` (an option's value) as `format` (the format choice's value): the page's
+    translation."""
     Select(driver.find_element(By.ID, "language")).select_by_value(language)
-    # set, not typed: a tab typed into the box would move the focus instead
-    driver.execute_script("arguments[0].value = arguments[1]",
-                          driver.find_element(By.ID, "source"), "\n".join(lines))
+    Select(driver.find_element(By.ID, "format")).select_by_value(format)
+    box = driver.find_element(By.ID, "source")
+    # set, not typed, by default: a tab typed into the box would move the focus instead
+    driver.execute_script("arguments[0].value = arguments[1]", box, "" if typed else text)
+    if typed:
+        assert "\t" not in text
+        box.send_keys(text)
     driver.find_element(By.ID, "translate").click()
     WebDriverWait(driver, 300).until(
         lambda d: page_state(d)[0].startswith("translated") or page_state(d)[1])
@@ -170,7 +192,134 @@ def translated_on_the_page(driver, lines: list[str], language: str) -> list[str]
     assert not error, status
     text = driver.execute_script("return document.getElementById('translation').textContent")
     driver.execute_script("document.getElementById('translation').textContent = ''")
-    return text.split("\n")
+    return text
+
+
+def translated_on_the_page(driver, lines: list[str], language: str) -> list[str]:
+    """`lines` translated on the ready page one sentence a line (`translated_text`)."""
+    return translated_text(driver, "\n".join(lines), language, "lines").split("\n")
+
+
+def intl_sentences(driver, texts: list[str]) -> list[list[str]]:
+    """Each text's sentences as the page finds them (`Intl.Segmenter`, English), trimmed."""
+    return driver.execute_script("""
+        const segmenter = new Intl.Segmenter("en", {granularity: "sentence"});
+        return arguments[0].map((text) => Array.from(
+          segmenter.segment(text), (part) => part.segment.trim()).filter(Boolean));""", texts)
+
+
+def python_sentences(texts: list[str]) -> list[list[str]]:
+    """Each text's sentences as the document layer finds them (sentencex, English), stripped."""
+    segment = segmenter("en")
+    return [[part.strip() for part in segment(text) if part.strip()] for text in texts]
+
+
+def kt_translate_text(export_dir, document: str, path) -> str:
+    """`document` (written at `path`) translated by `kt-translate --format text` into German."""
+    path.write_text(document, encoding="utf-8")
+    output = path.with_suffix(".de")
+    assert translate.main([str(export_dir), str(path), "--output", str(output), "--quiet",
+                           "--target-language", "de", "--format", "text"]) == 0
+    return output.read_bytes().decode("utf-8")
+
+
+@pytest.mark.slow
+def test_the_page_translates_paragraphs_as_kt_translate_format_text_does(site, browser,
+                                                                         tmp_path):
+    """Paragraphs of demo sentences (capitalized, ended by '.', '!' or '?': split alike by
+    sentencex and Intl.Segmenter) with spaces and a tab between sentences, an empty line, a
+    line of whitespace, of numbers and of a URL: the page's translation is kt-translate's
+    `--format text` of the same export, and each sentence is shown as it arrives, counted."""
+    status, error = open_page(browser, f"{site['url']}/page/index.html?model=../exports/fixed/1")
+    assert (status, error) == ("ready", False), status
+    sentences = [source[0].upper() + source[1:] + end
+                 for source, end in zip(site["sources"][:9], ".!?" * 3)]
+    document = ("  " + " ".join(sentences[:3]) + "\n\n" + "\t".join(sentences[3:5]) +
+                "  \n \u00a0\n12 345\nhttps://example.org/a\n" + "  ".join(sentences[5:]) + "\n")
+    lines = document.splitlines()
+    assert intl_sentences(browser, lines) == python_sentences(lines)
+    assert [text for found in python_sentences(lines) for text in found
+            if translatable(text)] == sentences
+    export_dir = site["exports"] / "fixed" / "1"
+    expected = kt_translate_text(export_dir, document, tmp_path / "paragraphs.en")
+    splits = document_translator(load_export(export_dir, target_language="de")).translate(
+        document, "text").splits  # the sentences past the model's length: parts sent apart
+    sent = len(sentences) + sum(split.parts - 1 for split in splits)
+    browser.execute_script("""
+        window.shown = [];
+        const count = document.getElementById("count");
+        new MutationObserver(() => window.shown.push(
+            [count.textContent, document.getElementById("translation").textContent]))
+          .observe(count, {childList: true, characterData: true, subtree: true});""")
+    assert translated_text(browser, document, "de", "text") == expected
+    shown = browser.execute_script("return window.shown")
+    assert [count for count, _ in shown] == [f"{done}/{sent} sentences"
+                                             for done in range(sent + 1)]
+    texts = [text for _, text in shown]
+    assert all(expected.startswith(text) for text in texts), texts
+    assert all(len(a) < len(b) for a, b in zip(texts, texts[1:])) and texts[-1] == expected
+    # the layout is kept: the space around the sentences, the lines with nothing to translate
+    lines = expected.split("\n")
+    assert lines[0].startswith("  ") and "\t" in lines[2] and lines[2].endswith("  ")
+    assert [lines[index] for index in (1, 3, 4, 5)] == ["", " \u00a0", "12 345",
+                                                        "https://example.org/a"]
+
+
+@pytest.mark.slow
+def test_a_line_longer_than_the_model_takes_is_translated_in_parts(site, browser, tmp_path):
+    """A sentence past the export's source length (demo sentences joined by commas and a
+    dash) and a word of 80 letters, typed: translated in parts as kt-translate translates them (the
+    same parts: the same text), the lines and parts named as the document layer names them;
+    nothing cut."""
+    status, error = open_page(browser, f"{site['url']}/page/index.html?model=../exports/fixed/1")
+    assert (status, error) == ("ready", False), status
+    sources = site["sources"]
+    long_sentence = ", ".join(sources[:3]) + " \u2014 " + " ".join(sources[3:6]) + "."
+    document = f"Short one. {long_sentence.capitalize()}\n\n{'abcdefghij' * 8}.\n"
+    lines = document.splitlines()
+    assert intl_sentences(browser, lines) == python_sentences(lines)
+    export_dir = site["exports"] / "fixed" / "1"
+    splits = document_translator(load_export(export_dir, target_language="de")).translate(
+        document, "text").splits
+    assert [split.line for split in splits] == [1, 3] and min(s.parts for s in splits) > 1
+    expected = kt_translate_text(export_dir, document, tmp_path / "long.en")
+    assert translated_text(browser, document, "de", "text", typed=True) == expected
+    status, _ = page_state(browser)
+    assert status == "translated; in parts, nothing cut: " + ", ".join(
+        f"line {split.line} ({split.parts} parts)" for split in splits)
+
+
+def test_the_pages_document_cases_are_pythons(tmp_path):
+    """web/test/document-cases.json, which `node --test web/test/` checks the page's document
+    plan against, is what the Python document layer gives now."""
+    written = tmp_path / "cases.json"
+    subprocess.run([sys.executable, str(PAGE / "test" / "document_cases.py"), str(written)],
+                   check=True, capture_output=True)
+    assert written.read_bytes() == (PAGE / "test" / "document-cases.json").read_bytes(), (
+        "write them anew: python web/test/document_cases.py")
+
+
+def test_the_pages_letters_and_url_words_are_pythons(site, browser):
+    """What the page takes for something to translate (web/documents.js `translatable`: a
+    letter, not a URL or an address alone) is the document layer's over every code point
+    Python's Unicode data assigns: a code point alone, and ending an address."""
+    browser.get(f"{site['url']}/page/index.html?model=../exports/fixed/1")
+    found = browser.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        import(new URL("documents.js", location.href).href).then(({translatable}) => {
+          const alone = [], address = [];
+          for (let code = 0; code <= 0x10ffff; code++) {
+            const char = String.fromCodePoint(code);
+            if (translatable(char)) alone.push(code);
+            if (translatable("a@b." + char)) address.push(code);
+          }
+          done({alone, address});
+        }, (error) => done(String(error)));""")
+    assigned = {code for code in range(0x110000) if unicodedata.category(chr(code)) != "Cn"}
+    assert [code for code in found["alone"] if code in assigned] == [
+        code for code in sorted(assigned) if translatable(chr(code))]
+    assert [code for code in found["address"] if code in assigned] == [
+        code for code in sorted(assigned) if translatable("a@b." + chr(code))]
 
 
 @pytest.mark.slow

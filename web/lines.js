@@ -4,8 +4,10 @@
 // unit tests (web/test/) share them.
 
 // The characters Python's `str.isspace` takes for whitespace (JavaScript's `\s` differs: it
-// takes U+FEFF, leaves U+001C-U+001F and U+0085).
-const BLANK = /^[\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$/;
+// takes U+FEFF, leaves U+001C-U+001F and U+0085), as a character class.
+export const SPACE = String.raw`[\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029` +
+  String.raw`\u202f\u205f\u3000]`;
+const BLANK = new RegExp(`^${SPACE}*$`);
 
 // Whether a line holds nothing to translate (no character, or whitespace only): such a line
 // is its own translation, as it is, never sent to the model (which would invent text).

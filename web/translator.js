@@ -188,19 +188,30 @@ export class Translator {
     return new Translator(manifest, model, tokenizer);
   }
 
-  // The translation of one line of text into `language` ("" for a model of one, or as the
-  // text says where `languageOptional`) and how many of its source pieces the model could not
-  // read: {text, score, cut}. A blank line (`isBlank`) is its own translation.
-  async translate(text, language = "") {
-    let token = null;
-    if (this.languages.length && !(language === "" && this.languageOptional)) {
-      const entry = this.manifest.languages.tokens[language];
-      if (!entry) {
-        throw new Error(`target language '${language}': the model translates into ` +
-                        `${this.languages.join(", ")} only`);
-      }
-      token = entry.id;
+  // The id of `language`'s token the source starts with (null: none; "" for a model of one,
+  // or as the text says where `languageOptional`).
+  languageToken(language) {
+    if (!this.languages.length || (language === "" && this.languageOptional)) return null;
+    const entry = this.manifest.languages.tokens[language];
+    if (!entry) {
+      throw new Error(`target language '${language}': the model translates into ` +
+                      `${this.languages.join(", ")} only`);
     }
+    return entry.id;
+  }
+
+  // Whether each text is longer than the model takes (into `language`): pieces would be cut.
+  tooLong(texts, language = "") {
+    const token = this.languageToken(language);
+    return texts.map(
+      (text) => sourceIds(this.tokenizer.encode(text), this.manifest, token).cut > 0);
+  }
+
+  // The translation of one line of text into `language` (as `languageToken` takes it) and how
+  // many of its source pieces the model could not read: {text, score, cut}. A blank line
+  // (`isBlank`) is its own translation.
+  async translate(text, language = "") {
+    const token = this.languageToken(language);
     if (isBlank(text)) return {text, score: 0, cut: 0};
     const {ids, length, cut} = sourceIds(this.tokenizer.encode(text), this.manifest, token);
     if (length === 1) return {text: "", score: 0, cut};  // nothing but EOS
