@@ -18,7 +18,7 @@ from keras_transformer.evaluation import corpus_scores
 from keras_transformer.serving.litert_export import LITERT_FILE, MANIFEST_FILE
 from keras_transformer.serving.loading import load_export
 from keras_transformer.training.loaded_run import load_run
-from trainers import evaluate, export, translate
+from trainers import evaluate, export, translate, translate_corpus
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 
@@ -153,8 +153,9 @@ def test_an_export_of_fixed_shapes_translates_as_the_export_of_any_length(export
 
 @pytest.mark.slow
 def test_kt_evaluate_scores_an_export_as_kt_translate_translates_it(exported, tmp_path, capsys):
-    """kt-evaluate on the LiteRT export: its hypotheses are kt-translate's output, its figures
-    sacreBLEU's of them; an export needs --hypotheses, and takes no search flag."""
+    """kt-evaluate and kt-translate-corpus on the LiteRT export: their translations are
+    kt-translate's output (in batches of other sizes), kt-evaluate's figures sacreBLEU's of
+    them; an export needs --hypotheses, and takes no search flag."""
     test = write_demo_corpus(tmp_path / "demo")["test"]
     sources, references = (tmp_path / "test.en", tmp_path / "test.de")
     for path, lines in zip((sources, references), read_parallel(*test)):
@@ -166,6 +167,10 @@ def test_kt_evaluate_scores_an_export_as_kt_translate_translates_it(exported, tm
     figures = final_json(capsys.readouterr().out)
     assert translate.main([lite, str(sources), "--output", str(translated), "--quiet"]) == 0
     assert text_lines(hypotheses) == text_lines(translated)
+    corpus = tmp_path / "corpus.de"  # a teacher's job: batches of 8, as kt-translate's
+    assert translate_corpus.main([lite, str(sources), "--output", str(corpus), "--quiet",
+                                  "--batch-size", "8", "--threads", "1"]) == 0
+    assert text_lines(corpus) == text_lines(translated)
     bleu, chrf = corpus_scores(text_lines(hypotheses), text_lines(references))
     assert figures[bleu.name] == round(bleu.value, 2) and figures[chrf.name] == round(chrf.value, 2)
     assert evaluate.main([lite, "--src", str(sources), "--ref", str(references)]) == 2
