@@ -229,7 +229,10 @@ def test_a_model_of_several_languages_translates_into_the_one_asked(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_imported_nllb_model_translates_as_its_savedmodel(tmp_path):
+@pytest.mark.parametrize("style, pairs", [
+    ("nllb", (("deu_Latn", "zho_Hans"), ("eng_Latn", "fra_Latn"))),
+    ("m2m100", (("de", "zh"), ("en", "fr")))])
+def test_an_imported_nllb_or_m2m_100_model_translates_as_its_savedmodel(style, pairs, tmp_path):
     """The "target" placement (NLLB-200, M2M-100): the target language's token forced first in
     each translation, the source language's first in each source. On 300 random sentences,
     translated in batches of sources of many lengths: the beam's n-best translations and scores
@@ -239,7 +242,7 @@ def test_an_imported_nllb_model_translates_as_its_savedmodel(tmp_path):
     from m2m_100_models import M2MVariant, training_sentences, write_m2m_100_folder
     from trainers import import_model
 
-    folder = write_m2m_100_folder(tmp_path / "hf", M2MVariant(style="nllb", encoder_layers=1))
+    folder = write_m2m_100_folder(tmp_path / "hf", M2MVariant(style=style, encoder_layers=1))
     run = tmp_path / "run"
     assert import_model.main([str(folder), "--output-dir", str(run)]) == 0
     for name, extra in (("saved", []), ("lite", ["--format", "litert"])):
@@ -252,7 +255,7 @@ def test_an_imported_nllb_model_translates_as_its_savedmodel(tmp_path):
         beam_size=1, max_decode_extra=6), languages=loaded.languages)
     interpreter = litert.Interpreter(model_path=str(tmp_path / "out" / "lite" / "1" / LITERT_FILE))
     best = {}
-    for source, target in (("deu_Latn", "zho_Hans"), ("eng_Latn", "fra_Latn")):
+    for source, target in pairs:
         ours, theirs = (load_export(tmp_path / "out" / name, target, source_language=source)
                         for name in ("lite", "saved"))
         lite, saved = ours.nbest(texts, 3), theirs.nbest(texts, 3)
@@ -274,4 +277,5 @@ def test_an_imported_nllb_model_translates_as_its_savedmodel(tmp_path):
         np.testing.assert_array_equal(np.pad(found, [(0, 0), (0, width - found.shape[1])]),
                                       np.pad(expected, [(0, 0), (0, width - expected.shape[1])]))
     assert len(set(pieces.row_lengths().numpy().tolist())) > 3  # rows of many lengths
-    assert sum(a != b for a, b in zip(best["zho_Hans"], best["fra_Latn"])) > len(texts) // 2
+    first, second = (best[target] for _, target in pairs)
+    assert sum(a != b for a, b in zip(first, second)) > len(texts) // 2
