@@ -1,12 +1,15 @@
 """The device's runtime against the servers': the LiteRT exports (float32, float16, int8; the
 LiteRT interpreter with XNNPACK, `--threads`) against our SavedModel exports (graph and XLA)
 and CTranslate2 (float32 and int8) of the same model, in one process: one sentence at a time,
-sentence by sentence in alternation (latency), and a batch of `--batch-sentences` (throughput:
-a LiteRT model takes one sentence a call, so its batch is that many calls); and each export's
-size on disk.
+sentence by sentence in alternation (latency), and batches of each `--batch` size
+(throughput: a LiteRT export of any source length takes a batch a call; "one sentence a call"
+beside each LiteRT system calls it once per sentence of the batch, as exports before batches
+did); and each export's size on disk. `--systems` keeps the systems whose names start with one
+of its prefixes (the SavedModel graph, the reference, always runs).
 
     PYTHONPATH=.:benchmarks python benchmarks/litert_speed.py [--model base|opus-mt] \
-        [--sentences 12] [--batch-sentences 32] [--threads 2] [--rounds 3] [--workdir DIR]
+        [--sentences 12] [--batch 1 8 32] [--threads 2] [--rounds 3] [--workdir DIR] \
+        [--systems "LiteRT int8" "CTranslate2 int8"]
 
 `--model base` is `decoding_speed.py`'s: `base` sizes, random weights, PAD, BOS and EOS
 embedding rows zeroed so that every output has exactly `--source-tokens + --extra-length`
@@ -15,8 +18,8 @@ Marian model of OPUS-MT's shape (6 + 6 layers, 512 wide, swish, two SentencePiec
 `--vocab-size` pieces; `</s>` never the best token, so outputs have that length too), imported.
 Sources from `--data`; beam 4. Every system's first ids are compared with the SavedModel's
 (float32 ones equal). Prints one JSON object: per system the median latency over every sentence
-of every round and its ratio to CTranslate2 int8's, the median batch throughput (sentences per
-second) and its ratio to CTranslate2 int8's, and the file size.
+of every round and its ratio to CTranslate2 int8's, at each batch size the median throughput
+(sentences per second) and its ratio to CTranslate2 int8's (when it runs), and the file size.
 """
 from __future__ import annotations
 
@@ -42,7 +45,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--source-tokens", type=int, default=16)
     parser.add_argument("--extra-length", type=int, default=16)
     parser.add_argument("--sentences", type=int, default=12)
-    parser.add_argument("--batch-sentences", type=int, default=32)
+    parser.add_argument("--batch", type=int, nargs="+", default=[32],
+                        help="batch sizes the throughput is measured at (default: 32)")
+    parser.add_argument("--systems", nargs="+", help="prefixes of the systems' names to run "
+                        "(default: every system)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--workdir", help="where the exports are written (default: a temporary "
@@ -89,11 +95,18 @@ def systems(args: argparse.Namespace, workdir: str) -> tuple[dict, dict, np.ndar
         model = imported_transformer(imported)
         tokenizer = SentencePiecePair(imported.source_spm, imported.target_spm,
                                       imported.source_pieces, imported.target_pieces)
-    ids = source_ids(args.data, tokenizer, max(args.sentences, args.batch_sentences),
+    ids = source_ids(args.data, tokenizer, max(args.sentences, *args.batch),
                      args.source_tokens)
+
+    def wanted(name: str) -> bool:
+        return name == "SavedModel graph" or not args.systems or any(
+            name.startswith(prefix) for prefix in args.systems)
+
     search = kt.SearchSettings(4, length_penalty=0.6, max_decode_extra=args.extra_length)
     functions, sizes = {}, {}
     for name, xla in (("SavedModel graph", False), ("SavedModel XLA", True)):
+        if not wanted(name):
+            continue
         path = export_translator(model, tokenizer, name.split()[1].lower(),
                                  os.path.join(workdir, "saved_models"), search,
                                  jit_compile=xla)
@@ -101,6 +114,8 @@ def systems(args: argparse.Namespace, workdir: str) -> tuple[dict, dict, np.ndar
         functions[name] = lambda row, run=signature: run(source_ids=tf.constant(row))["ids"]
         sizes[name] = size_of(path)
     for quantization in ("float32", "float16", "int8"):
+        if not wanted(f"LiteRT {quantization}"):
+            continue
         started = time.perf_counter()
         path = export_litert(model, tokenizer, os.path.join(workdir, f"litert_{quantization}"),
                              search, quantization)
@@ -108,8 +123,13 @@ def systems(args: argparse.Namespace, workdir: str) -> tuple[dict, dict, np.ndar
               flush=True)
         _, translate_ids, _, _ = litert_functions(path, threads=args.threads)
         functions[f"LiteRT {quantization}"] = lambda row, run=translate_ids: run(row)["ids"]
+        functions[f"LiteRT {quantization}, one sentence a call"] = (
+            lambda rows, run=translate_ids: [run(rows[index:index + 1])["ids"][0]
+                                             for index in range(len(rows))])
         sizes[f"LiteRT {quantization}"] = size_of(path)
     for quantization in ("float32", "int8"):
+        if not wanted(f"CTranslate2 {quantization}"):
+            continue
         path = export_ctranslate2(model, tokenizer, os.path.join(workdir, f"ct2_{quantization}"),
                                   quantization=quantization, settings=search)
         _, translate_ids, _, _, _ = ctranslate2_functions(path, intra_threads=args.threads)
@@ -137,27 +157,36 @@ def main(argv=None) -> None:
                     function(ids[row:row + 1])
                     seconds[name].append(time.perf_counter() - start)
         latency = {name: statistics.median(values) for name, values in seconds.items()}
-        batch = ids[:args.batch_sentences]
-        batch_seconds = {name: [] for name in functions}
-        for _ in range(args.rounds):
-            for name, function in functions.items():
-                start = time.perf_counter()
-                function(batch)
-                batch_seconds[name].append(time.perf_counter() - start)
-        throughput = {name: len(batch) / statistics.median(values)
-                      for name, values in batch_seconds.items()}
+        throughput = {}
+        for size in args.batch:
+            batch = ids[:size]
+            batch_seconds = {name: [] for name in functions}
+            for _ in range(args.rounds):
+                for name, function in functions.items():
+                    start = time.perf_counter()
+                    function(batch)
+                    batch_seconds[name].append(time.perf_counter() - start)
+            throughput[size] = {name: size / statistics.median(values)
+                                for name, values in batch_seconds.items()}
+
+        def over_ctranslate2_int8(figures: dict, name: str):
+            return (round(figures[name] / figures["CTranslate2 int8"], 3)
+                    if "CTranslate2 int8" in figures else None)
+
         print(json.dumps({"model": args.model, "sentences": args.sentences,
-                          "batch_sentences": len(batch), "rounds": args.rounds,
-                          "threads": args.threads,
+                          "rounds": args.rounds, "threads": args.threads,
                           "output_tokens": args.source_tokens + args.extra_length,
                           "systems": {name: {
                               "latency_seconds": round(latency[name], 4),
-                              "latency_over_ctranslate2_int8": round(
-                                  latency[name] / latency["CTranslate2 int8"], 3),
-                              "batch_sentences_per_second": round(throughput[name], 2),
-                              "throughput_over_ctranslate2_int8": round(
-                                  throughput[name] / throughput["CTranslate2 int8"], 3),
-                              "megabytes": round(sizes[name] / 1e6, 1),
+                              "latency_over_ctranslate2_int8": over_ctranslate2_int8(latency,
+                                                                                     name),
+                              "sentences_per_second": {
+                                  size: round(figures[name], 2)
+                                  for size, figures in throughput.items()},
+                              "throughput_over_ctranslate2_int8": {
+                                  size: over_ctranslate2_int8(figures, name)
+                                  for size, figures in throughput.items()},
+                              "megabytes": round(sizes[name.split(",")[0]] / 1e6, 1),
                               "first_ids_equal_savedmodel": first_ids[name]}
                               for name in functions}}, indent=2))
 

@@ -12,15 +12,13 @@ import tensorflow as tf
 import keras_transformer as kt
 from helpers import final_json, random_run, random_two_language_run, text_lines
 from keras_transformer.data import read_parallel, write_demo_corpus
-from keras_transformer.data.languages import RunLanguages
 from keras_transformer.decoding.transformer_search import greedy_decode
-from keras_transformer.decoding.translator import IntoLanguage
+from keras_transformer.decoding.translator import IntoLanguage, Translator
 from keras_transformer.evaluation import corpus_scores
 from keras_transformer.serving.litert_export import LITERT_FILE, MANIFEST_FILE
 from keras_transformer.serving.loading import load_export
 from keras_transformer.training.loaded_run import load_run
-from keras_transformer.training.run_dir import LANGUAGES_FILE
-from trainers import evaluate, export, translate
+from trainers import evaluate, export, translate, translate_corpus
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 
@@ -49,9 +47,10 @@ def source_rows(tokenizer, sources: list[str]) -> list[np.ndarray]:
 
 @pytest.mark.slow
 def test_litert_searches_equal_the_savedmodel_and_the_python_search(exported):
-    """Beam (3) ids of each sentence, one at a time, equal the SavedModel's n-best ids of the
-    batch, greedy ids `greedy_decode`'s, scores to float32 rounding; the model loads with
-    builtin kernels alone (no Flex delegate, no custom op) and runs there too."""
+    """Beam (3) ids of a batch of sentences of different lengths equal the SavedModel's n-best
+    ids of the batch, greedy ids `greedy_decode`'s, scores to float32 rounding; each row
+    translates in the batch exactly as alone; the model loads with builtin kernels alone (no
+    Flex delegate, no custom op) and runs there too."""
     loaded = load_run(exported["run"])
     pieces = loaded.tokenizer.tokenize(tf.constant(exported["sources"]))
     batch = tf.concat([pieces, tf.fill([pieces.nrows(), 1], kt.EOS_ID)], axis=1).to_tensor()
@@ -64,25 +63,27 @@ def test_litert_searches_equal_the_savedmodel_and_the_python_search(exported):
         experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
     assert sorted(xnnpack.get_signature_list()) == sorted(builtin.get_signature_list()) == [
         "beam", "greedy"]
+    assert len(set(pieces.row_lengths().numpy().tolist())) > 5  # rows of many lengths
+    beam = xnnpack.get_signature_runner("beam")(source_ids=batch.numpy())
+    greedy = xnnpack.get_signature_runner("greedy")(source_ids=batch.numpy())
 
     def padded(ids: np.ndarray, length: int) -> np.ndarray:
         return np.pad(ids, [(0, 0)] * (ids.ndim - 1) + [(0, length - ids.shape[-1])])
 
-    varied = set()
+    width = max(beam["ids"].shape[-1], served["nbest_ids"].shape[-1], greedy_ids.shape[-1])
+    np.testing.assert_array_equal(padded(beam["ids"], width),
+                                  padded(served["nbest_ids"].numpy(), width))
+    # float32 sums in XNNPACK's order and TensorFlow's: 1e-5 of a score of about 16
+    np.testing.assert_allclose(beam["scores"], served["nbest_scores"].numpy(), rtol=5e-5,
+                               atol=1e-4)
+    np.testing.assert_array_equal(padded(greedy["ids"], width), padded(greedy_ids, width))
     for index, row in enumerate(source_rows(loaded.tokenizer, exported["sources"])):
-        beam = xnnpack.get_signature_runner("beam")(source_ids=row)
-        greedy = xnnpack.get_signature_runner("greedy")(source_ids=row)
-        width = max(beam["ids"].shape[-1], served["nbest_ids"].shape[-1], greedy_ids.shape[-1])
-        np.testing.assert_array_equal(padded(beam["ids"][0], width),
-                                      padded(served["nbest_ids"].numpy()[index], width))
-        # float32 sums in XNNPACK's order and TensorFlow's: 1e-5 of a score of about 16
-        np.testing.assert_allclose(beam["scores"][0], served["nbest_scores"].numpy()[index],
-                                   rtol=5e-5, atol=1e-4)
-        np.testing.assert_array_equal(padded(greedy["ids"][0], width),
-                                      padded(greedy_ids[index], width))
-        varied.add(tuple(beam["ids"][0, 0]))
+        alone = xnnpack.get_signature_runner("beam")(source_ids=row)
+        np.testing.assert_array_equal(padded(alone["ids"][0], width), beam["ids"][index])
+        np.testing.assert_array_equal(alone["scores"][0], beam["scores"][index])
     builtin.get_signature_runner("beam")(source_ids=row)
-    assert len(varied) > len(exported["sources"]) // 2  # translations differ: it can fail
+    assert len({tuple(ids) for ids in beam["ids"][:, 0].tolist()}) > len(
+        exported["sources"]) // 2  # translations differ: it can fail
 
 
 @pytest.mark.slow
@@ -152,8 +153,9 @@ def test_an_export_of_fixed_shapes_translates_as_the_export_of_any_length(export
 
 @pytest.mark.slow
 def test_kt_evaluate_scores_an_export_as_kt_translate_translates_it(exported, tmp_path, capsys):
-    """kt-evaluate on the LiteRT export: its hypotheses are kt-translate's output, its figures
-    sacreBLEU's of them; an export needs --hypotheses, and takes no search flag."""
+    """kt-evaluate and kt-translate-corpus on the LiteRT export: their translations are
+    kt-translate's output (in batches of other sizes), kt-evaluate's figures sacreBLEU's of
+    them; an export needs --hypotheses, and takes no search flag."""
     test = write_demo_corpus(tmp_path / "demo")["test"]
     sources, references = (tmp_path / "test.en", tmp_path / "test.de")
     for path, lines in zip((sources, references), read_parallel(*test)):
@@ -165,6 +167,10 @@ def test_kt_evaluate_scores_an_export_as_kt_translate_translates_it(exported, tm
     figures = final_json(capsys.readouterr().out)
     assert translate.main([lite, str(sources), "--output", str(translated), "--quiet"]) == 0
     assert text_lines(hypotheses) == text_lines(translated)
+    corpus = tmp_path / "corpus.de"  # a teacher's job: batches of 8, as kt-translate's
+    assert translate_corpus.main([lite, str(sources), "--output", str(corpus), "--quiet",
+                                  "--batch-size", "8", "--threads", "1"]) == 0
+    assert text_lines(corpus) == text_lines(translated)
     bleu, chrf = corpus_scores(text_lines(hypotheses), text_lines(references))
     assert figures[bleu.name] == round(bleu.value, 2) and figures[chrf.name] == round(chrf.value, 2)
     assert evaluate.main([lite, "--src", str(sources), "--ref", str(references)]) == 2
@@ -176,9 +182,9 @@ def test_kt_evaluate_scores_an_export_as_kt_translate_translates_it(exported, tm
 
 
 def test_what_a_litert_export_cannot_hold_is_refused_by_name(exported, tmp_path, capsys):
-    """--xla, --precision, a CTranslate2-only quantization and a model whose language token is
-    forced into the translation are refused before anything is written; a corrupt .tflite is
-    named; what the export cannot do that a SavedModel does is recorded with it."""
+    """--xla, --precision and a CTranslate2-only quantization are refused before anything is
+    written; a corrupt .tflite is named; what the export cannot do that a SavedModel does is
+    recorded with it."""
     from keras_transformer.serving import litert_export
     from keras_transformer.serving.provenance import read_provenance
 
@@ -191,15 +197,6 @@ def test_what_a_litert_export_cannot_hold_is_refused_by_name(exported, tmp_path,
         with pytest.raises(SystemExit):
             export.parse_args([run, "--name", "x", "--format", "litert", *extra])
         assert message in capsys.readouterr().err
-    several = tmp_path / "several"
-    random_run(exported["run"] / "vocab", several)
-    (several / LANGUAGES_FILE).write_text(json.dumps(RunLanguages.trained(
-        "target", {"de": 5, "fr": 6}, 1.0, []).to_dict()), encoding="utf-8")
-    assert export.main([str(several), "--name", "x", "--base-dir", str(tmp_path / "exports"),
-                        "--format", "litert"]) == 2
-    assert "the 'target' placement" in capsys.readouterr().err
-    assert not (tmp_path / "exports" / "x").exists() or not any(
-        (tmp_path / "exports" / "x").iterdir())
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()
     for path in exported["lite"].iterdir():
@@ -238,3 +235,56 @@ def test_a_model_of_several_languages_translates_into_the_one_asked(tmp_path):
             tf.constant(sources))["translation"].numpy().tolist(), language
     assert translated["de"] != translated["fr"]  # the token is read: the check can fail
     assert translated["de"][-1] == translated["fr"][-1] == b""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("style, pairs", [
+    ("nllb", (("deu_Latn", "zho_Hans"), ("eng_Latn", "fra_Latn"))),
+    ("m2m100", (("de", "zh"), ("en", "fr")))])
+def test_an_imported_nllb_or_m2m_100_model_translates_as_its_savedmodel(style, pairs, tmp_path):
+    """The "target" placement (NLLB-200, M2M-100): the target language's token forced first in
+    each translation, the source language's first in each source. On 300 random sentences,
+    translated in batches of sources of many lengths: the beam's n-best translations and scores
+    of the LiteRT export (float32) are the SavedModel's; the greedy signature's ids are the
+    greedy search's of the run's `Translator` (the SavedModel's graph), into each of two
+    languages (the token is read: the translations differ)."""
+    from m2m_100_models import M2MVariant, training_sentences, write_m2m_100_folder
+    from trainers import import_model
+
+    folder = write_m2m_100_folder(tmp_path / "hf", M2MVariant(style=style, encoder_layers=1))
+    run = tmp_path / "run"
+    assert import_model.main([str(folder), "--output-dir", str(run)]) == 0
+    for name, extra in (("saved", []), ("lite", ["--format", "litert"])):
+        assert export.main([str(run), "--name", name, "--base-dir", str(tmp_path / "out"),
+                            *SEARCH, *extra]) == 0
+    sources = training_sentences(300, seed=11)[0]
+    texts = [text.encode() for text in sources]
+    loaded = load_run(run)
+    greedy = Translator(loaded.model, loaded.tokenizer, kt.SearchSettings(
+        beam_size=1, max_decode_extra=6), languages=loaded.languages)
+    interpreter = litert.Interpreter(model_path=str(tmp_path / "out" / "lite" / "1" / LITERT_FILE))
+    best = {}
+    for source, target in pairs:
+        ours, theirs = (load_export(tmp_path / "out" / name, target, source_language=source)
+                        for name in ("lite", "saved"))
+        lite, saved = ours.nbest(texts, 3), theirs.nbest(texts, 3)
+        assert [[text for text, _ in row] for row in lite] == [
+            [text for text, _ in row] for row in saved]
+        np.testing.assert_allclose([[score for _, score in row] for row in lite],
+                                   [[score for _, score in row] for row in saved], atol=1e-4)
+        best[target] = [row[0][0] for row in lite]
+        pieces = loaded.tokenizer.tokenize(tf.constant(sources))
+        languages = loaded.languages.token_ids
+        rows = tf.concat([tf.fill([len(sources), 1], languages[source]), pieces,
+                          tf.fill([len(sources), 1], kt.EOS_ID)], axis=1).to_tensor()
+        found = interpreter.get_signature_runner("greedy")(
+            source_ids=rows.numpy(),
+            target_tokens=np.full([len(sources)], languages[target], np.int32))["ids"][:, 0]
+        expected = IntoLanguage(greedy, target, source).translate_ids(
+            pieces.to_tensor())["ids"].numpy()
+        width = max(found.shape[1], expected.shape[1])
+        np.testing.assert_array_equal(np.pad(found, [(0, 0), (0, width - found.shape[1])]),
+                                      np.pad(expected, [(0, 0), (0, width - expected.shape[1])]))
+    assert len(set(pieces.row_lengths().numpy().tolist())) > 3  # rows of many lengths
+    first, second = (best[target] for _, target in pairs)
+    assert sum(a != b for a, b in zip(first, second)) > len(texts) // 2

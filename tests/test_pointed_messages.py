@@ -4,8 +4,6 @@ import io
 
 import pytest
 
-from keras_transformer.data.languages import RunLanguages
-from keras_transformer.serving.litert_export import check_exportable
 from trainers import export, train, translate
 
 
@@ -42,16 +40,3 @@ def test_a_glossary_that_is_no_regular_file_or_has_no_entries_is_named(tmp_path,
     args = translate.parse_args([str(tmp_path), str(source), "--terms", str(empty)])
     assert translate.read_terms(args, [([b"one cat"], [])]) == [[""]]
     assert f"--terms: {empty} has no entries" in capsys.readouterr().err
-
-
-def test_the_litert_refusal_of_an_imported_model_does_not_offer_another_placement():
-    imported = RunLanguages("target", {"eng_Latn": 5, "fra_Latn": 6},
-                            {"eng_Latn": "eng_Latn", "fra_Latn": "fra_Latn"},
-                            source_language_token=True)
-    with pytest.raises(ValueError) as error:
-        check_exportable(imported)
-    assert "an imported model's placement" in str(error.value)
-    assert "'source' placement" not in str(error.value)
-    trained = RunLanguages.trained("target", {"de": 5, "fr": 6}, 1.0, [])
-    with pytest.raises(ValueError, match="kt-train --language-token source"):
-        check_exportable(trained)

@@ -171,6 +171,19 @@ def test_an_export_of_any_source_length_is_named_on_the_page(site, browser):
     assert error and status.startswith("?source=no language: not a language"), status
 
 
+def test_an_export_of_the_target_placement_is_named_on_the_page(site, browser):
+    """A model whose language token is forced first in the translation (NLLB-200, M2M-100:
+    its signatures take `target_tokens`) is named, before anything else is loaded."""
+    fixed = site["exports"] / "fixed" / "1"
+    forced = site["exports"] / "forced" / "1"
+    forced.mkdir(parents=True)
+    manifest = json.loads((fixed / MANIFEST_FILE).read_text())
+    manifest["languages"]["placement"] = "target"
+    (forced / MANIFEST_FILE).write_text(json.dumps(manifest))
+    status, error = open_page(browser, f"{site['url']}/page/index.html?model=../exports/forced/1")
+    assert error and "exports/forced/1" in status and "pickers" in status, status
+
+
 
 def translated_text(driver, text: str, language: str, format: str,  # noqa: A002
                     typed: bool = False) -> str:

@@ -552,6 +552,8 @@ def translate_corpus_parser() -> argparse.ArgumentParser:
                         help="sentences per batch (default: 64)")
     parser.add_argument("--batch-tokens", type=int, default=6000,
                         help="at most this many padded words per batch (default: 6000)")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="a LiteRT export's interpreter threads (default: 2)")
     parser.add_argument("--closest-to-reference", metavar="REF",
                         help="reference translations, line-aligned with the input: keep the "
                              "beam's hypothesis with the highest sentence BLEU against each")

@@ -256,7 +256,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.format != "savedmodel":
             extra = {}
             if args.format == "litert":  # refusals before a conversion's minutes
-                litert_export.check_exportable(languages)
                 litert_export.check_source_length(args.source_length, model.config.max_length)
                 extra["source_length"] = args.source_length
             writer, unsupported = (

@@ -49,7 +49,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         args.shard = Shard.parse(args.shard)
     except ValueError as error:
         parser.error(f"--{error}")
-    for name in ("chunk_lines", "batch_size", "batch_tokens"):
+    for name in ("chunk_lines", "batch_size", "batch_tokens", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: must be positive")
     return args

@@ -175,6 +175,11 @@ export class Translator {
                       "LiteRT.js cannot take: export it with kt-export --format litert " +
                       "--source-length PIECES");
     }
+    if (manifest.languages?.placement === "target") {
+      throw new Error(`${modelUrl}: a model whose target language's token is forced first ` +
+                      "in the translation (NLLB-200, M2M-100): the page has no source and " +
+                      "target language pickers for it yet (kt-translate translates with it)");
+    }
     progress("loading the tokenizer");
     const tokenizer = await (manifest.tokenizer === TOKENIZER_FILE ? SharedTokenizer
                              : PairTokenizer).load(manifest, modelUrl);

@@ -86,7 +86,9 @@ def history_slots(ancestors: tf.Tensor, length, heads: int) -> tf.Tensor:
     """
     rows = tf.shape(ancestors)[0]
     positions = tf.range(length)
-    return ((positions[None, None, :] * rows + ancestors[:, None, :length]) * heads
+    # (expand_dims, not a new axis in the slice: LiteRT's strided slice has none, and a
+    # batch of any size leaves the slice to run there)
+    return ((positions[None, None, :] * rows + tf.expand_dims(ancestors[:, :length], 1)) * heads
             + tf.range(heads)[None, :, None])
 
 

@@ -5,19 +5,23 @@ kt-evaluate).
 
 The folder `export_litert` writes:
 - `model.tflite`: signatures `beam` (the search settings', the recipe's beam search) and
-  `greedy`, each `source_ids` `[1, length]` int32 (one sentence: its subword ids as the model
-  reads them, `model_input_ids`, then EOS) -> `ids` `[1, n, L]` int32 (EOS-terminated, PAD
-  after) and `scores` `[1, n]` float32, best first. One sentence at a time, any length up to
-  the model's `max_length`; or, with a `source_length`, every shape fixed (the source
-  PAD-padded to that length, `ids` `[1, n, min(source_length + max_decode_extra,
+  `greedy`, each `source_ids` `[batch, length]` int32 (each sentence's subword ids as the
+  model reads them, `model_input_ids`, then EOS, then PAD to the batch's longest) -> `ids`
+  `[batch, n, L]` int32 (EOS-terminated, PAD after) and `scores` `[batch, n]` float32, best
+  first: any batch, any length up to the model's `max_length`, each row translated as it is
+  alone. Or, with a `source_length`, one sentence a call and every shape fixed (`source_ids`
+  `[1, source_length]`, PAD-padded; `ids` `[1, n, min(source_length + max_decode_extra,
   max_length)]`): what LiteRT's compiled-model API (LiteRT.js, the browser page's runtime)
-  takes, which runs no tensor whose size the input decides.
+  takes, which runs no tensor whose size the input decides. A model of several target
+  languages with the "target" placement (NLLB-200, M2M-100) takes `target_tokens` `[batch]`
+  int32 too: each row's language token, forced first in its translation and left out of
+  `ids` (as the SavedModel's search; a source language's token is one more source id).
 - the tokenizer's SentencePiece model(s) (`spm.model`, or an imported model's `source.spm`,
   `target.spm` and `vocabulary.json`), which a device tokenizes with;
 - `keras_transformer_litert.json`: the special ids, `max_length`, the search settings, the
   quantization, the tokenizer's files (`tokenizer_files`; for a SentencePiece pair, also
   `target_sentencepiece_ids`, the `target.spm` id of each target id) and the target languages
-  (a model of several: each language's token id, first in the source); beside it, as in every
+  (a model of several: each language's token id and its placement); beside it, as in every
   export, the provenance record (`assets.extra/keras_transformer_provenance.json`,
   `provenance.write_provenance`).
 
@@ -56,6 +60,9 @@ from keras_transformer.model import Transformer
 LITERT_FILE = "model.tflite"
 MANIFEST_FILE = "keras_transformer_litert.json"
 SIGNATURES = ("beam", "greedy")
+SIGNATURE_INPUT = ("source_ids [batch, length] int32 (fixed: [1, source_length]): each source's "
+                   "subword ids, then EOS, then PAD; with the 'target' placement also "
+                   "target_tokens [batch] int32: the token forced first in each translation")
 # What a SavedModel export does that this one cannot (as `ctranslate2_export.UNSUPPORTED`).
 UNSUPPORTED = {"terms": "no lexically constrained search (the on-device search is the plain one)",
                "scores": "no word scores (kt-score gives them from the run directory)"}
@@ -67,51 +74,48 @@ def is_litert_model(path: str | os.PathLike) -> bool:
     return (path / LITERT_FILE).is_file() and (path / MANIFEST_FILE).is_file()
 
 
-def check_exportable(languages: Optional[RunLanguages]) -> None:
-    """Refuses (ValueError naming it) what a LiteRT export cannot hold yet: a model of several
-    target languages whose token is forced first in the translation (the "target"
-    placement; the "source" placement's token is one more source id)."""
-    if languages is not None and languages.placement != "source":
-        remedy = ("an imported model's placement is the one it was trained with and cannot "
-                  "change: translate it with the run directory, a SavedModel or a CTranslate2 "
-                  "export" if languages.source_language_token else
-                  "a run trained with the 'source' placement (kt-train --language-token "
-                  "source) can")
-        raise ValueError("--format litert: a model of several target languages with the "
-                         f"{languages.placement!r} placement (its token forced first in the "
-                         f"translation) cannot be exported to LiteRT yet; {remedy}")
-
-
 def litert_model(model: Transformer, settings: SearchSettings, quantization: str = "float32",
-                 source_length: Optional[int] = None) -> bytes:
+                 source_length: Optional[int] = None,
+                 languages: Optional[RunLanguages] = None) -> bytes:
     """The `.tflite` flatbuffer of `model`'s searches (the module docstring): `beam` with
     `settings`, `greedy` with its length penalty and limit; weights stored as `quantization`
-    says (one of `LITERT_QUANTIZATIONS`); `source_length`: the fixed source length (None: any)."""
+    says (one of `LITERT_QUANTIZATIONS`); `source_length`: the fixed source length of one
+    sentence a call (None: a batch of any length); `languages`: the target languages of a
+    model of several, whose "target" placement makes each signature take `target_tokens`."""
     if quantization not in LITERT_QUANTIZATIONS:
         raise ValueError(f"quantization: must be one of {', '.join(LITERT_QUANTIZATIONS)} for "
                          f"LiteRT, got {quantization!r}")
     if settings.sampling:
         raise ValueError("sampling: a LiteRT export holds the beam and greedy searches only")
     check_source_length(source_length, model.config.max_length)
-    source_ids = tf.TensorSpec([1, source_length], tf.int32, name="source_ids")
+    batch = None if source_length is None else 1
+    inputs = [tf.TensorSpec([batch, source_length], tf.int32, name="source_ids")]
+    forced = languages is not None and languages.placement == "target"
+    if forced:
+        inputs.append(tf.TensorSpec([batch], tf.int32, name="target_tokens"))
 
     def signature(name: str) -> tf.types.experimental.ConcreteFunction:
-        def search(source_ids):
+        def search(source_ids, target_tokens=None):
             result = run_search(model, source_ids, settings, greedy=name == "greedy",
-                                static_shapes=True)
+                                static_shapes=True,
+                                prefix_ids=(None if target_tokens is None
+                                            else target_tokens[:, None]))
+            ids = result.ids
+            if target_tokens is not None:  # the token forced first, left out of the output
+                ids = tf.pad(ids[:, :, 1:], [[0, 0], [0, 0], [0, 1]])
             if source_length is None:
-                return {"ids": result.ids, "scores": result.scores}
+                return {"ids": ids, "scores": result.scores}
             # fixed sizes: the ids padded to the longest any hypothesis can be, the scores
             # copied out of the search loop (a loop's own outputs are not tensors the
             # compiled-model API can hand over)
             hypotheses = result.scores.shape[1]
             width = min(source_length + settings.max_decode_extra, model.config.max_length)
-            ids = tf.pad(result.ids, [[0, 0], [0, 0], [0, width - tf.shape(result.ids)[2]]])
+            ids = tf.pad(ids, [[0, 0], [0, 0], [0, width - tf.shape(ids)[2]]])
             return {"ids": tf.reshape(ids, [1, hypotheses, width]),
                     "scores": tf.gather(result.scores, tf.range(hypotheses), axis=1)}
 
         search.__name__ = name  # the signature's key in the .tflite file
-        return tf.function(search, input_signature=[source_ids],
+        return tf.function(search, input_signature=inputs,
                            autograph=False).get_concrete_function()
 
     with keras.StatelessScope(state_mapping=[(weight, weight.numpy())
@@ -146,7 +150,8 @@ def export_litert(model: Transformer, tokenizer: Tokenizer, directory: str | os.
         directory: the folder to write (must not exist).
         settings: the search settings (default: the paper's).
         quantization: how the weights are stored (`LITERT_QUANTIZATIONS`).
-        languages: the target languages of a model of several (`check_exportable`).
+        languages: the target languages of a model of several (with the "target" placement,
+            the signatures take `target_tokens`).
         source_length: every source PAD-padded to this many ids (None: any length; the
             module docstring).
 
@@ -154,16 +159,15 @@ def export_litert(model: Transformer, tokenizer: Tokenizer, directory: str | os.
         The folder.
     """
     settings = SearchSettings() if settings is None else settings
-    check_exportable(languages)
     directory = Path(directory)
-    flatbuffer = litert_model(model, settings, quantization, source_length)
+    flatbuffer = litert_model(model, settings, quantization, source_length, languages)
     directory.mkdir(parents=True)
     try:
         (directory / LITERT_FILE).write_bytes(flatbuffer)
         tokenizer.save(directory)
         config = model.config
         manifest = {"format": "litert", "signatures": list(SIGNATURES),
-                    "input": "source_ids [1, length] int32: the source's subword ids, then EOS",
+                    "input": SIGNATURE_INPUT, "batch": source_length is None,
                     "special_ids": {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID},
                     "vocab_size": config.vocab_size,
                     "output_vocab_size": config.output_vocab_size,
@@ -197,16 +201,20 @@ def fixed_source_length(directory: str | os.PathLike) -> Optional[int]:
 
 
 def litert_functions(directory: str | os.PathLike, threads: int = 2,
-                     target_language: Optional[str] = None
+                     target_language: Optional[str] = None,
+                     source_language: Optional[str] = None
                      ) -> tuple[Callable, Callable, Tokenizer, object]:
     """The searches of a folder `export_litert` wrote, run by the LiteRT interpreter (its
-    XNNPACK delegate, `threads` threads), one sentence at a time.
+    XNNPACK delegate, `threads` threads): a batch a call (PAD-padded to its longest source),
+    or, for an export of fixed shapes (or one written before batches), one sentence a call.
 
     Args:
         directory: the folder.
         threads: the interpreter's threads.
         target_language: the language a model of several translates into (its token first in
-            each source); None for a model of one.
+            each source, or forced first in each translation); None for a model of one.
+        source_language: the sources' language, of a model that reads it
+            (`RunLanguages.source_language_token`: its token first in each source).
 
     Returns:
         `(translate_text, translate_ids, tokenizer, interpreter)`, with the signatures of an
@@ -227,39 +235,53 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
         raise ValueError(f"{directory / LITERT_FILE}: not a LiteRT model ({error})") from None
     beam = interpreter.get_signature_runner("beam")
     beam_size = int(beam.get_output_details()["scores"]["shape_signature"][1])
+    batched = beam.get_input_details()["source_ids"]["shape_signature"][0] == -1
     vocab_size = manifest["vocab_size"]
     fixed = manifest.get("source_length")  # None: any length
     max_length = fixed or manifest["max_length"]
     languages = (RunLanguages.from_dict(manifest["languages"]) if "languages" in manifest
                  else None)
-    token = asked_languages(languages, target_language).target_id
+    asked = asked_languages(languages, target_language, source_language)
+    token = asked.target_id
+    forced = token is not None and languages.placement == "target"
     own_tokens = set(languages.token_ids.values()) if languages else set()
+
+    def source_row(row: list[int]) -> list[int]:
+        """A nonempty source's ids as the model reads them (`Translator`'s `_source_ids`)."""
+        if token is not None and not forced:  # in place of a token the text starts with
+            row = ([token] + row[row[0] in own_tokens:])[:max_length - 1]
+        if asked.source_id is not None:
+            row = ([asked.source_id] + row)[:max_length - 1]
+        return row + [EOS_ID]
+
+    def search(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """The n-best ids and scores of source rows of one length."""
+        inputs = {"source_ids": np.array(rows, np.int32)}
+        if forced:
+            inputs["target_tokens"] = np.full([len(rows)], token, np.int32)
+        result = beam(**inputs)
+        return result["ids"], result["scores"]
 
     def translate_ids(source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         kept = model_input_ids(tf.RaggedTensor.from_tensor(tf.convert_to_tensor(source_ids)),
                                vocab_size, max_length).to_list()
-        nbest, scores = [], []
-        for row in kept:
-            if row and token is not None:  # in place of a token the text starts with
-                row = ([token] + row[row[0] in own_tokens:])[:max_length - 1]
-            if not row:  # an empty source: an empty translation, into any language
-                nbest.append(np.full([beam_size, 1], PAD_ID, np.int32))
-                scores.append(np.zeros([beam_size], np.float32))
-                continue
-            row = row + [EOS_ID]
-            result = beam(source_ids=np.array([row + [PAD_ID] * ((fixed or 0) - len(row))],
-                                              np.int32))
-            nbest.append(result["ids"][0])
-            scores.append(result["scores"][0])
-        hypotheses = max((ids.shape[0] for ids in nbest), default=1)
-        length = max((ids.shape[1] for ids in nbest), default=1)
-        ids = np.full([len(nbest), hypotheses, length], PAD_ID, np.int32)
-        all_scores = np.zeros([len(nbest), hypotheses], np.float32)
-        for index, (row, row_scores) in enumerate(zip(nbest, scores)):
-            ids[index, :row.shape[0], :row.shape[1]] = row
-            all_scores[index, :row_scores.shape[0]] = row_scores
-        return {"ids": tf.constant(ids[:, 0]), "score": tf.constant(all_scores[:, 0]),
-                "nbest_ids": tf.constant(ids), "nbest_scores": tf.constant(all_scores)}
+        # an empty source: an empty translation, into any language
+        searched = [index for index, row in enumerate(kept) if row]
+        rows = [source_row(kept[index]) for index in searched]
+        width = fixed or max((len(row) for row in rows), default=0)
+        padded = [row + [PAD_ID] * (width - len(row)) for row in rows]
+        found = ([search(padded)] if batched and padded else
+                 [search([row]) for row in padded])
+        length = max((ids.shape[2] for ids, _ in found), default=1)
+        ids = np.full([len(kept), beam_size, length], PAD_ID, np.int32)
+        scores = np.zeros([len(kept), beam_size], np.float32)
+        rows_found = [(row_ids, row_scores) for part_ids, part_scores in found
+                      for row_ids, row_scores in zip(part_ids, part_scores)]
+        for index, (row_ids, row_scores) in zip(searched, rows_found):
+            ids[index, :, :row_ids.shape[1]] = row_ids
+            scores[index] = row_scores
+        return {"ids": tf.constant(ids[:, 0]), "score": tf.constant(scores[:, 0]),
+                "nbest_ids": tf.constant(ids), "nbest_scores": tf.constant(scores)}
 
     def translate_text(text: tf.Tensor) -> dict[str, tf.Tensor]:
         pieces = text_pieces(tokenizer, tf.convert_to_tensor(text, tf.string))

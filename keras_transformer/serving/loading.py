@@ -56,9 +56,10 @@ def load_export(path: str | os.PathLike, target_language: Optional[str] = None,
     if is_litert_model(version):
         max_length = fixed_source_length(version) or max_length
         translate_text, translate_ids, tokenizer, owner = litert_functions(
-            version, threads=threads, target_language=language)
+            version, threads=threads, target_language=language, source_language=source)
         return LineTranslator(translate_text, translate_ids, tokenizer, owner=owner,
-                              max_length=max_length, languages=languages, language=language)
+                              max_length=max_length, languages=languages, language=language,
+                              source_language=source)
     if is_ctranslate2_model(version):
         translate_text, translate_ids, translate_prefixed, tokenizer, owner = (
             ctranslate2_functions(version, target_language=language, source_language=source))
