@@ -290,6 +290,27 @@ def test_kt_translate_documents_equal_their_sentences_translated_alone(run_dir, 
         [str(run_dir.root), str(plain), "--format", "text"], capsys)[1].split()
 
 
+def test_files_with_a_byte_order_mark_binary_bytes_and_mixed_line_endings(run_dir, tmp_path,
+                                                                          capsys):
+    """A document's byte-order mark is dropped (said once), bytes that are not UTF-8 are
+    named by line and translated with replacements, CR LF and LF endings kept line for line."""
+    page = tmp_path / "page.md"
+    page.write_bytes(b"\xef\xbb\xbf# Title here\r\n\r\nOne cat \xff sleeps.\n\nTwo dogs.\r\n")
+    code, translated, err = kt_translate([str(run_dir.root), str(page)], capsys)
+    assert code == 0, err
+    assert "\ufeff" not in translated and translated.startswith("# ")
+    assert [line[-1:] for line in translated.split("\n")] == ["\r", "\r", "", "", "\r", ""]
+    assert f"{page}:3: not valid UTF-8" in err
+
+
+def test_a_table_of_100_columns_keeps_its_cells():
+    table = ("| " + " | ".join(f"head {i}" for i in range(100)) + " |\n|" + "---|" * 100 + "\n| "
+             + " | ".join(f"word {i}" for i in range(100)) + " |\n")
+    translated = documents().translate(table, "markdown").text
+    assert markdown_format.structure(translated) == markdown_format.structure(table)
+    assert translated.splitlines()[2] == "| " + " | ".join(f"{i} WORD" for i in range(100)) + " |"
+
+
 def test_document_formats_refuse_line_options_by_name(run_dir, tmp_path, capsys):
     page = tmp_path / "page.md"
     page.write_text("# a\n")

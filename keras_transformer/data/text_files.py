@@ -160,13 +160,13 @@ def read_raw_lines(path: str | os.PathLike) -> tuple[list[bytes], list[int]]:
 
 def read_document(path: str | os.PathLike) -> tuple[str, list[int]]:
     """The whole text of ``path`` (plain or .gz; "-" is standard input), line endings kept as
-    they are, and the 1-based numbers of its lines that are not valid UTF-8 (decoded with
-    U+FFFD replacements)."""
+    they are (a byte-order mark at its start dropped: `dropped_mark`), and the 1-based numbers
+    of its lines that are not valid UTF-8 (decoded with U+FFFD replacements)."""
     path = os.fspath(path)
     lines: list[str] = []
     invalid = []
     with nullcontext(sys.stdin.buffer) if path == "-" else _open_binary(path) as handle:
-        for number, raw in enumerate(handle, start=1):
+        for number, raw in _numbered_lines(path, handle):
             try:
                 lines.append(raw.decode("utf-8"))
             except UnicodeDecodeError:
