@@ -65,8 +65,10 @@ class ImportedModel:
     """A model read from a foreign folder: our architecture, our weights by variable path
     (`run_directory.imported_transformer` assigns them), the tokenizer's pieces in our id
     order per side, the SentencePiece models, the release's beam size, the files read, the
-    model's own options (recorded in `import.json`), and its languages when it translates
-    between several (None: `run_directory.imported_languages` reads `>>xx<<` pieces)."""
+    model's own options (recorded in `import.json`), its languages when it translates between
+    several (None: `run_directory.imported_languages` reads `>>xx<<` pieces), and the target
+    pieces that are not text (`SentencePiecePair`'s `control_pieces`: NLLB's language codes,
+    which its tokenizer's decoding leaves out)."""
 
     config: TransformerConfig
     arrays: Mapping[str, np.ndarray]
@@ -79,6 +81,7 @@ class ImportedModel:
     options: dict[str, Any]
     languages: Optional["RunLanguages"] = None
     licence: Optional[str] = None
+    control_pieces: tuple[str, ...] = ()
 
 
 def read_json(path: Path) -> Any:
