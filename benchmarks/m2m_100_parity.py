@@ -8,6 +8,8 @@ Two environments, one folder:
     VENV_HF/bin/python benchmarks/m2m_100_parity.py theirs WORK_DIR
     python benchmarks/m2m_100_parity.py compare WORK_DIR
 
+(each step takes the names of the models to run after WORK_DIR; all without).
+
 `build` (transformers 5) writes the folders transformers itself saves (`BUILT`): a
 SentencePiece model trained on the tests' sentences, `NllbTokenizer.from_pretrained` of it with
 its language codes as `extra_special_tokens` (`<mask>` then before the codes) or
@@ -107,7 +109,8 @@ def build(work_dir: Path) -> None:
             unused = 8
         tokenizer.save_pretrained(folder)
         config = transformers.M2M100Config(
-            vocab_size=len(tokenizer) + unused, d_model=32, encoder_layers=2, decoder_layers=1,
+            vocab_size=1 + max(*tokenizer.get_vocab().values(), *getattr(
+                tokenizer, "lang_code_to_id", {}).values()) + unused, d_model=32, encoder_layers=2, decoder_layers=1,
             encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
             decoder_ffn_dim=64, max_position_embeddings=64, scale_embedding=True,
             pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
@@ -272,5 +275,8 @@ def compare(work_dir: Path) -> None:
 
 if __name__ == "__main__":
     step, directory = sys.argv[1], Path(sys.argv[2])
+    if sys.argv[3:]:  # the models to run, by name (all without)
+        VARIANTS = {name: VARIANTS[name] for name in sys.argv[3:]}
+        BUILT = {name: fields for name, fields in BUILT.items() if name in VARIANTS}
     directory.mkdir(parents=True, exist_ok=True)
     {"build": build, "ours": ours, "theirs": theirs, "compare": compare}[step](directory)
