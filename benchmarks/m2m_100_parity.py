@@ -149,7 +149,8 @@ def ours(work_dir: Path) -> None:
         languages = imported.languages
         model = imported_transformer(imported)
         tokenizer = SentencePiecePair(imported.source_spm, imported.target_spm,
-                                      imported.source_pieces, imported.target_pieces)
+                                      imported.source_pieces, imported.target_pieces,
+                                      imported.control_pieces)
         translator = Translator(model, tokenizer, SearchSettings(
             beam_size=1, max_decode_extra=EXTRA), languages=languages)
         records = []
