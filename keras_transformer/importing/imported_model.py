@@ -95,6 +95,24 @@ def read_json(path: Path) -> Any:
         raise ImportFormatError(f"{path}: not valid JSON ({error})") from None
 
 
+GENERATION_CONFIG = "generation_config.json"
+
+
+def release_beam_size(folder: Path, config: dict[str, Any]) -> tuple[int, list[Path]]:
+    """The beam size a Hugging Face folder's model searches with, and the files it was read
+    from: `num_beams` of `generation_config.json` (where transformers 5 keeps it, and what
+    transformers reads before config.json), else of `config.json`, else 4."""
+    path = folder / GENERATION_CONFIG
+    generation = read_json(path) if path.is_file() else {}
+    if not isinstance(generation, dict):
+        raise ImportFormatError(f"{path}: not a JSON object")
+    beams = generation.get("num_beams") or config.get("num_beams") or 4
+    if not isinstance(beams, int) or isinstance(beams, bool) or beams < 1:
+        raise ImportFormatError(f"{path if 'num_beams' in generation else folder / 'config.json'}"
+                                f": num_beams {beams!r} (a number of at least 1)")
+    return beams, [path] if path.is_file() else []
+
+
 def safetensors_path(folder: Path, hint: str = "") -> Path:
     """`folder`'s `model.safetensors`; ImportFormatError naming it when it is missing, with
     what the folder holds instead (a PyTorch `.bin` needs torch to read) and `hint`."""

@@ -44,7 +44,7 @@ from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import SPECIAL_PIECES
 from keras_transformer.importing.imported_model import (NEVER_EMITTED_BIAS, ImportedModel,
                                                         ImportFormatError, ReadOnAccess,
-                                                        RowBlocks, read_json,
+                                                        RowBlocks, read_json, release_beam_size,
                                                         safetensors_path)
 
 SENTENCEPIECE_FILENAME = "sentencepiece.bpe.model"
@@ -97,11 +97,11 @@ def read_m2m_100_folder(folder: str | Path) -> ImportedModel:
     languages = RunLanguages("target", codes, {code: pieces[index]
                                                for code, index in codes.items()},
                              source_language_token=True)
+    beam_size, generation_files = release_beam_size(folder, config)
     return ImportedModel(
         config=ours, arrays=arrays, source_pieces=pieces, target_pieces=pieces,
-        source_spm=spm_model, target_spm=spm_model,
-        beam_size=int(config.get("num_beams") or 4),
-        files=[config_path, *weights_paths, spm_path, *tokenizer_files]
+        source_spm=spm_model, target_spm=spm_model, beam_size=beam_size,
+        files=[config_path, *generation_files, *weights_paths, spm_path, *tokenizer_files]
         + ([vocabulary_path] if vocabulary_path.is_file() else []),
         options=config, languages=languages, licence=_licence(folder), control_pieces=control)
 
