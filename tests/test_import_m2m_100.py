@@ -76,8 +76,9 @@ def _emitting_a_code(run, lines: list) -> list:
     rows_now = embedding.numpy()
     rows_now[list(codes.values())] *= 0.1
     embedding.assign(rows_now)
-    changed = next(row[step] for row in greedy_ids() for step in range(1, len(row))
-                   if row[step] != row[step - 1])
+    changed = next((row[step] for row in greedy_ids() for step in range(1, len(row))
+                    if row[step] != row[step - 1]), None)
+    assert changed is not None, "every translation repeats one piece: nothing follows another"
     rows_now[codes[EMITTED_CODE]] = 1.1 * rows_now[changed]
     embedding.assign(rows_now)
     model.save_weights(RunDir(run).final_weights)
