@@ -17,7 +17,8 @@ random Marian models in Hugging Face's layout (tests/marian_models.py), imports 
 generated sentence pairs and our greedy translations (`Translator`, beam 1) as ids and text;
 `theirs` (an environment with torch and transformers, without this package) loads the same
 folders with `MarianMTModel.from_pretrained`, writes its log-probabilities and translates
-greedily with `generate` (kept from emitting `<pad>`, which the import leaves out), decoded by
+greedily with `generate` (kept from emitting `<pad>`, which the import leaves out, and with
+no `</s>` forced at the length limit, which cuts a line as ours does), decoded by
 the folder's `MarianTokenizer` with special tokens skipped; `compare` prints the largest
 differences, with Hugging Face's softmax over its whole vocabulary and without its appended
 `<pad>` column (which Marian's vocabulary does not have), and the greedy translations equal in
@@ -171,7 +172,8 @@ def theirs(work_dir: Path) -> None:
             with torch.no_grad():
                 out = model.generate(torch.tensor([source_ids]), num_beams=1, do_sample=False,
                                      suppress_tokens=[start], max_length=limit + 1,
-                                     min_length=0)[0].tolist()[1:]  # after the start
+                                     min_length=0, forced_eos_token_id=None,
+                                     )[0].tolist()[1:]  # after the start
             out = out[:out.index(model.config.eos_token_id)] if (
                 model.config.eos_token_id in out) else out
             greedy["hf_greedy"].append(out)
