@@ -3,12 +3,22 @@ and CTranslate2's conversion of the same folders.
 
 Two environments, one folder:
 
+    VENV_HF/bin/python benchmarks/m2m_100_parity.py build WORK_DIR
     python benchmarks/m2m_100_parity.py ours WORK_DIR
     VENV_HF/bin/python benchmarks/m2m_100_parity.py theirs WORK_DIR
     python benchmarks/m2m_100_parity.py compare WORK_DIR
 
-`ours` writes random models in the Hugging Face layout (tests/m2m_100_models.py: NLLB- and
-M2M-100-style vocabularies, 2+1 and 3+2 layers, scale_embedding on and off), imports each with
+(each step takes the names of the models to run after WORK_DIR; all without).
+
+`build` (transformers 5) writes the folders transformers itself saves (`BUILT`): a
+SentencePiece model trained on the tests' sentences, `NllbTokenizer.from_pretrained` of it with
+its language codes as `extra_special_tokens` (`<mask>` then before the codes) or
+`M2M100Tokenizer(language_codes="m2m100")` over a `vocab.json`, `save_pretrained`, and a
+random `M2M100ForConditionalGeneration(M2M100Config(...)).save_pretrained`; the SentencePiece
+model stays beside them, as in a folder from the Hub (transformers 5 saves tokenizer.json
+without it). `ours` writes the other models in transformers 4's layout
+(tests/m2m_100_models.py: NLLB- and M2M-100-style vocabularies, 2+1 and 3+2 layers,
+scale_embedding on and off), imports each (and `build`'s) with
 `kt-import`'s reader, and writes per language pair (three per model) the source ids our
 tokenizer gives, our teacher-forced log-probabilities of generated sentence pairs and our greedy
 translations (`Translator`, beam 1, into the target language from the source language) as
@@ -18,7 +28,9 @@ package) tokenizes the same sentences with the folder's own tokenizer (`AutoToke
 its `generate(forced_bos_token_id=...)`, and with the folder converted by CTranslate2's
 `TransformersConverter` (`target_prefix` = the language code). Both of theirs are kept from
 emitting `<s>` and `<pad>`, which the import leaves out of the ids it can emit, and their
-log-probabilities are renormalized over the same ids. `compare` prints one JSON line per model.
+log-probabilities are renormalized over the same ids; their greedy ids are decoded by the
+folder's tokenizer with special tokens skipped, which our translations' text must equal.
+`compare` prints one JSON line per model.
 """
 from __future__ import annotations
 
@@ -35,7 +47,11 @@ VARIANTS = {
     "m2m100_2_1": {"style": "m2m100", "seed": 2},
     "m2m100_3_2_unscaled": {"style": "m2m100", "encoder_layers": 3, "decoder_layers": 2,
                             "scale_embedding": False, "seed": 3},
+    "nllb_transformers5": {"style": "nllb", "built": True, "seed": 4},
+    "m2m100_transformers5": {"style": "m2m100", "built": True, "seed": 5},
 }
+BUILT = {name: fields for name, fields in VARIANTS.items() if fields.get("built")}
+NLLB_CODES = ["eng_Latn", "fra_Latn", "deu_Latn", "zho_Hans", "zho_Hant"]
 PAIRS = {"nllb": [("eng_Latn", "fra_Latn"), ("fra_Latn", "deu_Latn"), ("deu_Latn", "zho_Hans")],
          "m2m100": [("en", "fr"), ("fr", "de"), ("de", "cs")]}
 SCORED, TRANSLATED, EXTRA = 20, 50, 10  # sentences per pair; the search's max_decode_extra
@@ -52,6 +68,67 @@ def until_end(ids: list[int], end: int) -> list[int]:
     return ids[:ids.index(end)] if end in ids else [index for index in ids if index > 1]
 
 
+def build(work_dir: Path) -> None:
+    import random
+    import shutil
+
+    import sentencepiece as spm
+    import torch
+    import transformers
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from marian_models import training_sentences
+
+    sources, targets = training_sentences()
+    for name, fields in BUILT.items():
+        folder = work_dir / name / "hf"
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sources + targets), model_prefix=str(folder / "spm"),
+            vocab_size=200, model_type="bpe", character_coverage=1.0, hard_vocab_limit=False,
+            num_threads=1, minloglevel=2)
+        (folder / "spm.vocab").unlink()
+        spm_path = (folder / "spm.model").rename(folder / "sentencepiece.bpe.model")
+        if fields["style"] == "nllb":
+            tokenizer = transformers.NllbTokenizer.from_pretrained(
+                folder, extra_special_tokens=NLLB_CODES, src_lang="eng_Latn")
+            unused = 2
+        else:
+            processor = spm.SentencePieceProcessor(model_file=str(spm_path))
+            pieces = [processor.id_to_piece(i) for i in range(3, processor.get_piece_size())]
+            random.Random(fields["seed"]).shuffle(pieces)
+            vocabulary = {**{token: index for index, token in enumerate(
+                ["<s>", "<pad>", "</s>", "<unk>"])}, **{piece: 4 + index
+                                                        for index, piece in enumerate(pieces)}}
+            (folder / "vocab.json").write_text(json.dumps(vocabulary, ensure_ascii=False))
+            tokenizer = transformers.M2M100Tokenizer(
+                vocab_file=str(folder / "vocab.json"), spm_file=str(spm_path),
+                language_codes="m2m100", src_lang="en", tgt_lang="fr")
+            unused = 8
+        tokenizer.save_pretrained(folder)
+        config = transformers.M2M100Config(
+            vocab_size=1 + max(*tokenizer.get_vocab().values(), *getattr(
+                tokenizer, "lang_code_to_id", {}).values()) + unused, d_model=32, encoder_layers=2, decoder_layers=1,
+            encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+            decoder_ffn_dim=64, max_position_embeddings=64, scale_embedding=True,
+            pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+        torch.manual_seed(fields["seed"])
+        model = transformers.M2M100ForConditionalGeneration(config)
+        with torch.no_grad():  # weights of a size that make the greedy choices far apart
+            for parameter_name, parameter in model.named_parameters():
+                if "layer_norm" in parameter_name:
+                    parameter.copy_((parameter_name.endswith("weight")) + 0.1 * torch.randn_like(
+                        parameter))
+                else:
+                    parameter.normal_(0, parameter.shape[-1] ** -0.5)
+            model.model.shared.weight[1] = 0
+        model.save_pretrained(folder)
+        print(json.dumps({"variant": name, "files": sorted(path.name for path in folder.iterdir()),
+                          "transformers": transformers.__version__}))
+
+
 def ours(work_dir: Path) -> None:
     import tensorflow as tf
 
@@ -66,12 +143,14 @@ def ours(work_dir: Path) -> None:
 
     sources, targets = training_sentences(TRANSLATED, seed=11)
     for name, fields in VARIANTS.items():
-        folder = write_m2m_100_folder(work_dir / name / "hf", **fields)
+        folder = (work_dir / name / "hf" if fields.get("built") else
+                  write_m2m_100_folder(work_dir / name / "hf", **fields))
         imported = read_huggingface_folder(folder)
         languages = imported.languages
         model = imported_transformer(imported)
         tokenizer = SentencePiecePair(imported.source_spm, imported.target_spm,
-                                      imported.source_pieces, imported.target_pieces)
+                                      imported.source_pieces, imported.target_pieces,
+                                      imported.control_pieces)
         translator = Translator(model, tokenizer, SearchSettings(
             beam_size=1, max_decode_extra=EXTRA), languages=languages)
         records = []
@@ -121,13 +200,17 @@ def theirs(work_dir: Path) -> None:
         model = transformers.M2M100ForConditionalGeneration.from_pretrained(folder).eval()
         tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
         converted = work_dir / name / "ct2"
-        if not converted.exists():
-            TransformersConverter(str(folder)).convert(str(converted))
-        ct2 = ctranslate2.Translator(str(converted), device="cpu", intra_threads=1)
+        try:
+            if not converted.exists():
+                TransformersConverter(str(folder)).convert(str(converted), force=True)
+        except ValueError as error:  # e.g. a tokenizer whose vocabulary misses the codes
+            print(json.dumps({"variant": name, "ctranslate2_conversion": str(error)}))
+        ct2 = (ctranslate2.Translator(str(converted), device="cpu", intra_threads=1)
+               if converted.exists() else None)
         # Its tokens' ids: the converted vocabulary's (rows the tokenizer names no token, e.g.
         # M2M-100's madeup words, get names of the converter's that the tokenizer reads as UNK).
         ct2_ids = {token: index for index, token in enumerate(json.loads(
-            (converted / "shared_vocabulary.json").read_text()))}
+            (converted / "shared_vocabulary.json").read_text()))} if ct2 else {}
         for record in records:
             tokenizer.src_lang = record["source_language"]
             record["their_source_ids"] = [tokenizer(text)["input_ids"]
@@ -150,6 +233,11 @@ def theirs(work_dir: Path) -> None:
                                          suppress_tokens=[0, 1], max_length=limit + 1,
                                          min_length=0)[0].tolist()
                 record["hf_greedy"].append(until_end(out[2:], THEIR_EOS))  # after </s>, code
+                record.setdefault("hf_text", []).append(tokenizer.decode(
+                    record["hf_greedy"][-1], skip_special_tokens=True))
+                if ct2 is None:
+                    record["ct2_greedy"].append(None)
+                    continue
                 tokens = tokenizer.convert_ids_to_tokens(source_ids)
                 code = tokenizer.convert_ids_to_tokens(record["target_code"])
                 result = ct2.translate_batch(
@@ -158,6 +246,8 @@ def theirs(work_dir: Path) -> None:
                     return_end_token=False)[0]
                 record["ct2_greedy"].append([ct2_ids[token]
                                              for token in result.hypotheses[0][1:]])
+        for record in records:
+            record["special_ids"] = list(tokenizer.all_special_ids)
         (work_dir / name / "theirs.json").write_text(json.dumps(records))
         print(json.dumps({"variant": name, "transformers": transformers.__version__,
                           "torch": torch.__version__, "ctranslate2": ctranslate2.__version__}))
@@ -181,11 +271,21 @@ def compare(work_dir: Path) -> None:
             "max_abs_log_prob_difference": max(float(np.abs(np.subtract(
                 pair["ours"], pair["theirs"])).max()) for pair in scored),
             "greedy_equal_transformers": sum(a == b for a, b, _ in greedy),
-            "greedy_equal_ctranslate2": sum(a == c for a, _, c in greedy),
+            "greedy_equal_ctranslate2": (sum(a == c for a, _, c in greedy)
+                                         if all(c is not None for _, _, c in greedy) else None),
+            "text_equal_transformers": sum(ours_text == theirs_text for record in records
+                                           for ours_text, theirs_text in zip(
+                                               record["translations"], record["hf_text"])),
+            "special_tokens_emitted": sum(any(index in specials for index in ids)
+                                          for record in records for ids in record["hf_greedy"]
+                                          for specials in [set(record["special_ids"])]),
             "greedy_sentences": len(greedy)}))
 
 
 if __name__ == "__main__":
     step, directory = sys.argv[1], Path(sys.argv[2])
+    if sys.argv[3:]:  # the models to run, by name (all without)
+        VARIANTS = {name: VARIANTS[name] for name in sys.argv[3:]}
+        BUILT = {name: fields for name, fields in BUILT.items() if name in VARIANTS}
     directory.mkdir(parents=True, exist_ok=True)
-    {"ours": ours, "theirs": theirs, "compare": compare}[step](directory)
+    {"build": build, "ours": ours, "theirs": theirs, "compare": compare}[step](directory)

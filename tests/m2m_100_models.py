@@ -5,11 +5,25 @@ and the parity run against transformers (`benchmarks/transformers_parity.py`).
 `config.json` (`model_type` "m2m_100"), `model.safetensors` (random weights under
 `M2M100ForConditionalGeneration`'s names, PyTorch `[out, in]` projections; or two shards and
 their index), `sentencepiece.bpe.model` (a tiny BPE model trained on
-`marian_models.training_sentences`), and the tokenizer's files: NLLB's `tokenizer_config.json`
-(language codes as `additional_special_tokens`, ids in `added_tokens_decoder`) and
-`special_tokens_map.json`, or M2M-100's `vocab.json` (pieces in an order of their own, not the
-SentencePiece model's) with codes `__xx__`. Both leave rows no token names at the end, as the
-released models do (NLLB: 2, M2M-100: its 8 `madeupword`s).
+`marian_models.training_sentences`), and the tokenizer's files as transformers 4 writes them
+(`layout="transformers4"`): NLLB's `tokenizer_config.json` (language codes as
+`additional_special_tokens`, ids in `added_tokens_decoder`) and `special_tokens_map.json`, or
+M2M-100's `vocab.json` (pieces in an order of their own, not the SentencePiece model's) with
+codes `__xx__`; or as transformers 5 writes them (`layout="transformers5"`): NLLB's codes as
+`extra_special_tokens` of `tokenizer_config.json` and every added token's id in
+`tokenizer.json`'s `added_tokens` (no special_tokens_map.json), M2M-100's codes by
+`language_codes` "m2m100" alone. `mask_first`: NLLB's `<mask>` before the codes (the tokenizer
+transformers 5 builds from a SentencePiece model), not after them (the released models').
+Both leave rows no token names at the end, as the released models do (NLLB: 2, M2M-100: its 8
+`madeupword`s).
+
+The transformers 5 layout was checked against folders transformers 5.25 wrote
+(`NllbTokenizer.from_pretrained` of a SentencePiece model with `extra_special_tokens`,
+`M2M100Tokenizer(language_codes="m2m100")`, `save_pretrained`): the same files and keys, and
+the same ids for every token. Two differences, neither read by the import: tokenizer.json's BPE
+`merges` are left empty and its normalizer carries no `precompiled_charsmap`; and
+`sentencepiece.bpe.model` is written beside it, which transformers 5 does not save (a folder
+downloaded from the Hub has it; benchmarks/m2m_100_parity.py copies it).
 """
 import json
 import random
@@ -20,16 +34,12 @@ from typing import Optional
 import numpy as np
 import sentencepiece as spm
 
+from keras_transformer.importing.m2m_100 import M2M_100_LANGUAGE_CODES
 from marian_models import training_sentences
 
 THEIR_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # fairseq's ids 0-3
 NLLB_LANGUAGES = ("eng_Latn", "fra_Latn", "deu_Latn", "zho_Hans", "zho_Hant")
-# M2M-100's 100 languages in the order its tokenizer numbers their codes (after the pieces).
-M2M_LANGUAGES = tuple(
-    "af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd gl gu "
-    "ha he hi hr ht hu hy id ig ilo is it ja jv ka kk km kn ko lb lg ln lo lt lv mg mk ml mn mr "
-    "ms my ne nl no ns oc or pa pl ps pt ro ru sd si sk sl so sq sr ss su sv sw ta th tl tn tr uk "
-    "ur uz vi wo xh yi yo zh zu".split())
+M2M_LANGUAGES = M2M_100_LANGUAGE_CODES["m2m100"]  # in the order its tokenizer numbers them
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,8 @@ class M2MVariant:
     max_positions: int = 64
     vocab_size: Optional[int] = None
     seed: int = 0
+    layout: str = "transformers4"
+    mask_first: bool = False
 
     @property
     def languages(self) -> tuple[str, ...]:
@@ -88,6 +100,7 @@ def vocabulary(folder) -> dict[str, int]:
                **{processor.id_to_piece(index): index + 1
                   for index in range(3, processor.get_piece_size())}}
         first = processor.get_piece_size() + 1
+    first += int(variant.mask_first and variant.style == "nllb")
     return {**ids, **{token: first + number
                       for number, token in enumerate(variant.language_tokens)}}
 
@@ -114,24 +127,40 @@ def write_m2m_100_folder(folder, variant: M2MVariant = M2MVariant(), **changes) 
         size = len(mapping) + len(tokens) + unused
         tokenizer = {"tokenizer_class": "M2M100Tokenizer", "src_lang": "en", "tgt_lang": "fr",
                      "additional_special_tokens": tokens, "num_madeup_words": unused}
+        if variant.layout == "transformers5":
+            tokenizer = {"added_tokens_decoder": added_tokens_decoder(
+                {token: index for index, token in enumerate(THEIR_SPECIALS)}),
+                "backend": "custom", "extra_special_tokens": [], "language_codes": "m2m100",
+                "num_madeup_words": unused, "sep_token": "</s>", "sp_model_kwargs": {},
+                "src_lang": "en", "tgt_lang": "fr", "tokenizer_class": "M2M100Tokenizer"}
     else:
         ids = vocabulary(folder)
-        mask = max(ids.values()) + 1
-        size = mask + 1 + 2
+        mask = (min if variant.mask_first else max)(ids[token] for token in tokens) + (
+            -1 if variant.mask_first else 1)
+        size = max(mask, *ids.values()) + 1 + 2
+        added = {token: index for token, index in [*ids.items(), ("<mask>", mask)]
+                 if token in THEIR_SPECIALS or token in tokens or token == "<mask>"}
         tokenizer = {"tokenizer_class": "NllbTokenizer", "src_lang": "eng_Latn",
                      "tgt_lang": "fra_Latn", "legacy_behaviour": False,
                      "additional_special_tokens": tokens,
-                     "added_tokens_decoder": {
-                         str(index): {"content": token, "special": True}
-                         for token, index in [*ids.items(), ("<mask>", mask)]
-                         if token in THEIR_SPECIALS or token in tokens or token == "<mask>"}}
+                     "added_tokens_decoder": added_tokens_decoder(added)}
+        if variant.layout == "transformers5":
+            tokenizer = {"backend": "tokenizers", "cls_token": "<s>", "extra_special_tokens": tokens,
+                         "is_local": True, "legacy_behaviour": False, "local_files_only": False,
+                         "mask_token": "<mask>", "model_max_length": 10 ** 30, "sep_token": "</s>",
+                         "src_lang": "eng_Latn", "tgt_lang": None,
+                         "tokenizer_class": "NllbTokenizer"}
+            (folder / "tokenizer.json").write_text(json.dumps(
+                tokenizer_json(ids, added, tokens), ensure_ascii=False, indent=1))
     for token in ("bos", "eos", "unk", "pad"):
         tokenizer[f"{token}_token"] = {"bos": "<s>", "eos": "</s>", "unk": "<unk>",
                                        "pad": "<pad>"}[token]
-    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer, indent=1))
-    (folder / "special_tokens_map.json").write_text(json.dumps(
-        {"additional_special_tokens": tokens, "bos_token": "<s>", "eos_token": "</s>",
-         "unk_token": "<unk>", "pad_token": "<pad>"}, indent=1))
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer, indent=1,
+                                                             sort_keys=True))
+    if variant.layout == "transformers4":
+        (folder / "special_tokens_map.json").write_text(json.dumps(
+            {"additional_special_tokens": tokens, "bos_token": "<s>", "eos_token": "</s>",
+             "unk_token": "<unk>", "pad_token": "<pad>"}, indent=1))
     size = max(size, variant.vocab_size or 0)
     (folder / "config.json").write_text(json.dumps(model_config(variant, size), indent=1))
     tensors = random_tensors(variant, size)
@@ -150,6 +179,44 @@ def write_m2m_100_folder(folder, variant: M2MVariant = M2MVariant(), **changes) 
                                       if variant.style == "nllb" else
                                       "---\nlicense: mit\n---\n# A random test model\n")
     return folder
+
+
+def added_tokens_decoder(ids: dict[str, int]) -> dict[str, dict]:
+    """tokenizer_config.json's `added_tokens_decoder` of the added tokens `ids`."""
+    return {str(index): {"content": token, "lstrip": token == "<mask>", "normalized":
+                         token == "<mask>", "rstrip": False, "single_word": False,
+                         "special": True} for token, index in ids.items()}
+
+
+def tokenizer_json(ids: dict[str, int], added: dict[str, int], codes: list[str]) -> dict:
+    """NLLB's tokenizer.json as transformers 5 writes it: the added tokens with their ids, the
+    BPE model's vocabulary (its merges left out), the source code first and `</s>` last."""
+    def processor(pair: bool) -> list[dict]:
+        parts = [{"Sequence": {"id": part, "type_id": 0}} for part in ("AB" if pair else "A")]
+        return [{"SpecialToken": {"id": codes[0], "type_id": 0}}, *parts,
+                {"SpecialToken": {"id": "</s>", "type_id": 0}}]
+
+    metaspace = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always",
+                 "split": True}
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": index, "content": token, "single_word": False,
+                          "lstrip": token == "<mask>", "rstrip": False,
+                          "normalized": token == "<mask>", "special": True}
+                         for token, index in sorted(added.items(), key=lambda item: item[1])],
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]},
+        "pre_tokenizer": metaspace,
+        "post_processor": {"type": "TemplateProcessing", "single": processor(False),
+                           "pair": processor(True), "special_tokens": {
+                               token: {"id": token, "ids": [added[token]], "tokens": [token]}
+                               for token in ("</s>", codes[0])}},
+        "decoder": metaspace,
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>",
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": True, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": {token: index for token, index in ids.items()
+                            if token not in codes}, "merges": []}}
 
 
 def read_variant(folder) -> M2MVariant:

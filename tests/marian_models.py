@@ -238,12 +238,16 @@ def tokenize(folder, sentence: str, side: str = "source",
     return ([f">>{language}<<"] if language else []) + processor.encode(sentence, out_type=str)
 
 
-def write_huggingface_folder(marian_folder, folder) -> Path:
+def write_huggingface_folder(marian_folder, folder, layout: str = "transformers4") -> Path:
     """The Marian model of `marian_folder` (post-norm, sinusoidal, no embedding layer norm: what
     Hugging Face's Marian supports) written as Hugging Face's conversion lays it out:
     `config.json`, `model.safetensors` (PyTorch `[out, in]` projections, a zero `<pad>` row
     appended to the embeddings, names `model.encoder.layers.N...`), `vocab.json` (and
-    `target_vocab.json`), the SentencePiece models."""
+    `target_vocab.json`), the SentencePiece models. `layout` "transformers5": the files as
+    transformers 5.25 saves the model and its tokenizer (`MarianMTModel.save_pretrained`,
+    `MarianTokenizer.save_pretrained`; checked against folders it wrote,
+    benchmarks/transformers_parity.py's `build`): config.json with its defaults and without
+    `num_beams`, which is in `generation_config.json` (here 6), and `tokenizer_config.json`."""
     from safetensors.numpy import save_file
 
     marian_folder, folder = Path(marian_folder), Path(folder)
@@ -300,7 +304,32 @@ def write_huggingface_folder(marian_folder, folder) -> Path:
               "decoder_start_token_id": sizes[-1], "eos_token_id": 0, "scale_embedding": True,
               "share_encoder_decoder_embeddings": variant.tied_all,
               "tie_word_embeddings": variant.tied_output, "num_beams": 4}
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    if layout == "transformers5":
+        config.pop("num_beams")
+        config.update({
+            "activation_dropout": 0.0, "architectures": ["MarianMTModel"],
+            "attention_dropout": 0.0, "bos_token_id": None, "decoder_layerdrop": 0.0,
+            "dropout": 0.1, "dtype": "float32", "encoder_layerdrop": 0.0,
+            "forced_eos_token_id": 0, "init_std": 0.02, "is_decoder": False,
+            "is_encoder_decoder": True, "max_position_embeddings": 1024,
+            "transformers_version": "5.25.0", "use_cache": True})
+        (folder / "generation_config.json").write_text(json.dumps({
+            "_from_model_config": True, "decoder_start_token_id": sizes[-1],
+            "eos_token_id": 0, "forced_eos_token_id": 0, "num_beams": 6,
+            "output_attentions": False, "output_hidden_states": False,
+            "pad_token_id": sizes[0], "transformers_version": "5.25.0", "use_cache": True},
+            indent=2))
+        (folder / "tokenizer_config.json").write_text(json.dumps({
+            "added_tokens_decoder": {str(index): {
+                "content": token, "lstrip": False, "normalized": False, "rstrip": False,
+                "single_word": False, "special": True}
+                for index, token in ((0, "</s>"), (1, "<unk>"), (sizes[0], "<pad>"))},
+            "backend": "custom", "eos_token": "</s>", "is_local": True,
+            "local_files_only": False, "model_max_length": 512, "pad_token": "<pad>",
+            "separate_vocabs": not variant.tied_all, "source_lang": None, "sp_model_kwargs": {},
+            "target_lang": None, "tokenizer_class": "MarianTokenizer", "unk_token": "<unk>"},
+            indent=2))
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
     for name in ("source.spm", "target.spm"):
         (folder / name).write_bytes((marian_folder / name).read_bytes())
     return folder

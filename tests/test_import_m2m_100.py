@@ -39,10 +39,50 @@ def nllb(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("nllb")
     folder = write_m2m_100_folder(root / "hf", M2MVariant(style="nllb", encoder_layers=1))
     assert import_model.main([str(folder), "--output-dir", str(root / "run")]) == 0
-    sources, _ = training_sentences(5, seed=7)
-    lines = [*sources[:3], "", sources[3]]
+    sources, _ = training_sentences(12, seed=7)
+    lines = [*sources[:3], "", *sources[3:]]
     (root / "input.en").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return {"folder": folder, "run": root / "run", "input": root / "input.en", "lines": lines}
+    return {"folder": folder, "run": root / "run", "input": root / "input.en", "lines": lines,
+            "emitted": _emitting_a_code(root / "run", lines)}
+
+
+EMITTED_CODE = "zho_Hant"  # a code no command of these tests asks for
+
+
+def _emitting_a_code(run, lines: list) -> list:
+    """Arrange the run to translate into text with `EMITTED_CODE` inside a translation, and
+    return its greedy ids of `lines` from and into `LANGUAGES` (up to EOS). A random model
+    emits the codes it reads (the source's, the forced target's) at nearly every step: their
+    embedding rows, tied to the output, are scaled to a tenth (their logits small, their
+    inputs distinct). Then `EMITTED_CODE`'s row becomes 1.1 times that of a piece a
+    translation emits after another: the steps before it are unchanged (the code is in no input), and there
+    the code's logit is 1.1 times the piece's, the largest. (Random models repeat a piece: the
+    piece is the first that follows another one.)"""
+    from keras_transformer.config import SearchSettings
+
+    model, tokenizer = load_run_model(str(run))
+    codes = RunDir(run).languages().token_ids
+    translator = Translator(model, tokenizer, SearchSettings(beam_size=1, max_decode_extra=EXTRA),
+                            languages=RunDir(run).languages())
+    rows = tf.ragged.constant([tokenizer.encode(line) for line in lines]).to_tensor()
+
+    def greedy_ids() -> list:  # reads the embedding variable as it is at each call
+        ids = translator.translate_ids(rows, tf.fill([len(lines)], "zho_Hans"),
+                                       tf.fill([len(lines)], "deu_Latn"))["ids"].numpy()
+        return [[index for index in (row[:row.index(EOS_ID)] if EOS_ID in row else row)
+                 if index != PAD_ID] for row in ids.tolist()]
+
+    embedding = model.source_embedding.embeddings
+    rows_now = embedding.numpy()
+    rows_now[list(codes.values())] *= 0.1
+    embedding.assign(rows_now)
+    changed = next((row[step] for row in greedy_ids() for step in range(1, len(row))
+                    if row[step] != row[step - 1]), None)
+    assert changed is not None, "every translation repeats one piece: nothing follows another"
+    rows_now[codes[EMITTED_CODE]] = 1.1 * rows_now[changed]
+    embedding.assign(rows_now)
+    model.save_weights(RunDir(run).final_weights)
+    return greedy_ids()
 
 
 def run_translate(argv: list) -> list:
@@ -62,12 +102,19 @@ def translated(nllb) -> list:
     return run_translate([str(nllb["run"]), str(nllb["input"]), *SEARCH, *LANGUAGES])
 
 
-@pytest.mark.parametrize("style", ["nllb", "m2m100"])
-def test_every_token_keeps_the_id_its_own_tokenizer_gives_it(style, tmp_path):
+@pytest.mark.parametrize("style, layout, mask_first", [
+    ("nllb", "transformers4", False), ("m2m100", "transformers4", False),
+    ("nllb", "transformers5", False), ("nllb", "transformers5", True),
+    ("nllb", "transformers4", True), ("m2m100", "transformers5", False)])
+def test_every_token_keeps_the_id_its_own_tokenizer_gives_it(style, layout, mask_first,
+                                                             tmp_path):
     """Pieces and language codes at the model's own ids (NLLB: SentencePiece id + 1; M2M-100:
-    vocab.json's, in an order of its own), our special ids reading their rows (our BOS and EOS
-    both their `</s>`), the output bias keeping padding and BOS from being emitted."""
-    variant = M2MVariant(style=style, seed=5)
+    vocab.json's, in an order of its own), in transformers 4's layout and 5's (codes as
+    `extra_special_tokens`, ids in tokenizer.json; M2M-100's by `language_codes`), `<mask>`
+    before the codes where the tokenizer puts it there; our special ids reading their rows (our
+    BOS and EOS both their `</s>`), the output bias keeping padding and BOS from being
+    emitted; the codes, `<mask>` and `<unk>` are no text."""
+    variant = M2MVariant(style=style, seed=5, layout=layout, mask_first=mask_first)
     folder = write_m2m_100_folder(tmp_path / style, variant)
     imported = read_m2m_100_folder(folder)
     theirs = vocabulary(folder)
@@ -76,6 +123,12 @@ def test_every_token_keeps_the_id_its_own_tokenizer_gives_it(style, tmp_path):
     codes = {(token[2:-2] if style == "m2m100" else token): theirs[token]
              for token in variant.language_tokens}
     assert imported.languages.token_ids == codes
+    if style == "nllb":
+        mask = imported.source_pieces.index("<mask>")
+        assert (mask < min(codes.values())) == mask_first
+        assert mask == (min if mask_first else max)(codes.values()) + (-1 if mask_first else 1)
+    assert set(imported.control_pieces) >= {"<unk>", *variant.language_tokens}
+    assert not set(imported.control_pieces) & set(theirs) - {"<unk>", *variant.language_tokens}
     assert imported.languages.placement == "target"
     assert imported.languages.source_language_token
     from safetensors.numpy import load_file
@@ -134,6 +187,80 @@ def test_what_cannot_be_imported_is_refused_by_name_before_any_file(change, mess
         read_m2m_100_folder(folder)
     assert import_model.main([str(folder), "--output-dir", str(tmp_path / "run")]) == 2
     assert not (tmp_path / "run").exists()
+
+
+def _edit_json(path, change) -> None:
+    record = json.loads(path.read_text())
+    change(record)
+    path.write_text(json.dumps(record))
+
+
+def _added(record: dict, token: str) -> dict:
+    return next(entry for entry in record["added_tokens"] if entry["content"] == token)
+
+
+@pytest.mark.parametrize("style, edit, message", [
+    ("nllb", lambda folder: _edit_json(folder / "tokenizer_config.json", lambda record: record.
+                                       update(added_tokens_decoder={"300": {"content": "fra_Latn"}})),
+     r"tokenizer_config.json: 'fra_Latn' is id 300, but tokenizer.json gives it id \d+"),
+    ("nllb", lambda folder: _edit_json(folder / "tokenizer.json", lambda record: _added(
+        record, "zho_Hant").update(id=400)),
+     r"tokenizer.json: ids \[400\] of the tokenizer \(e.g. 'zho_Hant'\) are beyond the model's "
+     "vocab_size"),
+    ("nllb", lambda folder: _edit_json(folder / "tokenizer.json", lambda record: _added(
+        record, "fra_Latn").update(id=record["model"]["vocab"]["▁a"])),
+     r"tokenizer.json: 'fra_Latn' is id \d+, which tokenizer.json gives '▁a'"),
+    ("nllb", lambda folder: _edit_json(folder / "tokenizer.json", lambda record: record["model"][
+        "vocab"].update({"▁zebra": 9999})),
+     "tokenizer.json: its pieces are not sentencepiece.bpe.model's .1 not in it, e.g. '▁zebra'"),
+    ("nllb", lambda folder: (folder / "sentencepiece.bpe.model").unlink(),
+     "sentencepiece.bpe.model: no such file .*transformers 5 saves tokenizer.json without it"),
+    ("m2m100", lambda folder: _edit_json(folder / "tokenizer_config.json", lambda record: record.
+                                         update(language_codes="wmt21",
+                                                additional_special_tokens=["__en__", "__de__"])),
+     "tokenizer_config.json: its language codes .2, __en__ first. are not those of "
+     "language_codes 'wmt21'"),
+    ("m2m100", lambda folder: _edit_json(folder / "tokenizer_config.json", lambda record: record.
+                                         update(language_codes="m2m200")),
+     "tokenizer_config.json: language_codes 'm2m200' .M2M-100's tokenizer knows m2m100, wmt21"),
+])
+def test_a_folder_whose_files_disagree_is_refused_by_name(style, edit, message, tmp_path):
+    """A folder in transformers 5's layout with one file changed: two files giving a code two
+    ids, an id past the embedding's rows or of a piece, tokenizer.json's pieces not the
+    SentencePiece model's, the SentencePiece model missing (transformers 5 does not save it),
+    M2M-100 codes listed that its `language_codes` do not number, or a `language_codes` it has
+    not."""
+    folder = write_m2m_100_folder(tmp_path / "hf", M2MVariant(style=style, seed=6,
+                                                              layout="transformers5"))
+    read_m2m_100_folder(folder)  # as written, it imports
+    edit(folder)
+    with pytest.raises(ImportFormatError, match=message):
+        read_m2m_100_folder(folder)
+    assert import_model.main([str(folder), "--output-dir", str(tmp_path / "run")]) == 2
+    assert not (tmp_path / "run").exists()
+
+
+def test_control_pieces_are_left_out_of_the_text_and_kept_by_save_and_load(nllb, tmp_path):
+    """`detokenize` drops the control pieces (the codes, `<mask>`, `<unk>`) wherever they are,
+    as SentencePiece joins the rest (sentencepiece's own decoding of the other pieces); a saved
+    tokenizer keeps them."""
+    import sentencepiece
+
+    tokenizer = load_tokenizer(nllb["run"] / "vocab")
+    tokenizer.save(tmp_path / "vocab")
+    again = load_tokenizer(tmp_path / "vocab")
+    control = json.loads((tmp_path / "vocab" / "vocabulary.json").read_text())["control"]
+    assert {"deu_Latn", "<mask>", "<unk>"} <= set(control)
+    pieces = json.loads((tmp_path / "vocab" / "vocabulary.json").read_text())["target"]
+    ids = tokenizer.encode_batch(["a man rides a bike."], "target")[0]
+    code = pieces.index("deu_Latn")
+    rows = [[code, *ids, EOS_ID], ids[:2] + [code, pieces.index("<mask>"), UNK_ID] + ids[2:]]
+    processor = sentencepiece.SentencePieceProcessor(
+        model_file=str(tmp_path / "vocab" / "target.spm"))
+    expected = processor.decode_pieces([pieces[index] for index in ids])
+    for each in (tokenizer, again):
+        texts = each.detokenize(tf.ragged.constant(rows)).numpy().tolist()
+        assert [text.decode("utf-8") for text in texts] == [expected, expected]
 
 
 def test_a_pytorch_checkpoint_alone_and_foreign_tensors_are_named(tmp_path):
@@ -361,3 +488,21 @@ def test_evaluate_and_the_teacher_corpus_translate_as_kt_translate(nllb, transla
     assert translate_corpus.main([run, input_file, "--output", str(output), "--quiet",
                                   *SEARCH, *languages]) == 0
     assert output.read_text(encoding="utf-8").split("\n")[:-1] == expected
+
+
+def test_a_code_the_model_emits_is_left_out_of_the_text(nllb, translated):
+    """The fixture's run emits a language code inside a translation (`_emitting_a_code`):
+    kt-translate prints the text of the other pieces (sentencepiece's own decoding of them), as
+    transformers' decoding skips special tokens; kt-evaluate, kt-translate-corpus, the
+    SavedModel and the CTranslate2 export print kt-translate's lines (the tests above)."""
+    import sentencepiece
+
+    run = nllb["run"]
+    pieces = json.loads((run / "vocab" / "vocabulary.json").read_text())["target"]
+    codes = set(RunDir(run).languages().token_ids.values())
+    code = pieces.index(EMITTED_CODE)
+    text = [[index for index in row if index not in codes] for row in nllb["emitted"]]
+    assert any(code in row and kept for row, kept in zip(nllb["emitted"], text))
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(run / "vocab" / "target.spm"))
+    assert translated == [processor.decode_pieces([pieces[index] for index in row])
+                          for row in text]

@@ -142,15 +142,22 @@ def test_greedy_translations_equal_ctranslate2s(name, tmp_path):
         assert pieces == result.hypotheses[0]
 
 
-@pytest.mark.parametrize("name", ["post_swish_tied_all", "untied_output_2_1"])
-def test_the_hugging_face_layout_imports_the_same_model(name, tmp_path):
-    """The same weights in Hugging Face's layout (transposed, renamed, a padding row appended):
-    the same config, weights and vocabularies as the native import, so the same
-    log-probabilities."""
+@pytest.mark.parametrize("name, layout", [
+    ("post_swish_tied_all", "transformers4"), ("untied_output_2_1", "transformers4"),
+    ("post_swish_tied_all", "transformers5"), ("untied_output_2_1", "transformers5")])
+def test_the_hugging_face_layout_imports_the_same_model(name, layout, tmp_path):
+    """The same weights in Hugging Face's layout (transposed, renamed, a padding row appended),
+    as transformers 4 and 5 save it: the same config, weights and vocabularies as the native
+    import, so the same log-probabilities; the beam size from config.json, or
+    generation_config.json where transformers 5 keeps it."""
     native_folder = write_marian_model(tmp_path / "marian", VARIANTS[name])
     native = read_marian_folder(native_folder)
-    converted = read_huggingface_folder(write_huggingface_folder(native_folder,
-                                                                 tmp_path / "hf"))
+    folder = write_huggingface_folder(native_folder, tmp_path / "hf", layout)
+    converted = read_huggingface_folder(folder)
+    config = json.loads((folder / "config.json").read_text())
+    generation = folder / "generation_config.json"
+    assert converted.beam_size == (json.loads(generation.read_text())["num_beams"]
+                                   if generation.is_file() else config["num_beams"])
     assert converted.config == native.config
     assert (converted.source_pieces, converted.target_pieces) == (native.source_pieces,
                                                                   native.target_pieces)

@@ -57,15 +57,27 @@ class SentencePiecePair(tf.Module):
     with "<pad>", "<unk>", "<s>", "</s>", without duplicates (ValueError naming the list
     otherwise). A piece not in its side's list becomes UNK; an id out of its side's range
     reads as "<unk>".
+
+    `control_pieces`: target pieces that are not text (an imported NLLB-200's language codes,
+    as its tokenizer's decoding skips special tokens): `detokenize` leaves them out.
     """
 
     def __init__(self, source_model: bytes, target_model: bytes, source_pieces: Sequence[str],
-                 target_pieces: Sequence[str], name: str = "sentencepiece_pair") -> None:
+                 target_pieces: Sequence[str], control_pieces: Sequence[str] = (),
+                 name: str = "sentencepiece_pair") -> None:
         super().__init__(name=name)
         self._processors = {"source": _processor(source_model, "source_model"),
                             "target": _processor(target_model, "target_model")}
         self._source_pieces = _checked_pieces(source_pieces, "source_pieces")
         self._target_pieces = _checked_pieces(target_pieces, "target_pieces")
+        self._control_pieces = tuple(control_pieces)
+        unknown = sorted(set(self._control_pieces) - set(self._target_pieces))
+        if unknown:
+            raise ValueError(f"control_pieces: {unknown[0]!r} is no target piece")
+        control = set(self._control_pieces)
+        # Whether each target id stands for text (None: every id does).
+        self._is_text = tf.constant([piece not in control for piece in self._target_pieces],
+                                    tf.bool) if control else None
         self._source_model, self._target_model = source_model, target_model
         self._indexes = {side: {piece: index for index, piece in enumerate(pieces)}
                          for side, pieces in (("source", self._source_pieces),
@@ -104,13 +116,15 @@ class SentencePiecePair(tf.Module):
         with open(source_path, "rb") as source, open(target_path, "rb") as target:
             models = source.read(), target.read()
         try:
-            return cls(*models, vocabulary["source"], vocabulary["target"])
+            return cls(*models, vocabulary["source"], vocabulary["target"],
+                       vocabulary.get("control", ()))
         except ValueError as error:
             raise ValueError(f"{os.fspath(directory)}: {error}") from None
 
     def save(self, directory: str | os.PathLike) -> str:
         """Write `source.spm`, `target.spm` and `vocabulary.json` ({"source": [pieces],
-        "target": [pieces]}) into `directory` (created); return the `vocabulary.json` path."""
+        "target": [pieces]}, and "control": [pieces] when there are control pieces) into
+        `directory` (created); return the `vocabulary.json` path."""
         os.makedirs(directory, exist_ok=True)
         source_path, target_path, vocabulary_path = (os.path.join(os.fspath(directory), name)
                                                      for name in PAIR_FILENAMES)
@@ -119,8 +133,9 @@ class SentencePiecePair(tf.Module):
             with open(path, "wb") as handle:
                 handle.write(model)
         with open(vocabulary_path, "w", encoding="utf-8") as handle:
-            json.dump({"source": list(self._source_pieces), "target": list(self._target_pieces)},
-                      handle, ensure_ascii=False, indent=0)
+            json.dump({"source": list(self._source_pieces), "target": list(self._target_pieces),
+                       **({"control": list(self._control_pieces)} if self._control_pieces
+                          else {})}, handle, ensure_ascii=False, indent=0)
         return vocabulary_path
 
     @property
@@ -181,9 +196,9 @@ class SentencePiecePair(tf.Module):
     def detokenize(self, ids: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
         """Map target ids [batch, length] (dense or ragged) back to strings.
 
-        Ids from the first EOS on are ignored, as are padding and BOS, so decoder output can
-        be passed as is; the other ids' target pieces are joined by `target.spm` (a piece it
-        does not know is kept as it is written).
+        Ids from the first EOS on are ignored, as are padding, BOS and the control pieces, so
+        decoder output can be passed as is; the other ids' target pieces are joined by
+        `target.spm` (a piece it does not know is kept as it is written).
         """
         if not isinstance(ids, tf.RaggedTensor):
             ids = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(ids))
@@ -192,7 +207,13 @@ class SentencePiecePair(tf.Module):
     @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int32, ragged_rank=1)],
                  autograph=False)
     def _detokenize(self, ids: tf.RaggedTensor) -> tf.Tensor:
-        return self._target_sp.detokenize(tf.ragged.map_flat_values(self.pieces, text_ids(ids)))
+        ids = text_ids(ids)
+        if self._is_text is not None:
+            size = tf.shape(self._is_text)[0]
+            ids = tf.ragged.boolean_mask(ids, tf.ragged.map_flat_values(
+                lambda flat: (flat >= size) | tf.gather(self._is_text,
+                                                        tf.minimum(flat, size - 1)), ids))
+        return self._target_sp.detokenize(tf.ragged.map_flat_values(self.pieces, ids))
 
     def pieces(self, ids: tf.Tensor) -> tf.Tensor:
         """The target piece text (e.g. b'▁chien') of each id of a dense tensor, in the graph."""

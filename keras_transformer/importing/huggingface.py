@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from keras_transformer.importing.imported_model import (ImportedModel, ImportFormatError,
-                                                        read_json, safetensors_path)
+                                                        read_json, release_beam_size,
+                                                        safetensors_path)
 from keras_transformer.importing.marian import marian_model, pieces_by_id
 
 # Hugging Face's `activation_function` -> Marian's `transformer-ffn-activation`.
@@ -58,8 +59,9 @@ def read_huggingface_folder(folder: str | Path) -> ImportedModel:
     options = _marian_options(config, config_path)
     arrays = _marian_arrays(tensors, config, weights_path, len(vocabularies[0]),
                             len(vocabularies[1]))
+    beam_size, generation_files = release_beam_size(folder, config)
     return marian_model(options, arrays, weights_path, vocabularies, [source_path, target_path],
-                        beam_size=int(config.get("num_beams") or 4), extra_files=[config_path])
+                        beam_size=beam_size, extra_files=[config_path, *generation_files])
 
 
 def read_weights(folder: Path, hint: str = "") -> tuple[Path, dict[str, np.ndarray]]:

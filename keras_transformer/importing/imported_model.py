@@ -65,8 +65,10 @@ class ImportedModel:
     """A model read from a foreign folder: our architecture, our weights by variable path
     (`run_directory.imported_transformer` assigns them), the tokenizer's pieces in our id
     order per side, the SentencePiece models, the release's beam size, the files read, the
-    model's own options (recorded in `import.json`), and its languages when it translates
-    between several (None: `run_directory.imported_languages` reads `>>xx<<` pieces)."""
+    model's own options (recorded in `import.json`), its languages when it translates between
+    several (None: `run_directory.imported_languages` reads `>>xx<<` pieces), and the target
+    pieces that are not text (`SentencePiecePair`'s `control_pieces`: NLLB's language codes,
+    which its tokenizer's decoding leaves out)."""
 
     config: TransformerConfig
     arrays: Mapping[str, np.ndarray]
@@ -79,6 +81,7 @@ class ImportedModel:
     options: dict[str, Any]
     languages: Optional["RunLanguages"] = None
     licence: Optional[str] = None
+    control_pieces: tuple[str, ...] = ()
 
 
 def read_json(path: Path) -> Any:
@@ -90,6 +93,24 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ImportFormatError(f"{path}: not valid JSON ({error})") from None
+
+
+GENERATION_CONFIG = "generation_config.json"
+
+
+def release_beam_size(folder: Path, config: dict[str, Any]) -> tuple[int, list[Path]]:
+    """The beam size a Hugging Face folder's model searches with, and the files it was read
+    from: `num_beams` of `generation_config.json` (where transformers 5 keeps it, and what
+    transformers reads before config.json), else of `config.json`, else 4."""
+    path = folder / GENERATION_CONFIG
+    generation = read_json(path) if path.is_file() else {}
+    if not isinstance(generation, dict):
+        raise ImportFormatError(f"{path}: not a JSON object")
+    beams = generation.get("num_beams") or config.get("num_beams") or 4
+    if not isinstance(beams, int) or isinstance(beams, bool) or beams < 1:
+        raise ImportFormatError(f"{path if 'num_beams' in generation else folder / 'config.json'}"
+                                f": num_beams {beams!r} (a number of at least 1)")
+    return beams, [path] if path.is_file() else []
 
 
 def safetensors_path(folder: Path, hint: str = "") -> Path:

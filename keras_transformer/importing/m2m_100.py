@@ -44,13 +44,23 @@ from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import SPECIAL_PIECES
 from keras_transformer.importing.imported_model import (NEVER_EMITTED_BIAS, ImportedModel,
                                                         ImportFormatError, ReadOnAccess,
-                                                        RowBlocks, read_json,
+                                                        RowBlocks, read_json, release_beam_size,
                                                         safetensors_path)
 
 SENTENCEPIECE_FILENAME = "sentencepiece.bpe.model"
 THEIR_START, THEIR_PAD, THEIR_EOS, THEIR_UNK = 0, 1, 2, 3
+THEIR_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # by their ids
 NLLB_OFFSET = 1  # fairseq's: a SentencePiece id + 1 is NLLB's id
 _ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
+# The codes of M2M-100's tokenizer by its `language_codes`, in the order it numbers them (after
+# the pieces of `vocab.json`).
+M2M_100_LANGUAGE_CODES = {
+    "m2m100": tuple(
+        "af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd gl "
+        "gu ha he hi hr ht hu hy id ig ilo is it ja jv ka kk km kn ko lb lg ln lo lt lv mg mk ml "
+        "mn mr ms my ne nl no ns oc or pa pl ps pt ro ru sd si sk sl so sq sr ss su sv sw ta th "
+        "tl tn tr uk ur uz vi wo xh yi yo zh zu".split()),
+    "wmt21": ("en", "ha", "is", "ja", "cs", "ru", "zh", "de")}
 _M2M_CODE = re.compile(r"__([A-Za-z][A-Za-z0-9_-]*)__")
 # Where each of their rows goes in ours: their id of each of our special ids.
 _THEIRS_OF_OURS = {PAD_ID: THEIR_PAD, UNK_ID: THEIR_UNK, BOS_ID: THEIR_EOS, EOS_ID: THEIR_EOS}
@@ -75,22 +85,25 @@ def read_m2m_100_folder(folder: str | Path) -> ImportedModel:
     ours = _config(config, config_path)
     spm_path = folder / SENTENCEPIECE_FILENAME
     if not spm_path.is_file():
-        raise ImportFormatError(f"{spm_path}: no such file (the model's SentencePiece model)")
+        raise ImportFormatError(
+            f"{spm_path}: no such file (the model's SentencePiece model" + (
+                "; transformers 5 saves tokenizer.json without it: copy it from the folder the "
+                "tokenizer was loaded from)" if (folder / "tokenizer.json").is_file() else ")"))
     spm_model = spm_path.read_bytes()
     vocabulary_path = folder / "vocab.json"
-    pieces, codes, tokenizer_files = _vocabulary(folder, spm_model, ours.vocab_size)
+    pieces, codes, control, tokenizer_files = _vocabulary(folder, spm_model, ours.vocab_size)
     weights_paths, tensors = read_safetensors(folder)
     arrays = _our_arrays(tensors, ours, weights_paths[0])
     languages = RunLanguages("target", codes, {code: pieces[index]
                                                for code, index in codes.items()},
                              source_language_token=True)
+    beam_size, generation_files = release_beam_size(folder, config)
     return ImportedModel(
         config=ours, arrays=arrays, source_pieces=pieces, target_pieces=pieces,
-        source_spm=spm_model, target_spm=spm_model,
-        beam_size=int(config.get("num_beams") or 4),
-        files=[config_path, *weights_paths, spm_path, *tokenizer_files]
+        source_spm=spm_model, target_spm=spm_model, beam_size=beam_size,
+        files=[config_path, *generation_files, *weights_paths, spm_path, *tokenizer_files]
         + ([vocabulary_path] if vocabulary_path.is_file() else []),
-        options=config, languages=languages, licence=_licence(folder))
+        options=config, languages=languages, licence=_licence(folder), control_pieces=control)
 
 
 class SafetensorsFiles:
@@ -217,80 +230,187 @@ def _config(config: dict[str, Any], path: Path) -> TransformerConfig:
 
 
 # ------------------------------------------------------------------------------- vocabulary
+_TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                    "tokenizer.json")
+_MASK = "<mask>"
+
+
 def _vocabulary(folder: Path, spm_model: bytes, size: int
-                ) -> tuple[list[str], dict[str, int], list[Path]]:
-    """Our pieces by id (`size` of them), the language codes' ids, and the tokenizer files
-    read: NLLB's pieces at their SentencePiece ids + 1, or M2M-100's at their `vocab.json`
-    ids; the language codes after them."""
+                ) -> tuple[list[str], dict[str, int], tuple[str, ...], list[Path]]:
+    """Our pieces by id (`size` of them), the language codes' ids, the pieces that are not text
+    (the codes, `<mask>`, `<unk>` and rows no token names: transformers' special tokens), and
+    the tokenizer files read. Each token is at the id the folder's tokenizer gives it
+    (`_stated_ids`), where it gives none at the released layout's: NLLB's pieces at their
+    SentencePiece ids + 1, M2M-100's at their `vocab.json` ids, the codes after them (NLLB's
+    `<mask>` after the codes)."""
     import sentencepiece  # only here: reading a model is all the import needs of it
 
     processor = sentencepiece.SentencePieceProcessor(model_proto=spm_model)
+    records = {name: _tokenizer_record(folder / name) for name in _TOKENIZER_FILES
+               if (folder / name).is_file()}
+    stated = _stated_ids(folder, records)
     vocabulary_path = folder / "vocab.json"
-    by_id: dict[int, str] = {}
-    if vocabulary_path.is_file():  # M2M-100
+    m2m = vocabulary_path.is_file()
+    if m2m:
         mapping = read_json(vocabulary_path)
         if not isinstance(mapping, dict) or not all(isinstance(index, int)
                                                     for index in mapping.values()):
             raise ImportFormatError(f"{vocabulary_path}: not a mapping of pieces to ids")
-        by_id = {index: piece for piece, index in mapping.items()}
-        if len(by_id) != len(mapping):
-            raise ImportFormatError(f"{vocabulary_path}: two pieces share an id")
-        first_added = len(mapping)
+        pieces_path, first_added = vocabulary_path, len(mapping)
     else:  # NLLB: fairseq's offset over the SentencePiece ids (its <unk>, <s>, </s> left out)
-        by_id = {index + NLLB_OFFSET: processor.id_to_piece(index)
-                 for index in range(processor.get_piece_size())
-                 if not (processor.is_control(index) or processor.is_unknown(index))}
-        first_added = processor.get_piece_size() + NLLB_OFFSET
-    tokens, added_ids, files = _added_tokens(folder)
-    for number, token in enumerate(tokens):
-        by_id[added_ids.get(token, first_added + number)] = token
-    if "<mask>" not in added_ids and not vocabulary_path.is_file():
-        by_id.setdefault(first_added + len(tokens), "<mask>")  # NLLB's, after its codes
-    for token, index in added_ids.items():
-        by_id.setdefault(index, token)
-    where = vocabulary_path if vocabulary_path.is_file() else folder / SENTENCEPIECE_FILENAME
+        mapping = {processor.id_to_piece(index): index + NLLB_OFFSET
+                   for index in range(processor.get_piece_size())
+                   if not (processor.is_control(index) or processor.is_unknown(index))}
+        pieces_path, first_added = folder / SENTENCEPIECE_FILENAME, processor.get_piece_size() + 1
+        if "tokenizer.json" in records:
+            mapping = _tokenizer_json_pieces(folder, records["tokenizer.json"], mapping)
+            pieces_path = folder / "tokenizer.json"
+    where = {piece: pieces_path for piece in mapping}
+    by_id = {index: piece for piece, index in mapping.items()}
+    if len(by_id) != len(mapping):
+        raise ImportFormatError(f"{pieces_path}: two pieces share an id")
+    tokens = _language_tokens(folder, records, stated, m2m)
+    released = {token: first_added + number for number, token in enumerate(tokens)}
+    if not m2m:
+        released[_MASK] = first_added + len(tokens)  # NLLB's, after its codes
+    for token, index in released.items():
+        if token in stated and m2m and stated[token][0] != index:
+            raise ImportFormatError(
+                f"{stated[token][1]}: {token!r} is id {stated[token][0]}, but M2M-100's "
+                f"tokenizer numbers its codes after vocab.json's {first_added} pieces "
+                f"(id {index})")
+        stated.setdefault(token, (index, pieces_path))
+    for token, (index, path) in stated.items():
+        if index < len(SPECIAL_PIECES) and token in THEIR_SPECIALS:
+            continue
+        if by_id.setdefault(index, token) != token:
+            raise ImportFormatError(f"{path}: {token!r} is id {index}, which "
+                                    f"{where.get(by_id[index], pieces_path).name} gives "
+                                    f"{by_id[index]!r}")
+        where.setdefault(token, path)
     beyond = sorted(index for index in by_id if not 0 <= index < size)
     if beyond:
-        raise ImportFormatError(f"{where}: ids {beyond[:3]} of the tokenizer (e.g. "
-                                f"{by_id[beyond[0]]!r}) are beyond the model's vocab_size "
-                                f"{size}")
+        token = by_id[beyond[0]]
+        raise ImportFormatError(f"{where[token]}: ids {beyond[:3]} of the tokenizer (e.g. "
+                                f"{token!r}) are beyond the model's vocab_size {size} "
+                                "(config.json: the embedding's rows)")
     for index in range(len(SPECIAL_PIECES)):
         by_id.pop(index, None)  # their specials: ours take these ids
     pieces = [*SPECIAL_PIECES, *(by_id.get(index, f"<unused_{index}>")
                                  for index in range(len(SPECIAL_PIECES), size))]
-    if not tokens:
-        raise ImportFormatError(f"{folder}: no language codes (additional_special_tokens in "
-                                "tokenizer_config.json or special_tokens_map.json)")
     index = {piece: number for number, piece in enumerate(pieces)}
     if len(index) != len(pieces):
-        raise ImportFormatError(f"{where}: a piece is at two ids")
-    return pieces, {_language_code(token): index[token] for token in tokens}, files
+        raise ImportFormatError(f"{pieces_path}: a piece is at two ids")
+    control = (SPECIAL_PIECES[UNK_ID], *(piece for number, piece in enumerate(pieces)
+                                         if number >= len(SPECIAL_PIECES)
+                                         and (piece in stated or number not in by_id)))
+    files = [folder / name for name in records]
+    return pieces, {_language_code(token): index[token] for token in tokens}, control, files
 
 
-def _added_tokens(folder: Path) -> tuple[list[str], dict[str, int], list[Path]]:
-    """The language codes the tokenizer lists (`additional_special_tokens`, in order), the ids
-    the folder gives added tokens (`added_tokens_decoder`, `added_tokens.json`), and the files
-    read."""
-    tokens: list[str] = []
-    ids: dict[str, int] = {}
-    files = []
-    for name in ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
+def _tokenizer_record(path: Path) -> dict[str, Any]:
+    record = read_json(path)
+    if not isinstance(record, dict):
+        raise ImportFormatError(f"{path}: not a JSON object")
+    return record
+
+
+def _content(token: Any) -> str:
+    """A token as the tokenizer files write it: a string, or an object with its `content`."""
+    return token["content"] if isinstance(token, dict) else str(token)
+
+
+def _stated_ids(folder: Path, records: dict[str, dict[str, Any]]
+                ) -> dict[str, tuple[int, Path]]:
+    """The id of each added token where the folder states one, and the file stating it:
+    tokenizer.json's `added_tokens`, tokenizer_config.json's `added_tokens_decoder` (transformers
+    4), `added_tokens.json`; ImportFormatError naming both files when two give a token
+    different ids, or an id two tokens."""
+    stated: dict[str, tuple[int, Path]] = {}
+    owners: dict[int, tuple[str, Path]] = {}
+    for name, entries in (
+            ("tokenizer.json", [(entry.get("id"), entry.get("content")) for entry in
+                                records.get("tokenizer.json", {}).get("added_tokens") or []]),
+            ("tokenizer_config.json", [(index, _content(token)) for index, token in (
+                records.get("tokenizer_config.json", {}).get("added_tokens_decoder")
+                or {}).items()]),
+            ("added_tokens.json", [(index, token) for token, index in
+                                   records.get("added_tokens.json", {}).items()])):
         path = folder / name
-        if not path.is_file():
-            continue
-        files.append(path)
-        record = read_json(path)
-        if not isinstance(record, dict):
-            raise ImportFormatError(f"{path}: not a JSON object")
-        if name == "added_tokens.json":
-            ids.update({str(token): int(index) for token, index in record.items()})
-            continue
-        for index, token in (record.get("added_tokens_decoder") or {}).items():
-            ids[token["content"] if isinstance(token, dict) else str(token)] = int(index)
-        listed = [token["content"] if isinstance(token, dict) else str(token)
-                  for token in record.get("additional_special_tokens") or []]
-        tokens = tokens or listed
-    return tokens, ids, files
+        for index, token in entries:
+            try:
+                index = int(index)
+            except (TypeError, ValueError):
+                raise ImportFormatError(f"{path}: {token!r} has no id ({index!r})") from None
+            if token in stated and stated[token][0] != index:
+                raise ImportFormatError(f"{path}: {token!r} is id {index}, but "
+                                        f"{stated[token][1].name} gives it id {stated[token][0]}")
+            if index in owners and owners[index][0] != token:
+                raise ImportFormatError(f"{path}: id {index} is {token!r}, but "
+                                        f"{owners[index][1].name} gives it to "
+                                        f"{owners[index][0]!r}")
+            stated.setdefault(token, (index, path))
+            owners.setdefault(index, (token, path))
+    return stated
+
+
+def _tokenizer_json_pieces(folder: Path, record: dict[str, Any], pieces: dict[str, int]
+                           ) -> dict[str, int]:
+    """The pieces' ids tokenizer.json's model gives them (ImportFormatError naming both files
+    when its pieces are not sentencepiece.bpe.model's)."""
+    vocabulary = (record.get("model") or {}).get("vocab")
+    if not isinstance(vocabulary, dict):
+        return pieces
+    theirs = {piece: int(index) for piece, index in vocabulary.items()
+              if piece not in THEIR_SPECIALS}
+    if set(theirs) != set(pieces):
+        extra, missing = sorted(set(theirs) - set(pieces)), sorted(set(pieces) - set(theirs))
+        raise ImportFormatError(
+            f"{folder / 'tokenizer.json'}: its pieces are not {SENTENCEPIECE_FILENAME}'s ("
+            + "; ".join(part for part in (
+                f"{len(extra)} not in it, e.g. {extra[0]!r}" if extra else "",
+                f"{len(missing)} of it missing, e.g. {missing[0]!r}" if missing else "")
+                        if part) + ")")
+    return theirs
+
+
+def _language_tokens(folder: Path, records: dict[str, dict[str, Any]],
+                     stated: dict[str, tuple[int, Path]], m2m: bool) -> list[str]:
+    """The language codes' tokens, in the tokenizer's order: NLLB's `extra_special_tokens`
+    (transformers 5) or `additional_special_tokens` (transformers 4, tokenizer_config.json or
+    special_tokens_map.json), else the special tokens tokenizer.json adds; M2M-100's
+    `__xx__` of each code of its `language_codes` ("m2m100" without one), which a list the
+    files give must equal."""
+    listed, listed_in = [], folder
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        for key in ("extra_special_tokens", "additional_special_tokens"):
+            value = records.get(name, {}).get(key)
+            tokens = [_content(token) for token in (
+                value.values() if isinstance(value, dict) else value or [])]
+            if tokens and not listed:
+                listed, listed_in = tokens, folder / name
+    if m2m:
+        path = folder / "tokenizer_config.json"
+        name = records.get("tokenizer_config.json", {}).get("language_codes", "m2m100")
+        if name not in M2M_100_LANGUAGE_CODES:
+            raise ImportFormatError(f"{path}: language_codes {name!r} (M2M-100's tokenizer "
+                                    f"knows {', '.join(M2M_100_LANGUAGE_CODES)})")
+        tokens = [f"__{code}__" for code in M2M_100_LANGUAGE_CODES[name]]
+        codes_listed = [token for token in listed if _M2M_CODE.fullmatch(token)]
+        if codes_listed and codes_listed != tokens:
+            raise ImportFormatError(
+                f"{listed_in}: its language codes ({len(codes_listed)}, {codes_listed[0]} "
+                f"first) are not those of language_codes {name!r} ({len(tokens)}, {tokens[0]} "
+                "first), which M2M-100's tokenizer numbers")
+        return tokens
+    if not listed:
+        listed = [token for token, _ in sorted(stated.items(), key=lambda item: item[1][0])
+                  if token not in THEIR_SPECIALS and token != _MASK]
+    if not listed:
+        raise ImportFormatError(f"{folder}: no language codes (extra_special_tokens or "
+                                "additional_special_tokens in tokenizer_config.json or "
+                                "special_tokens_map.json, or added_tokens in tokenizer.json)")
+    return listed
 
 
 def _language_code(token: str) -> str:

@@ -101,7 +101,7 @@ def write_imported_run(imported: ImportedModel, output_dir: str | os.PathLike, o
                         search=SearchSettings(beam_size=imported.beam_size))
         run.write_json(CONFIG_FILE, recipe.to_dict())
         SentencePiecePair(imported.source_spm, imported.target_spm, imported.source_pieces,
-                          imported.target_pieces).save(run.vocab)
+                          imported.target_pieces, imported.control_pieces).save(run.vocab)
         imported_transformer(imported).save_weights(run.final_weights)
         run.write_json(IMPORT_FILE, import_record(imported, origin, source_format))
         languages = imported_languages(imported)
