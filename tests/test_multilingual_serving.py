@@ -83,10 +83,13 @@ class TrainedRun(NamedTuple):
     warnings: list[str]
 
 
-# The steps and learning-rate scale each placement learns the three languages in: a token
-# that starts the decoder's input is learned sooner (test BLEU 95-98 after 200 steps; the
-# source's 80-92 then).
-LEARNED_IN = {"source": (300, 0.25), "target": (200, 0.4)}
+# The steps and learning-rate scale each placement learns the three languages in with a wide
+# margin on any host, the test's 90 BLEU against the 100 reached: measured for "target" on a
+# 2-core Intel Xeon with AMX, 1,000 steps at 0.25 reached test BLEU 100 on every pair in
+# float32 with both kernel sets (seeds 0, 1) and in mixed_bfloat16 (seeds 1-3); 200 steps at 0.4
+# learned on AMD but not there (44.8 and 42.0 on en-rv, seeds 0 and 1), nor 400 or 600 steps in
+# every setting (49.6, 71.3 on one pair).
+LEARNED_IN = {"source": (300, 0.25), "target": (1000, 0.25)}
 
 
 @pytest.fixture(scope="module", params=["source", "target"])
