@@ -310,3 +310,26 @@ def test_the_documented_python_request_runs(export, capsys):
     translation, score = capsys.readouterr().out.rstrip("\n").rsplit(" ", 1)
     [best], [best_score] = load_export(export).best([b"I have forty-two apples"])
     assert translation == best.decode() and float(score) == pytest.approx(best_score, abs=1e-5)
+
+
+def test_a_document_translated_over_rest_is_the_one_translated_in_process(export, rest_server,
+                                                                          tmp_path, capsys):
+    """examples/translate_document.py against TF Serving's REST API gives an HTML page the
+    document layer gives it over the loaded export; its long sentence split and named."""
+    from keras_transformer.documents import document_translator
+    from keras_transformer.serving.loading import load_export
+
+    spec = importlib.util.spec_from_file_location(
+        "translate_document", ROOT / "examples" / "translate_document.py")
+    client = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(client)
+    page = tmp_path / "page.html"
+    page.write_text("<p>I have <b>forty-two</b> apples. She sees <i>three dogs</i>.</p>\n<ul><li>"
+                    + "seventeen green pears, " * 12 + "</li></ul>\n", encoding="utf-8")
+    server, _ = rest_server
+    assert client.main([str(page), "--server", server, "--export", export]) == 0
+    out = capsys.readouterr()
+    expected = document_translator(load_export(export)).translate(
+        page.read_text(encoding="utf-8"), "html")
+    assert out.out == expected.text and expected.splits
+    assert f"{page}:3: a sentence longer than the model takes" in out.err

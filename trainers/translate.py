@@ -262,7 +262,7 @@ def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) 
         check_document_flags(vars(args), formats)
         translator = load_translator(args)
         check_translator(args, translator, terms)
-        check_alignment(formats, translator.takes_alignment, args.model)
+        check_alignment(formats, translator, args.model)
     except (ValueError, FileNotFoundError, OSError) as error:
         print(f"kt-translate: error: {error}", file=sys.stderr)
         return 2

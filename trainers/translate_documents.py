@@ -32,10 +32,10 @@ def check_document_flags(flags: dict, formats: list[str]) -> None:
                              f"with {documents[0]} input")
 
 
-def check_alignment(formats: list[str], takes_alignment: bool, model: str) -> None:
+def check_alignment(formats: list[str], translator: LineTranslator, model: str) -> None:
     """ValueError naming the markup format a model without word alignment cannot place."""
     markup = sorted({name for name in formats if name in ("html", "markdown")})
-    if markup and not takes_alignment:
+    if markup and not translator.takes_alignment:
         raise ValueError(f"--format {markup[0]}: {model} gives no word alignment to place the "
                          "markup by (CTranslate2 and LiteRT exports do not, nor SavedModels "
                          "exported before it); translate with the run directory or a SavedModel "
