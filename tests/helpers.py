@@ -293,7 +293,8 @@ def pair_args(corpus: dict[str, dict[str, Path]], *splits: str) -> list[str]:
                          str(corpus[split][name.split("-")[1]]))]
 
 
-# kt-train options that learn the three languages in 300 steps.
+# kt-train options that learn the three languages (the steps and learning-rate scale: each
+# test's, e.g. test_multilingual_serving.LEARNED_IN).
 LEARNS = ["--set", "vocab_size=380", "--set", "d_model=64", "--set", "d_ff=128",
           "--set", "num_layers=2", "--set", "batch_tokens=1024", "--set", "max_length=24",
           "--set", "warmup_steps=100", "--set", "learning_rate_scale=0.25", "--set", "dropout=0",
