@@ -4,6 +4,7 @@ shortened copies of itself and the empty string, by the sentence score kt-score 
 (the mean of the word scores alone), and each score's rank correlation with sentence chrF.
 
     python benchmarks/confidence_omissions.py RUN_DIR --src test.en --ref test.de [--limit N]
+        [--weights CHECKPOINT]
 
 Candidates of a line: its translation by the run (its recipe's search), that translation with
 its last 1, 2, ... words cut (down to one word), and "". A line counts when its translation has
@@ -25,6 +26,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--src", required=True, help="test sources, one a line (plain or .gz)")
     parser.add_argument("--ref", required=True, help="test references, line-aligned")
     parser.add_argument("--limit", type=int, help="the first N lines only")
+    parser.add_argument("--weights", help="a checkpoint of the run (default: its chosen weights)")
     return parser.parse_args(argv)
 
 
@@ -60,7 +62,7 @@ def main(argv=None) -> int:
     from keras_transformer.evaluation import translate_corpus
     from keras_transformer.training.loaded_run import load_run
 
-    run = load_run(args.run_dir)
+    run = load_run(args.run_dir, args.weights)
     sources, references = read_lines(args.src), read_lines(args.ref)
     if args.limit:
         sources, references = sources[:args.limit], references[:args.limit]
