@@ -332,4 +332,4 @@ def test_a_document_translated_over_rest_is_the_one_translated_in_process(export
     expected = document_translator(load_export(export)).translate(
         page.read_text(encoding="utf-8"), "html")
     assert out.out == expected.text and expected.splits
-    assert f"{page}:3: a sentence longer than the model takes" in out.err
+    assert f"{page}:2: a sentence longer than the model takes" in out.err

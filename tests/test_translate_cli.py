@@ -165,7 +165,7 @@ class LineBreakingTranslator:
     """Translates every line to text with the line breaks a byte-level vocabulary can emit."""
     beam_size, takes_prefixes = 2, True
 
-    def best_function(self, terms=False, scores=False, prefixes=False):
+    def best_function(self, terms=False, scores=False, prefixes=False, alignment=False):
         return lambda texts, *_: {"translation": tf.constant(
             [b"a\nb\r\nc " + text for text in texts.numpy().tolist()])}
 
