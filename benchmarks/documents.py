@@ -41,14 +41,13 @@ def main(argv=None) -> int:
     from keras_transformer.serving.loading import load_export
     from keras_transformer.serving.text_translation import LineTranslator, best_lines
     from keras_transformer.training.loaded_run import load_run
-    from keras_transformer.training.run_dir import RunDir
+    from trainers.common import is_run_directory
 
     data = Path(args.data) / "wmt14"
     english = [line for name in ("newstest2013.en", "newstest2014.en")
                for line in read_lines(data / name)]
     paragraphs = paragraphs_of({"en": english}, random.Random(args.seed))["en"][:args.limit]
-    if (Path(args.model) / RunDir.CONFIG_FILE).is_file() if hasattr(RunDir, "CONFIG_FILE") \
-            else (Path(args.model) / "config.json").is_file():
+    if is_run_directory(args.model):
         translator = LineTranslator.from_translator(load_run(args.model).translator())
     else:
         translator = load_export(args.model)

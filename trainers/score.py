@@ -6,7 +6,8 @@ Bergamot's quality estimation, the words as the target SentencePiece model joins
 
     kt-score runs/nllb --src test.en --tgt test.fr --source-language eng --target-language fra_Latn
 
-Writes one JSON object a line, in the pairs' order: `sentence` (the mean of the word scores),
+Writes one JSON object a line, in the pairs' order: `sentence` (the mean of the word scores and
+of the end of sentence's log-probability),
 `words` ([word, score] pairs) and `tokens` ([piece, log-probability] pairs, the end of sentence
 `</s>` last). A source longer than the model's `max_length` is scored from its start (a warning
 names the lines); a target longer is refused, naming its line. A model of several target

@@ -22,7 +22,7 @@ a phrase it could not place before the length limit is named in a warning (file,
 `--scores FILE` (one per input) writes how sure the model is of each translation, one JSON
 object a line: `score` (the search's), `sentence` and `words` (Bergamot's quality estimation,
 `keras_transformer.decoding.confidence`: a word's score is the mean log-probability of its
-pieces, the sentence's the mean of its words'); with `--terms` or `--constraints` (a run
+pieces, the sentence's the mean of its words' and of ending there); with `--terms` or `--constraints` (a run
 directory), the constrained translation is scored as kt-score scores a translation.
 `--ensemble RUN_DIR ...` (with a run directory) decodes
 with those runs' models too, averaging their probabilities. An export's search settings are fixed
