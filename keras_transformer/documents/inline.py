@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import itertools
 from typing import Callable, NamedTuple, Optional, Sequence
 
 
@@ -174,7 +173,8 @@ def _between(cells: Sequence[Cell], start: Optional[int], end: Optional[int]) ->
     offset travel with the sentences."""
     out: list[Run] = []
     first = 0 if start is None else bisect.bisect_left(cells, (start,))
-    for position, char, stack, atom in itertools.islice(cells, first, None):
+    for index in range(first, len(cells)):
+        position, char, stack, atom = cells[index]
         if end is not None and position >= end:
             break
         if not (start is None or position > start or (atom is None and position == start)):
@@ -209,8 +209,8 @@ def _words(cells: Sequence[Cell], start: int, end: int, taken: set[int]
             atoms = Atoms()
             chars.clear()
 
-    for position, char, stack, atom in itertools.islice(
-            cells, bisect.bisect_left(cells, (start,)), None):
+    for index in range(bisect.bisect_left(cells, (start,)), len(cells)):
+        position, char, stack, atom = cells[index]
         if position > end:
             break
         if atom is not None:
