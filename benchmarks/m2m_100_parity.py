@@ -40,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from spread_weights import spread_weights
+
 VARIANTS = {
     "nllb_2_1": {"style": "nllb"},
     "nllb_3_2_unscaled_sharded": {"style": "nllb", "encoder_layers": 3, "decoder_layers": 2,
@@ -116,13 +118,8 @@ def build(work_dir: Path) -> None:
             pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
         torch.manual_seed(fields["seed"])
         model = transformers.M2M100ForConditionalGeneration(config)
-        with torch.no_grad():  # weights of a size that make the greedy choices far apart
-            for parameter_name, parameter in model.named_parameters():
-                if "layer_norm" in parameter_name:
-                    parameter.copy_((parameter_name.endswith("weight")) + 0.1 * torch.randn_like(
-                        parameter))
-                else:
-                    parameter.normal_(0, parameter.shape[-1] ** -0.5)
+        spread_weights(model, torch)
+        with torch.no_grad():
             model.model.shared.weight[1] = 0
         model.save_pretrained(folder)
         print(json.dumps({"variant": name, "files": sorted(path.name for path in folder.iterdir()),

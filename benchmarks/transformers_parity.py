@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from spread_weights import spread_weights
+
 VARIANTS = {"swish_2_2_d32": {}, "relu_3_2_d64": {"activation": "relu", "dim_emb": 64,
                                                   "heads": 8, "enc_depth": 3},
             "transformers5_tied": {"built": True, "seed": 4},
@@ -70,13 +72,8 @@ def build(work_dir: Path) -> None:
                                               if key != "model_type"})
         torch.manual_seed(fields["seed"])
         model = transformers.MarianMTModel(config)
+        spread_weights(model, torch)
         with torch.no_grad():
-            for parameter_name, parameter in model.named_parameters():
-                if "layer_norm" in parameter_name:
-                    parameter.copy_((parameter_name.endswith("weight")) + 0.1 * torch.randn_like(
-                        parameter))
-                else:
-                    parameter.normal_(0, parameter.shape[-1] ** -0.5)
             for embedding in {id(module): module for module in (
                     model.get_input_embeddings(), model.model.decoder.embed_tokens,
                     model.get_output_embeddings())}.values():

@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 
 from keras_transformer.documents import DocumentTranslator, segmenter
 from keras_transformer.documents.inline import Aligned
+from keras_transformer.documents import translators
 from keras_transformer.documents.translators import word_alignment
 from keras_transformer.serving.text_translation import length_batches
 
@@ -66,12 +67,7 @@ def length_check(export: Optional[str]):
         return None
     from keras_transformer.serving.loading import load_export
 
-    translator = load_export(export)
-
-    def too_long(texts: list[str]) -> list[bool]:
-        cut = set(translator.truncated([text.encode("utf-8") for text in texts]))
-        return [index in cut for index in range(len(texts))]
-    return too_long
+    return translators.length_check(load_export(export))
 
 
 def main(argv: Optional[list[str]] = None) -> int:

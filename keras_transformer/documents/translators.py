@@ -9,10 +9,9 @@ from typing import Callable, Optional, Sequence
 from keras_transformer.documents.document import DocumentTranslator, SentenceTranslator
 from keras_transformer.documents.inline import Aligned
 from keras_transformer.documents.segmentation import segmenter
+from keras_transformer.decoding.confidence import WORD_START
 from keras_transformer.decoding.translator import IntoLanguage, Translator
 from keras_transformer.serving.text_translation import LineTranslator, best_lines
-
-WORD_START = "\u2581"  # SentencePiece's mark of a piece that starts a word
 
 
 def word_alignment(target_pieces: Sequence[str], source_pieces: Sequence[str],
@@ -81,9 +80,15 @@ def document_translator(translator: LineTranslator | Translator | IntoLanguage,
     takes (`LineTranslator.truncated`) are split and translated in parts."""
     if not isinstance(translator, LineTranslator):
         translator = LineTranslator.from_translator(translator)
+    return DocumentTranslator(sentence_translator(translator, batch_size, batch_tokens, on_batch),
+                              segmenter(language), length_check(translator),
+                              aligned=translator.takes_alignment)
 
+
+def length_check(translator: LineTranslator) -> Callable[[list[str]], list[bool]]:
+    """Sentences -> whether each is longer than `translator`'s model takes
+    (`LineTranslator.truncated`)."""
     def too_long(texts: list[str]) -> list[bool]:
         cut = set(translator.truncated([text.encode("utf-8") for text in texts]))
         return [index in cut for index in range(len(texts))]
-    return DocumentTranslator(sentence_translator(translator, batch_size, batch_tokens, on_batch),
-                              segmenter(language), too_long, aligned=translator.takes_alignment)
+    return too_long
