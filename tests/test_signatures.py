@@ -10,6 +10,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.decoding.alignment import AlignmentHeads
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.serving.export import export_translator
 
@@ -86,8 +87,8 @@ def test_prefix_starts_the_translation_verbatim_and_an_empty_one_changes_nothing
 
 def test_alignment_layer_is_checked(tokenizer):
     model = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size))
-    with pytest.raises(ValueError, match="alignment_layer: 2 is not a layer"):
-        Translator(model, tokenizer, alignment_layer=2)
+    with pytest.raises(ValueError, match="alignment layer: 2 is not a layer"):
+        Translator(model, tokenizer, alignment=AlignmentHeads(2))
 
 
 @pytest.mark.slow

@@ -53,6 +53,7 @@ from keras_transformer.data.text_files import iter_parallel
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
+from keras_transformer.decoding.alignment import read_alignment_heads
 from keras_transformer.serving import ctranslate2_export, litert_export
 from keras_transformer.serving.export import (check_model_tree, export_translator,
                                               publish_version)
@@ -253,6 +254,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         model, defaults, source = load_model(args.model, args.weights)
         settings = search_settings(args, defaults)
         languages = RunDir(args.model).languages() if os.path.isdir(args.model) else None
+        alignment = (read_alignment_heads(args.model, model.config)
+                     if os.path.isdir(args.model) else None)
         if args.format != "savedmodel":
             extra = {}
             if args.format == "litert":  # refusals before a conversion's minutes
@@ -285,7 +288,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                      shortlist=shortlist, jit_compile=args.xla,
                                      provenance=source,
                                      warmup_max_width=args.warmup_max_width,
-                                     languages=languages)
+                                     languages=languages, alignment=alignment)
     except ImportError as error:
         print(f"kt-export: error: --format ctranslate2 needs the ctranslate2 package ({error}); "
               "pip install -e '.[ctranslate2]'", file=sys.stderr)

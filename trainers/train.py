@@ -37,6 +37,7 @@ from keras_transformer import fast
 from keras_transformer.config import PRECISION_POLICIES, Recipe
 from keras_transformer.data.batch_plan import BatchPlan, check_batch_tokens
 from keras_transformer.data.token_storage import TokenStorage
+from keras_transformer.decoding.alignment import read_alignment_heads
 from keras_transformer.serving.export import check_model_tree, export_translator
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity
@@ -378,7 +379,9 @@ def train(args: argparse.Namespace) -> dict:
                                                   base_dir=args.export_dir,
                                                   settings=recipe.search,
                                                   provenance=run.provenance(),
-                                                  languages=run.languages())
+                                                  languages=run.languages(),
+                                                  alignment=read_alignment_heads(
+                                                      run.root, model.config))
     return summary
 
 

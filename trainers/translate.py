@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
 from keras_transformer.data.text_files import file_problem, line_list, read_raw_lines
+from keras_transformer.decoding.alignment import read_alignment_heads
 from keras_transformer.decoding.terminology import Glossary, read_constraints, sentence_terms
 from keras_transformer.decoding.translator import IntoLanguage, Translator
 from keras_transformer.serving.litert_export import is_litert_model
@@ -109,7 +110,8 @@ def load_translator(args: argparse.Namespace) -> LineTranslator:
         model, tokenizer = load_run_model(args.model, args.weights)
         settings = search_settings(args, RunDir(args.model).load_recipe().search)
         translator = Translator(model, tokenizer, settings, languages=languages,
-                                ensemble=load_ensemble(args.ensemble, tokenizer))
+                                ensemble=load_ensemble(args.ensemble, tokenizer),
+                                alignment=read_alignment_heads(args.model, model.config))
         return LineTranslator.from_translator(
             translator if language is None else IntoLanguage(translator, language, source))
     export_version(args.model)  # a path that is no export is named before any flag's rule

@@ -14,12 +14,13 @@ import tensorflow as tf
 from keras_transformer.data.languages import LanguageTable, asked_languages
 from keras_transformer.data.tokenizer import (SubwordTokenizer, model_input_ids, text_pieces,
                                               without_special_ids)
+from keras_transformer.decoding.alignment import AlignmentHeads, attention_alignment
 from keras_transformer.decoding.confidence import word_scores
 from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.decoding.transformer_search import (ensemble_members, run_search_graph,
                                                            run_search_xla, token_and_end_log_probs)
 from keras_transformer.model import Transformer
-from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings
+from keras_transformer.config import EOS_ID, PAD_ID, SearchSettings
 
 if TYPE_CHECKING:
     from keras_transformer.data.languages import RunLanguages
@@ -49,10 +50,11 @@ class Translator(tf.Module):
     sentence's and each word's, `decoding.confidence`) and `translate_with_alignment` (text
     -> best translation, its subword pieces and, for each, the source piece it attends to
     most: encoder-decoder attention
-    of decoder layer `alignment_layer`, averaged over its heads, when that piece is predicted
-    (the hypothesis teacher-forced). Default layer: the second-to-last for 4 or more layers
-    (Garg et al. 2019), else the last (on the 2-layer demo model the last aligns more target
-    words with their source words than the first: benchmarks/RESULTS.md, "Alignment layer").
+    of the decoder layer and heads `alignment` names, when that piece is predicted (the
+    hypothesis teacher-forced, `decoding.alignment`). Default: every head of the second-to-last
+    layer for 4 or more layers (Garg et al. 2019), else of the last (on the 2-layer demo model
+    the last aligns more target words with their source words than the first:
+    benchmarks/RESULTS.md, "Alignment layer").
 
     `jit_compile`: the search runs as one XLA-compiled function (fewer per-op costs at small
     batches; an export carries it, which TF Serving runs with `--xla_cpu_compilation_enabled`
@@ -87,7 +89,7 @@ class Translator(tf.Module):
 
     def __init__(self, model: Transformer, tokenizer: SubwordTokenizer,
                  settings: Optional[SearchSettings] = None, name: str = "translator",
-                 alignment_layer: Optional[int] = None,
+                 alignment: Optional[AlignmentHeads] = None,
                  shortlist: Optional[VocabularyShortlist] = None, jit_compile: bool = False,
                  ensemble: Sequence[Transformer] = (), languages: Optional[RunLanguages] = None):
         super().__init__(name=name)
@@ -97,13 +99,8 @@ class Translator(tf.Module):
         ensemble_members([model, *self.ensemble])  # one vocabulary size
         self.tokenizer = tokenizer
         self.settings = SearchSettings() if settings is None else settings
-        if alignment_layer is None:
-            depth = config.decoder_depth
-            alignment_layer = depth - (2 if depth >= 4 else 1)
-        self.alignment_layer = alignment_layer
-        if not 0 <= self.alignment_layer < config.decoder_depth:
-            raise ValueError(f"alignment_layer: {self.alignment_layer} is not a layer of a "
-                             f"{config.decoder_depth}-layer decoder")
+        self.alignment = (AlignmentHeads.default(config) if alignment is None
+                          else alignment.check(config))
         if tokenizer.vocab_size != config.vocab_size:
             raise ValueError(f"tokenizer: vocabulary of {tokenizer.vocab_size} ids, but the "
                              f"model expects vocab_size={config.vocab_size}")
@@ -176,16 +173,8 @@ class Translator(tf.Module):
         tokens, source_tokens = self._tokens(target_language, source_language, text)
         best = self._search(self._text_source(text, tokens, source_tokens), tokens)
         source_ids, ids = best["source_ids"], best["searched_ids"]
-        target_in = tf.concat([tf.fill([tf.shape(ids)[0], 1], BOS_ID), ids[:, :-1]], axis=1)
-        attention = self.model.attention_weights(source_ids, target_in)["encoder_decoder"]
-        heads_mean = tf.reduce_mean(attention[self.alignment_layer], axis=1)  # [b, T, S]
-        # A column of -1 (below any attention weight) keeps argmax defined for an empty batch,
-        # whose source has no column.
-        heads_mean = tf.pad(heads_mean, [[0, 0], [0, 0], [0, 1]], constant_values=-1.0)
-        target_real = ids != PAD_ID
-        alignment = tf.where(target_real, tf.argmax(heads_mean, axis=-1, output_type=tf.int32),
-                             -1)
-        pieces = tf.where(target_real, self.tokenizer.pieces(ids), "")
+        alignment = attention_alignment(self.model, source_ids, ids, self.alignment)
+        pieces = tf.where(ids != PAD_ID, self.tokenizer.pieces(ids), "")
         return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"],
                 "target_pieces": self._without_tokens(pieces, tokens, ""),
                 "source_pieces": tf.where(source_ids != PAD_ID,

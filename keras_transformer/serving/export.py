@@ -44,6 +44,7 @@ from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.sentencepiece_pair import tokenizer_files
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist
+from keras_transformer.decoding.alignment import AlignmentHeads
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.model import Transformer
 from keras_transformer.config import SearchSettings
@@ -62,7 +63,8 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
                       shortlist: Optional[VocabularyShortlist] = None,
                       jit_compile: bool = False, provenance: Optional[dict[str, Any]] = None,
                       warmup_max_width: int = WARMUP_MAX_WIDTH,
-                      languages: Optional[RunLanguages] = None) -> str:
+                      languages: Optional[RunLanguages] = None,
+                      alignment: Optional[AlignmentHeads] = None) -> str:
     """Saves a `Translator` as the next free version of `<base_dir>/<name>`; returns its path.
 
     `settings` (default: the paper's, `SearchSettings()`) are fixed in the exported graph;
@@ -74,10 +76,12 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
     (`keras_transformer.serving.provenance`) holding `provenance`, the facts of the model's origin
     (`RunDir.provenance` or `provenance.file_provenance`; None: unknown).
     `languages`: the target languages of a model of several (`RunDir.languages`): every
-    signature then takes `target_language` too (`Translator`).
+    signature then takes `target_language` too (`Translator`). `alignment`: the layer and heads
+    `translate_with_alignment` reads (`decoding.alignment`; None: the default).
     """
     translator = Translator(serving_copy(model, dtype), tokenizer, settings,
-                            shortlist=shortlist, jit_compile=jit_compile, languages=languages)
+                            shortlist=shortlist, jit_compile=jit_compile, languages=languages,
+                            alignment=alignment)
 
     def write(staging: str) -> str:
         vocabulary_dir = os.path.join(staging, "vocabulary")

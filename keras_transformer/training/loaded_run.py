@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from keras_transformer.config import Recipe, SearchSettings
+from keras_transformer.decoding.alignment import read_alignment_heads
 from keras_transformer.model import Transformer
 from keras_transformer.training.checkpoints import load_weights_file
 from keras_transformer.training.run_dir import RunDir
@@ -56,10 +57,13 @@ class LoadedRun:
                    **options: Any) -> Translator:
         """A `Translator` (strings in, translations out) of the model and tokenizer that
         searches with `settings` (default: the recipe's); `options` are its other arguments
-        (e.g. `jit_compile=True`, `shortlist=`). Of a run of several language pairs, its
-        calls take `target_language` too (`Translator`)."""
+        (e.g. `jit_compile=True`, `shortlist=`; `alignment` defaults to the run's
+        `alignment.json`). Of a run of several language pairs, its calls take
+        `target_language` too (`Translator`)."""
         from keras_transformer.decoding.translator import Translator  # see `load_run`
 
+        options.setdefault("alignment", read_alignment_heads(self.run_dir.root,
+                                                             self.model.config))
         return Translator(self.model, self.tokenizer,
                           self.recipe.search if settings is None else settings,
                           languages=self.languages, **options)
