@@ -61,6 +61,7 @@ setup(
             "kt-plot-attention=trainers.launch:plot_attention",
             "kt-import=trainers.launch:import_model",
             "kt-score=trainers.launch:score",
+            "kt-align=trainers.launch:align",
         ]
     },
 )

@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 from keras_transformer.documents import DocumentTranslator, segmenter
 from keras_transformer.documents.inline import Aligned
 from keras_transformer.documents import translators
-from keras_transformer.documents.translators import word_alignment
+from keras_transformer.decoding.alignment import word_alignment
 from keras_transformer.serving.text_translation import length_batches
 
 EXTENSIONS = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown"}

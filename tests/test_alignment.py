@@ -8,11 +8,14 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from helpers import random_run
-from keras_transformer.config import PAD_ID
+from keras_transformer.config import EOS_ID, PAD_ID
 from keras_transformer.decoding.alignment import (ALIGNMENT_FILE, AlignmentHeads,
-                                                  attention_alignment, read_alignment_heads)
+                                                  alignment_error, attention_alignment,
+                                                  attention_links, read_alignment_heads,
+                                                  word_alignment)
 from keras_transformer.serving.export import export_translator
 from keras_transformer.training.loaded_run import load_run
+from trainers import align
 
 
 def test_alignment_is_the_argmax_of_the_chosen_heads_mean():
@@ -80,3 +83,82 @@ def test_a_recorded_choice_the_model_lacks_names_the_file(demo_vocab, tmp_path):
     with pytest.raises(ValueError, match=rf"{ALIGNMENT_FILE}: not an alignment choice of this "
                                          "model .alignment layer: 3 is not a layer"):
         read_alignment_heads(run.root, load_run(run.root).model.config)
+
+
+def test_attention_links_are_each_pairs_word_links_alone(demo_vocab, tmp_path):
+    """The links of a batch of pairs are each pair's own (padding changes nothing), made of
+    `attention_alignment`'s piece alignment as markup is placed (`word_alignment`)."""
+    loaded = load_run(random_run(demo_vocab, tmp_path / "run", num_layers=2).root)
+    sources = ["they have sold nineteen cats", "we see six books .", "a"]
+    targets = ["sie haben neunzehn Katzen verkauft", "wir sehen sechs", "ein Buch ."]
+    choices = [AlignmentHeads(1), AlignmentHeads(0, (1,))]
+    links = attention_links(loaded.model, loaded.tokenizer, sources, targets, choices)
+    for row, (source, target) in enumerate(zip(sources, targets)):
+        alone = attention_links(loaded.model, loaded.tokenizer, [source], [target], choices)
+        ids = [np.array([loaded.tokenizer.tokenize(tf.constant([text]))[0].numpy().tolist()
+                         + [EOS_ID]], "int32") for text in (source, target)]
+        pieces = [loaded.tokenizer.id_to_piece(row_ids[0]) for row_ids in ids]
+        for choice in choices:
+            assert links[choice][row] == alone[choice][0]
+            words = word_alignment(pieces[1], pieces[0], attention_alignment(
+                loaded.model, *ids, choice)[0].numpy(), len(target.split()),
+                len(source.split()))
+            assert links[choice][row] == {(word, index) for index, word in enumerate(words)
+                                          if word >= 0}
+    assert links[choices[0]] != links[choices[1]]
+
+
+def test_a_translation_starting_with_byte_pieces_still_makes_its_words():
+    """A character the vocabulary lacks is written as byte pieces, without the word mark."""
+    source = ["▁they", "▁see", "</s>"]
+    assert word_alignment(["<0x50>", "<0x50>", "▁see", "</s>"], source, [0, 0, 1, 2], 2,
+                          2) == [0, 1]
+    assert word_alignment(["<2de>", "▁P", "</s>"], source, [1, 0, 2], 1, 2) == [0]
+    assert word_alignment(["▁P", "▁", "<0xC3>", "<0xBC>", "</s>"], source, [1, 0, 0, 0, 2],
+                          2, 2) == [1, 0]
+
+
+def test_alignment_error_is_och_and_neys_with_every_link_sure():
+    found = [{(0, 0), (1, 1), (2, 1)}, {(0, 0)}]
+    reference = [{(0, 0), (1, 1), (2, 2)}, {(0, 0), (1, 1)}]
+    both, found_links, reference_links = 3, 4, 5
+    assert alignment_error(found, reference) == pytest.approx({
+        "precision": both / found_links, "recall": both / reference_links,
+        "aer": 1 - 2 * both / (found_links + reference_links)})
+    assert alignment_error(reference, reference)["aer"] == 0
+
+
+def test_kt_align_ranks_every_layer_and_head_and_records_the_best(demo_vocab, tmp_path,
+                                                                  capsys):
+    run = random_run(demo_vocab, tmp_path / "run", num_layers=2)
+    loaded = load_run(run.root)
+    sources = ["they have sold nineteen cats", "we see six books", "they have seen nine"]
+    targets = ["sie haben neunzehn Katzen verkauft", "wir sehen sechs Bücher",
+               "sie haben neun gesehen"]
+    # The reference: head 2 of layer 0's own links, which that choice then matches exactly.
+    wanted = AlignmentHeads(0, (2,))
+    reference = attention_links(loaded.model, loaded.tokenizer, sources, targets, [wanted])
+    files = {}
+    for name, lines in (("src", sources), ("tgt", targets), ("align", [
+            " ".join(f"{i}-{j}" for i, j in sorted(links)) for links in reference[wanted]])):
+        files[name] = tmp_path / name
+        files[name].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    argv = [str(run.root), "--src", str(files["src"]), "--tgt", str(files["tgt"]),
+            "--alignments", str(files["align"])]
+    assert align.main(argv + ["--record"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0] == "layer\theads\tprecision\trecall\tAER"
+    assert len(table) == 1 + 2 * (1 + 4)
+    assert table[1].split("\t")[:2] == ["0", "2"] and table[1].endswith("\t0.000")
+    assert read_alignment_heads(run.root, loaded.model.config) == wanted
+    # Bad files are named with their line.
+    files["align"].write_text("0-0\n0-9\n1-1\n", encoding="utf-8")
+    assert align.main(argv) == 2
+    assert (f"{files['align']}:2: link 0-9 is past the line's 4 source and 4 target words"
+            in capsys.readouterr().err)
+    files["align"].write_text("0-0\n0:1\n1-1\n", encoding="utf-8")
+    assert align.main(argv) == 2
+    assert f"{files['align']}:2: '0:1' is not a link i-j" in capsys.readouterr().err
+    files["align"].write_text("0-0\n", encoding="utf-8")
+    assert align.main(argv) == 2
+    assert "have 3, 3 and 1 lines" in capsys.readouterr().err

@@ -15,7 +15,7 @@ from keras_transformer.documents import markdown as markdown_format
 from keras_transformer.documents.document import translatable
 from keras_transformer.documents.inline import Aligned
 from keras_transformer.documents.segmentation import fitted_spans, sentence_spans
-from keras_transformer.documents.translators import word_alignment
+from keras_transformer.decoding.alignment import word_alignment
 from keras_transformer.training.run_dir import RunDir
 from trainers import translate
 

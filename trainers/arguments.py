@@ -436,6 +436,24 @@ def plot_attention_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def align_parser() -> argparse.ArgumentParser:
+    """`kt-align`'s options."""
+    parser = command_parser("kt-align", "align")
+    parser.add_argument("run_dir", help="the directory kt-train or kt-import wrote")
+    parser.add_argument("--src", metavar="FILE", required=True,
+                        help="source sentences, one a line (plain or .gz)")
+    parser.add_argument("--tgt", metavar="FILE", required=True,
+                        help="their translations, line-aligned")
+    parser.add_argument("--alignments", metavar="FILE", required=True,
+                        help="their word alignments, Pharaoh's i-j pairs a line (e.g. "
+                             "eflomal's, symmetrized), words split at whitespace")
+    add_weights_argument(parser, run_directory_only=False)
+    parser.add_argument("--record", action="store_true",
+                        help="write the choice of lowest alignment error to the run's "
+                             "alignment.json, which its translations and exports then use")
+    return parser
+
+
 def prepare_parser() -> argparse.ArgumentParser:
     """`kt-prepare`'s options."""
     parser = command_parser("kt-prepare", "prepare")
@@ -574,4 +592,4 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "translate": translate_parser, "translate_corpus": translate_corpus_parser,
     "prepare_parsing": prepare_parsing_parser, "moses_form": moses_form_parser,
     "plot_attention": plot_attention_parser, "import_model": import_model_parser,
-    "score": score_parser}
+    "score": score_parser, "align": align_parser}

@@ -74,7 +74,7 @@ def import_tensorflow_quietly(argv: Optional[Sequence[str]] = None) -> None:
 # The commands `python -m trainers COMMAND` runs; the `kt-*` ones are console scripts too.
 COMMANDS = ("train", "prepare", "evaluate", "average_checkpoints", "export", "translate",
             "translate_corpus", "prepare_parsing", "moses_form", "plot_attention",
-            "import_model", "score")
+            "import_model", "score", "align")
 
 
 def launch(command: str, argv: Optional[Sequence[str]] = None) -> int:
@@ -170,3 +170,8 @@ def import_model() -> int:
 def score() -> int:
     """`kt-score`."""
     return launch("score")
+
+
+def align() -> int:
+    """`kt-align`."""
+    return launch("align")

@@ -3,51 +3,14 @@ SavedModel, a CTranslate2 or LiteRT export), its subword alignment made a word a
 it gives one."""
 from __future__ import annotations
 
-from collections import Counter
 from typing import Callable, Optional, Sequence
 
 from keras_transformer.documents.document import DocumentTranslator, SentenceTranslator
 from keras_transformer.documents.inline import Aligned
 from keras_transformer.documents.segmentation import segmenter
-from keras_transformer.decoding.confidence import WORD_START
+from keras_transformer.decoding.alignment import word_alignment
 from keras_transformer.decoding.translator import IntoLanguage, Translator
 from keras_transformer.serving.text_translation import LineTranslator, best_lines
-
-
-def word_alignment(target_pieces: Sequence[str], source_pieces: Sequence[str],
-                   alignment: Sequence[int], target_words: int, source_words: int
-                   ) -> Optional[list[int]]:
-    """For each target word, the source word most of its pieces are aligned to (the first of
-    a tie; -1: none), from the subword alignment; None when the pieces do not make as many
-    words as the texts have. Pieces before a text's first word (a language token) and after
-    its last (EOS) belong to no word."""
-    source_word = _piece_words(source_pieces)
-    target_word = _piece_words(target_pieces)
-    if (max(source_word, default=-1) + 1 != source_words
-            or max(target_word, default=-1) + 1 != target_words):
-        return None
-    votes: list[Counter] = [Counter() for _ in range(target_words)]
-    for piece, aligned in enumerate(alignment[:len(target_pieces)]):
-        if target_word[piece] >= 0 and 0 <= aligned < len(source_word):
-            if source_word[aligned] >= 0:
-                votes[target_word[piece]][source_word[aligned]] += 1
-    return [min(vote, key=lambda word: (-vote[word], word)) if vote else -1 for vote in votes]
-
-
-def _piece_words(pieces: Sequence[str]) -> list[int]:
-    """Each piece's word index: a piece starting with the word mark starts a word; pieces
-    before the first such piece, and an end-of-sentence piece, belong to none (-1)."""
-    words: list[int] = []
-    word = -1
-    for piece in pieces:
-        if piece == "</s>":
-            words.append(-1)
-            continue
-        if piece.startswith(WORD_START) and piece != WORD_START or (
-                piece == WORD_START and word < 0):
-            word += 1
-        words.append(word)
-    return words
 
 
 def sentence_translator(translator: LineTranslator, batch_size: int = 64,
