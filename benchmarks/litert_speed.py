@@ -121,7 +121,7 @@ def systems(args: argparse.Namespace, workdir: str) -> tuple[dict, dict, np.ndar
                              search, quantization)
         print(f"litert {quantization}: converted in {time.perf_counter() - started:.0f} s",
               flush=True)
-        _, translate_ids, _, _ = litert_functions(path, threads=args.threads)
+        _, translate_ids, _, _, _ = litert_functions(path, threads=args.threads)
         functions[f"LiteRT {quantization}"] = lambda row, run=translate_ids: run(row)["ids"]
         functions[f"LiteRT {quantization}, one sentence a call"] = (
             lambda rows, run=translate_ids: [run(rows[index:index + 1])["ids"][0]

@@ -12,17 +12,20 @@ import tensorflow as tf
 import keras_transformer as kt
 from helpers import final_json, random_run, random_two_language_run, text_lines
 from keras_transformer.data import read_parallel, write_demo_corpus
+from keras_transformer.decoding.alignment import ALIGNMENT_FILE, AlignmentHeads
 from keras_transformer.decoding.transformer_search import greedy_decode
 from keras_transformer.decoding.translator import IntoLanguage, Translator
 from keras_transformer.evaluation import corpus_scores
 from keras_transformer.serving.litert_export import LITERT_FILE, MANIFEST_FILE
 from keras_transformer.serving.loading import load_export
+from keras_transformer.serving.text_translation import LineTranslator, best_lines
 from keras_transformer.training.loaded_run import load_run
 from trainers import evaluate, export, translate, translate_corpus
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 
 SEARCH = ["--beam-size", "3", "--max-decode-extra", "6"]
+ALIGNMENT = AlignmentHeads(0, (1, 3))
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +33,7 @@ def exported(demo_vocab, tmp_path_factory):
     """A random run, its float32 SavedModel and LiteRT exports, and demo sources."""
     root = tmp_path_factory.mktemp("litert")
     run = random_run(demo_vocab, root / "run")
+    run.write_json(ALIGNMENT_FILE, ALIGNMENT.to_json())  # a choice not the default
     base = root / "exports"
     for name, extra in (("saved", []), ("lite", ["--format", "litert"])):
         assert export.main([str(run.root), "--name", name, "--base-dir", str(base), *SEARCH,
@@ -62,7 +66,7 @@ def test_litert_searches_equal_the_savedmodel_and_the_python_search(exported):
         model_path=str(exported["lite"] / LITERT_FILE),
         experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
     assert sorted(xnnpack.get_signature_list()) == sorted(builtin.get_signature_list()) == [
-        "beam", "greedy"]
+        "alignment", "beam", "greedy"]
     assert len(set(pieces.row_lengths().numpy().tolist())) > 5  # rows of many lengths
     beam = xnnpack.get_signature_runner("beam")(source_ids=batch.numpy())
     greedy = xnnpack.get_signature_runner("greedy")(source_ids=batch.numpy())
@@ -120,6 +124,61 @@ def test_quantized_variants_are_smaller_and_kt_translate_reads_every_kind(export
     assert outputs["lite"].read_text() == outputs["saved"].read_text()
 
 
+def alignment_records(translator, texts: list[bytes]) -> list[dict]:
+    """Each text's `best_lines` alignment record (its pieces and their alignment)."""
+    records: dict[int, dict] = {}
+    best_lines(translator, texts, batch_size=8, on_alignment=records.__setitem__)
+    return [records[index] for index in range(len(texts))]
+
+
+def marked_up(sources: list[str], html: bool) -> str:
+    """The sources as a document of paragraphs with inline markup: in each, words 2-3 in an
+    outer element and word 3 in an inner one (nested), the last word in another."""
+    blocks = []
+    for source in sources:
+        words = source.split()
+        if len(words) < 5:
+            continue
+        if html:
+            words[1:3] = [f'<b>{words[1]} <i class="x">{words[2]}</i></b>']
+            words[-1] = f'<a href="https://example.org/?a=1&amp;b=2">{words[-1]}</a>'
+            blocks.append(f"<p>{' '.join(words)}</p>")
+        else:
+            words[1:3] = [f"**{words[1]} _{words[2]}_**"]
+            words[-1] = f"[{words[-1]}](https://example.org/x)"
+            blocks.append(" ".join(words))
+    return "\n\n".join(blocks) + "\n"
+
+
+@pytest.mark.slow
+def test_markup_translates_through_the_litert_export_as_through_the_savedmodel(exported,
+                                                                              tmp_path, capsys):
+    """The `alignment` signature (the run's recorded layer and heads, in the manifest) gives the
+    SavedModel's `translate_with_alignment` pieces and alignment; kt-translate of an HTML and
+    a Markdown document with nested inline markup gives the SavedModel export's output."""
+    manifest = json.loads((exported["lite"] / MANIFEST_FILE).read_text(encoding="utf-8"))
+    assert manifest["alignment"] == ALIGNMENT.to_json() and "alignment" in manifest["signatures"]
+    texts = [source.encode() for source in exported["sources"][:24]]
+    saved, lite = load_export(exported["saved"]), load_export(exported["lite"])
+    assert lite.takes_alignment
+    ours, theirs = alignment_records(lite, texts), alignment_records(saved, texts)
+    assert ours == theirs
+    # not every piece on the same source position: the alignment is the model's, not a rule
+    assert len({tuple(record["alignment"]) for record in ours}) > len(texts) // 2
+    for extension, html in ((".html", True), (".md", False)):
+        document = tmp_path / f"page{extension}"
+        document.write_text(marked_up(exported["sources"][:12], html), encoding="utf-8")
+        outputs = {}
+        for kind in ("saved", "lite"):
+            outputs[kind] = tmp_path / f"{kind}{extension}"
+            assert translate.main([str(exported[kind]), str(document), "--output",
+                                   str(outputs[kind]), "--quiet"]) == 0, capsys.readouterr().err
+        translated = outputs["lite"].read_text(encoding="utf-8")
+        assert translated == outputs["saved"].read_text(encoding="utf-8")
+        for mark in (("<b>", "<i class=\"x\">", "&amp;b=2") if html else ("**", "_", "](")):
+            assert translated.count(mark) >= 5, mark
+
+
 @pytest.mark.slow
 def test_an_export_of_fixed_shapes_translates_as_the_export_of_any_length(exported, capsys):
     """`--source-length` (every shape fixed, for LiteRT.js): each source PAD-padded to it, the
@@ -141,6 +200,7 @@ def test_an_export_of_fixed_shapes_translates_as_the_export_of_any_length(export
         assert [text for text, _ in ours] == [text for text, _ in theirs]
         np.testing.assert_allclose([score for _, score in ours],
                                    [score for _, score in theirs], atol=1e-4)
+    assert alignment_records(fixed, short) == alignment_records(varied, short)
     assert fixed.truncated([b" ".join(texts[:5])]) == [0]
     for length in ("1", "25"):
         assert export.main([run, "--name", "bad", "--base-dir", str(exported["base"]),
@@ -220,7 +280,7 @@ def test_what_a_litert_export_cannot_hold_is_refused_by_name(exported, tmp_path,
 def test_a_model_of_several_languages_translates_into_the_one_asked(tmp_path):
     """The source placement: the language's token first in the source, as the SavedModel and
     the Python `Translator` read it; each language's translations are the `Translator`'s, an
-    empty line's empty."""
+    empty line's empty, and so are the alignments (the token one of the source pieces)."""
     run, texts = random_two_language_run(tmp_path)
     assert export.main([str(run.root), "--name", "lite", "--base-dir", str(tmp_path / "out"),
                         "--format", "litert"]) == 0
@@ -228,11 +288,14 @@ def test_a_model_of_several_languages_translates_into_the_one_asked(tmp_path):
     sources = texts[0][:8] + [""]  # an empty line: empty, in either language
     translated = {}
     for language in ("de", "fr"):
-        [translated[language], _] = load_export(
-            tmp_path / "out" / "lite", target_language=language).best(
-                [text.encode() for text in sources])
-        assert translated[language] == IntoLanguage(translator, language).translate(
+        lite = load_export(tmp_path / "out" / "lite", target_language=language)
+        [translated[language], _] = lite.best([text.encode() for text in sources])
+        into = IntoLanguage(translator, language)
+        assert translated[language] == into.translate(
             tf.constant(sources))["translation"].numpy().tolist(), language
+        texts_in = [text.encode() for text in sources[:-1]]
+        assert alignment_records(lite, texts_in) == alignment_records(
+            LineTranslator.from_translator(into), texts_in)
     assert translated["de"] != translated["fr"]  # the token is read: the check can fail
     assert translated["de"][-1] == translated["fr"][-1] == b""
 
@@ -247,7 +310,8 @@ def test_an_imported_nllb_or_m2m_100_model_translates_as_its_savedmodel(style, p
     translated in batches of sources of many lengths: the beam's n-best translations and scores
     of the LiteRT export (float32) are the SavedModel's; the greedy signature's ids are the
     greedy search's of the run's `Translator` (the SavedModel's graph), into each of two
-    languages (the token is read: the translations differ)."""
+    languages (the token is read: the translations differ); the `alignment` signature's
+    records are the SavedModel's (the forced token aligned, then left out)."""
     from m2m_100_models import M2MVariant, training_sentences, write_m2m_100_folder
     from trainers import import_model
 
@@ -273,6 +337,7 @@ def test_an_imported_nllb_or_m2m_100_model_translates_as_its_savedmodel(style, p
         np.testing.assert_allclose([[score for _, score in row] for row in lite],
                                    [[score for _, score in row] for row in saved], atol=1e-4)
         best[target] = [row[0][0] for row in lite]
+        assert alignment_records(ours, texts[:40]) == alignment_records(theirs, texts[:40])
         pieces = loaded.tokenizer.tokenize(tf.constant(sources))
         languages = loaded.languages.token_ids
         rows = tf.concat([tf.fill([len(sources), 1], languages[source]), pieces,

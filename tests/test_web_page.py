@@ -186,10 +186,10 @@ def test_an_export_of_the_target_placement_is_named_on_the_page(site, browser):
 
 
 def translated_text(driver, text: str, language: str, format: str,  # noqa: A002
-                    typed: bool = False) -> str:
+                    typed: bool = False, keep: bool = False) -> str:
     """`text` put into the ready page (`typed`: typed; else set, as a paste) and translated
     into `language` (an option's value) as `format` (the format choice's value): the page's
-    translation."""
+    translation (left on the page with `keep`)."""
     Select(driver.find_element(By.ID, "language")).select_by_value(language)
     Select(driver.find_element(By.ID, "format")).select_by_value(format)
     box = driver.find_element(By.ID, "source")
@@ -204,7 +204,8 @@ def translated_text(driver, text: str, language: str, format: str,  # noqa: A002
     status, error = page_state(driver)
     assert not error, status
     text = driver.execute_script("return document.getElementById('translation').textContent")
-    driver.execute_script("document.getElementById('translation').textContent = ''")
+    if not keep:
+        driver.execute_script("document.getElementById('translation').textContent = ''")
     return text
 
 
@@ -300,6 +301,86 @@ def test_a_line_longer_than_the_model_takes_is_translated_in_parts(site, browser
     status, _ = page_state(browser)
     assert status == "translated; in parts, nothing cut: " + ", ".join(
         f"line {split.line} ({split.parts} parts)" for split in splits)
+
+
+def wrapped(sentence: str, opening: str, closing: str, start: int, count: int) -> str:
+    """`sentence` with its words `start` to `start + count` between `opening` and `closing`."""
+    words = sentence.split()
+    return " ".join(words[:start] + [opening + " ".join(words[start:start + count]) + closing]
+                    + words[start + count:])
+
+
+def markup_documents(sources: list[str]) -> dict[str, str]:
+    """An HTML fragment and a Markdown document of demo sentences (capitalized, ended by '.':
+    split alike by sentencex and Intl.Segmenter) with inline markup, nested, and a script and
+    an event handler that must never run on the page."""
+    s = [source[0].upper() + source[1:] + "." for source in sources[:8]]
+    link = '<a href="https://example.org/?a=1&amp;b=2">'
+    image = "<img src=\"missing.png\" onerror=\"window.pwned = 'img'\">"
+    html = (f"<h2>{s[0]}</h2>\n<p>{wrapped(s[1], '<b>', '</b>', 1, 2)} "
+            f"{wrapped(s[2], '<i><em>', '</em></i>', 0, 2)}</p>\n"
+            f"<p>{wrapped(s[3], link, '</a>', 2, 2)} {image} {s[4]}"
+            "<script>window.pwned = 'script'</script></p>\n"
+            f"<ul><li>{wrapped(s[5], '<span class=x>', '</span>', 1, 3)}</li></ul>\n")
+    image = "<img src=x onerror=\"window.pwned = 'md'\">"
+    markdown = (f"# {s[0]}\n\n{wrapped(s[1], '**', '**', 1, 2)} {wrapped(s[2], '_', '_', 0, 2)}"
+                f"\n\n- {wrapped(s[3], '[', '](https://example.org)', 2, 2)} `code`\n"
+                f"- {s[4]} {image} <a href=\"javascript:window.pwned='link'\">"
+                f"{s[5].split()[0]}</a>\n\n"
+                f"> {s[6]} {s[7]}\n")
+    return {"html": html, "markdown": markdown}
+
+
+def kt_translate_as(export_dir, document: str, path, format: str) -> str:  # noqa: A002
+    """`document` (written at `path`) translated by `kt-translate --format FORMAT` into
+    German."""
+    path.write_text(document, encoding="utf-8")
+    output = path.with_suffix(".de")
+    assert translate.main([str(export_dir), str(path), "--output", str(output), "--quiet",
+                           "--target-language", "de", "--format", format]) == 0
+    return output.read_bytes().decode("utf-8")
+
+
+@pytest.mark.slow
+def test_the_page_translates_html_and_markdown_as_kt_translate_does(site, browser, tmp_path):
+    """A paragraph typed, then an HTML fragment and a Markdown document pasted (inline markup,
+    nested; a script, an onerror handler, a javascript: link): the page's translation is
+    kt-translate's `--format text|html|markdown` of the same LiteRT export (markup placed by
+    its `alignment` signature), every tag kept; the rendered translation is sanitized: nothing
+    in it runs (no window flag set), and it holds no script, no handler, no javascript: URL."""
+    status, error = open_page(browser, f"{site['url']}/page/index.html?model=../exports/fixed/1")
+    assert (status, error) == ("ready", False), status
+    export_dir = site["exports"] / "fixed" / "1"
+    documents = markup_documents(site["sources"])
+    plain = [source[0].upper() + source[1:] + "." for source in site["sources"][:8]]
+    assert intl_sentences(browser, [" ".join(plain)]) == python_sentences([" ".join(plain)])
+    paragraph = " ".join(plain[:3]) + "\n"
+    assert translated_text(browser, paragraph, "de", "text", typed=True) == kt_translate_text(
+        export_dir, paragraph, tmp_path / "typed.en")
+    for format, document in documents.items():  # noqa: A001
+        expected = kt_translate_as(export_dir, document, tmp_path / f"pasted.{format}", format)
+        assert translated_text(browser, document, "de", format, keep=True) == expected, format
+        for mark in (("<h2>", "<b>", "<i><em>", "<a href", "<span class", "<script>", "onerror")
+                     if format == "html" else ("# ", "**", "_", "](https://example.org)",
+                                               "`code`", "onerror", "javascript:")):
+            assert mark in expected, (format, mark)
+        preview = browser.find_element(By.ID, "preview")
+        assert preview.is_displayed()
+        found = browser.execute_script("""
+            const preview = document.getElementById("preview");
+            const all = [...preview.querySelectorAll("*")];
+            return {scripts: preview.querySelectorAll("script").length,
+                    handlers: all.flatMap((node) => [...node.attributes].map((a) => a.name))
+                      .filter((name) => name.startsWith("on")),
+                    links: all.map((node) => node.getAttribute("href") ?? "")
+                      .filter((href) => /^\\s*javascript:/i.test(href)),
+                    tags: all.map((node) => node.tagName.toLowerCase())};""")
+        assert found["scripts"] == 0 and found["handlers"] == [] and found["links"] == [], found
+        assert {"b", "em", "a"} <= set(found["tags"]) or {"strong", "em", "a"} <= set(
+            found["tags"]), found
+        browser.execute_script("document.getElementById('translation').textContent = ''")
+    browser.find_element(By.ID, "source").click()  # whatever could still fire has fired
+    assert browser.execute_script("return window.pwned === undefined")
 
 
 def test_the_pages_document_cases_are_pythons(tmp_path):

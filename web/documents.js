@@ -4,11 +4,20 @@
 // sentences found by a segmenter, those with nothing to translate (numbers, URLs) left as they
 // are, those longer than the model takes split in parts (`fittedSpans`, the rule of
 // segmentation.py's `fitted_spans`); format "lines" takes each line for one sentence
-// (kt-translate's default). Pure functions, no browser and no model: offsets count code points,
-// as Python's do, and whitespace is what Python's `str.isspace` takes.
+// (kt-translate's default); formats "html" and "markdown" read the document as
+// keras_transformer/documents reads it (web/markup.js) into blocks of inline runs whose
+// sentences are found and fitted as plain text's, and put the translations back with their
+// markup placed by word alignment (web/inline.js). Pure functions, no browser and no model:
+// offsets count code points, as Python's do, and whitespace is what Python's `str.isspace`
+// takes.
+import {plainText, sentences, serialize, translatedRuns} from "./inline.js";
 import {SPACE, isBlank} from "./lines.js";
+import {escapeHtml, escapeMarkdown, parseHtml, parseMarkdown} from "./markup.js";
 
-export const FORMATS = ["text", "lines"];
+export const FORMATS = ["text", "lines", "html", "markdown"];
+// The formats whose markup is placed by word alignment: their translations are {text,
+// alignment} (alignment: for each word of the text, the source word it is aligned to).
+export const MARKUP = ["html", "markdown"];
 
 const IS_SPACE = new RegExp(`^${SPACE}$`);
 const SPACES = new RegExp(`${SPACE}+`);
@@ -61,7 +70,13 @@ export function splitLines(document) {
 // The sentences of a line (`chars`: its code points) as `[start, end]` code point offsets,
 // whitespace around them left out, found by `segment` (text -> its sentences, in order); a
 // sentence the segmenter changed ends the search, the rest of the line one sentence.
-export function sentenceSpans(chars, segment) {
+export function sentenceSpans(chars, segment, breaks = []) {
+  if (breaks.length) {
+    const starts = [0, ...breaks];
+    const ends = [...breaks, chars.length];
+    return starts.flatMap((start, index) => sentenceSpans(chars.slice(start, ends[index]), segment)
+      .map(([from, to]) => [start + from, start + to]));
+  }
   const spans = [];
   let position = 0;
   if (isBlank(chars.join(""))) return spans;
@@ -148,7 +163,36 @@ function halves(chars, [start, end]) {
 export function planDocument(document, format, {segment, tooLong}) {
   if (format === "text") return planText(document, segment, tooLong);
   if (format === "lines") return planLines(document);
-  throw new Error(`format ${format}: the page translates ${FORMATS.join(" or ")}`);
+  if (MARKUP.includes(format)) return planMarkup(document, format, segment, tooLong);
+  throw new Error(`format ${format}: the page translates ${FORMATS.join(", ")}`);
+}
+
+// HTML or Markdown: the text between blocks copied, each block's sentences planned as a
+// line's (document.py's `_plan`); a piece of a block is {block, spans, source, first}.
+function planMarkup(document, format, segment, tooLong) {
+  const plan = {pieces: [], sentences: [], splits: []};
+  for (const part of format === "html" ? parseHtml(document) : parseMarkdown(document)) {
+    if (typeof part === "string") {
+      plan.pieces.push(part);
+      continue;
+    }
+    const chars = Array.from(plainText(part.runs));
+    const spans = sentenceSpans(chars, segment, part.breaks).filter(
+      ([from, to]) => translatable(chars.slice(from, to).join("")));
+    if (!spans.length) {
+      plan.pieces.push(part.source.join(""));
+      continue;
+    }
+    const fitted = fittedSpans(chars, spans, tooLong);
+    const parts = fitted.flat();
+    const source = sentences(part.runs, parts);
+    plan.pieces.push({block: part, spans: parts, source, first: plan.sentences.length});
+    for (const sentence of source) plan.sentences.push({text: sentence.text, line: part.line});
+    for (const split of fitted) {
+      if (split.length > 1) plan.splits.push({line: part.line, parts: split.length});
+    }
+  }
+  return plan;
 }
 
 function planText(document, segment, tooLong) {
@@ -188,12 +232,20 @@ function planLines(document) {
 }
 
 // The planned document with its first sentences' `translations` in (each one's words joined
-// by single spaces in format "text"), up to the first sentence not yet translated.
+// by single spaces in format "text"; in a markup format, {text, alignment} each, a block shown
+// once all its sentences are in), up to the first sentence not yet translated.
 export function rendered(plan, translations, format) {
   const out = [];
+  const escape = format === "html" ? escapeHtml : escapeMarkdown;
   for (const piece of plan.pieces) {
     if (typeof piece === "string") {
       out.push(piece);
+    } else if (typeof piece === "object") {
+      const {block, spans, source, first} = piece;
+      if (first + source.length > translations.length) break;
+      out.push(serialize(translatedRuns(block.runs, spans, source,
+                                        translations.slice(first, first + source.length)),
+                         escape));
     } else if (piece < translations.length) {
       out.push(format === "text" ? words(translations[piece]).join(" ") : translations[piece]);
     } else {

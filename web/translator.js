@@ -5,6 +5,7 @@
 // becomes on its way is lines.js's (no browser there); this module loads and runs.
 import {loadLiteRt, loadAndCompile, Tensor} from "@litertjs/core";
 import {SentencePieceProcessor} from "@sctg/sentencepiece-js";
+import {splitWords, wordAlignment} from "./inline.js";
 import {isBlank, sourceIds, translationIds} from "./lines.js";
 
 export const MANIFEST_FILE = "keras_transformer_litert.json";
@@ -18,6 +19,8 @@ const LANGUAGE_TOKEN = /^(>>[^<>\t\n\f\r ]+<<)[\t\n\f\r ]*/;
 // each line's own.
 const LITERT_LOG_LINE = /^(VERBOSE|INFO|WARNING): /;
 const CONSOLE_LEVEL = {VERBOSE: "debug", INFO: "info", WARNING: "warn"};
+const WORD_START = "\u2581";
+const EOS_PIECE = "</s>";
 
 // What `load()` gives, or its error named by the file it reads: "URL: problem (what)".
 async function named(url, what, load) {
@@ -93,13 +96,15 @@ function loadedLiteRt(wasmUrl) {
 
 // The tokenizer of a model trained here: one SentencePiece model whose ids are the model's.
 class SharedTokenizer {
-  constructor(processor) {
+  constructor(processor, eos) {
     this.processor = processor;
+    this.eos = eos;
+    this.pieces = new Map();
   }
 
   static async load(manifest, modelUrl) {
     return new SharedTokenizer(await sentencePiece(new URL(manifest.tokenizer, modelUrl),
-                                                   "the tokenizer"));
+                                                   "the tokenizer"), manifest.special_ids.eos);
   }
 
   encode(text) {
@@ -109,15 +114,38 @@ class SharedTokenizer {
   decode(ids) {
     return this.processor.decodeIds(Int32Array.from(ids));
   }
+
+  // What a word alignment reads of an id's piece (sentencepiece-js gives no piece of an id):
+  // the word mark first where the piece starts with it (its text then parts from the text
+  // before it: an id decoded twice is not its text twice), "</s>" for EOS.
+  piece(id) {
+    if (id === this.eos) return EOS_PIECE;
+    if (!this.pieces.has(id)) {
+      const once = this.decode([id]);
+      this.pieces.set(id, this.decode([id, id]) === once + once ? once || "x"
+        : WORD_START + once);
+    }
+    return this.pieces.get(id);
+  }
+
+  sourcePiece(id) {
+    return this.piece(id);
+  }
+
+  targetPiece(id) {
+    return this.piece(id);
+  }
 }
 
 // The tokenizer of an imported model (`SentencePiecePair`): source pieces mapped to the
 // model's ids through the vocabulary's source list (a leading `>>xx<<` token read whole),
 // the model's target ids to the target model's by the manifest's `target_sentencepiece_ids`.
 class PairTokenizer {
-  constructor(source, target, sourcePieces, targetIds, unk) {
+  constructor(source, target, sourcePieces, targetPieces, targetIds, unk) {
     this.source = source;
     this.target = target;
+    this.sourcePieces = sourcePieces;
+    this.targetPieces = targetPieces;
     this.sourceIds = new Map(sourcePieces.map((piece, id) => [piece, id]));
     this.targetIds = targetIds;
     this.unk = unk;
@@ -128,7 +156,7 @@ class PairTokenizer {
     const vocabulary = await json(new URL(files.vocabulary, modelUrl), "the vocabulary");
     const [source, target] = await Promise.all(["source", "target"].map(
       (side) => sentencePiece(new URL(files[side], modelUrl), `the ${side} tokenizer`)));
-    return new PairTokenizer(source, target, vocabulary.source,
+    return new PairTokenizer(source, target, vocabulary.source, vocabulary.target,
                              manifest.target_sentencepiece_ids, manifest.special_ids.unk);
   }
 
@@ -141,6 +169,14 @@ class PairTokenizer {
 
   decode(ids) {
     return this.target.decodeIds(Int32Array.from(ids, (id) => this.targetIds[id]));
+  }
+
+  sourcePiece(id) {
+    return this.sourcePieces[id];
+  }
+
+  targetPiece(id) {
+    return this.targetPieces[id];
   }
 }
 
@@ -212,17 +248,54 @@ export class Translator {
       (text) => sourceIds(this.tokenizer.encode(text), this.manifest, token).cut > 0);
   }
 
+  // Whether the export gives word alignments (its `alignment` signature): markup needs them.
+  get aligns() {
+    return (this.manifest.signatures ?? []).includes("alignment");
+  }
+
   // The translation of one line of text into `language` (as `languageToken` takes it) and how
-  // many of its source pieces the model could not read: {text, score, cut}. A blank line
-  // (`isBlank`) is its own translation.
-  async translate(text, language = "") {
+  // many of its source pieces the model could not read: {text, score, cut}; with `aligned`,
+  // also `alignment`: for each word of the translation, the word of `text` it is aligned to
+  // (-1: none; null: not known), as kt-translate's document layer reads it of the export's
+  // `alignment` signature (documents/translators.py). A blank line (`isBlank`) is its own
+  // translation.
+  async translate(text, language = "", aligned = false) {
     const token = this.languageToken(language);
-    if (isBlank(text)) return {text, score: 0, cut: 0};
+    if (isBlank(text)) return {text, score: 0, cut: 0, alignment: null};
     const {ids, length, cut} = sourceIds(this.tokenizer.encode(text), this.manifest, token);
-    if (length === 1) return {text: "", score: 0, cut};  // nothing but EOS
+    if (length === 1) return {text: "", score: 0, cut, alignment: null};  // nothing but EOS
     const {best, score} = await this.search(ids);
     const kept = translationIds(best, this.manifest.special_ids);
-    return {text: kept.length ? this.tokenizer.decode(kept) : "", score, cut};
+    const translation = kept.length ? this.tokenizer.decode(kept) : "";
+    if (!aligned) return {text: translation, score, cut};
+    const pad = this.manifest.special_ids.pad;
+    const target = best.filter((id) => id !== pad).map((id) => this.tokenizer.targetPiece(id));
+    const source = Array.from(ids.slice(0, length), (id) => this.tokenizer.sourcePiece(id));
+    const pieces = await this.align(ids, best);
+    return {text: translation, score, cut, alignment: wordAlignment(
+      target, source, pieces, splitWords(translation).length, splitWords(text).length)};
+  }
+
+  // The `alignment` signature's source position of each piece of `best` (a search's ids of
+  // the source `ids`); the tensors in and out freed whatever happens.
+  async align(ids, best) {
+    if (!this.aligns) {
+      throw new Error("this export gives no word alignment to place markup by (exported " +
+                      "before its alignment signature): export it again, or translate as text");
+    }
+    const inputs = {source_ids: new Tensor(ids, [1, ids.length]),
+                    target_ids: new Tensor(Int32Array.from(best), [1, best.length])};
+    let outputs;
+    try {
+      outputs = await this.model.run("alignment", inputs);
+    } finally {
+      for (const tensor of Object.values(inputs)) tensor.delete();
+    }
+    try {
+      return Array.from(outputs.alignment.toTypedArray());
+    } finally {
+      for (const tensor of Object.values(outputs)) tensor.delete();
+    }
   }
 
   // The `beam` signature's best hypothesis (its ids) and score for one row of source ids; the

@@ -16,11 +16,18 @@ The folder `export_litert` writes:
   languages with the "target" placement (NLLB-200, M2M-100) takes `target_tokens` `[batch]`
   int32 too: each row's language token, forced first in its translation and left out of
   `ids` (as the SavedModel's search; a source language's token is one more source id).
+  And `alignment`: `source_ids` as above and `target_ids` `[batch, T]` int32 (the `ids` a
+  search gave those rows, EOS-terminated, PAD after; fixed: `[1, width]` as the search's),
+  with the "target" placement `target_tokens` too -> `alignment` `[batch, T]` int32: each
+  target piece's most attended source position (`decoding.alignment.attention_alignment`, the
+  layer and heads the manifest's `alignment` names; the source index counts every source id,
+  language tokens included, as the SavedModel's `translate_with_alignment`), -1 at PAD.
 - the tokenizer's SentencePiece model(s) (`spm.model`, or an imported model's `source.spm`,
   `target.spm` and `vocabulary.json`), which a device tokenizes with;
 - `keras_transformer_litert.json`: the special ids, `max_length`, the search settings, the
   quantization, the tokenizer's files (`tokenizer_files`; for a SentencePiece pair, also
-  `target_sentencepiece_ids`, the `target.spm` id of each target id) and the target languages
+  `target_sentencepiece_ids`, the `target.spm` id of each target id), the alignment's layer and
+  heads (`alignment`) and the target languages
   (a model of several: each language's token id and its placement); beside it, as in every
   export, the provenance record (`assets.extra/keras_transformer_provenance.json`,
   `provenance.write_provenance`).
@@ -54,15 +61,18 @@ from keras_transformer.data.languages import RunLanguages, asked_languages
 from keras_transformer.data.sentencepiece_pair import (PAIR_FILENAMES, SentencePiecePair,
                                                        Tokenizer, load_tokenizer)
 from keras_transformer.data.tokenizer import MODEL_FILENAME, model_input_ids, text_pieces
+from keras_transformer.decoding.alignment import AlignmentHeads, attention_alignment
 from keras_transformer.decoding.transformer_search import run_search
 from keras_transformer.model import Transformer
 
 LITERT_FILE = "model.tflite"
 MANIFEST_FILE = "keras_transformer_litert.json"
-SIGNATURES = ("beam", "greedy")
+SEARCHES = ("beam", "greedy")
+SIGNATURES = (*SEARCHES, "alignment")
 SIGNATURE_INPUT = ("source_ids [batch, length] int32 (fixed: [1, source_length]): each source's "
                    "subword ids, then EOS, then PAD; with the 'target' placement also "
-                   "target_tokens [batch] int32: the token forced first in each translation")
+                   "target_tokens [batch] int32: the token forced first in each translation; "
+                   "alignment also target_ids [batch, T] int32: the ids a search gave")
 # What a SavedModel export does that this one cannot (as `ctranslate2_export.UNSUPPORTED`).
 UNSUPPORTED = {"terms": "no lexically constrained search (the on-device search is the plain one)",
                "scores": "no word scores (kt-score gives them from the run directory)"}
@@ -76,19 +86,26 @@ def is_litert_model(path: str | os.PathLike) -> bool:
 
 def litert_model(model: Transformer, settings: SearchSettings, quantization: str = "float32",
                  source_length: Optional[int] = None,
-                 languages: Optional[RunLanguages] = None) -> bytes:
+                 languages: Optional[RunLanguages] = None,
+                 alignment: Optional[AlignmentHeads] = None) -> bytes:
     """The `.tflite` flatbuffer of `model`'s searches (the module docstring): `beam` with
-    `settings`, `greedy` with its length penalty and limit; weights stored as `quantization`
-    says (one of `LITERT_QUANTIZATIONS`); `source_length`: the fixed source length of one
-    sentence a call (None: a batch of any length); `languages`: the target languages of a
-    model of several, whose "target" placement makes each signature take `target_tokens`."""
+    `settings`, `greedy` with its length penalty and limit, and `alignment` read from the
+    layer and heads `alignment` names (None: `AlignmentHeads.default`); weights stored as
+    `quantization` says (one of `LITERT_QUANTIZATIONS`); `source_length`: the fixed source
+    length of one sentence a call (None: a batch of any length); `languages`: the target
+    languages of a model of several, whose "target" placement makes each signature take
+    `target_tokens`."""
     if quantization not in LITERT_QUANTIZATIONS:
         raise ValueError(f"quantization: must be one of {', '.join(LITERT_QUANTIZATIONS)} for "
                          f"LiteRT, got {quantization!r}")
     if settings.sampling:
         raise ValueError("sampling: a LiteRT export holds the beam and greedy searches only")
     check_source_length(source_length, model.config.max_length)
+    alignment = (AlignmentHeads.default(model.config) if alignment is None
+                 else alignment.check(model.config))
     batch = None if source_length is None else 1
+    width = (None if source_length is None else
+             min(source_length + settings.max_decode_extra, model.config.max_length))
     inputs = [tf.TensorSpec([batch, source_length], tf.int32, name="source_ids")]
     forced = languages is not None and languages.placement == "target"
     if forced:
@@ -109,7 +126,6 @@ def litert_model(model: Transformer, settings: SearchSettings, quantization: str
             # copied out of the search loop (a loop's own outputs are not tensors the
             # compiled-model API can hand over)
             hypotheses = result.scores.shape[1]
-            width = min(source_length + settings.max_decode_extra, model.config.max_length)
             ids = tf.pad(ids, [[0, 0], [0, 0], [0, width - tf.shape(ids)[2]]])
             return {"ids": tf.reshape(ids, [1, hypotheses, width]),
                     "scores": tf.gather(result.scores, tf.range(hypotheses), axis=1)}
@@ -118,9 +134,20 @@ def litert_model(model: Transformer, settings: SearchSettings, quantization: str
         return tf.function(search, input_signature=inputs,
                            autograph=False).get_concrete_function()
 
+    def aligned(source_ids, target_ids, target_tokens=None):
+        if target_tokens is not None:  # aligned with the token forced first, then left out
+            target_ids = tf.concat([target_tokens[:, None], target_ids], axis=1)
+        found = attention_alignment(model, source_ids, target_ids, alignment)
+        return {"alignment": found if target_tokens is None else found[:, 1:]}
+
+    aligned.__name__ = "alignment"
+    alignment_inputs = [inputs[0], tf.TensorSpec([batch, width], tf.int32, name="target_ids"),
+                        *inputs[1:]]
     with keras.StatelessScope(state_mapping=[(weight, weight.numpy())
                                              for weight in model.weights]):
-        functions = [signature(name) for name in SIGNATURES]
+        functions = [signature(name) for name in SEARCHES]
+        functions.append(tf.function(aligned, input_signature=alignment_inputs,
+                                     autograph=False).get_concrete_function())
     converter = tf.lite.TFLiteConverter.from_concrete_functions(functions, tf.Module())
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if quantization != "float32":
@@ -141,7 +168,8 @@ def check_source_length(source_length: Optional[int], max_length: int) -> None:
 def export_litert(model: Transformer, tokenizer: Tokenizer, directory: str | os.PathLike,
                   settings: Optional[SearchSettings] = None, quantization: str = "float32",
                   languages: Optional[RunLanguages] = None,
-                  source_length: Optional[int] = None) -> Path:
+                  source_length: Optional[int] = None,
+                  alignment: Optional[AlignmentHeads] = None) -> Path:
     """Writes the LiteRT export of `model` (the module docstring) into the new `directory`.
 
     Args:
@@ -154,13 +182,18 @@ def export_litert(model: Transformer, tokenizer: Tokenizer, directory: str | os.
             the signatures take `target_tokens`).
         source_length: every source PAD-padded to this many ids (None: any length; the
             module docstring).
+        alignment: the decoder layer and heads the `alignment` signature reads (None:
+            `AlignmentHeads.default`; kt-export passes a run's `read_alignment_heads`).
 
     Returns:
         The folder.
     """
     settings = SearchSettings() if settings is None else settings
+    alignment = (AlignmentHeads.default(model.config) if alignment is None
+                 else alignment.check(model.config))
     directory = Path(directory)
-    flatbuffer = litert_model(model, settings, quantization, source_length, languages)
+    flatbuffer = litert_model(model, settings, quantization, source_length, languages,
+                              alignment)
     directory.mkdir(parents=True)
     try:
         (directory / LITERT_FILE).write_bytes(flatbuffer)
@@ -174,6 +207,7 @@ def export_litert(model: Transformer, tokenizer: Tokenizer, directory: str | os.
                     "max_length": config.max_length, "source_length": source_length,
                     "search": dataclasses.asdict(settings),
                     "quantization": quantization, "tokenizer": tokenizer_files(tokenizer),
+                    "alignment": alignment.to_json(),
                     **({"languages": languages.to_dict()} if languages else {}),
                     **({"target_sentencepiece_ids": tokenizer.target_sentencepiece_ids()}
                        if isinstance(tokenizer, SentencePiecePair) else {})}
@@ -217,8 +251,10 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
             (`RunLanguages.source_language_token`: its token first in each source).
 
     Returns:
-        `(translate_text, translate_ids, tokenizer, interpreter)`, with the signatures of an
-        export's (tensors in, dicts of tensors out: `text_translation.LineTranslator`).
+        `(translate_text, translate_ids, translate_aligned, tokenizer, interpreter)`, with the
+        signatures of an export's (tensors in, dicts of tensors out:
+        `text_translation.LineTranslator`); `translate_aligned` None for an export written
+        before its `alignment` signature.
     """
     from ai_edge_litert.interpreter import Interpreter
 
@@ -234,6 +270,8 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
     except ValueError as error:
         raise ValueError(f"{directory / LITERT_FILE}: not a LiteRT model ({error})") from None
     beam = interpreter.get_signature_runner("beam")
+    alignment = (interpreter.get_signature_runner("alignment")  # not in exports before it
+                 if "alignment" in interpreter.get_signature_list() else None)
     beam_size = int(beam.get_output_details()["scores"]["shape_signature"][1])
     batched = beam.get_input_details()["source_ids"]["shape_signature"][0] == -1
     vocab_size = manifest["vocab_size"]
@@ -262,12 +300,15 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
         result = beam(**inputs)
         return result["ids"], result["scores"]
 
-    def translate_ids(source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
+    def searched(source_ids: tf.Tensor) -> tuple[list[int], list[list[int]], np.ndarray,
+                                                  np.ndarray]:
+        """The rows searched (the nonempty sources), their ids as the model reads them
+        (PAD-padded), and every row's n-best ids `[batch, beam, length]` and scores."""
         kept = model_input_ids(tf.RaggedTensor.from_tensor(tf.convert_to_tensor(source_ids)),
                                vocab_size, max_length).to_list()
         # an empty source: an empty translation, into any language
-        searched = [index for index, row in enumerate(kept) if row]
-        rows = [source_row(kept[index]) for index in searched]
+        rows_searched = [index for index, row in enumerate(kept) if row]
+        rows = [source_row(kept[index]) for index in rows_searched]
         width = fixed or max((len(row) for row in rows), default=0)
         padded = [row + [PAD_ID] * (width - len(row)) for row in rows]
         found = ([search(padded)] if batched and padded else
@@ -277,9 +318,13 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
         scores = np.zeros([len(kept), beam_size], np.float32)
         rows_found = [(row_ids, row_scores) for part_ids, part_scores in found
                       for row_ids, row_scores in zip(part_ids, part_scores)]
-        for index, (row_ids, row_scores) in zip(searched, rows_found):
+        for index, (row_ids, row_scores) in zip(rows_searched, rows_found):
             ids[index, :, :row_ids.shape[1]] = row_ids
             scores[index] = row_scores
+        return rows_searched, padded, ids, scores
+
+    def translate_ids(source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
+        _, _, ids, scores = searched(source_ids)
         return {"ids": tf.constant(ids[:, 0]), "score": tf.constant(scores[:, 0]),
                 "nbest_ids": tf.constant(ids), "nbest_scores": tf.constant(scores)}
 
@@ -288,4 +333,39 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
         best = translate_ids(pieces.to_tensor(default_value=PAD_ID))
         return {"translation": tokenizer.detokenize(best["ids"]), "score": best["score"]}
 
-    return translate_text, translate_ids, tokenizer, interpreter
+    def aligned(rows: list[list[int]], targets: np.ndarray) -> np.ndarray:
+        """The `alignment` signature's output for source rows (PAD-padded) and their best
+        ids, a call for all (or, of fixed shapes, one a row)."""
+        def call(sources: list[list[int]], ids: np.ndarray) -> np.ndarray:
+            inputs = {"source_ids": np.array(sources, np.int32), "target_ids": ids}
+            if forced:
+                inputs["target_tokens"] = np.full([len(sources)], token, np.int32)
+            return alignment(**inputs)["alignment"]
+        if batched:
+            return call(rows, targets)
+        width = int(alignment.get_input_details()["target_ids"]["shape_signature"][1])
+        padded = np.pad(targets[:, :width], [[0, 0], [0, max(width - targets.shape[1], 0)]])
+        return np.concatenate([call([row], ids[None]) for row, ids in zip(rows, padded)]
+                              )[:, :targets.shape[1]]
+
+    def translate_aligned(text: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`Translator.translate_with_alignment`'s outputs, the alignment the export's
+        `alignment` signature gives of the best hypothesis."""
+        pieces = text_pieces(tokenizer, tf.convert_to_tensor(text, tf.string))
+        rows_searched, rows, ids, scores = searched(pieces.to_tensor(default_value=PAD_ID))
+        best = ids[:, 0]
+        found = np.full(best.shape, -1, np.int32)
+        sources = np.full([len(best), max(map(len, rows), default=1)], PAD_ID, np.int32)
+        sources[:, 0] = EOS_ID  # an empty source: EOS alone, as the SavedModel reads it
+        if rows:
+            found[rows_searched] = aligned(rows, best[rows_searched])
+            sources[rows_searched] = rows
+        return {"translation": tokenizer.detokenize(tf.constant(best)),
+                "score": tf.constant(scores[:, 0]),
+                "target_pieces": tf.where(best != PAD_ID, tokenizer.pieces(best), ""),
+                "source_pieces": tf.where(sources != PAD_ID,
+                                          tokenizer.source_pieces_of(sources), ""),
+                "alignment": tf.constant(found)}
+
+    return (translate_text, translate_ids,
+            translate_aligned if alignment is not None else None, tokenizer, interpreter)

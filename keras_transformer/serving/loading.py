@@ -55,11 +55,11 @@ def load_export(path: str | os.PathLike, target_language: Optional[str] = None,
     max_length = recorded_facts(version).get("architecture", {}).get("max_length")
     if is_litert_model(version):
         max_length = fixed_source_length(version) or max_length
-        translate_text, translate_ids, tokenizer, owner = litert_functions(
+        translate_text, translate_ids, translate_aligned, tokenizer, owner = litert_functions(
             version, threads=threads, target_language=language, source_language=source)
         return LineTranslator(translate_text, translate_ids, tokenizer, owner=owner,
                               max_length=max_length, languages=languages, language=language,
-                              source_language=source)
+                              source_language=source, translate_aligned=translate_aligned)
     if is_ctranslate2_model(version):
         translate_text, translate_ids, translate_prefixed, tokenizer, owner = (
             ctranslate2_functions(version, target_language=language, source_language=source))

@@ -54,7 +54,7 @@ test("format lines: each line one sentence as it is, blank lines their own trans
 });
 
 test("a format the page cannot translate is named", () => {
-  assert.throws(() => planDocument("<b>x</b>", "html", {}), /format html/);
+  assert.throws(() => planDocument("<b>x</b>", "xml", {}), /format xml/);
 });
 
 test("splitLines ends lines where Python's str.splitlines does", () => {
