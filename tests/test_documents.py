@@ -355,3 +355,17 @@ def test_a_real_page_and_a_real_readme_keep_every_tag_their_code_and_structure(r
     page = DEBIAN_PAGE.read_text(encoding="utf-8")
     tags, source_tags = Tags(translated), Tags(page)
     assert tags.nested and not tags.open and set(source_tags.starts) <= set(tags.starts)
+
+
+def test_an_element_whose_words_got_no_translation_takes_an_unmarked_words():
+    """A translation that leaves an element's words out: the element takes the target word
+    aligned nearest to its words among those of unmarked source words, so that Markdown, which
+    has no empty emphasis, parses back the same."""
+    def shorter(texts, aligned=True):
+        # "a woman holding a bowl in a kitchen" -> five words, none aligned to "kitchen".
+        return [Aligned("EINE FRAU HÄLT EINE SCHÜSSEL", [0, 1, 2, 3, 4]) for _ in texts]
+
+    source = "a woman **holding a** bowl in a _kitchen_"
+    translated = documents(translate=shorter).translate(source, "markdown").text
+    assert translated == "EINE FRAU **HÄLT EINE** _SCHÜSSEL_"
+    assert markdown_format.structure(translated) == markdown_format.structure(source)

@@ -277,7 +277,7 @@ function coverEveryElement(source, alignment) {
     if (alignment.some((aligned) => positions.includes(aligned))) continue;
     const count = (value) => alignment.filter((aligned) => aligned === value).length;
     const spare = alignment.flatMap((aligned, index) => (
-      aligned < 0 || count(aligned) > 1 ? [index] : []));
+      aligned < 0 || count(aligned) > 1 || source[aligned].stack.length === 0 ? [index] : []));
     if (spare.length) {
       const index = least(spare, (i) => Math.min(...positions.map((k) => Math.abs(alignment[i] - k))));
       alignment[index] = least(positions, (k) => Math.abs(alignment[index] - k));
@@ -318,8 +318,11 @@ export function wordAlignment(targetPieces, sourcePieces, alignment, targetWords
     [...vote.keys()].sort((a, b) => a - b), (word) => -vote.get(word)) : -1));
 }
 
-// Each piece's word index: a piece starting with the word mark starts a word; pieces before
-// the first such piece, and an end-of-sentence piece, belong to none (-1).
+// Each piece's word index: a piece starting with the word mark starts a word, as does a byte
+// piece before any word; other pieces before the first word (a language token), and an
+// end-of-sentence piece, belong to none (-1).
+const BYTE_PIECE = /^<0x[0-9A-F]{2}>$/;
+
 function pieceWords(pieces) {
   const found = [];
   let word = -1;
@@ -328,8 +331,7 @@ function pieceWords(pieces) {
       found.push(-1);
       continue;
     }
-    if ((piece.startsWith(WORD_START) && piece !== WORD_START) ||
-        (piece === WORD_START && word < 0)) {
+    if (piece.startsWith(WORD_START) || (word < 0 && BYTE_PIECE.test(piece))) {
       word++;
     }
     found.push(word);

@@ -300,14 +300,15 @@ def _atom_anchors(source: Sequence[Word], alignment: Sequence[int]) -> dict[int,
 def _cover_every_element(source: Sequence[Word], alignment: list[int]) -> None:
     """Re-aligns target words so that every element over a source word is over a target word:
     an element none of whose source words has a target word takes the target word aligned
-    nearest to its words, among the words whose own source word keeps another target word."""
+    nearest to its words, among the words whose own source word keeps another target word or
+    is under no element (whose markup nothing then lacks)."""
     elements = {id(e): e for word in source for e in word.stack}.values()
     for element in elements:
         positions = [k for k, word in enumerate(source) if any(e is element for e in word.stack)]
         if any(aligned in positions for aligned in alignment):
             continue
         spare = [index for index, aligned in enumerate(alignment)
-                 if aligned < 0 or alignment.count(aligned) > 1]
+                 if aligned < 0 or alignment.count(aligned) > 1 or not source[aligned].stack]
         if spare:
             index = min(spare, key=lambda i: min(abs(alignment[i] - k) for k in positions))
             alignment[index] = min(positions, key=lambda k: abs(alignment[index] - k))
