@@ -37,9 +37,9 @@ def check_alignment(formats: list[str], translator: LineTranslator, model: str) 
     markup = sorted({name for name in formats if name in ("html", "markdown")})
     if markup and not translator.takes_alignment:
         raise ValueError(f"--format {markup[0]}: {model} gives no word alignment to place the "
-                         "markup by (CTranslate2 and LiteRT exports do not, nor SavedModels "
-                         "exported before it); translate with the run directory or a SavedModel "
-                         "export, or --format text")
+                         "markup by (LiteRT exports do not, nor SavedModel or CTranslate2 "
+                         "exports written before it); translate with the run directory or a "
+                         "SavedModel or CTranslate2 export, or --format text")
 
 
 def translate_document(translator: LineTranslator, path: str, format: str, language: str,

@@ -178,7 +178,8 @@ class LineTranslator:
 
     @property
     def takes_alignment(self) -> bool:
-        """Whether `best_lines` can give word alignments (a SavedModel export, a run)."""
+        """Whether `best_lines` can give word alignments (a run, a SavedModel or CTranslate2
+        export)."""
         return self._translate_aligned is not None
 
     @property
@@ -219,8 +220,8 @@ class LineTranslator:
                 "again with this version")
         elif alignment:
             function, lacking = self._translate_aligned, (
-                "alignment: this model gives no word alignment (a SavedModel export or a run "
-                "directory does)")
+                "alignment: this model gives no word alignment (a run directory, or a "
+                "SavedModel or CTranslate2 export written by this version, does)")
         else:
             return self._translate_text
         if function is None:
