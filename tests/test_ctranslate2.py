@@ -8,7 +8,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer import search
 from keras_transformer.config import SearchSettings
-from helpers import random_run
+from helpers import random_run, random_two_language_run
 from keras_transformer.decoding.alignment import (ALIGNMENT_FILE, AlignmentHeads,
                                                   attention_alignment)
 from keras_transformer.serving.ctranslate2_export import (check_convertible, ctranslate2_functions,
@@ -392,6 +392,44 @@ def test_kt_export_format_ctranslate2_translates_like_the_savedmodel(demo_vocab,
         export.parse_args([str(run_dir.root), str(run_dir.vocab), "--name", "x",
                            "--quantization", "int16"])
 
+
+@pytest.mark.parametrize("placement", ["source", "target"])
+def test_a_model_of_two_languages_aligns_over_the_pieces_it_read(placement, tmp_path):
+    """A two-language model's CTranslate2 alignment, its language token placed in the source
+    or forced first in the target, is our Translator's: over the source pieces with the
+    token where it read it, the forced target token left out; an export whose settings record
+    no alignment choice (written before) gives none."""
+    import json
+
+    from keras_transformer.data.languages import RunLanguages
+    from keras_transformer.decoding.translator import IntoLanguage
+    from keras_transformer.serving.ctranslate2_export import SETTINGS_FILENAME
+    from keras_transformer.serving.text_translation import best_lines
+    from keras_transformer.training.loaded_run import load_run
+    from keras_transformer.training.run_dir import LANGUAGES_FILE
+
+    run, _ = random_two_language_run(tmp_path)
+    recorded = run.languages()
+    run.write_json(LANGUAGES_FILE, RunLanguages.trained(
+        placement, recorded.token_ids, 1.0, []).to_dict())
+    loaded = load_run(run.root)
+    choice = AlignmentHeads(0, (3, 2))
+    directory = export_ctranslate2(loaded.model, loaded.tokenizer, tmp_path / "ct2", "float32",
+                                   loaded.recipe.search, languages=run.languages(),
+                                   alignment=choice)
+    text, ids, prefixed, tokenizer, owner, aligned = ctranslate2_functions(
+        directory, target_language="de")
+    theirs = LineTranslator(text, ids, tokenizer, owner, prefixed, translate_aligned=aligned)
+    ours = LineTranslator.from_translator(IntoLanguage(loaded.translator(alignment=choice), "de"))
+    for line in [b"they have sold nineteen cats", b"we see six books", b""]:
+        found = [{}, {}]
+        for translator, records in zip((ours, theirs), found):
+            best_lines(translator, [line], on_alignment=records.__setitem__)
+        assert found[0] == found[1]
+    settings = json.loads((directory / SETTINGS_FILENAME).read_text())
+    del settings["alignment"]
+    (directory / SETTINGS_FILENAME).write_text(json.dumps(settings))
+    assert ctranslate2_functions(directory, target_language="de")[5] is None
 
 def biased_run(vocab, root):
     """A two-layer `random_run` whose output bias favours 40 whole-word pieces, so that its

@@ -351,21 +351,29 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
                     sampling_temperature=settings.temperature) if settings.sampling
                else dict(beam_size=settings.beam_size))
 
+    def placed(source: list[str]) -> list[str]:
+        """A source's pieces as the model reads them: with the "source" placement the target
+        language's token first (replacing one the source starts with), the source
+        language's before it."""
+        if placement == "source":
+            source = ([token] + source[1 if source and source[0] in own else 0:])[
+                :max_length - 1]
+        if source_token is not None:
+            source = [source_token, *source][:max_length - 1]
+        return source
+
     def search(sources: list[list[str]], prefixes=None, nbest: int = 1,
                attention: bool = False) -> list[tuple]:
         """Each source's `nbest` hypotheses (ids) and scores, then, with `attention`, the
-        pieces the model read (the source as placed, and EOS) and, for each piece of the
-        best hypothesis, the index of the one its alignment heads attend to most."""
+        pieces the model reads (`placed`, and EOS) and, for each piece of the best
+        hypothesis, the index of the one its alignment heads attend to most."""
         empty = [not source for source in sources]  # an empty source: an empty translation
-        if placement == "source":
-            sources = [([token] + source[1 if source[0] in own else 0:])[:max_length - 1]
-                       if source else source for source in sources]
-        elif placement == "target":
+        read = [placed(source) + [source_pieces[EOS_ID]] for source in sources]
+        sources = [source if is_empty else pieces[:-1] for source, pieces, is_empty
+                   in zip(sources, read, empty)]
+        if placement == "target":
             prefixes = [([token] + (prefix or []))[:max_length - 1]
                         for prefix in prefixes or [None] * len(sources)]
-        if source_token is not None:
-            sources = [[source_token, *source][:max_length - 1] if source else source
-                       for source in sources]
         longest = max((len(source) for source in sources), default=0) + 1  # + EOS
         # As ours, a prefix leaves room for itself and one token more (CTranslate2 counts it
         # inside its limit).
@@ -382,11 +390,9 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
                   for hypothesis in result.hypotheses]
                  if not is_empty else [[EOS_ID]] * nbest,
                  list(result.scores) if not is_empty else [0.0] * nbest,
-                 *(((source + [source_pieces[EOS_ID]] if not is_empty else
-                     [source_pieces[EOS_ID]]),
-                    [] if is_empty else attended(result.attention[0][forced:]))
+                 *((pieces, [] if is_empty else attended(result.attention[0][forced:]))
                    if attention else ()))
-                for result, source, is_empty in zip(results, sources, empty)]
+                for result, pieces, is_empty in zip(results, read, empty)]
 
     def attended(rows: list[list[float]]) -> list[int]:
         """Each row's most attended source position, EOS's weight (left out by CTranslate2)
