@@ -404,7 +404,6 @@ def test_a_model_of_two_languages_aligns_over_the_pieces_it_read(placement, tmp_
     from keras_transformer.data.languages import RunLanguages
     from keras_transformer.decoding.translator import IntoLanguage
     from keras_transformer.serving.ctranslate2_export import SETTINGS_FILENAME
-    from keras_transformer.serving.text_translation import best_lines
     from keras_transformer.training.loaded_run import load_run
     from keras_transformer.training.run_dir import LANGUAGES_FILE
 
@@ -422,14 +421,19 @@ def test_a_model_of_two_languages_aligns_over_the_pieces_it_read(placement, tmp_
     theirs = LineTranslator(text, ids, tokenizer, owner, prefixed, translate_aligned=aligned)
     ours = LineTranslator.from_translator(IntoLanguage(loaded.translator(alignment=choice), "de"))
     for line in [b"they have sold nineteen cats", b"we see six books", b""]:
-        found = [{}, {}]
-        for translator, records in zip((ours, theirs), found):
-            best_lines(translator, [line], on_alignment=records.__setitem__)
-        assert found[0] == found[1]
+        assert alignment_records(ours, line) == alignment_records(theirs, line)
     settings = json.loads((directory / SETTINGS_FILENAME).read_text())
     del settings["alignment"]
     (directory / SETTINGS_FILENAME).write_text(json.dumps(settings))
     assert ctranslate2_functions(directory, target_language="de")[5] is None
+
+def alignment_records(translator: LineTranslator, line: bytes) -> dict:
+    """`best_lines`' alignment record of one line (its pieces, its source's, the alignment)."""
+    from keras_transformer.serving.text_translation import best_lines
+
+    records = {}
+    best_lines(translator, [line], on_alignment=records.__setitem__)
+    return records
 
 def biased_run(vocab, root):
     """A two-layer `random_run` whose output bias favours 40 whole-word pieces, so that its
@@ -448,6 +452,23 @@ def biased_run(vocab, root):
     save_weights_atomic(loaded.model, run.final_weights)
     return run
 
+
+def test_a_beam_searchs_alignment_is_our_translators(demo_vocab, tmp_path):
+    """Beam 4 (no length penalty): CTranslate2's attention, kept with each hypothesis through
+    the beam, aligns the best translation as our Translator's teacher-forced attention does."""
+    from keras_transformer.training.loaded_run import load_run
+
+    loaded = load_run(biased_run(demo_vocab, tmp_path / "run").root)
+    choice = AlignmentHeads(1, (2, 3))
+    settings = SearchSettings(beam_size=4, length_penalty=0.0, max_decode_extra=3)
+    directory = export_ctranslate2(loaded.model, loaded.tokenizer, tmp_path / "ct2", "float32",
+                                   settings, alignment=choice)
+    text, ids, prefixed, tokenizer, owner, aligned = ctranslate2_functions(directory)
+    theirs = LineTranslator(text, ids, tokenizer, owner, prefixed, translate_aligned=aligned)
+    ours = LineTranslator.from_translator(loaded.translator(settings, alignment=choice))
+    for line in [b"they have sold nineteen cats", b"we see six books", b"one cat sleeps",
+                 b"I have forty-two apples and three dogs"]:
+        assert alignment_records(ours, line) == alignment_records(theirs, line)
 
 @pytest.mark.slow
 def test_markup_through_ctranslate2_is_placed_as_through_the_savedmodel(demo_vocab, tmp_path,
