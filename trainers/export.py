@@ -30,6 +30,10 @@ page in `web/`).
 A run of several language pairs exports one model of its target languages, each asked for
 by name: a SavedModel's signatures take `target_language` too (`keras_transformer.serving.export`),
 a CTranslate2 model records its languages' tokens (`keras_transformer.serving.ctranslate2_export`).
+The decoder layer and heads a run's word alignment reads (its `alignment.json`,
+`keras_transformer.decoding.alignment`) go into a SavedModel's `translate_with_alignment` and a
+CTranslate2 model's alignment layer and heads, so that both place markup (`kt-translate --format
+html|markdown`) by the same alignment.
 
 Every export records where it came from in `assets.extra/` (`keras_transformer.serving.provenance`: the
 run, the weights and why they were chosen, dev/test figures, settings, code version), which
@@ -260,7 +264,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             extra = {}
             if args.format == "litert":  # refusals before a conversion's minutes
                 litert_export.check_source_length(args.source_length, model.config.max_length)
-                extra = {"source_length": args.source_length, "alignment": alignment}
+                extra["source_length"] = args.source_length
+            extra["alignment"] = alignment
             writer, unsupported = (
                 (ctranslate2_export.export_ctranslate2, ctranslate2_export.UNSUPPORTED)
                 if args.format == "ctranslate2" else
