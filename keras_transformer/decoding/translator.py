@@ -53,8 +53,8 @@ class Translator(tf.Module):
     of the decoder layer and heads `alignment` names, when that piece is predicted (the
     hypothesis teacher-forced, `decoding.alignment`). Default: every head of the second-to-last
     layer for 4 or more layers (Garg et al. 2019), else of the last (on the 2-layer demo model
-    the last aligns more target words with their source words than the first:
-    benchmarks/RESULTS.md, "Alignment layer").
+    the last aligns more target words with their source words than the first); `kt-align`
+    measures and records another (benchmarks/RESULTS.md, "Alignment").
 
     `jit_compile`: the search runs as one XLA-compiled function (fewer per-op costs at small
     batches; an export carries it, which TF Serving runs with `--xla_cpu_compilation_enabled`
