@@ -335,10 +335,9 @@ FINE_TUNING_PEAK_RATE = 1e-4
 class Recipe:
     """`TransformerConfig` + `TrainingSettings` + `SearchSettings`: everything a run needs.
 
-    Its flat form (`to_dict`, `from_dict`, a preset's table, `kt-train --set key=value`) names
-    each field once; the field names of the three parts never collide.
+    Its flat form (`to_dict`, `from_dict`, a preset's table, `kt-train --set key=value`) names each
+    field once; the field names of the three parts never collide. For instance:
 
-    Example:
         recipe = Recipe.preset("base", vocab_size=37000, warmup_steps=8000)
         model = Transformer(recipe.architecture)
     """

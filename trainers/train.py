@@ -69,20 +69,15 @@ from trainers.train_evaluation import (DEV_BLEU, DevSet, attention_tokenizer, de
 def compiled_model(recipe: Recipe, jit_compile: bool = False, steps_per_execution: int = 1,
                    lora_rank: Optional[int] = None, lora_alpha: Optional[float] = None
                    ) -> tuple[Transformer, MaskedTokenAccuracy]:
-    """A Transformer compiled with the paper's optimizer, schedule and loss (in scope), under
-    the global dtype policy and kernel set (`fast.FastTransformer`: with the reference set,
-    Keras's own steps).
+    """A Transformer of `recipe`'s architecture compiled with the paper's optimizer, schedule and
+    loss (in scope) of `recipe`'s training settings, under the global dtype policy and kernel set
+    (`fast.FastTransformer`: with the reference set, Keras's own steps), and its token accuracy
+    metric.
 
-    Args:
-        recipe: the model's architecture and its training settings.
-        jit_compile: XLA-compile the train step.
-        steps_per_execution: steps per call of the train function.
-        lora_rank: LoRA adapters of this rank on every projection, built with the model, and
-            every other weight frozen (`Transformer(lora_rank=)`); None: a plain model.
-        lora_alpha: the adapters' scale numerator (`lora_alpha / lora_rank`).
-
-    Returns:
-        The model and its token accuracy metric.
+    `jit_compile` XLA-compiles the train step; `steps_per_execution` is the steps per call of the
+    train function. `lora_rank` puts LoRA adapters of this rank on every projection, built with the
+    model, and freezes every other weight (`Transformer(lora_rank=)`; None: a plain model);
+    `lora_alpha` is the adapters' scale numerator (`lora_alpha / lora_rank`).
     """
     model = fast.FastTransformer(recipe.architecture, lora_rank=lora_rank,
                                  lora_alpha=lora_alpha)

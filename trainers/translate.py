@@ -122,18 +122,10 @@ def load_translator(args: argparse.Namespace) -> LineTranslator:
 
 def nbest_lines(translator: LineTranslator, lines: list[bytes], args: argparse.Namespace,
                 progress: CountProgress) -> list[str]:
-    """The `--nbest` output of `lines`, in their order.
-
-    Args:
-        translator: what translates.
-        lines: raw input lines.
-        args: the command line's options (`--nbest`, `--batch-size`, `--batch-tokens`).
-        progress: advanced by each batch's size.
-
-    Returns:
-        For each line its `args.nbest` lines `INDEX ||| TRANSLATION ||| SCORE` (joined by
-        newlines), best first.
-    """
+    """The `--nbest` output of `lines` (raw input lines) by `translator`, in their order: for
+    each line its `args.nbest` lines `INDEX ||| TRANSLATION ||| SCORE` (joined by newlines), best
+    first. `args` are the command line's options (`--nbest`, `--batch-size`, `--batch-tokens`);
+    `progress` is advanced by each batch's size."""
     outputs: list[str] = [""] * len(lines)
     lengths = [len(line.split()) for line in lines]
     for batch in length_batches(lengths, args.batch_size, args.batch_tokens):
@@ -147,17 +139,10 @@ def nbest_lines(translator: LineTranslator, lines: list[bytes], args: argparse.N
 
 def check_translator(args: argparse.Namespace, translator: LineTranslator,
                      terms: list[Optional[list[str]]]) -> None:
-    """Checks that the model serves the flags given.
-
-    Args:
-        args: the command line's options.
-        translator: the loaded model (`load_translator`).
-        terms: each input's terms (`read_terms`).
-
-    Raises:
-        ValueError naming the flag the model cannot serve: `--terms` or `--constraints`,
-        `--scores`, `--nbest` beyond the beam, `--prefix`.
-    """
+    """Checks that `translator`, the loaded model (`load_translator`), serves the flags given in
+    `args`, the command line's options, `terms` being each input's terms (`read_terms`); a
+    ValueError names the flag the model cannot serve: `--terms` or `--constraints`, `--scores`,
+    `--nbest` beyond the beam, `--prefix`."""
     if terms[0] is not None and not translator.takes_terms:
         raise ValueError(f"--{'terms' if args.terms else 'constraints'}: {args.model} has "
                          "no constrained search (CTranslate2 and LiteRT exports have none, "

@@ -71,13 +71,10 @@ _TIED_OR_COMPUTED = re.compile(r"lm_head\.weight|model\.(shared|(en|de)coder\.em
 
 
 def read_m2m_100_folder(folder: str | Path) -> ImportedModel:
-    """Reads a Hugging Face NLLB-200 or M2M-100 folder.
-
-    Raises:
-        ImportFormatError: naming the file and what we cannot import (NLLB-MoE's experts,
-            another model type, a PyTorch `.bin` without safetensors, encoder and decoder of
-            different shapes, a tokenizer that does not fit the embeddings, ...).
-    """
+    """Reads the Hugging Face NLLB-200 or M2M-100 folder `folder`. An `ImportFormatError` names
+    the file and what we cannot import (NLLB-MoE's experts, another model type, a PyTorch `.bin`
+    without safetensors, encoder and decoder of different shapes, a tokenizer that does not fit
+    the embeddings, ...)."""
     folder = Path(folder)
     config_path = folder / "config.json"
     config = read_json(config_path)

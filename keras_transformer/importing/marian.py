@@ -56,14 +56,11 @@ _REFUSED_WEIGHTS = (("factor_", "factored vocabularies"), ("_Wemb_lemma", "facto
 
 
 def read_marian_folder(folder: str | Path) -> ImportedModel:
-    """Reads and checks a Marian release folder (`decoder.yml`, the `.npz`, its vocabularies,
-    `source.spm`, `target.spm`).
-
-    Raises:
-        ImportFormatError: naming the file and the option, weight or piece we cannot import
-            (an SSRU/RNN or average-attention decoder, tied layers, factors, a vocabulary
-            that does not fit the embeddings or the SentencePiece models, a corrupt file).
-    """
+    """Reads and checks the Marian release folder `folder` (`decoder.yml`, the `.npz`, its
+    vocabularies, `source.spm`, `target.spm`). An `ImportFormatError` names the file and the
+    option, weight or piece we cannot import (an SSRU/RNN or average-attention decoder, tied
+    layers, factors, a vocabulary that does not fit the embeddings or the SentencePiece models, a
+    corrupt file)."""
     folder = Path(folder)
     decoder_yml = folder / "decoder.yml"
     decoder = _read_yaml(decoder_yml)
@@ -83,22 +80,12 @@ def read_marian_folder(folder: str | Path) -> ImportedModel:
 def marian_model(options: dict[str, Any], arrays: dict[str, np.ndarray], weights_path: Path,
                  vocabularies: list[list[str]], vocabulary_paths: list[Path], beam_size: int,
                  extra_files: list[Path]) -> ImportedModel:
-    """A Marian model from its options and arrays under Marian's names (however stored), its
-    source and target vocabularies (pieces in Marian's id order) and the folder's
-    `source.spm` and `target.spm`, checked.
-
-    Args:
-        options: Marian's model options (`special:model.yml`'s keys).
-        arrays: the weights under Marian's parameter names.
-        weights_path: the file they were read from (named in errors).
-        vocabularies: the source and the target vocabulary (the same list for a joint one).
-        vocabulary_paths: the files they were read from.
-        beam_size: the release's search setting.
-        extra_files: other files read (recorded with the model).
-
-    Returns:
-        The model in our terms.
-    """
+    """A Marian model in our terms, checked, from its `options` (Marian's model options,
+    `special:model.yml`'s keys) and `arrays` (the weights under Marian's parameter names, however
+    stored, read from `weights_path`, which errors name), its `vocabularies` (the source and the
+    target vocabulary, pieces in Marian's id order, the same list for a joint one, read from
+    `vocabulary_paths`) and the folder's `source.spm` and `target.spm`. `beam_size` is the
+    release's search setting; `extra_files` are the other files read (recorded with the model)."""
     folder = weights_path.parent
     spm_models = [_read_bytes(folder / name) for name in ("source.spm", "target.spm")]
     for vocabulary, path in zip(vocabularies, vocabulary_paths):
@@ -293,11 +280,9 @@ def _our_rows(matrix: np.ndarray, fill: float = 0.0) -> np.ndarray:
 
 def _our_arrays(arrays: dict[str, np.ndarray], config: TransformerConfig,
                 path: Path) -> dict[str, np.ndarray]:
-    """Our weights by variable path (`Transformer` variable `.path`) from Marian's arrays.
-
-    Raises:
-        ImportFormatError: naming a weight the model needs that is missing or misshapen.
-    """
+    """Our weights by variable path (`Transformer` variable `.path`) of a model of `config` from
+    Marian's `arrays`; an `ImportFormatError` names `path` and a weight the model needs that is
+    missing or misshapen."""
     heads, key_dim = config.num_heads, config.key_dim
     pre = "_pre" if config.norm == "pre" else ""
 

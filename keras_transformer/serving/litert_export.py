@@ -170,23 +170,16 @@ def export_litert(model: Transformer, tokenizer: Tokenizer, directory: str | os.
                   languages: Optional[RunLanguages] = None,
                   source_length: Optional[int] = None,
                   alignment: Optional[AlignmentHeads] = None) -> Path:
-    """Writes the LiteRT export of `model` (the module docstring) into the new `directory`.
+    """Writes the LiteRT export of `model` (a merged one: no LoRA adapters; the module docstring)
+    and its `tokenizer`, whose SentencePiece files the folder ships, into the new folder `directory`
+    (it must not exist), and returns the folder.
 
-    Args:
-        model: the model (a merged one: no LoRA adapters).
-        tokenizer: its tokenizer, whose SentencePiece files the folder ships.
-        directory: the folder to write (must not exist).
-        settings: the search settings (default: the paper's).
-        quantization: how the weights are stored (`LITERT_QUANTIZATIONS`).
-        languages: the target languages of a model of several (with the "target" placement,
-            the signatures take `target_tokens`).
-        source_length: every source PAD-padded to this many ids (None: any length; the
-            module docstring).
-        alignment: the decoder layer and heads the `alignment` signature reads (None:
-            `AlignmentHeads.default`; kt-export passes a run's `read_alignment_heads`).
-
-    Returns:
-        The folder.
+    `settings` are the search settings (default: the paper's); `quantization` says how the weights
+    are stored (`LITERT_QUANTIZATIONS`). `languages` are the target languages of a model of several
+    (with the "target" placement, the signatures take `target_tokens`). `source_length` PAD-pads
+    every source to this many ids (None: any length; the module docstring). `alignment` is the
+    decoder layer and heads the `alignment` signature reads (None: `AlignmentHeads.default`;
+    kt-export passes a run's `read_alignment_heads`).
     """
     settings = SearchSettings() if settings is None else settings
     alignment = (AlignmentHeads.default(model.config) if alignment is None
@@ -238,23 +231,18 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
                      target_language: Optional[str] = None,
                      source_language: Optional[str] = None
                      ) -> tuple[Callable, Callable, Tokenizer, object]:
-    """The searches of a folder `export_litert` wrote, run by the LiteRT interpreter (its
-    XNNPACK delegate, `threads` threads): a batch a call (PAD-padded to its longest source),
-    or, for an export of fixed shapes (or one written before batches), one sentence a call.
+    """The searches of the folder `directory` that `export_litert` wrote, run by the LiteRT
+    interpreter (its XNNPACK delegate, `threads` threads): a batch a call (PAD-padded to its longest
+    source), or, for an export of fixed shapes (or one written before batches), one sentence a call.
+    The result is `(translate_text, translate_ids, translate_aligned, tokenizer, interpreter)`, with
+    the signatures of an export's (tensors in, dicts of tensors out:
+    `text_translation.LineTranslator`); `translate_aligned` is None for an export written before its
+    `alignment` signature.
 
-    Args:
-        directory: the folder.
-        threads: the interpreter's threads.
-        target_language: the language a model of several translates into (its token first in
-            each source, or forced first in each translation); None for a model of one.
-        source_language: the sources' language, of a model that reads it
-            (`RunLanguages.source_language_token`: its token first in each source).
-
-    Returns:
-        `(translate_text, translate_ids, translate_aligned, tokenizer, interpreter)`, with the
-        signatures of an export's (tensors in, dicts of tensors out:
-        `text_translation.LineTranslator`); `translate_aligned` None for an export written
-        before its `alignment` signature.
+    `target_language` is the language a model of several translates into (its token first in each
+    source, or forced first in each translation); None for a model of one. `source_language` is the
+    sources' language, of a model that reads it (`RunLanguages.source_language_token`: its token
+    first in each source).
     """
     from ai_edge_litert.interpreter import Interpreter
 
