@@ -19,8 +19,9 @@ rng = np.random.default_rng(0)
 
 
 # int8 quantization follows Keras's QuantizationConfig API, which older Keras releases lack.
-QUANTIZATION_API = pytest.mark.skipif(not hasattr(keras.quantizers, "QuantizationConfig"),
-                                      reason="this Keras has no keras.quantizers.QuantizationConfig")
+QUANTIZATION_API = pytest.mark.skipif(
+    not hasattr(keras.quantizers, "QuantizationConfig"),
+    reason="this Keras has no keras.quantizers.QuantizationConfig")
 
 
 def test_attention_weights_sum_to_one_and_ignore_padded_keys():

@@ -21,8 +21,9 @@ rng = np.random.default_rng(0)
 
 
 # int8 quantization follows Keras's QuantizationConfig API, which older Keras releases lack.
-QUANTIZATION_API = pytest.mark.skipif(not hasattr(keras.quantizers, "QuantizationConfig"),
-                                      reason="this Keras has no keras.quantizers.QuantizationConfig")
+QUANTIZATION_API = pytest.mark.skipif(
+    not hasattr(keras.quantizers, "QuantizationConfig"),
+    reason="this Keras has no keras.quantizers.QuantizationConfig")
 
 
 def lora_model(rank: int = 2, model_class=kt.Transformer, **overrides) -> kt.Transformer:

@@ -29,7 +29,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from keras_transformer.distillation.corpus_translation import CorpusTranslation, Progress, Shard, file_sha256
+from keras_transformer.distillation.corpus_translation import (CorpusTranslation, Progress, Shard,
+                                                               file_sha256)
 from keras_transformer.evaluation import sentence_bleu
 from keras_transformer.serving.loading import export_version
 from keras_transformer.serving.text_translation import (best_lines, closest_lines,

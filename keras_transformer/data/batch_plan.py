@@ -60,7 +60,8 @@ class BatchPlan:
         generator = np.random.default_rng([self.seed, epoch, 0])
         return generator.permutation(len(self.storage.shards))
 
-    def batches_of_shard(self, epoch: int, index: int, shard: Shard) -> list[tuple[int, np.ndarray]]:
+    def batches_of_shard(self, epoch: int, index: int,
+                         shard: Shard) -> list[tuple[int, np.ndarray]]:
         """Shard `index`'s batches in epoch `epoch`, in training order: (bucket, pair indices)."""
         generator = np.random.default_rng([self.seed, epoch, 1, index])
         longest = shard.lengths.max(axis=1) + 1

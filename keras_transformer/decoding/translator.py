@@ -226,11 +226,11 @@ class Translator(tf.Module):
                                ) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `translation`, `score`, and how sure the model is of it
         (Bergamot's quality estimation, `decoding.confidence.word_scores`): `confidence`
-        `[batch]` (the mean of its word scores and of ending where it ends), `words` `[batch, W]` ("" after the last),
-        `word_scores` `[batch, W]` (each word's mean piece log-probability; 0.0 after) and
-        `token_scores` `[batch, T]` (each piece's, then EOS's; 0.0 after). The log-probabilities
-        are `model`'s, teacher-forced over the whole vocabulary (not an ensemble's or a
-        shortlist's)."""
+        `[batch]` (the mean of its word scores and of ending where it ends), `words` `[batch, W]`
+        ("" after the last), `word_scores` `[batch, W]` (each word's mean piece log-probability;
+        0.0 after) and `token_scores` `[batch, T]` (each piece's, then EOS's; 0.0 after). The
+        log-probabilities are `model`'s, teacher-forced over the whole vocabulary (not an
+        ensemble's or a shortlist's)."""
         tokens, source_tokens = self._tokens(target_language, source_language, text)
         best = self._search(self._text_source(text, tokens, source_tokens), tokens)
         ids = best["ids"]

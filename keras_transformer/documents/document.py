@@ -13,8 +13,8 @@ from typing import Callable, Optional, Sequence
 
 from keras_transformer.documents import html as html_format
 from keras_transformer.documents import markdown as markdown_format
-from keras_transformer.documents.inline import (Aligned, Block, Run, Sentence, plain_text, sentences,
-                                                serialize, translated_runs)
+from keras_transformer.documents.inline import (Aligned, Block, Run, Sentence, plain_text,
+                                                sentences, serialize, translated_runs)
 from keras_transformer.documents.segmentation import (Segmenter, Span, fitted_spans,
                                                       sentence_spans)
 

@@ -71,8 +71,8 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
     `dtype` (one of `precision.SERVING_DTYPES`) is what its weights are stored and computed in.
     `shortlist`: restricts each batch's search to the target ids it gives (None: none).
     `jit_compile`: the search is saved as one XLA-compiled function (`Translator`).
-    The export carries TF Serving warm-up requests (`keras_transformer.serving.warmup`; an XLA export's
-    cover source widths up to `warmup_max_width` pieces) and a provenance record
+    The export carries TF Serving warm-up requests (`keras_transformer.serving.warmup`; an XLA
+    export's cover source widths up to `warmup_max_width` pieces) and a provenance record
     (`keras_transformer.serving.provenance`) holding `provenance`, the facts of the model's origin
     (`RunDir.provenance` or `provenance.file_provenance`; None: unknown).
     `languages`: the target languages of a model of several (`RunDir.languages`): every
