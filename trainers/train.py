@@ -1,24 +1,6 @@
-"""`kt-train`: trains a Transformer with Keras `fit`, evaluates it and exports it.
-
-With no arguments this is the offline quick start: a `tiny` model on the generated demo
-corpus in `runs/demo`, evaluated on the demo test set, TensorBoard logs (with attention
-heatmaps) in `runs/demo/tensorboard`, exported to `saved_models/demo-staging/<version>`: a
-run's own export has a name no server is pointed at (promote it with `kt-export --name`).
-
-    kt-train --preset small --train-src train.en.gz --train-tgt train.de.gz \
-        --dev-src val.en.gz --dev-tgt val.de.gz --output-dir runs/multi30k --max-minutes 60
-    kt-train --preset base --tfds wmt14_translate/de-en --tfds-source-language en \
-        --tfds-target-language de
-
-    kt-train --preset multi30k --pair en-de train.en train.de --pair en-fr train.en train.fr \
-        --dev-pair en-de val.en val.de --dev-pair en-fr val.en val.fr --output-dir runs/en-x
-
-    kt-train --preset parsing-small --task parsing --train-src train.src --train-tgt train.tgt \
-        --dev-src dev.src --dev-tgt dev.tgt --test-src test.src --test-tgt test.tgt \
-        --test-tree test.tree --output-dir runs/parsing
-
-A killed run restarts from its last backup when started again with the same options: weights,
-optimizer state, dropout seeds and its place in the data (`keras_transformer.training.backup`).
+"""`kt-train`: trains a Transformer with Keras `fit`, evaluates it and exports it; with no
+arguments, the offline demo job in `runs/demo`. A killed run restarts from its last backup when
+started again with the same options. Its manual: docs/training.md.
 """
 from __future__ import annotations
 
