@@ -159,9 +159,10 @@ def serving_dtype(wanted: str, model: Transformer, settings: SearchSettings) -> 
 
 def load_model(path: str, weights: Optional[str] = None
                ) -> tuple[Transformer, SearchSettings, dict[str, Any]]:
-    """The `Transformer` saved at `path` (see the module docstring for accepted layouts), its
-    default search settings (a run's recipe's; the paper's for a .keras file) and the facts of
-    its origin an export records (`RunDir.provenance` or `provenance.file_provenance`)."""
+    """The `Transformer` saved at `path` (the layouts docs/decoding-and-serving.md's "Export with
+    kt-export" lists), its default search settings (a run's recipe's; the paper's for a .keras
+    file) and the facts of its origin an export records (`RunDir.provenance` or
+    `provenance.file_provenance`)."""
     if os.path.isfile(path):
         return (_checked(keras.saving.load_model(path), path), SearchSettings(),
                 file_provenance(path))

@@ -1,29 +1,8 @@
-"""Marian transformer models (OPUS-MT release folders) as our config, weights and tokenizer.
-
-A release folder holds `decoder.yml` (naming the `.npz` model and its vocabularies), the
-`.npz` weights with the model's options as YAML in its `special:model.yml` entry, the
-vocabulary YAML file(s) (`piece: id`, `</s>` = 0, `<unk>` = 1) and the `source.spm` /
-`target.spm` SentencePiece models. Marian's options map onto `TransformerConfig`:
-
-| Marian | ours |
-|---|---|
-| `transformer-preprocess` "" / `postprocess` "dan" | `norm="post"` |
-| `transformer-preprocess` "n" / `postprocess` "da" / `postprocess-top` "n" | `norm="pre"` |
-| `transformer-postprocess-emb` "n" or "nd" | `embedding_norm=True` |
-| `transformer-ffn-activation` swish / relu / gelu | `activation` (gelu: `gelu_sigmoid` before v1.12) |
-| sinusoids, sines then cosines | `sinusoid_layout="halves"` |
-| `Wpos` (learned positions) | `positional="learned"` |
-| `tied-embeddings-all` / `-src`, `tied-embeddings` | `share_embeddings`, `tie_output` |
-| biases on every projection, `decoder_ff_logit_out_b` | `attention_bias=True`, `output_bias=True` |
-
-Marian's decoder starts from a zero vector instead of a start token, and its vocabulary has
-no padding: the import keeps our reserved ids (`config.PAD_ID`...) and moves Marian's pieces after
-them, with zero embedding rows for padding and for the start token (so the first decoder input
-is Marian's zero vector) and an output bias of `NEVER_EMITTED_BIAS` for both (so the softmax
-over our vocabulary equals Marian's over its own). Where Marian's own code and the converters
-everyone runs its models with differ, the import follows the converters (CTranslate2's and
-Hugging Face's): the sinusoids' frequencies are `10000^(-2i/d)` (Marian's C++ divides by
-`d/2 - 1` instead of `d/2`), and learned positions are added to scaled embeddings.
+"""Marian transformer models (OPUS-MT release folders: `decoder.yml`, the `.npz` weights with the
+model's options as YAML in its `special:model.yml` entry, the vocabulary YAML file(s), `source.spm`
+and `target.spm`) as our config, weights and tokenizer. How Marian's options map onto
+`TransformerConfig` and its ids onto ours, and where the import follows the converters rather than
+Marian's own code: docs/importing.md, "What is read, and how".
 """
 from __future__ import annotations
 
