@@ -106,3 +106,18 @@ def test_the_shared_test_helpers_bind_each_name_once():
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names.update(target.id for target in targets if isinstance(target, ast.Name))
     assert sorted(name for name, count in names.items() if count > 1) == []
+
+
+def test_no_test_module_shares_a_random_generator():
+    """A generator bound at a test module's top level (or in the shared helpers) gives a test
+    draws that depend on which tests drew before it: tests take their own (the `rng` fixture of
+    conftest.py, or a generator a helper seeds for itself)."""
+    shared = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                    and value.func.attr in ("default_rng", "Random", "RandomState",
+                                            "Generator")):
+                shared.append(f"{path.name}:{node.lineno}")
+    assert shared == []
