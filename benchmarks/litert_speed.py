@@ -132,7 +132,7 @@ def systems(args: argparse.Namespace, workdir: str) -> tuple[dict, dict, np.ndar
             continue
         path = export_ctranslate2(model, tokenizer, os.path.join(workdir, f"ct2_{quantization}"),
                                   quantization=quantization, settings=search)
-        _, translate_ids, _, _, _ = ctranslate2_functions(path, intra_threads=args.threads)
+        translate_ids = ctranslate2_functions(path, intra_threads=args.threads)[1]
         functions[f"CTranslate2 {quantization}"] = lambda row, run=translate_ids: run(
             tf.constant(row))["nbest_ids"][:, 0]
         sizes[f"CTranslate2 {quantization}"] = size_of(path)

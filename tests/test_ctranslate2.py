@@ -8,8 +8,12 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer import search
 from keras_transformer.config import SearchSettings
+from helpers import random_run, random_two_language_run
+from keras_transformer.decoding.alignment import (ALIGNMENT_FILE, AlignmentHeads,
+                                                  attention_alignment)
 from keras_transformer.serving.ctranslate2_export import (check_convertible, ctranslate2_functions,
-                                                  export_ctranslate2, is_ctranslate2_model)
+                                                  export_ctranslate2, heads_first,
+                                                  is_ctranslate2_model, spec_weights)
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.decoding.transformer_search import cached_step, output_limits
 from keras_transformer.decoding.translator import Translator
@@ -90,7 +94,7 @@ def test_greedy_translations_nbest_and_prefixes_match_our_translator(tokenizer, 
     model = perturbed_model(tokenizer)
     settings = SearchSettings(beam_size=1, length_penalty=0.0, max_decode_extra=6)
     directory = export_ctranslate2(model, tokenizer, tmp_path / "ct2", "float32", settings)
-    translate_text, translate_ids, translate_prefixed, _, owner = ctranslate2_functions(
+    translate_text, translate_ids, translate_prefixed, _, owner, _ = ctranslate2_functions(
         directory)
     ours = LineTranslator.from_translator(Translator(model, tokenizer, settings))
     theirs = LineTranslator(translate_text, translate_ids, tokenizer, owner, translate_prefixed)
@@ -310,6 +314,35 @@ def test_bfloat16_without_torch_is_refused_before_any_work(tokenizer, tmp_path, 
     assert not (tmp_path / "ct2").exists()
 
 
+def test_permuting_cross_attention_heads_leaves_translations_unchanged(tokenizer, tmp_path):
+    """The heads an alignment choice averages moved first (`heads_first`): the same
+    teacher-forced log-probabilities and the same greedy translations as the export without
+    the permutation, though the converted weights differ."""
+    model = perturbed_model(tokenizer, num_layers=2)
+    settings = SearchSettings(beam_size=1, length_penalty=0.0, max_decode_extra=6)
+    plain = export_ctranslate2(model, tokenizer, tmp_path / "plain", "float32", settings,
+                               alignment=AlignmentHeads(1, (0, 1)))
+    permuted = export_ctranslate2(model, tokenizer, tmp_path / "permuted", "float32", settings,
+                                  alignment=AlignmentHeads(1, (3, 1)))
+    weights = spec_weights(model)
+    moved = heads_first(weights, model.config, AlignmentHeads(1, (3, 1)))
+    assert not np.array_equal(moved["decoder.layer.1.attention.linear.2.weight"],
+                              weights["decoder.layer.1.attention.linear.2.weight"])
+    pieces = tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
+    sources = [[pieces[i] for i in row]
+               for row in tokenizer.tokenize(tf.constant(SENTENCES[:3])).to_list()]
+    targets = [[pieces[i] for i in row] for row in tokenizer.tokenize(
+        tf.constant(["ich habe", "wir sehen neun", "sie"])).to_list()]
+    scores = [np.concatenate([result.log_probs for result in ctranslate2.Translator(
+        str(directory), device="cpu").score_batch(sources, targets)])
+        for directory in (plain, permuted)]
+    np.testing.assert_allclose(*scores, rtol=1e-4, atol=1e-5)
+    for sentence in SENTENCES:  # one at a time: CTranslate2's length limit is per batch
+        text = tf.constant([sentence])
+        assert (ctranslate2_functions(plain)[0](text)["translation"].numpy()
+                == ctranslate2_functions(permuted)[0](text)["translation"].numpy()).all()
+
+
 @pytest.mark.slow
 def test_kt_export_format_ctranslate2_translates_like_the_savedmodel(demo_vocab, tmp_path,
                                                                      capsys):
@@ -358,3 +391,155 @@ def test_kt_export_format_ctranslate2_translates_like_the_savedmodel(demo_vocab,
     with pytest.raises(SystemExit):
         export.parse_args([str(run_dir.root), str(run_dir.vocab), "--name", "x",
                            "--quantization", "int16"])
+
+
+@pytest.mark.parametrize("placement", ["source", "target"])
+def test_a_model_of_two_languages_aligns_over_the_pieces_it_read(placement, tmp_path):
+    """A two-language model's CTranslate2 alignment, its language token placed in the source
+    or forced first in the target, is our Translator's: over the source pieces with the
+    token where it read it, the forced target token left out; an export whose settings record
+    no alignment choice (written before) gives none."""
+    import json
+
+    from keras_transformer.data.languages import RunLanguages
+    from keras_transformer.decoding.translator import IntoLanguage
+    from keras_transformer.serving.ctranslate2_export import SETTINGS_FILENAME
+    from keras_transformer.training.loaded_run import load_run
+    from keras_transformer.training.run_dir import LANGUAGES_FILE
+
+    run, _ = random_two_language_run(tmp_path)
+    recorded = run.languages()
+    run.write_json(LANGUAGES_FILE, RunLanguages.trained(
+        placement, recorded.token_ids, 1.0, []).to_dict())
+    loaded = load_run(run.root)
+    choice = AlignmentHeads(0, (3, 2))
+    directory = export_ctranslate2(loaded.model, loaded.tokenizer, tmp_path / "ct2", "float32",
+                                   loaded.recipe.search, languages=run.languages(),
+                                   alignment=choice)
+    text, ids, prefixed, tokenizer, owner, aligned = ctranslate2_functions(
+        directory, target_language="de")
+    theirs = LineTranslator(text, ids, tokenizer, owner, prefixed, translate_aligned=aligned)
+    ours = LineTranslator.from_translator(IntoLanguage(loaded.translator(alignment=choice), "de"))
+    for line in [b"they have sold nineteen cats", b"we see six books", b""]:
+        assert alignment_records(ours, line) == alignment_records(theirs, line)
+    settings = json.loads((directory / SETTINGS_FILENAME).read_text())
+    del settings["alignment"]
+    (directory / SETTINGS_FILENAME).write_text(json.dumps(settings))
+    assert ctranslate2_functions(directory, target_language="de")[5] is None
+
+def alignment_records(translator: LineTranslator, line: bytes) -> dict:
+    """`best_lines`' alignment record of one line (its pieces, its source's, the alignment)."""
+    from keras_transformer.serving.text_translation import best_lines
+
+    records = {}
+    best_lines(translator, [line], on_alignment=records.__setitem__)
+    return records
+
+def biased_run(vocab, root):
+    """A two-layer `random_run` whose output bias favours 40 whole-word pieces, so that its
+    translations are words (each piece one) that an alignment places markup on."""
+    from keras_transformer.training.checkpoints import save_weights_atomic
+    from keras_transformer.training.loaded_run import load_run
+
+    run = random_run(vocab, root, num_layers=2, max_decode_extra=3, output_bias=True)
+    loaded = load_run(run.root)
+    pieces = loaded.tokenizer.id_to_piece(list(range(loaded.tokenizer.vocab_size)))
+    words = [index for index, piece in enumerate(pieces)
+             if piece.startswith("\u2581") and len(piece) > 3][:40]
+    bias = np.zeros(loaded.model.output_bias.shape, "float32")
+    bias[words] = np.random.default_rng(0).uniform(2, 8, len(words))
+    loaded.model.output_bias.assign(bias)
+    save_weights_atomic(loaded.model, run.final_weights)
+    return run
+
+
+def test_a_beam_searchs_alignment_is_our_translators(demo_vocab, tmp_path):
+    """Beam 4 (no length penalty): CTranslate2's attention, kept with each hypothesis through
+    the beam, aligns the best translation as our Translator's teacher-forced attention does."""
+    from keras_transformer.training.loaded_run import load_run
+
+    loaded = load_run(biased_run(demo_vocab, tmp_path / "run").root)
+    choice = AlignmentHeads(1, (2, 3))
+    settings = SearchSettings(beam_size=4, length_penalty=0.0, max_decode_extra=3)
+    directory = export_ctranslate2(loaded.model, loaded.tokenizer, tmp_path / "ct2", "float32",
+                                   settings, alignment=choice)
+    text, ids, prefixed, tokenizer, owner, aligned = ctranslate2_functions(directory)
+    theirs = LineTranslator(text, ids, tokenizer, owner, prefixed, translate_aligned=aligned)
+    ours = LineTranslator.from_translator(loaded.translator(settings, alignment=choice))
+    for line in [b"they have sold nineteen cats", b"we see six books", b"one cat sleeps",
+                 b"I have forty-two apples and three dogs"]:
+        assert alignment_records(ours, line) == alignment_records(theirs, line)
+
+@pytest.mark.slow
+def test_markup_through_ctranslate2_is_placed_as_through_the_savedmodel(demo_vocab, tmp_path,
+                                                                        capsys):
+    """A run whose recorded alignment averages heads that are not the first ones, exported
+    as a SavedModel and as CTranslate2 (float32, greedy): the same subword alignments (which
+    CTranslate2's first heads would not give), the same word alignments, and an HTML page and
+    a Markdown document translated by `kt-translate` to the same output through both."""
+    import io
+
+    from keras_transformer.documents.translators import sentence_translator
+    from keras_transformer.serving.loading import load_export
+    from keras_transformer.serving.text_translation import best_lines
+    from keras_transformer.training.loaded_run import load_run
+    from trainers import export, translate
+
+    run = biased_run(demo_vocab, tmp_path / "run")
+    loaded = load_run(run.root)
+    sentences = ["they have sold nineteen cats", "we see six books", "she buys",
+                 "I have forty-two apples and three dogs", ""]
+    # The choice of later heads whose alignment differs most from its first heads' (the
+    # sentences teacher-forced as their own translations).
+    tokens = tf.cast(loaded.tokenizer.tokenize(tf.constant(sentences)), tf.int32)
+    ends = tf.RaggedTensor.from_tensor(tf.fill([len(sentences), 1], kt.EOS_ID))
+    ids = tf.concat([tokens, ends], axis=1).to_tensor()
+
+    def alignment_of(choice: AlignmentHeads) -> np.ndarray:
+        return attention_alignment(loaded.model, ids, ids, choice).numpy()
+
+    choices = [AlignmentHeads(layer, heads) for layer in range(2)
+               for heads in ((3,), (2,), (2, 3), (3, 1))]
+    differs = [int((alignment_of(choice) != alignment_of(first_heads(choice))).sum())
+               for choice in choices]
+    choice = choices[int(np.argmax(differs))]
+    run.write_json(ALIGNMENT_FILE, choice.to_json())
+    base = str(tmp_path / "saved_models")
+
+    def exported(*flags) -> str:
+        assert export.main([str(run.root), str(run.vocab), "--name", "aligned", "--base-dir",
+                            base, *flags]) == 0
+        return capsys.readouterr().out.strip()
+
+    saved_model = exported()
+    ct2 = exported("--format", "ctranslate2", "--quantization", "float32")
+    first = export_ctranslate2(loaded.model, loaded.tokenizer, tmp_path / "first", "float32",
+                               loaded.recipe.search,
+                               alignment=first_heads(choice))
+    found = {}
+    for path in (saved_model, ct2, first):
+        translator = load_export(path)
+        records = {}
+        best_lines(translator, [sentence.encode() for sentence in sentences], batch_size=1,
+                   on_alignment=records.__setitem__)
+        found[path] = (records, sentence_translator(translator, batch_size=1)(sentences, True))
+    assert found[saved_model] == found[ct2] != found[first]
+    assert sum(aligned.alignment is not None for aligned in found[ct2][1]) >= 4
+    page = tmp_path / "page.html"
+    page.write_text('<p>they have <b>sold nineteen</b> cats. <a href="x">we see</a> six '
+                    '<i>books</i>.</p>\n<ul><li>she <em>buys</em></li></ul>\n')
+    markdown = tmp_path / "page.md"
+    markdown.write_text("# they have *sold* cats\n\n- we see **six** [books](u)\n")
+    for document in (page, markdown):
+        outputs = []
+        for path in (saved_model, ct2):
+            stdout = io.StringIO()
+            assert translate.main([path, str(document), "--batch-size", "1"],
+                                  stdout=stdout) == 0, capsys.readouterr().err
+            outputs.append(stdout.getvalue())
+        assert outputs[0] == outputs[1] and outputs[0] != document.read_text()
+
+
+def first_heads(choice: AlignmentHeads) -> AlignmentHeads:
+    """As many heads as `choice` averages, the first ones of its layer."""
+    return AlignmentHeads(choice.layer, tuple(range(len(choice.heads))))

@@ -5,6 +5,7 @@ import html.parser
 import io
 import random
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -190,6 +191,64 @@ def test_a_broken_page_is_translated_as_well_as_can_be_and_loses_no_text():
     assert "WORDS DEEP" in translated and translated.count("<span>") == 1000
     assert "&lt;" in translated  # the "<" of "3 < 4", read as text, written escaped
 
+
+
+def identity(texts, aligned=True):
+    """A translator that changes nothing: each word aligned to itself."""
+    return [Aligned(text, list(range(len(text.split())))) for text in texts]
+
+
+def big_page(megabytes: float) -> str:
+    """A well-formed page of `megabytes`, as big pages are about half data for their scripts:
+    paragraphs, each unlike the others (its number in it), with inline elements, attributes,
+    entities, comments, `<` in text and line breaks, each followed by a script of its data;
+    now and then a list and preformatted text."""
+    words = "the cat sees a dog we have sold nine red books and six green pears".split()
+    rng = random.Random(0)
+    phrases = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 9))) for _ in range(97)]
+    parts = ["<!DOCTYPE html>\n<html><head><title>A big page</title></head><body>\n"]
+    size, number = len(parts[0]), 0
+    while size < megabytes * 1e6:
+        first, second = phrases[number % 97], phrases[(number * 7) % 97]
+        part = (f'<p class="c{number % 5}">{first} <b>{number}</b> and <a href="/p{number}?a=1'
+                f'&amp;b=2">{second} <i>x</i></a>. So 3 < 4 &amp; more.<br>\n'
+                f"<!-- note {number} --><span>{second}</span></p>\n"
+                f'<script>data({{"id": {number}, "ok": {number} < 4, "text": "{first} '
+                f'{second} {first}"}});</script>\n')
+        if number % 50 == 0:
+            part += (f"<ul><li>{first}</li><li><em>{second}</em> {number}</li></ul>\n"
+                     f"<pre> keep\n {number}</pre>\n")
+        parts.append(part)
+        size += len(part)
+        number += 1
+    return "".join(parts) + "</body></html>\n"
+
+
+def test_a_10_megabyte_page_keeps_every_tag_and_word():
+    """A 10 MB page through a translator that changes nothing: every tag is in the output as
+    often as in the source, nested, and the text without tags is the same words (a sentence's
+    end punctuation may move inside the element of the word it follows)."""
+    page = big_page(10)
+    translated = documents(translate=identity).translate(page, "html").text
+    tags, source = Tags(translated), Tags(page)
+    assert tags.nested and not tags.open
+    assert Counter(tags.starts) == Counter(source.starts)
+    assert Counter(re.findall(r"</\w+>", translated)) == Counter(re.findall(r"</\w+>", page))
+    assert "".join(tags.text).split() == "".join(source.text).split()
+    assert translated.count("\n") == page.count("\n")
+
+
+def test_1000_nested_elements_keep_every_tag():
+    """1,000 nested blocks around 1,000 nested inline elements: no recursion error, every tag
+    kept, nested, around the translated words."""
+    page = ("<div>" * 500 + "<p>one " + "<span><b>" * 500 + "deep words" + "</b></span>" * 500
+            + " here.</p>" + "</div>" * 500)
+    translated = documents().translate(page, "html").text
+    tags = Tags(translated)
+    assert tags.nested and not tags.open
+    assert Counter(tags.starts) == Counter(Tags(page).starts)
+    assert Counter(re.findall(r"</\w+>", translated)) == Counter(re.findall(r"</\w+>", page))
+    assert "".join(tags.text).split() == ["HERE.", "WORDS", "DEEP", "ONE"]
 
 MARKDOWN = """---
 title: front matter is copied

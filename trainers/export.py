@@ -228,7 +228,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             extra = {}
             if args.format == "litert":  # refusals before a conversion's minutes
                 litert_export.check_source_length(args.source_length, model.config.max_length)
-                extra = {"source_length": args.source_length, "alignment": alignment}
+                extra["source_length"] = args.source_length
+            extra["alignment"] = alignment
             writer, unsupported = (
                 (ctranslate2_export.export_ctranslate2, ctranslate2_export.UNSUPPORTED)
                 if args.format == "ctranslate2" else

@@ -37,9 +37,9 @@ def check_alignment(formats: list[str], translator: LineTranslator, model: str) 
     markup = sorted({name for name in formats if name in ("html", "markdown")})
     if markup and not translator.takes_alignment:
         raise ValueError(f"--format {markup[0]}: {model} gives no word alignment to place the "
-                         "markup by (CTranslate2 exports do not, nor SavedModel or LiteRT "
-                         "exports written before it); translate with the run directory, a "
-                         "SavedModel or LiteRT export, or --format text")
+                         "markup by (an export written before exports gave alignments); "
+                         "translate with the run directory, export it again, or use "
+                         "--format text")
 
 
 def translate_document(translator: LineTranslator, path: str, format: str, language: str,

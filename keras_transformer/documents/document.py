@@ -67,8 +67,8 @@ class DocumentTranslator:
             raise ValueError(f"format: {format!r} is not one of {', '.join(FORMATS)}")
         if format != "text" and not self.aligned:
             raise ValueError(f"format: {format} places markup by word alignment, which this "
-                             "translator does not give (CTranslate2 exports do not; a run, a "
-                             "SavedModel or a LiteRT export does); translate it as text")
+                             "translator does not give (an export written before exports gave "
+                             "alignments does not); translate it as text")
         if format == "text":
             parts = _text_blocks(document)
             escape: Callable[[str], str] = str

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import html.parser
+import re
 from typing import Optional
 
 from keras_transformer.documents.inline import Block, Element, Run
@@ -51,10 +52,7 @@ class _Reader(html.parser.HTMLParser):
     def __init__(self, document: str) -> None:
         super().__init__(convert_charrefs=True)
         self._document = document
-        self._line_starts = [0]
-        for index, char in enumerate(document):
-            if char == "\n":
-                self._line_starts.append(index + 1)
+        self._line_starts = [0] + [match.end() for match in re.finditer("\n", document)]
         self._events: list[tuple[int, int, str, object]] = []  # offset, line, kind, value
 
     def _offset(self) -> tuple[int, int]:

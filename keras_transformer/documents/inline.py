@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 from typing import Callable, NamedTuple, Optional, Sequence
 
 
@@ -194,23 +195,27 @@ def _words(cells: Sequence[Cell], start: int, end: int, taken: set[int]
     in `taken`, to which this sentence's are added), and the atoms after the last word."""
     words: list[Word] = []
     atoms = Atoms()
-    chars: list[tuple[str, Stack]] = []
+    chars: list[str] = []
+    stacks: list[Stack] = []  # each character's
     space = False  # whether the last character was whitespace
 
     def flush() -> None:
         nonlocal atoms
         if chars:
-            counts: dict[int, tuple[int, Stack]] = {}
-            for _, stack in chars:
-                count, _ = counts.get(id(stack), (0, stack))
-                counts[id(stack)] = (count + 1, stack)
-            stack = max(counts.values(), key=lambda item: item[0])[1]
-            words.append(Word("".join(char for char, _ in chars), stack, atoms))
+            stack = stacks[0]
+            if any(other is not stack for other in stacks):
+                counts: dict[int, tuple[int, Stack]] = {}
+                for other in stacks:
+                    count, _ = counts.get(id(other), (0, other))
+                    counts[id(other)] = (count + 1, other)
+                stack = max(counts.values(), key=lambda item: item[0])[1]
+            words.append(Word("".join(chars), stack, atoms))
             atoms = Atoms()
             chars.clear()
+            stacks.clear()
 
-    for index in range(bisect.bisect_left(cells, (start,)), len(cells)):
-        position, char, stack, atom = cells[index]
+    for position, char, stack, atom in itertools.islice(cells, bisect.bisect_left(
+            cells, (start,)), None):
         if position > end:
             break
         if atom is not None:
@@ -227,7 +232,8 @@ def _words(cells: Sequence[Cell], start: int, end: int, taken: set[int]
                 flush()
                 atoms.space_after = atoms.space_after or bool(atoms.runs)
             else:
-                chars.append((char, stack))
+                chars.append(char)
+                stacks.append(stack)
     flush()
     return words, atoms
 

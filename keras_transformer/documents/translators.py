@@ -39,8 +39,9 @@ def document_translator(translator: LineTranslator | Translator | IntoLanguage,
     """A `DocumentTranslator` over any translator the package loads: a `LineTranslator` (an
     export, `serving.loading.load_export`) or an in-process `Translator` (`load_run(...)
     .translator()`), its source sentences found by `language`'s segmenter. Markup is placed
-    by the translator's word alignment (a run or a SavedModel); sentences longer than its model
-    takes (`LineTranslator.truncated`) are split and translated in parts."""
+    by the translator's word alignment (a run, a SavedModel or a CTranslate2 export);
+    sentences longer than its model takes (`LineTranslator.truncated`) are split and
+    translated in parts."""
     if not isinstance(translator, LineTranslator):
         translator = LineTranslator.from_translator(translator)
     return DocumentTranslator(sentence_translator(translator, batch_size, batch_tokens, on_batch),

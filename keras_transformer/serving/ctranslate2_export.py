@@ -29,6 +29,14 @@ token (`translate_batch([["<2de>", "▁Hello", ...]])`), with "target" as the ta
 each hypothesis, to be dropped. `ctranslate2_functions(..., target_language="de")` does so,
 as our `Translator` does: the token asked for replaces one a source starts with, and an
 imported model's optional language left out ("") leaves the sources as they are.
+
+The word alignment (`decoding.alignment`) is CTranslate2's `return_attention`: the decoder's
+`alignment_layer`, set at conversion to the layer chosen, averages the FIRST `alignment_heads`
+heads of its encoder-decoder attention; the heads chosen are made those first by permuting that
+attention's heads in the converted weights (queries, keys, values and the output projection's
+inputs alike: the layer computes the same function). CTranslate2 leaves the source's EOS out of
+the attention it returns; its weight is what the others leave of 1 (each row is a softmax), so
+the argmax is over the same positions as a SavedModel's `translate_with_alignment`.
 """
 from __future__ import annotations
 
@@ -47,6 +55,7 @@ from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings, Tra
 from keras_transformer.data.languages import RunLanguages, asked_languages
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer, model_input_ids, text_pieces
+from keras_transformer.decoding.alignment import AlignmentHeads
 from keras_transformer.model import Transformer
 
 SETTINGS_FILENAME = "keras_transformer.json"  # the search settings and the converted config
@@ -142,14 +151,50 @@ def spec_weights(model: Transformer) -> dict[str, np.ndarray]:
     return weights
 
 
-def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer):
+def heads_first(weights: dict[str, np.ndarray], config: TransformerConfig,
+                choice: AlignmentHeads) -> dict[str, np.ndarray]:
+    """`spec_weights`' `weights` with the heads `choice` averages moved first in its decoder
+    layer's encoder-decoder attention (in their order, the others after in theirs): the
+    query, key and value projections' output rows and the output projection's input columns
+    permuted alike, so the layer's output is the same (CTranslate2 aligns with the first
+    heads)."""
+    heads = config.num_heads
+    chosen = list(range(heads)) if choice.heads is None else list(choice.heads)
+    order = chosen + [head for head in range(heads) if head not in chosen]
+    prefix = f"decoder.layer.{choice.layer}.attention.linear"
+    widths = {"query": config.key_dim, "key": config.key_dim, "value": config.value_dim}
+
+    def rows(value: np.ndarray, width: int) -> np.ndarray:  # [heads * width, ...]
+        return value.reshape(heads, width, *value.shape[1:])[order].reshape(value.shape)
+
+    permuted = dict(weights)
+    for name in ("weight", "bias"):
+        if f"{prefix}.0.{name}" not in weights:
+            continue
+        query, keys_values = weights[f"{prefix}.0.{name}"], weights[f"{prefix}.1.{name}"]
+        keys, values = np.split(keys_values, [heads * widths["key"]])
+        permuted[f"{prefix}.0.{name}"] = rows(query, widths["query"])
+        permuted[f"{prefix}.1.{name}"] = np.concatenate([rows(keys, widths["key"]),
+                                                         rows(values, widths["value"])])
+    output = weights[f"{prefix}.2.weight"]  # [d_model, heads * d_v]
+    permuted[f"{prefix}.2.weight"] = output.reshape(
+        output.shape[0], heads, widths["value"])[:, order].reshape(output.shape)
+    return permuted
+
+
+def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer,
+                     alignment: Optional[AlignmentHeads] = None):
     """A `ctranslate2.specs.TransformerSpec` holding `model`'s weights, with the tokenizer's
-    source and target pieces as its vocabularies (ValueError for what it cannot express:
-    `check_convertible`, or a tokenizer of other vocabulary sizes than the model's)."""
+    source and target pieces as its vocabularies and `alignment` (default:
+    `AlignmentHeads.default`) as its decoder's alignment layer and first heads
+    (`heads_first`); ValueError for what it cannot express (`check_convertible`, a tokenizer
+    of other vocabulary sizes than the model's, an alignment choice the model lacks)."""
     from ctranslate2.specs import common_spec, transformer_spec as specs
 
     config = model.config
     check_convertible(config)
+    alignment = (AlignmentHeads.default(config) if alignment is None
+                 else alignment.check(config))
     source_pieces, target_pieces = vocabulary_pieces(tokenizer)
     if (len(source_pieces), len(target_pieces)) != (config.vocab_size,
                                                     config.output_vocab_size):
@@ -163,11 +208,14 @@ def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer):
     try:
         spec = specs.TransformerSpec(
             specs.TransformerEncoderSpec(config.encoder_depth, config.num_heads, **options),
-            specs.TransformerDecoderSpec(config.decoder_depth, config.num_heads, **options))
+            specs.TransformerDecoderSpec(
+                config.decoder_depth, config.num_heads, **options,
+                alignment_layer=alignment.layer,
+                alignment_heads=len(alignment.heads or range(config.num_heads))))
     except TypeError:  # a CTranslate2 without head_dim
         raise ValueError(f"d_k: this CTranslate2 needs d_k x h = d_model, got "
                          f"{config.key_dim} x {config.num_heads}") from None
-    for path, value in spec_weights(model).items():
+    for path, value in heads_first(spec_weights(model), config, alignment).items():
         *parents, leaf = path.split(".")
         node = spec
         for part in parents:
@@ -186,7 +234,8 @@ def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer):
 def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer,
                        directory: str | os.PathLike, quantization: str = "int8",
                        settings: Optional[SearchSettings] = None,
-                       languages: Optional[RunLanguages] = None) -> Path:
+                       languages: Optional[RunLanguages] = None,
+                       alignment: Optional[AlignmentHeads] = None) -> Path:
     """Writes `model` as a CTranslate2 model directory.
 
     Args:
@@ -196,6 +245,8 @@ def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer,
         quantization: how CTranslate2 stores the weights, one of `CTRANSLATE2_QUANTIZATIONS`.
         settings: the search settings `kt-translate` uses (default: the paper's).
         languages: the target languages of a model of several (recorded with the settings).
+        alignment: the decoder layer and heads its word alignment reads (recorded with the
+            settings; default: `AlignmentHeads.default`).
 
     Returns:
         The directory.
@@ -207,7 +258,8 @@ def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer,
         raise ValueError("quantization: CTranslate2's converter writes bfloat16 through torch, "
                          "which is not installed (pip install torch); or export float16, or "
                          "float32 and run it with CTranslate2's compute_type=\"bfloat16\"")
-    spec = transformer_spec(model, tokenizer)
+    alignment = alignment or AlignmentHeads.default(model.config)
+    spec = transformer_spec(model, tokenizer, alignment)
     spec.validate()
     spec.optimize(quantization=quantization)
     directory = Path(directory)
@@ -217,7 +269,7 @@ def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer,
     settings = settings or SearchSettings()
     (directory / SETTINGS_FILENAME).write_text(json.dumps({
         "quantization": quantization, "search": dataclasses.asdict(settings),
-        "max_length": model.config.max_length,
+        "max_length": model.config.max_length, "alignment": alignment.to_json(),
         **({"languages": languages.to_dict()} if languages else {})}, indent=1),
         encoding="utf-8")
     return directory
@@ -227,7 +279,8 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
                           intra_threads: Optional[int] = None, use_vmap: bool = False,
                           target_language: Optional[str] = None,
                           source_language: Optional[str] = None
-                          ) -> tuple[Callable, Callable, Callable, SubwordTokenizer, object]:
+                          ) -> tuple[Callable, Callable, Callable, SubwordTokenizer, object,
+                                     Optional[Callable]]:
     """The search of a directory `export_ctranslate2` wrote, with its recorded settings.
 
     Args:
@@ -245,11 +298,12 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
             (`RunLanguages.source_language_token`: its token first in each source).
 
     Returns:
-        `(translate_text, translate_ids, translate_prefixed, tokenizer, translator)`, with
-        the signatures of an export's (tensors in, dicts of tensors out: see
-        `text_translation.LineTranslator`; source ids are read as an export reads them:
-        out-of-vocabulary ids as UNK, PAD, BOS and EOS dropped); `translator` is the
-        `ctranslate2.Translator`.
+        `(translate_text, translate_ids, translate_prefixed, tokenizer, translator,
+        translate_aligned)`, with the signatures of an export's (tensors in, dicts of tensors
+        out: see `text_translation.LineTranslator`; source ids are read as an export reads
+        them: out-of-vocabulary ids as UNK, PAD, BOS and EOS dropped); `translator` is the
+        `ctranslate2.Translator`; `translate_aligned` is None for a directory written before
+        exports recorded their alignment choice.
     """
     import ctranslate2
 
@@ -297,17 +351,29 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
                     sampling_temperature=settings.temperature) if settings.sampling
                else dict(beam_size=settings.beam_size))
 
-    def search(sources: list[list[str]], prefixes=None, nbest: int = 1):
-        empty = [not source for source in sources]  # an empty source: an empty translation
+    def placed(source: list[str]) -> list[str]:
+        """A source's pieces as the model reads them: with the "source" placement the target
+        language's token first (replacing one the source starts with), the source
+        language's before it."""
         if placement == "source":
-            sources = [([token] + source[1 if source[0] in own else 0:])[:max_length - 1]
-                       if source else source for source in sources]
-        elif placement == "target":
+            source = ([token] + source[1 if source and source[0] in own else 0:])[
+                :max_length - 1]
+        if source_token is not None:
+            source = [source_token, *source][:max_length - 1]
+        return source
+
+    def search(sources: list[list[str]], prefixes=None, nbest: int = 1,
+               attention: bool = False) -> list[tuple]:
+        """Each source's `nbest` hypotheses (ids) and scores, then, with `attention`, the
+        pieces the model reads (`placed`, and EOS) and, for each piece of the best
+        hypothesis, the index of the one its alignment heads attend to most."""
+        empty = [not source for source in sources]  # an empty source: an empty translation
+        read = [placed(source) + [source_pieces[EOS_ID]] for source in sources]
+        sources = [source if is_empty else pieces[:-1] for source, pieces, is_empty
+                   in zip(sources, read, empty)]
+        if placement == "target":
             prefixes = [([token] + (prefix or []))[:max_length - 1]
                         for prefix in prefixes or [None] * len(sources)]
-        if source_token is not None:
-            sources = [[source_token, *source][:max_length - 1] if source else source
-                       for source in sources]
         longest = max((len(source) for source in sources), default=0) + 1  # + EOS
         # As ours, a prefix leaves room for itself and one token more (CTranslate2 counts it
         # inside its limit).
@@ -318,17 +384,28 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
             max_decoding_length=max(1, min(max(longest + settings.max_decode_extra,
                                                 longest_prefix + 1), max_length)),
             suppress_sequences=never_generated, min_decoding_length=0, use_vmap=use_vmap,
-            return_scores=True, return_end_token=True)
+            return_scores=True, return_end_token=True, return_attention=attention)
         forced = int(placement == "target")  # the token first in every hypothesis
         return [([[ids_of[piece] for piece in hypothesis[forced:]]
                   for hypothesis in result.hypotheses]
                  if not is_empty else [[EOS_ID]] * nbest,
-                 list(result.scores) if not is_empty else [0.0] * nbest)
-                for result, is_empty in zip(results, empty)]
+                 list(result.scores) if not is_empty else [0.0] * nbest,
+                 *((pieces, [] if is_empty else attended(result.attention[0][forced:]))
+                   if attention else ()))
+                for result, pieces, is_empty in zip(results, read, empty)]
 
-    def padded(rows: list[list[int]]) -> tf.Tensor:
+    def attended(rows: list[list[float]]) -> list[int]:
+        """Each row's most attended source position, EOS's weight (left out by CTranslate2)
+        being what the others leave of 1."""
+        return [int(np.argmax([*row, 1.0 - sum(row)])) for row in rows]
+
+    def padded(rows: list[list[int]], value: int = PAD_ID) -> tf.Tensor:
         width = max((len(row) for row in rows), default=0) or 1
-        return tf.constant([row + [PAD_ID] * (width - len(row)) for row in rows], tf.int32)
+        return tf.constant([row + [value] * (width - len(row)) for row in rows], tf.int32)
+
+    def strings(rows: list[list[str]]) -> tf.Tensor:
+        width = max((len(row) for row in rows), default=0) or 1
+        return tf.constant([row + [""] * (width - len(row)) for row in rows], tf.string)
 
     def translate_ids(source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         found = search(as_pieces(source_ids, source_pieces), nbest=hypotheses)
@@ -353,5 +430,17 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
         return best(tokenized(text), [row or None for row in as_pieces(
             tokenized(prefix, target=True), target_pieces)])
 
-    return translate_text, translate_ids, translate_prefixed, tokenizer, translator
+    def translate_aligned(text: tf.Tensor) -> dict[str, tf.Tensor]:
+        found = search(as_pieces(tokenized(text), source_pieces), attention=True)
+        # The best hypothesis' pieces, each aligned (none for an empty source).
+        ids = [hypotheses[0][:len(alignment)] for hypotheses, _, _, alignment in found]
+        return {"translation": tokenizer.detokenize(padded(ids)),
+                "score": tf.constant([scores[0] for _, scores, _, _ in found], tf.float32),
+                "target_pieces": strings([[target_pieces[index] for index in row]
+                                          for row in ids]),
+                "source_pieces": strings([source for _, _, source, _ in found]),
+                "alignment": padded([alignment for *_, alignment in found], -1)}
+
+    aligned = translate_aligned if "alignment" in recorded else None
+    return translate_text, translate_ids, translate_prefixed, tokenizer, translator, aligned
 

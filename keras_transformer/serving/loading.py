@@ -61,11 +61,12 @@ def load_export(path: str | os.PathLike, target_language: Optional[str] = None,
                               max_length=max_length, languages=languages, language=language,
                               source_language=source, translate_aligned=translate_aligned)
     if is_ctranslate2_model(version):
-        translate_text, translate_ids, translate_prefixed, tokenizer, owner = (
+        translate_text, translate_ids, translate_prefixed, tokenizer, owner, aligned = (
             ctranslate2_functions(version, target_language=language, source_language=source))
         return LineTranslator(translate_text, translate_ids, tokenizer, owner=owner,
                               translate_prefixed=translate_prefixed, max_length=max_length,
-                              languages=languages, language=language, source_language=source)
+                              languages=languages, language=language, source_language=source,
+                              translate_aligned=aligned)
     return LineTranslator.from_saved_model(version, max_length=max_length,
                                            target_language=language, languages=languages,
                                            source_language=source)

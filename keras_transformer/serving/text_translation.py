@@ -178,8 +178,8 @@ class LineTranslator:
 
     @property
     def takes_alignment(self) -> bool:
-        """Whether `best_lines` can give word alignments (a SavedModel or LiteRT export, a
-        run)."""
+        """Whether `best_lines` can give word alignments (a run; a SavedModel, CTranslate2 or
+        LiteRT export written by this version)."""
         return self._translate_aligned is not None
 
     @property
@@ -212,8 +212,8 @@ class LineTranslator:
                 "again with this version")
         elif alignment:
             function, lacking = self._translate_aligned, (
-                "alignment: this model gives no word alignment (a SavedModel or LiteRT export "
-                "or a run directory does)")
+                "alignment: this model gives no word alignment (a run directory, or a "
+                "SavedModel, CTranslate2 or LiteRT export written by this version, does)")
         else:
             return self._translate_text
         if function is None:
