@@ -18,11 +18,6 @@ SECTION = re.compile(r"^[ \t]*(Args|Arguments|Attributes|Examples?|Keyword Arg(?
                      r"Notes?|Other Parameters|Parameters|Raises|References|Returns?|See Also|"
                      r"Todo|Warnings?|Warns|Yields?)[ \t]*:[ \t]*$", re.MULTILINE)
 
-# Files being changed on other branches, whose docstrings (and long lines: ruff.toml's
-# per-file-ignores) are rewritten there: drop an entry once that is done.
-SECTIONS_ELSEWHERE = {"keras_transformer/serving/ctranslate2_export.py"}
-
-
 def sectioned_docstrings() -> list[str]:
     """`path:line name: Header` of every docstring of a module, class or function under
     `CHECKED` that holds a section header."""
@@ -54,26 +49,7 @@ def test_ruff_passes():
 def test_no_docstring_has_google_style_sections():
     """The project's one docstring style (ruff.toml) names arguments and results in the
     summary's sentences: no `Args:`, `Returns:`, `Raises:`, `Attributes:` ... sections."""
-    assert [found for found in sectioned_docstrings()
-            if found.split(":")[0] not in SECTIONS_ELSEWHERE] == []
-
-
-def test_the_style_exemptions_are_still_needed():
-    """Each file exempted from the docstring check still has a sectioned docstring, and each
-    file ruff.toml exempts from the line limit still has a line over 100 columns: an exemption
-    whose work is done is dropped, not kept to hide new lines."""
-    if shutil.which("ruff") is None and subprocess.run(
-            [sys.executable, "-m", "ruff", "--version"], capture_output=True).returncode:
-        pytest.skip("ruff is not installed (pip install -e '.[test]' installs it)")
-    sectioned = {found.split(":")[0] for found in sectioned_docstrings()}
-    assert SECTIONS_ELSEWHERE - sectioned == set()
-    exempt = re.findall(r'^"([^"]+)" = \["E501"\]$',
-                        (ROOT / "ruff.toml").read_text(encoding="utf-8"), re.MULTILINE)
-    completed = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--isolated", "--select", "E501",
-         "--line-length", "100", "--output-format", "concise", *exempt],
-        cwd=ROOT, capture_output=True, text=True)
-    assert [path for path in exempt if f"{path}:" not in completed.stdout] == []
+    assert sectioned_docstrings() == []
 
 
 def test_no_test_module_imports_another():
