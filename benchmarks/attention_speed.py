@@ -11,16 +11,16 @@ and V as the projections give them, `[batch, len, heads, dim]`, and returns the 
 same layout:
 
 - ours: `keras_transformer.layers.attention.scaled_dot_product_attention` (heads first, batched
-  matmuls, additive mask penalty, float32 softmax) between transposes to and from heads first (in the
-  model's training step, the moves between packed tokens and the padded layout do those);
+  matmuls, additive mask penalty, float32 softmax) between transposes to and from heads first (in
+  the model's training step, the moves between packed tokens and the padded layout do those);
 - keras: `keras.ops.dot_product_attention` (the TensorFlow backend has no fused kernel: einsums
   over `[batch, len, heads, dim]`, `tf.where` mask);
 - either under XLA (`jit_compile=True`).
 
 Outputs and gradients are checked against ours before timing. Reports medians over rounds, the
-products' FLOP rate, and each implementation's time for all attention products of one training
-step of the config (each kind times the layers that have it). Attention dropout is off: the paper's models
-have none, and `keras.ops.dot_product_attention` has no dropout of the weights.
+products' FLOP rate, and each implementation's time for all attention products of one training step
+of the config (each kind times the layers that have it). Attention dropout is off: the paper's
+models have none, and `keras.ops.dot_product_attention` has no dropout of the weights.
 """
 from __future__ import annotations
 

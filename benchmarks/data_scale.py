@@ -44,7 +44,8 @@ GPU_MFU = 0.4
 STEP_LINE = re.compile(r"kt-train: step (\d+)")
 
 
-def generate_corpus(multi30k: Path, directory: Path, pairs: int, seed: int = 0) -> tuple[Path, Path]:
+def generate_corpus(multi30k: Path, directory: Path, pairs: int,
+                    seed: int = 0) -> tuple[Path, Path]:
     """`pairs` lines a side, each two random Multi30k train pairs and the line's number (reused
     when the files exist)."""
     paths = directory / f"pairs{pairs}.en", directory / f"pairs{pairs}.de"

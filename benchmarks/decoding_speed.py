@@ -13,16 +13,16 @@ same search settings as our export), and the first sentences' output ids are com
 export's (equal in float32: the same function and search). Its worker runs under
 `--ctranslate2-python` (default: this Python; it imports this package).
 
-Both models have `base` dimensions with random weights, and the embedding rows of PAD, BOS and
-EOS are zeroed (the output projection is tied), so those three get logit 0, far below the best
-of thousands of random logits: EOS is never chosen, so every hypothesis runs to its length limit
-and both systems do the same work; and PAD and BOS hold no probability, as in a trained model
-(a random model otherwise puts much of it on BOS, which CTranslate2 removes from its
-normalization and ours keeps, so float32 beams could differ: docs/decoding-and-serving.md).
-Sources are sentences with at least `--source-tokens - 1` subwords, cut to that length plus
-EOS, so every output has exactly `--source-tokens + --extra-length` tokens. The Model Garden part
-runs in a separate venv (`--model-garden-python`) via this same file's `--model-garden-worker` mode, which
-imports only TensorFlow and `official`.
+Both models have `base` dimensions with random weights, and the embedding rows of PAD, BOS and EOS
+are zeroed (the output projection is tied), so those three get logit 0, far below the best of
+thousands of random logits: EOS is never chosen, so every hypothesis runs to its length limit and
+both systems do the same work; and PAD and BOS hold no probability, as in a trained model (a random
+model otherwise puts much of it on BOS, which CTranslate2 removes from its normalization and ours
+keeps, so float32 beams could differ: docs/decoding-and-serving.md). Sources are sentences with at
+least `--source-tokens - 1` subwords, cut to that length plus EOS, so every output has exactly
+`--source-tokens + --extra-length` tokens. The Model Garden part runs in a separate venv
+(`--model-garden-python`) via this same file's `--model-garden-worker` mode, which imports only
+TensorFlow and `official`.
 """
 from __future__ import annotations
 
@@ -303,8 +303,8 @@ def op_time_by_part(call, steps: int) -> dict:
 
 def ctranslate2_worker(directories_json: str, ids_path: str, settings_json: str) -> None:
     """Runs where ctranslate2 and this package are installed: for each model directory (one
-    per quantization, written by `keras_transformer.serving.ctranslate2_export`), prints its `measure`
-    result and the first sentences' ids as JSON, searched by the library's
+    per quantization, written by `keras_transformer.serving.ctranslate2_export`), prints its
+    `measure` result and the first sentences' ids as JSON, searched by the library's
     `ctranslate2_functions` (the export's search settings, our rules for PAD, BOS and EOS)."""
     import tensorflow as tf
 

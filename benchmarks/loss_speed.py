@@ -66,8 +66,9 @@ def make_step(losses, predictions, hidden, table, targets, factored=False):
             tape.watch([hidden, table])
             factors = factor_logits(hidden, table, transposed=True)
             logits = factors.logits
-            loss = tf.reduce_mean(fast_loss.smoothed_cross_entropy_through_factors(targets, factors, 0.1)
-                                  if factored else losses(targets, logits, 0.1))
+            loss = tf.reduce_mean(
+                fast_loss.smoothed_cross_entropy_through_factors(targets, factors, 0.1)
+                if factored else losses(targets, logits, 0.1))
         accuracy = tf.reduce_mean(tf.cast(tf.equal(predictions(logits), targets), tf.float32))
         perplexity_loss = log_normalizer(logits) - tf.gather(logits, targets, batch_dims=2)
         return tape.gradient(loss, [hidden, table]), tf.reduce_mean(perplexity_loss), accuracy

@@ -112,7 +112,8 @@ def build(work_dir: Path) -> None:
         tokenizer.save_pretrained(folder)
         config = transformers.M2M100Config(
             vocab_size=1 + max(*tokenizer.get_vocab().values(), *getattr(
-                tokenizer, "lang_code_to_id", {}).values()) + unused, d_model=32, encoder_layers=2, decoder_layers=1,
+                tokenizer, "lang_code_to_id", {}).values()) + unused, d_model=32,
+            encoder_layers=2, decoder_layers=1,
             encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
             decoder_ffn_dim=64, max_position_embeddings=64, scale_embedding=True,
             pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)

@@ -1,7 +1,7 @@
 """The MFU a training step could reach if it did nothing but its weight matmuls.
 
-    python benchmarks/matmul_ceiling.py [--config base] [--source-tokens 3358] [--target-tokens 3603]
-        [--fused-projections]
+    python benchmarks/matmul_ceiling.py [--config base] [--source-tokens 3358]
+        [--target-tokens 3603] [--fused-projections]
 
 Runs every weight matmul of one training step of the config (forward `X W`, input gradient
 `dY W^T` and weight gradient `X^T dY` of each attention projection, feed-forward layer and the

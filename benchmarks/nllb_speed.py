@@ -1,12 +1,12 @@
 """A random model of NLLB-200-distilled-600M's shape (12 + 12 layers, d_model 1024, FFN 4096, 16
-heads, a vocabulary of 256,206 ids) imported by `kt-import`: the import's peak memory against
-the model's float32 size, then our SavedModel exports (XLA, and XLA with a vocabulary
-shortlist) against CTranslate2 float32 and int8 of the same import (`kt-export --format
-ctranslate2`'s code, which converts as CTranslate2's own transformers converter does: tests and
-benchmarks/m2m_100_parity.py), beam 4, one sentence at a time and in one batch of `--sentences` (16); and where one
-decoding step's time goes (`decoding_speed.op_time_by_part`: the output projection's share) with
-and without the shortlist; then each system's memory: the peak resident set of a process of
-its own that loads it and translates the batch once (`--memory-of NAME` is that process).
+heads, a vocabulary of 256,206 ids) imported by `kt-import`: the import's peak memory against the
+model's float32 size, then our SavedModel exports (XLA, and XLA with a vocabulary shortlist) against
+CTranslate2 float32 and int8 of the same import (`kt-export --format ctranslate2`'s code, which
+converts as CTranslate2's own transformers converter does: tests and benchmarks/m2m_100_parity.py),
+beam 4, one sentence at a time and in one batch of `--sentences` (16); and where one decoding step's
+time goes (`decoding_speed.op_time_by_part`: the output projection's share) with and without the
+shortlist; then each system's memory: the peak resident set of a process of its own that loads it
+and translates the batch once (`--memory-of NAME` is that process).
 
     python benchmarks/nllb_speed.py [--sentences 16] [--rounds 2] [--threads 2]
         [--workdir DIR]

@@ -297,7 +297,8 @@ def main(argv: list[str] | None = None) -> None:
           f"seed {args.seed}. Split lines of newstest2014 ({lines_count['en']['newstest2014']}) "
           f"and test_2016_flickr ({lines_count['en']['test_2016_flickr']}).\n")
     print("| segmenter | version | language | precision | recall | F1 | ms per 10k sentences "
-          f"| newstest2014 lines split | test_2016_flickr lines split | same splits as {args.choice} |")
+          "| newstest2014 lines split | test_2016_flickr lines split "
+          f"| same splits as {args.choice} |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for (name, language), result in results.items():
         split = result["split_lines"]

@@ -495,7 +495,8 @@ def print_report(command: str, summary: dict) -> None:
     for dtype, measured in summary["peaks"].items():
         values = [peak["gflops"] for peak in measured if "gflops" in peak]
         print(f"matmul peak {dtype}: {min(values, default=0):.1f}-{max(values, default=0):.1f} "
-              f"GFLOP/s over {len(values)} of {len(measured)} measurements (before and after each row)")
+              f"GFLOP/s over {len(values)} of {len(measured)} measurements "
+              "(before and after each row)")
     for batch_tokens, info in summary["data"].items():
         print(f"batch {batch_tokens}: {summary['settings']['steps']} timed steps "
               f"({info['epoch_batches']} batches per epoch), {info['warmup']} warm-up shapes, "

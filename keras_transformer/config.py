@@ -123,7 +123,8 @@ class TransformerConfig:
         _require(self.layer_norm_epsilon > 0, "layer_norm_epsilon", "must be positive")
         _require(isinstance(self.position_offset, int) and self.position_offset >= 0,
                  "position_offset", "must be a non-negative integer")
-        _require(self.positional in POSITIONAL_KINDS, "positional", f"must be one of {POSITIONAL_KINDS}")
+        _require(self.positional in POSITIONAL_KINDS, "positional",
+                 f"must be one of {POSITIONAL_KINDS}")
         _require(self.norm in NORM_KINDS, "norm", f"must be one of {NORM_KINDS}")
         _require(self.activation in ACTIVATIONS, "activation", f"must be one of {ACTIVATIONS}")
         _require(self.sinusoid_layout in SINUSOID_LAYOUTS, "sinusoid_layout",
@@ -335,10 +336,9 @@ FINE_TUNING_PEAK_RATE = 1e-4
 class Recipe:
     """`TransformerConfig` + `TrainingSettings` + `SearchSettings`: everything a run needs.
 
-    Its flat form (`to_dict`, `from_dict`, a preset's table, `kt-train --set key=value`) names
-    each field once; the field names of the three parts never collide.
+    Its flat form (`to_dict`, `from_dict`, a preset's table, `kt-train --set key=value`) names each
+    field once; the field names of the three parts never collide. For instance:
 
-    Example:
         recipe = Recipe.preset("base", vocab_size=37000, warmup_steps=8000)
         model = Transformer(recipe.architecture)
     """

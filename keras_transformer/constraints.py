@@ -89,17 +89,9 @@ def gather_progress(progress: Progress, rows: tf.Tensor) -> Progress:
 def advanced(progress: Progress, tokens: tf.Tensor, constraints: tf.Tensor,
              lengths: tf.Tensor) -> Progress:
     """The progress of hypotheses `[batch, m]` after each emits its token of `tokens`
-    `[batch, m]` (the module docstring's rules).
-
-    Args:
-        progress: the hypotheses' progress before the tokens.
-        tokens: `[batch, m]` int32 ids.
-        constraints: `[batch, C, L]` (`padded`).
-        lengths: `[batch, C]` (`phrase_lengths`).
-
-    Returns:
-        Their `Progress` after the tokens.
-    """
+    (`[batch, m]` int32 ids; the module docstring's rules): `progress` is theirs before the
+    tokens, `constraints` the phrases `[batch, C, L]` (`padded`) and `lengths` their lengths
+    `[batch, C]` (`phrase_lengths`); the result is their `Progress` after the tokens."""
     count = tf.shape(constraints)[1]
     phrase = tf.maximum(progress.phrase, 0)
     pieces = tf.gather(constraints, phrase, batch_dims=1)  # [batch, m, L]
@@ -137,21 +129,15 @@ def candidate_indices(ids: tf.Tensor, vocabulary_ids: Optional[tf.Tensor], candi
 def choose(totals: tf.Tensor, progress: Progress, constraints: tf.Tensor, beam_size: int,
            vocabulary_ids: Optional[tf.Tensor] = None, eos_index: Optional[tf.Tensor] = None
            ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, Progress]:
-    """One step's beam by dynamic beam allocation (the module docstring).
+    """One step's beam by dynamic beam allocation (the module docstring): of `totals`
+    `[batch, k, n]` (each hypothesis' log-probability plus each candidate's) and the `k` hypotheses'
+    `progress`, the `beam_size` hypotheses kept per sentence as
+    `(log_probs, origins, indices, progress)`, best bank first: their totals, the hypotheses they
+    extend, their candidate indices and their progress.
 
-    Args:
-        totals: `[batch, k, n]` each hypothesis' log-probability plus each candidate's.
-        progress: the `k` hypotheses' progress.
-        constraints: `[batch, C, L]` (`padded`).
-        beam_size: hypotheses kept per sentence.
-        vocabulary_ids: optional `[n]` ids the candidates are (default `range(n)`).
-        eos_index: the index of EOS among the candidates, closed to hypotheses that have not
-            placed every phrase (None: no end of sentence).
-
-    Returns:
-        `(log_probs, origins, indices, progress)` of the `beam_size` kept per sentence, best
-        bank first: their totals, the hypotheses they extend, their candidate indices and
-        their progress.
+    `constraints` are the phrases `[batch, C, L]` (`padded`); `vocabulary_ids`, optional `[n]`, the
+    ids the candidates are (default `range(n)`); `eos_index` the index of EOS among the candidates,
+    closed to hypotheses that have not placed every phrase (None: no end of sentence).
     """
     batch, hypotheses, candidates = (tf.shape(totals)[i] for i in range(3))
     lengths = phrase_lengths(constraints)

@@ -186,16 +186,11 @@ class Transformer(keras.Model):
 
     def decode(self, target_input_ids, encoder_output, source_mask, training=None,
                return_attention_scores: bool = False):
-        """Teacher-forced logits `[batch, tgt_len, vocab]` given the encoder output.
-
-        Args:
-            target_input_ids: `[batch, tgt_len]`, BOS first.
-            encoder_output: `[batch, src_len, d_model]`.
-            source_mask: `[batch, src_len]`, True on real source tokens.
-            training: dropout.
-            return_attention_scores: also return the per-layer self and encoder-decoder
-                attention weights.
-        """
+        """Teacher-forced logits `[batch, tgt_len, vocab]` of `target_input_ids`
+        `[batch, tgt_len]` (BOS first) given the `encoder_output` `[batch, src_len, d_model]` and
+        `source_mask` `[batch, src_len]` (True on real source tokens), with dropout as `training`
+        says; `return_attention_scores` also returns the per-layer self and encoder-decoder
+        attention weights."""
         x = self.embed(target_input_ids, "target", training)
         self_mask = causal_mask(target_input_ids)
         cross_mask = ops.expand_dims(source_mask, 1)
@@ -222,25 +217,17 @@ class Transformer(keras.Model):
     def init_decoding(self, encoder_output, source_mask, rows_per_sentence: int, max_length,
                       vocabulary_ids=None, unscored=None, static_shapes: bool = False
                       ) -> tuple["DecodingConstants", "DecodingCache"]:
-        """What `decode_step` needs for `rows_per_sentence` hypotheses (rows) of each sentence
-        of `encoder_output` `[batch, src_len, d_model]` (`source_mask` `[batch, src_len]`,
-        True on real tokens), at most `max_length` positions.
+        """What `decode_step` needs for `rows_per_sentence` hypotheses (rows) of each sentence (its
+        beam, or its samples) of `encoder_output` `[batch, src_len, d_model]` (`source_mask`
+        `[batch, src_len]`, their padding mask, True on real tokens), at most `max_length` positions
+        (what the caches hold): the search's constants and the empty cache its steps write.
 
-        Args:
-            encoder_output: the sentences' encoder output.
-            source_mask: their padding mask.
-            rows_per_sentence: hypotheses per sentence (its beam, or its samples).
-            max_length: positions the caches hold.
-            vocabulary_ids: optional `[n]` ids the log-probabilities are computed for (a
-                shortlist).
-            unscored: optional `[n]` bool, True at the ids of `vocabulary_ids` that only pad
-                it to a static size (log-probability -inf, outside the normalization).
-            static_shapes: the sizes XLA compiles, the one place a static-shape build differs:
-                caches of zeros read whole (`attention.cache_index`), written by a scatter,
-                and a tied output matrix read as stored (`pre_softmax_projection`).
-
-        Returns:
-            The search's constants and the empty cache its steps write.
+        `vocabulary_ids`, optional `[n]`, are the ids the log-probabilities are computed for (a
+        shortlist); `unscored`, optional `[n]` bool, is True at the ids of `vocabulary_ids` that
+        only pad it to a static size (log-probability -inf, outside the normalization).
+        `static_shapes` gives the sizes XLA compiles, the one place a static-shape build differs:
+        caches of zeros read whole (`attention.cache_index`), written by a scatter, and a tied
+        output matrix read as stored (`pre_softmax_projection`).
         """
         rows = ops.shape(encoder_output)[0] * rows_per_sentence
         constants = DecodingConstants(

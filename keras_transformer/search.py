@@ -92,33 +92,27 @@ def beam(step: StepFunction, state: State, limits: tf.Tensor, buffer_length: tf.
          vocabulary_ids: Optional[tf.Tensor] = None,
          reorder: Reorder = gather_rows,
          constraints: Optional[tf.Tensor] = None) -> DecodeResult:
-    """The `beam_size` best hypotheses of each sentence (build it inside a `tf.function`).
+    """The `beam_size` best hypotheses of each sentence, a `DecodeResult` with n = `beam_size` (and
+    `unplaced` with `constraints`); build it inside a `tf.function`.
 
-    Each position extends every alive hypothesis by every candidate and keeps the `beam_size`
-    best per sentence; candidates ending in `eos_id`, or reaching their sentence's limit, join
-    its finished n-best list. A sentence stops as soon as no alive hypothesis can beat its
-    worst finished one, the loop when every sentence has. With `constraints`, the beam is
-    allocated by the constraint pieces each hypothesis has met (`constraints.choose`), a
-    hypothesis ends only when it contains every phrase (or at its limit), and the finished
-    list ranks those that contain fewer after the others.
+    Each position extends every alive hypothesis by every candidate and keeps the `beam_size` best
+    per sentence; candidates ending in `eos_id`, or reaching their sentence's limit, join its
+    finished n-best list. A sentence stops as soon as no alive hypothesis can beat its worst
+    finished one, the loop when every sentence has. With `constraints`, the beam is allocated by the
+    constraint pieces each hypothesis has met (`constraints.choose`), a hypothesis ends only when it
+    contains every phrase (or at its limit), and the finished list ranks those that contain fewer
+    after the others.
 
-    Args:
-        step: the step function (module docstring), called with `[batch, beam_size]` tokens.
-        state: its initial state, `batch * beam_size` rows.
-        limits: `[batch]` int32, the most tokens (EOS included) each sentence may emit.
-        buffer_length: scalar int32 >= every limit: the length of the output buffer.
-        beam_size: hypotheses kept per sentence.
-        length_penalty: alpha of `length_divisor`.
-        eos_id: the end-of-sentence id; -1: none (every hypothesis runs to its limit).
-        prefix_ids: optional `[batch, P]` ids every hypothesis starts with (PAD-padded).
-        vocabulary_ids: optional `[n]` ids the step's log-probabilities score.
-        reorder: moves the state's rows to the hypotheses that extend them.
-        constraints: optional `[batch, C, L]` int32 target phrases each sentence's
-            translation must contain (`keras_transformer.constraints`; PAD-padded, a phrase of
-            no pieces is absent).
-
-    Returns:
-        A `DecodeResult` with n = `beam_size` (and `unplaced` with `constraints`).
+    `step` is the step function (module docstring), called with `[batch, beam_size]` tokens, and
+    `state` its initial state, `batch * beam_size` rows; `reorder` moves the state's rows to the
+    hypotheses that extend them. `limits`, `[batch]` int32, are the most tokens (EOS included) each
+    sentence may emit; `buffer_length`, a scalar int32 >= every limit, the length of the output
+    buffer. `length_penalty` is alpha of `length_divisor`; `eos_id` the end-of-sentence id (-1:
+    none, every hypothesis runs to its limit). `prefix_ids`, optional `[batch, P]`, are ids every
+    hypothesis starts with (PAD-padded); `vocabulary_ids`, optional `[n]`, the ids the step's
+    log-probabilities score. `constraints`, optional `[batch, C, L]` int32, are target phrases each
+    sentence's translation must contain (`keras_transformer.constraints`; PAD-padded, a phrase of no
+    pieces is absent).
     """
     batch = tf.shape(limits)[0]
     positions = tf.range(buffer_length + 1)
@@ -187,21 +181,16 @@ def greedy(step: StepFunction, state: State, limits: tf.Tensor,
            vocabulary_ids: Optional[tf.Tensor] = None, hypotheses: int = 1,
            choose: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
            ) -> DecodeResult:
-    """The most likely next token at every position: `beam` with one beam, without
-    its bookkeeping (same tokens and scores). Each hypothesis is extended at every position
-    until it emits `eos_id` or reaches its sentence's limit.
+    """The most likely next token at every position: `beam` with one beam, without its bookkeeping
+    (same tokens and scores), a `DecodeResult` with n = `hypotheses`, the independent hypotheses per
+    sentence. Each hypothesis is extended at every position until it emits `eos_id` or reaches its
+    sentence's limit.
 
-    Args:
-        step, state, limits, buffer_length, length_penalty, eos_id, prefix_ids,
-            vocabulary_ids: as `beam`'s, the step called with `[batch, hypotheses]` tokens
-            and the state holding `batch * hypotheses` rows (never reordered).
-        hypotheses: independent hypotheses per sentence.
-        choose: `(log_probs, position)` -> the candidate each hypothesis is extended by,
-            `[batch, hypotheses]` indices into the candidates (default: the most likely;
-            `sampling` draws).
-
-    Returns:
-        A `DecodeResult` with n = `hypotheses`.
+    `step`, `state`, `limits`, `buffer_length`, `length_penalty`, `eos_id`, `prefix_ids` and
+    `vocabulary_ids` are as `beam`'s, the step called with `[batch, hypotheses]` tokens and the
+    state holding `batch * hypotheses` rows (never reordered). `choose` takes
+    `(log_probs, position)` to the candidate each hypothesis is extended by, `[batch, hypotheses]`
+    indices into the candidates (default: the most likely; `sampling` draws).
     """
     batch = tf.shape(limits)[0]
     positions = tf.range(buffer_length + 1)
@@ -236,27 +225,20 @@ def sampling(step: StepFunction, state: State, limits: tf.Tensor,
              length_penalty: float = 0.6, eos_id: int = EOS_ID,
              prefix_ids: Optional[tf.Tensor] = None,
              vocabulary_ids: Optional[tf.Tensor] = None) -> DecodeResult:
-    """`num_samples` translations of each sentence, every token drawn from the step's
-    distribution reshaped by `sampling_log_probs` (temperature, then top-k, then top-p).
+    """`num_samples` translations of each sentence, every token drawn from the step's distribution
+    reshaped by `sampling_log_probs` (`temperature`, then `top_k`, then `top_p`, as its own): a
+    `DecodeResult` with n = `num_samples`, in the order drawn; the scores are the model's
+    log-probabilities of the drawn tokens (before temperature and truncation) over `length_divisor`
+    (`length_penalty` its alpha), as greedy's are.
 
-    The draws are Gumbel-max over noise hashed from the sentence's seed, the sample's index,
-    the position and the candidate's id (`_gumbel_noise`): a sentence with the same seed gets
-    the same samples in any batch, in graph or XLA, on any device, and a candidate keeps its
-    noise when a shortlist scores fewer ids.
+    The draws are Gumbel-max over noise hashed from the sentence's seed (`seeds`, `[batch]` uint32,
+    one per sentence: `sentence_seeds`), the sample's index, the position and the candidate's id
+    (`_gumbel_noise`): a sentence with the same seed gets the same samples in any batch, in graph or
+    XLA, on any device, and a candidate keeps its noise when a shortlist scores fewer ids.
 
-    Args:
-        step, state, limits, buffer_length, eos_id, prefix_ids, vocabulary_ids: as
-            `beam`'s, the step called with `[batch, num_samples]` tokens and the state
-            holding `batch * num_samples` rows (never reordered).
-        seeds: `[batch]` uint32, one per sentence (`sentence_seeds`).
-        num_samples: samples per sentence.
-        temperature, top_k, top_p: as `sampling_log_probs`'.
-        length_penalty: alpha of the scores' `length_divisor`.
-
-    Returns:
-        A `DecodeResult` with n = `num_samples`, in the order drawn; the scores are the
-        model's log-probabilities of the drawn tokens (before temperature and truncation)
-        over `length_divisor`, as greedy's are.
+    `step`, `state`, `limits`, `buffer_length`, `eos_id`, `prefix_ids` and `vocabulary_ids` are as
+    `beam`'s, the step called with `[batch, num_samples]` tokens and the state holding
+    `batch * num_samples` rows (never reordered).
     """
     keys = _mix(tf.cast(seeds, tf.uint32)[:, None]
                 ^ _mix(tf.range(1, num_samples + 1, dtype=tf.int32)))  # [batch, n]
@@ -386,19 +368,11 @@ def _searching(buffer_length: tf.Tensor) -> Callable[[tf.Tensor, Any, tf.Tensor]
 
 def _next_position(position: tf.Tensor, carried: Any, done: tf.Tensor,
                    before: tuple[Any, tf.Tensor]) -> tuple[tf.Tensor, Any, tf.Tensor]:
-    """A search loop's variables after `position` (its `tf.while_loop` body's outputs).
-
-    Args:
-        position: the position just searched.
-        carried: what the search carries to the next position.
-        done: which sentences (or hypotheses) are done.
-        before: the `(carried, done)` the position started from, whose static shapes the new
-            ones take (their shapes never change, but gathers lose static sizes, e.g. a batch
-            of 0).
-
-    Returns:
-        `(position + 1, carried, done)`.
-    """
+    """A search loop's variables after `position`, the position just searched (its
+    `tf.while_loop` body's outputs): `(position + 1, carried, done)`, `carried` what the search
+    carries to the next position, `done` which sentences (or hypotheses) are done. They take the
+    static shapes of `before`, the `(carried, done)` the position started from (their shapes
+    never change, but gathers lose static sizes, e.g. a batch of 0)."""
     def restore(tensor: tf.Tensor, old: tf.Tensor) -> tf.Tensor:
         tensor.set_shape(old.shape)
         return tensor

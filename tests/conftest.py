@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import gc
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 # The kernel set under test (CI runs the suite with each); fast unless KT_KERNELS says otherwise,
@@ -34,6 +36,13 @@ from helpers import train_vocab  # noqa: E402
 from warm_commands import warm_commands  # noqa: E402
 
 fast.active()  # installs the kernel set KT_KERNELS names for the in-process tests
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+    """The test's own generator, seeded from its node id (a stable hash): its draws are the same
+    whichever tests ran before it, and differ between tests and parameters."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode("utf-8")))
 
 
 @pytest.fixture(scope="session")

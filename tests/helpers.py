@@ -133,7 +133,6 @@ def train_vocab(pairs: tuple[list[str], list[str]], size: int, directory: Path) 
 
 # --- small models and batches
 
-rng = np.random.default_rng(0)
 VARIANTS = {
     "paper": {},
     "pre_norm_learned_untied_uneven": {"norm": "pre", "positional": "learned",
@@ -148,14 +147,18 @@ VARIANTS = {
 
 
 def tiny_model(**overrides) -> kt.Transformer:
+    """A tiny model without dropout of a 60-id vocabulary; an output bias, if any, drawn from a
+    generator of its own (zeros when built: a bias that changes the logits)."""
     config = kt.TransformerConfig.preset("tiny", vocab_size=60, dropout=0.0, **overrides)
     model = kt.Transformer(config)
-    if model.output_bias is not None:  # zeros when built: a bias that changes the logits
-        model.output_bias.assign(rng.normal(size=model.output_bias.shape).astype("float32"))
+    if model.output_bias is not None:
+        bias = np.random.default_rng(0).normal(size=model.output_bias.shape)
+        model.output_bias.assign(bias.astype("float32"))
     return model
 
 
-def random_ids(shape, low=4, high=60):
+def random_ids(rng: np.random.Generator, shape, low=4, high=60) -> np.ndarray:
+    """int32 ids of `shape` in `[low, high)`, drawn from the test's own `rng` (conftest.py)."""
     return rng.integers(low, high, size=shape).astype("int32")
 
 

@@ -145,8 +145,9 @@ def write_m2m_100_folder(folder, variant: M2MVariant = M2MVariant(), **changes) 
                      "additional_special_tokens": tokens,
                      "added_tokens_decoder": added_tokens_decoder(added)}
         if variant.layout == "transformers5":
-            tokenizer = {"backend": "tokenizers", "cls_token": "<s>", "extra_special_tokens": tokens,
-                         "is_local": True, "legacy_behaviour": False, "local_files_only": False,
+            tokenizer = {"backend": "tokenizers", "cls_token": "<s>",
+                         "extra_special_tokens": tokens, "is_local": True,
+                         "legacy_behaviour": False, "local_files_only": False,
                          "mask_token": "<mask>", "model_max_length": 10 ** 30, "sep_token": "</s>",
                          "src_lang": "eng_Latn", "tgt_lang": None,
                          "tokenizer_class": "NllbTokenizer"}

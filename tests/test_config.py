@@ -15,7 +15,8 @@ TABLE3_ROWS = [
 
 
 def parameters(**overrides) -> int:
-    return kt.Transformer(kt.TransformerConfig.preset("base", vocab_size=VOCAB, **overrides)).count_params()
+    config = kt.TransformerConfig.preset("base", vocab_size=VOCAB, **overrides)
+    return kt.Transformer(config).count_params()
 
 
 def test_base_has_about_65m_parameters():

@@ -120,12 +120,13 @@ def test_xla_matches_graph(model):
 
 # Every option a decoding step reads: pre-norm (a final norm), learned positions from an
 # offset, d_k != d_v, no attention bias, an untied output projection over another vocabulary,
-# uneven depths; and those of models trained elsewhere (swish, sinusoids in halves, embedding norm, output bias).
+# uneven depths; and those of models trained elsewhere (swish, sinusoids in halves, embedding
+# norm, output bias).
 STEP_VARIANTS = [
     {},
     {"norm": "pre", "positional": "learned", "position_offset": 2, "d_k": 8, "d_v": 12,
-     "attention_bias": False, "share_embeddings": False, "target_vocab_size": 30, "num_encoder_layers": 3,
-     "num_decoder_layers": 1},
+     "attention_bias": False, "share_embeddings": False, "target_vocab_size": 30,
+     "num_encoder_layers": 3, "num_decoder_layers": 1},
     {"norm": "pre", "activation": "swish", "sinusoid_layout": "halves", "embedding_norm": True,
      "output_bias": True}]
 

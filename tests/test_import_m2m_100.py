@@ -55,9 +55,9 @@ def _emitting_a_code(run, lines: list) -> list:
     emits the codes it reads (the source's, the forced target's) at nearly every step: their
     embedding rows, tied to the output, are scaled to a tenth (their logits small, their
     inputs distinct). Then `EMITTED_CODE`'s row becomes 1.1 times that of a piece a
-    translation emits after another: the steps before it are unchanged (the code is in no input), and there
-    the code's logit is 1.1 times the piece's, the largest. (Random models repeat a piece: the
-    piece is the first that follows another one.)"""
+    translation emits after another: the steps before it are unchanged (the code is in no
+    input), and there the code's logit is 1.1 times the piece's, the largest. (Random models
+    repeat a piece: the piece is the first that follows another one.)"""
     from keras_transformer.config import SearchSettings
 
     model, tokenizer = load_run_model(str(run))
@@ -200,8 +200,9 @@ def _added(record: dict, token: str) -> dict:
 
 
 @pytest.mark.parametrize("style, edit, message", [
-    ("nllb", lambda folder: _edit_json(folder / "tokenizer_config.json", lambda record: record.
-                                       update(added_tokens_decoder={"300": {"content": "fra_Latn"}})),
+    ("nllb", lambda folder: _edit_json(
+        folder / "tokenizer_config.json",
+        lambda record: record.update(added_tokens_decoder={"300": {"content": "fra_Latn"}})),
      r"tokenizer_config.json: 'fra_Latn' is id 300, but tokenizer.json gives it id \d+"),
     ("nllb", lambda folder: _edit_json(folder / "tokenizer.json", lambda record: _added(
         record, "zho_Hant").update(id=400)),

@@ -16,7 +16,6 @@ from keras_transformer.losses import smoothed_cross_entropy
 from keras_transformer.metrics import log_normalizer, predicted_ids
 from keras_transformer.optimization import adam
 
-rng = np.random.default_rng(0)
 KERNEL_SETS = ["fast", "reference"]
 
 
@@ -60,7 +59,7 @@ def test_fast_linear_values_and_gradients_equal_autodiff(in_size, out_size, with
 
 
 
-def test_token_layout_packs_real_tokens_in_row_major_order_and_unpacks_with_zeros():
+def test_token_layout_packs_real_tokens_in_row_major_order_and_unpacks_with_zeros(rng):
     ids = np.array([[5, 6, 0, 0], [7, 0, 0, 0], [8, 9, 4, 0]], "int32")
     values = rng.normal(size=(3, 4, 2, 5)).astype("float32")
     layout = TokenLayout(ids)
@@ -79,7 +78,7 @@ def test_token_layout_packs_real_tokens_in_row_major_order_and_unpacks_with_zero
         layout.select(packed, np.array([[1, 1]]))  # Padding.
 
 
-def test_token_layout_moves_have_exact_gradients():
+def test_token_layout_moves_have_exact_gradients(rng):
     """Pack's and unpack's gradients are those of autodiff (a scatter / gather); expand_heads's
     padding rows are constants, so its gradient is a scatter of the real rows; pack_heads's
     is a scatter too (zeros at padding), not expand_heads."""
@@ -124,7 +123,7 @@ def test_token_layout_moves_have_exact_gradients():
 
 @pytest.mark.parametrize("kernel_set", KERNEL_SETS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_layer_norm_matches_keras_layer_normalization_in_value_and_gradient(kernel_set, dtype):
+def test_layer_norm_matches_keras_layer_normalization_in_value_and_gradient(rng, kernel_set, dtype):
     """Both kernels, as functions and through the package's layer."""
     from keras_transformer.layers import LayerNorm
 
@@ -157,7 +156,7 @@ def test_layer_norm_matches_keras_layer_normalization_in_value_and_gradient(kern
         np.testing.assert_array_equal(c, a)
 
 
-def test_padded_layout_is_the_token_layout_with_padding_kept():
+def test_padded_layout_is_the_token_layout_with_padding_kept(rng):
     ids = np.array([[5, 6, 0], [7, 8, 9]], "int32")
     values = tf.constant(rng.normal(size=(2, 3, 2, 4)), "float32")  # [batch, len, heads, dim]
     packed = TokenLayout(ids)
@@ -188,7 +187,7 @@ def test_dropout_drops_the_rate_keeps_the_expectation_and_routes_the_gradient(ke
     np.testing.assert_allclose(gradient, 2 * y.numpy())
 
 
-def test_shared_logit_statistics_agree_with_the_metrics_kernels():
+def test_shared_logit_statistics_agree_with_the_metrics_kernels(rng):
     logits = tf.constant(rng.normal(size=(4, 3, 50)) * 20, "float32")
     statistics = tf.function(loss.logit_statistics)(logits)
     np.testing.assert_allclose(statistics.log_normalizer, log_normalizer.reference(logits),
@@ -198,7 +197,7 @@ def test_shared_logit_statistics_agree_with_the_metrics_kernels():
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])
-def test_smoothed_cross_entropy_kernels_agree_in_value_and_gradient(eps):
+def test_smoothed_cross_entropy_kernels_agree_in_value_and_gradient(rng, eps):
     logits = tf.constant(rng.normal(size=(5, 3, 40)) * 3, "float32")
     labels = tf.constant(rng.integers(0, 40, size=(5, 3)), "int32")
     upstream = tf.constant(rng.random(size=(5, 3)), "float32")
@@ -221,7 +220,7 @@ def test_smoothed_cross_entropy_kernels_agree_in_value_and_gradient(eps):
 
 @pytest.mark.parametrize("transposed", [True, False])
 @pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-5), ("bfloat16", 3e-2)])
-def test_cross_entropy_through_factors_agrees_with_the_reference(transposed, dtype, tolerance):
+def test_cross_entropy_through_factors_agrees_with_the_reference(rng, transposed, dtype, tolerance):
     hidden = tf.constant(rng.normal(size=(12, 8)), dtype)
     kernel = tf.constant(rng.normal(size=(30, 8) if transposed else (8, 30)), dtype)
     labels = tf.constant(rng.integers(0, 30, size=12), "int32")
@@ -267,11 +266,12 @@ def test_selection_switches_validates_and_restores(monkeypatch):
 
 def test_the_speed_tricks_live_in_the_fast_subpackage_only():
     """Custom gradients, raw ops and private Keras/TensorFlow APIs appear in
-    `keras_transformer/fast/` only, and the private APIs in `keras_transformer/compat.py`,
-    which the fast subpackage imports (private imports and attributes are checked in
-    tests/test_architecture.py); the export may leave gradients out (`SaveOptions.experimental_custom_gradients`). The core's
-    decoding cache uses the two raw ops public TensorFlow has for writing a buffer in place,
-    `tf.raw_ops.Empty` and `tf.raw_ops.InplaceUpdate`, and no other."""
+    `keras_transformer/fast/` only, and the private APIs in `keras_transformer/compat.py`, which
+    the fast subpackage imports (private imports and attributes are checked in
+    tests/test_architecture.py); the export may leave gradients out
+    (`SaveOptions.experimental_custom_gradients`). The core's decoding cache uses the two raw ops
+    public TensorFlow has for writing a buffer in place, `tf.raw_ops.Empty` and
+    `tf.raw_ops.InplaceUpdate`, and no other."""
     import re
     from pathlib import Path
 

@@ -15,15 +15,15 @@ from keras_transformer.layers import (DecoderLayer, EncoderLayer, LearnedPositio
 from keras_transformer.layers.attention import (cache_index, history_slots, read_history,
                                                 write_position)
 
-rng = np.random.default_rng(0)
 
 
 # int8 quantization follows Keras's QuantizationConfig API, which older Keras releases lack.
-QUANTIZATION_API = pytest.mark.skipif(not hasattr(keras.quantizers, "QuantizationConfig"),
-                                      reason="this Keras has no keras.quantizers.QuantizationConfig")
+QUANTIZATION_API = pytest.mark.skipif(
+    not hasattr(keras.quantizers, "QuantizationConfig"),
+    reason="this Keras has no keras.quantizers.QuantizationConfig")
 
 
-def test_attention_weights_sum_to_one_and_ignore_padded_keys():
+def test_attention_weights_sum_to_one_and_ignore_padded_keys(rng):
     attention = MultiHeadAttention(num_heads=4, key_dim=8, value_dim=6)
     x = rng.normal(size=(2, 5, 16)).astype("float32")
     key_is_real = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=bool)
@@ -35,7 +35,7 @@ def test_attention_weights_sum_to_one_and_ignore_padded_keys():
     assert np.all(weights[0, :, :, 3:] == 0.0)
 
 
-def test_attention_equals_scaled_dot_product_formula():
+def test_attention_equals_scaled_dot_product_formula(rng):
     attention = MultiHeadAttention(num_heads=2, key_dim=3, value_dim=5)
     q_in = rng.normal(size=(1, 4, 6)).astype("float32")
     kv_in = rng.normal(size=(1, 7, 6)).astype("float32")
@@ -55,7 +55,7 @@ def test_attention_equals_scaled_dot_product_formula():
     np.testing.assert_allclose(out[0], expected, rtol=1e-4, atol=1e-5)
 
 
-def test_scaled_dot_product_attention_is_equation_one():
+def test_scaled_dot_product_attention_is_equation_one(rng):
     """softmax(Q K^T / sqrt(d_k)) V per head, masked keys out of the softmax, the scale applied
     inside (the caller passes the projections as they are)."""
     query, keys = rng.normal(size=(2, 3, 4, 8)), rng.normal(size=(2, 3, 5, 8))
@@ -72,7 +72,7 @@ def test_scaled_dot_product_attention_is_equation_one():
 
 
 @pytest.mark.parametrize("static_shapes", [False, True])
-def test_cached_steps_equal_causal_self_attention_and_do_not_leak_between_runs(static_shapes):
+def test_cached_steps_equal_causal_self_attention_and_do_not_leak_between_runs(rng, static_shapes):
     """One position a step through the layer's one `call`, the cache written in place (a
     graph) or by a scatter and read whole with the unwritten positions masked (static shapes,
     what XLA compiles)."""
@@ -99,7 +99,7 @@ def test_cached_steps_equal_causal_self_attention_and_do_not_leak_between_runs(s
 
 
 @pytest.mark.parametrize("static_shapes", [False, True])
-def test_caches_never_reordered_give_each_hypothesis_its_history(static_shapes):
+def test_caches_never_reordered_give_each_hypothesis_its_history(rng, static_shapes):
     """Five steps of a beam search over 4 rows, each step's hypotheses extending random
     parents, the caches written at each position and only the ancestors reordered: each row
     reads, at positions 0 .. step, what its line of ancestors wrote."""
@@ -196,7 +196,7 @@ def test_embedding_is_scaled_and_tied():
     np.testing.assert_allclose(vectors[0, 0], table[4] * 4.0, rtol=1e-6)
 
 
-def test_feed_forward_is_relu_between_two_linear_maps():
+def test_feed_forward_is_relu_between_two_linear_maps(rng):
     ffn = PositionwiseFeedForward(d_ff=32)
     x = rng.normal(size=(2, 3, 8)).astype("float32")
     out = np.asarray(ffn(x))
@@ -209,7 +209,7 @@ def test_feed_forward_is_relu_between_two_linear_maps():
     ("swish", lambda x: x / (1 + np.exp(-x))),
     ("gelu", lambda x: x * 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))),
     ("gelu_sigmoid", lambda x: x / (1 + np.exp(-1.702 * x)))])
-def test_feed_forward_activations_follow_their_formulas(activation, formula):
+def test_feed_forward_activations_follow_their_formulas(rng, activation, formula):
     ffn = PositionwiseFeedForward(d_ff=32, activation=activation)
     x = rng.normal(size=(2, 3, 8)).astype("float32")
     output = np.asarray(ffn(x))
@@ -227,7 +227,7 @@ def test_sinusoid_halves_hold_the_interleaved_sines_then_cosines():
     assert not np.array_equal(halves, interleaved)
 
 
-def test_post_norm_and_pre_norm_residuals():
+def test_post_norm_and_pre_norm_residuals(rng):
     x = rng.normal(size=(1, 3, 8)).astype("float32")
     f = rng.normal(size=(1, 3, 8)).astype("float32")
     post = ResidualNorm("post")
@@ -240,7 +240,7 @@ def test_post_norm_and_pre_norm_residuals():
     np.testing.assert_allclose(pre.normalize_input(x), post.layer_norm(x), rtol=1e-5)
 
 
-X = rng.normal(size=(2, 5, 8)).astype("float32")
+X = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
 
 
 def built(layer, *shapes):

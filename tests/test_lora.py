@@ -17,12 +17,12 @@ from keras_transformer.training.run_dir import RunDir
 from helpers import VARIANTS, random_ids, tiny_model
 from trainers import average_checkpoints
 
-rng = np.random.default_rng(0)
 
 
 # int8 quantization follows Keras's QuantizationConfig API, which older Keras releases lack.
-QUANTIZATION_API = pytest.mark.skipif(not hasattr(keras.quantizers, "QuantizationConfig"),
-                                      reason="this Keras has no keras.quantizers.QuantizationConfig")
+QUANTIZATION_API = pytest.mark.skipif(
+    not hasattr(keras.quantizers, "QuantizationConfig"),
+    reason="this Keras has no keras.quantizers.QuantizationConfig")
 
 
 def lora_model(rank: int = 2, model_class=kt.Transformer, **overrides) -> kt.Transformer:
@@ -31,8 +31,9 @@ def lora_model(rank: int = 2, model_class=kt.Transformer, **overrides) -> kt.Tra
     config = kt.TransformerConfig.preset("tiny", vocab_size=60, dropout=0.0, num_layers=1,
                                          **overrides)
     model = model_class(config, lora_rank=rank, lora_alpha=2 * rank)
+    generator = np.random.default_rng(0)
     for dense in model.projections():
-        dense.lora_kernel_b.assign(rng.normal(scale=0.1, size=dense.lora_kernel_b.shape))
+        dense.lora_kernel_b.assign(generator.normal(scale=0.1, size=dense.lora_kernel_b.shape))
     return model
 
 
@@ -58,7 +59,7 @@ def test_enable_lora_freezes_all_but_the_adapters_of_every_projection():
 
 
 @pytest.mark.slow
-def test_fit_changes_only_the_adapters():
+def test_fit_changes_only_the_adapters(rng):
     """A few training steps (kt-train's model and loss) move every adapter and nothing else."""
     recipe = kt.Recipe.preset("tiny", vocab_size=60, dropout=0.1, warmup_steps=1,
                               num_layers=1)
@@ -68,8 +69,8 @@ def test_fit_changes_only_the_adapters():
     frozen = {weight.path: weight.numpy() for weight in model.weights
               if all(weight is not adapter for adapter in adapters(model))}
     before = [adapter.numpy() for adapter in adapters(model)]
-    model.fit((random_ids((8, 6)), random_ids((8, 5))), random_ids((8, 5)), batch_size=4,
-              epochs=2, verbose=0)
+    model.fit((random_ids(rng, (8, 6)), random_ids(rng, (8, 5))), random_ids(rng, (8, 5)),
+              batch_size=4, epochs=2, verbose=0)
     for weight in model.weights:
         if weight.path in frozen:
             np.testing.assert_array_equal(weight.numpy(), frozen[weight.path], err_msg=weight.path)
@@ -79,7 +80,7 @@ def test_fit_changes_only_the_adapters():
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_the_merged_model_computes_what_the_lora_model_computes(variant):
+def test_the_merged_model_computes_what_the_lora_model_computes(rng, variant):
     """The same logits from a plain model (plain kernels only, every weight trainable); the
     LoRA model is left as it was."""
     model = lora_model(**VARIANTS[variant])
@@ -88,7 +89,7 @@ def test_the_merged_model_computes_what_the_lora_model_computes(variant):
     assert len(merged.weights) == len(model.weights) - len(adapters(model))
     assert len(merged.trainable_weights) == len(merged.weights)
     assert model.lora_rank == 2 and len(model.trainable_weights) == len(adapters(model))
-    inputs = (random_ids((2, 6)), random_ids((2, 5)))
+    inputs = (random_ids(rng, (2, 6)), random_ids(rng, (2, 5)))
     logits = np.asarray(model(inputs))
     np.testing.assert_allclose(np.asarray(merged(inputs)), logits, rtol=1e-6, atol=1e-6)
     plain = kt.Transformer(model.config)
@@ -99,12 +100,12 @@ def test_the_merged_model_computes_what_the_lora_model_computes(variant):
     assert not np.allclose(np.asarray(plain(inputs)), logits)  # the adapters do change them
 
 
-def test_the_merged_model_translates_as_the_lora_model():
+def test_the_merged_model_translates_as_the_lora_model(rng):
     """Beam search with the cached step (which reads the projections' `matrix()`) and without
     (which calls the layers) finds the same translations in both models."""
     model = lora_model(rank=4)
     merged = model.merge_lora()
-    source_ids = random_ids((3, 6))
+    source_ids = random_ids(rng, (3, 6))
     for use_cache in (True, False):
         expected, got = (beam_search(m, source_ids, beam_size=2, max_decode_extra=4,
                                      use_cache=use_cache) for m in (model, merged))
@@ -113,7 +114,7 @@ def test_the_merged_model_translates_as_the_lora_model():
 
 
 @pytest.mark.parametrize("suffix", [".keras", ".weights.h5"])
-def test_a_saved_lora_model_reloads_with_its_adapters(suffix, tmp_path):
+def test_a_saved_lora_model_reloads_with_its_adapters(rng, suffix, tmp_path):
     model = lora_model(rank=3)
     path = tmp_path / f"model{suffix}"
     if suffix == ".keras":
@@ -128,7 +129,7 @@ def test_a_saved_lora_model_reloads_with_its_adapters(suffix, tmp_path):
         assert saved.path.split("/")[1:] == loaded.path.split("/")[1:]  # the model's name aside
         assert saved.trainable == loaded.trainable
         np.testing.assert_array_equal(loaded.numpy(), saved.numpy(), err_msg=saved.path)
-    inputs = (random_ids((2, 6)), random_ids((2, 5)))
+    inputs = (random_ids(rng, (2, 6)), random_ids(rng, (2, 5)))
     np.testing.assert_array_equal(np.asarray(restored(inputs)), np.asarray(model(inputs)))
 
 
@@ -171,7 +172,7 @@ def test_a_model_given_lora_rank_builds_its_adapters_with_public_keras_only(monk
     assert (model.lora_rank, model.lora_alpha) == (2, 4)
 
 
-def test_kt_average_checkpoints_averages_a_lora_run_s_merged_models(tmp_path):
+def test_kt_average_checkpoints_averages_a_lora_run_s_merged_models(rng, tmp_path):
     """On a run whose run.json records LoRA, each projection's averaged kernel is the mean of
     the checkpoints' effective kernels W + (alpha/rank) A_i B_i (numpy), not the product of
     the adapters' means; the averaged file is plain weights."""
@@ -218,12 +219,13 @@ def test_get_config_round_trip_keeps_lora():
 
 
 @pytest.mark.parametrize("kernel_set", fast.KERNEL_SETS)
-def test_the_training_loss_reaches_the_adapters(kernel_set):
+def test_the_training_loss_reaches_the_adapters(rng, kernel_set):
     """The loss's gradient, through either kernel set's `linear`, reaches both adapters of every
     projection and no frozen weight."""
     with fast.kernels_scope(kernel_set):
         model = lora_model()
-        source, target_in, target_out = random_ids((3, 6)), random_ids((3, 5)), random_ids((3, 5))
+        source, target_in, target_out = (random_ids(rng, (3, 6)), random_ids(rng, (3, 5)),
+                                         random_ids(rng, (3, 5)))
         loss = kt.LabelSmoothedCrossEntropy(0.1)
         with tf.GradientTape() as tape:
             value = loss(target_out, model((source, target_in), training=True))
@@ -235,14 +237,14 @@ def test_the_training_loss_reaches_the_adapters(kernel_set):
 
 @QUANTIZATION_API
 @pytest.mark.slow
-def test_an_int8_model_s_logits_are_the_float_model_s_to_int8_rounding(tmp_path):
+def test_an_int8_model_s_logits_are_the_float_model_s_to_int8_rounding(rng, tmp_path):
     """`model.quantize("int8")` rewrites every projection (and the untied output projection,
     Keras's Dense): the logits move by int8 rounding only, the kernels decoding reads
     (`matrix()`, `pre_softmax_projection()`) are the float ones to half a quantization step, and the
     int8 weights reload into a model quantized the same way."""
     model = tiny_model(num_layers=1, tie_output=False, share_embeddings=False,
                        attention_bias=True)
-    inputs = (random_ids((3, 7)), random_ids((3, 6)))
+    inputs = (random_ids(rng, (3, 7)), random_ids(rng, (3, 6)))
     float_logits = np.asarray(model(inputs))
     float_kernels = [np.asarray(dense.matrix("float32")[0]) for dense in model.projections()]
     float_kernels.append(np.asarray(model.pre_softmax_projection().matrix))

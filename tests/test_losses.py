@@ -143,7 +143,8 @@ def _loss_and_factor_gradients(hidden, kernel, transposed, targets, weights, eps
             tape.watch([hidden, kernel])
             factors = factor_logits(hidden, kernel, transposed)
             losses = (fast_loss.smoothed_cross_entropy_through_factors(targets, factors, eps)
-                      if factored else fast_loss.smoothed_cross_entropy(targets, factors.logits, eps))
+                      if factored
+                      else fast_loss.smoothed_cross_entropy(targets, factors.logits, eps))
             loss = tf.reduce_sum(tf.reshape(losses, tf.shape(weights)) * weights)
         return (loss, *tape.gradient(loss, [hidden, kernel]))
 

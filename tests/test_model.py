@@ -10,13 +10,12 @@ from keras_transformer import fast
 from keras_transformer.fast import packed
 from helpers import VARIANTS, assert_equal_to_rounding, random_ids, tiny_model
 
-rng = np.random.default_rng(0)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_logits_shape(variant):
+def test_logits_shape(rng, variant):
     model = tiny_model(**VARIANTS[variant])
-    logits = model((random_ids((2, 7)), random_ids((2, 5))), training=False)
+    logits = model((random_ids(rng, (2, 7)), random_ids(rng, (2, 5))), training=False)
     assert logits.shape == (2, 5, model.config.output_vocab_size)
 
 
@@ -29,14 +28,14 @@ PRECISIONS_BFLOAT16_SLOW = pytest.mark.parametrize(
 
 @PRECISIONS_BFLOAT16_SLOW
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_causality(precision, variant):
+def test_causality(rng, precision, variant):
     """Target tokens after position t change no logit up to t, and change those after it.
     One call: row t + 1 is row 0 with new tokens after t (a batch's rows are computed apart)."""
     model = tiny_model(**VARIANTS[variant])
-    source, target = random_ids((1, 6)), random_ids((1, 8))
+    source, target = random_ids(rng, (1, 6)), random_ids(rng, (1, 8))
     sources, targets = np.repeat(source, 8, axis=0), np.repeat(target, 8, axis=0)
     for t in range(7):
-        targets[t + 1, t + 1:] = random_ids((8 - t - 1,))
+        targets[t + 1, t + 1:] = random_ids(rng, (8 - t - 1,))
     logits = np.asarray(model((sources, targets)))
     base = logits[0]
     for t in range(7):
@@ -46,14 +45,14 @@ def test_causality(precision, variant):
 
 @PRECISIONS
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_padding_invariance(precision, variant):
+def test_padding_invariance(rng, precision, variant):
     model = tiny_model(**VARIANTS[variant])
-    source, target = random_ids((1, 4)), random_ids((1, 3))
+    source, target = random_ids(rng, (1, 4)), random_ids(rng, (1, 3))
     alone = np.asarray(model((source, target)))
     batch_source = np.zeros((3, 9), "int32")
     batch_target = np.zeros((3, 7), "int32")
     batch_source[0, :4], batch_target[0, :3] = source[0], target[0]
-    batch_source[1:], batch_target[1:] = random_ids((2, 9)), random_ids((2, 7))
+    batch_source[1:], batch_target[1:] = random_ids(rng, (2, 9)), random_ids(rng, (2, 7))
     batched = np.asarray(model((batch_source, batch_target)))
     assert_equal_to_rounding(batched[0, :3], alone[0], precision)
 
@@ -87,9 +86,9 @@ def test_tied_embedding_is_one_matrix():
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_keras_save_load_gives_identical_outputs(variant, tmp_path):
+def test_keras_save_load_gives_identical_outputs(rng, variant, tmp_path):
     model = tiny_model(**VARIANTS[variant])
-    inputs = (random_ids((2, 6)), random_ids((2, 4)))
+    inputs = (random_ids(rng, (2, 6)), random_ids(rng, (2, 4)))
     path = tmp_path / "model.keras"
     model.save(path)
     restored = keras.saving.load_model(path)
@@ -123,11 +122,11 @@ def compiled_fast_model(recipe: kt.Recipe) -> kt.Transformer:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("compiled", [compiled_core_model, compiled_fast_model])
-def test_a_saved_compiled_model_reloads_compiled_and_trains_on(compiled, tmp_path):
+def test_a_saved_compiled_model_reloads_compiled_and_trains_on(rng, compiled, tmp_path):
     recipe = kt.Recipe.preset("tiny", vocab_size=60, dropout=0.0, warmup_steps=10,
                               num_layers=STEP_LAYERS)
     model = compiled(recipe)
-    batch = ((random_ids((4, 6)), random_ids((4, 5))), random_ids((4, 5)))
+    batch = ((random_ids(rng, (4, 6)), random_ids(rng, (4, 5))), random_ids(rng, (4, 5)))
     model.fit(*batch, epochs=1, verbose=0)
     path = tmp_path / "model.keras"
     model.save(path)
@@ -159,29 +158,29 @@ def test_a_saved_compiled_model_reloads_compiled_and_trains_on(compiled, tmp_pat
         assert np.mean(difference > 1e-3 * rate) < 0.01, saved.path
 
 
-def test_get_config_from_config_round_trip():
+def test_get_config_from_config_round_trip(rng):
     model = tiny_model(norm="pre")
     clone = kt.Transformer.from_config(model.get_config())
     clone.set_weights(model.get_weights())
-    inputs = (random_ids((2, 6)), random_ids((2, 4)))
+    inputs = (random_ids(rng, (2, 6)), random_ids(rng, (2, 4)))
     np.testing.assert_array_equal(np.asarray(clone(inputs)), np.asarray(model(inputs)))
 
 
-def test_dropout_only_in_training():
+def test_dropout_only_in_training(rng):
     model = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=60, dropout=0.3))
-    inputs = (random_ids((2, 6)), random_ids((2, 4)))
+    inputs = (random_ids(rng, (2, 6)), random_ids(rng, (2, 4)))
     np.testing.assert_array_equal(model(inputs, training=False), model(inputs, training=False))
     assert not np.allclose(model(inputs, training=True), model(inputs, training=False))
 
 
 @PRECISIONS
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_decode_step_matches_teacher_forced_decoder(precision, variant):
+def test_decode_step_matches_teacher_forced_decoder(rng, precision, variant):
     """A step's log-probabilities are the teacher-forced decoder's log-softmax, PAD and BOS
     left out (-inf)."""
     model = tiny_model(**VARIANTS[variant])
     source = np.array([[5, 6, 7, 3, 0], [8, 9, 10, 11, 3]], "int32")
-    target = random_ids((2, 6))
+    target = random_ids(rng, (2, 6))
     full = tf.nn.log_softmax(model((source, target))).numpy()
     constants, cache = model.init_decoding(model.encode(source), source != 0,
                                            rows_per_sentence=1, max_length=8)
@@ -194,9 +193,9 @@ def test_decode_step_matches_teacher_forced_decoder(precision, variant):
         assert_equal_to_rounding(log_probs[:, emitted], full[:, step, emitted], precision)
 
 
-def test_logits_at_positions_equal_the_full_logits_there():
+def test_logits_at_positions_equal_the_full_logits_there(rng):
     model = tiny_model()
-    source, target = random_ids((3, 6)), random_ids((3, 5))
+    source, target = random_ids(rng, (3, 6)), random_ids(rng, (3, 5))
     positions = np.array([[0, 0], [0, 4], [2, 1], [1, 3]], dtype=np.int64)
     full = model((source, target)).numpy()
     at_positions = packed.logit_factors(model, source, target, positions).logits.numpy()
@@ -205,11 +204,11 @@ def test_logits_at_positions_equal_the_full_logits_there():
 
 @PRECISIONS_BFLOAT16_SLOW
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_packed_layers_equal_padded_layers_in_value_and_gradient(precision, variant):
+def test_packed_layers_equal_padded_layers_in_value_and_gradient(rng, precision, variant):
     """The fast path's packed forward pass runs the layers on real tokens only (`TokenLayout`):
     its logits and weight gradients are those of the core model's padded computation."""
     model = tiny_model(**VARIANTS[variant])
-    source, target = random_ids((3, 7)), random_ids((3, 6))
+    source, target = random_ids(rng, (3, 7)), random_ids(rng, (3, 6))
     source[0, 4:] = source[2, 6:] = target[0, 3:] = target[1, 5:] = kt.PAD_ID
     positions = np.argwhere(target != kt.PAD_ID)
     projection = rng.normal(size=(len(positions), model.config.output_vocab_size))
@@ -239,15 +238,15 @@ def test_packed_layers_equal_padded_layers_in_value_and_gradient(precision, vari
 
 
 @pytest.mark.slow
-def test_fit_rejects_labels_at_padded_target_inputs():
+def test_fit_rejects_labels_at_padded_target_inputs(rng):
     """The packed decoder computes nothing at padding, so a label there is an error, not a
     silently meaningless logit."""
     from trainers.train import compiled_model
 
     with fast.kernels_scope("fast"):
         model, _ = compiled_model(kt.Recipe.preset("tiny", vocab_size=60, num_layers=STEP_LAYERS))
-        source, target_in = random_ids((2, 6)), random_ids((2, 5))
-        target_out = random_ids((2, 5))
+        source, target_in = random_ids(rng, (2, 6)), random_ids(rng, (2, 5))
+        target_out = random_ids(rng, (2, 5))
         target_in[1, 3:] = kt.PAD_ID
         with pytest.raises(tf.errors.InvalidArgumentError, match="target input is padding"):
             model.fit((source, target_in), target_out, epochs=1, verbose=0)
@@ -255,14 +254,15 @@ def test_fit_rejects_labels_at_padded_target_inputs():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("jit_compile", [False, True])
-def test_fit_and_evaluate_score_only_real_target_tokens(jit_compile):
+def test_fit_and_evaluate_score_only_real_target_tokens(rng, jit_compile):
     """train/test steps project only the real target positions (all of them under XLA); the
     loss they report equals the loss of the full `[batch, len, vocab]` logits, padding masked."""
     from trainers.train import compiled_model
 
     model, _ = compiled_model(kt.Recipe.preset("tiny", vocab_size=60, dropout=0.0,
                                                num_layers=STEP_LAYERS), jit_compile=jit_compile)
-    source, target_in, target_out = random_ids((4, 6)), random_ids((4, 5)), random_ids((4, 5))
+    source, target_in, target_out = (random_ids(rng, (4, 6)), random_ids(rng, (4, 5)),
+                                     random_ids(rng, (4, 5)))
     target_in[1:, 3:] = target_out[1:, 3:] = kt.PAD_ID
     expected = kt.LabelSmoothedCrossEntropy(kt.TrainingSettings().label_smoothing)(
         target_out, model((source, target_in)))
@@ -274,7 +274,7 @@ def test_fit_and_evaluate_score_only_real_target_tokens(jit_compile):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_training_differentiates_the_loss_through_the_logit_factors(variant):
+def test_training_differentiates_the_loss_through_the_logit_factors(rng, variant):
     """With fast kernels the train step's loss reaches the weights through `hidden @ kernel`
     (tied or not) and only the real target tokens, with no one-hot over `[tokens, vocab]`; the
     gradients are those of the core model's padded, autodiff loss with the reference kernels
@@ -284,7 +284,8 @@ def test_training_differentiates_the_loss_through_the_logit_factors(variant):
     # One layer a side, but the uneven variant's own depths (3 and 1).
     model, _ = compiled_model(kt.Recipe.preset("tiny", vocab_size=60, dropout=0.0,
                                                **{"num_layers": STEP_LAYERS, **VARIANTS[variant]}))
-    source, target_in, target_out = random_ids((3, 6)), random_ids((3, 5)), random_ids((3, 5))
+    source, target_in, target_out = (random_ids(rng, (3, 6)), random_ids(rng, (3, 5)),
+                                     random_ids(rng, (3, 5)))
     target_in[1:, 3:] = target_out[1:, 3:] = kt.PAD_ID
     data = (tf.constant(source), tf.constant(target_in)), tf.constant(target_out)
 
@@ -320,12 +321,12 @@ def test_training_differentiates_the_loss_through_the_logit_factors(variant):
 
 
 @pytest.mark.parametrize("tied_rows", [False, True])
-def test_output_bias_and_embedding_norm_follow_their_formulas(tied_rows):
+def test_output_bias_and_embedding_norm_follow_their_formulas(rng, tied_rows):
     """Logits `h E^T + b` at every position and in the decoding step (also of a shortlist's
     columns; E transposed once or read as stored), and the embedding layer norm's output
     `LN(E[ids] sqrt(d) + PE)`."""
     model = tiny_model(output_bias=True, embedding_norm=True)
-    source, target = random_ids((2, 5)), random_ids((2, 4))
+    source, target = random_ids(rng, (2, 5)), random_ids(rng, (2, 4))
     hidden = model.decoder_layers[-1](
         model.embed(target, "target", False), model.encode(source),
         self_mask=kt.model.causal_mask(target),

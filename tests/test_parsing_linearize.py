@@ -74,7 +74,8 @@ def test_repair(decoded: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize("decoded", [
-    "(S (S (S (S (S", "XX ) XX ) (NP", "<unk> (VP the cat ) )VP ((( XX", "(NP XX XX XX XX XX XX XX XX",
+    "(S (S (S (S (S", "XX ) XX ) (NP", "<unk> (VP the cat ) )VP ((( XX",
+    "(NP XX XX XX XX XX XX XX XX",
 ])
 def test_garbage_still_gives_a_well_formed_tree_over_the_words(decoded: str) -> None:
     tree = delinearize(decoded, WORDS, TAGS)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from keras_transformer.parsing.trees import Tree, TreeFormatError, read_tree, read_tree_file, read_trees
+from keras_transformer.parsing.trees import (Tree, TreeFormatError, read_tree, read_tree_file,
+                                             read_trees)
 
 MRG = """( (S
     (NP-SBJ (NNP Pierre) (NNP Vinken) )

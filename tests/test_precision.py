@@ -33,22 +33,22 @@ def test_precision_scope_restores_the_policy():
 
 
 @BFLOAT16
-def test_variables_stay_float32_and_logits_are_float32(precision):
+def test_variables_stay_float32_and_logits_are_float32(rng, precision):
     model = tiny_model()
     assert model.compute_dtype == "bfloat16"
     assert {variable.dtype for variable in model.weights} == {"float32"}
-    assert model((random_ids((2, 5)), random_ids((2, 4)))).dtype == "float32"
+    assert model((random_ids(rng, (2, 5)), random_ids(rng, (2, 4)))).dtype == "float32"
 
 
 @BFLOAT16
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_float32_serving_copy_has_the_weights_and_close_logits(precision, variant):
+def test_float32_serving_copy_has_the_weights_and_close_logits(rng, precision, variant):
     model = tiny_model(**VARIANTS[variant])
     copy = serving_copy(model)
     assert copy.compute_dtype == "float32" and keras.config.dtype_policy().name == precision
     for ours, theirs in zip(model.get_weights(), copy.get_weights(), strict=True):
         np.testing.assert_array_equal(ours, theirs)
-    inputs = (random_ids((2, 7)), random_ids((2, 5)))
+    inputs = (random_ids(rng, (2, 7)), random_ids(rng, (2, 5)))
     assert_close_to_rounding(np.asarray(model(inputs)), np.asarray(copy(inputs)))
 
 

@@ -94,7 +94,8 @@ def test_evaluation_lines_name_their_figures():
     steps.on_train_batch_end(0)
     progress.on_train_batch_end(0, {"loss": 2.5})
     progress.on_epoch_end(0, {"loss": 2.5, "dev_bleu": 2.411})
-    assert stream.getvalue() == "kt-train: step 1: loss 2.5, dev greedy BLEU (200 sentences) 2.411\n"
+    assert stream.getvalue() == ("kt-train: step 1: loss 2.5, dev greedy BLEU (200 sentences) "
+                                 "2.411\n")
 
 
 def test_count_progress_reports_every_interval_and_at_the_end():

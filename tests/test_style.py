@@ -1,5 +1,8 @@
-"""The linter CI runs: ruff with the project's rules (ruff.toml: pyflakes and the docstring
-style) over the package, the command lines, the tests and the benchmarks."""
+"""The linter CI runs: ruff with the project's rules (ruff.toml: pyflakes, 100-column lines and
+the docstring style) over the package, the command lines, the tests, the benchmarks and the
+examples, and what ruff has no rule for: docstrings without Google-style sections."""
+import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -8,6 +11,29 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
+CHECKED = ("keras_transformer", "trainers", "tests", "benchmarks", "examples")
+
+# A Google-style (or numpy-style) section: its header alone on a line, e.g. "    Args:".
+SECTION = re.compile(r"^[ \t]*(Args|Arguments|Attributes|Examples?|Keyword Arg(?:ument)?s|Methods|"
+                     r"Notes?|Other Parameters|Parameters|Raises|References|Returns?|See Also|"
+                     r"Todo|Warnings?|Warns|Yields?)[ \t]*:[ \t]*$", re.MULTILINE)
+
+def sectioned_docstrings() -> list[str]:
+    """`path:line name: Header` of every docstring of a module, class or function under
+    `CHECKED` that holds a section header."""
+    found = []
+    for folder in CHECKED:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                     ast.AsyncFunctionDef)):
+                    match = SECTION.search(ast.get_docstring(node, clean=False) or "")
+                    if match:
+                        found.append(f"{path.relative_to(ROOT).as_posix()}:"
+                                     f"{getattr(node, 'lineno', 1)} "
+                                     f"{getattr(node, 'name', '<module>')}: {match.group(1)}:")
+    return found
 
 
 def test_ruff_passes():
@@ -15,9 +41,15 @@ def test_ruff_passes():
             [sys.executable, "-m", "ruff", "--version"], capture_output=True).returncode:
         pytest.skip("ruff is not installed (pip install -e '.[test]' installs it)")
     completed = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "keras_transformer", "trainers", "tests",
-         "benchmarks"], cwd=ROOT, capture_output=True, text=True)
+        [sys.executable, "-m", "ruff", "check", *CHECKED], cwd=ROOT, capture_output=True,
+        text=True)
     assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
+def test_no_docstring_has_google_style_sections():
+    """The project's one docstring style (ruff.toml) names arguments and results in the
+    summary's sentences: no `Args:`, `Returns:`, `Raises:`, `Attributes:` ... sections."""
+    assert sectioned_docstrings() == []
 
 
 def test_no_test_module_imports_another():
@@ -50,3 +82,18 @@ def test_the_shared_test_helpers_bind_each_name_once():
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names.update(target.id for target in targets if isinstance(target, ast.Name))
     assert sorted(name for name, count in names.items() if count > 1) == []
+
+
+def test_no_test_module_shares_a_random_generator():
+    """A generator bound at a test module's top level (or in the shared helpers) gives a test
+    draws that depend on which tests drew before it: tests take their own (the `rng` fixture of
+    conftest.py, or a generator a helper seeds for itself)."""
+    shared = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                    and value.func.attr in ("default_rng", "Random", "RandomState",
+                                            "Generator")):
+                shared.append(f"{path.name}:{node.lineno}")
+    assert shared == []

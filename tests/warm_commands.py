@@ -165,20 +165,11 @@ class WarmProcess:
 
 def start_warm(warm: dict[str, str], command: str, argv: list[str], log: Path | None = None,
                **popen) -> WarmProcess:
-    """`command argv` started through the warm server of `warm` (`warm_commands`) from the
-    project root, its output appended to `log` (or as `popen`'s `subprocess.Popen` options
-    say; an `env` among them is the command's environment in place of `warm`, but PATH).
-
-    Args:
-        warm: the environment `warm_commands` yields.
-        command: a shim's name (`COMMANDS`, `SCRIPT_COMMAND`).
-        argv: its arguments.
-        log: a file the output is appended to, or None.
-        **popen: options of `subprocess.Popen`.
-
-    Returns:
-        The started command's `WarmProcess`.
-    """
+    """`command argv` (`command` a shim's name: `COMMANDS`, `SCRIPT_COMMAND`; `argv` its
+    arguments) started through the warm server of `warm`, the environment `warm_commands` yields,
+    from the project root, as its `WarmProcess`; its output appended to the file `log` (or, with
+    None, as `popen`'s `subprocess.Popen` options say; an `env` among them is the command's
+    environment in place of `warm`, but PATH)."""
     pid_file = Path(tempfile.mkstemp(suffix=".pid", dir=warm[DIRECTORY])[1])
     base = popen.get("env", warm)  # the child's environment: `popen`'s, the shims on its PATH
     options = {"cwd": ROOT, **popen, "env": {**base, "PATH": warm["PATH"],

@@ -1,19 +1,5 @@
-"""`kt-average-checkpoints`: averages a run's newest K checkpoints (section 6.1).
-
-    kt-average-checkpoints runs/multi30k            # the recipe's average_last (5; big: 20)
-    kt-average-checkpoints runs/multi30k --last 3
-
-Without `--last`, as kt-train at the end of a run: the newest `average_last` checkpoints, or
-all of them when fewer were kept (said so on the console); `--last K` averages exactly K.
-
-Writes `<run_dir>/averaged.weights.h5` (or `--output`). `kt-evaluate` and `kt-export` use it by
-default unless the run's `result.json` chose other weights (a finished kt-train run keeps the
-better on dev of the averaged and the final ones); `--weights FILE` picks any. A finished
-run's `result.json` is updated with them: it names the checkpoints averaged now, and records
-their dev BLEU as not known (null) instead of the earlier average's.
-
-The checkpoints of a LoRA run (`kt-train --lora-rank`) hold its adapters: the merged models are
-averaged (each projection's kernel the mean of `W + (alpha/R) A_i B_i`), into plain weights.
+"""`kt-average-checkpoints`: averages a run's newest K checkpoints (section 6.1) into
+`averaged.weights.h5`. Its manual: docs/training.md, "Evaluate and average checkpoints".
 """
 from __future__ import annotations
 

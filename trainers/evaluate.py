@@ -1,26 +1,7 @@
-"""`kt-evaluate`: translates a test set with a trained run and scores it.
-
-    kt-evaluate runs/multi30k --src test_2016_flickr.en.gz --ref test_2016_flickr.de.gz \
-        --tokenized-ref tok/test_2016_flickr.lc.norm.tok.de --beam-size 5
-    kt-evaluate runs/wmt14 --tfds wmt14_translate/de-en --tfds-split test
-    kt-evaluate runs/parsing --task parsing --src test.src --trees test.tree
-
-Reports detokenized, cased sacreBLEU and chrF with their signatures, writes the hypotheses
-(one a line) and, with `--tokenized-ref`, the lowercased tokenized BLEU of published
-Multi30k results. Weights: `--weights`, else the run's result (`result.json`), else its
-averaged, final or newest checkpoint. Progress (sentences translated, their rate, the ETA)
-goes to stderr every 10 seconds.
-`--ensemble RUN_DIR ...` decodes with those runs' models too (same vocabulary), averaging
-their probabilities. An export (a SavedModel, CTranslate2 or LiteRT folder, or its numbered
-versions' parent) in place of the run directory is scored as kt-translate translates with it
-(its search fixed; `--hypotheses` names the output, `--threads` a LiteRT interpreter's). A run of several language pairs (`kt-train --pair`) translates into the
-language `--target-language` names, its hypotheses by default in `<src name>.<language>.hyp`
-(one file per language).
-
-With `--task parsing` the sources are sentences and `--trees` their gold trees (the
-`<split>.src` and `<split>.tree` files of `prepare_parsing`): each decoded sequence is repaired
-into a tree over its sentence's words, the labelled bracket F1, precision and recall (EVALB
-COLLINS.prm rules) are printed, and the trees are written one a line.
+"""`kt-evaluate`: translates a test set with a trained run, an ensemble or an export and scores it
+(sacreBLEU and chrF, the tokenized BLEU of published Multi30k results, or a parser's labelled
+bracket F1), writing the hypotheses. Its manual: docs/training.md, "Evaluate and average
+checkpoints".
 """
 from __future__ import annotations
 

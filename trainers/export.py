@@ -1,44 +1,7 @@
-"""`kt-export`: writes a trained model as a TF Serving SavedModel under `<base-dir>/<name>/<N>/`.
-
-    kt-export runs/tiny/model.keras runs/tiny/vocabulary --name tiny --beam-size 4
-    kt-export runs/demo --name demo
-    kt-export runs/demo --name demo-ct2 --format ctranslate2 --quantization int8
-    kt-export runs/demo --name demo-device --format litert --quantization int8
-    kt-export --describe saved_models/demo      # where its newest version came from
-
-The model is a `.keras` file, or a directory holding one (the newest is used), or a run
-directory holding `config.json` (its `Recipe`) and weights: `--weights`, else the same
-default as `kt-evaluate` (`RunDir.default_weights`: the run's result as `result.json` records
-it, the better on dev of the averaged and the final weights; else the averaged weights, else
-the final weights, else the newest checkpoint). The vocabulary directory is a run's `vocab/`
-(a run directory's own by default): a shared vocabulary (`spm.model`) or an imported model's tokenizer pair (`source.spm`,
-`target.spm`, `vocabulary.json`).
-The search settings fixed in the export are the flags', else a run directory's recipe's, else
-the paper's (beam 4, alpha 0.6, +50). `--precision bfloat16` stores and computes in bfloat16:
-faster where the serving hardware's bfloat16 matmuls are; `auto` measures this machine (export
-on the hardware that will serve). `--shortlist 1000,20` makes each batch's search score only
-the 1,000 most frequent target pieces plus the 20 most specific translations of each source
-piece (learned from `--shortlist-data`, default the files a run directory trained on): faster
-where the output projection is a large part of a step, translations approximate the full
-vocabulary's (`decoding.shortlist`). `--format ctranslate2` writes a CTranslate2 model
-directory instead (`keras_transformer.serving.ctranslate2_export`), quantized as `--quantization` says;
-`--format litert` a LiteRT (TFLite) model of builtin ops only for phones and browser pages, with
-its tokenizer and a manifest (`keras_transformer.serving.litert_export`; `--quantization`
-float32, float16 or int8; `--source-length` fixes every shape, for LiteRT.js and the browser
-page in `web/`).
-
-A run of several language pairs exports one model of its target languages, each asked for
-by name: a SavedModel's signatures take `target_language` too (`keras_transformer.serving.export`),
-a CTranslate2 model records its languages' tokens (`keras_transformer.serving.ctranslate2_export`).
-The decoder layer and heads a run's word alignment reads (its `alignment.json`,
-`keras_transformer.decoding.alignment`) go into a SavedModel's `translate_with_alignment` and a
-CTranslate2 model's alignment layer and heads, so that both place markup (`kt-translate --format
-html|markdown`) by the same alignment.
-
-Every export records where it came from in `assets.extra/` (`keras_transformer.serving.provenance`: the
-run, the weights and why they were chosen, dev/test figures, settings, code version), which
-`--describe` prints; a SavedModel also carries TF Serving's warm-up requests there
-(`keras_transformer.serving.warmup`; `--xla` exports one per padded width up to `--warmup-max-width`).
+"""`kt-export`: writes a trained model (a run directory, or a `.keras` file and its vocabulary) as a
+TF Serving SavedModel under `<base-dir>/<name>/<N>/`, or as a CTranslate2 or LiteRT model
+(`--format`), recording where it came from (`--describe` prints that). Its manual:
+docs/decoding-and-serving.md, "Export with kt-export".
 """
 from __future__ import annotations
 
@@ -196,9 +159,10 @@ def serving_dtype(wanted: str, model: Transformer, settings: SearchSettings) -> 
 
 def load_model(path: str, weights: Optional[str] = None
                ) -> tuple[Transformer, SearchSettings, dict[str, Any]]:
-    """The `Transformer` saved at `path` (see the module docstring for accepted layouts), its
-    default search settings (a run's recipe's; the paper's for a .keras file) and the facts of
-    its origin an export records (`RunDir.provenance` or `provenance.file_provenance`)."""
+    """The `Transformer` saved at `path` (the layouts docs/decoding-and-serving.md's "Export with
+    kt-export" lists), its default search settings (a run's recipe's; the paper's for a .keras
+    file) and the facts of its origin an export records (`RunDir.provenance` or
+    `provenance.file_provenance`)."""
     if os.path.isfile(path):
         return (_checked(keras.saving.load_model(path), path), SearchSettings(),
                 file_provenance(path))

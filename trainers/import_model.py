@@ -1,18 +1,5 @@
-"""`kt-import`: a released Marian (OPUS-MT), NLLB-200 or M2M-100 model folder as a run directory.
-
-    kt-import opus-mt-en-de/ --output-dir runs/opus-mt-en-de
-    echo "A man rides a bike." | kt-translate runs/opus-mt-en-de
-    kt-import nllb-200-distilled-600M/ --output-dir runs/nllb
-    echo "A man rides a bike." | kt-translate runs/nllb --source-language eng_Latn \
-        --target-language fra_Latn
-
-The folder is a Marian release (`decoder.yml`, the `.npz` model, its vocabulary `.yml`,
-`source.spm`, `target.spm`), the same model in Hugging Face's layout (`config.json`,
-`model.safetensors`, `vocab.json`, `source.spm`, `target.spm`), or an NLLB-200 / M2M-100 model
-in Hugging Face's layout (`config.json`, `model.safetensors` or its shards,
-`sentencepiece.bpe.model`, the tokenizer's JSON files). The run directory holds our config, weights and tokenizer pair,
-and `import.json` (origin, file digests, licence and README text); every command takes it like
-a run kt-train wrote. A model we cannot represent is refused by name before anything is written.
+"""`kt-import`: a released Marian (OPUS-MT), NLLB-200 or M2M-100 model folder as a run directory
+every command takes. Its manual: docs/importing.md.
 """
 from __future__ import annotations
 

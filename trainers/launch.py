@@ -105,8 +105,9 @@ def print_help(command: str, argv: Sequence[str]) -> None:
     """Parses `argv` with `command`'s grammar (`trainers.arguments.PARSERS`), which prints its
     help and exits. The grammar reads only `keras_transformer.config`, which imports nothing
     heavy, but importing it runs the package's `__init__`, which imports the model and
-    TensorFlow; so the package stands in `sys.modules` bare meanwhile (its `__init__` not run), and what was imported beside it is
-    dropped again as the help's exit passes (a process that catches it imports all in full)."""
+    TensorFlow; so the package stands in `sys.modules` bare meanwhile (its `__init__` not run),
+    and what was imported beside it is dropped again as the help's exit passes (a process that
+    catches it imports all in full)."""
     bare = "keras_transformer" not in sys.modules  # imported already (a warm process): as is
     if bare:
         sys.modules["keras_transformer"] = importlib.util.module_from_spec(

@@ -39,8 +39,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ValueError, FileNotFoundError, OSError) as error:
         print(f"kt-plot-attention: error: {error}", file=sys.stderr)
         return 2
-    target = args.target or translate_corpus(Translator(model, tokenizer, SearchSettings(beam_size=1)),
-                                             [args.source])[0]
+    target = args.target or translate_corpus(
+        Translator(model, tokenizer, SearchSettings(beam_size=1)), [args.source])[0]
     print(f"target: {target}")
     for attention in attention_maps(model, tokenizer, args.source, target):
         path = os.path.join(args.out, f"{attention.name}.png")

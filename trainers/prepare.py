@@ -1,18 +1,5 @@
-"""`kt-prepare`: tokenizes a training corpus once into sharded token storage for `kt-train`.
-
-    kt-prepare --preset base --train-src train.en.gz --train-tgt train.de.gz \
-        --output-dir prepared/wmt14-en-de
-    kt-prepare --preset base --tfds wmt14_translate/de-en --output-dir prepared/wmt14-en-de
-    kt-train --preset base --prepared prepared/wmt14-en-de --dev-src ... --dev-tgt ...
-
-`--set subword_dropout=0.1` stores `subword_samples` (16) BPE-dropout segmentations of each
-pair instead of one deterministic one. The corpus is streamed, never held: memory stays that of the vocabulary's sentence sample.
-The vocabulary is learned from a seeded sample (or taken from `--vocab DIR`) and saved as the
-directory's `spm.model`; the manifest, written last, records the pairs stored and dropped,
-and those longer than the recipe's `max_length` (stored: another model may take them), with
-the first line numbers of each kind, which a warning on stderr names too. Learning the
-vocabulary prints a line as it starts and as it ends, tokenizing a line every 10 seconds.
-`kt-train` given raw files does the same into its run directory by itself.
+"""`kt-prepare`: tokenizes a training corpus once into sharded token storage for `kt-train`. Its
+manual: docs/data.md, "Prepare once: token storage for corpora of any size".
 """
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
 """`kt-score`: how sure a run's model is of given translations: each pair's teacher-forced
-log-probability per token, per word and per sentence (`keras_transformer.decoding.confidence`:
-Bergamot's quality estimation, the words as the target SentencePiece model joins pieces).
-
-    kt-score runs/demo --src test.en --tgt test.hyp.de --output test.scores.jsonl
-
-    kt-score runs/nllb --src test.en --tgt test.fr --source-language eng --target-language fra_Latn
-
-Writes one JSON object a line, in the pairs' order: `sentence` (the mean of the word scores and
-of the end of sentence's log-probability),
-`words` ([word, score] pairs) and `tokens` ([piece, log-probability] pairs, the end of sentence
-`</s>` last). A source longer than the model's `max_length` is scored from its start (a warning
-names the lines); a target longer is refused, naming its line. A model of several target
-languages (`kt-train --pair`, an imported multi-target or NLLB-200/M2M-100 model) scores the
-pairs into the language `--target-language` names (from `--source-language`, where the model
-reads it), their tokens placed as `kt-translate` places them; a token forced first in the
-translation is not scored.
+log-probability per token, per word and per sentence (Bergamot's quality estimation), one JSON
+object a line. Its manual: docs/decoding-and-serving.md, "Confidence: kt-score and --scores".
 """
 from __future__ import annotations
 

@@ -1,24 +1,6 @@
-"""`kt-train`: trains a Transformer with Keras `fit`, evaluates it and exports it.
-
-With no arguments this is the offline quick start: a `tiny` model on the generated demo
-corpus in `runs/demo`, evaluated on the demo test set, TensorBoard logs (with attention
-heatmaps) in `runs/demo/tensorboard`, exported to `saved_models/demo-staging/<version>`: a
-run's own export has a name no server is pointed at (promote it with `kt-export --name`).
-
-    kt-train --preset small --train-src train.en.gz --train-tgt train.de.gz \
-        --dev-src val.en.gz --dev-tgt val.de.gz --output-dir runs/multi30k --max-minutes 60
-    kt-train --preset base --tfds wmt14_translate/de-en --tfds-source-language en \
-        --tfds-target-language de
-
-    kt-train --preset multi30k --pair en-de train.en train.de --pair en-fr train.en train.fr \
-        --dev-pair en-de val.en val.de --dev-pair en-fr val.en val.fr --output-dir runs/en-x
-
-    kt-train --preset parsing-small --task parsing --train-src train.src --train-tgt train.tgt \
-        --dev-src dev.src --dev-tgt dev.tgt --test-src test.src --test-tgt test.tgt \
-        --test-tree test.tree --output-dir runs/parsing
-
-A killed run restarts from its last backup when started again with the same options: weights,
-optimizer state, dropout seeds and its place in the data (`keras_transformer.training.backup`).
+"""`kt-train`: trains a Transformer with Keras `fit`, evaluates it and exports it; with no
+arguments, the offline demo job in `runs/demo`. A killed run restarts from its last backup when
+started again with the same options. Its manual: docs/training.md.
 """
 from __future__ import annotations
 
@@ -69,20 +51,15 @@ from trainers.train_evaluation import (DEV_BLEU, DevSet, attention_tokenizer, de
 def compiled_model(recipe: Recipe, jit_compile: bool = False, steps_per_execution: int = 1,
                    lora_rank: Optional[int] = None, lora_alpha: Optional[float] = None
                    ) -> tuple[Transformer, MaskedTokenAccuracy]:
-    """A Transformer compiled with the paper's optimizer, schedule and loss (in scope), under
-    the global dtype policy and kernel set (`fast.FastTransformer`: with the reference set,
-    Keras's own steps).
+    """A Transformer of `recipe`'s architecture compiled with the paper's optimizer, schedule and
+    loss (in scope) of `recipe`'s training settings, under the global dtype policy and kernel set
+    (`fast.FastTransformer`: with the reference set, Keras's own steps), and its token accuracy
+    metric.
 
-    Args:
-        recipe: the model's architecture and its training settings.
-        jit_compile: XLA-compile the train step.
-        steps_per_execution: steps per call of the train function.
-        lora_rank: LoRA adapters of this rank on every projection, built with the model, and
-            every other weight frozen (`Transformer(lora_rank=)`); None: a plain model.
-        lora_alpha: the adapters' scale numerator (`lora_alpha / lora_rank`).
-
-    Returns:
-        The model and its token accuracy metric.
+    `jit_compile` XLA-compiles the train step; `steps_per_execution` is the steps per call of the
+    train function. `lora_rank` puts LoRA adapters of this rank on every projection, built with the
+    model, and freezes every other weight (`Transformer(lora_rank=)`; None: a plain model);
+    `lora_alpha` is the adapters' scale numerator (`lora_alpha / lora_rank`).
     """
     model = fast.FastTransformer(recipe.architecture, lora_rank=lora_rank,
                                  lora_alpha=lora_alpha)

@@ -65,16 +65,11 @@ def attention_tokenizer(tokenizer: Tokenizer, languages: Optional[RunLanguages],
 def warn_of_truncated_sources(tokenizer: Tokenizer, sources: dict[str, tuple[str, Sequence[str]]],
                               max_length: int, languages: Optional[RunLanguages] = None) -> None:
     """Warns (on stderr, as kt-evaluate does) of the lines of each set kt-train translates that
-    the model takes only the first `max_length - 1` subwords of: their dev and test figures
-    score those lines' translations all the same.
-
-    Args:
-        tokenizer: the run's tokenizer.
-        sources: each set's name in the warning (its file) -> (its language pair, "" for a
-            run of one pair; its source sentences).
-        max_length: the model's `max_length`.
-        languages: the run's target languages (`RunDir.languages`), None for one.
-    """
+    the model takes only the first `max_length - 1` subwords of (`max_length`: the model's):
+    their dev and test figures score those lines' translations all the same. `sources` maps each
+    set's name in the warning (its file) to (its language pair, "" for a run of one pair; its
+    source sentences), tokenized by `tokenizer`, the run's; `languages` are the run's target
+    languages (`RunDir.languages`), None for one."""
     for name, (pair, texts) in sources.items():
         parsed = LanguagePair.parse(pair) if pair else None
         truncated = truncated_sources(

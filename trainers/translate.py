@@ -1,36 +1,7 @@
-"""`kt-translate`: translates text files (or standard input) with an export or a run directory.
-
-    kt-translate saved_models/demo input.en > output.de        # the newest version of an export
-    kt-translate saved_models/demo/3 a.en b.en --output a.de b.de
-    kt-translate runs/demo - --beam-size 8 --nbest 3 < input.en  # a run: search flags allowed
-    kt-translate runs/demo input.en --top-p 0.9 --seed 1   # sampling (reproducible per seed)
-    kt-translate saved_models/demo-ct2 input.en   # a CTranslate2 export (kt-export --format)
-    kt-translate saved_models/demo-device input.en --threads 2   # a LiteRT export
-
-One output line per input line, in order: an empty line gives an empty line, a line of
-whitespace alone (spaces, tabs, no-break spaces) itself, a line that is not
-valid UTF-8 is translated with U+FFFD replacements (with a warning naming file and line), and a
-line longer than the model's `max_length` is translated from its first `max_length - 1`
-subwords (a warning counts such lines and names the first). With `--nbest K` each input line gives K lines `INDEX ||| TRANSLATION ||| SCORE`
-(INDEX: the 0-based line number in its file), best first. With `--prefix FILE` (one per input,
-line for line) each translation starts with its prefix line (the target text typed so far; an
-empty line leaves the sentence free). `--terms GLOSSARY` (lines `source phrase ||| target
-phrase`) makes each translation contain the target phrases whose source phrases its line
-contains, and `--constraints FILE` (one per input, line for line: target phrases separated by
-tabs) the phrases given; the search is then lexically constrained (`keras_transformer.constraints`),
-a phrase it could not place before the length limit is named in a warning (file, line, phrase).
-`--scores FILE` (one per input) writes how sure the model is of each translation, one JSON
-object a line: `score` (the search's), `sentence` and `words` (Bergamot's quality estimation,
-`keras_transformer.decoding.confidence`: a word's score is the mean log-probability of its
-pieces, the sentence's the mean of its words' and of ending there); with `--terms` or `--constraints` (a run
-directory), the constrained translation is scored as kt-score scores a translation.
-`--ensemble RUN_DIR ...` (with a run directory) decodes
-with those runs' models too, averaging their probabilities. An export's search settings are fixed
-in its graph: to change them, export again (`kt-export --beam-size ...`).
-A model trained on several language pairs (`kt-train --pair`), or its export, translates into
-the language `--target-language` names (`kt-translate runs/multi in.en --target-language de`);
-an imported NLLB-200 or M2M-100 model from the language `--source-language` names too
-(`kt-translate runs/nllb in.en --source-language eng_Latn --target-language fra_Latn`).
+"""`kt-translate`: translates text files (or standard input) with an export (a SavedModel,
+CTranslate2 or LiteRT folder) or a run directory, one output line per input line, in order; n-best
+lists, prefixes, terminology, confidence scores and documents on request. Its manual:
+docs/decoding-and-serving.md, "kt-translate".
 """
 from __future__ import annotations
 
@@ -122,18 +93,10 @@ def load_translator(args: argparse.Namespace) -> LineTranslator:
 
 def nbest_lines(translator: LineTranslator, lines: list[bytes], args: argparse.Namespace,
                 progress: CountProgress) -> list[str]:
-    """The `--nbest` output of `lines`, in their order.
-
-    Args:
-        translator: what translates.
-        lines: raw input lines.
-        args: the command line's options (`--nbest`, `--batch-size`, `--batch-tokens`).
-        progress: advanced by each batch's size.
-
-    Returns:
-        For each line its `args.nbest` lines `INDEX ||| TRANSLATION ||| SCORE` (joined by
-        newlines), best first.
-    """
+    """The `--nbest` output of `lines` (raw input lines) by `translator`, in their order: for
+    each line its `args.nbest` lines `INDEX ||| TRANSLATION ||| SCORE` (joined by newlines), best
+    first. `args` are the command line's options (`--nbest`, `--batch-size`, `--batch-tokens`);
+    `progress` is advanced by each batch's size."""
     outputs: list[str] = [""] * len(lines)
     lengths = [len(line.split()) for line in lines]
     for batch in length_batches(lengths, args.batch_size, args.batch_tokens):
@@ -147,17 +110,10 @@ def nbest_lines(translator: LineTranslator, lines: list[bytes], args: argparse.N
 
 def check_translator(args: argparse.Namespace, translator: LineTranslator,
                      terms: list[Optional[list[str]]]) -> None:
-    """Checks that the model serves the flags given.
-
-    Args:
-        args: the command line's options.
-        translator: the loaded model (`load_translator`).
-        terms: each input's terms (`read_terms`).
-
-    Raises:
-        ValueError naming the flag the model cannot serve: `--terms` or `--constraints`,
-        `--scores`, `--nbest` beyond the beam, `--prefix`.
-    """
+    """Checks that `translator`, the loaded model (`load_translator`), serves the flags given in
+    `args`, the command line's options, `terms` being each input's terms (`read_terms`); a
+    ValueError names the flag the model cannot serve: `--terms` or `--constraints`, `--scores`,
+    `--nbest` beyond the beam, `--prefix`."""
     if terms[0] is not None and not translator.takes_terms:
         raise ValueError(f"--{'terms' if args.terms else 'constraints'}: {args.model} has "
                          "no constrained search (CTranslate2 and LiteRT exports have none, "

@@ -1,24 +1,6 @@
-r"""`kt-translate-corpus`: translates a whole training corpus with a teacher (a run, an ensemble
-of runs, or an export), resumably and in shards: the data job of distillation.
-
-    kt-translate-corpus runs/teacher1 train.en --ensemble runs/teacher2 --beam-size 5 \\
-        --output distilled/train.de
-    kt-translate-corpus runs/teacher1 train.en --output distilled/train.de --shard 2/4  # 1 of 4
-
-The input is cut into chunks of `--chunk-lines` lines, each translated in length-sorted
-batches and written whole into OUTPUT.parts/ (see `keras_transformer.distillation.corpus_translation`): a
-killed job started again with the same command continues where it stopped, with the same
-output as an uninterrupted one; shards (`--shard I/N`, workers sharing the directory) each take
-every N-th chunk, and whichever writes the last chunk joins them into OUTPUT in input order.
-A restart whose input, chunking or teacher (weights, vocabulary, search settings) differs from
-the partial output's is refused, naming what differs. With `--closest-to-reference REF` (the
-corpus' target side), each line's translation is, of the beam's every hypothesis, the one with
-the highest sentence BLEU against its reference (Kim & Rush's sequence-level interpolation)
-instead of the best-scored one. Lines follow kt-translate's rules: an
-empty line gives an empty line, invalid UTF-8 is translated with U+FFFD replacements (a warning
-names the line), a line longer than the model's `max_length` is translated from its start
-(a warning counts such lines and names the first). A teacher of several target languages
-(`kt-train --pair`, or its export) translates into the language `--target-language` names.
+"""`kt-translate-corpus`: translates a whole training corpus with a teacher (a run, an ensemble of
+runs, or an export), resumably and in shards: the data job of distillation. Its manual:
+docs/training.md, "Teacher to student".
 """
 from __future__ import annotations
 
@@ -29,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from keras_transformer.distillation.corpus_translation import CorpusTranslation, Progress, Shard, file_sha256
+from keras_transformer.distillation.corpus_translation import (CorpusTranslation, Progress, Shard,
+                                                               file_sha256)
 from keras_transformer.evaluation import sentence_bleu
 from keras_transformer.serving.loading import export_version
 from keras_transformer.serving.text_translation import (best_lines, closest_lines,

@@ -25,17 +25,14 @@ Batch = tuple[tuple[np.ndarray, np.ndarray], np.ndarray]
 
 
 class BatchPlan:
-    """The endless, seeded stream of token-budget batches over a `TokenStorage`.
+    """The endless, seeded stream of token-budget batches over `storage`, the `TokenStorage` of the
+    prepared pairs.
 
-    Args:
-        storage: the prepared pairs.
-        batch_tokens: the most source (and target) positions a batch has, padding included.
-        max_length: pairs whose longer side exceeds this many ids (with its EOS/BOS) are left
-            out.
-        seed: fixes every epoch's order.
-        bucket_width: the step of the bucket boundaries (`bucket_boundaries`).
-        word_dropout: the probability `drop_words` replaces a piece by UNK (0: never); drawn
-            from the seed and the batch's position in the stream, so a resume gives the same.
+    A batch has at most `batch_tokens` source (and target) positions, padding included; pairs whose
+    longer side exceeds `max_length` ids (with its EOS/BOS) are left out. `seed` fixes every epoch's
+    order; `bucket_width` is the step of the bucket boundaries (`bucket_boundaries`). `word_dropout`
+    is the probability `drop_words` replaces a piece by UNK (0: never), drawn from the seed and the
+    batch's position in the stream, so a resume gives the same.
     """
 
     def __init__(self, storage: TokenStorage, batch_tokens: int, max_length: int, seed: int,
@@ -63,7 +60,8 @@ class BatchPlan:
         generator = np.random.default_rng([self.seed, epoch, 0])
         return generator.permutation(len(self.storage.shards))
 
-    def batches_of_shard(self, epoch: int, index: int, shard: Shard) -> list[tuple[int, np.ndarray]]:
+    def batches_of_shard(self, epoch: int, index: int,
+                         shard: Shard) -> list[tuple[int, np.ndarray]]:
         """Shard `index`'s batches in epoch `epoch`, in training order: (bucket, pair indices)."""
         generator = np.random.default_rng([self.seed, epoch, 1, index])
         longest = shard.lengths.max(axis=1) + 1
@@ -168,18 +166,11 @@ def padded_batch(shard: Shard, members: np.ndarray, length: int) -> Batch:
 
 
 def drop_words(batch: Batch, rate: float, generator: np.random.Generator) -> Batch:
-    """Word dropout (Sennrich et al., 2016): `batch` with each piece of the source and of the
-    decoder input replaced by UNK with probability `rate`; BOS, EOS, padding and the labels
-    (`target_out`) are kept, so the model still predicts every true piece.
-
-    Args:
-        batch: `((source, target_in), target_out)` as `padded_batch` makes it.
-        rate: the probability of each replacement.
-        generator: draws the replacements.
-
-    Returns:
-        The batch with the replacements (new arrays; `batch` is unchanged).
-    """
+    """Word dropout (Sennrich et al., 2016): `batch` (`((source, target_in), target_out)` as
+    `padded_batch` makes it) with each piece of the source and of the decoder input replaced by
+    UNK with probability `rate`, the replacements drawn by `generator`, in new arrays (`batch` is
+    unchanged); BOS, EOS, padding and the labels (`target_out`) are kept, so the model still
+    predicts every true piece."""
     (source, target_in), target_out = batch
 
     def dropped(ids: np.ndarray) -> np.ndarray:

@@ -95,16 +95,13 @@ def language_token_ids(tokenizer: SubwordTokenizer, languages: Sequence[str],
 
 def sample_language_sentences(sides: Sequence[tuple[str, ParallelSource, int]],
                               sentences: int, seed: int) -> Iterator[str]:
-    """The texts a vocabulary shared by several languages is learned from, each language's
-    share the same: `sentences // L` of each of the L languages, a seeded uniform sample of
-    all its lines (a language with fewer lines is taken whole), empty lines left out; one
-    language after the other, in sorted order.
+    """The texts a vocabulary shared by several languages is learned from, at most `sentences` in
+    all, each language's share the same: `sentences // L` of each of the L languages, a uniform
+    sample of all its lines drawn from `seed` (a language with fewer lines is taken whole), empty
+    lines left out; one language after the other, in sorted order.
 
-    Args:
-        sides: (language, source, side) for every side of every corpus: `side` 0 for the
-            pairs' source texts, 1 for their targets.
-        sentences: how many texts in all, at most.
-        seed: draws each language's sample.
+    `sides` holds (language, source, side) for every side of every corpus: `side` 0 for the pairs'
+    source texts, 1 for their targets.
     """
     languages = sorted({language for language, _, _ in sides})
     wanted = max(1, sentences // len(languages))

@@ -40,16 +40,13 @@ def temperature_shares(sizes: Sequence[int], temperature: float) -> np.ndarray:
 
 
 class PairSampling:
-    """The endless, seeded stream of batches over several pairs' `BatchPlan`s.
+    """The endless, seeded stream of batches over several pairs' `BatchPlan`s: `plans`, each pair's
+    plan by the pair's name (in the order of the shares), sampled at the temperature `temperature`
+    (T of `temperature_shares`), the pairs drawn from `seed`.
 
-    Args:
-        plans: each pair's plan, by the pair's name (in the order of the shares).
-        temperature: the sampling temperature T (`temperature_shares`).
-        seed: draws the pairs.
-        prefixes: by pair name, the ids its storage put before every source and every target
-            (a target-language token, `languages`): kept whole in its batches (word dropout
-            replaces none of them), and a target's never a label (the decoder reads it but is
-            not trained to predict it).
+    `prefixes` holds, by pair name, the ids its storage put before every source and every target (a
+    target-language token, `languages`): kept whole in its batches (word dropout replaces none of
+    them), and a target's never a label (the decoder reads it but is not trained to predict it).
     """
 
     def __init__(self, plans: dict[str, BatchPlan], temperature: float, seed: int,

@@ -130,33 +130,30 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Tok
             subword_dropout: float = 0.0, samples: int = 1,
             max_length: Optional[int] = None,
             prefixes: tuple[Sequence[int], Sequence[int]] = ((), ())) -> TokenStorage:
-    """Tokenizes every pair of `source` into token storage in `directory`.
+    """Tokenizes every pair of `source` (`text_file_source`, `tfds_source`) with `tokenizer`, the
+    run's (its files are saved beside the shards), into token storage in `directory` (created if
+    needed; an earlier storage there is replaced), and returns the storage.
 
-    Args:
-        source: the pairs (`text_file_source`, `tfds_source`).
-        directory: created if needed; an earlier storage there is replaced.
-        tokenizer: the run's (its files are saved beside the shards).
-        shard_pairs: pairs a shard holds on average (the shard count is the pairs to store
-            over this, rounded up, at most `MAX_SHARDS`: shards grow beyond 400 million).
-        seed: draws each pair's shard and the sampled segmentations.
-        threads: SentencePiece threads for deterministic segmentation (default: every core).
-        subword_dropout: 0 for the deterministic segmentation; p > 0 stores `samples`
-            BPE-dropout segmentations of each pair (each merge skipped with probability p),
-            sampled on one thread from seeds derived from `seed`, so the storage depends on
-            the arguments alone.
-        samples: segmentations stored per pair when `subword_dropout` > 0.
-        max_length: a model's (optional): the stored segmentations with a side longer than
-            it, EOS included, which such a model does not train on (`BatchPlan`), are counted
-            too ("longer_than_max_length").
-        prefixes: ids put before every pair's source ids and before its target ids (e.g. a
-            target-language token, `languages`), counted in its lengths; recorded in the
-            manifest ("prefixes") when there are any.
+    A shard holds `shard_pairs` pairs on average (the shard count is the pairs to store over this,
+    rounded up, at most `MAX_SHARDS`: shards grow beyond 400 million). `seed` draws each pair's
+    shard and the sampled segmentations. `threads` are the SentencePiece threads of the
+    deterministic segmentation (default: every core).
 
-    Returns:
-        The storage. Pairs with an empty side, and segmentations with a side over 65,535 ids,
-        are dropped and counted in the manifest ("pairs"; for a `combined_source`, each
-        corpus' counts too, under "corpora"), with the first line numbers of each kind
-        (`FIRST_LINES` at most, 1-based in their corpus: "first_lines"); see `left_out`.
+    `subword_dropout` 0 gives the deterministic segmentation; p > 0 stores `samples` BPE-dropout
+    segmentations of each pair (each merge skipped with probability p), sampled on one thread from
+    seeds derived from `seed`, so the storage depends on the arguments alone (`samples` counts only
+    when `subword_dropout` > 0).
+
+    `max_length`, a model's (optional): the stored segmentations with a side longer than it, EOS
+    included, which such a model does not train on (`BatchPlan`), are counted too
+    ("longer_than_max_length"). `prefixes` are ids put before every pair's source ids and before its
+    target ids (e.g. a target-language token, `languages`), counted in its lengths; recorded in the
+    manifest ("prefixes") when there are any.
+
+    Pairs with an empty side, and segmentations with a side over 65,535 ids, are dropped and counted
+    in the manifest ("pairs"; for a `combined_source`, each corpus' counts too, under "corpora"),
+    with the first line numbers of each kind (`FIRST_LINES` at most, 1-based in their corpus:
+    "first_lines"); see `left_out`.
     """
     if shard_pairs < 1 or samples < 1:
         raise ValueError(f"shard_pairs and samples must be positive, got {shard_pairs} and "

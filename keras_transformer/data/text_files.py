@@ -190,9 +190,9 @@ def read_parallel(
 ) -> tuple[list[str], list[str]]:
     """Read a line-aligned parallel corpus and return (sources, targets).
 
-    The files' line counts are compared before anything else happens; a mismatch raises ValueError naming both files and both counts. Pairs with an
-    empty side, and pairs with a side longer than ``max_length_chars`` characters, are
-    dropped and the counts logged at INFO level.
+    The files' line counts are compared before anything else happens; a mismatch raises ValueError
+    naming both files and both counts. Pairs with an empty side, and pairs with a side longer than
+    ``max_length_chars`` characters, are dropped and the counts logged at INFO level.
     """
     if max_length_chars is not None and max_length_chars < 1:
         raise ValueError(f"max_length_chars must be >= 1 or None, got {max_length_chars}")

@@ -29,24 +29,17 @@ def tfds_pairs(
     data_dir: str | None = None,
     download: bool = True,
 ) -> tuple[int, Iterator[tuple[str, str]]]:
-    """The number of pairs of ``split`` of the translation dataset ``name`` and a stream of
-    them, stripped (empty sides included), read as they are consumed.
+    """The number of pairs of the split `split` (e.g. "train" or "validation") of the translation
+    dataset `name` and a stream of them, as
+    `(pairs in the split, an iterator of (source, target) strings)`, stripped (empty sides
+    included), read as they are consumed.
 
-    Args:
-        name: the builder and its language-pair config, e.g. "wmt14_translate/de-en" or
-            "ted_hrlr_translate/pt_to_en".
-        split: e.g. "train" or "validation".
-        source_lang: the language translated from (a feature of the dataset).
-        target_lang: the language translated into.
-        data_dir: tensorflow-datasets' data directory.
-        download: prepare the dataset if needed; False requires it prepared in ``data_dir``.
-
-    Returns:
-        (pairs in the split, an iterator of (source, target) strings).
-
-    Raises:
-        ValueError: an unknown name, language or split, or a download or preparation that
-            failed (naming the dataset and the reason).
+    `name` is the builder and its language-pair config, e.g. "wmt14_translate/de-en" or
+    "ted_hrlr_translate/pt_to_en"; `source_lang` the language translated from (a feature of the
+    dataset), `target_lang` the language translated into; `data_dir` tensorflow-datasets' data
+    directory. `download` prepares the dataset if needed; False requires it prepared in `data_dir`.
+    A ValueError names the dataset and the reason for an unknown name, language or split, or a
+    download or preparation that failed.
     """
     builder = _builder(name, data_dir)
     languages = sorted(builder.info.features.keys())

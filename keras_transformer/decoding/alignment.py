@@ -124,9 +124,9 @@ def word_alignment(target_pieces: Sequence[str], source_pieces: Sequence[str],
 
 def _piece_words(pieces: Sequence[str]) -> list[int]:
     """Each piece's word index: a piece starting with the word mark (or the mark alone, before
-    byte pieces) starts a word, as does a byte piece (`<0x50>`: a character the vocabulary lacks) before any word; other pieces
-    before the first word (a language token), and an end-of-sentence piece, belong to none
-    (-1)."""
+    byte pieces) starts a word, as does a byte piece (`<0x50>`: a character the vocabulary
+    lacks) before any word; other pieces before the first word (a language token), and an
+    end-of-sentence piece, belong to none (-1)."""
     words: list[int] = []
     word = -1
     for piece in pieces:

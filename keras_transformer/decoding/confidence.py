@@ -40,19 +40,14 @@ class Confidence:
 def word_scores(pieces: tf.Tensor, log_probs: tf.Tensor, real: tf.Tensor, end: tf.Tensor
                 ) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.Tensor]:
     """Bergamot's scores of translations, in the graph (`kt-score` and the SavedModel's
-    `translate_with_scores` alike).
+    `translate_with_scores` alike): `(words, scores, sentence)`, `[batch, (W)]` each translation's
+    words (a "▁" piece, or the first, starts one; "▁" dropped), `[batch, (W)]` each word's mean
+    piece log-probability, and `[batch]` the mean of each translation's word scores and `end`.
 
-    Args:
-        pieces: `[batch, T]` strings, each translation's pieces (EOS left out by `real`).
-        log_probs: `[batch, T]` float32, each piece's log-probability.
-        real: `[batch, T]` bool, the positions of the pieces (not EOS, not padding).
-        end: `[batch]` float32, the log-probability of ending where each translation ends
-            (`token_and_end_log_probs`).
-
-    Returns:
-        `(words, scores, sentence)`: `[batch, (W)]` each translation's words (a "▁" piece, or
-        the first, starts one; "▁" dropped), `[batch, (W)]` each word's mean piece
-        log-probability, and `[batch]` the mean of each translation's word scores and `end`.
+    `pieces` are `[batch, T]` strings, each translation's pieces (EOS left out by `real`);
+    `log_probs` `[batch, T]` float32, each piece's log-probability; `real` `[batch, T]` bool, the
+    positions of the pieces (not EOS, not padding); `end` `[batch]` float32, the log-probability of
+    ending where each translation ends (`token_and_end_log_probs`).
     """
     first = tf.equal(tf.range(tf.shape(pieces)[1]), 0)[None]
     starts = tf.ragged.boolean_mask(
@@ -102,20 +97,11 @@ def confidences(pieces: Sequence[Sequence[str]], log_probs: Sequence[Sequence[fl
 def score_pairs(model: Transformer, tokenizer: Tokenizer, sources: Sequence[str],
                 targets: Sequence[str], batch_size: int = 32,
                 on_batch: Optional[Callable[[int], None]] = None) -> list[Confidence]:
-    """The `Confidence` of each target as the translation of its source.
-
-    Args:
-        model: the model (of one target language).
-        tokenizer: its tokenizer.
-        sources: source texts.
-        targets: their translations, one per source (ValueError naming the first line with more
-            subwords than the model's positions).
-        batch_size: pairs scored at once.
-        on_batch: called with each batch's size once it is scored.
-
-    Returns:
-        One `Confidence` per pair, in order.
-    """
+    """The `Confidence` of each of `targets` as the translation of its source in `sources` (one
+    target per source), one per pair, in order, by `model` (of one target language) and its
+    `tokenizer`, `batch_size` pairs scored at once; `on_batch` is called with each batch's size
+    once it is scored. A ValueError names the first line of `targets` with more subwords than the
+    model's positions."""
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources):,} sources but {len(targets):,} targets")
     max_length = model.config.max_length

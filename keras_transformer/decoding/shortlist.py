@@ -90,24 +90,13 @@ class VocabularyShortlist(tf.Module):
 def build_shortlist(source_ids: Iterable[Sequence[int]], target_ids: Iterable[Sequence[int]],
                     vocab_size: int, frequent: int, per_source: int,
                     target_vocab_size: Optional[int] = None) -> VocabularyShortlist:
-    """A `VocabularyShortlist` from line-aligned id sequences of a parallel corpus: the
-    `frequent` most common target ids (by token count) and, per source id, the `per_source`
-    target ids of highest Dice coefficient 2 c(s, t) / (c(s) + c(t)): c(s, t) counts the
-    sentence pairs whose source holds s and whose target holds t, c(s) those whose source
-    holds s, c(t) those whose target holds t.
-
-    Args:
-        source_ids: each pair's source ids, below `vocab_size`.
-        target_ids: each pair's target ids, below `target_vocab_size`.
-        vocab_size: the source vocabulary's size.
-        frequent: how many of the most common target ids to keep.
-        per_source: how many target ids to keep per source id.
-        target_vocab_size: the target vocabulary's size (default: `vocab_size`, one
-            vocabulary for both sides).
-
-    Returns:
-        The shortlist.
-    """
+    """A `VocabularyShortlist` from line-aligned id sequences of a parallel corpus, `source_ids`
+    (each pair's source ids, below `vocab_size`, the source vocabulary's size) and `target_ids`
+    (each pair's target ids, below `target_vocab_size`, the target vocabulary's size; default
+    `vocab_size`, one vocabulary for both sides): the `frequent` most common target ids (by token
+    count) and, per source id, the `per_source` target ids of highest Dice coefficient 2 c(s, t)
+    / (c(s) + c(t)): c(s, t) counts the sentence pairs whose source holds s and whose target
+    holds t, c(s) those whose source holds s, c(t) those whose target holds t."""
     if frequent < 0 or per_source < 1:
         raise ValueError(f"shortlist: needs frequent >= 0 and per_source >= 1, got "
                          f"{frequent} and {per_source}")

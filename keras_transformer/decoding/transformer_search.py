@@ -52,31 +52,26 @@ def run_search(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSe
                shortlist: Optional[VocabularyShortlist] = None, greedy: Optional[bool] = None,
                static_shapes: bool = False, num_samples: int = 1,
                constraints: Optional[tf.Tensor] = None) -> DecodeResult:
-    """Builds a search over `source_ids` (call it inside a `tf.function`).
+    """Builds a search over `source_ids` (`[batch, src_len]` int32, EOS-terminated, right-padded
+    with PAD) by `model`, the Transformer or an ensemble's (their probabilities averaged), whose
+    result is the n-best `DecodeResult` (when sampling, the samples in the order drawn); call it
+    inside a `tf.function`.
 
-    Args:
-        model: the Transformer, or an ensemble's (their probabilities averaged).
-        source_ids: `[batch, src_len]` int32, EOS-terminated, right-padded with PAD.
-        settings: beam size, length penalty, length limit and sampling (default: the
-            paper's).
-        use_cache: False recomputes the whole decoder at every position (the reference).
-        eos_id: -1 disables end of sentence (every hypothesis runs to its length limit).
-        prefix_ids: optional `[batch, P]` target ids every hypothesis starts with (PAD-padded).
-        shortlist: score only its `target_ids` for this batch (None: the whole vocabulary).
-        greedy: the greedy search (default: when `beam_size` is 1); unused when sampling.
-        static_shapes: build the search with the sizes the input shapes fix (what XLA
-            compiles): the shortlist's `padded_target_ids` instead of its `target_ids`, and
-            caches read whole (`Transformer.init_decoding`).
-        num_samples: translations drawn per sentence when `settings.sampling`.
-        constraints: optional `[batch, C, L]` target phrases (ids, PAD-padded) each
-            translation must contain: the constrained beam search (`search.beam`), whatever
-            the beam size; a shortlist then scores their ids too.
+    `settings` are the beam size, length penalty, length limit and sampling (default: the paper's).
+    `use_cache` False recomputes the whole decoder at every position (the reference). `eos_id` -1
+    disables end of sentence (every hypothesis runs to its length limit). `prefix_ids`, optional
+    `[batch, P]`, are target ids every hypothesis starts with (PAD-padded). A `shortlist` scores
+    only its `target_ids` for this batch (None: the whole vocabulary). `greedy` chooses the greedy
+    search (default: when `beam_size` is 1); unused when sampling. `static_shapes` builds the search
+    with the sizes the input shapes fix (what XLA compiles): the shortlist's `padded_target_ids`
+    instead of its `target_ids`, and caches read whole (`Transformer.init_decoding`). `num_samples`
+    translations are drawn per sentence when `settings.sampling`. `constraints`, optional
+    `[batch, C, L]`, are target phrases (ids, PAD-padded) each translation must contain: the
+    constrained beam search (`search.beam`), whatever the beam size; a shortlist then scores their
+    ids too.
 
-    Returns:
-        The n-best `DecodeResult` (when sampling, the samples in the order drawn).
-
-    The layers run the kernel hooks' references (`hooks.references`), whichever set is
-    installed: a search is never differentiated, and its graph is the same for every set.
+    The layers run the kernel hooks' references (`hooks.references`), whichever set is installed: a
+    search is never differentiated, and its graph is the same for every set.
     """
     with hooks.references():
         settings = SearchSettings() if settings is None else settings
@@ -221,25 +216,19 @@ def output_limits(source_ids: tf.Tensor, max_decode_extra: int, max_length: int,
 def cached_step(model: Transformer, source_ids: tf.Tensor, rows_per_sentence: int,
                 buffer_length: tf.Tensor, vocabulary_ids: Optional[tf.Tensor] = None,
                 unscored: Optional[tf.Tensor] = None, static_shapes: bool = False):
-    """`(step, state, reorder)`: `model.decode_step` with its constants bound, its
-    key/value cache and the cache's reorder.
+    """`(step, state, reorder)`, `search`'s protocol: `model.decode_step` with its constants bound,
+    its key/value cache and the cache's reorder, for the Transformer `model` over `source_ids`
+    `[batch, src_len]`, `rows_per_sentence` hypotheses (cache rows) per sentence, caches of
+    `buffer_length` positions.
 
-    Args:
-        model: the Transformer.
-        source_ids: `[batch, src_len]`.
-        rows_per_sentence: hypotheses (cache rows) per sentence.
-        buffer_length: positions the caches hold.
-        vocabulary_ids: optional `[n]` ids the step's log-probabilities score.
-        unscored: optional `[n]` bool, True at the ids of `vocabulary_ids` that only pad it
-            to a static size (log-probability -inf, outside the normalization).
-        static_shapes: the step XLA compiles (`Transformer.init_decoding`).
+    `vocabulary_ids`, optional `[n]`, are the ids the step's log-probabilities score; `unscored`,
+    optional `[n]` bool, is True at the ids of `vocabulary_ids` that only pad it to a static size
+    (log-probability -inf, outside the normalization). `static_shapes` builds the step XLA compiles
+    (`Transformer.init_decoding`).
 
-    Returns:
-        The step function, its initial state and the state's reorder (`search`'s protocol).
-
-    What a search never changes (the encoder's keys and values, the positional encodings, the
-    output projection) is prepared once, outside the state (`DecodingConstants`); the state
-    is the `DecodingCache`, whose reorder moves the ancestors only.
+    What a search never changes (the encoder's keys and values, the positional encodings, the output
+    projection) is prepared once, outside the state (`DecodingConstants`); the state is the
+    `DecodingCache`, whose reorder moves the ancestors only.
     """
     constants, cache = model.init_decoding(
         model.encode(source_ids, training=False), source_padding_mask(source_ids),

@@ -226,11 +226,11 @@ class Translator(tf.Module):
                                ) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `translation`, `score`, and how sure the model is of it
         (Bergamot's quality estimation, `decoding.confidence.word_scores`): `confidence`
-        `[batch]` (the mean of its word scores and of ending where it ends), `words` `[batch, W]` ("" after the last),
-        `word_scores` `[batch, W]` (each word's mean piece log-probability; 0.0 after) and
-        `token_scores` `[batch, T]` (each piece's, then EOS's; 0.0 after). The log-probabilities
-        are `model`'s, teacher-forced over the whole vocabulary (not an ensemble's or a
-        shortlist's)."""
+        `[batch]` (the mean of its word scores and of ending where it ends), `words` `[batch, W]`
+        ("" after the last), `word_scores` `[batch, W]` (each word's mean piece log-probability;
+        0.0 after) and `token_scores` `[batch, T]` (each piece's, then EOS's; 0.0 after). The
+        log-probabilities are `model`'s, teacher-forced over the whole vocabulary (not an
+        ensemble's or a shortlist's)."""
         tokens, source_tokens = self._tokens(target_language, source_language, text)
         best = self._search(self._text_source(text, tokens, source_tokens), tokens)
         ids = best["ids"]
@@ -322,21 +322,18 @@ class Translator(tf.Module):
     def _search(self, source: tuple[tf.Tensor, tf.Tensor], tokens: Optional[tf.Tensor] = None,
                 prefix: Optional[tf.Tensor] = None, constraints: Optional[tf.Tensor] = None
                 ) -> dict[str, tf.Tensor]:
-        """The search over the sources of `source`, its XLA-compiled form with `jit_compile`.
+        """The search over the sources of `source` (the search's input and which rows are empty,
+        `_source_ids`), its XLA-compiled form with `jit_compile`. `tokens` are each row's
+        target-language token (`_tokens`; None: a model of one); `prefix`, optional `[batch]`, the
+        target texts every hypothesis of the row starts with; `constraints`, optional
+        `[batch, C, L]`, target phrases' ids: the constrained search (a beam search of the settings'
+        beam size, also where the settings sample).
 
-        Args:
-            source: the search's input and which rows are empty (`_source_ids`).
-            tokens: each row's target-language token (`_tokens`; None: a model of one).
-            prefix: optional `[batch]` target texts every hypothesis of the row starts with.
-            constraints: optional `[batch, C, L]` target phrases' ids: the constrained search
-                (a beam search of the settings' beam size, also where the settings sample).
-
-        Returns:
-            `source_ids` (the search's input, `_source_ids`), the best's `ids` and `score`,
-            the n-best `nbest_ids` and `nbest_scores` (an empty source's: PAD and 0), the ids
-            without the tokens (`_without_tokens`); `searched_ids`, the best's ids as searched
-            (the tokens kept); with `constraints`, the best's `unplaced` `[batch, C]` (every
-            phrase of an empty source).
+        It returns `source_ids` (the search's input, `_source_ids`), the best's `ids` and `score`,
+        the n-best `nbest_ids` and `nbest_scores` (an empty source's: PAD and 0), the ids without
+        the tokens (`_without_tokens`); `searched_ids`, the best's ids as searched (the tokens
+        kept); with `constraints`, the best's `unplaced` `[batch, C]` (every phrase of an empty
+        source).
         """
         source_ids, empty = source
         prefix_ids = self._prefix_ids(prefix, tokens)

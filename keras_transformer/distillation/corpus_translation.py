@@ -109,16 +109,14 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 
 class CorpusTranslation:
-    """The translation of the file `input_path` into `output_path`, line for line.
+    """The translation of the file `input_path` (source lines, plain or gzipped) into `output_path`,
+    one line per input line.
 
-    Args:
-        input_path: source lines, plain or gzipped.
-        output_path: the translation, one line per input line.
-        teacher: what translates, as JSON-able values (e.g. `{"runs": [...digests...],
-            "search": {...}}`): recorded in the manifest and compared on every restart.
-        chunk_lines: input lines per chunk (the unit of resumption and of sharding).
-        reference_path: optional reference translations, one per input line, plain or
-            gzipped: `run`'s `translate` then gets each chunk's references too.
+    `teacher` is what translates, as JSON-able values (e.g.
+    `{"runs": [...digests...], "search": {...}}`): recorded in the manifest and compared on every
+    restart. A chunk is `chunk_lines` input lines (the unit of resumption and of sharding).
+    `reference_path` holds optional reference translations, one per input line, plain or gzipped:
+    `run`'s `translate` then gets each chunk's references too.
     """
 
     def __init__(self, input_path: str | os.PathLike, output_path: str | os.PathLike,
@@ -155,21 +153,14 @@ class CorpusTranslation:
     def run(self, translate: TranslateLines, shard: Shard = Shard(),
             on_progress: Optional[Callable[[Progress], None]] = None,
             truncated: Optional[Callable[[list[bytes]], list[int]]] = None) -> Report:
-        """Translates this shard's chunks not written yet, then joins the output if every
-        chunk is there.
+        """Translates the chunks of `shard` not written yet with `translate`, then joins the output
+        if every chunk is there; the result is a `Report`.
 
-        Args:
-            translate: raw input lines (bytes, without line endings, possibly invalid UTF-8)
-                -> one output line each, without line breaks (e.g.
-                `text_translation.best_lines`); with a reference, (lines, their references
-                as raw lines) -> output lines.
-            shard: the chunks this call takes.
-            on_progress: called after each chunk.
-            truncated: raw input lines -> the indices of those `translate` translates from
-                their start only (e.g. `LineTranslator.truncated`), reported by line number.
-
-        Returns:
-            A `Report`.
+        `translate` takes raw input lines (bytes, without line endings, possibly invalid UTF-8) to
+        one output line each, without line breaks (e.g. `text_translation.best_lines`); with a
+        reference, (lines, their references as raw lines) to output lines. `on_progress` is called
+        after each chunk. `truncated` takes raw input lines to the indices of those `translate`
+        translates from their start only (e.g. `LineTranslator.truncated`), reported by line number.
         """
         start = time.monotonic()
         missing = self.missing_chunks()

@@ -13,8 +13,8 @@ from typing import Callable, Optional, Sequence
 
 from keras_transformer.documents import html as html_format
 from keras_transformer.documents import markdown as markdown_format
-from keras_transformer.documents.inline import (Aligned, Block, Run, Sentence, plain_text, sentences,
-                                                serialize, translated_runs)
+from keras_transformer.documents.inline import (Aligned, Block, Run, Sentence, plain_text,
+                                                sentences, serialize, translated_runs)
 from keras_transformer.documents.segmentation import (Segmenter, Span, fitted_spans,
                                                       sentence_spans)
 
@@ -47,15 +47,11 @@ class Translated:
 
 
 class DocumentTranslator:
-    """Translates documents with a sentence translator.
-
-    Args:
-        translate: sentences (words joined by single spaces), and whether word alignments
-            are needed -> their translations.
-        segmenter: text -> its sentences.
-        too_long: sentences -> whether each is longer than the model takes (None: never).
-        aligned: whether `translate` gives word alignments (markup needs them).
-    """
+    """Translates documents with a sentence translator, `translate`: sentences (words joined by
+    single spaces), and whether word alignments are needed -> their translations. `segmenter`
+    takes a text to its sentences; `too_long` takes sentences to whether each is longer than the
+    model takes (None: never); `aligned` says whether `translate` gives word alignments (markup
+    needs them)."""
 
     def __init__(self, translate: SentenceTranslator, segmenter: Segmenter,
                  too_long: Optional[Callable[[list[str]], list[bool]]] = None,

@@ -267,7 +267,8 @@ def placed_runs(source: Sequence[Word], trailing: Atoms, translation: Aligned) -
         if inside and atoms.runs and not (before or after):
             before = True  # atoms never join two words
         if before:
-            runs.append(Run(" ", _shared(runs[-1].stack, (atoms.runs or [Run("", word_stack)])[0].stack)))
+            following = (atoms.runs or [Run("", word_stack)])[0].stack
+            runs.append(Run(" ", _shared(runs[-1].stack, following)))
         runs.extend(atoms.runs)
         if after:
             runs.append(Run(" ", _shared(runs[-1].stack, word_stack)))

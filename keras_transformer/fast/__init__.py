@@ -14,7 +14,8 @@ It depends on the core and never the reverse. Use it with
 | 16-bit dropout masks | `kernels.dropout` | `layers.residual.dropout` |
 | packed real tokens in training steps | `packed`, `model.FastTransformer` | `Transformer.call` |
 | loss through the logits' factors | `loss` | `losses.smoothed_cross_entropy` |
-| one softmax and argmax shared by the loss and metrics in a step | `loss.log_normalizer`, `loss.predicted_ids` | `metrics.log_normalizer`, `metrics.predicted_ids` |
+| one softmax a step for the loss and metrics | `loss.log_normalizer` | `metrics.log_normalizer` |
+| one argmax a step for the loss and metrics | `loss.predicted_ids` | `metrics.predicted_ids` |
 | fused Adam update | `optimizers.FusedAdam` | `optimization.adam` |
 
 Each is tested against its reference in value and gradient (tests/test_kernels.py,

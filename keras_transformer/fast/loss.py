@@ -116,8 +116,9 @@ def smoothed_cross_entropy(y_true: tf.Tensor, logits: tf.Tensor,
 
 def smoothed_cross_entropy_through_factors(y_true: tf.Tensor, factors: LogitFactors,
                          label_smoothing: float) -> tf.Tensor:
-    """`smoothed_cross_entropy` as a function of the logits' factors `hidden @ kernel`: the loss depends on the
-    weights through the factors, and its gradient with respect to the logits tensor is None.
+    """`smoothed_cross_entropy` as a function of the logits' factors `hidden @ kernel`: the loss
+    depends on the weights through the factors, and its gradient with respect to the logits
+    tensor is None.
 
     With `u` the upstream per-token weights, the gradient `G = u (softmax - q)` reaches the
     factors as `G kernel^T` and `hidden^T G`. Only the softmax enters the two products; the rest

@@ -144,21 +144,14 @@ Layout = Union[PaddedLayout, TokenLayout]
 
 def logit_factors(model: Transformer, source_ids: tf.Tensor, target_input_ids: tf.Tensor,
                   positions: Optional[tf.Tensor] = None, training=None) -> LogitFactors:
-    """`model((source_ids, target_input_ids))`'s logits with their factors.
+    """`model((source_ids, target_input_ids))`'s logits with their factors: the `LogitFactors` of
+    the float32 logits (whose `logits` add the model's output bias, if any, which the factors leave
+    out), the layers of the Transformer `model` run on `source_ids` `[batch, src_len]` and
+    `target_input_ids` `[batch, tgt_len]`, with dropout as `training` says.
 
-    Args:
-        model: the Transformer whose layers run.
-        source_ids: `[batch, src_len]`.
-        target_input_ids: `[batch, tgt_len]`.
-        positions: `[N, 2]` (row, position) indices of real target input tokens: the layers
-            then run on the real tokens only (`TokenLayout`) and the logits are those at
-            `positions`, `[N, vocab]`. None: the padded layout, logits `[batch, tgt_len,
-            vocab]`.
-        training: dropout.
-
-    Returns:
-        `LogitFactors` of the float32 logits (whose `logits` add the model's output bias, if
-        any, which the factors leave out).
+    `positions`, `[N, 2]` (row, position) indices of real target input tokens, makes the layers run
+    on the real tokens only (`TokenLayout`) and the logits those at `positions`, `[N, vocab]`; None:
+    the padded layout, logits `[batch, tgt_len, vocab]`.
     """
     packed = positions is not None
     source_layout = TokenLayout(source_ids) if packed else PADDED

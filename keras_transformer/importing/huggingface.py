@@ -30,14 +30,11 @@ M2M_100_TYPES = ("m2m_100", "nllb-moe")  # `model_type`s the M2M-100 reader take
 
 
 def read_huggingface_folder(folder: str | Path) -> ImportedModel:
-    """Reads a Hugging Face Marian folder, or an NLLB-200 / M2M-100 one (`config.json`'s
-    `model_type` "m2m_100", or "nllb-moe" to be refused by name:
-    `keras_transformer.importing.m2m_100`).
-
-    Raises:
-        ImportFormatError: naming the file and what we cannot import (another model type, a
-            PyTorch-only checkpoint, a vocabulary without its padding row last, ...).
-    """
+    """Reads the Hugging Face Marian folder `folder`, or an NLLB-200 / M2M-100 one
+    (`config.json`'s `model_type` "m2m_100", or "nllb-moe" to be refused by name:
+    `keras_transformer.importing.m2m_100`). An `ImportFormatError` names the file and what we
+    cannot import (another model type, a PyTorch-only checkpoint, a vocabulary without its
+    padding row last, ...)."""
     folder = Path(folder)
     config_path = folder / "config.json"
     config = read_json(config_path)

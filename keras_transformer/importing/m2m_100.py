@@ -1,34 +1,7 @@
 """NLLB-200 and M2M-100 models in the Hugging Face layout (`facebook/nllb-200-*`,
-`facebook/m2m100_*`): `config.json` (`model_type` "m2m_100"), `model.safetensors` or shards
-named by `model.safetensors.index.json`, `sentencepiece.bpe.model`, and the tokenizer's files:
-NLLB's `tokenizer_config.json` / `special_tokens_map.json` (its language codes, `eng_Latn`),
-M2M-100's `vocab.json` besides (its codes `__en__`).
-
-Both are fairseq models, mapped onto `TransformerConfig` options:
-
-| theirs | ours |
-|---|---|
-| pre-norm layers, a layer norm ending each stack | `norm="pre"` (`encoder_norm`, `decoder_norm`) |
-| `activation_function` relu / gelu / swish | `activation` |
-| `scale_embedding` | `scale_embedding` |
-| sines then cosines at `10000^(-j/(d/2-1))`, from position `padding_idx + 1` = 2 | `sinusoid_layout="fairseq"`, `position_offset=2` |
-| biases on every projection, `nn.LayerNorm`'s epsilon | `attention_bias=True`, `layer_norm_epsilon=1e-5` |
-| one shared embedding tied to `lm_head` | `share_embeddings`, `tie_output` |
-
-Their special ids are `<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3; every other id keeps its
-number in ours. Our padding reads their `<pad>`'s row, our UNK their `<unk>`'s, and both our
-decoding start (BOS) and EOS their `</s>`'s (their decoder starts from `</s>`); their `<s>`,
-which neither decoder input nor output holds, has no id of ours, and our padding and BOS get an
-output bias of `NEVER_EMITTED_BIAS`: the softmax is theirs over the ids either can emit. A
-SentencePiece piece's id is its `sentencepiece.bpe.model` id + 1 (NLLB; fairseq's offset) or
-its `vocab.json` id (M2M-100); the language codes follow the pieces, in the order the tokenizer
-lists them (`additional_special_tokens`), each an id of its own (`added_tokens_decoder` where the
-folder gives one), NLLB's `<mask>` after them, and rows no token names get a piece
-`<unused_ID>`.
-
-A sentence is translated as theirs is: `[source code] pieces </s>` in the encoder, and a
-translation forced to start with the target code (`forced_bos_token_id`): the model's languages
-(`RunLanguages`, "target" placement, with the source language's token first in the source).
+`facebook/m2m100_*`), fairseq models mapped onto `TransformerConfig` options, their ids onto ours.
+The folder's files, the mapping and how a sentence is translated: docs/importing.md, "NLLB-200 and
+M2M-100: many languages in one model".
 """
 from __future__ import annotations
 
@@ -71,13 +44,10 @@ _TIED_OR_COMPUTED = re.compile(r"lm_head\.weight|model\.(shared|(en|de)coder\.em
 
 
 def read_m2m_100_folder(folder: str | Path) -> ImportedModel:
-    """Reads a Hugging Face NLLB-200 or M2M-100 folder.
-
-    Raises:
-        ImportFormatError: naming the file and what we cannot import (NLLB-MoE's experts,
-            another model type, a PyTorch `.bin` without safetensors, encoder and decoder of
-            different shapes, a tokenizer that does not fit the embeddings, ...).
-    """
+    """Reads the Hugging Face NLLB-200 or M2M-100 folder `folder`. An `ImportFormatError` names
+    the file and what we cannot import (NLLB-MoE's experts, another model type, a PyTorch `.bin`
+    without safetensors, encoder and decoder of different shapes, a tokenizer that does not fit
+    the embeddings, ...)."""
     folder = Path(folder)
     config_path = folder / "config.json"
     config = read_json(config_path)

@@ -1,29 +1,8 @@
-"""Marian transformer models (OPUS-MT release folders) as our config, weights and tokenizer.
-
-A release folder holds `decoder.yml` (naming the `.npz` model and its vocabularies), the
-`.npz` weights with the model's options as YAML in its `special:model.yml` entry, the
-vocabulary YAML file(s) (`piece: id`, `</s>` = 0, `<unk>` = 1) and the `source.spm` /
-`target.spm` SentencePiece models. Marian's options map onto `TransformerConfig`:
-
-| Marian | ours |
-|---|---|
-| `transformer-preprocess` "" / `postprocess` "dan" | `norm="post"` |
-| `transformer-preprocess` "n" / `postprocess` "da" / `postprocess-top` "n" | `norm="pre"` |
-| `transformer-postprocess-emb` "n" or "nd" | `embedding_norm=True` |
-| `transformer-ffn-activation` swish / relu / gelu | `activation` (gelu: `gelu_sigmoid` before v1.12) |
-| sinusoids, sines then cosines | `sinusoid_layout="halves"` |
-| `Wpos` (learned positions) | `positional="learned"` |
-| `tied-embeddings-all` / `-src`, `tied-embeddings` | `share_embeddings`, `tie_output` |
-| biases on every projection, `decoder_ff_logit_out_b` | `attention_bias=True`, `output_bias=True` |
-
-Marian's decoder starts from a zero vector instead of a start token, and its vocabulary has
-no padding: the import keeps our reserved ids (`config.PAD_ID`...) and moves Marian's pieces after
-them, with zero embedding rows for padding and for the start token (so the first decoder input
-is Marian's zero vector) and an output bias of `NEVER_EMITTED_BIAS` for both (so the softmax
-over our vocabulary equals Marian's over its own). Where Marian's own code and the converters
-everyone runs its models with differ, the import follows the converters (CTranslate2's and
-Hugging Face's): the sinusoids' frequencies are `10000^(-2i/d)` (Marian's C++ divides by
-`d/2 - 1` instead of `d/2`), and learned positions are added to scaled embeddings.
+"""Marian transformer models (OPUS-MT release folders: `decoder.yml`, the `.npz` weights with the
+model's options as YAML in its `special:model.yml` entry, the vocabulary YAML file(s), `source.spm`
+and `target.spm`) as our config, weights and tokenizer. How Marian's options map onto
+`TransformerConfig` and its ids onto ours, and where the import follows the converters rather than
+Marian's own code: docs/importing.md, "What is read, and how".
 """
 from __future__ import annotations
 
@@ -56,14 +35,11 @@ _REFUSED_WEIGHTS = (("factor_", "factored vocabularies"), ("_Wemb_lemma", "facto
 
 
 def read_marian_folder(folder: str | Path) -> ImportedModel:
-    """Reads and checks a Marian release folder (`decoder.yml`, the `.npz`, its vocabularies,
-    `source.spm`, `target.spm`).
-
-    Raises:
-        ImportFormatError: naming the file and the option, weight or piece we cannot import
-            (an SSRU/RNN or average-attention decoder, tied layers, factors, a vocabulary
-            that does not fit the embeddings or the SentencePiece models, a corrupt file).
-    """
+    """Reads and checks the Marian release folder `folder` (`decoder.yml`, the `.npz`, its
+    vocabularies, `source.spm`, `target.spm`). An `ImportFormatError` names the file and the
+    option, weight or piece we cannot import (an SSRU/RNN or average-attention decoder, tied
+    layers, factors, a vocabulary that does not fit the embeddings or the SentencePiece models, a
+    corrupt file)."""
     folder = Path(folder)
     decoder_yml = folder / "decoder.yml"
     decoder = _read_yaml(decoder_yml)
@@ -83,22 +59,12 @@ def read_marian_folder(folder: str | Path) -> ImportedModel:
 def marian_model(options: dict[str, Any], arrays: dict[str, np.ndarray], weights_path: Path,
                  vocabularies: list[list[str]], vocabulary_paths: list[Path], beam_size: int,
                  extra_files: list[Path]) -> ImportedModel:
-    """A Marian model from its options and arrays under Marian's names (however stored), its
-    source and target vocabularies (pieces in Marian's id order) and the folder's
-    `source.spm` and `target.spm`, checked.
-
-    Args:
-        options: Marian's model options (`special:model.yml`'s keys).
-        arrays: the weights under Marian's parameter names.
-        weights_path: the file they were read from (named in errors).
-        vocabularies: the source and the target vocabulary (the same list for a joint one).
-        vocabulary_paths: the files they were read from.
-        beam_size: the release's search setting.
-        extra_files: other files read (recorded with the model).
-
-    Returns:
-        The model in our terms.
-    """
+    """A Marian model in our terms, checked, from its `options` (Marian's model options,
+    `special:model.yml`'s keys) and `arrays` (the weights under Marian's parameter names, however
+    stored, read from `weights_path`, which errors name), its `vocabularies` (the source and the
+    target vocabulary, pieces in Marian's id order, the same list for a joint one, read from
+    `vocabulary_paths`) and the folder's `source.spm` and `target.spm`. `beam_size` is the
+    release's search setting; `extra_files` are the other files read (recorded with the model)."""
     folder = weights_path.parent
     spm_models = [_read_bytes(folder / name) for name in ("source.spm", "target.spm")]
     for vocabulary, path in zip(vocabularies, vocabulary_paths):
@@ -293,11 +259,9 @@ def _our_rows(matrix: np.ndarray, fill: float = 0.0) -> np.ndarray:
 
 def _our_arrays(arrays: dict[str, np.ndarray], config: TransformerConfig,
                 path: Path) -> dict[str, np.ndarray]:
-    """Our weights by variable path (`Transformer` variable `.path`) from Marian's arrays.
-
-    Raises:
-        ImportFormatError: naming a weight the model needs that is missing or misshapen.
-    """
+    """Our weights by variable path (`Transformer` variable `.path`) of a model of `config` from
+    Marian's `arrays`; an `ImportFormatError` names `path` and a weight the model needs that is
+    missing or misshapen."""
     heads, key_dim = config.num_heads, config.key_dim
     pre = "_pre" if config.norm == "pre" else ""
 

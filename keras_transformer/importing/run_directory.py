@@ -30,13 +30,9 @@ _NOTICE_BYTES = 20_000
 
 def imported_transformer(imported: ImportedModel, rows_bytes: int = ROW_BLOCK_BYTES
                          ) -> Transformer:
-    """Our `Transformer` with the imported weights, a large variable assigned `rows_bytes` of
-    rows at a time (`assign_in_rows`).
-
-    Raises:
-        ValueError: when the imported weights and the model's variables differ in names or
-            shapes (a bug of the importer, never silently half-loaded).
-    """
+    """Our `Transformer` with the weights of `imported`, a large variable assigned `rows_bytes`
+    of rows at a time (`assign_in_rows`). A ValueError when the imported weights and the model's
+    variables differ in names or shapes (a bug of the importer, never silently half-loaded)."""
     model = Transformer(imported.config)
     variables = {variable.path.split("/", 1)[1]: variable for variable in model.weights}
     if set(variables) != set(imported.arrays):
@@ -75,19 +71,13 @@ def assign_in_rows(variable, value: np.ndarray | RowBlocks, rows_bytes: int = RO
 
 def write_imported_run(imported: ImportedModel, output_dir: str | os.PathLike, origin: str,
                        source_format: str) -> RunDir:
-    """Writes `imported` as the run directory `output_dir`, which must not exist yet.
+    """Writes `imported`, the model read from its folder, as the run directory `output_dir`, which
+    must not exist yet, and returns the new `RunDir`; `origin`, where the model came from (the
+    folder, or a name), is recorded in `import.json`; `source_format` is the format read (e.g.
+    "marian").
 
     Everything is written into a temporary folder beside it and renamed into place last, so an
     interrupted import leaves no directory that looks like a run.
-
-    Args:
-        imported: the model read from its folder.
-        output_dir: the run directory to create.
-        origin: where the model came from (the folder, or a name), recorded in `import.json`.
-        source_format: the format read (e.g. "marian").
-
-    Returns:
-        The new run directory.
     """
     output_dir = Path(output_dir)
     if output_dir.exists():

@@ -32,22 +32,17 @@ def attention_penalty(attention_mask, dtype) -> tf.Tensor:
 
 def scaled_dot_product_attention(query, keys, values, attention_mask=None,
                                  dropout: Optional[Callable] = None):
-    """Eq. (1), for all heads at once: `Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V`.
+    """Eq. (1), for all heads at once: `Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V` of
+    `query` `[batch, heads, query_len, d_k]`, `keys` `[batch, heads, key_len, d_k]` and `values`
+    `[batch, heads, key_len, d_v]`: the context `[batch, heads, query_len, d_v]` and the weights
+    `[batch, heads, query_len, key_len]` (the softmax runs in float32).
 
-    Args:
-        query: `[batch, heads, query_len, d_k]`.
-        keys: `[batch, heads, key_len, d_k]`.
-        values: `[batch, heads, key_len, d_v]`.
-        attention_mask: boolean, broadcastable to `[batch, query_len, key_len]`, True where a
-            query may attend; the others get `MASK_PENALTY` added to their scores.
-        dropout: applied to the attention weights (training).
+    `attention_mask`, boolean, broadcastable to `[batch, query_len, key_len]`, is True where a query
+    may attend; the others get `MASK_PENALTY` added to their scores. `dropout` is applied to the
+    attention weights (training).
 
-    Returns:
-        The context `[batch, heads, query_len, d_v]` and the weights
-        `[batch, heads, query_len, key_len]` (the softmax runs in float32).
-
-    The queries are scaled rather than the scores (the same products, on fewer numbers).
-    Heads first, the products are plain batched matmuls, faster on CPU than
+    The queries are scaled rather than the scores (the same products, on fewer numbers). Heads
+    first, the products are plain batched matmuls, faster on CPU than
     `keras.ops.dot_product_attention`'s einsums over `[batch, len, heads, dim]`
     (`benchmarks/attention_speed.py`; figures in benchmarks/RESULTS.md).
     """
@@ -74,16 +69,9 @@ def tokens_first(heads):
 def history_slots(ancestors: tf.Tensor, length, heads: int) -> tf.Tensor:
     """Where each row's keys (or values) lie in a position-major cache (`init_cache`) viewed as
     `[max_length * rows * heads, dim]`: `[rows, heads, length]` indices of positions
-    `0 .. length - 1`, position `j` of row `r` in cache row `ancestors[r, j]`.
-
-    Args:
-        ancestors: `[rows, max_length]` int32, the cache row holding each position of a row.
-        length: how many positions to read (a scalar).
-        heads: attention heads.
-
-    Returns:
-        The indices, the same for every layer's keys and values.
-    """
+    `0 .. length - 1` (`length` a scalar, `heads` the attention heads), position `j` of row `r`
+    in cache row `ancestors[r, j]` (`ancestors`: `[rows, max_length]` int32, the cache row
+    holding each position of a row). The indices are the same for every layer's keys and values."""
     rows = tf.shape(ancestors)[0]
     positions = tf.range(length)
     # (expand_dims, not a new axis in the slice: LiteRT's strided slice has none, and a
@@ -194,25 +182,18 @@ class MultiHeadAttention(keras.layers.Layer):
     def call(self, query, key_value=None, attention_mask=None, cache: Optional[KeyValues] = None,
              cache_index: Optional[CacheIndex] = None, training=None,
              return_attention_scores: bool = False):
-        """Attends `query` to `key_value` (self-attention when None), or to `cache`.
+        """Attends `query` `[batch, query_len, d_model]` to `key_value` `[batch, key_len, d_model]`
+        (self-attention when None), or to `cache`: the output `[batch, query_len, d_model]`, then
+        the cache with this position written when a `cache_index` is given, or else the weights
+        `[batch, heads, q_len, k_len]` when `return_attention_scores` asks for them.
 
-        Args:
-            query: `[batch, query_len, d_model]`.
-            key_value: `[batch, key_len, d_model]`, or None.
-            attention_mask: boolean, broadcastable to `[batch, query_len, key_len]`.
-            cache: keys and values projected before: without `cache_index`, a sentence's
-                (heads first, `project_key_value`), attended to instead of `key_value`'s; with
-                it, a self-attention cache (position-major, `init_cache`).
-            cache_index: a decoding step's (`cache_index`): each query (`batch * query_len`
-                rows, one per hypothesis, each sentence's in turn) writes its keys and values
-                at `cache_index.position` and attends to its history there;
-                `attention_mask` is unused.
-            training: dropout on the attention weights.
-            return_attention_scores: also return the weights `[batch, heads, q_len, k_len]`.
-
-        Returns:
-            The output `[batch, query_len, d_model]`, then the cache with this position
-            written when a `cache_index` is given, or else the weights when asked for.
+        `attention_mask` is boolean, broadcastable to `[batch, query_len, key_len]`. `cache` holds
+        keys and values projected before: without `cache_index`, a sentence's (heads first,
+        `project_key_value`), attended to instead of `key_value`'s; with it, a self-attention cache
+        (position-major, `init_cache`). `cache_index` is a decoding step's (`cache_index`): each
+        query (`batch * query_len` rows, one per hypothesis, each sentence's in turn) writes its
+        keys and values at `cache_index.position` and attends to its history there; `attention_mask`
+        is then unused. `training` turns dropout on the attention weights on.
         """
         query_heads = self.query_dense(query)
         if cache_index is not None:

@@ -162,16 +162,12 @@ class HeadsDense(keras.layers.Layer):
     def enable_lora(self, rank: int, lora_alpha: Optional[float] = None,
                     a_initializer="he_uniform", b_initializer="zeros") -> None:
         """Freezes the kernel of this built layer and adds the trainable low-rank adapters
-        `lora_kernel_a` and `lora_kernel_b` (float32), whose product scaled by
+        `lora_kernel_a` `[prod(in_dims), rank]` and `lora_kernel_b` `[rank, prod(out_dims)]`
+        (float32, initialized by `a_initializer` and `b_initializer`), whose product scaled by
         `lora_alpha / rank` the layer adds to its kernel (zero at first with
-        `b_initializer="zeros"`). A layer given `lora_rank` creates them in `build` instead.
-
-        Args:
-            rank: the adapters' inner size, a positive integer.
-            lora_alpha: the scale's numerator; `rank` if None (a scale of 1).
-            a_initializer: initializer of `lora_kernel_a` `[prod(in_dims), rank]`.
-            b_initializer: initializer of `lora_kernel_b` `[rank, prod(out_dims)]`.
-        """
+        `b_initializer="zeros"`). `rank`, the adapters' inner size, is a positive integer;
+        `lora_alpha` is the scale's numerator (`rank` if None: a scale of 1). A layer given
+        `lora_rank` creates them in `build` instead."""
         if not self.built:
             raise ValueError(f"{self.name}: cannot enable LoRA on a layer that is not built")
         if self.lora_enabled:

@@ -48,19 +48,15 @@ class TransformerBlock(keras.layers.Layer):
                             self.settings["layer_norm_epsilon"], name=name)
 
     def blocks(self, x, attentions: Sequence[Callable], training=None) -> tuple:
-        """The layer's order of section 3.1, the one place it is written: each attention, then
-        the feed-forward network, each in its residual block (`residuals`),
-        `x = residual(x, sublayer(residual.normalize_input(x)))`. `call` runs it with the
-        layer's own attentions, the packed training steps (`fast/packed.py`) with theirs.
+        """The layer's order of section 3.1, the one place it is written: each attention, then the
+        feed-forward network, each in its residual block (`residuals`),
+        `x = residual(x, sublayer(residual.normalize_input(x)))`, from the layer's input `x`, with
+        dropout as `training` says; the output and a tuple of what each attention returned to keep.
+        `call` runs it with the layer's own attentions, the packed training steps (`fast/packed.py`)
+        with theirs.
 
-        Args:
-            x: the layer's input.
-            attentions: the attentions of the normalized input, in the layer's order, each
-                returning its output and what the caller keeps of it (the weights, a cache).
-            training: dropout.
-
-        Returns:
-            The output and a tuple of what each attention returned to keep.
+        `attentions` are the attentions of the normalized input, in the layer's order, each
+        returning its output and what the caller keeps of it (the weights, a cache).
         """
         residuals = self.residuals()
         kept = []
@@ -126,25 +122,18 @@ class DecoderLayer(TransformerBlock):
              self_cache: Optional[KeyValues] = None, cross_cache: Optional[KeyValues] = None,
              cache_index: Optional[CacheIndex] = None, training=None,
              return_attention_scores: bool = False):
-        """The layer over a teacher-forced target prefix, or one decoding position.
+        """The layer over a teacher-forced target prefix, or one decoding position: of `x`
+        `[batch, tgt_len, d_model]`, in a decoding step `[batch, per sentence, d_model]` (each
+        hypothesis' input at `cache_index.position`), the output `[batch, tgt_len, d_model]`, then
+        the self-attention cache with this position written when `cache_index` is given, or else
+        `(self_weights, cross_weights)` when `return_attention_scores` asks for them.
 
-        Args:
-            x: `[batch, tgt_len, d_model]`; in a decoding step `[batch, per sentence,
-                d_model]`, each hypothesis' input at `cache_index.position`.
-            encoder_output: `[batch, src_len, d_model]` (None given `cross_cache`).
-            self_mask: `[batch, tgt_len, tgt_len]`, causal and padding (unused in a step).
-            cross_mask: `[batch, 1, src_len]`, True on real source tokens.
-            self_cache: with `cache_index`, this layer's self-attention cache
-                (`MultiHeadAttention.init_cache`).
-            cross_cache: the encoder output's keys and values, projected once
-                (`MultiHeadAttention.project_key_value`).
-            cache_index: a decoding step's (`attention.cache_index`).
-            training: dropout.
-            return_attention_scores: also return `(self_weights, cross_weights)`.
-
-        Returns:
-            The output `[batch, tgt_len, d_model]`, then the self-attention cache with this
-            position written when `cache_index` is given, or else the weights when asked for.
+        `encoder_output` is `[batch, src_len, d_model]` (None given `cross_cache`); `self_mask`
+        `[batch, tgt_len, tgt_len]`, causal and padding (unused in a step); `cross_mask`
+        `[batch, 1, src_len]`, True on real source tokens. `self_cache` is, with `cache_index`, this
+        layer's self-attention cache (`MultiHeadAttention.init_cache`); `cross_cache` the encoder
+        output's keys and values, projected once (`MultiHeadAttention.project_key_value`);
+        `cache_index` a decoding step's (`attention.cache_index`). `training` turns dropout on.
         """
         x, (self_kept, cross_kept) = self.blocks(x, [
             functools.partial(self.self_attention, attention_mask=self_mask, cache=self_cache,

@@ -70,7 +70,8 @@ class HookDropout(keras.layers.Dropout):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class ResidualNorm(keras.layers.Layer):
-    """Post-norm: `LayerNorm(x + Dropout(f(x)))` (section 5.4). Pre-norm: `x + Dropout(f(LayerNorm(x)))`.
+    """Post-norm: `LayerNorm(x + Dropout(f(x)))` (section 5.4). Pre-norm:
+    `x + Dropout(f(LayerNorm(x)))`.
 
     `normalize_input(x)` is the sub-layer's input, `call(x, f_output)` the block's output.
     """

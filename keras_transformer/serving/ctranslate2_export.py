@@ -236,21 +236,12 @@ def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer,
                        settings: Optional[SearchSettings] = None,
                        languages: Optional[RunLanguages] = None,
                        alignment: Optional[AlignmentHeads] = None) -> Path:
-    """Writes `model` as a CTranslate2 model directory.
-
-    Args:
-        model: the trained Transformer.
-        tokenizer: its SentencePiece tokenizer (copied beside the model).
-        directory: the new directory (e.g. `saved_models/NAME/VERSION`).
-        quantization: how CTranslate2 stores the weights, one of `CTRANSLATE2_QUANTIZATIONS`.
-        settings: the search settings `kt-translate` uses (default: the paper's).
-        languages: the target languages of a model of several (recorded with the settings).
-        alignment: the decoder layer and heads its word alignment reads (recorded with the
-            settings; default: `AlignmentHeads.default`).
-
-    Returns:
-        The directory.
-    """
+    """Writes `model` (with its SentencePiece `tokenizer`, copied beside it) as the new
+    CTranslate2 model `directory` (e.g. `saved_models/NAME/VERSION`), which it returns; the
+    weights stored as `quantization` says (one of `CTRANSLATE2_QUANTIZATIONS`). Recorded with
+    it: the search `settings` `kt-translate` uses (default: the paper's), the target
+    `languages` of a model of several, and the decoder layer and heads its word alignment reads
+    (`alignment`; default: `AlignmentHeads.default`)."""
     if quantization not in CTRANSLATE2_QUANTIZATIONS:
         raise ValueError(f"quantization: {quantization!r} is not one of "
                          f"{', '.join(CTRANSLATE2_QUANTIZATIONS)}")
@@ -281,30 +272,23 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
                           source_language: Optional[str] = None
                           ) -> tuple[Callable, Callable, Callable, SubwordTokenizer, object,
                                      Optional[Callable]]:
-    """The search of a directory `export_ctranslate2` wrote, with its recorded settings.
+    """The search of the CTranslate2 model `directory` (`export_ctranslate2`'s), with its
+    recorded settings: `(translate_text, translate_ids, translate_prefixed, tokenizer,
+    translator, translate_aligned)`, with the signatures of an export's (tensors in, dicts of
+    tensors out: see `text_translation.LineTranslator`; source ids are read as an export reads
+    them: out-of-vocabulary ids as UNK, PAD, BOS and EOS dropped); `translator` is the
+    `ctranslate2.Translator`; `translate_aligned` is None for a directory written before
+    exports recorded their alignment choice.
 
-    Args:
-        directory: the CTranslate2 model directory.
-        inter_threads: batches the `ctranslate2.Translator` runs at once (on CPU).
-        intra_threads: threads of each batch (default: every core; on cores other work
-            keeps busy, 1 avoids CTranslate2's threads waiting on each other, which costs far
-            more than a second thread gains: benchmarks/RESULTS.md, "CTranslate2 exports").
-        use_vmap: restrict each batch's candidates with CTranslate2's vocabulary map
-            (`vmap.txt` in `directory`).
-        target_language: the language a model of several target languages translates into
-            (its token placed as the model was trained, and left out of the outputs); None
-            for a model of one.
-        source_language: the sources' language, of a model that reads it
-            (`RunLanguages.source_language_token`: its token first in each source).
-
-    Returns:
-        `(translate_text, translate_ids, translate_prefixed, tokenizer, translator,
-        translate_aligned)`, with the signatures of an export's (tensors in, dicts of tensors
-        out: see `text_translation.LineTranslator`; source ids are read as an export reads
-        them: out-of-vocabulary ids as UNK, PAD, BOS and EOS dropped); `translator` is the
-        `ctranslate2.Translator`; `translate_aligned` is None for a directory written before
-        exports recorded their alignment choice.
-    """
+    `inter_threads`: batches the `ctranslate2.Translator` runs at once (on CPU).
+    `intra_threads`: threads of each batch (default: every core; on cores other work keeps
+    busy, 1 avoids CTranslate2's threads waiting on each other, which costs far more than a
+    second thread gains: benchmarks/RESULTS.md, "CTranslate2 exports"). `use_vmap`: restrict
+    each batch's candidates with CTranslate2's vocabulary map (`vmap.txt` in `directory`).
+    `target_language`: the language a model of several target languages translates into (its
+    token placed as the model was trained, and left out of the outputs); None for a model of
+    one. `source_language`: the sources' language, of a model that reads it
+    (`RunLanguages.source_language_token`: its token first in each source)."""
     import ctranslate2
 
     directory = Path(directory)

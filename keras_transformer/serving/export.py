@@ -1,32 +1,7 @@
-"""SavedModel export for TF Serving: `<base_dir>/<name>/<version>/`, versions never reused.
-
-Signatures: `serving_default` (`text` -> `translation`, `score`, tokenization inside the graph),
-`translate_ids` (`source_ids` -> `ids`, `score`, `nbest_ids`, `nbest_scores`),
-`translate_nbest` (`text` -> `nbest_translations`, `nbest_scores`), `translate_with_prefix`
-(`text`, `prefix` -> `translation`, `score`), `translate_with_terms` (`text`, `terms`: target
-phrases separated by tabs -> `translation`, `score`, `missing_terms`), `translate_with_scores`
-(`text` -> `translation`, `score`, `confidence`, `words`, `word_scores`, `token_scores`) and
-`translate_with_alignment` (`text` ->
-`translation`, `score`, `target_pieces`, `source_pieces`, `alignment`); see `Translator`.
-Loading needs
-only `tensorflow` and `tensorflow_text` (`import tensorflow_text` registers its ops). The
-tokenizer is embedded in the graph and its files are also shipped as assets for clients of
-`translate_ids`: `spm.model` (a shared vocabulary), or an imported model's `source.spm`,
-`target.spm` and `vocabulary.json` (`SentencePiecePair`). The graph holds a copy of the
-model's weights (no optimizer state), whatever policy the model was trained under: float32 by
-default, which any CPU or GPU serves;
-`dtype="bfloat16"` stores and computes in bfloat16 (half the size; faster only where this
-hardware's bfloat16 matmuls are, `probes.choose_serving_dtype` measures it). With a
-`VocabularyShortlist` the graph also holds its tables and each batch's search scores only the
-target ids it gives (`decoding.shortlist`).
-
-A model of several target languages (a run of several language pairs, `RunLanguages`) is one
-export whose every signature takes a further input, `target_language`: a `[batch]` string,
-one language code per sentence (per row of `source_ids`), as TF Serving batches inputs
-(`{"instances": [{"text": "Hello", "target_language": "de"}]}`, or `{"inputs": {"text":
-[...], "target_language": [...]}}`). The graph maps it to the language's token; a language
-the model does not have fails the request with INVALID_ARGUMENT naming it and the model's
-languages. The provenance record lists the languages, and the warm-up asks for each.
+"""SavedModel export for TF Serving: `<base_dir>/<name>/<version>/`, versions never reused; the
+signatures of `Translator`, the tokenizer in the graph, loadable with `tensorflow` and
+`tensorflow_text` alone. Its manual: docs/decoding-and-serving.md, "Export with kt-export" and
+"Signatures".
 """
 from __future__ import annotations
 
@@ -71,8 +46,8 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
     `dtype` (one of `precision.SERVING_DTYPES`) is what its weights are stored and computed in.
     `shortlist`: restricts each batch's search to the target ids it gives (None: none).
     `jit_compile`: the search is saved as one XLA-compiled function (`Translator`).
-    The export carries TF Serving warm-up requests (`keras_transformer.serving.warmup`; an XLA export's
-    cover source widths up to `warmup_max_width` pieces) and a provenance record
+    The export carries TF Serving warm-up requests (`keras_transformer.serving.warmup`; an XLA
+    export's cover source widths up to `warmup_max_width` pieces) and a provenance record
     (`keras_transformer.serving.provenance`) holding `provenance`, the facts of the model's origin
     (`RunDir.provenance` or `provenance.file_provenance`; None: unknown).
     `languages`: the target languages of a model of several (`RunDir.languages`): every

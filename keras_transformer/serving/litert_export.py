@@ -1,46 +1,8 @@
 """The on-device export: the search as a LiteRT (TFLite) model of builtin ops only, which every
-LiteRT runtime (Android, iOS, embedded Linux, LiteRT.js in a browser page) runs unchanged, and
-the LiteRT interpreter's translations as an export's (`litert_functions`, for kt-translate and
-kt-evaluate).
-
-The folder `export_litert` writes:
-- `model.tflite`: signatures `beam` (the search settings', the recipe's beam search) and
-  `greedy`, each `source_ids` `[batch, length]` int32 (each sentence's subword ids as the
-  model reads them, `model_input_ids`, then EOS, then PAD to the batch's longest) -> `ids`
-  `[batch, n, L]` int32 (EOS-terminated, PAD after) and `scores` `[batch, n]` float32, best
-  first: any batch, any length up to the model's `max_length`, each row translated as it is
-  alone. Or, with a `source_length`, one sentence a call and every shape fixed (`source_ids`
-  `[1, source_length]`, PAD-padded; `ids` `[1, n, min(source_length + max_decode_extra,
-  max_length)]`): what LiteRT's compiled-model API (LiteRT.js, the browser page's runtime)
-  takes, which runs no tensor whose size the input decides. A model of several target
-  languages with the "target" placement (NLLB-200, M2M-100) takes `target_tokens` `[batch]`
-  int32 too: each row's language token, forced first in its translation and left out of
-  `ids` (as the SavedModel's search; a source language's token is one more source id).
-  And `alignment`: `source_ids` as above and `target_ids` `[batch, T]` int32 (the `ids` a
-  search gave those rows, EOS-terminated, PAD after; fixed: `[1, width]` as the search's),
-  with the "target" placement `target_tokens` too -> `alignment` `[batch, T]` int32: each
-  target piece's most attended source position (`decoding.alignment.attention_alignment`, the
-  layer and heads the manifest's `alignment` names; the source index counts every source id,
-  language tokens included, as the SavedModel's `translate_with_alignment`), -1 at PAD.
-- the tokenizer's SentencePiece model(s) (`spm.model`, or an imported model's `source.spm`,
-  `target.spm` and `vocabulary.json`), which a device tokenizes with;
-- `keras_transformer_litert.json`: the special ids, `max_length`, the search settings, the
-  quantization, the tokenizer's files (`tokenizer_files`; for a SentencePiece pair, also
-  `target_sentencepiece_ids`, the `target.spm` id of each target id), the alignment's layer and
-  heads (`alignment`) and the target languages
-  (a model of several: each language's token id and its placement); beside it, as in every
-  export, the provenance record (`assets.extra/keras_transformer_provenance.json`,
-  `provenance.write_provenance`).
-
-`web/` (beside the package) is a page that translates with such a folder in a browser.
-
-The search is `run_search` itself, traced with static shapes (the XLA exports' form: caches of
-zeros written by a scatter, which builtin ops hold) and with every weight read as a constant
-(`keras.StatelessScope`): a weight left a variable becomes a TFLite resource variable that no
-signature initializes, which LiteRT's interpreter reads as whatever memory holds (the
-"gibberish" of other TFLite exports). Variants (`quantization`): float32; float16 weights;
-int8, LiteRT's dynamic-range quantization (int8 weights, activations quantized as they come by
-XNNPACK's kernels).
+LiteRT runtime (Android, iOS, embedded Linux, LiteRT.js in a browser page) runs unchanged, and the
+LiteRT interpreter's translations as an export's (`litert_functions`, for kt-translate and
+kt-evaluate). The folder it writes, its signatures and why every weight is read as a constant:
+docs/decoding-and-serving.md, "Translate on the device: --format litert".
 """
 from __future__ import annotations
 
@@ -88,12 +50,12 @@ def litert_model(model: Transformer, settings: SearchSettings, quantization: str
                  source_length: Optional[int] = None,
                  languages: Optional[RunLanguages] = None,
                  alignment: Optional[AlignmentHeads] = None) -> bytes:
-    """The `.tflite` flatbuffer of `model`'s searches (the module docstring): `beam` with
-    `settings`, `greedy` with its length penalty and limit, and `alignment` read from the
-    layer and heads `alignment` names (None: `AlignmentHeads.default`); weights stored as
-    `quantization` says (one of `LITERT_QUANTIZATIONS`); `source_length`: the fixed source
-    length of one sentence a call (None: a batch of any length); `languages`: the target
-    languages of a model of several, whose "target" placement makes each signature take
+    """The `.tflite` flatbuffer of `model`'s searches (docs/decoding-and-serving.md, "Translate
+    on the device"): `beam` with `settings`, `greedy` with its length penalty and limit, and
+    `alignment` read from the layer and heads `alignment` names (None: `AlignmentHeads.default`);
+    weights stored as `quantization` says (one of `LITERT_QUANTIZATIONS`); `source_length`: the
+    fixed source length of one sentence a call (None: a batch of any length); `languages`: the
+    target languages of a model of several, whose "target" placement makes each signature take
     `target_tokens`."""
     if quantization not in LITERT_QUANTIZATIONS:
         raise ValueError(f"quantization: must be one of {', '.join(LITERT_QUANTIZATIONS)} for "
@@ -170,23 +132,16 @@ def export_litert(model: Transformer, tokenizer: Tokenizer, directory: str | os.
                   languages: Optional[RunLanguages] = None,
                   source_length: Optional[int] = None,
                   alignment: Optional[AlignmentHeads] = None) -> Path:
-    """Writes the LiteRT export of `model` (the module docstring) into the new `directory`.
+    """Writes the LiteRT export of `model` (a merged one: no LoRA adapters) and its `tokenizer`,
+    whose SentencePiece files the folder ships, into the new folder `directory` (it must not exist),
+    and returns the folder.
 
-    Args:
-        model: the model (a merged one: no LoRA adapters).
-        tokenizer: its tokenizer, whose SentencePiece files the folder ships.
-        directory: the folder to write (must not exist).
-        settings: the search settings (default: the paper's).
-        quantization: how the weights are stored (`LITERT_QUANTIZATIONS`).
-        languages: the target languages of a model of several (with the "target" placement,
-            the signatures take `target_tokens`).
-        source_length: every source PAD-padded to this many ids (None: any length; the
-            module docstring).
-        alignment: the decoder layer and heads the `alignment` signature reads (None:
-            `AlignmentHeads.default`; kt-export passes a run's `read_alignment_heads`).
-
-    Returns:
-        The folder.
+    `settings` are the search settings (default: the paper's); `quantization` says how the weights
+    are stored (`LITERT_QUANTIZATIONS`). `languages` are the target languages of a model of several
+    (with the "target" placement, the signatures take `target_tokens`). `source_length` PAD-pads
+    every source to this many ids (None: any length). `alignment` is the decoder layer and heads the
+    `alignment` signature reads (None: `AlignmentHeads.default`; kt-export passes a run's
+    `read_alignment_heads`).
     """
     settings = SearchSettings() if settings is None else settings
     alignment = (AlignmentHeads.default(model.config) if alignment is None
@@ -238,23 +193,18 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
                      target_language: Optional[str] = None,
                      source_language: Optional[str] = None
                      ) -> tuple[Callable, Callable, Tokenizer, object]:
-    """The searches of a folder `export_litert` wrote, run by the LiteRT interpreter (its
-    XNNPACK delegate, `threads` threads): a batch a call (PAD-padded to its longest source),
-    or, for an export of fixed shapes (or one written before batches), one sentence a call.
+    """The searches of the folder `directory` that `export_litert` wrote, run by the LiteRT
+    interpreter (its XNNPACK delegate, `threads` threads): a batch a call (PAD-padded to its longest
+    source), or, for an export of fixed shapes (or one written before batches), one sentence a call.
+    The result is `(translate_text, translate_ids, translate_aligned, tokenizer, interpreter)`, with
+    the signatures of an export's (tensors in, dicts of tensors out:
+    `text_translation.LineTranslator`); `translate_aligned` is None for an export written before its
+    `alignment` signature.
 
-    Args:
-        directory: the folder.
-        threads: the interpreter's threads.
-        target_language: the language a model of several translates into (its token first in
-            each source, or forced first in each translation); None for a model of one.
-        source_language: the sources' language, of a model that reads it
-            (`RunLanguages.source_language_token`: its token first in each source).
-
-    Returns:
-        `(translate_text, translate_ids, translate_aligned, tokenizer, interpreter)`, with the
-        signatures of an export's (tensors in, dicts of tensors out:
-        `text_translation.LineTranslator`); `translate_aligned` None for an export written
-        before its `alignment` signature.
+    `target_language` is the language a model of several translates into (its token first in each
+    source, or forced first in each translation); None for a model of one. `source_language` is the
+    sources' language, of a model that reads it (`RunLanguages.source_language_token`: its token
+    first in each source).
     """
     from ai_edge_litert.interpreter import Interpreter
 

@@ -189,23 +189,15 @@ class LineTranslator:
 
     def best_function(self, terms: bool = False, scores: bool = False, prefixes: bool = False,
                       alignment: bool = False) -> Callable[..., dict]:
-        """The backend's function of a batch of best translations (its inputs `[batch]`
-        strings, its outputs a dict of tensors), the first one asked for.
-
-        Args:
-            terms: of the texts and their target phrases separated by tabs (-> `translation`,
-                `score`, `missing_terms`).
-            scores: of the texts, with how sure the model is (-> `translation`, `score`,
-                `confidence`, `words`, `word_scores`).
-            prefixes: of the texts and their prefixes (-> `translation`, `score`).
-            alignment: of the texts, with the source piece each target piece is aligned to
-                (-> `translation`, `score`, `target_pieces`, `source_pieces`, `alignment`);
-                with none asked for, of the texts alone (-> `translation`, `score`).
-
-        Returns:
-            The function; ValueError when the backend has none (`takes_terms`,
-            `takes_scores`, `takes_prefixes`).
-        """
+        """The backend's function of a batch of best translations (its inputs `[batch]` strings,
+        its outputs a dict of tensors), the first one asked for: with `terms`, of the texts and
+        their target phrases separated by tabs (-> `translation`, `score`, `missing_terms`); with
+        `scores`, of the texts, with how sure the model is (-> `translation`, `score`,
+        `confidence`, `words`, `word_scores`); with `prefixes`, of the texts and their prefixes
+        (-> `translation`, `score`); with `alignment`, of the texts, with the source piece each
+        target piece is aligned to (-> `translation`, `score`, `target_pieces`, `source_pieces`,
+        `alignment`); with none asked for, of the texts alone (-> `translation`, `score`). A
+        ValueError when the backend has none (`takes_terms`, `takes_scores`, `takes_prefixes`)."""
         if terms:
             function, lacking = self._translate_terms, (
                 "terms: this model has no constrained search (a SavedModel exported by this "
@@ -275,22 +267,15 @@ def searched(texts: Sequence[bytes]) -> list[bytes]:
 def closest_lines(translator: LineTranslator, lines: Sequence[bytes],
                   references: Sequence[bytes], similarity: Callable[[str, str], float],
                   batch_size: int = 64, batch_tokens: int = 6000) -> list[str]:
-    """Of each line's n-best list (the whole beam), the translation most similar to the line's
-    reference, as an `output_line`: Kim & Rush's (2016) sequence-level interpolation, the
-    distillation target between the teacher's best translation and the reference. A tie goes
-    to the better-scored translation.
+    """Of each line of `lines`, its n-best list by `translator` (a beam search: its every hypothesis
+    is a candidate), the translation most similar to the line's reference in `references` (raw
+    reference lines, one per input line), as an `output_line`, one output line per input line: Kim &
+    Rush's (2016) sequence-level interpolation, the distillation target between the teacher's best
+    translation and the reference. A tie goes to the better-scored translation.
 
-    Args:
-        translator: what translates (a beam search: its every hypothesis is a candidate).
-        lines: raw input lines (possibly invalid UTF-8: decoded with replacements).
-        references: raw reference lines, one per input line.
-        similarity: (translation, reference) -> a number, higher is closer (e.g.
-            `evaluation.sentence_bleu`).
-        batch_size: at most this many lines a batch.
-        batch_tokens: at most this many padded words a batch.
-
-    Returns:
-        One output line per input line.
+    `lines` are raw input lines (possibly invalid UTF-8: decoded with replacements). `similarity`
+    takes (translation, reference) to a number, higher is closer (e.g. `evaluation.sentence_bleu`).
+    A batch holds at most `batch_size` lines and at most `batch_tokens` padded words.
     """
     if len(references) != len(lines):
         raise ValueError(f"references: {len(references)} for {len(lines)} lines")
@@ -345,30 +330,21 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
                on_missing: Optional[Callable[[int, list[str]], None]] = None,
                on_scores: Optional[Callable[[int, dict], None]] = None,
                on_alignment: Optional[Callable[[int, dict], None]] = None) -> list[str]:
-    """The best translation of each line as an `output_line`, in the lines' order, translated
-    in `length_batches` of the lines' word counts; an empty line gives an empty line, a
-    `blank` one itself (its confidence record, its missing terms: an empty line's).
+    """The best translation by `translator` of each of `lines` (raw input lines, possibly invalid
+    UTF-8: decoded with replacements) as an `output_line`, one output line per input line, in the
+    lines' order, translated in `length_batches` of the lines' word counts; an empty line gives an
+    empty line, a `blank` one itself (its confidence record, its missing terms: an empty line's).
 
-    Args:
-        translator: what translates.
-        lines: raw input lines (possibly invalid UTF-8: decoded with replacements).
-        batch_size: at most this many lines a batch.
-        batch_tokens: at most this many padded words a batch.
-        prefixes: optional, one per line: the start forced on its translation.
-        on_batch: called with each batch's size after it is translated.
-        terms: optional, one per line: the target phrases its translation must contain
-            (tab-separated).
-        on_missing: called with a line's index and the terms its translation lacks.
-        on_scores: when given, called with each line's index and its translation's
-            confidence record (`Translator.translate_with_scores`); with `terms`, a record of
-            the search's score alone (`{"score": score}`: the constrained search gives no
-            confidence; `trainers.translate` scores its translations as kt-score does).
-        on_alignment: when given (alone), called with each line's index and its
-            `target_pieces`, `source_pieces` (as text, padding left out) and `alignment`
-            (`Translator.translate_with_alignment`).
-
-    Returns:
-        One output line per input line.
+    A batch holds at most `batch_size` lines and at most `batch_tokens` padded words; `on_batch` is
+    called with each batch's size after it is translated. `prefixes`, optional, one per line, are
+    the start forced on its translation. `terms`, optional, one per line, are the target phrases its
+    translation must contain (tab-separated); `on_missing` is called with a line's index and the
+    terms its translation lacks. `on_scores`, when given, is called with each line's index and its
+    translation's confidence record (`Translator.translate_with_scores`); with `terms`, a record of
+    the search's score alone (`{"score": score}`: the constrained search gives no confidence;
+    `trainers.translate` scores its translations as kt-score does). `on_alignment`, when given
+    (alone), is called with each line's index and its `target_pieces`, `source_pieces` (as text,
+    padding left out) and `alignment` (`Translator.translate_with_alignment`).
     """
     translate = translator.best_function(terms=terms is not None, scores=on_scores is not None,
                                          prefixes=prefixes is not None,

@@ -4,13 +4,13 @@ crash or a full disk mid-write never costs more than the interval since the prev
 A backup is `backup/step-<N>.weights.h5` (model and optimizer variables, the optimizer's step
 counter included) and `backup/step-<N>.json`, written after it (the commit mark): the step (the
 batches trained, which locate the data), the optimizer's update count (fewer when float16 loss
-scaling skipped steps), the dropout seed generators' states and the weights file's SHA-256. Both are written to temporary
-files and renamed; the newest two are kept. Restoring tries, newest first, every backup, then
-Keras's `BackupAndRestore` files of runs written by earlier versions, then the run's
-checkpoints; a file that is unreadable, garbled (checksum) or holds non-finite weights is named
-in a warning and the next one is tried. What comes back exactly: weights, optimizer state,
-step, dropout seeds and (through the step) the position in the data; a checkpoint lacks the
-seeds, so dropout masks after resuming from one differ from an uninterrupted run's.
+scaling skipped steps), the dropout seed generators' states and the weights file's SHA-256. Both are
+written to temporary files and renamed; the newest two are kept. Restoring tries, newest first,
+every backup, then Keras's `BackupAndRestore` files of runs written by earlier versions, then the
+run's checkpoints; a file that is unreadable, garbled (checksum) or holds non-finite weights is
+named in a warning and the next one is tried. What comes back exactly: weights, optimizer state,
+step, dropout seeds and (through the step) the position in the data; a checkpoint lacks the seeds,
+so dropout masks after resuming from one differ from an uninterrupted run's.
 """
 from __future__ import annotations
 

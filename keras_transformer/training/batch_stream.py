@@ -26,18 +26,14 @@ def per_replica_tokens(batch_tokens: int, replicas: int) -> int:
 def training_batches(strategy: tf.distribute.Strategy,
                      stream: Callable[[int, Optional[Callable[[int], bool]]], tf.data.Dataset],
                      restored_step: int, log_path: Optional[str | os.PathLike] = None):
-    """What `fit` takes: the stream's elements from those of step `restored_step + 1` on; with
-    several replicas, a distributed dataset in which each worker reads only its replicas'
-    elements and each replica gets its own.
+    """What `fit` takes: the elements of `stream` from those of step `restored_step + 1` on
+    (`restored_step`: the step the run resumes after, 0 for a new run); with several replicas of
+    `strategy`, the run's distribution strategy, a distributed dataset in which each worker reads
+    only its replicas' elements and each replica gets its own.
 
-    Args:
-        strategy: the run's distribution strategy.
-        stream: `stream(first, wanted)` is the endless dataset of per-replica batches from
-            element `first` on, holding the elements `wanted` accepts (None: all), e.g.
-            `BatchPlan.dataset`.
-        restored_step: the step the run resumes after (0 for a new run).
-        log_path: the elements' digests are logged there (`batch_log`, numbered by the step
-            that trains them).
+    `stream(first, wanted)` is the endless dataset of per-replica batches from element `first` on,
+    holding the elements `wanted` accepts (None: all), e.g. `BatchPlan.dataset`. The elements'
+    digests are logged to `log_path` (`batch_log`, numbered by the step that trains them).
     """
     replicas = strategy.num_replicas_in_sync
     if replicas == 1:

@@ -30,18 +30,14 @@ if TYPE_CHECKING:
 class LoadedRun:
     """A run directory's model, tokenizer and settings (`load_run`).
 
-    Attributes:
-        model: a `Transformer` of the recipe's architecture holding `weights`.
-        tokenizer: the run's vocabulary (`vocab/`): a `SubwordTokenizer`, or the
-            `SentencePiecePair` of a model imported from elsewhere.
-        recipe: the run's settings (`config.json`): architecture, training and search.
-        weights: the weights file `model` holds.
-        weights_reason: why those weights (`RunDir.chosen_weights`' phrase, or "given").
-        results: what the run recorded (`RunDir.recorded_results`: the weights it chose,
-            their dev BLEU, the final test figures); {} for a run that recorded none.
-        run_dir: the run directory.
-        languages: the target languages of a run of several language pairs
-            (`RunDir.languages`), None for a run of one.
+    `model` is a `Transformer` of the recipe's architecture holding `weights`, the weights file;
+    `weights_reason` says why those weights (`RunDir.chosen_weights`' phrase, or "given").
+    `tokenizer` is the run's vocabulary (`vocab/`): a `SubwordTokenizer`, or the `SentencePiecePair`
+    of a model imported from elsewhere. `recipe` holds the run's settings (`config.json`):
+    architecture, training and search. `results` is what the run recorded
+    (`RunDir.recorded_results`: the weights it chose, their dev BLEU, the final test figures); {}
+    for a run that recorded none. `run_dir` is the run directory; `languages` the target languages
+    of a run of several language pairs (`RunDir.languages`), None for a run of one.
     """
 
     model: Transformer
@@ -70,26 +66,18 @@ class LoadedRun:
 
 
 def load_run(path: str | os.PathLike, weights: str | os.PathLike | None = None) -> LoadedRun:
-    """Loads the run directory `path` (written by kt-train, or imported).
+    """Loads the run directory `path` (written by kt-train, or imported) as a `LoadedRun`.
 
-    The model is a `Transformer` holding `weights`, by default the weights kt-train chose and
-    evaluation and export use (`RunDir.default_weights`: as `result.json` records, the better
-    on dev of the averaged and the final weights; else the averaged, else the final weights,
-    else the newest checkpoint). It runs under the kernel set in force
-    (`keras_transformer.fast.set_kernels`); the weights are the same under either.
+    The model is a `Transformer` holding `weights` (a `.weights.h5` file of this run's model), by
+    default the weights kt-train chose and evaluation and export use (`RunDir.default_weights`: as
+    `result.json` records, the better on dev of the averaged and the final weights; else the
+    averaged, else the final weights, else the newest checkpoint). It runs under the kernel set in
+    force (`keras_transformer.fast.set_kernels`); the weights are the same under either.
 
-    Args:
-        path: the run directory.
-        weights: a `.weights.h5` file of this run's model to load instead.
-
-    Returns:
-        The `LoadedRun`.
-
-    Raises:
-        FileNotFoundError: `path` is not a run directory (no directory, no `config.json`, no
-            vocabulary or no weights), or `weights` does not exist.
-        ValueError: a file cannot be read as this run's (a bad `config.json`, a vocabulary of
-            another size than the model's, weights of another model).
+    A FileNotFoundError when `path` is not a run directory (no directory, no `config.json`, no
+    vocabulary or no weights), or `weights` does not exist; a ValueError when a file cannot be read
+    as this run's (a bad `config.json`, a vocabulary of another size than the model's, weights of
+    another model).
     """
     # Imported here: `import keras_transformer`, which exports `load_run`, then loads neither
     # the data package (tensorflow-datasets) nor tensorflow-text (about a second).

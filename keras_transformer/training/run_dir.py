@@ -25,7 +25,8 @@ from keras_transformer.training.checkpoints import (average_weights, checkpoints
 
 CONFIG_FILE = "config.json"
 RUN_FILE = "run.json"
-RESULT_FILE = "result.json"  # which weights a finished run chose (`keep_better_of_average_and_final`)
+# which weights a finished run chose (`keep_better_of_average_and_final`)
+RESULT_FILE = "result.json"
 TEST_FILE = "test.json"  # the figures of kt-train's final test pass
 LEFT_OUT_FILE = "left_out.json"  # the training pairs not trained on (`prepare.left_out`)
 IMPORT_FILE = "import.json"  # where an imported model came from (`importing.run_directory`)
@@ -102,8 +103,8 @@ class RunDir:
         return {**result, "test": test} if test is not None else result
 
     def provenance(self, weights: str | os.PathLike | None = None) -> dict[str, Any]:
-        """The facts of this run an export of it records (`keras_transformer.serving.provenance`): its
-        path, the weights used (`weights` if given, else `chosen_weights`) and why, its
+        """The facts of this run an export of it records (`keras_transformer.serving.provenance`):
+        its path, the weights used (`weights` if given, else `chosen_weights`) and why, its
         recorded results and the training precision, and for a model imported from elsewhere
         (`import.json`) its format, origin and the files read with their SHA-256 digests."""
         if weights:

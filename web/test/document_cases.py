@@ -96,10 +96,11 @@ def fitted_case(text: str, limit: int) -> dict:
 
 WORDS = ["they", "have", "sold", "nineteen", "cats", "we", "see", "six", "books.", "Dr.", "42",
          "café", "Straße", "猫", "🙂", "well-known", "(see", "this)", "a<b", "x&y", "A.", "ok!"]
-HTML_INLINE = ['<b>', '<i class="x">',
-               '<a href="https://example.org/?a=1&amp;b=2" title=\'t\'>', "<span lang=de>", "<em>", "<strong>", "<my-tag data-x=\"1 > 0\">", "<SUB>"]
+HTML_INLINE = ['<b>', '<i class="x">', '<a href="https://example.org/?a=1&amp;b=2" title=\'t\'>',
+               "<span lang=de>", "<em>", "<strong>", "<my-tag data-x=\"1 > 0\">", "<SUB>"]
 HTML_ATOMS = ["<br>", "<br/>", '<img src="a.png" alt="A">', "<!-- note -->",
-              "<code>x < y</code>", '<span translate="no">Keep <b>this</b></span>', "&amp;", "&eacute;", "&#233;",
+              "<code>x < y</code>", '<span translate="no">Keep <b>this</b></span>', "&amp;",
+              "&eacute;", "&#233;",
               "&lt;tag&gt;", "<script>if (a < b) { x = '<b>'; }</script>", "</u>", " < ",
               "<kbd>Ctrl</kbd>", "<wbr>"]
 HTML_BLOCKS = ["p", "li", "h2", "td", "div", "blockquote"]
