@@ -278,10 +278,10 @@ export class Translator {
     if (!aligned) return {text: translation, score, cut};
     const pad = this.manifest.special_ids.pad;
     const target = best.filter((id) => id !== pad).map((id) => this.tokenizer.targetPiece(id));
-    const source = Array.from(ids.slice(0, length), (id) => this.tokenizer.sourcePiece(id));
+    const read = Array.from(ids.slice(0, length), (id) => this.tokenizer.sourcePiece(id));
     const pieces = await this.align(ids, best, placed.forced);
     return {text: translation, score, cut, alignment: wordAlignment(
-      target, source, pieces, splitWords(translation).length, splitWords(text).length)};
+      target, read, pieces, splitWords(translation).length, splitWords(text).length)};
   }
 
   // The `alignment` signature's source position of each piece of `best` (a search's ids of
