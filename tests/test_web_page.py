@@ -1,7 +1,7 @@
 """The translation page (`web/`) in a real browser: headless Chromium, driven by Selenium, loads a
 LiteRT export with LiteRT.js and its SentencePiece model with sentencepiece-js, and translates
-what is typed into it, into the language chosen, as kt-translate translates with the same
-export: paragraphs sentence by sentence with their layout (`--format text`; a line longer than
+what is typed into it, into the language chosen (and from the one chosen, of an NLLB-200 or
+M2M-100 import), as kt-translate translates with the same export: paragraphs sentence by sentence with their layout (`--format text`; a line longer than
 the model takes in parts, nothing cut), each sentence shown as it arrives, and one sentence a
 line (kt-translate's default; an empty line and a cut line included); blank lines pass through
 as they are; an export LiteRT.js cannot run and a file the page cannot read are named on the
@@ -201,7 +201,8 @@ def test_the_page_translates_between_the_languages_of_an_nllb_or_m2m_100_export(
     languages as sources and targets (chosen by the query, `eng` naming `eng_Latn`, or the
     first language and the first other), and its translations of each pair chosen in the
     pickers, an empty line and a line cut (the source's token counted) included, are
-    kt-translate's with `--source-language` and `--target-language` on the same export; the
+    kt-translate's with `--source-language` and `--target-language` on the same export, and so
+    is an HTML fragment's (`--format html`: markup placed by the `alignment` signature); the
     source's token and the target's are read (the translations of two sources into one
     target differ, and of one source into two targets)."""
     folder = forced_exports[style]
@@ -237,6 +238,15 @@ def test_the_page_translates_between_the_languages_of_an_nllb_or_m2m_100_export(
     for first, second in zip(translated, translated[1:]):
         assert sum(a != b for a, b in zip(first, second)) > 3, (first, second)
     assert sum(map(bool, translated[0] + translated[1])) > len(lines)  # not empty
+    # HTML: its markup placed by the `alignment` signature, the forced token aligned, left out
+    document = markup_documents(site["sources"])["html"]
+    source.write_text(document, encoding="utf-8")
+    assert translate.main([str(folder), str(source), "--output", str(output), "--quiet",
+                           "--source-language", source_language, "--target-language",
+                           target_language, "--format", "html"]) == 0
+    expected = output.read_bytes().decode("utf-8")
+    assert "<b>" in expected and "<a href" in expected
+    assert translated_text(browser, document, target_language, "html") == expected
 
 
 def test_a_language_an_nllb_export_lacks_is_named_on_the_page(site, browser, forced_exports):
