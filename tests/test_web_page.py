@@ -1,7 +1,7 @@
 """The translation page (`web/`) in a real browser: headless Chromium, driven by Selenium, loads a
 LiteRT export with LiteRT.js and its SentencePiece model with sentencepiece-js, and translates
-what is typed into it, into the language chosen, as kt-translate translates with the same
-export: paragraphs sentence by sentence with their layout (`--format text`; a line longer than
+what is typed into it, into the language chosen (and from the one chosen, of an NLLB-200 or
+M2M-100 import), as kt-translate translates with the same export: paragraphs sentence by sentence with their layout (`--format text`; a line longer than
 the model takes in parts, nothing cut), each sentence shown as it arrives, and one sentence a
 line (kt-translate's default; an empty line and a cut line included); blank lines pass through
 as they are; an export LiteRT.js cannot run and a file the page cannot read are named on the
@@ -171,18 +171,93 @@ def test_an_export_of_any_source_length_is_named_on_the_page(site, browser):
     assert error and status.startswith("?source=no language: not a language"), status
 
 
-def test_an_export_of_the_target_placement_is_named_on_the_page(site, browser):
-    """A model whose language token is forced first in the translation (NLLB-200, M2M-100:
-    its signatures take `target_tokens`) is named, before anything else is loaded."""
-    fixed = site["exports"] / "fixed" / "1"
-    forced = site["exports"] / "forced" / "1"
-    forced.mkdir(parents=True)
-    manifest = json.loads((fixed / MANIFEST_FILE).read_text())
-    manifest["languages"]["placement"] = "target"
-    (forced / MANIFEST_FILE).write_text(json.dumps(manifest))
-    status, error = open_page(browser, f"{site['url']}/page/index.html?model=../exports/forced/1")
-    assert error and "exports/forced/1" in status and "pickers" in status, status
+@pytest.fixture(scope="module")
+def forced_exports(site, tmp_path_factory):
+    """Fixed-shape LiteRT exports of a random NLLB-style and M2M-100-style import (the "target"
+    placement: the target language's token forced first in the translation, the source
+    language's first in the source), served beside the others: their folders by style."""
+    from m2m_100_models import M2MVariant, write_m2m_100_folder
 
+    root = tmp_path_factory.mktemp("forced")
+    folders = {}
+    for style in ("nllb", "m2m100"):
+        folder = write_m2m_100_folder(root / style, M2MVariant(style=style, encoder_layers=1))
+        assert import_model.main([str(folder), "--output-dir", str(root / f"{style}-run")]) == 0
+        assert export.main([str(root / f"{style}-run"), "--name", style, "--base-dir",
+                            str(site["exports"]), "--beam-size", "3", "--max-decode-extra", "6",
+                            "--format", "litert", "--source-length", str(SOURCE_LENGTH)]) == 0
+        folders[style] = site["exports"] / style / "1"
+    return folders
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("style", "query", "defaults", "pairs"), [
+    ("nllb", "?source=eng&target=fra_Latn", ("eng_Latn", "fra_Latn"),
+     (("fra_Latn", "deu_Latn"), ("zho_Hans", "deu_Latn"), ("zho_Hans", "fra_Latn"))),
+    ("m2m100", "", ("af", "am"), (("en", "zh"), ("ja", "zh"), ("ja", "fr")))])
+def test_the_page_translates_between_the_languages_of_an_nllb_or_m2m_100_export(
+        site, browser, forced_exports, tmp_path, style, query, defaults, pairs):
+    """An NLLB-style and an M2M-100-style import's LiteRT export: the page offers the model's
+    languages as sources and targets (chosen by the query, `eng` naming `eng_Latn`, or the
+    first language and the first other), and its translations of each pair chosen in the
+    pickers, an empty line and a line cut (the source's token counted) included, are
+    kt-translate's with `--source-language` and `--target-language` on the same export, and so
+    is an HTML fragment's (`--format html`: markup placed by the `alignment` signature); the
+    source's token and the target's are read (the translations of two sources into one
+    target differ, and of one source into two targets)."""
+    folder = forced_exports[style]
+    url = f"{site['url']}/page/index.html?model=../exports/{style}/1"
+    status, error = open_page(browser, url + query.replace("?", "&"))
+    assert (status, error) == ("ready", False), browser.get_log("browser")[-5:]
+    codes = sorted(json.loads((folder / MANIFEST_FILE).read_text())["languages"]["tokens"])
+    pickers = [Select(browser.find_element(By.ID, name)) for name in ("source-language",
+                                                                       "language")]
+    for picker, default in zip(pickers, defaults):
+        assert [option.get_attribute("value") for option in picker.options] == codes
+        assert picker.first_selected_option.get_attribute("value") == default
+    sources = training_sentences(12, seed=7)[0]
+    lines = [*sources, "", " ".join(sources[:5])]
+    source = tmp_path / "typed.src"
+    source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    translated = []
+    for source_language, target_language in pairs:
+        pickers[0].select_by_value(source_language)
+        translated.append(translated_text(browser, "\n".join(lines), target_language,
+                                          "lines").split("\n"))
+        status, _ = page_state(browser)
+        cut = load_export(folder, target_language, source_language=source_language).truncated(
+            [line.encode() for line in lines])
+        assert [int(number) - 1 for number in re.findall(r"line (\d+): \d+ pieces past the "
+                                                         r"model's length", status)] == cut
+        assert cut == [len(lines) - 1]
+        output = tmp_path / f"typed.{source_language}-{target_language}"
+        assert translate.main([str(folder), str(source), "--output", str(output), "--quiet",
+                               "--source-language", source_language,
+                               "--target-language", target_language]) == 0
+        assert translated[-1] == text_lines(output), (source_language, target_language)
+    for first, second in zip(translated, translated[1:]):
+        assert sum(a != b for a, b in zip(first, second)) > 3, (first, second)
+    assert sum(map(bool, translated[0] + translated[1])) > len(lines)  # not empty
+    # HTML: its markup placed by the `alignment` signature, the forced token aligned, left out
+    document = markup_documents(site["sources"])["html"]
+    source.write_text(document, encoding="utf-8")
+    assert translate.main([str(folder), str(source), "--output", str(output), "--quiet",
+                           "--source-language", source_language, "--target-language",
+                           target_language, "--format", "html"]) == 0
+    expected = output.read_bytes().decode("utf-8")
+    assert "<b>" in expected and "<a href" in expected
+    assert translated_text(browser, document, target_language, "html") == expected
+
+
+def test_a_language_an_nllb_export_lacks_is_named_on_the_page(site, browser, forced_exports):
+    """A source or target language the query names that the model lacks, or names ambiguously,
+    is named on the page with the model's languages."""
+    url = f"{site['url']}/page/index.html?model=../exports/nllb/1"
+    for query, expected in (("source=ita_Latn", "?source=ita_Latn: the model translates from "
+                             "deu_Latn, eng_Latn, fra_Latn, zho_Hans, zho_Hant only"),
+                            ("target=zho", "?target=zho: language 'zho' is ambiguous: the model "
+                             "has zho_Hans, zho_Hant")):
+        assert open_page(browser, f"{url}&{query}") == (expected, True)
 
 
 def translated_text(driver, text: str, language: str, format: str,  # noqa: A002

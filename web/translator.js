@@ -6,7 +6,7 @@
 import {loadLiteRt, loadAndCompile, Tensor} from "@litertjs/core";
 import {SentencePieceProcessor} from "@sctg/sentencepiece-js";
 import {splitWords, wordAlignment} from "./inline.js";
-import {isBlank, sourceIds, translationIds} from "./lines.js";
+import {isBlank, placedTokens, sourceIds, translationIds} from "./lines.js";
 
 export const MANIFEST_FILE = "keras_transformer_litert.json";
 export const LITERT_FILE = "model.tflite";
@@ -139,15 +139,18 @@ class SharedTokenizer {
 
 // The tokenizer of an imported model (`SentencePiecePair`): source pieces mapped to the
 // model's ids through the vocabulary's source list (a leading `>>xx<<` token read whole),
-// the model's target ids to the target model's by the manifest's `target_sentencepiece_ids`.
+// the model's target ids to the target model's by the manifest's `target_sentencepiece_ids`,
+// the vocabulary's control pieces (an NLLB-200's language codes) left out of the text.
 class PairTokenizer {
-  constructor(source, target, sourcePieces, targetPieces, targetIds, unk) {
+  constructor(source, target, vocabulary, targetIds, unk) {
     this.source = source;
     this.target = target;
-    this.sourcePieces = sourcePieces;
-    this.targetPieces = targetPieces;
-    this.sourceIds = new Map(sourcePieces.map((piece, id) => [piece, id]));
+    this.sourcePieces = vocabulary.source;
+    this.targetPieces = vocabulary.target;
+    this.sourceIds = new Map(vocabulary.source.map((piece, id) => [piece, id]));
     this.targetIds = targetIds;
+    const control = new Set(vocabulary.control ?? []);
+    this.text = vocabulary.target.map((piece) => !control.has(piece));
     this.unk = unk;
   }
 
@@ -156,8 +159,8 @@ class PairTokenizer {
     const vocabulary = await json(new URL(files.vocabulary, modelUrl), "the vocabulary");
     const [source, target] = await Promise.all(["source", "target"].map(
       (side) => sentencePiece(new URL(files[side], modelUrl), `the ${side} tokenizer`)));
-    return new PairTokenizer(source, target, vocabulary.source, vocabulary.target,
-                             manifest.target_sentencepiece_ids, manifest.special_ids.unk);
+    return new PairTokenizer(source, target, vocabulary, manifest.target_sentencepiece_ids,
+                             manifest.special_ids.unk);
   }
 
   encode(text) {
@@ -168,7 +171,8 @@ class PairTokenizer {
   }
 
   decode(ids) {
-    return this.target.decodeIds(Int32Array.from(ids, (id) => this.targetIds[id]));
+    return this.target.decodeIds(Int32Array.from(
+      ids.filter((id) => this.text[id] ?? true), (id) => this.targetIds[id]));
   }
 
   sourcePiece(id) {
@@ -178,6 +182,12 @@ class PairTokenizer {
   targetPiece(id) {
     return this.targetPieces[id];
   }
+}
+
+// The `target_tokens` input of a search forced to start with the token `forced` ("target"
+// placement: `placedTokens`), none for null.
+function forcedInput(forced) {
+  return forced === null ? {} : {target_tokens: new Tensor(Int32Array.of(forced), [1])};
 }
 
 export class Translator {
@@ -190,6 +200,12 @@ export class Translator {
   // The target languages a model of several translates into (their names), [] for one.
   get languages() {
     return Object.keys(this.manifest.languages?.tokens ?? {}).sort();
+  }
+
+  // Whether the model reads the source's language too, one of `languages` (NLLB-200,
+  // M2M-100: its token first in the source).
+  get readsSource() {
+    return Boolean(this.manifest.languages?.source_language_token);
   }
 
   // Whether a text may be translated without a language, as it is (an imported multi-target
@@ -211,11 +227,6 @@ export class Translator {
                       "LiteRT.js cannot take: export it with kt-export --format litert " +
                       "--source-length PIECES");
     }
-    if (manifest.languages?.placement === "target") {
-      throw new Error(`${modelUrl}: a model whose target language's token is forced first ` +
-                      "in the translation (NLLB-200, M2M-100): the page has no source and " +
-                      "target language pickers for it yet (kt-translate translates with it)");
-    }
     progress("loading the tokenizer");
     const tokenizer = await (manifest.tokenizer === TOKENIZER_FILE ? SharedTokenizer
                              : PairTokenizer).load(manifest, modelUrl);
@@ -229,23 +240,19 @@ export class Translator {
     return new Translator(manifest, model, tokenizer);
   }
 
-  // The id of `language`'s token the source starts with (null: none; "" for a model of one,
-  // or as the text says where `languageOptional`).
-  languageToken(language) {
-    if (!this.languages.length || (language === "" && this.languageOptional)) return null;
-    const entry = this.manifest.languages.tokens[language];
-    if (!entry) {
-      throw new Error(`target language '${language}': the model translates into ` +
-                      `${this.languages.join(", ")} only`);
-    }
-    return entry.id;
+  // Where the tokens of `language` (the target: "" for a model of one, or as the text says
+  // where `languageOptional`) and `source` (the source's, where `readsSource`) go
+  // (`placedTokens`).
+  placed(language, source) {
+    return placedTokens(this.manifest, language, this.readsSource ? source : null);
   }
 
-  // Whether each text is longer than the model takes (into `language`): pieces would be cut.
-  tooLong(texts, language = "") {
-    const token = this.languageToken(language);
+  // Whether each text is longer than the model takes (into `language`, from `source`): pieces
+  // would be cut.
+  tooLong(texts, language = "", source = null) {
+    const placed = this.placed(language, source);
     return texts.map(
-      (text) => sourceIds(this.tokenizer.encode(text), this.manifest, token).cut > 0);
+      (text) => sourceIds(this.tokenizer.encode(text), this.manifest, placed).cut > 0);
   }
 
   // Whether the export gives word alignments (its `alignment` signature): markup needs them.
@@ -253,38 +260,41 @@ export class Translator {
     return (this.manifest.signatures ?? []).includes("alignment");
   }
 
-  // The translation of one line of text into `language` (as `languageToken` takes it) and how
-  // many of its source pieces the model could not read: {text, score, cut}; with `aligned`,
+  // The translation of one line of text into `language` from `source` (as `placed` takes
+  // them) and how many of its source pieces the model could not read: {text, score, cut};
+  // the language token forced first (`placedTokens`) left out of it; with `aligned`,
   // also `alignment`: for each word of the translation, the word of `text` it is aligned to
   // (-1: none; null: not known), as kt-translate's document layer reads it of the export's
   // `alignment` signature (documents/translators.py). A blank line (`isBlank`) is its own
   // translation.
-  async translate(text, language = "", aligned = false) {
-    const token = this.languageToken(language);
+  async translate(text, language = "", aligned = false, source = null) {
+    const placed = this.placed(language, source);
     if (isBlank(text)) return {text, score: 0, cut: 0, alignment: null};
-    const {ids, length, cut} = sourceIds(this.tokenizer.encode(text), this.manifest, token);
+    const {ids, length, cut} = sourceIds(this.tokenizer.encode(text), this.manifest, placed);
     if (length === 1) return {text: "", score: 0, cut, alignment: null};  // nothing but EOS
-    const {best, score} = await this.search(ids);
+    const {best, score} = await this.search(ids, placed.forced);
     const kept = translationIds(best, this.manifest.special_ids);
     const translation = kept.length ? this.tokenizer.decode(kept) : "";
     if (!aligned) return {text: translation, score, cut};
     const pad = this.manifest.special_ids.pad;
     const target = best.filter((id) => id !== pad).map((id) => this.tokenizer.targetPiece(id));
-    const source = Array.from(ids.slice(0, length), (id) => this.tokenizer.sourcePiece(id));
-    const pieces = await this.align(ids, best);
+    const read = Array.from(ids.slice(0, length), (id) => this.tokenizer.sourcePiece(id));
+    const pieces = await this.align(ids, best, placed.forced);
     return {text: translation, score, cut, alignment: wordAlignment(
-      target, source, pieces, splitWords(translation).length, splitWords(text).length)};
+      target, read, pieces, splitWords(translation).length, splitWords(text).length)};
   }
 
   // The `alignment` signature's source position of each piece of `best` (a search's ids of
-  // the source `ids`); the tensors in and out freed whatever happens.
-  async align(ids, best) {
+  // the source `ids`, `forced` the token it was forced to start with: null for none); the
+  // tensors in and out freed whatever happens.
+  async align(ids, best, forced = null) {
     if (!this.aligns) {
       throw new Error("this export gives no word alignment to place markup by (exported " +
                       "before its alignment signature): export it again, or translate as text");
     }
     const inputs = {source_ids: new Tensor(ids, [1, ids.length]),
-                    target_ids: new Tensor(Int32Array.from(best), [1, best.length])};
+                    target_ids: new Tensor(Int32Array.from(best), [1, best.length]),
+                    ...forcedInput(forced)};
     let outputs;
     try {
       outputs = await this.model.run("alignment", inputs);
@@ -298,15 +308,16 @@ export class Translator {
     }
   }
 
-  // The `beam` signature's best hypothesis (its ids) and score for one row of source ids; the
-  // tensors in and out freed whatever happens.
-  async search(ids) {
-    const input = new Tensor(ids, [1, ids.length]);
+  // The `beam` signature's best hypothesis (its ids) and score for one row of source ids,
+  // `forced` the token the translation is forced to start with (null: none); the tensors in
+  // and out freed whatever happens.
+  async search(ids, forced = null) {
+    const inputs = {source_ids: new Tensor(ids, [1, ids.length]), ...forcedInput(forced)};
     let outputs;
     try {
-      outputs = await this.model.run("beam", {source_ids: input});
+      outputs = await this.model.run("beam", inputs);
     } finally {
-      input.delete();
+      for (const tensor of Object.values(inputs)) tensor.delete();
     }
     try {
       const [, , width] = outputs.ids.type.layout.dimensions;
