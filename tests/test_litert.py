@@ -306,7 +306,7 @@ def test_a_model_of_several_languages_translates_into_the_one_asked(tmp_path):
     ("m2m100", (("de", "zh"), ("en", "fr")))])
 def test_an_imported_nllb_or_m2m_100_model_translates_as_its_savedmodel(style, pairs, tmp_path):
     """The "target" placement (NLLB-200, M2M-100): the target language's token forced first in
-    each translation, the source language's first in each source. On 100 random sentences,
+    each translation, the source language's first in each source. On random sentences,
     translated in batches of sources of many lengths: the beam's n-best translations and scores
     of the LiteRT export (float32) are the SavedModel's; the greedy signature's ids are the
     greedy search's of the run's `Translator` (the SavedModel's graph), into each of two
@@ -321,7 +321,7 @@ def test_an_imported_nllb_or_m2m_100_model_translates_as_its_savedmodel(style, p
     for name, extra in (("saved", []), ("lite", ["--format", "litert"])):
         assert export.main([str(run), "--name", name, "--base-dir", str(tmp_path / "out"),
                             *SEARCH, *extra]) == 0
-    sources = training_sentences(100, seed=11)[0]
+    sources = training_sentences(40, seed=11)[0]
     texts = [text.encode() for text in sources]
     loaded = load_run(run)
     greedy = Translator(loaded.model, loaded.tokenizer, kt.SearchSettings(

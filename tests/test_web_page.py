@@ -1,8 +1,9 @@
 """The translation page (`web/`) in a real browser: headless Chromium, driven by Selenium, loads a
 LiteRT export with LiteRT.js and its SentencePiece model with sentencepiece-js, and translates
 what is typed into it, into the language chosen (and from the one chosen, of an NLLB-200 or
-M2M-100 import), as kt-translate translates with the same export: paragraphs sentence by sentence with their layout (`--format text`; a line longer than
-the model takes in parts, nothing cut), each sentence shown as it arrives, and one sentence a
+M2M-100 import), as kt-translate translates with the same export: paragraphs sentence by
+sentence with their layout (`--format text`; a line longer than the model takes in parts,
+nothing cut), each sentence shown as it arrives, and one sentence a
 line (kt-translate's default; an empty line and a cut line included); blank lines pass through
 as they are; an export LiteRT.js cannot run and a file the page cannot read are named on the
 page; LiteRT's log lines stay off the console's error level; a search that fails frees its

@@ -318,10 +318,9 @@ export function wordAlignment(targetPieces, sourcePieces, alignment, targetWords
     [...vote.keys()].sort((a, b) => a - b), (word) => -vote.get(word)) : -1));
 }
 
-// Each piece's word index: a piece starting with the word mark starts a word, as does a byte
-// piece before any word; other pieces before the first word (a language token), and an
-// end-of-sentence piece, belong to none (-1).
-const BYTE_PIECE = /^<0x[0-9A-F]{2}>$/;
+// Each piece's word index: a piece starting with the word mark (or the mark alone) starts a
+// word; pieces before the first word (a language token, or byte pieces the model put first),
+// and an end-of-sentence piece, belong to none (-1).
 
 function pieceWords(pieces) {
   const found = [];
@@ -331,7 +330,7 @@ function pieceWords(pieces) {
       found.push(-1);
       continue;
     }
-    if (piece.startsWith(WORD_START) || (word < 0 && BYTE_PIECE.test(piece))) {
+    if (piece.startsWith(WORD_START)) {
       word++;
     }
     found.push(word);

@@ -9,7 +9,6 @@ statistical aligner's alignments (`benchmarks/alignment_error.py`) and recorded 
 import dataclasses
 import json
 import os
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Optional, Sequence
@@ -21,7 +20,6 @@ from keras_transformer.data.tokenizer import model_input_ids, text_pieces
 from keras_transformer.decoding.confidence import WORD_START
 
 ALIGNMENT_FILE = "alignment.json"
-BYTE_PIECE = re.compile(r"<0x[0-9A-F]{2}>")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,8 +122,8 @@ def word_alignment(target_pieces: Sequence[str], source_pieces: Sequence[str],
 
 def _piece_words(pieces: Sequence[str]) -> list[int]:
     """Each piece's word index: a piece starting with the word mark (or the mark alone, before
-    byte pieces) starts a word, as does a byte piece (`<0x50>`: a character the vocabulary
-    lacks) before any word; other pieces before the first word (a language token), and an
+    byte pieces) starts a word; pieces before the first word (a language token, or byte pieces
+    the model put first: the words then miscount, and markup falls back to positions), and an
     end-of-sentence piece, belong to none (-1)."""
     words: list[int] = []
     word = -1
@@ -133,7 +131,7 @@ def _piece_words(pieces: Sequence[str]) -> list[int]:
         if piece == "</s>":
             words.append(-1)
             continue
-        if piece.startswith(WORD_START) or word < 0 and BYTE_PIECE.fullmatch(piece):
+        if piece.startswith(WORD_START):
             word += 1
         words.append(word)
     return words
