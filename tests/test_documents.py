@@ -294,6 +294,11 @@ def test_markdown_special_characters_in_translations_stay_text():
     translated = documents(translate=starred).translate(source, "markdown").text
     assert markdown_format.structure(translated) == markdown_format.structure(source)
     assert "\\*not\\* emphasis" in translated
+    for text, written in (("12. Mai", "12\\. Mai"), ("- x", "\\- x"), ("3) y", "3\\) y")):
+        assert markdown_format.escape(text) == written
+        assert markdown_format.parser().parse(written)[0].type == "paragraph_open"
+        rendered = markdown_format.parser().render(written)
+        assert rendered == f"<p>{text}</p>\n"  # the text as it was: no backslash left
 
 
 def test_word_alignment_follows_pieces_and_ignores_tokens_and_eos():

@@ -337,7 +337,9 @@ class HtmlBuilder {
 
 // Markdown: markdown.py's rules.
 const ESCAPED = /([\\`*_[\]<>|&!#~])/g;
-const LINE_START = new RegExp(`^([-+=]|\\p{Nd}+[.)])(?=${S}|$)`, "u");
+// A list marker or a setext underline a translated text could start with: its punctuation is
+// escaped (a backslash before a digit would be text).
+const LINE_START = new RegExp(`^(\\p{Nd}*)([-+=]|(?<=\\p{Nd})[.)])(?=${S}|$)`, "u");
 const FRONT_MATTER = /(---|\+\+\+)\r?\n[\s\S]*?(?<=\n)\1[ \t]*(?:\r?\n|$)/y;
 // Python's `str.splitlines` line ends.
 const LINE_END = /\r\n|[\n\v\f\r\x1c-\x1e\x85\u2028\u2029]/g;
@@ -349,7 +351,7 @@ export function markdownParser() {
 
 // Translated text as Markdown: every character that could start markup escaped.
 export function escapeMarkdown(text) {
-  return text.replace(ESCAPED, "\\$1").replace(LINE_START, (_, start) => "\\" + start);
+  return text.replace(ESCAPED, "\\$1").replace(LINE_START, "$1\\$2");
 }
 
 function splitLinesKeepEnds(text) {

@@ -21,7 +21,9 @@ from keras_transformer.documents.inline import Block, Element, Run
 Part = str | Block
 
 _ESCAPED = re.compile(r"([\\`*_\[\]<>|&!#~])")
-_LINE_START = re.compile(r"^([-+=]|\d+[.)])(?=\s|$)")
+# A list marker or a setext underline a translated text could start with: its punctuation is
+# escaped (a backslash before a digit would be text).
+_LINE_START = re.compile(r"^(\d*)([-+=]|(?<=\d)[.)])(?=\s|$)")
 _FRONT_MATTER = re.compile(r"\A(---|\+\+\+)\r?\n.*?^\1[ \t]*(?:\r?\n|\Z)", re.S | re.M)
 
 
@@ -33,7 +35,7 @@ def parser() -> MarkdownIt:
 def escape(text: str) -> str:
     """Translated text as Markdown: every character that could start markup escaped."""
     escaped = _ESCAPED.sub(r"\\\1", text)
-    return _LINE_START.sub(lambda match: "\\" + match.group(1), escaped)
+    return _LINE_START.sub(r"\1\\\2", escaped)
 
 
 def structure(document: str) -> list[tuple]:
