@@ -505,17 +505,20 @@ class _M2M100Converter:
                 **self.feed_forward(prefix, theirs)}
 
     def embeddings(self) -> dict[str, Callable]:
-        """The shared embedding (from whichever of its tied copies the files hold), the output
-        projection when not tied, and the output bias that keeps PAD and BOS from being
-        generated."""
-        config, size = self.config, self.config.vocab_size
+        """The shared embedding, from whichever of its tied copies the files hold."""
+        config = self.config
         tied_copies = ("model.shared.weight", "model.encoder.embed_tokens.weight",
                        "model.decoder.embed_tokens.weight") + (
                            ("lm_head.weight",) if config.tie_output else ())
         embedding_name = next((name for name in tied_copies if name in self.tensors.shapes),
                               tied_copies[0])
-        weights = {"shared_embedding/embeddings": self.get(embedding_name,
-                                                           (size, config.d_model), rows=True)}
+        return {"shared_embedding/embeddings": self.get(
+            embedding_name, (config.vocab_size, config.d_model), rows=True)}
+
+    def output(self) -> dict[str, Callable]:
+        """The output projection when not tied, and the output bias that keeps PAD and BOS
+        from being generated."""
+        config, size, weights = self.config, self.config.vocab_size, {}
         if not config.tie_output:
             weights["output_projection/kernel"] = self.get(
                 "lm_head.weight", (config.d_model, size), transposed=True, rows=True)
@@ -532,7 +535,7 @@ class _M2M100Converter:
             for index in range(depth):
                 weights.update(layer(f"{side}_layer_{index}", f"model.{side}.layers.{index}"))
             weights.update(self.layer_norm(f"{side}_norm", f"model.{side}.layer_norm"))
-        weights.update(self.embeddings())
+        weights.update({**self.embeddings(), **self.output()})
         unread = sorted(name for name in self.tensors.shapes
                         if name not in self.used and not _TIED_OR_COMPUTED.fullmatch(name))
         if unread:
