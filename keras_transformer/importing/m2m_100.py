@@ -63,7 +63,7 @@ def read_m2m_100_folder(folder: str | Path) -> ImportedModel:
     vocabulary_path = folder / "vocab.json"
     pieces, codes, control, tokenizer_files = _vocabulary(folder, spm_model, ours.vocab_size)
     weights_paths, tensors = read_safetensors(folder)
-    arrays = _our_arrays(tensors, ours, weights_paths[0])
+    arrays = _M2M100Converter(tensors, ours, weights_paths[0]).arrays()
     languages = RunLanguages("target", codes, {code: pieces[index]
                                                for code, index in codes.items()},
                              source_language_token=True)
@@ -423,23 +423,29 @@ def _our_row_block(tensors: SafetensorsFiles, name: str, start: int, stop: int) 
     return _our_rows(tensors.read_rows(name, 0, max(stop, _SPECIAL_ROWS)))[start:stop]
 
 
-def _our_arrays(tensors: SafetensorsFiles, config: TransformerConfig,
-                path: Path) -> ReadOnAccess:
-    """Our weights by variable path from M2M-100's PyTorch tensors (`[out, in]` projections
-    transposed), each read when it is asked for; ImportFormatError naming a tensor that is
-    missing or misshapen, or one the model does not have, before any is read."""
-    d, heads, key_dim, ours = config.d_model, config.num_heads, config.key_dim, {}
-    used = set()
+class _M2M100Converter:
+    """Our weights by variable path from M2M-100's PyTorch `tensors` (`[out, in]` projections
+    transposed) for a model of `config`, each read when it is asked for; one method per
+    sublayer, each giving its sublayer's under our path `prefix` from their names starting
+    `theirs`; ImportFormatError naming `path` and a tensor that is missing or misshapen, or one
+    the model does not have, before any is read. `arrays()` gives them all."""
 
-    def get(name: str, shape: tuple[int, ...], transposed: bool = False,
-            rows: bool = False) -> Callable[[], np.ndarray]:
+    def __init__(self, tensors: SafetensorsFiles, config: TransformerConfig, path: Path):
+        self.tensors, self.config, self.path = tensors, config, path
+        self.used: set[str] = set()  # the tensors asked for
+
+    def get(self, name: str, shape: tuple[int, ...], transposed: bool = False,
+            rows: bool = False) -> Callable[[], np.ndarray | RowBlocks]:
+        """A reader of their tensor `name` as `shape` (`transposed` first; `rows`: in our ids'
+        order, an embedding read a block of rows at a time)."""
+        tensors = self.tensors
         if name not in tensors.shapes:
-            raise ImportFormatError(f"{path}: tensor {name} is missing")
+            raise ImportFormatError(f"{self.path}: tensor {name} is missing")
         stored = tensors.shapes[name]
         if int(np.prod(stored)) != int(np.prod(shape)):
-            raise ImportFormatError(f"{path}: tensor {name} has shape {stored}, expected "
+            raise ImportFormatError(f"{self.path}: tensor {name} has shape {stored}, expected "
                                     f"{shape[::-1] if transposed else shape}")
-        used.add(name)
+        self.used.add(name)
 
         def read() -> np.ndarray | RowBlocks:
             if rows and not transposed:  # the embedding: a block of rows at a time
@@ -453,52 +459,87 @@ def _our_arrays(tensors: SafetensorsFiles, config: TransformerConfig,
             return array.reshape(shape)
         return read
 
-    def norm(prefix: str, theirs: str) -> None:
-        ours[f"{prefix}/gamma"] = get(f"{theirs}.weight", (d,))
-        ours[f"{prefix}/beta"] = get(f"{theirs}.bias", (d,))
+    def layer_norm(self, prefix: str, theirs: str) -> dict[str, Callable]:
+        """The layer norm `theirs`."""
+        d = self.config.d_model
+        return {f"{prefix}/gamma": self.get(f"{theirs}.weight", (d,)),
+                f"{prefix}/beta": self.get(f"{theirs}.bias", (d,))}
 
-    def attention(prefix: str, theirs: str) -> None:
+    def attention(self, prefix: str, sublayer: str, theirs: str) -> dict[str, Callable]:
+        """The `sublayer` ("self" or "cross") attention of our layer `prefix` and its
+        residual's layer norm."""
+        d, heads, key_dim = self.config.d_model, self.config.num_heads, self.config.key_dim
+        ours, weights = f"{prefix}/{sublayer}_attention", {}
         for part, dense in (("q", "query"), ("k", "key"), ("v", "value")):
-            ours[f"{prefix}/{dense}/kernel"] = get(f"{theirs}.{part}_proj.weight",
-                                                   (d, heads, key_dim), transposed=True)
-            ours[f"{prefix}/{dense}/bias"] = get(f"{theirs}.{part}_proj.bias", (heads, key_dim))
-        ours[f"{prefix}/output/kernel"] = get(f"{theirs}.out_proj.weight", (heads, key_dim, d),
-                                              transposed=True)
-        ours[f"{prefix}/output/bias"] = get(f"{theirs}.out_proj.bias", (d,))
+            weights[f"{ours}/{dense}/kernel"] = self.get(f"{theirs}.{part}_proj.weight",
+                                                         (d, heads, key_dim), transposed=True)
+            weights[f"{ours}/{dense}/bias"] = self.get(f"{theirs}.{part}_proj.bias",
+                                                       (heads, key_dim))
+        weights[f"{ours}/output/kernel"] = self.get(f"{theirs}.out_proj.weight",
+                                                    (heads, key_dim, d), transposed=True)
+        weights[f"{ours}/output/bias"] = self.get(f"{theirs}.out_proj.bias", (d,))
+        return {**weights, **self.layer_norm(f"{prefix}/{sublayer}_residual/layer_norm",
+                                             f"{theirs}_layer_norm")}
 
-    for side, depth in (("encoder", config.encoder_depth), ("decoder", config.decoder_depth)):
-        for index in range(depth):
-            prefix, theirs = f"{side}_layer_{index}", f"model.{side}.layers.{index}"
-            sublayers = (("self", "self_attn"),) + (
-                (("cross", "encoder_attn"),) if side == "decoder" else ())
-            for sublayer, their_name in sublayers:
-                attention(f"{prefix}/{sublayer}_attention", f"{theirs}.{their_name}")
-                norm(f"{prefix}/{sublayer}_residual/layer_norm",
-                     f"{theirs}.{their_name}_layer_norm")
-            for ours_name, their_name, shape in (("inner", "fc1", (d, config.d_ff)),
-                                                 ("outer", "fc2", (config.d_ff, d))):
-                ours[f"{prefix}/feed_forward/{ours_name}/kernel"] = get(
-                    f"{theirs}.{their_name}.weight", shape, transposed=True)
-                ours[f"{prefix}/feed_forward/{ours_name}/bias"] = get(
-                    f"{theirs}.{their_name}.bias", shape[1:])
-            norm(f"{prefix}/feed_forward_residual/layer_norm", f"{theirs}.final_layer_norm")
-        norm(f"{side}_norm", f"model.{side}.layer_norm")
-    size = config.vocab_size
-    tied_copies = ("model.shared.weight", "model.encoder.embed_tokens.weight",
-                   "model.decoder.embed_tokens.weight") + (
-                       ("lm_head.weight",) if config.tie_output else ())
-    embedding_name = next((name for name in tied_copies if name in tensors.shapes),
-                          tied_copies[0])
-    ours["shared_embedding/embeddings"] = get(embedding_name, (size, d), rows=True)
-    if not config.tie_output:
-        ours["output_projection/kernel"] = get("lm_head.weight", (d, size), transposed=True,
-                                               rows=True)
-    bias = np.zeros([size], np.float32)
-    bias[[PAD_ID, BOS_ID]] = NEVER_EMITTED_BIAS
-    ours["output_bias"] = lambda: bias.copy()
-    unread = sorted(name for name in tensors.shapes
-                    if name not in used and not _TIED_OR_COMPUTED.fullmatch(name))
-    if unread:
-        raise ImportFormatError(f"{path}: cannot import tensors {unread[:3]}"
-                                f"{' ...' if len(unread) > 3 else ''} (not of an M2M-100 model)")
-    return ReadOnAccess(ours)
+    def feed_forward(self, prefix: str, theirs: str) -> dict[str, Callable]:
+        """The feed-forward sublayer of our layer `prefix` and its residual's layer norm."""
+        d, weights = self.config.d_model, {}
+        for ours, their_name, shape in (("inner", "fc1", (d, self.config.d_ff)),
+                                        ("outer", "fc2", (self.config.d_ff, d))):
+            weights[f"{prefix}/feed_forward/{ours}/kernel"] = self.get(
+                f"{theirs}.{their_name}.weight", shape, transposed=True)
+            weights[f"{prefix}/feed_forward/{ours}/bias"] = self.get(
+                f"{theirs}.{their_name}.bias", shape[1:])
+        return {**weights, **self.layer_norm(f"{prefix}/feed_forward_residual/layer_norm",
+                                             f"{theirs}.final_layer_norm")}
+
+    def encoder_layer(self, prefix: str, theirs: str) -> dict[str, Callable]:
+        """An encoder layer: self-attention and feed-forward."""
+        return {**self.attention(prefix, "self", f"{theirs}.self_attn"),
+                **self.feed_forward(prefix, theirs)}
+
+    def decoder_layer(self, prefix: str, theirs: str) -> dict[str, Callable]:
+        """A decoder layer: self-attention, encoder-decoder attention and feed-forward."""
+        return {**self.attention(prefix, "self", f"{theirs}.self_attn"),
+                **self.attention(prefix, "cross", f"{theirs}.encoder_attn"),
+                **self.feed_forward(prefix, theirs)}
+
+    def embeddings(self) -> dict[str, Callable]:
+        """The shared embedding, from whichever of its tied copies the files hold."""
+        config = self.config
+        tied_copies = ("model.shared.weight", "model.encoder.embed_tokens.weight",
+                       "model.decoder.embed_tokens.weight") + (
+                           ("lm_head.weight",) if config.tie_output else ())
+        embedding_name = next((name for name in tied_copies if name in self.tensors.shapes),
+                              tied_copies[0])
+        return {"shared_embedding/embeddings": self.get(
+            embedding_name, (config.vocab_size, config.d_model), rows=True)}
+
+    def output(self) -> dict[str, Callable]:
+        """The output projection when not tied, and the output bias that keeps PAD and BOS
+        from being generated."""
+        config, size, weights = self.config, self.config.vocab_size, {}
+        if not config.tie_output:
+            weights["output_projection/kernel"] = self.get(
+                "lm_head.weight", (config.d_model, size), transposed=True, rows=True)
+        bias = np.zeros([size], np.float32)
+        bias[[PAD_ID, BOS_ID]] = NEVER_EMITTED_BIAS
+        weights["output_bias"] = lambda: bias.copy()
+        return weights
+
+    def arrays(self) -> ReadOnAccess:
+        """All of our model's weights."""
+        weights = {}
+        for side, depth, layer in (("encoder", self.config.encoder_depth, self.encoder_layer),
+                                   ("decoder", self.config.decoder_depth, self.decoder_layer)):
+            for index in range(depth):
+                weights.update(layer(f"{side}_layer_{index}", f"model.{side}.layers.{index}"))
+            weights.update(self.layer_norm(f"{side}_norm", f"model.{side}.layer_norm"))
+        weights.update({**self.embeddings(), **self.output()})
+        unread = sorted(name for name in self.tensors.shapes
+                        if name not in self.used and not _TIED_OR_COMPUTED.fullmatch(name))
+        if unread:
+            raise ImportFormatError(f"{self.path}: cannot import tensors {unread[:3]}"
+                                    f"{' ...' if len(unread) > 3 else ''} (not of an M2M-100 "
+                                    "model)")
+        return ReadOnAccess(weights)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import yaml
@@ -71,7 +71,7 @@ def marian_model(options: dict[str, Any], arrays: dict[str, np.ndarray], weights
         _check_pieces_in_sentencepiece(vocabulary, path, spm_models)
     config = _config(options, arrays, weights_path, len(vocabularies[0]), len(vocabularies[1]))
     return ImportedModel(
-        config=config, arrays=_our_arrays(arrays, config, weights_path),
+        config=config, arrays=_MarianConverter(arrays, config, weights_path).arrays(),
         source_pieces=_our_pieces(vocabularies[0]), target_pieces=_our_pieces(vocabularies[1]),
         source_spm=spm_models[0], target_spm=spm_models[1], beam_size=beam_size,
         files=[*extra_files, weights_path, *dict.fromkeys(vocabulary_paths),
@@ -257,75 +257,114 @@ def _our_rows(matrix: np.ndarray, fill: float = 0.0) -> np.ndarray:
     return rows
 
 
-def _our_arrays(arrays: dict[str, np.ndarray], config: TransformerConfig,
-                path: Path) -> dict[str, np.ndarray]:
+class _MarianConverter:
     """Our weights by variable path (`Transformer` variable `.path`) of a model of `config` from
-    Marian's `arrays`; an `ImportFormatError` names `path` and a weight the model needs that is
-    missing or misshapen."""
-    heads, key_dim = config.num_heads, config.key_dim
-    pre = "_pre" if config.norm == "pre" else ""
+    Marian's `arrays`, one method per sublayer, each giving its sublayer's under our path
+    `prefix` from Marian's names starting `marian`; an `ImportFormatError` names `path` and a
+    weight the model needs that is missing or misshapen. `arrays()` gives them all."""
 
-    def get(name: str, shape: tuple[int, ...]) -> np.ndarray:
-        if name not in arrays:
-            raise ImportFormatError(f"{path}: weight {name} is missing")
-        array = arrays[name]
+    def __init__(self, arrays: dict[str, np.ndarray], config: TransformerConfig, path: Path):
+        self.theirs, self.config, self.path = arrays, config, path
+        self.pre = "_pre" if config.norm == "pre" else ""  # the layers' norms' suffix
+
+    def get(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """Marian's weight `name` as `shape`."""
+        if name not in self.theirs:
+            raise ImportFormatError(f"{self.path}: weight {name} is missing")
+        array = self.theirs[name]
         if array.size != int(np.prod(shape)):
-            raise ImportFormatError(f"{path}: weight {name} has shape {array.shape}, expected "
-                                    f"{shape}")
+            raise ImportFormatError(f"{self.path}: weight {name} has shape {array.shape}, "
+                                    f"expected {shape}")
         return array.reshape(shape)
 
-    d, ours = config.d_model, {}
+    def layer_norm(self, prefix: str, marian: str,
+                   suffix: Optional[str] = None) -> dict[str, np.ndarray]:
+        """The layer norm `marian` (its names ending `suffix`; default: the layers' norms')."""
+        suffix = self.pre if suffix is None else suffix
+        d = self.config.d_model
+        return {f"{prefix}/gamma": self.get(f"{marian}_scale{suffix}", (d,)),
+                f"{prefix}/beta": self.get(f"{marian}_bias{suffix}", (d,))}
 
-    def attention(prefix: str, marian: str) -> None:
-        for part in ("q", "k", "v"):
-            dense = {"q": "query", "k": "key", "v": "value"}[part]
-            ours[f"{prefix}/{dense}/kernel"] = get(f"{marian}_W{part}", (d, heads, key_dim))
-            ours[f"{prefix}/{dense}/bias"] = get(f"{marian}_b{part}", (heads, key_dim))
-        ours[f"{prefix}/output/kernel"] = get(f"{marian}_Wo", (heads, key_dim, d))
-        ours[f"{prefix}/output/bias"] = get(f"{marian}_bo", (d,))
+    def attention(self, prefix: str, sublayer: str, marian: str) -> dict[str, np.ndarray]:
+        """The `sublayer` ("self" or "cross") attention of our layer `prefix` and its
+        residual's layer norm."""
+        d, heads, key_dim = self.config.d_model, self.config.num_heads, self.config.key_dim
+        ours, weights = f"{prefix}/{sublayer}_attention", {}
+        for part, dense in (("q", "query"), ("k", "key"), ("v", "value")):
+            weights[f"{ours}/{dense}/kernel"] = self.get(f"{marian}_W{part}", (d, heads, key_dim))
+            weights[f"{ours}/{dense}/bias"] = self.get(f"{marian}_b{part}", (heads, key_dim))
+        weights[f"{ours}/output/kernel"] = self.get(f"{marian}_Wo", (heads, key_dim, d))
+        weights[f"{ours}/output/bias"] = self.get(f"{marian}_bo", (d,))
+        return {**weights, **self.layer_norm(f"{prefix}/{sublayer}_residual/layer_norm",
+                                             f"{marian}_Wo_ln")}
 
-    def norm(prefix: str, marian: str, suffix: str = pre) -> None:
-        ours[f"{prefix}/gamma"] = get(f"{marian}_scale{suffix}", (d,))
-        ours[f"{prefix}/beta"] = get(f"{marian}_bias{suffix}", (d,))
+    def feed_forward(self, prefix: str, marian: str) -> dict[str, np.ndarray]:
+        """The feed-forward sublayer of our layer `prefix` and its residual's layer norm."""
+        d, d_ff = self.config.d_model, self.config.d_ff
+        weights = {f"{prefix}/feed_forward/{ours}": self.get(f"{marian}_ffn_{theirs}", shape)
+                   for ours, theirs, shape in (("inner/kernel", "W1", (d, d_ff)),
+                                               ("inner/bias", "b1", (d_ff,)),
+                                               ("outer/kernel", "W2", (d_ff, d)),
+                                               ("outer/bias", "b2", (d,)))}
+        return {**weights, **self.layer_norm(f"{prefix}/feed_forward_residual/layer_norm",
+                                             f"{marian}_ffn_ffn_ln")}
 
-    def layer(prefix: str, marian: str, sublayers: tuple[str, ...]) -> None:
-        for sublayer in sublayers:
-            attention(f"{prefix}/{sublayer}_attention", f"{marian}_{sublayer}".replace(
-                "_cross", "_context"))
-            norm(f"{prefix}/{sublayer}_residual/layer_norm",
-                 f"{marian}_{sublayer}_Wo_ln".replace("_cross", "_context"))
-        for ours_name, marian_name, shape in (("inner/kernel", "W1", (d, config.d_ff)),
-                                              ("inner/bias", "b1", (config.d_ff,)),
-                                              ("outer/kernel", "W2", (config.d_ff, d)),
-                                              ("outer/bias", "b2", (d,))):
-            ours[f"{prefix}/feed_forward/{ours_name}"] = get(f"{marian}_ffn_{marian_name}",
-                                                             shape)
-        norm(f"{prefix}/feed_forward_residual/layer_norm", f"{marian}_ffn_ffn_ln")
+    def encoder_layer(self, prefix: str, marian: str) -> dict[str, np.ndarray]:
+        """An encoder layer: self-attention and feed-forward."""
+        return {**self.attention(prefix, "self", f"{marian}_self"),
+                **self.feed_forward(prefix, marian)}
 
-    for index in range(config.encoder_depth):
-        layer(f"encoder_layer_{index}", f"encoder_l{index + 1}", ("self",))
-    for index in range(config.decoder_depth):
-        layer(f"decoder_layer_{index}", f"decoder_l{index + 1}", ("self", "cross"))
-    if config.norm == "pre":  # the top layer norms have no `_pre`
-        norm("encoder_norm", "encoder_top_ln", suffix="")
-        norm("decoder_norm", "decoder_top_ln", suffix="")
-    if config.embedding_norm:  # the embeddings' layer norms always have it
-        norm("source_embedding_norm", "encoder_emb_ln", suffix="_pre")
-        norm("target_embedding_norm", "decoder_emb_ln", suffix="_pre")
-    if config.share_embeddings:
-        ours["shared_embedding/embeddings"] = _our_rows(get("Wemb", arrays["Wemb"].shape))
-    else:
-        ours["source_embedding/embeddings"] = _our_rows(arrays["encoder_Wemb"])
-        ours["target_embedding/embeddings"] = _our_rows(arrays["decoder_Wemb"])
-    target_size = config.output_vocab_size - 2
-    if not config.tie_output:
-        if "decoder_ff_logit_out_Wt" in arrays:
-            kernel = get("decoder_ff_logit_out_Wt", (target_size, d))
-        else:
-            kernel = get("decoder_ff_logit_out_W", (d, target_size)).T
-        ours["output_projection/kernel"] = _our_rows(kernel).T
-    ours["output_bias"] = _our_rows(get("decoder_ff_logit_out_b", (target_size,)),
-                                    fill=NEVER_EMITTED_BIAS)
-    if config.positional == "learned":
-        ours["source_positions/table"] = ours["target_positions/table"] = arrays["Wpos"]
-    return ours
+    def decoder_layer(self, prefix: str, marian: str) -> dict[str, np.ndarray]:
+        """A decoder layer: self-attention, encoder-decoder attention (Marian's "context")
+        and feed-forward."""
+        return {**self.attention(prefix, "self", f"{marian}_self"),
+                **self.attention(prefix, "cross", f"{marian}_context"),
+                **self.feed_forward(prefix, marian)}
+
+    def norms(self) -> dict[str, np.ndarray]:
+        """The stacks' final layer norms (pre-norm) and the embeddings' layer norms."""
+        weights = {}
+        if self.config.norm == "pre":  # the top layer norms have no `_pre`
+            weights.update({**self.layer_norm("encoder_norm", "encoder_top_ln", suffix=""),
+                            **self.layer_norm("decoder_norm", "decoder_top_ln", suffix="")})
+        if self.config.embedding_norm:  # the embeddings' layer norms always have it
+            weights.update({
+                **self.layer_norm("source_embedding_norm", "encoder_emb_ln", suffix="_pre"),
+                **self.layer_norm("target_embedding_norm", "decoder_emb_ln", suffix="_pre")})
+        return weights
+
+    def embeddings(self) -> dict[str, np.ndarray]:
+        """The token embeddings (shared or not), their rows in our ids' order (`_our_rows`)."""
+        theirs = self.theirs
+        if self.config.share_embeddings:
+            return {"shared_embedding/embeddings": _our_rows(self.get("Wemb",
+                                                                      theirs["Wemb"].shape))}
+        return {"source_embedding/embeddings": _our_rows(theirs["encoder_Wemb"]),
+                "target_embedding/embeddings": _our_rows(theirs["decoder_Wemb"])}
+
+    def output(self) -> dict[str, np.ndarray]:
+        """The output projection (when not tied) and the output bias, in our ids' order."""
+        d, target_size = self.config.d_model, self.config.output_vocab_size - 2
+        weights = {}
+        if not self.config.tie_output:
+            if "decoder_ff_logit_out_Wt" in self.theirs:
+                kernel = self.get("decoder_ff_logit_out_Wt", (target_size, d))
+            else:
+                kernel = self.get("decoder_ff_logit_out_W", (d, target_size)).T
+            weights["output_projection/kernel"] = _our_rows(kernel).T
+        weights["output_bias"] = _our_rows(self.get("decoder_ff_logit_out_b", (target_size,)),
+                                           fill=NEVER_EMITTED_BIAS)
+        return weights
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """All of our model's weights (the learned positions, if any, as Marian's)."""
+        config, weights = self.config, {}
+        for index in range(config.encoder_depth):
+            weights.update(self.encoder_layer(f"encoder_layer_{index}", f"encoder_l{index + 1}"))
+        for index in range(config.decoder_depth):
+            weights.update(self.decoder_layer(f"decoder_layer_{index}", f"decoder_l{index + 1}"))
+        weights.update({**self.norms(), **self.embeddings(), **self.output()})
+        if config.positional == "learned":
+            weights["source_positions/table"] = weights["target_positions/table"] = (
+                self.theirs["Wpos"])
+        return weights

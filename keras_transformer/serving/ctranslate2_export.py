@@ -80,75 +80,128 @@ def check_convertible(config: TransformerConfig) -> None:
                          f"{config.key_dim}")
 
 
-def spec_weights(model: Transformer) -> dict[str, np.ndarray]:
-    """The model's float32 weights under `TransformerSpec` paths (`encoder.layer.0...`):
-    linear weights `[out, in]`, self-attention q/k/v and cross-attention k/v fused, the
-    position encodings as our own tables (sinusoids in either layout, or learned), the
-    embedding layer norms and the output bias when the model has them, so both compute the
-    same function."""
-    config = model.config
+class SpecConverter:
+    """`model`'s float32 weights under the paths of CTranslate2's `TransformerSpec`
+    (`encoder.layer.0...`), one method per sublayer, each giving its sublayer's arrays under
+    the path `prefix`: linear weights `[out, in]`, self-attention q/k/v and cross-attention k/v
+    fused, the position encodings as our own tables (sinusoids in either layout, or learned),
+    the embedding layer norms and the output bias when the model has them, so both compute the
+    same function. `weights` gives them all."""
 
+    def __init__(self, model: Transformer):
+        self.model = model
+
+    @staticmethod
     def array(variable) -> np.ndarray:
-        return np.array(tf.cast(variable, tf.float32))  # writable: quantized in place
+        """`variable` as a float32 array, writable (the spec is quantized in place)."""
+        return np.array(tf.cast(variable, tf.float32))
 
-    def linear(*denses) -> dict[str, np.ndarray]:  # HeadsDense kernels [in..., out...]
-        weights = {"weight": np.concatenate([
-            array(dense.kernel).reshape(-1, int(np.prod(dense.output_dims))).T
+    def linear(self, prefix: str, *denses) -> dict[str, np.ndarray]:
+        """The `HeadsDense` layers `denses` (kernels `[in..., out...]`) as the one linear layer
+        `prefix` whose output is theirs concatenated: its weight and, if they have them, its
+        bias."""
+        weights = {f"{prefix}.weight": np.concatenate([
+            self.array(dense.kernel).reshape(-1, int(np.prod(dense.output_dims))).T
             for dense in denses])}
         if denses[0].bias is not None:
-            weights["bias"] = np.concatenate([array(dense.bias).reshape(-1) for dense in denses])
+            weights[f"{prefix}.bias"] = np.concatenate(
+                [self.array(dense.bias).reshape(-1) for dense in denses])
         return weights
 
-    def entries(prefix: str, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {f"{prefix}.{name}": value for name, value in values.items()}
+    def layer_norm(self, prefix: str, layer_norm) -> dict[str, np.ndarray]:
+        """The layer norm `layer_norm` as `prefix`'s gamma and beta; nothing for None (a model
+        without that norm)."""
+        if layer_norm is None:
+            return {}
+        return {f"{prefix}.gamma": self.array(layer_norm.gamma),
+                f"{prefix}.beta": self.array(layer_norm.beta)}
 
-    def norm(prefix: str, layer_norm) -> dict[str, np.ndarray]:
-        return {f"{prefix}.gamma": array(layer_norm.gamma),
-                f"{prefix}.beta": array(layer_norm.beta)}
-
-    def attention(prefix: str, attention_layer, residual, cross: bool) -> dict[str, np.ndarray]:
-        parts = ([attention_layer.query_dense], [attention_layer.key_dense,
-                                                 attention_layer.value_dense])
-        fused = parts if cross else (parts[0] + parts[1],)
-        weights = norm(f"{prefix}.layer_norm", residual.layer_norm)
-        for index, denses in enumerate((*fused, [attention_layer.output_dense])):
-            weights.update(entries(f"{prefix}.linear.{index}", linear(*denses)))
+    def attention(self, prefix: str, attention, residual, cross: bool) -> dict[str, np.ndarray]:
+        """The attention layer `attention` and the layer norm of its `residual` connection:
+        `linear.0` the queries, keys and values (`cross`: the queries alone, `linear.1` the
+        keys and values), the last `linear` the output projection."""
+        queries, keys_values = [attention.query_dense], [attention.key_dense,
+                                                         attention.value_dense]
+        inputs = (queries, keys_values) if cross else (queries + keys_values,)
+        weights = self.layer_norm(f"{prefix}.layer_norm", residual.layer_norm)
+        for index, denses in enumerate((*inputs, [attention.output_dense])):
+            weights.update(self.linear(f"{prefix}.linear.{index}", *denses))
         return weights
 
-    def block(prefix: str, layer) -> dict[str, np.ndarray]:
-        ffn = layer.feed_forward
-        return {**attention(f"{prefix}.self_attention", layer.self_attention,
-                            layer.self_residual, cross=False),
-                **entries(f"{prefix}.ffn.linear_0", linear(ffn.inner)),
-                **entries(f"{prefix}.ffn.linear_1", linear(ffn.outer)),
-                **norm(f"{prefix}.ffn.layer_norm", layer.feed_forward_residual.layer_norm)}
+    def feed_forward(self, prefix: str, layer) -> dict[str, np.ndarray]:
+        """The feed-forward sublayer of the encoder or decoder layer `layer`, with its
+        residual's layer norm."""
+        return {**self.linear(f"{prefix}.linear_0", layer.feed_forward.inner),
+                **self.linear(f"{prefix}.linear_1", layer.feed_forward.outer),
+                **self.layer_norm(f"{prefix}.layer_norm", layer.feed_forward_residual.layer_norm)}
 
-    def positions(layer) -> np.ndarray:
-        return array(layer.at(tf.range(config.max_length)))
+    def embeddings(self, side: str, table: str, embedding, positions,
+                   layer_norm) -> dict[str, np.ndarray]:
+        """The token `embedding` (as `table`), the position encodings `positions` give the
+        model's `max_length` positions and the embedding `layer_norm` (None: none) of the
+        `side` ("encoder" or "decoder")."""
+        return {f"{table}.weight": self.array(embedding.embeddings),
+                f"{side}.position_encodings.encodings": self.array(
+                    positions.at(tf.range(self.model.config.max_length))),
+                **self.layer_norm(f"{side}.layernorm_embedding", layer_norm)}
 
-    output = (array(model.target_embedding.embeddings) if model.output_projection is None
-              else array(model.output_projection.kernel).T)
-    weights = {"encoder.embeddings.0.weight": array(model.source_embedding.embeddings),
-               "decoder.embeddings.weight": array(model.target_embedding.embeddings),
-               "decoder.projection.weight": output,
-               "encoder.position_encodings.encodings": positions(model.source_positions),
-               "decoder.position_encodings.encodings": positions(model.target_positions)}
-    for index, layer in enumerate(model.encoder_layers):
-        weights.update(block(f"encoder.layer.{index}", layer))
-    for index, layer in enumerate(model.decoder_layers):
-        prefix = f"decoder.layer.{index}"
-        weights.update({**block(prefix, layer), **attention(
-            f"{prefix}.attention", layer.cross_attention, layer.cross_residual, cross=True)})
-    for side, final_norm in (("encoder", model.encoder_norm), ("decoder", model.decoder_norm)):
-        if final_norm is not None:
-            weights.update(norm(f"{side}.layer_norm", final_norm))
-    for side, embedding_norm in (("encoder", model.source_embedding_norm),
-                                 ("decoder", model.target_embedding_norm)):
-        if embedding_norm is not None:
-            weights.update(norm(f"{side}.layernorm_embedding", embedding_norm))
-    if model.output_bias is not None:
-        weights["decoder.projection.bias"] = array(model.output_bias)
-    return weights
+    def encoder_layer(self, prefix: str, layer) -> dict[str, np.ndarray]:
+        """The encoder layer `layer`: self-attention and feed-forward."""
+        return {**self.attention(f"{prefix}.self_attention", layer.self_attention,
+                                 layer.self_residual, cross=False),
+                **self.feed_forward(f"{prefix}.ffn", layer)}
+
+    def decoder_layer(self, prefix: str, layer) -> dict[str, np.ndarray]:
+        """The decoder layer `layer`: an encoder layer's sublayers and the encoder-decoder
+        attention."""
+        return {**self.encoder_layer(prefix, layer),
+                **self.attention(f"{prefix}.attention", layer.cross_attention,
+                                 layer.cross_residual, cross=True)}
+
+    def projection(self) -> dict[str, np.ndarray]:
+        """The output projection (the target embedding when tied) and the output bias, if
+        any."""
+        model = self.model
+        weights = {"decoder.projection.weight": (
+            self.array(model.target_embedding.embeddings) if model.output_projection is None
+            else self.array(model.output_projection.kernel).T)}
+        if model.output_bias is not None:
+            weights["decoder.projection.bias"] = self.array(model.output_bias)
+        return weights
+
+    def layers(self, side: str, layers, convert: Callable, final_norm) -> dict[str, np.ndarray]:
+        """The `layers` of the `side` ("encoder" or "decoder"), each as `convert` gives it,
+        and the stack's `final_norm` (pre-norm models'; None: none)."""
+        weights = self.layer_norm(f"{side}.layer_norm", final_norm)
+        for index, layer in enumerate(layers):
+            weights.update(convert(f"{side}.layer.{index}", layer))
+        return weights
+
+    def encoder(self) -> dict[str, np.ndarray]:
+        """The encoder: its embeddings, layers and final layer norm."""
+        model = self.model
+        return {**self.embeddings("encoder", "encoder.embeddings.0", model.source_embedding,
+                                  model.source_positions, model.source_embedding_norm),
+                **self.layers("encoder", model.encoder_layers, self.encoder_layer,
+                              model.encoder_norm)}
+
+    def decoder(self) -> dict[str, np.ndarray]:
+        """The decoder: its embeddings, layers, final layer norm and output projection."""
+        model = self.model
+        return {**self.embeddings("decoder", "decoder.embeddings", model.target_embedding,
+                                  model.target_positions, model.target_embedding_norm),
+                **self.layers("decoder", model.decoder_layers, self.decoder_layer,
+                              model.decoder_norm),
+                **self.projection()}
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """All of the model's weights by their spec paths."""
+        return {**self.encoder(), **self.decoder()}
+
+
+def spec_weights(model: Transformer) -> dict[str, np.ndarray]:
+    """`model`'s float32 weights under `TransformerSpec` paths (`SpecConverter`)."""
+    return SpecConverter(model).weights()
 
 
 def heads_first(weights: dict[str, np.ndarray], config: TransformerConfig,
