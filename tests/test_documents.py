@@ -433,3 +433,17 @@ def test_an_element_whose_words_got_no_translation_takes_an_unmarked_words():
     translated = documents(translate=shorter).translate(source, "markdown").text
     assert translated == "EINE FRAU **HÄLT EINE** _SCHÜSSEL_"
     assert markdown_format.structure(translated) == markdown_format.structure(source)
+
+
+@pytest.mark.parametrize("form, source", [("text", "they have 5 cats\n"),
+                                         ("html", "<p>they have <b>5 cats</b></p>\n")])
+def test_the_translations_own_whitespace_is_kept(form, source):
+    """A no-break space the model writes between two words stays one: words are placed, not
+    the translation's text rebuilt with plain spaces."""
+    def numbered(texts, aligned=True):
+        return [Aligned("sie haben 5\u00a0Katzen", [0, 1, 2, 3]) for _ in texts]
+
+    translated = documents(translate=numbered).translate(source, form).text
+    assert "5\u00a0Katzen" in translated or "5</b>\u00a0<b>Katzen" in translated
+    assert translated.replace("<p>", "").replace("</p>", "").replace("<b>", "").replace(
+        "</b>", "") == "sie haben 5\u00a0Katzen\n"

@@ -231,8 +231,8 @@ function planLines(document) {
   return plan;
 }
 
-// The planned document with its first sentences' `translations` in (each one's words joined
-// by single spaces in format "text"; in a markup format, {text, alignment} each, a block shown
+// The planned document with its first sentences' `translations` in (each one without the
+// whitespace around it in format "text", its own between its words kept; in a markup format, {text, alignment} each, a block shown
 // once all its sentences are in), up to the first sentence not yet translated.
 export function rendered(plan, translations, format) {
   const out = [];
@@ -247,7 +247,8 @@ export function rendered(plan, translations, format) {
                                         translations.slice(first, first + source.length)),
                          escape));
     } else if (piece < translations.length) {
-      out.push(format === "text" ? words(translations[piece]).join(" ") : translations[piece]);
+      out.push(format === "text" ? translations[piece].replace(EDGE_SPACES, "")
+        : translations[piece]);
     } else {
       break;
     }

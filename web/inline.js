@@ -213,6 +213,8 @@ export function placedRuns(source, trailing, translation) {
   alignment = alignment.map((aligned) => (0 <= aligned && aligned < source.length ? aligned : -1));
   coverEveryElement(source, alignment);
   const anchors = atomAnchors(source, alignment);
+  const gaps = translation.text.replace(new RegExp(`^${SPACE}+|${SPACE}+$`, "g"), "")
+    .match(new RegExp(`${SPACE}+`, "g")) ?? [];
   const runs = [];
   for (let index = 0; index <= target.length; index++) {
     let found = anchors.get(index) ?? atoms();
@@ -226,12 +228,15 @@ export function placedRuns(source, trailing, translation) {
     let before = index > 0 && (found.runs.length ? found.spaceBefore : inside);
     const after = index < target.length && found.spaceAfter && found.runs.length > 0;
     if (inside && found.runs.length && !(before || after)) before = true;
+    // The translation's own whitespace between two words (a no-break space kept), once.
+    let gap = inside ? gaps[index - 1] : " ";
     if (before) {
       const next = found.runs.length ? found.runs[0].stack : wordStack;
-      runs.push(run(" ", shared(runs[runs.length - 1].stack, next)));
+      runs.push(run(gap, shared(runs[runs.length - 1].stack, next)));
+      gap = " ";
     }
     runs.push(...found.runs);
-    if (after) runs.push(run(" ", shared(runs[runs.length - 1].stack, wordStack)));
+    if (after) runs.push(run(gap, shared(runs[runs.length - 1].stack, wordStack)));
     if (index < target.length) runs.push(run(target[index], wordStack));
   }
   for (const stack of uncovered(source, runs)) runs.push(run("", stack));

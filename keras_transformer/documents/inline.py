@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import re
 import itertools
 from typing import Callable, NamedTuple, Optional, Sequence
 
@@ -240,10 +241,10 @@ def _words(cells: Sequence[Cell], start: int, end: int, taken: set[int]
 
 def placed_runs(source: Sequence[Word], trailing: Atoms, translation: Aligned) -> list[Run]:
     """The translation's words as runs under the stacks of the source words they are aligned
-    to, joined by single spaces (under the stack the two words share), each source word's
-    atoms placed after the target words aligned to the source words before it (spaced as in
-    the source, and never joining two words), `trailing` atoms last. Without an alignment
-    each target word takes the source word at the same relative position."""
+    to, joined by the translation's whitespace (under the stack the two words share), each
+    source word's atoms placed after the target words aligned to the source words before it
+    (spaced as in the source, and never joining two words), `trailing` atoms last. Without an
+    alignment each target word takes the source word at the same relative position."""
     target = translation.text.split()
     if not source:
         return [*trailing.runs, *([Run(translation.text)] if translation.text else [])]
@@ -253,6 +254,7 @@ def placed_runs(source: Sequence[Word], trailing: Atoms, translation: Aligned) -
     alignment = [aligned if 0 <= aligned < len(source) else -1 for aligned in alignment]
     _cover_every_element(source, alignment)
     anchors = _atom_anchors(source, alignment)
+    gaps = re.findall(r"\s+", translation.text.strip())
     runs: list[Run] = []
     for index in range(len(target) + 1):
         atoms = anchors.get(index, Atoms())
@@ -266,12 +268,15 @@ def placed_runs(source: Sequence[Word], trailing: Atoms, translation: Aligned) -
         after = index < len(target) and atoms.space_after and bool(atoms.runs)
         if inside and atoms.runs and not (before or after):
             before = True  # atoms never join two words
+        # The translation's own whitespace between two words (a no-break space kept), once.
+        gap = gaps[index - 1] if inside else " "
         if before:
             following = (atoms.runs or [Run("", word_stack)])[0].stack
-            runs.append(Run(" ", _shared(runs[-1].stack, following)))
+            runs.append(Run(gap, _shared(runs[-1].stack, following)))
+            gap = " "
         runs.extend(atoms.runs)
         if after:
-            runs.append(Run(" ", _shared(runs[-1].stack, word_stack)))
+            runs.append(Run(gap, _shared(runs[-1].stack, word_stack)))
         if index < len(target):
             runs.append(Run(target[index], word_stack))
     for element, stack in _uncovered(source, runs):  # fewer target words than elements
