@@ -12,7 +12,8 @@
 // takes.
 import {plainText, sentences, serialize, translatedRuns} from "./inline.js";
 import {SPACE, isBlank} from "./lines.js";
-import {escapeHtml, escapeMarkdown, parseHtml, parseMarkdown} from "./markup.js";
+import {escapeHtml, escapeMarkdown, parseHtml, parseMarkdown, splitLinesKeepEnds}
+  from "./markup.js";
 
 export const FORMATS = ["text", "lines", "html", "markdown"];
 // The formats whose markup is placed by word alignment: their translations are {text,
@@ -22,8 +23,6 @@ export const MARKUP = ["html", "markdown"];
 const IS_SPACE = new RegExp(`^${SPACE}$`);
 const SPACES = new RegExp(`${SPACE}+`);
 const EDGE_SPACES = new RegExp(`^${SPACE}+|${SPACE}+$`, "g");
-// The line ends of Python's `str.splitlines`.
-const LINE_END = /\r\n|[\n\v\f\r\x1c-\x1e\x85\u2028\u2029]/g;
 // A URL or an address alone (document.py's `_URL`, case-insensitive; Python's `\S` and `\w`
 // are Unicode's, and its `\w` takes no case-folded letter): a URL's start followed by
 // something, with no whitespace anywhere.
@@ -54,14 +53,7 @@ export function translatable(text) {
 // one), as Python's `str.splitlines(keepends=True)` and the body without its trailing "\r"
 // and "\n".
 export function splitLines(document) {
-  const lines = [];
-  let start = 0;
-  for (const match of document.matchAll(LINE_END)) {
-    lines.push(document.slice(start, match.index + match[0].length));
-    start = match.index + match[0].length;
-  }
-  if (start < document.length) lines.push(document.slice(start));
-  return lines.map((line) => {
+  return splitLinesKeepEnds(document).map((line) => {
     const body = line.replace(/[\r\n]+$/, "");
     return [body, line.slice(body.length)];
   });

@@ -342,6 +342,7 @@ const ESCAPED = /([\\`*_[\]<>|&!#~])/g;
 const LINE_START = new RegExp(`^(\\p{Nd}*)([-+=]|(?<=\\p{Nd})[.)])(?=${S}|$)`, "u");
 const FRONT_MATTER = /(---|\+\+\+)\r?\n[\s\S]*?(?<=\n)\1[ \t]*(?:\r?\n|$)/y;
 // Python's `str.splitlines` line ends.
+// The line ends of Python's `str.splitlines`.
 const LINE_END = /\r\n|[\n\v\f\r\x1c-\x1e\x85\u2028\u2029]/g;
 
 // The CommonMark parser with GitHub's tables and strikethrough.
@@ -354,7 +355,8 @@ export function escapeMarkdown(text) {
   return text.replace(ESCAPED, "\\$1").replace(LINE_START, "$1\\$2");
 }
 
-function splitLinesKeepEnds(text) {
+// The lines of `text`, each with its line end, as Python's `str.splitlines(keepends=True)`.
+export function splitLinesKeepEnds(text) {
   const lines = [];
   let start = 0;
   for (const found of text.matchAll(LINE_END)) {

@@ -21,7 +21,7 @@ from typing import Callable
 from keras_transformer.documents import DocumentTranslator, segmenter
 from keras_transformer.documents.inline import Aligned
 from keras_transformer.documents.segmentation import fitted_spans
-from keras_transformer.documents.translators import word_alignment
+from keras_transformer.decoding.alignment import word_alignment
 
 CASES = Path(__file__).with_name("document-cases.json")
 TOKENS = ["the", "cat", "Dr.", "U.S.", "sat", "on", "a", "mat", "42", "3.5", "1,000",
@@ -65,15 +65,21 @@ def random_document(rng: random.Random) -> str:
     return document if rng.random() < 0.5 else document[:-1]  # at times no last line end
 
 
-def document_case(document: str, limit: int) -> dict:
-    """The document translated by `DocumentTranslator`: the sentences sent, the text, the
-    splits, and sentencex's answer to each text it was asked about."""
+def recording_segmenter() -> tuple[Callable[[str], list[str]], dict[str, list[str]]]:
+    """The English segmenter (sentencex's), and the answers it gives, by text, as it gives them."""
     segments: dict[str, list[str]] = {}
     sentencex = segmenter("en")
 
     def segment(text: str) -> list[str]:
         segments[text] = list(sentencex(text))
         return segments[text]
+    return segment, segments
+
+
+def document_case(document: str, limit: int) -> dict:
+    """The document translated by `DocumentTranslator`: the sentences sent, the text, the
+    splits, and sentencex's answer to each text it was asked about."""
+    segment, segments = recording_segmenter()
     sent: list[str] = []
 
     def translate(texts, aligned):
@@ -183,12 +189,7 @@ def markup_case(document: str, format: str, limit: int, rng: random.Random) -> d
     """The document translated by `DocumentTranslator` in `format`, each sentence's words
     turned around (some dropped or doubled) with a random word alignment (some -1, some
     None), all recorded."""
-    segments: dict[str, list[str]] = {}
-    sentencex = segmenter("en")
-
-    def segment(text: str) -> list[str]:
-        segments[text] = list(sentencex(text))
-        return segments[text]
+    segment, segments = recording_segmenter()
     sent: list[str] = []
     translations: list[dict] = []
 
