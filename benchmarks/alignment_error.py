@@ -86,7 +86,7 @@ def eflomal_links(eflomal: str, work: Path, sources: list[str], targets: list[st
     subprocess.run([eflomal, "-s", str(work / "source"), "-t", str(work / "target"),
                     "-f", str(work / "forward"), "-r", str(work / "reverse"), "--overwrite"],
                    check=True)
-    from keras_transformer.decoding.alignment import read_pharaoh
+    from keras_transformer.data.word_links import read_pharaoh
     return [grow_diag_final_and(forward, reverse) for forward, reverse in
             zip(read_pharaoh(work / "forward"), read_pharaoh(work / "reverse"))]
 

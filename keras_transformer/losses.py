@@ -1,5 +1,8 @@
-"""Label-smoothed cross-entropy (section 5.4) normalized by the global number of target tokens."""
+"""Label-smoothed cross-entropy (section 5.4) normalized by the global number of target tokens,
+and the guided alignment loss."""
 from __future__ import annotations
+
+import dataclasses
 
 import keras
 import tensorflow as tf
@@ -7,6 +10,8 @@ from keras import ops
 
 from keras_transformer.hooks import replaceable
 from keras_transformer.config import PAD_ID
+
+_SMALLEST_PROBABILITY = 1e-9  # what an attention weight's log is taken of, at least
 
 
 @replaceable
@@ -56,3 +61,28 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
     def get_config(self) -> dict:
         return {**super().get_config(), "label_smoothing": self.label_smoothing}
+
+
+@dataclasses.dataclass(frozen=True)
+class GuidedAlignment:
+    """Guided alignment (Garg et al. 2019): the encoder-decoder attention of decoder layer
+    `layer`'s head `head` trained toward a statistical aligner's word alignment, its loss
+    `weight` times the cross-entropy of the attention against the alignment, averaged over the
+    global batch's target pieces that are linked to a source piece."""
+
+    layer: int
+    head: int
+    weight: float = 0.05
+
+    def __call__(self, attention: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
+        """The loss of `attention`, the layer's float32 probabilities `[batch, heads, T, S]`,
+        against `targets` `[batch, T, S]` (`batch_plan.alignment_targets`: each row sums to 1,
+        or to 0 for a piece linked to none)."""
+        probabilities = attention[:, self.head]
+        cross_entropy = -tf.reduce_sum(
+            targets * tf.math.log(tf.maximum(probabilities, _SMALLEST_PROBABILITY)))
+        linked = tf.reduce_sum(targets)  # a linked piece's row sums to 1
+        replica_context = tf.distribute.get_replica_context()
+        if replica_context is not None:
+            linked = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, linked)
+        return self.weight * cross_entropy / tf.maximum(linked, 1.0)

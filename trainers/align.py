@@ -20,9 +20,9 @@ from trainers.arguments import align_parser
 from trainers.common import load_run_model
 from keras_transformer.data.text_files import read_lines
 from keras_transformer.training.run_dir import RunDir
+from keras_transformer.data.word_links import read_pharaoh
 from keras_transformer.decoding.alignment import (alignment_error, attention_links,
-                                                  candidate_heads, read_pharaoh,
-                                                  write_alignment_heads)
+                                                  candidate_heads, write_alignment_heads)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:

@@ -160,6 +160,14 @@ def train_parser() -> argparse.ArgumentParser:
                                    + ("; repeat --train-src/--train-tgt for several corpora "
                                       "(e.g. the originals and a teacher's translations)"
                                       if split == "train" else ""))
+    data.add_argument("--alignments", metavar="FILE", action="append",
+                      help="guided alignment: the word alignments of --train-src/--train-tgt, "
+                           "a pair a line in Pharaoh's i-j format (eflomal's or fast_align's "
+                           "output; one file per --train-src): one encoder-decoder attention "
+                           "head (the second-to-last decoder layer's first) is trained toward "
+                           "them and then aligns for markup (docs/documents.md)")
+    data.add_argument("--alignment-weight", type=float, default=0.05, metavar="W",
+                      help="with --alignments: the alignment loss's weight (default: 0.05)")
     data.add_argument("--test-tree", metavar="FILE",
                       help="--task parsing: gold trees of --test-src, one per sentence "
                            "(required with --test-src)")

@@ -19,9 +19,10 @@ from keras_transformer import fast
 from keras_transformer.config import PRECISION_POLICIES, Recipe
 from keras_transformer.data.batch_plan import BatchPlan, check_batch_tokens
 from keras_transformer.data.token_storage import TokenStorage
-from keras_transformer.decoding.alignment import read_alignment_heads
+from keras_transformer.decoding.alignment import (AlignmentHeads, read_alignment_heads,
+                                                  write_alignment_heads)
 from keras_transformer.serving.export import check_model_tree, export_translator
-from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.losses import GuidedAlignment, LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity
 from keras_transformer.model import Transformer
 from keras_transformer.optimization import make_optimizer
@@ -49,7 +50,8 @@ from trainers.train_evaluation import (DEV_BLEU, DevSet, attention_tokenizer, de
 
 
 def compiled_model(recipe: Recipe, jit_compile: bool = False, steps_per_execution: int = 1,
-                   lora_rank: Optional[int] = None, lora_alpha: Optional[float] = None
+                   lora_rank: Optional[int] = None, lora_alpha: Optional[float] = None,
+                   guided_alignment: Optional[GuidedAlignment] = None
                    ) -> tuple[Transformer, MaskedTokenAccuracy]:
     """A Transformer of `recipe`'s architecture compiled with the paper's optimizer, schedule and
     loss (in scope) of `recipe`'s training settings, under the global dtype policy and kernel set
@@ -60,9 +62,11 @@ def compiled_model(recipe: Recipe, jit_compile: bool = False, steps_per_executio
     train function. `lora_rank` puts LoRA adapters of this rank on every projection, built with the
     model, and freezes every other weight (`Transformer(lora_rank=)`; None: a plain model);
     `lora_alpha` is the adapters' scale numerator (`lora_alpha / lora_rank`).
+    `guided_alignment`: the attention head trained toward word alignments, and its weight.
     """
     model = fast.FastTransformer(recipe.architecture, lora_rank=lora_rank,
                                  lora_alpha=lora_alpha)
+    model.guided_alignment = guided_alignment
     accuracy = MaskedTokenAccuracy()
     model.compile(optimizer=make_optimizer(recipe.architecture.d_model, recipe.training),
                   loss=LabelSmoothedCrossEntropy(recipe.training.label_smoothing),
@@ -268,9 +272,11 @@ def train(args: argparse.Namespace) -> dict:
                          args.seed, word_dropout=recipe.training.word_dropout)
     report_left_out(run, plan)
     max_steps = step_budget(args, plan, replicas)
+    guided = (GuidedAlignment(AlignmentHeads.default(config).layer, 0, args.alignment_weight)
+              if args.alignments else None)
     with strategy.scope(), precision_scope(precision):
         model, accuracy = compiled_model(recipe, args.jit_compile, args.steps_per_execution,
-                                         args.lora_rank, args.lora_alpha)
+                                         args.lora_rank, args.lora_alpha, guided)
         # Every worker of a cluster resumes from the same step: the newest all of them have.
         agreed = smallest_across_workers(strategy, newest_step(run.backup, run.checkpoints))
         restored = restore_latest(model, run.backup, run.checkpoints, at_most=agreed)
@@ -315,6 +321,10 @@ def train(args: argparse.Namespace) -> dict:
         raise TrainingError(f"loss became NaN at step {callbacks[0].step}; nothing exported; "
                             "the same command resumes from the newest backup with finite "
                             "weights (lower the learning rate to avoid diverging again)")
+    if guided is not None:  # the head trained to align is the one that aligns
+        write_alignment_heads(run.root, AlignmentHeads(guided.layer, (guided.head,)),
+                              {"reference": "guided alignment training",
+                               "weight": guided.weight})
     trained = model  # what the checkpoints and backups hold: a LoRA run's adapters too
     if args.lora_rank:
         # The files other commands read hold plain weights: the adapters merged into the

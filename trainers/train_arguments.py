@@ -127,6 +127,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      f"{len(args.train_tgt)} target file(s) (one of each per corpus)")
     if any(local.values()) and not (local["train-src"] and local["dev-src"]):
         parser.error("--train-src/--dev-src: local data needs at least train and dev files")
+    if args.alignments:
+        if args.prepared or args.tfds or args.language_pairs or not args.train_src:
+            parser.error("--alignments: only with --train-src/--train-tgt (the word "
+                         "alignments of their lines)")
+        if len(args.alignments) != len(args.train_src):
+            parser.error(f"--alignments: {len(args.alignments)} file(s) for "
+                         f"{len(args.train_src)} --train-src corpora (one per corpus)")
+    if args.alignment_weight <= 0:
+        parser.error(f"--alignment-weight: must be positive, got {args.alignment_weight}")
     if args.task == "parsing":
         if args.tfds or not local["train-src"]:
             parser.error("--task parsing: needs local files (--train-src ... from "
@@ -263,4 +272,7 @@ def run_options(args: argparse.Namespace) -> dict:
     pairs = ({"pairs": [{"name": name, **files} for name, files in args.pair_files.items()],
               "pair_temperature": args.pair_temperature,
               "language_token": args.language_token} if args.language_pairs else {})
-    return {**corpora, **{name: getattr(args, name) for name in names}, **pairs}
+    # Guided alignment, recorded for such runs only.
+    guided = ({"alignments": args.alignments, "alignment_weight": args.alignment_weight}
+              if args.alignments else {})
+    return {**corpora, **{name: getattr(args, name) for name in names}, **pairs, **guided}

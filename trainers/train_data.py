@@ -19,7 +19,8 @@ from keras_transformer.data.languages import (LanguagePair, RunLanguages, langua
                                               reserved_tokens, sample_language_sentences,
                                               target_languages)
 from keras_transformer.data.pair_sampling import PairSampling
-from keras_transformer.data.prepare import (ParallelSource, check_pairs, check_segmentation,
+from keras_transformer.data.prepare import (ParallelSource, check_alignments, check_pairs,
+                                            check_segmentation,
                                             combined_source, describe_left_out, left_out,
                                             prepared, text_file_source, tfds_source)
 from keras_transformer.data.sentencepiece_pair import Tokenizer, has_tokenizer, load_tokenizer
@@ -68,6 +69,7 @@ def run_inputs(args: argparse.Namespace, run: RunDir) -> RunInputs:
     source, corpora = load_corpora(args, run)
     if source is not None:
         check_pairs(source, "--tfds" if args.tfds else "--train-src/--train-tgt")
+        check_alignments(source)
     gold_trees = (read_gold_trees(args.test_tree, corpora["test"][0], args.test_src)
                   if args.test_tree else None)
     tokenizer = load_or_train_tokenizer(run, args.recipe.architecture, source, args)
@@ -138,9 +140,10 @@ def load_corpora(args: argparse.Namespace,
         corpora = {split: read_parallel(getattr(args, f"{split}_src"),
                                         getattr(args, f"{split}_tgt"))
                    for split in ("dev", "test") if getattr(args, f"{split}_src")}
+        alignments = args.alignments or [None] * len(args.train_src)
         return (None if args.prepared else combined_source(
-            [text_file_source(source, target)
-             for source, target in zip(args.train_src, args.train_tgt)]), corpora)
+            [text_file_source(*files)
+             for files in zip(args.train_src, args.train_tgt, alignments)]), corpora)
     paths = write_demo_corpus(run.root / "demo_corpus", seed=args.seed)
     return text_file_source(*paths["train"]), {split: read_parallel(*paths[split])
                                                 for split in ("dev", "test")}

@@ -21,7 +21,8 @@ from keras_transformer.data.batching import bucket_boundaries
 from keras_transformer.data.token_storage import Shard, ShardInfo, TokenStorage
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
-Batch = tuple[tuple[np.ndarray, np.ndarray], np.ndarray]
+# ((source, target_in), target_out), and the alignment targets for storage of piece links
+Batch = tuple[np.ndarray | tuple[np.ndarray, np.ndarray], ...]
 
 
 class BatchPlan:
@@ -109,8 +110,9 @@ class BatchPlan:
 
     def dataset(self, first: int = 0,
                 wanted: Optional[Callable[[int], bool]] = None) -> tf.data.Dataset:
-        """`elements` as a `tf.data.Dataset` of `((source, target_in), target_out)`."""
-        return stream_dataset(self.elements, first, wanted)
+        """`elements` as a `tf.data.Dataset` of `((source, target_in), target_out)` (and the
+        alignment targets, storage of piece links)."""
+        return stream_dataset(self.elements, first, wanted, links=self.storage.has_links)
 
     def _batch_count(self, info: ShardInfo) -> int:
         lengths = np.array([length for length in info.longest if length <= self.max_length],
@@ -125,13 +127,17 @@ class BatchPlan:
 
 def stream_dataset(elements: Callable[[int, Optional[Callable[[int], bool]]],
                                       Iterator[tuple[int, Batch]]],
-                   first: int, wanted: Optional[Callable[[int], bool]]) -> tf.data.Dataset:
+                   first: int, wanted: Optional[Callable[[int], bool]],
+                   links: bool = False) -> tf.data.Dataset:
     """The batches of `elements(first, wanted)` (a plan's stream) as a prefetched
-    `tf.data.Dataset` of `((source, target_in), target_out)`."""
+    `tf.data.Dataset` of `((source, target_in), target_out)`, with `links` also their
+    `alignment_targets`."""
     spec = tf.TensorSpec([None, None], tf.int32)
+    signature = ((spec, spec), spec) + ((tf.TensorSpec([None, None, None], tf.float32),)
+                                        if links else ())
     return tf.data.Dataset.from_generator(
         lambda: (batch for _, batch in elements(first, wanted)),
-        output_signature=((spec, spec), spec)).prefetch(tf.data.AUTOTUNE)
+        output_signature=signature).prefetch(tf.data.AUTOTUNE)
 
 
 def check_batch_tokens(batch_tokens: int, max_length: int) -> None:
@@ -144,7 +150,8 @@ def check_batch_tokens(batch_tokens: int, max_length: int) -> None:
 
 def padded_batch(shard: Shard, members: np.ndarray, length: int) -> Batch:
     """The model's batch of pairs `members` of `shard`: sources + EOS, BOS + targets and
-    targets + EOS, int32, padded to `length` (one gather from the ids for the whole batch)."""
+    targets + EOS, int32, padded to `length` (one gather from the ids for the whole batch);
+    for a shard of piece links, then their `alignment_targets`."""
     source_lengths, target_lengths = shard.lengths[members].T
     starts = shard.starts[members]
     columns = np.arange(length)
@@ -161,8 +168,19 @@ def padded_batch(shard: Shard, members: np.ndarray, length: int) -> Batch:
     target_in = np.concatenate([np.full([len(members), 1], BOS_ID), target_out[:, :-1]],
                                axis=1)
     target_out[np.arange(len(members)), target_lengths] = EOS_ID
-    return ((source.astype(np.int32), target_in.astype(np.int32)),
-            target_out.astype(np.int32))
+    batch = ((source.astype(np.int32), target_in.astype(np.int32)), target_out.astype(np.int32))
+    return (*batch, alignment_targets(shard, members, length)) if shard.has_links else batch
+
+
+def alignment_targets(shard: Shard, members: np.ndarray, length: int) -> np.ndarray:
+    """What guided alignment trains the attention of pairs `members` of `shard` toward,
+    `[pairs, length, length]` float32: row t (the query that predicts target piece t) spread
+    evenly over the source pieces piece t is linked to; zeros for a piece linked to none."""
+    targets = np.zeros([len(members), length, length], np.float32)
+    for row, member in enumerate(members.tolist()):
+        links = shard.links(member).astype(np.int64)
+        targets[row, links[:, 1], links[:, 0]] = 1.0
+    return targets / np.maximum(targets.sum(axis=2, keepdims=True), 1.0)
 
 
 def drop_words(batch: Batch, rate: float, generator: np.random.Generator) -> Batch:
@@ -171,10 +189,10 @@ def drop_words(batch: Batch, rate: float, generator: np.random.Generator) -> Bat
     UNK with probability `rate`, the replacements drawn by `generator`, in new arrays (`batch` is
     unchanged); BOS, EOS, padding and the labels (`target_out`) are kept, so the model still
     predicts every true piece."""
-    (source, target_in), target_out = batch
+    (source, target_in), *rest = batch
 
     def dropped(ids: np.ndarray) -> np.ndarray:
         replaced = (ids > EOS_ID) & (generator.random(ids.shape) < rate)
         return np.where(replaced, np.int32(UNK_ID), ids)
 
-    return (dropped(source), dropped(target_in)), target_out
+    return ((dropped(source), dropped(target_in)), *rest)

@@ -30,7 +30,8 @@ from keras_transformer.data.text_files import (FIRST_LINES, count_lines, iter_pa
 from keras_transformer.data.tfds_source import tfds_pairs
 from keras_transformer.data.token_storage import (MANIFEST, MAX_SIDE, StorageWriter,
                                                   TokenStorage, vocabulary_sha256)
-from keras_transformer.data.sentencepiece_pair import Tokenizer
+from keras_transformer.data.sentencepiece_pair import Tokenizer, vocabulary_pieces
+from keras_transformer.data.word_links import Links, pharaoh_lines, piece_links, word_starts
 
 MAX_SHARDS = 400  # two files each are open while preparing: within the usual limit of 1,024
 CHUNK_PAIRS = 8192
@@ -44,12 +45,14 @@ class ParallelSource:
     modification times, or a tensorflow-datasets split): prepared storage is reused only for
     the same one. `count()` is the number of pairs `pairs()` streams (empty ones included).
     `parts`: the corpora a `combined_source` streams one after the other (empty: one
-    corpus)."""
+    corpus). `alignments`: the pairs' word links, a pair a line (`word_links.pharaoh_lines`),
+    for guided alignment training (None: none)."""
 
     description: dict[str, Any]
     count: Callable[[], int]
     pairs: Callable[[], Iterator[tuple[str, str]]]
     parts: tuple["ParallelSource", ...] = ()
+    alignments: Optional[Callable[[], Iterator[Links]]] = None
 
 
 def combined_source(sources: list[ParallelSource]) -> ParallelSource:
@@ -65,15 +68,33 @@ def combined_source(sources: list[ParallelSource]) -> ParallelSource:
                           tuple(sources))
 
 
-def text_file_source(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> ParallelSource:
+def text_file_source(src_path: str | os.PathLike, tgt_path: str | os.PathLike,
+                     alignments: Optional[str | os.PathLike] = None) -> ParallelSource:
     """Two line-aligned files (plain or .gz); mismatched line counts are refused naming both
-    (`iter_parallel`)."""
+    (`iter_parallel`). `alignments`: a file of their word links, a pair a line (Pharaoh's
+    `i-j`)."""
     paths = [os.path.abspath(os.fspath(path)) for path in (src_path, tgt_path)]
-    require_files(*paths)
+    extra = [] if alignments is None else [os.path.abspath(os.fspath(alignments))]
+    require_files(*paths, *extra)
     files = [{"path": path, "bytes": os.stat(path).st_size,
-              "modified_ns": os.stat(path).st_mtime_ns} for path in paths]
-    return ParallelSource({"files": files}, lambda: count_lines(paths[0]),
-                          lambda: iter_parallel(*paths))
+              "modified_ns": os.stat(path).st_mtime_ns} for path in paths + extra]
+    description = {"files": files[:2], **({"alignments": files[2]} if extra else {})}
+    return ParallelSource(description, lambda: count_lines(paths[0]),
+                          lambda: iter_parallel(*paths),
+                          alignments=(lambda: pharaoh_lines(extra[0])) if extra else None)
+
+
+def check_alignments(source: ParallelSource) -> None:
+    """Refuses (ValueError naming the files) word alignments of another line count than their
+    corpus's, before anything is prepared."""
+    for corpus in source.parts or (source,):
+        if corpus.alignments is not None:
+            lines, pairs = count_lines(corpus.description["alignments"]["path"]), corpus.count()
+            if lines != pairs:
+                raise ValueError(f"{corpus.description['alignments']['path']}: {lines:,} "
+                                 f"line{'' if lines == 1 else 's'} of word alignments for the "
+                                 f"{pairs:,} pairs of "
+                                 f"{source_name(corpus.description)}: one line a pair")
 
 
 def tfds_source(name: str, split: str, source_lang: str, target_lang: str,
@@ -161,17 +182,20 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Tok
     copies = samples if subword_dropout else 1
     shard_count = min(MAX_SHARDS, max(1, math.ceil(source.count() * copies / shard_pairs)))
     threads = threads or os.cpu_count() or 1
-    writer = StorageWriter(directory, tokenizer.serialized, tokenizer.vocab_size, shard_count)
+    corpora = source.parts or (source,)
+    starts = (tuple(map(word_starts, vocabulary_pieces(tokenizer)))
+              if any(corpus.alignments for corpus in corpora) else None)
+    writer = StorageWriter(directory, tokenizer.serialized, tokenizer.vocab_size, shard_count,
+                           links=starts is not None)
     generator = np.random.default_rng(seed)
     numbers = itertools.count()  # the chunks', across corpora
     counts = []
     try:
-        for corpus in source.parts or (source,):
+        for corpus in corpora:
             read = stored = 0
             found = {reason: _Lines() for reason in (EMPTY_SIDE, OVER_MAX_SIDE)}
-            longer = _Lines()
-            pairs = corpus.pairs()
-            while chunk := list(itertools.islice(pairs, CHUNK_PAIRS)):
+            longer, unlinked = _Lines(), _Lines()
+            for chunk, chunk_links in _chunks(corpus):
                 number = next(numbers)
                 kept = [i for i, pair in enumerate(chunk) if pair[0] and pair[1]]
                 found[EMPTY_SIDE].add([read + i + 1 for i, pair in enumerate(chunk)
@@ -190,13 +214,26 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Tok
                         longer.add([read + kept[i] + 1 for i in short
                                     if longest[i] + 1 > max_length])
                     stored += len(short)
+                    links = None
+                    if starts is not None:
+                        links = [_pair_links(corpus, chunk[kept[i]], chunk_links, kept[i],
+                                             (sources[i], targets[i]), starts, read)
+                                 for i in short]
+                        unlinked.add([read + kept[i] + 1 for i, pair_links
+                                      in zip(short, links) if pair_links is None])
+                        links = [np.zeros([0, 2], np.int64) if pair_links is None
+                                 else pair_links for pair_links in links]
                     writer.add(generator.integers(0, shard_count, len(short)),
-                               [sources[i] for i in short], [targets[i] for i in short])
+                               [sources[i] for i in short], [targets[i] for i in short],
+                               links)
                 read += len(chunk)
             counts.append({"read": read, "stored": stored,
                            "dropped": {reason: lines.count for reason, lines in found.items()},
                            "first_lines": {reason: lines.first
                                            for reason, lines in found.items()}})
+            if starts is not None:  # pairs trained without supervised alignment
+                counts[-1]["without_links"] = {"pairs": unlinked.count,
+                                               "first_lines": unlinked.first}
             if max_length is not None:
                 counts[-1]["longer_than_max_length"] = {
                     "max_length": max_length, "pairs": longer.count, "first_lines": longer.first}
@@ -213,6 +250,42 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Tok
     return writer.finish(manifest)
 
 
+def _chunks(corpus: ParallelSource) -> Iterator[tuple[list[tuple[str, str]],
+                                                      Optional[list[Links]]]]:
+    """`corpus`'s pairs, `CHUNK_PAIRS` at a time, each chunk with its pairs' word links (None
+    for a corpus without alignments); a ValueError names an alignments file that ends before
+    the pairs or after them."""
+    pairs = corpus.pairs()
+    alignments = corpus.alignments() if corpus.alignments else None
+    read = 0
+    while chunk := list(itertools.islice(pairs, CHUNK_PAIRS)):
+        links = None
+        if alignments is not None:
+            links = list(itertools.islice(alignments, len(chunk)))
+            if len(links) < len(chunk):
+                raise ValueError(f"{corpus.description['alignments']['path']}: ends at line "
+                                 f"{read + len(links):,}, before the pairs of "
+                                 f"{source_name(corpus.description)}: one line a pair")
+        read += len(chunk)
+        yield chunk, links
+    if alignments is not None and next(alignments, None) is not None:
+        raise ValueError(f"{corpus.description['alignments']['path']}: more lines than the "
+                         f"{read:,} pairs of {source_name(corpus.description)}: one line a pair")
+
+
+def _pair_links(corpus: ParallelSource, pair: tuple[str, str], links: list[Links],
+                index: int, ids: tuple[list[int], list[int]],
+                starts: tuple[np.ndarray, np.ndarray], read: int) -> Optional[np.ndarray]:
+    """`word_links.piece_links` of the `index`th pair of a chunk, `pair` (its texts), whose
+    word links are `links[index]` (a corpus without alignments: none) and whose ids are
+    `ids`; `read`: the corpus's pairs before the chunk."""
+    if links is None:
+        return None
+    where = f"{corpus.description['alignments']['path']}:{read + index + 1}"
+    return piece_links(links[index], (len(pair[0].split()), len(pair[1].split())), ids, starts,
+                       where)
+
+
 def _total(counts: list[dict[str, Any]]) -> dict[str, Any]:
     """The sum of per-corpus pair counts (one corpus': its counts, with its line numbers)."""
     if len(counts) == 1:
@@ -225,6 +298,9 @@ def _total(counts: list[dict[str, Any]]) -> dict[str, Any]:
         total["longer_than_max_length"] = {
             "max_length": counts[0]["longer_than_max_length"]["max_length"],
             "pairs": sum(count["longer_than_max_length"]["pairs"] for count in counts)}
+    if "without_links" in counts[0]:
+        total["without_links"] = {"pairs": sum(count["without_links"]["pairs"]
+                                               for count in counts)}
     return total
 
 

@@ -3,10 +3,13 @@
 A storage directory holds `manifest.json` and, per shard, `shard-NNNNN.lengths` (uint16 pairs:
 the source's and the target's id count of each pair, BOS/EOS not included) and
 `shard-NNNNN.ids` (every pair's source ids then target ids, back to back, as uint16, or uint32
-for vocabularies over 65,536 ids). The manifest names the vocabulary (SHA-256 of `spm.model`)
-and holds each shard's pair and id counts and the histogram of its pairs' longer side, from
-which a batch plan counts batches without reading a shard. It is written last, atomically: a
-directory without one is an unfinished preparation, never mistaken for a finished one.
+for vocabularies over 65,536 ids); storage prepared with word alignments also
+`shard-NNNNN.link_counts` (uint32: each pair's piece links) and `shard-NNNNN.links` (uint16
+(source piece, target piece) pairs, back to back: `word_links.piece_links`). The manifest
+names the vocabulary (SHA-256 of `spm.model`) and holds each shard's pair and id counts and the
+histogram of its pairs' longer side, from which a batch plan counts batches without reading a
+shard. It is written last, atomically: a directory without one is an unfinished preparation,
+never mistaken for a finished one.
 
 Memory does not grow with the corpus: a reader holds one shard's lengths and maps its ids
 file (pages are read as batches need them).
@@ -19,7 +22,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Optional
 
 import numpy as np
 
@@ -43,35 +46,46 @@ def id_dtype(vocab_size: int) -> np.dtype:
 
 @dataclass(frozen=True)
 class ShardInfo:
-    """A shard as the manifest describes it: its file stem, pairs, ids (both sides) and how
-    many pairs have each longer-side length (ids + the one BOS or EOS a side gets)."""
+    """A shard as the manifest describes it: its file stem, pairs, ids (both sides), how
+    many pairs have each longer-side length (ids + the one BOS or EOS a side gets), and its
+    piece links (None: prepared without word alignments)."""
 
     name: str
     pairs: int
     ids: int
     longest: dict[int, int]
+    links: Optional[int] = None
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest's entry."""
         return {"name": self.name, "pairs": self.pairs, "ids": self.ids,
-                "longest": {str(length): count for length, count in sorted(self.longest.items())}}
+                "longest": {str(length): count for length, count in sorted(self.longest.items())},
+                **({} if self.links is None else {"links": self.links})}
 
     @classmethod
     def from_dict(cls, entry: dict[str, Any]) -> "ShardInfo":
         """The entry `to_dict` wrote."""
         return cls(entry["name"], int(entry["pairs"]), int(entry["ids"]),
-                   {int(length): int(count) for length, count in entry["longest"].items()})
+                   {int(length): int(count) for length, count in entry["longest"].items()},
+                   None if entry.get("links") is None else int(entry["links"]))
+
+    def files(self, dtype: np.dtype) -> dict[str, int]:
+        """Each file's suffix and its size in bytes (`dtype`: the ids')."""
+        sizes = {".lengths": self.pairs * 4, ".ids": self.ids * dtype.itemsize}
+        if self.links is not None:
+            sizes.update({".link_counts": self.pairs * 4, ".links": self.links * 4})
+        return sizes
 
 
 class Shard:
     """One shard's pairs: `lengths[i]` = (source ids, target ids) of pair i; `pair(i)` reads
-    both sides from the mapped ids file."""
+    both sides from the mapped ids file, `links(i)` its piece links."""
 
     def __init__(self, directory: Path, info: ShardInfo, dtype: np.dtype):
+        for suffix, size in info.files(dtype).items():
+            _check_size(directory / f"{info.name}{suffix}", size)
         lengths_path, ids_path = (directory / f"{info.name}{suffix}"
                                   for suffix in (".lengths", ".ids"))
-        _check_size(lengths_path, info.pairs * 4)
-        _check_size(ids_path, info.ids * dtype.itemsize)
         self.lengths = np.fromfile(lengths_path, dtype=np.uint16).reshape(-1, 2).astype(np.int64)
         if int(self.lengths.sum()) != info.ids:
             raise ValueError(f"{lengths_path}: its lengths add up to {int(self.lengths.sum())} "
@@ -80,6 +94,13 @@ class Shard:
         self.starts = np.concatenate([[0], np.cumsum(self.lengths.sum(axis=1))[:-1]])
         self.ids = (np.memmap(ids_path, dtype=dtype, mode="r") if info.ids
                     else np.zeros([0], dtype))
+        self.has_links = info.links is not None
+        if self.has_links:
+            counts = np.fromfile(directory / f"{info.name}.link_counts", dtype=np.uint32)
+            self._link_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+            self._links = (np.memmap(directory / f"{info.name}.links", dtype=np.uint16,
+                                     mode="r").reshape(-1, 2) if info.links
+                           else np.zeros([0, 2], np.uint16))
 
     def pair(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """The source ids and the target ids of pair `index`."""
@@ -87,6 +108,10 @@ class Shard:
         source_length, target_length = self.lengths[index]
         middle = start + source_length
         return self.ids[start:middle], self.ids[middle:middle + target_length]
+
+    def links(self, index: int) -> np.ndarray:
+        """Pair `index`'s piece links, `[k, 2]` (source piece, target piece)."""
+        return self._links[self._link_starts[index]:self._link_starts[index + 1]]
 
 
 class TokenStorage:
@@ -119,8 +144,7 @@ class TokenStorage:
             raise ValueError(f"{path}: not a readable manifest ({error}); prepare the data "
                              "again") from None
         for info in storage.shards:
-            for suffix, size in ((".lengths", info.pairs * 4),
-                                 (".ids", info.ids * storage._dtype.itemsize)):
+            for suffix, size in info.files(storage._dtype).items():
                 _check_size(directory / f"{info.name}{suffix}", size)
         return storage
 
@@ -128,6 +152,11 @@ class TokenStorage:
     def pairs(self) -> int:
         """Pairs stored, over all shards."""
         return sum(info.pairs for info in self.shards)
+
+    @property
+    def has_links(self) -> bool:
+        """Whether the pairs were prepared with word alignments (their piece links)."""
+        return bool(self.shards) and self.shards[0].links is not None
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -157,10 +186,10 @@ class TokenStorage:
 class StorageWriter:
     """Writes a storage: `add` pairs to shards, then `finish` writes the manifest. Until then
     the directory has no manifest, so an interrupted or failed write (a full disk) is never
-    taken for prepared data."""
+    taken for prepared data. `links`: the pairs come with piece links."""
 
     def __init__(self, directory: str | os.PathLike, model_proto: bytes, vocab_size: int,
-                 shard_count: int):
+                 shard_count: int, links: bool = False):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / MANIFEST).unlink(missing_ok=True)
@@ -169,26 +198,39 @@ class StorageWriter:
         self._dtype = id_dtype(vocab_size)
         self._vocabulary = {"sha256": vocabulary_sha256(model_proto), "size": vocab_size}
         self._names = [f"shard-{index:05d}" for index in range(shard_count)]
-        self._files: list[tuple[BinaryIO, BinaryIO]] = [
-            (open(self.directory / f"{name}.lengths", "wb"),
-             open(self.directory / f"{name}.ids", "wb")) for name in self._names]
+        suffixes = (".lengths", ".ids") + ((".link_counts", ".links") if links else ())
+        self._files: list[tuple[BinaryIO, ...]] = [
+            tuple(open(self.directory / f"{name}{suffix}", "wb") for suffix in suffixes)
+            for name in self._names]
+        self._links: Optional[list[int]] = [0] * shard_count if links else None
         self._pairs = [0] * shard_count
         self._ids = [0] * shard_count
         self._longest: list[dict[int, int]] = [{} for _ in range(shard_count)]
 
-    def add(self, shards: np.ndarray, sources: list[list[int]],
-            targets: list[list[int]]) -> None:
-        """Appends pair i (`sources[i]`, `targets[i]`: ids, each side at most `MAX_SIDE`) to
-        shard `shards[i]`."""
+    def add(self, shards: np.ndarray, sources: list[list[int]], targets: list[list[int]],
+            links: Optional[list[np.ndarray]] = None) -> None:
+        """Appends pair i (`sources[i]`, `targets[i]`: ids, each side at most `MAX_SIDE`;
+        `links[i]`, `[k, 2]` piece links, for a writer of links) to shard `shards[i]`."""
+        if (links is None) != (self._links is None):
+            raise ValueError("piece links: give them for each pair of a storage of links, "
+                             "and only then")
         lengths = np.array([[len(source), len(target)]
                             for source, target in zip(sources, targets)], np.int64)
         for shard in np.unique(shards).tolist():
             mine = np.flatnonzero(shards == shard)
-            lengths_file, ids_file = self._files[shard]
+            lengths_file, ids_file, *link_files = self._files[shard]
             lengths_file.write(lengths[mine].astype(np.uint16).tobytes())
             ids = itertools.chain.from_iterable(
                 itertools.chain(sources[i], targets[i]) for i in mine.tolist())
             ids_file.write(np.fromiter(ids, self._dtype).tobytes())
+            if link_files:
+                counts_file, links_file = link_files
+                counts = [len(links[i]) for i in mine.tolist()]
+                counts_file.write(np.array(counts, np.uint32).tobytes())
+                links_file.write(np.concatenate(
+                    [np.zeros([0, 2], np.uint16)] + [links[i].astype(np.uint16)
+                                                     for i in mine.tolist()]).tobytes())
+                self._links[shard] += sum(counts)
             self._pairs[shard] += len(mine)
             self._ids[shard] += int(lengths[mine].sum())
             longest, counts = np.unique(lengths[mine].max(axis=1) + 1, return_counts=True)
@@ -206,8 +248,9 @@ class StorageWriter:
                 handle.flush()
                 os.fsync(handle.fileno())
         self.close()
-        shards = [ShardInfo(name, pairs, ids, longest).to_dict() for name, pairs, ids, longest
-                  in zip(self._names, self._pairs, self._ids, self._longest)]
+        links = self._links if self._links is not None else [None] * len(self._names)
+        shards = [ShardInfo(*info).to_dict() for info in zip(
+            self._names, self._pairs, self._ids, self._longest, links)]
         manifest = {"format": FORMAT, "version": VERSION, "vocabulary": self._vocabulary,
                     "id_dtype": self._dtype.name, "shards": shards, **details}
         write_atomic(self.directory / MANIFEST, json.dumps(manifest, indent=1))

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, TransformerConfig
 from keras_transformer.data.tokenizer import model_input_ids, text_pieces
-from keras_transformer.decoding.confidence import WORD_START
+from keras_transformer.data.word_links import WORD_START, Links
 
 ALIGNMENT_FILE = "alignment.json"
 
@@ -135,27 +135,6 @@ def _piece_words(pieces: Sequence[str]) -> list[int]:
             word += 1
         words.append(word)
     return words
-
-
-# Word links: (source word, target word) pairs, as Pharaoh's `i-j` format writes them.
-Links = set[tuple[int, int]]
-
-
-def read_pharaoh(path: str | os.PathLike) -> list[Links]:
-    """The word alignments of `path`, one sentence pair a line of `i-j` pairs (source word i,
-    target word j, from 0; eflomal's and fast_align's output); a ValueError names the line."""
-    alignments = []
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            links = set()
-            for pair in line.split():
-                source, _, target = pair.partition("-")
-                if not (source.isdigit() and target.isdigit()):
-                    raise ValueError(f"{path}:{number}: {pair!r} is not a link i-j of "
-                                     "word positions")
-                links.add((int(source), int(target)))
-            alignments.append(links)
-    return alignments
 
 
 def candidate_heads(config: TransformerConfig) -> list[AlignmentHeads]:

@@ -15,10 +15,10 @@ import tensorflow as tf
 from keras_transformer.config import EOS_ID, PAD_ID
 from keras_transformer.data.sentencepiece_pair import Tokenizer
 from keras_transformer.data.tokenizer import model_input_ids, text_pieces
+from keras_transformer.data.word_links import WORD_START
 from keras_transformer.decoding.transformer_search import token_log_probs
 from keras_transformer.model import Transformer
 
-WORD_START = "\u2581"  # SentencePiece's "▁"
 
 
 @dataclasses.dataclass(frozen=True)

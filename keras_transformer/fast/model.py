@@ -2,6 +2,8 @@
 training path when the fast kernel set is active, and Keras's own steps otherwise."""
 from __future__ import annotations
 
+from typing import Optional
+
 import keras
 import tensorflow as tf
 from keras import ops
@@ -9,8 +11,8 @@ from keras import ops
 from keras_transformer import compat
 from keras_transformer.fast import packed, selection
 from keras_transformer.fast.loss import LogitFactors, smoothed_cross_entropy_through_factors
-from keras_transformer.losses import LabelSmoothedCrossEntropy
-from keras_transformer.model import Transformer
+from keras_transformer.losses import GuidedAlignment, LabelSmoothedCrossEntropy
+from keras_transformer.model import Transformer, source_padding_mask
 from keras_transformer.config import PAD_ID
 
 
@@ -24,25 +26,65 @@ class FastTransformer(compat.LocalBatchSymbolicBuild, Transformer):
     `add_loss` terms and the metrics get the logits. With the reference set, the step is
     Keras's own on the core model's logits. Either way the logged loss is the global batch's
     per-token loss (`_loss`) and multi-worker `fit` works (`compat`).
-    Batches are `((source_ids, target_input_ids), target_output_ids)`.
+    Batches are `((source_ids, target_input_ids), target_output_ids)`; with `guided_alignment`
+    set, `((source_ids, target_input_ids), target_output_ids, alignment_targets)`
+    (`batch_plan.alignment_targets`), and the step adds its loss ("alignment_loss" in the logs).
     """
 
+    guided_alignment: Optional[GuidedAlignment] = None
+
     def train_step(self, data):
+        data, alignment_targets = self._alignment_targets(data)
         fast_path = selection.active() == selection.FAST
         x, y, sample_weight, positions = (self._at_target_tokens(data) if fast_path
                                           else (*keras.utils.unpack_x_y_sample_weight(data),
                                                 None))
+        guided = self.guided_alignment
+        layer = None if guided is None else guided.layer
         with tf.GradientTape() as tape:
+            attention = None
             if fast_path:
-                factors = packed.logit_factors(self, *x, positions, training=True)
+                factors = packed.logit_factors(self, *x, positions, training=True,
+                                               attention_of=layer)
+                if guided is not None:
+                    factors, attention = factors
                 logits = factors.logits
+            elif guided is not None:
+                factors, (logits, attention) = None, self._logits_and_attention(x, layer)
             else:
                 factors, logits = None, self(x, training=True)
             loss = self._loss(x, y, logits, factors, sample_weight, training=True)
+            if guided is not None:
+                alignment_loss = guided(attention, alignment_targets)
+                loss += alignment_loss
             scaled_loss = self.optimizer.scale_loss(loss)
         gradients = tape.gradient(scaled_loss, self.trainable_weights)
         self.optimizer.apply_gradients(zip(gradients, self.trainable_weights))
-        return self._reducible_logs(self.compute_metrics(x, y, logits, sample_weight))
+        logs = self.compute_metrics(x, y, logits, sample_weight)
+        if guided is not None:
+            replicas = tf.distribute.get_strategy().num_replicas_in_sync
+            logs = {**logs, "alignment_loss": alignment_loss * replicas}
+        return self._reducible_logs(logs)
+
+    def _alignment_targets(self, data):
+        """`data` without its alignment targets, and them (None without guided alignment); a
+        ValueError when guided alignment has no targets to train toward."""
+        if self.guided_alignment is None:
+            return data, None
+        if not (isinstance(data, tuple) and len(data) == 3):
+            raise ValueError("guided alignment: batches must be ((source, target_in), "
+                             "target_out, alignment_targets): prepare the data with word "
+                             "alignments")
+        return data[:2], data[2]
+
+    def _logits_and_attention(self, x, layer: int):
+        """The core model's logits of `x` in training, and decoder layer `layer`'s
+        encoder-decoder attention weights."""
+        source_ids, target_input_ids = x
+        logits, _, cross_weights = self.decode(
+            target_input_ids, self.encode(source_ids, training=True),
+            source_padding_mask(source_ids), training=True, return_attention_scores=True)
+        return logits, cross_weights[layer]
 
     def test_step(self, data):
         if selection.active() != selection.FAST:

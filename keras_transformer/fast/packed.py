@@ -143,7 +143,9 @@ Layout = Union[PaddedLayout, TokenLayout]
 
 
 def logit_factors(model: Transformer, source_ids: tf.Tensor, target_input_ids: tf.Tensor,
-                  positions: Optional[tf.Tensor] = None, training=None) -> LogitFactors:
+                  positions: Optional[tf.Tensor] = None, training=None,
+                  attention_of: Optional[int] = None
+                  ) -> LogitFactors | tuple[LogitFactors, tf.Tensor]:
     """`model((source_ids, target_input_ids))`'s logits with their factors: the `LogitFactors` of
     the float32 logits (whose `logits` add the model's output bias, if any, which the factors leave
     out), the layers of the Transformer `model` run on `source_ids` `[batch, src_len]` and
@@ -151,7 +153,9 @@ def logit_factors(model: Transformer, source_ids: tf.Tensor, target_input_ids: t
 
     `positions`, `[N, 2]` (row, position) indices of real target input tokens, makes the layers run
     on the real tokens only (`TokenLayout`) and the logits those at `positions`, `[N, vocab]`; None:
-    the padded layout, logits `[batch, tgt_len, vocab]`.
+    the padded layout, logits `[batch, tgt_len, vocab]`. `attention_of`, a decoder layer: also
+    its encoder-decoder attention weights, `[batch, heads, tgt_len, src_len]` (float32; at
+    padding queries, copies of real rows).
     """
     packed = positions is not None
     source_layout = TokenLayout(source_ids) if packed else PADDED
@@ -165,9 +169,11 @@ def logit_factors(model: Transformer, source_ids: tf.Tensor, target_input_ids: t
         encoder_output = model.encoder_norm(encoder_output)
     x = _embed(model, target_input_ids, "target", target_layout, training)
     self_mask = causal_mask(target_input_ids)
+    cross_weights = []
     for layer in model.decoder_layers:
-        x = _decoder_layer(layer, x, encoder_output, (self_mask, padding_mask),
-                           (target_layout, source_layout), training)
+        x, weights = _decoder_layer(layer, x, encoder_output, (self_mask, padding_mask),
+                                    (target_layout, source_layout), training)
+        cross_weights.append(weights)
     x = target_layout.select(x, positions) if packed else x
     if model.decoder_norm is not None:
         x = model.decoder_norm(x)
@@ -175,9 +181,10 @@ def logit_factors(model: Transformer, source_ids: tf.Tensor, target_input_ids: t
         factors = factor_logits(x, model.output_projection.kernel, transposed=False)
     else:
         factors = factor_logits(x, model.target_embedding.embeddings, transposed=True)
-    if model.output_bias is None:
-        return factors
-    return factors._replace(logits=factors.logits + tf.cast(model.output_bias, tf.float32))
+    if model.output_bias is not None:
+        factors = factors._replace(
+            logits=factors.logits + tf.cast(model.output_bias, tf.float32))
+    return factors if attention_of is None else (factors, cross_weights[attention_of])
 
 
 def _embed(model: Transformer, ids: tf.Tensor, side: str, layout: Layout, training):
@@ -201,28 +208,29 @@ def _encoder_layer(layer: EncoderLayer, x, padding_mask, layout: Layout, trainin
 
 def _decoder_layer(layer: DecoderLayer, x, encoder_output, masks, layouts, training):
     """`DecoderLayer.call` in the target's layout: the layer's own blocks, its attentions in
-    the layouts; `masks`: (self, cross), `layouts`: (target, source)."""
-    x, _ = layer.blocks(
+    the layouts; `masks`: (self, cross), `layouts`: (target, source). Returns the output and
+    the encoder-decoder attention weights."""
+    x, (_, cross_weights) = layer.blocks(
         x,
         [lambda query: _attention(layer.self_attention, query, None, masks[0],
                                   (layouts[0], layouts[0]), training),
          lambda query: _attention(layer.cross_attention, query, encoder_output, masks[1],
                                   layouts, training)],
         training=training)
-    return x
+    return x, cross_weights
 
 
 def _attention(attention: MultiHeadAttention, query, key_value, mask, layouts, training):
     """`MultiHeadAttention.call` with `query` in `layouts[0]` and `key_value` (None: `query`)
     in `layouts[1]`: the layer's projections and eq. (1), of which only the products see the
-    padded heads-first form. Returns the output and None (nothing kept, as `blocks`
-    expects)."""
+    padded heads-first form. Returns the output and the attention weights (what `blocks`
+    keeps; unused ones cost nothing in a traced step)."""
     query_layout, key_layout = layouts
     source = query if key_value is None else key_value
     query_heads = query_layout.expand_heads(attention.query_dense(query))
     keys = key_layout.expand_heads(attention.key_dense(source))
     values = key_layout.expand_heads(attention.value_dense(source))
-    attended, _ = scaled_dot_product_attention(
+    attended, weights = scaled_dot_product_attention(
         query_heads, keys, values, mask,
         dropout=lambda weights: attention.dropout_layer(weights, training=training))
-    return attention.output_dense(query_layout.pack_heads(attended)), None
+    return attention.output_dense(query_layout.pack_heads(attended)), weights
