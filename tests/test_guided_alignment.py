@@ -14,27 +14,37 @@ from keras_transformer.data.batch_plan import BatchPlan, alignment_targets
 from keras_transformer.data.prepare import check_alignments, prepare, text_file_source
 from keras_transformer.data.sentencepiece_pair import vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.data.word_links import piece_links, read_pharaoh, word_starts
+from keras_transformer.data.word_links import (piece_kinds, piece_links, piece_words,
+                                               read_pharaoh)
 from keras_transformer.decoding.alignment import AlignmentHeads, alignment_error, attention_links
 from keras_transformer.losses import GuidedAlignment, LabelSmoothedCrossEntropy
 
 from helpers import demo_corpus, final_json, run_args
 
-STARTS = np.array([False, False, False, False, True, False, True, True])  # ids 4, 6, 7 start
+# Ids 4, 6, 7 begin a word, 8 is the word mark alone, the others are inside a word.
+KINDS = piece_kinds(["<pad>", "<unk>", "<s>", "</s>", "\u2581a", "b", "\u2581c", "\u2581d",
+                     "\u2581"])
+BOTH = (KINDS, KINDS)
+
+
+def test_the_mark_alone_begins_a_word_only_before_pieces_inside_one():
+    # "a  c" with the extra space kept as a piece; the mark alone before byte pieces (5).
+    assert piece_words(KINDS[[4, 8, 6, 8, 5, 8]]).tolist() == [0, -1, 1, 2, 2, -1]
 
 
 def test_linked_words_link_every_piece_of_both_and_nothing_else():
     # Source words: [4 5] [6] ; target words: [7] [4 5 5]; ids 0-3 and the prefix start none.
-    links = piece_links({(0, 1), (1, 0)}, (2, 2), ([4, 5, 6], [3, 7, 4, 5, 5]),
-                        (STARTS, STARTS), "a:1")
+    links = piece_links({(0, 1), (1, 0)}, (2, 2), ([4, 5, 6], [3, 7, 4, 5, 5]), BOTH, "a:1")
     assert sorted(map(tuple, links.tolist())) == [(0, 2), (0, 3), (0, 4), (1, 2), (1, 3),
                                                   (1, 4), (2, 1)]
-    assert piece_links(set(), (2, 2), ([4, 5, 6], [7, 4]), (STARTS, STARTS), "a:1").shape == (0, 2)
+    assert piece_links(set(), (2, 2), ([4, 5, 6], [7, 4]), BOTH, "a:1").shape == (0, 2)
+    # An extra space (8) between two words is no word.
+    assert piece_links({(1, 1)}, (2, 2), ([4, 8, 6], [7, 4]), BOTH, "a:1").tolist() == [[2, 1]]
     # Pieces that do not make the texts' words: the pair trains without links.
-    assert piece_links({(0, 0)}, (3, 2), ([4, 5, 6], [7, 4]), (STARTS, STARTS), "a:1") is None
+    assert piece_links({(0, 0)}, (3, 2), ([4, 5, 6], [7, 4]), BOTH, "a:1") is None
     with pytest.raises(ValueError, match=r"align.txt:7: the link 0-2 names target word 2 of a "
                                          r"2-word target sentence"):
-        piece_links({(0, 2)}, (2, 2), ([4, 6], [7, 4]), (STARTS, STARTS), "align.txt:7")
+        piece_links({(0, 2)}, (2, 2), ([4, 6], [7, 4]), BOTH, "align.txt:7")
 
 
 def reversed_corpus(directory: Path, sentences: list[str]) -> dict[str, Path]:
@@ -67,14 +77,14 @@ def reversed_storage(tmp_path_factory: pytest.TempPathFactory, demo_train, demo_
 def test_prepared_pairs_carry_their_pieces_links_into_alignment_targets(reversed_storage):
     storage, vocab, files, texts = reversed_storage
     tokenizer = SubwordTokenizer.load(vocab)
-    starts = tuple(map(word_starts, vocabulary_pieces(tokenizer)))
+    kinds = tuple(map(piece_kinds, vocabulary_pieces(tokenizer)))
     links = read_pharaoh(files["align"])
     by_ids = {}
     for source, target, pair_links in zip(*texts, links):
         ids = tuple(tokenizer.encode_batch([text], side)[0]
                     for text, side in ((source, "source"), (target, "target")))
         by_ids[tuple(map(tuple, ids))] = piece_links(
-            pair_links, (len(source.split()), len(target.split())), ids, starts, "")
+            pair_links, (len(source.split()), len(target.split())), ids, kinds, "")
     assert storage.has_links and storage.manifest["pairs"]["without_links"]["pairs"] == 0
     shard = storage.load_shard(0)
     members = np.arange(min(40, len(shard.lengths)))

@@ -323,22 +323,30 @@ export function wordAlignment(targetPieces, sourcePieces, alignment, targetWords
     [...vote.keys()].sort((a, b) => a - b), (word) => -vote.get(word)) : -1));
 }
 
-// Each piece's word index: a piece starting with the word mark (or the mark alone) starts a
-// word; pieces before the first word (a language token, or byte pieces the model put first),
-// and an end-of-sentence piece, belong to none (-1).
-
+// Each piece's word index (word_links.py's `piece_words`): a piece starting with the word mark
+// starts a word, and so does the mark alone before a piece inside a word (byte pieces); the
+// mark alone before another word, the end or an end-of-sentence piece is whitespace of no word
+// (-1); pieces before the first word (a language token, or byte pieces the model put first),
+// and an end-of-sentence piece, belong to none.
 function pieceWords(pieces) {
   const found = [];
   let word = -1;
-  for (const piece of pieces) {
+  pieces.forEach((piece, index) => {
     if (piece === EOS_PIECE) {
       found.push(-1);
-      continue;
+      return;
+    }
+    if (piece === WORD_START) {
+      const next = pieces[index + 1];
+      if (next === undefined || next === EOS_PIECE || next.startsWith(WORD_START)) {
+        found.push(-1);
+        return;
+      }
     }
     if (piece.startsWith(WORD_START)) {
       word++;
     }
     found.push(word);
-  }
+  });
   return found;
 }

@@ -31,7 +31,7 @@ from keras_transformer.data.tfds_source import tfds_pairs
 from keras_transformer.data.token_storage import (MANIFEST, MAX_SIDE, StorageWriter,
                                                   TokenStorage, vocabulary_sha256)
 from keras_transformer.data.sentencepiece_pair import Tokenizer, vocabulary_pieces
-from keras_transformer.data.word_links import Links, pharaoh_lines, piece_links, word_starts
+from keras_transformer.data.word_links import Links, pharaoh_lines, piece_kinds, piece_links
 
 MAX_SHARDS = 400  # two files each are open while preparing: within the usual limit of 1,024
 CHUNK_PAIRS = 8192
@@ -183,10 +183,10 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Tok
     shard_count = min(MAX_SHARDS, max(1, math.ceil(source.count() * copies / shard_pairs)))
     threads = threads or os.cpu_count() or 1
     corpora = source.parts or (source,)
-    starts = (tuple(map(word_starts, vocabulary_pieces(tokenizer)))
-              if any(corpus.alignments for corpus in corpora) else None)
+    kinds = (tuple(map(piece_kinds, vocabulary_pieces(tokenizer)))
+             if any(corpus.alignments for corpus in corpora) else None)
     writer = StorageWriter(directory, tokenizer.serialized, tokenizer.vocab_size, shard_count,
-                           links=starts is not None)
+                           links=kinds is not None)
     generator = np.random.default_rng(seed)
     numbers = itertools.count()  # the chunks', across corpora
     counts = []
@@ -215,9 +215,9 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Tok
                                     if longest[i] + 1 > max_length])
                     stored += len(short)
                     links = None
-                    if starts is not None:
+                    if kinds is not None:
                         links = [_pair_links(corpus, chunk[kept[i]], chunk_links, kept[i],
-                                             (sources[i], targets[i]), starts, read)
+                                             (sources[i], targets[i]), kinds, read)
                                  for i in short]
                         unlinked.add([read + kept[i] + 1 for i, pair_links
                                       in zip(short, links) if pair_links is None])
@@ -231,7 +231,7 @@ def prepare(source: ParallelSource, directory: str | os.PathLike, tokenizer: Tok
                            "dropped": {reason: lines.count for reason, lines in found.items()},
                            "first_lines": {reason: lines.first
                                            for reason, lines in found.items()}})
-            if starts is not None:  # pairs trained without supervised alignment
+            if kinds is not None:  # pairs trained without supervised alignment
                 counts[-1]["without_links"] = {"pairs": unlinked.count,
                                                "first_lines": unlinked.first}
             if max_length is not None:
@@ -275,14 +275,14 @@ def _chunks(corpus: ParallelSource) -> Iterator[tuple[list[tuple[str, str]],
 
 def _pair_links(corpus: ParallelSource, pair: tuple[str, str], links: list[Links],
                 index: int, ids: tuple[list[int], list[int]],
-                starts: tuple[np.ndarray, np.ndarray], read: int) -> Optional[np.ndarray]:
+                kinds: tuple[np.ndarray, np.ndarray], read: int) -> Optional[np.ndarray]:
     """`word_links.piece_links` of the `index`th pair of a chunk, `pair` (its texts), whose
     word links are `links[index]` (a corpus without alignments: none) and whose ids are
     `ids`; `read`: the corpus's pairs before the chunk."""
     if links is None:
         return None
     where = f"{corpus.description['alignments']['path']}:{read + index + 1}"
-    return piece_links(links[index], (len(pair[0].split()), len(pair[1].split())), ids, starts,
+    return piece_links(links[index], (len(pair[0].split()), len(pair[1].split())), ids, kinds,
                        where)
 
 

@@ -38,22 +38,33 @@ def read_pharaoh(path: str | os.PathLike) -> list[Links]:
     return list(pharaoh_lines(path))
 
 
-def word_starts(pieces: Sequence[str]) -> np.ndarray:
-    """For each id of a vocabulary of `pieces` (by id), whether its piece begins a word."""
-    return np.array([piece.startswith(WORD_START) for piece in pieces], bool)
+# What a piece is to the words of its text (`piece_kinds`).
+INSIDE, WORD, MARK = 0, 1, 2
 
 
-def piece_words(ids: Sequence[int], starts: np.ndarray) -> np.ndarray:
-    """Each piece's word (from 0; -1 before the first word, e.g. a language token) of `ids`,
-    given `starts` (`word_starts` of their vocabulary)."""
-    return np.cumsum(starts[np.asarray(ids, np.int64)]) - 1
+def piece_kinds(pieces: Sequence[str]) -> np.ndarray:
+    """For each of `pieces`: `WORD` if it begins a word (the word mark and more), `MARK` if
+    it is the word mark alone, else `INSIDE`."""
+    return np.array([MARK if piece == WORD_START else WORD if piece.startswith(WORD_START)
+                     else INSIDE for piece in pieces], np.int8)
+
+
+def piece_words(kinds: np.ndarray) -> np.ndarray:
+    """Each piece's word (from 0), of pieces of `kinds` (`piece_kinds`): a `WORD` piece
+    begins one, and so does the mark alone before a piece inside a word (byte pieces); the mark
+    alone before another word or at the end is whitespace of no word (-1), as are pieces before
+    the first word (e.g. a language token)."""
+    following = np.append(kinds[1:], WORD)
+    starts = (kinds == WORD) | ((kinds == MARK) & (following == INSIDE))
+    words = np.cumsum(starts) - 1
+    return np.where((kinds == MARK) & ~starts, -1, words)
 
 
 def piece_links(links: Links, words: tuple[int, int], ids: tuple[Sequence[int], Sequence[int]],
-                starts: tuple[np.ndarray, np.ndarray], where: str) -> Optional[np.ndarray]:
+                kinds: tuple[np.ndarray, np.ndarray], where: str) -> Optional[np.ndarray]:
     """The `[k, 2]` (source piece, target piece) links of a pair whose texts have `words`
-    (source, target) and whose pieces are `ids` (source, target; with `starts`, their
-    vocabularies' `word_starts`): every piece of a linked source word with every piece of
+    (source, target) and whose pieces are `ids` (source, target; `kinds`: the `piece_kinds`
+    of each side's vocabulary, by id): every piece of a linked source word with every piece of
     its target word. None when the pieces do not make the texts' words (the pair then trains
     unsupervised); a ValueError naming `where` (file:line) for a link past a text's words."""
     for side, name in enumerate(("source", "target")):
@@ -62,8 +73,8 @@ def piece_links(links: Links, words: tuple[int, int], ids: tuple[Sequence[int], 
             raise ValueError(f"{where}: the link {past[0][0]}-{past[0][1]} names {name} word "
                              f"{past[0][side]} of a {words[side]}-word {name} sentence (words "
                              "count from 0): are the alignments of these files, in this order?")
-    source_words, target_words = (piece_words(side_ids, side_starts)
-                                  for side_ids, side_starts in zip(ids, starts))
+    source_words, target_words = (piece_words(side_kinds[np.asarray(side_ids, np.int64)])
+                                  for side_ids, side_kinds in zip(ids, kinds))
     if ((source_words.max(initial=-1) + 1, target_words.max(initial=-1) + 1)
             != tuple(words)):
         return None

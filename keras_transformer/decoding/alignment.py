@@ -13,11 +13,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, TransformerConfig
 from keras_transformer.data.tokenizer import model_input_ids, text_pieces
-from keras_transformer.data.word_links import WORD_START, Links
+from keras_transformer.data.word_links import WORD, Links, piece_kinds, piece_words
 
 ALIGNMENT_FILE = "alignment.json"
 
@@ -121,20 +122,14 @@ def word_alignment(target_pieces: Sequence[str], source_pieces: Sequence[str],
 
 
 def _piece_words(pieces: Sequence[str]) -> list[int]:
-    """Each piece's word index: a piece starting with the word mark (or the mark alone, before
-    byte pieces) starts a word; pieces before the first word (a language token, or byte pieces
-    the model put first: the words then miscount, and markup falls back to positions), and an
-    end-of-sentence piece, belong to none (-1)."""
-    words: list[int] = []
-    word = -1
-    for piece in pieces:
-        if piece == "</s>":
-            words.append(-1)
-            continue
-        if piece.startswith(WORD_START):
-            word += 1
-        words.append(word)
-    return words
+    """Each piece's word index (`word_links.piece_words`; the mark alone before byte pieces
+    starts a word); an end-of-sentence piece belongs to none (-1). Pieces before the first word
+    (a language token, or byte pieces the model put first: the words then miscount, and markup
+    falls back to positions) belong to none."""
+    ends = [piece == "</s>" for piece in pieces]
+    # The end as a word of its own: the mark alone before it is whitespace.
+    words = piece_words(np.where(ends, WORD, piece_kinds(pieces)))
+    return [-1 if end else int(word) for end, word in zip(ends, words)]
 
 
 def candidate_heads(config: TransformerConfig) -> list[AlignmentHeads]:
