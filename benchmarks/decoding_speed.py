@@ -8,7 +8,7 @@ Model Garden `Seq2SeqTransformer`, on newstest2014 English sources.
 
 CTranslate2 runs OUR model, converted by `keras_transformer.serving.ctranslate2_export` (what
 `kt-export --format ctranslate2` writes) once per `--ctranslate2-types` quantization, searched
-by the library's CTranslate2 path (`ctranslate2_functions`: what `kt-translate` runs, with the
+by the library's CTranslate2 path (`CTranslate2Search`: what `kt-translate` runs, with the
 same search settings as our export), and the first sentences' output ids are compared with the
 export's (equal in float32: the same function and search). Its worker runs under
 `--ctranslate2-python` (default: this Python; it imports this package).
@@ -305,10 +305,10 @@ def ctranslate2_worker(directories_json: str, ids_path: str, settings_json: str)
     """Runs where ctranslate2 and this package are installed: for each model directory (one
     per quantization, written by `keras_transformer.serving.ctranslate2_export`), prints its
     `measure` result and the first sentences' ids as JSON, searched by the library's
-    `ctranslate2_functions` (the export's search settings, our rules for PAD, BOS and EOS)."""
+    `CTranslate2Search` (the export's search settings, our rules for PAD, BOS and EOS)."""
     import tensorflow as tf
 
-    from keras_transformer.serving.ctranslate2_export import ctranslate2_functions
+    from keras_transformer.serving.ctranslate2_export import CTranslate2Search
 
     settings, ids = json.loads(settings_json), np.load(ids_path)
     results = {}
@@ -316,7 +316,7 @@ def ctranslate2_worker(directories_json: str, ids_path: str, settings_json: str)
         for use_vmap in [False, True] if settings.get("vmap") else [False]:
             if use_vmap:
                 shutil.copy(settings["vmap"], os.path.join(directory, "vmap.txt"))
-            translate_ids = ctranslate2_functions(directory, use_vmap=use_vmap)[1]
+            translate_ids = CTranslate2Search(directory, use_vmap=use_vmap).translate_ids
 
             def translate(batch, translate_ids=translate_ids):
                 return translate_ids(tf.constant(batch))["nbest_ids"][:, 0]

@@ -69,7 +69,7 @@ def systems(args: argparse.Namespace, workdir: str) -> tuple[dict, dict, np.ndar
 
     import keras_transformer as kt
     from keras_transformer.data import SubwordTokenizer
-    from keras_transformer.serving.ctranslate2_export import (ctranslate2_functions,
+    from keras_transformer.serving.ctranslate2_export import (CTranslate2Search,
                                                               export_ctranslate2)
     from keras_transformer.serving.export import export_translator
     from keras_transformer.serving.litert_export import export_litert, litert_functions
@@ -132,7 +132,7 @@ def systems(args: argparse.Namespace, workdir: str) -> tuple[dict, dict, np.ndar
             continue
         path = export_ctranslate2(model, tokenizer, os.path.join(workdir, f"ct2_{quantization}"),
                                   quantization=quantization, settings=search)
-        translate_ids = ctranslate2_functions(path, intra_threads=args.threads)[1]
+        translate_ids = CTranslate2Search(path, intra_threads=args.threads).translate_ids
         functions[f"CTranslate2 {quantization}"] = lambda row, run=translate_ids: run(
             tf.constant(row))["nbest_ids"][:, 0]
         sizes[f"CTranslate2 {quantization}"] = size_of(path)

@@ -11,7 +11,7 @@ its recipe's search settings and `--beam-size` (with `--xla`, the XLA-compiled s
 `--serving-default-only`, a SavedModel of the one signature timed, a rehearsal's: the same
 search, without the six others an export traces, saves and loads), and, for each
 `--ctranslate2` quantization, as a CTranslate2 model run through the library's own
-functions (`ctranslate2_functions`: the rules `kt-translate` applies). Every sentence is
+functions (`CTranslate2Search`: the rules `kt-translate` applies). Every sentence is
 translated once by every export as a warm-up (XLA compiles once per padded width), then timed
 alone (batch 1), the exports taking turns sentence by sentence (the order rotated) so that a
 drift of the machine's speed falls on all of them alike. Prints, per export, the median, mean
@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import SearchSettings
-from keras_transformer.serving.ctranslate2_export import ctranslate2_functions, export_ctranslate2
+from keras_transformer.serving.ctranslate2_export import CTranslate2Search, export_ctranslate2
 from keras_transformer.data.text_files import read_lines
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.precision import serving_copy
@@ -96,7 +96,7 @@ def exports(args: argparse.Namespace, workdir: Path) -> dict[str, Translate]:
         for quantization in filter(None, args.ctranslate2.split(",")):
             directory = export_ctranslate2(model, tokenizer, workdir / f"{name}-{quantization}",
                                            quantization, settings)
-            translate_text = ctranslate2_functions(directory)[0]
+            translate_text = CTranslate2Search(directory).translate_text
             functions[f"{name} CTranslate2 {quantization}"] = (
                 lambda text, translate_text=translate_text:
                 translate_text(tf.constant([text]))["translation"].numpy())

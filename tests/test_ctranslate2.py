@@ -11,7 +11,7 @@ from keras_transformer.config import SearchSettings
 from helpers import random_run, random_two_language_run
 from keras_transformer.decoding.alignment import (ALIGNMENT_FILE, AlignmentHeads,
                                                   attention_alignment)
-from keras_transformer.serving.ctranslate2_export import (check_convertible, ctranslate2_functions,
+from keras_transformer.serving.ctranslate2_export import (CTranslate2Search, check_convertible,
                                                   export_ctranslate2, heads_first,
                                                   is_ctranslate2_model, spec_weights)
 from keras_transformer.data import SubwordTokenizer
@@ -94,10 +94,10 @@ def test_greedy_translations_nbest_and_prefixes_match_our_translator(tokenizer, 
     model = perturbed_model(tokenizer)
     settings = SearchSettings(beam_size=1, length_penalty=0.0, max_decode_extra=6)
     directory = export_ctranslate2(model, tokenizer, tmp_path / "ct2", "float32", settings)
-    translate_text, translate_ids, translate_prefixed, _, owner, _ = ctranslate2_functions(
-        directory)
+    search = CTranslate2Search(directory)
     ours = LineTranslator.from_translator(Translator(model, tokenizer, settings))
-    theirs = LineTranslator(translate_text, translate_ids, tokenizer, owner, translate_prefixed)
+    theirs = LineTranslator(search.translate_text, search.translate_ids, tokenizer,
+                            search.translator, search.translate_prefixed)
     for sentence in SENTENCES:  # one at a time: CTranslate2's length limit is per batch
         assert theirs.best([sentence.encode()])[0] == ours.best([sentence.encode()])[0]
     texts = [sentence.encode() for sentence in SENTENCES]
@@ -119,7 +119,7 @@ def test_source_ids_are_read_as_an_export_reads_them(tokenizer, tmp_path):
     model = perturbed_model(tokenizer)
     settings = SearchSettings(beam_size=1, length_penalty=0.0, max_decode_extra=6)
     directory = export_ctranslate2(model, tokenizer, tmp_path / "ct2", "float32", settings)
-    translate_ids = ctranslate2_functions(directory, intra_threads=1)[1]
+    translate_ids = CTranslate2Search(directory, intra_threads=1).translate_ids
     source = tokenizer.tokenize(tf.constant(["we see nine birds"])).to_list()[0]
     raw = tf.constant([[kt.BOS_ID, *source[:2], -5, *source[2:], 10**6, kt.EOS_ID]])
     clean = tf.constant([[*source[:2], kt.UNK_ID, *source[2:], kt.UNK_ID]])
@@ -222,7 +222,7 @@ def test_random_models_at_alpha_0_greedy_equal_beam_differs_only_by_normalizatio
         for name, settings in searches.items():
             directory = export_ctranslate2(model, tokenizer, tmp_path / f"{name}{seed}",
                                            "float32", settings)
-            theirs = ctranslate2_functions(directory, intra_threads=1)[1](
+            theirs = CTranslate2Search(directory, intra_threads=1).translate_ids(
                 tf.constant(sources))
             their_ids = theirs["nbest_ids"].numpy()[:, 0]
             np.testing.assert_allclose(theirs["nbest_scores"].numpy()[:, 0],
@@ -256,8 +256,8 @@ def test_sampling_settings_reach_ctranslate2(tokenizer, tmp_path):
     for name, settings in (("greedy", greedy), ("top1", SearchSettings(
             **{**sampled.__dict__, "top_k": 1})), ("sampled", sampled)):
         directory = export_ctranslate2(model, tokenizer, tmp_path / name, "float32", settings)
-        outputs[name] = [ctranslate2_functions(directory)[0](texts)["translation"].numpy()
-                         .tolist() for _ in range(2)]  # two fresh loads
+        outputs[name] = [CTranslate2Search(directory).translate_text(texts)["translation"]
+                         .numpy().tolist() for _ in range(2)]  # two fresh loads
     assert outputs["top1"][0] == outputs["greedy"][0]
     assert outputs["sampled"][0] == outputs["sampled"][1] != outputs["greedy"][0]
 
@@ -275,7 +275,7 @@ def test_tokens_our_search_never_generates_or_ends_on_first_are_the_same(favoure
     last_norm.assign(direction / np.linalg.norm(direction) * 20.0)
     settings = SearchSettings(beam_size=1, length_penalty=0.0, max_decode_extra=6)
     directory = export_ctranslate2(model, tokenizer, tmp_path / "ct2", "float32", settings)
-    _, translate_ids, *_ = ctranslate2_functions(directory)
+    translate_ids = CTranslate2Search(directory).translate_ids
     ours = Translator(model, tokenizer, settings)
     for sentence in SENTENCES[:3]:  # one at a time: CTranslate2's length limit is per batch
         source = tokenizer.tokenize(tf.constant([sentence])).to_tensor()
@@ -339,8 +339,8 @@ def test_permuting_cross_attention_heads_leaves_translations_unchanged(tokenizer
     np.testing.assert_allclose(*scores, rtol=1e-4, atol=1e-5)
     for sentence in SENTENCES:  # one at a time: CTranslate2's length limit is per batch
         text = tf.constant([sentence])
-        assert (ctranslate2_functions(plain)[0](text)["translation"].numpy()
-                == ctranslate2_functions(permuted)[0](text)["translation"].numpy()).all()
+        assert (CTranslate2Search(plain).translate_text(text)["translation"].numpy()
+                == CTranslate2Search(permuted).translate_text(text)["translation"].numpy()).all()
 
 
 @pytest.mark.slow
@@ -416,16 +416,20 @@ def test_a_model_of_two_languages_aligns_over_the_pieces_it_read(placement, tmp_
     directory = export_ctranslate2(loaded.model, loaded.tokenizer, tmp_path / "ct2", "float32",
                                    loaded.recipe.search, languages=run.languages(),
                                    alignment=choice)
-    text, ids, prefixed, tokenizer, owner, aligned = ctranslate2_functions(
-        directory, target_language="de")
-    theirs = LineTranslator(text, ids, tokenizer, owner, prefixed, translate_aligned=aligned)
+    search = CTranslate2Search(directory, target_language="de")
+    theirs = LineTranslator(search.translate_text, search.translate_ids, search.tokenizer,
+                            search.translator, search.translate_prefixed,
+                            translate_aligned=search.translate_aligned)
     ours = LineTranslator.from_translator(IntoLanguage(loaded.translator(alignment=choice), "de"))
     for line in [b"they have sold nineteen cats", b"we see six books", b""]:
         assert alignment_records(ours, line) == alignment_records(theirs, line)
     settings = json.loads((directory / SETTINGS_FILENAME).read_text())
     del settings["alignment"]
     (directory / SETTINGS_FILENAME).write_text(json.dumps(settings))
-    assert ctranslate2_functions(directory, target_language="de")[5] is None
+    older = CTranslate2Search(directory, target_language="de")
+    assert not older.aligns
+    with pytest.raises(ValueError, match="records no alignment choice"):
+        older.translate_aligned(tf.constant(["we see six books"]))
 
 def alignment_records(translator: LineTranslator, line: bytes) -> dict:
     """`best_lines`' alignment record of one line (its pieces, its source's, the alignment)."""
@@ -463,8 +467,10 @@ def test_a_beam_searchs_alignment_is_our_translators(demo_vocab, tmp_path):
     settings = SearchSettings(beam_size=4, length_penalty=0.0, max_decode_extra=3)
     directory = export_ctranslate2(loaded.model, loaded.tokenizer, tmp_path / "ct2", "float32",
                                    settings, alignment=choice)
-    text, ids, prefixed, tokenizer, owner, aligned = ctranslate2_functions(directory)
-    theirs = LineTranslator(text, ids, tokenizer, owner, prefixed, translate_aligned=aligned)
+    search = CTranslate2Search(directory)
+    theirs = LineTranslator(search.translate_text, search.translate_ids, search.tokenizer,
+                            search.translator, search.translate_prefixed,
+                            translate_aligned=search.translate_aligned)
     ours = LineTranslator.from_translator(loaded.translator(settings, alignment=choice))
     for line in [b"they have sold nineteen cats", b"we see six books", b"one cat sleeps",
                  b"I have forty-two apples and three dogs"]:

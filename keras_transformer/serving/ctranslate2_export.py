@@ -6,8 +6,8 @@ architecture options of imported models too: the feed-forward activation, the em
 norm, the output bias, pre-norm, learned or sinusoidal positions in either layout, separate
 source and target vocabularies), the tokenizer's files beside it so that raw text goes in and
 out, and the search settings.
-`ctranslate2_functions` gives such a directory the calls `text_translation.LineTranslator`
-takes, so `kt-translate` runs it as it runs a SavedModel.
+`CTranslate2Search` gives such a directory the calls `text_translation.LineTranslator` takes,
+so `kt-translate` runs it as it runs a SavedModel.
 
 What CTranslate2 computes differs from our search in three places, documented in
 docs/decoding-and-serving.md: its length penalty divides a hypothesis' log-probability by
@@ -26,7 +26,7 @@ model's `keras_transformer.json`) is asked for one by its token (`<2de>`, the pi
 recorded), passed as the model was trained: with the "source" placement as the first source
 token (`translate_batch([["<2de>", "▁Hello", ...]])`), with "target" as the target prefix
 (`translate_batch([["▁Hello", ...]], target_prefix=[["<2de>"]])`), the token then leading
-each hypothesis, to be dropped. `ctranslate2_functions(..., target_language="de")` does so,
+each hypothesis, to be dropped. `CTranslate2Search(..., target_language="de")` does so,
 as our `Translator` does: the token asked for replaces one a source starts with, and an
 imported model's optional language left out ("") leaves the sources as they are.
 
@@ -319,19 +319,14 @@ def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer,
     return directory
 
 
-def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
-                          intra_threads: Optional[int] = None, use_vmap: bool = False,
-                          target_language: Optional[str] = None,
-                          source_language: Optional[str] = None
-                          ) -> tuple[Callable, Callable, Callable, SubwordTokenizer, object,
-                                     Optional[Callable]]:
+class CTranslate2Search:
     """The search of the CTranslate2 model `directory` (`export_ctranslate2`'s), with its
-    recorded settings: `(translate_text, translate_ids, translate_prefixed, tokenizer,
-    translator, translate_aligned)`, with the signatures of an export's (tensors in, dicts of
-    tensors out: see `text_translation.LineTranslator`; source ids are read as an export reads
-    them: out-of-vocabulary ids as UNK, PAD, BOS and EOS dropped); `translator` is the
-    `ctranslate2.Translator`; `translate_aligned` is None for a directory written before
-    exports recorded their alignment choice.
+    recorded settings, behind the signatures of an export (tensors in, dicts of tensors out:
+    `translate_text`, `translate_ids`, `translate_prefixed`, `translate_aligned`; see
+    `text_translation.LineTranslator`; source ids are read as an export reads them:
+    out-of-vocabulary ids as UNK, PAD, BOS and EOS dropped). `translator` is the
+    `ctranslate2.Translator`, `tokenizer` the model's; `aligns` is False for a directory
+    written before exports recorded their alignment choice (`translate_aligned` refuses).
 
     `inter_threads`: batches the `ctranslate2.Translator` runs at once (on CPU).
     `intra_threads`: threads of each batch (default: every core; on cores other work keeps
@@ -341,143 +336,162 @@ def ctranslate2_functions(directory: str | os.PathLike, inter_threads: int = 1,
     `target_language`: the language a model of several target languages translates into (its
     token placed as the model was trained, and left out of the outputs); None for a model of
     one. `source_language`: the sources' language, of a model that reads it
-    (`RunLanguages.source_language_token`: its token first in each source)."""
-    import ctranslate2
+    (`RunLanguages.source_language_token`: its token first in each source).
+    """
 
-    directory = Path(directory)
-    recorded = json.loads((directory / SETTINGS_FILENAME).read_text(encoding="utf-8"))
-    settings = SearchSettings(**recorded["search"])
-    max_length = int(recorded["max_length"])
-    tokenizer = load_tokenizer(directory)
-    if settings.sampling:  # read by the generators its worker threads create on first use
-        ctranslate2.set_random_seed(settings.sampling_seed)
-    translator = ctranslate2.Translator(os.fspath(directory), device="cpu",
-                                        inter_threads=inter_threads,
-                                        intra_threads=intra_threads or os.cpu_count() or 1)
-    source_pieces, target_pieces = vocabulary_pieces(tokenizer)
-    ids_of = {piece: index for index, piece in enumerate(target_pieces)}
-    languages = (RunLanguages.from_dict(recorded["languages"]) if "languages" in recorded
-                 else None)
-    asked = asked_languages(languages, target_language, source_language)
-    # The target language's token piece where the placement puts it (none: the texts as they
-    # are); the language tokens' source pieces, the one asked for replacing one a source
-    # starts with; the source language's token piece.
-    placement = None if asked.target_id is None else languages.placement
-    token = (None if placement is None else
-             (source_pieces if placement == "source" else target_pieces)[asked.target_id])
-    own = ({source_pieces[index] for index in languages.token_ids.values()} if languages
-           else set())
-    source_token = None if asked.source_id is None else source_pieces[asked.source_id]
-    # As in our search: PAD and BOS are never generated, and the end may come first (an empty
-    # translation); CTranslate2 by default generates any token and never ends at the first step.
-    never_generated = [[target_pieces[PAD_ID]], [target_pieces[BOS_ID]]]
+    def __init__(self, directory: str | os.PathLike, inter_threads: int = 1,
+                 intra_threads: Optional[int] = None, use_vmap: bool = False,
+                 target_language: Optional[str] = None, source_language: Optional[str] = None):
+        import ctranslate2
 
-    def as_pieces(ids: tf.Tensor, pieces: list[str]) -> list[list[str]]:
+        directory = Path(directory)
+        recorded = json.loads((directory / SETTINGS_FILENAME).read_text(encoding="utf-8"))
+        self.settings = SearchSettings(**recorded["search"])
+        self.max_length = int(recorded["max_length"])
+        self.aligns = "alignment" in recorded
+        self.tokenizer = load_tokenizer(directory)
+        if self.settings.sampling:  # read by the generators its worker threads create first
+            ctranslate2.set_random_seed(self.settings.sampling_seed)
+        self.translator = ctranslate2.Translator(
+            os.fspath(directory), device="cpu", inter_threads=inter_threads,
+            intra_threads=intra_threads or os.cpu_count() or 1)
+        self.use_vmap = use_vmap
+        self.source_pieces, self.target_pieces = vocabulary_pieces(self.tokenizer)
+        self._ids_of = {piece: index for index, piece in enumerate(self.target_pieces)}
+        languages = (RunLanguages.from_dict(recorded["languages"]) if "languages" in recorded
+                     else None)
+        asked = asked_languages(languages, target_language, source_language)
+        # The target language's token piece where the placement puts it (none: the texts as
+        # they are); the language tokens' source pieces, the one asked for replacing one a
+        # source starts with; the source language's token piece.
+        self._placement = None if asked.target_id is None else languages.placement
+        self._token = (None if self._placement is None else
+                       (self.source_pieces if self._placement == "source"
+                        else self.target_pieces)[asked.target_id])
+        self._own = ({self.source_pieces[index] for index in languages.token_ids.values()}
+                     if languages else set())
+        self._source_token = (None if asked.source_id is None
+                              else self.source_pieces[asked.source_id])
+        self._hypotheses = 1 if self.settings.sampling else self.settings.beam_size
+
+    def translate_text(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+        """The best translation of each of `text` `[batch]` and its score."""
+        return self._best(self._tokenized(text))
+
+    def translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
+        """The n-best ids `[batch, beam, len]` and scores of source ids `[batch, len]`."""
+        found = self._search(self._as_pieces(source_ids, self.source_pieces),
+                             nbest=self._hypotheses)
+        rows = [hypothesis for found_hypotheses, _ in found for hypothesis in found_hypotheses]
+        nbest = tf.reshape(_padded(rows), [len(found), self._hypotheses, -1])
+        return {"nbest_ids": nbest,
+                "nbest_scores": tf.constant([scores for _, scores in found], tf.float32)}
+
+    def translate_prefixed(self, text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`translate_text` with each translation starting with its `prefix` (target text)."""
+        return self._best(self._tokenized(text), [row or None for row in self._as_pieces(
+            self._tokenized(prefix, target=True), self.target_pieces)])
+
+    def translate_aligned(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`translate_text` with the pieces of each source and translation, and each
+        translation piece's most attended source piece (`alignment`, -1 at padding)."""
+        if not self.aligns:
+            raise ValueError("this CTranslate2 export records no alignment choice (written "
+                             "before exports did): export it again")
+        found = self._search(self._as_pieces(self._tokenized(text), self.source_pieces),
+                             attention=True)
+        # The best hypothesis' pieces, each aligned (none for an empty source).
+        ids = [hypotheses[0][:len(alignment)] for hypotheses, _, _, alignment in found]
+        return {"translation": self.tokenizer.detokenize(_padded(ids)),
+                "score": tf.constant([scores[0] for _, scores, _, _ in found], tf.float32),
+                "target_pieces": _strings([[self.target_pieces[index] for index in row]
+                                           for row in ids]),
+                "source_pieces": _strings([source for _, _, source, _ in found]),
+                "alignment": _padded([alignment for *_, alignment in found], -1)}
+
+    def _as_pieces(self, ids: tf.Tensor, pieces: list[str]) -> list[list[str]]:
         """Each row of `ids` `[batch, len]` as `pieces`, the ids our model would read
         (`model_input_ids`: UNK's for ids out of range, special ids dropped, at most
         `max_length - 1` of them)."""
         kept = model_input_ids(tf.RaggedTensor.from_tensor(tf.convert_to_tensor(ids)),
-                               len(pieces), max_length)
+                               len(pieces), self.max_length)
         return [[pieces[token] for token in row] for row in kept.to_list()]
 
-    hypotheses = 1 if settings.sampling else settings.beam_size
-    # Sampling: the same settings, drawn by CTranslate2's own generators, seeded when the model
-    # is loaded: a fresh load given the same batches in the same order draws the same samples
-    # (not ours; and a sentence's samples depend on the batches before it).
-    drawing = (dict(beam_size=1, sampling_topk=settings.top_k, sampling_topp=settings.top_p,
-                    sampling_temperature=settings.temperature) if settings.sampling
-               else dict(beam_size=settings.beam_size))
-
-    def placed(source: list[str]) -> list[str]:
+    def _placed(self, source: list[str]) -> list[str]:
         """A source's pieces as the model reads them: with the "source" placement the target
         language's token first (replacing one the source starts with), the source
         language's before it."""
-        if placement == "source":
-            source = ([token] + source[1 if source and source[0] in own else 0:])[
-                :max_length - 1]
-        if source_token is not None:
-            source = [source_token, *source][:max_length - 1]
+        if self._placement == "source":
+            source = ([self._token] + source[1 if source and source[0] in self._own else 0:])[
+                :self.max_length - 1]
+        if self._source_token is not None:
+            source = [self._source_token, *source][:self.max_length - 1]
         return source
 
-    def search(sources: list[list[str]], prefixes=None, nbest: int = 1,
-               attention: bool = False) -> list[tuple]:
+    def _search(self, sources: list[list[str]], prefixes=None, nbest: int = 1,
+                attention: bool = False) -> list[tuple]:
         """Each source's `nbest` hypotheses (ids) and scores, then, with `attention`, the
-        pieces the model reads (`placed`, and EOS) and, for each piece of the best
+        pieces the model reads (`_placed`, and EOS) and, for each piece of the best
         hypothesis, the index of the one its alignment heads attend to most."""
+        settings, max_length = self.settings, self.max_length
         empty = [not source for source in sources]  # an empty source: an empty translation
-        read = [placed(source) + [source_pieces[EOS_ID]] for source in sources]
+        read = [self._placed(source) + [self.source_pieces[EOS_ID]] for source in sources]
         sources = [source if is_empty else pieces[:-1] for source, pieces, is_empty
                    in zip(sources, read, empty)]
-        if placement == "target":
-            prefixes = [([token] + (prefix or []))[:max_length - 1]
+        if self._placement == "target":
+            prefixes = [([self._token] + (prefix or []))[:max_length - 1]
                         for prefix in prefixes or [None] * len(sources)]
         longest = max((len(source) for source in sources), default=0) + 1  # + EOS
         # As ours, a prefix leaves room for itself and one token more (CTranslate2 counts it
         # inside its limit).
         longest_prefix = max((len(prefix) for prefix in prefixes or () if prefix), default=0)
-        results = translator.translate_batch(
+        # Sampling: the same settings, drawn by CTranslate2's own generators, seeded when the
+        # model is loaded: a fresh load given the same batches in the same order draws the
+        # same samples (not ours; and a sentence's samples depend on the batches before it).
+        drawing = (dict(beam_size=1, sampling_topk=settings.top_k, sampling_topp=settings.top_p,
+                        sampling_temperature=settings.temperature) if settings.sampling
+                   else dict(beam_size=settings.beam_size))
+        # As in our search: PAD and BOS are never generated, and the end may come first (an
+        # empty translation); CTranslate2 by default generates any token and never ends at the
+        # first step.
+        never_generated = [[self.target_pieces[PAD_ID]], [self.target_pieces[BOS_ID]]]
+        results = self.translator.translate_batch(
             sources, target_prefix=prefixes, **drawing,
             num_hypotheses=nbest, length_penalty=settings.length_penalty,
             max_decoding_length=max(1, min(max(longest + settings.max_decode_extra,
                                                 longest_prefix + 1), max_length)),
-            suppress_sequences=never_generated, min_decoding_length=0, use_vmap=use_vmap,
+            suppress_sequences=never_generated, min_decoding_length=0, use_vmap=self.use_vmap,
             return_scores=True, return_end_token=True, return_attention=attention)
-        forced = int(placement == "target")  # the token first in every hypothesis
-        return [([[ids_of[piece] for piece in hypothesis[forced:]]
+        forced = int(self._placement == "target")  # the token first in every hypothesis
+        return [([[self._ids_of[piece] for piece in hypothesis[forced:]]
                   for hypothesis in result.hypotheses]
                  if not is_empty else [[EOS_ID]] * nbest,
                  list(result.scores) if not is_empty else [0.0] * nbest,
-                 *((pieces, [] if is_empty else attended(result.attention[0][forced:]))
+                 *((pieces, [] if is_empty else _attended(result.attention[0][forced:]))
                    if attention else ()))
                 for result, pieces, is_empty in zip(results, read, empty)]
 
-    def attended(rows: list[list[float]]) -> list[int]:
-        """Each row's most attended source position, EOS's weight (left out by CTranslate2)
-        being what the others leave of 1."""
-        return [int(np.argmax([*row, 1.0 - sum(row)])) for row in rows]
-
-    def padded(rows: list[list[int]], value: int = PAD_ID) -> tf.Tensor:
-        width = max((len(row) for row in rows), default=0) or 1
-        return tf.constant([row + [value] * (width - len(row)) for row in rows], tf.int32)
-
-    def strings(rows: list[list[str]]) -> tf.Tensor:
-        width = max((len(row) for row in rows), default=0) or 1
-        return tf.constant([row + [""] * (width - len(row)) for row in rows], tf.string)
-
-    def translate_ids(source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
-        found = search(as_pieces(source_ids, source_pieces), nbest=hypotheses)
-        rows = [hypothesis for found_hypotheses, _ in found for hypothesis in found_hypotheses]
-        nbest = tf.reshape(padded(rows), [len(found), hypotheses, -1])
-        return {"nbest_ids": nbest,
-                "nbest_scores": tf.constant([scores for _, scores in found], tf.float32)}
-
-    def best(source_ids: tf.Tensor, prefixes=None) -> dict[str, tf.Tensor]:
-        found = search(as_pieces(source_ids, source_pieces), prefixes)
-        ids = padded([hypotheses[0] for hypotheses, _ in found])
-        return {"translation": tokenizer.detokenize(ids),
+    def _best(self, source_ids: tf.Tensor, prefixes=None) -> dict[str, tf.Tensor]:
+        found = self._search(self._as_pieces(source_ids, self.source_pieces), prefixes)
+        ids = _padded([hypotheses[0] for hypotheses, _ in found])
+        return {"translation": self.tokenizer.detokenize(ids),
                 "score": tf.constant([scores[0] for _, scores in found], tf.float32)}
 
-    def tokenized(text: tf.Tensor, target: bool = False) -> tf.Tensor:
-        return text_pieces(tokenizer, text, target).to_tensor(default_value=PAD_ID)
+    def _tokenized(self, text: tf.Tensor, target: bool = False) -> tf.Tensor:
+        return text_pieces(self.tokenizer, text, target).to_tensor(default_value=PAD_ID)
 
-    def translate_text(text: tf.Tensor) -> dict[str, tf.Tensor]:
-        return best(tokenized(text))
 
-    def translate_prefixed(text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
-        return best(tokenized(text), [row or None for row in as_pieces(
-            tokenized(prefix, target=True), target_pieces)])
+def _attended(rows: list[list[float]]) -> list[int]:
+    """Each row's most attended source position, EOS's weight (left out by CTranslate2) being
+    what the others leave of 1."""
+    return [int(np.argmax([*row, 1.0 - sum(row)])) for row in rows]
 
-    def translate_aligned(text: tf.Tensor) -> dict[str, tf.Tensor]:
-        found = search(as_pieces(tokenized(text), source_pieces), attention=True)
-        # The best hypothesis' pieces, each aligned (none for an empty source).
-        ids = [hypotheses[0][:len(alignment)] for hypotheses, _, _, alignment in found]
-        return {"translation": tokenizer.detokenize(padded(ids)),
-                "score": tf.constant([scores[0] for _, scores, _, _ in found], tf.float32),
-                "target_pieces": strings([[target_pieces[index] for index in row]
-                                          for row in ids]),
-                "source_pieces": strings([source for _, _, source, _ in found]),
-                "alignment": padded([alignment for *_, alignment in found], -1)}
 
-    aligned = translate_aligned if "alignment" in recorded else None
-    return translate_text, translate_ids, translate_prefixed, tokenizer, translator, aligned
+def _padded(rows: list[list[int]], value: int = PAD_ID) -> tf.Tensor:
+    width = max((len(row) for row in rows), default=0) or 1
+    return tf.constant([row + [value] * (width - len(row)) for row in rows], tf.int32)
 
+
+def _strings(rows: list[list[str]]) -> tf.Tensor:
+    width = max((len(row) for row in rows), default=0) or 1
+    return tf.constant([row + [""] * (width - len(row)) for row in rows], tf.string)

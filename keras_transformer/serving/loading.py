@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from keras_transformer.data.languages import RunLanguages, chosen_languages
-from keras_transformer.serving.ctranslate2_export import ctranslate2_functions, is_ctranslate2_model
+from keras_transformer.serving.ctranslate2_export import CTranslate2Search, is_ctranslate2_model
 from keras_transformer.serving.litert_export import (fixed_source_length, is_litert_model,
                                                      litert_functions)
 from keras_transformer.serving.text_translation import LineTranslator
@@ -61,12 +61,14 @@ def load_export(path: str | os.PathLike, target_language: Optional[str] = None,
                               max_length=max_length, languages=languages, language=language,
                               source_language=source, translate_aligned=translate_aligned)
     if is_ctranslate2_model(version):
-        translate_text, translate_ids, translate_prefixed, tokenizer, owner, aligned = (
-            ctranslate2_functions(version, target_language=language, source_language=source))
-        return LineTranslator(translate_text, translate_ids, tokenizer, owner=owner,
-                              translate_prefixed=translate_prefixed, max_length=max_length,
-                              languages=languages, language=language, source_language=source,
-                              translate_aligned=aligned)
+        search = CTranslate2Search(version, target_language=language, source_language=source)
+        return LineTranslator(search.translate_text, search.translate_ids, search.tokenizer,
+                              owner=search.translator,
+                              translate_prefixed=search.translate_prefixed,
+                              max_length=max_length, languages=languages, language=language,
+                              source_language=source,
+                              translate_aligned=search.translate_aligned if search.aligns
+                              else None)
     return LineTranslator.from_saved_model(version, max_length=max_length,
                                            target_language=language, languages=languages,
                                            source_language=source)

@@ -1,6 +1,6 @@
 """Translating many lines of text with an export or an in-process `Translator`: the same
 calls for both, whatever computes them (a SavedModel, a `Translator`, or any backend that gives
-the functions, e.g. `ctranslate2_export.ctranslate2_functions`), n-best lists as text, batches
+the functions, e.g. `ctranslate2_export.CTranslate2Search`), n-best lists as text, batches
 sorted by length under a budget."""
 from __future__ import annotations
 
