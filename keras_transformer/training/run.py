@@ -25,7 +25,7 @@ from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedTokenAccuracy, Perplexity
 from keras_transformer.model import Transformer
 from keras_transformer.optimization import make_optimizer
-from keras_transformer.training.backup import newest_step, restore_latest
+from keras_transformer.training.backup import Restored, newest_step, restore_latest
 from keras_transformer.training.batch_stream import per_replica_tokens, training_batches
 from keras_transformer.training.callbacks import (DevEvaluation, PeriodicBackup,
                                                   PeriodicCheckpoint, Schedule, StepClock,
@@ -239,11 +239,22 @@ class Training:
         self.run_dir = RunDir(run_dir)
         self.recipe_origin = recipe_origin
         self.summary: dict = {}
+        # `prepare`'s: the strategy and its replicas, the precision and kernel set, whether
+        # the run was started before, its inputs, batch plan and step budget.
         self.strategy: Optional[tf.distribute.Strategy] = None
+        self.replicas, self.precision, self.kernel_set, self.resumed = 0, "", "", False
         self.inputs: Optional[RunInputs] = None
         self.plan: Optional[BatchPlan | PairSampling] = None
-        self.trained: Optional[Transformer] = None  # what the checkpoints and backups hold
-        self.model: Optional[Transformer] = None  # the run's result (a LoRA run's merged)
+        self.max_steps: Optional[int] = None
+        # `build`'s: what the checkpoints and backups hold (a LoRA run's adapters too), its
+        # token accuracy metric and what it was restored from; `fit`'s: the dev sets, their
+        # scores, and the run's result (a LoRA run's merged model).
+        self.trained: Optional[Transformer] = None
+        self.accuracy: Optional[MaskedTokenAccuracy] = None
+        self.restored: Optional[Restored] = None
+        self.dev: dict[str, DevSet] = {}
+        self.dev_scores: Optional[Callable[[Optional[int]], dict]] = None
+        self.model: Optional[Transformer] = None
         self._done: set[str] = set()
 
     def _after(self, *stages: Callable[[], object]) -> None:
