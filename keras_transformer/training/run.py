@@ -159,9 +159,9 @@ def hardware_choices(options: RunOptions, recipe: Recipe, recorded: dict,
         else:
             choices[name] = "chief's"
         if worker_count(strategy) > 1:
-            options = PRECISION_POLICIES if name == "precision" else fast.KERNEL_SETS
-            mine = options.index(choices[name]) if choices[name] in options else -1
-            taken = options[chief_values(strategy, [mine])[0]]
+            known = PRECISION_POLICIES if name == "precision" else fast.KERNEL_SETS
+            mine = known.index(choices[name]) if choices[name] in known else -1
+            taken = known[chief_values(strategy, [mine])[0]]
             if not chief and taken != choices[name]:
                 print(f"kt-train: {name} {taken} (the chief's choice)", file=sys.stderr)
             choices[name] = taken
