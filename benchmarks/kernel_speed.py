@@ -9,11 +9,11 @@ backward; an optimizer update), at the config's sizes on
 `--tokens` tokens, fast and reference alternated, best of `--repeats`; the token layout through
 a whole encoder layer (its moves cost more than the padded layout's transposes; what they buy is
 the position-wise work skipped on padding), with the other kernels fast. Whole steps: each
-(tree, kernel set) in its own subprocess: `trainers.train.compiled_model(recipe)` trained with
-`train_on_batch` (forward, loss, backward, Adam, metrics) on the same synthetic batches of
-32-token rows with a quarter of the positions padding, `--steps` timed steps after one warm-up
-step; target tokens/s of the best step. A `--before-tree` worker runs that checkout's code
-(which may not read `KT_KERNELS`).
+(tree, kernel set) in its own subprocess: `keras_transformer.training.run.compiled_model(recipe)`
+trained with `train_on_batch` (forward, loss, backward, Adam, metrics) on the same synthetic
+batches of 32-token rows with a quarter of the positions padding, `--steps` timed steps after
+one warm-up step; target tokens/s of the best step. A `--before-tree` worker runs that
+checkout's code (which may not read `KT_KERNELS`).
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def whole_step(settings: dict) -> dict:
     import keras
     import keras_transformer as kt
     from keras_transformer.precision import set_precision
-    from trainers.train import compiled_model
+    from keras_transformer.training.run import compiled_model
     try:
         from keras_transformer import fast
         fast.set_kernels(os.environ["KT_KERNELS"])

@@ -17,8 +17,9 @@ the paper's schedule (section 5.3). Method:
   setup): the 8k tokenizer's ids are valid ids of that larger table, and the embedding and
   softmax cost per token is that of a 32k vocabulary.
 * Each (system, config, batch budget, precision) runs in its own subprocess, so its peak RSS
-  (`ru_maxrss`) is that measurement's alone. Ours: `trainers.train.compiled_model` trained
-  with `model.fit` on a tf.data generator with None-shaped signatures. Model Garden (in
+  (`ru_maxrss`) is that measurement's alone. Ours:
+  `keras_transformer.training.run.compiled_model` trained with `model.fit` on a tf.data
+  generator with None-shaped signatures. Model Garden (in
   `--model-garden-python`'s venv, via this file's `--model-garden-worker` mode, which imports
   only TensorFlow, NumPy, tf_keras and `official`): `Seq2SeqTransformer` with the same
   dimensions, dropout and post-/pre-norm, the same loss written with TF ops, tf_keras
@@ -52,7 +53,8 @@ systems); the Model Garden model adds a final layer norm to each post-norm stack
 its embeddings and softmax always (as our presets do). Its post-norm decoder block fails
 under mixed_bfloat16 (float32 layer-norm output + bfloat16 residual); such rows are rerun
 pre-norm (`norm_first=True`, its default; same matmuls) and marked with `*` and a note.
-Peak RSS includes the libraries each side imports (our worker imports `trainers.train`);
+Peak RSS includes the libraries each side imports (our worker imports
+`keras_transformer.training.run`);
 `rss_before_training_mib` in the JSON is the resident size just before the first step.
 """
 from __future__ import annotations
@@ -187,7 +189,7 @@ def ours_worker(settings: dict) -> dict:
             break
         except (ImportError, AttributeError):
             continue
-    from trainers.train import compiled_model
+    from keras_transformer.training.run import compiled_model
     try:
         from keras_transformer import fast
         fast.set_kernels(settings.get("kernels", "fast"))

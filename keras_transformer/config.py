@@ -47,6 +47,8 @@ PLACEMENTS = ("source", "target")
 """Where a model of several target languages reads its language token."""
 DEFAULT_SHARD_PAIRS = 1_000_000
 """Pairs per shard of prepared training data."""
+DEFAULT_STEPS = 1000
+"""A run's steps when neither steps, epochs nor minutes are given."""
 ROW_BLOCK_BYTES = 64 << 20
 """A large variable (NLLB-200's 1 GB embedding) is imported and saved about this many bytes of
 rows at a time: the memory beside the model's variables."""

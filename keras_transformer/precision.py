@@ -18,12 +18,12 @@ from keras_transformer.model import Transformer
 
 def resolve_precision(name: str) -> str:
     """`name` when it is a policy in `PRECISION_POLICIES`, else a ValueError naming the
-    choices ("auto" is resolved where a run is set up: the command lines measure it with
-    `probes.choose_precision`; the library never measures)."""
+    choices ("auto" is resolved where a run is set up: a run's set-up measures it with
+    `training.probes.choose_precision`; a model alone never does)."""
     if name == "auto":
         raise ValueError("precision: 'auto' is chosen by a run's set-up "
-                         "(trainers.probes.choose_precision); give a policy here, "
-                         f"one of {', '.join(PRECISION_POLICIES)}")
+                         "(keras_transformer.training.probes.choose_precision); give a policy "
+                         f"here, one of {', '.join(PRECISION_POLICIES)}")
     if name not in PRECISION_POLICIES:
         raise ValueError(f"precision: {name!r} is not one of {', '.join(PRECISION_CHOICES)}")
     return name

@@ -259,7 +259,7 @@ OVERFLOW_SCRIPT = textwrap.dedent("""
     import tensorflow as tf
     import keras_transformer as kt
     from keras_transformer.precision import precision_scope
-    from trainers.train import compiled_model
+    from keras_transformer.training.run import compiled_model
 
     overflowing = REPLICAS - 1  # the replica whose gradients overflow: not replica 0
     recipe = kt.Recipe.preset("tiny", vocab_size=40, d_model=32, d_ff=64, num_layers=1)
@@ -378,7 +378,7 @@ WORKER_OVERFLOW_SCRIPT = textwrap.dedent("""
     import tensorflow as tf
     import keras_transformer as kt
     from keras_transformer.precision import precision_scope
-    from trainers.train import compiled_model
+    from keras_transformer.training.run import compiled_model
 
     worker = strategy.cluster_resolver.task_id
     recipe = kt.Recipe.preset("tiny", vocab_size=40, d_model=32, d_ff=64, num_layers=1)
@@ -449,7 +449,9 @@ def test_workers_take_the_chiefs_hardware_choices(tmp_path, monkeypatch, warm):
     import numpy as np
     import tensorflow as tf
 
-    from trainers import probes, train
+    from keras_transformer.training import probes
+    from keras_transformer.training.run import hardware_choices
+    from trainers import train
 
     paths = demo_corpus(tmp_path / "data", train_lines=3000)
     common = micro_run(paths, 512, "--precision", "auto", "--kernels", "auto", "--steps", "2",
@@ -463,8 +465,9 @@ def test_workers_take_the_chiefs_hardware_choices(tmp_path, monkeypatch, warm):
         monkeypatch.setattr(probes, "_training_steps_per_second",
                             lambda candidate, *sizes, kernels=kernels: 2.0
                             if candidate == kernels else 1.0)
-        args = train.parse_args([*common, "--output-dir", str(tmp_path / f"probe{index}")])
-        chosen = train.hardware_choices(args, args.recipe, {}, tf.distribute.get_strategy())
+        command = train.parse_args([*common, "--output-dir", str(tmp_path / f"probe{index}")])
+        chosen = hardware_choices(command.options, command.recipe, {},
+                                  tf.distribute.get_strategy())
         assert chosen[:2] == (probes.POLICY_OF_DTYPE[dtype], kernels)
     monkeypatch.undo()
 

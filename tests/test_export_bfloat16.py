@@ -10,7 +10,7 @@ import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.serving.export import export_translator
-from trainers.probes import ProbeResult
+from keras_transformer.training.probes import ProbeResult
 from keras_transformer.precision import serving_copy
 from trainers import export as export_cli
 

@@ -464,8 +464,8 @@ def test_a_pair_named_by_aliases_is_the_pair_of_the_model_s_codes(nllb, tmp_path
     argv = ["--init-from", str(nllb["run"]), "--output-dir", str(tmp_path / "run")]
     args = train_arguments.parse_args([*argv, "--pair", "eng-fra_Latn", *files,
                                        "--dev-pair", "eng_Latn-fra", *files])
-    assert args.language_pairs == [LanguagePair("eng_Latn", "fra_Latn")]
-    assert list(args.pair_files) == ["eng_Latn-fra_Latn"]
+    assert args.data.language_pairs == (LanguagePair("eng_Latn", "fra_Latn"),)
+    assert list(args.data.pair_files) == ["eng_Latn-fra_Latn"]
     with pytest.raises(SystemExit):
         train_arguments.parse_args([*argv, "--pair", "eng-zho", *files,
                                     "--dev-pair", "eng-zho", *files])

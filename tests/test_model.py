@@ -115,7 +115,7 @@ def compiled_core_model(recipe: kt.Recipe) -> kt.Transformer:
 
 def compiled_fast_model(recipe: kt.Recipe) -> kt.Transformer:
     """kt-train's model, compiled."""
-    from trainers.train import compiled_model
+    from keras_transformer.training.run import compiled_model
 
     return compiled_model(recipe)[0]
 
@@ -241,7 +241,7 @@ def test_packed_layers_equal_padded_layers_in_value_and_gradient(rng, precision,
 def test_fit_rejects_labels_at_padded_target_inputs(rng):
     """The packed decoder computes nothing at padding, so a label there is an error, not a
     silently meaningless logit."""
-    from trainers.train import compiled_model
+    from keras_transformer.training.run import compiled_model
 
     with fast.kernels_scope("fast"):
         model, _ = compiled_model(kt.Recipe.preset("tiny", vocab_size=60, num_layers=STEP_LAYERS))
@@ -257,7 +257,7 @@ def test_fit_rejects_labels_at_padded_target_inputs(rng):
 def test_fit_and_evaluate_score_only_real_target_tokens(rng, jit_compile):
     """train/test steps project only the real target positions (all of them under XLA); the
     loss they report equals the loss of the full `[batch, len, vocab]` logits, padding masked."""
-    from trainers.train import compiled_model
+    from keras_transformer.training.run import compiled_model
 
     model, _ = compiled_model(kt.Recipe.preset("tiny", vocab_size=60, dropout=0.0,
                                                num_layers=STEP_LAYERS), jit_compile=jit_compile)
@@ -279,7 +279,7 @@ def test_training_differentiates_the_loss_through_the_logit_factors(rng, variant
     (tied or not) and only the real target tokens, with no one-hot over `[tokens, vocab]`; the
     gradients are those of the core model's padded, autodiff loss with the reference kernels
     (with an output bias too, whose loss goes through the packed logits instead)."""
-    from trainers.train import compiled_model
+    from keras_transformer.training.run import compiled_model
 
     # One layer a side, but the uneven variant's own depths (3 and 1).
     model, _ = compiled_model(kt.Recipe.preset("tiny", vocab_size=60, dropout=0.0,

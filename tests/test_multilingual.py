@@ -22,7 +22,8 @@ from keras_transformer.data.prepare import prepare, text_file_source
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.training.run_dir import RunDir
 from trainers import train
-from trainers.train_arguments import parse_args, run_options
+from keras_transformer.training.settings import recorded_options
+from trainers.train_arguments import parse_args
 from helpers import LEARNS, LANGUAGE_PAIRS, TARGETS, pair_args, three_language_corpus
 
 
@@ -308,9 +309,9 @@ def test_a_restart_with_the_pairs_in_another_order_is_refused(corpus, tmp_path):
     stream."""
     run = RunDir(tmp_path / "run")
     first = parse_args(pair_args(corpus, "train", "dev"))
-    run.claim(first.recipe, run_options(first))
+    run.claim(first.recipe, recorded_options(first.data, first.options))
     reordered = parse_args([word for name in reversed(LANGUAGE_PAIRS) for word in (
         "--pair", name, str(corpus["train"]["en"]), str(corpus["train"][name[3:]]),
         "--dev-pair", name, str(corpus["dev"]["en"]), str(corpus["dev"][name[3:]]))])
     with pytest.raises(ValueError, match="run.json.*pairs"):
-        run.check_claim(reordered.recipe, run_options(reordered))
+        run.check_claim(reordered.recipe, recorded_options(reordered.data, reordered.options))

@@ -36,8 +36,10 @@ from keras_transformer.serving.warmup import WARMUP_FILE
 from keras_transformer.training.loaded_run import load_run
 from keras_transformer.training.run_dir import LANGUAGES_FILE, RunDir
 from marian_models import MarianVariant, write_marian_model
-from trainers import (evaluate, export, import_model, train, train_evaluation, translate,
-                      translate_corpus)
+from keras_transformer.training import dev_test
+from keras_transformer.training.run import translated_sources
+from keras_transformer.training.settings import TrainingData
+from trainers import evaluate, export, import_model, train, translate, translate_corpus
 
 LANGUAGES = sorted(TARGETS)  # dd, rv, up
 SIGNATURES = {"serving_default", "translate_ids", "translate_nbest", "translate_with_prefix",
@@ -628,17 +630,17 @@ def test_kt_train_warns_of_each_pairs_dev_and_test_lines_it_cuts(random_multi, v
     tokenizer = SubwordTokenizer.load(vocabulary)
     max_length = RunDir(random_multi).load_recipe().architecture.max_length
     lines = [" ".join(["cat"] * (max_length - 2)), " ".join(["dog"] * (max_length - 1))]
-    args = argparse.Namespace(pair_files={
+    data = TrainingData(pair_files={
         name: {"dev": [f"dev.{name}.src", "ref"], "test": [f"test.{name}.src", "ref"]}
         for name in ("en-dd", "en-up")})
     inputs = argparse.Namespace(pairs=argparse.Namespace(
         dev={"en-dd": (lines, lines), "en-up": (lines[:1], lines[:1])},
         test={"en-dd": (lines[::-1], lines)}))
-    sources = train.translated_sources(args, inputs)
+    sources = translated_sources(data, inputs)
     assert list(sources) == ["dev.en-dd.src (en-dd)", "dev.en-up.src (en-up)",
                              "test.en-dd.src (en-dd)"]
-    train_evaluation.warn_of_truncated_sources(tokenizer, sources, max_length,
-                                               RunDir(random_multi).languages())
+    dev_test.warn_of_truncated_sources(tokenizer, sources, max_length,
+                                       RunDir(random_multi).languages())
     err = capsys.readouterr().err.splitlines()
     cut = (f"1 line longer than the model takes (max_length {max_length}), translated from "
            f"its first {max_length - 1} subwords")
@@ -668,14 +670,13 @@ def test_kt_trains_dev_translations_are_kt_evaluates(vocabulary, corpus, tmp_pat
                           str(hypotheses)]) == 0
     evaluated = final_json(capsys.readouterr().out)["BLEU"]
     loaded = load_run(run.root)
-    args = argparse.Namespace(recipe=loaded.recipe, eval_beam_size=1)
-    translator = train_evaluation.pair_translator(Translator(
+    translator = dev_test.pair_translator(Translator(
         loaded.model, loaded.tokenizer, SearchSettings.of(loaded.recipe.search, beam_size=1),
         languages=languages), "en-rv")
     assert translated_corpus(translator, sources) == text_lines(hypotheses)
     assert text_lines(hypotheses)[-1] == ""
-    dev = {"en-rv": train_evaluation.DevSet(loaded.tokenizer, sources, references)}
-    assert train_evaluation.dev_bleu(args, loaded.model, dev, languages)() == {
+    dev = {"en-rv": dev_test.DevSet(loaded.tokenizer, sources, references)}
+    assert dev_test.dev_bleu(loaded.recipe.search, 1, loaded.model, dev, languages)() == {
         "en-rv": pytest.approx(evaluated, abs=0.01)}
 
 

@@ -8,7 +8,7 @@ import keras_transformer as kt
 import keras
 from keras_transformer.precision import (precision_scope, serving_copy,
                                                   resolve_precision)
-from trainers.train import compiled_model
+from keras_transformer.training.run import compiled_model
 from helpers import VARIANTS, assert_equal_to_rounding, random_ids, tiny_model
 from helpers import fit_one_batch, pairs_batch
 

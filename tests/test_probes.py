@@ -6,7 +6,7 @@ import json
 import pytest
 
 from keras_transformer import fast
-from trainers import probes
+from keras_transformer.training import probes
 from keras_transformer.precision import resolve_precision
 from trainers.common import set_up_kernels
 

@@ -12,7 +12,7 @@ from keras_transformer.metrics import MaskedTokenAccuracy
 from keras_transformer.training.callbacks import Schedule, StepClock
 from keras_transformer.training.progress import CountProgress, ProgressLines, duration, stage
 from trainers import prepare
-from trainers.common import counted_source
+from keras_transformer.training.inputs import counted_source
 from helpers import FakeClock
 
 

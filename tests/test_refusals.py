@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from keras_transformer.data import write_demo_corpus
+from keras_transformer.training import run
 from trainers import prepare, train
 
 MODEL = ["--set", "vocab_size=400", "--set", "d_model=32", "--set", "d_ff=64",
@@ -26,7 +27,7 @@ def until_training(monkeypatch):
     """kt-train stops with `Started` once its data is ready, before building the model."""
     def build(*args, **kwargs):
         raise Started()
-    monkeypatch.setattr(train, "compiled_model", build)
+    monkeypatch.setattr(run, "compiled_model", build)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from keras_transformer.training.checkpoints import save_checkpoint
 from keras_transformer.precision import precision_scope
 from keras_transformer.training.run_dir import RunDir
 from trainers import average_checkpoints, evaluate, export, train
-from trainers.train import compiled_model
+from keras_transformer.training.run import compiled_model
 from helpers import demo_corpus, run_args, start_training
 from warm_commands import start_warm
 

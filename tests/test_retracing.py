@@ -3,7 +3,7 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer.data import make_training_dataset
-from trainers.train import compiled_model
+from keras_transformer.training.run import compiled_model
 
 
 @pytest.mark.slow

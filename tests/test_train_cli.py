@@ -41,8 +41,8 @@ def test_train_rejects_bad_options(capsys, argv, message):
 
 def test_precision_defaults_to_auto_without_xla():
     args = train.parse_args([])
-    assert args.precision == "auto" and args.jit_compile is False
-    assert train.parse_args(["--precision", "mixed_float16", "--jit-compile"]).jit_compile
+    assert args.options.precision == "auto" and args.options.jit_compile is False
+    assert train.parse_args(["--precision", "mixed_float16", "--jit-compile"]).options.jit_compile
 
 
 def test_config_layers_preset_file_and_set(tmp_path):
@@ -133,6 +133,6 @@ def test_command_lines_start_quietly_unless_verbose(tmp_path):
 
 def test_the_export_root_has_kt_exports_name_and_the_old_one():
     """`--base-dir` as in kt-export; `--export-dir`, its earlier name, still works."""
-    assert train.parse_args(["--base-dir", "root"]).export_dir == "root"
-    assert train.parse_args(["--export-dir", "root"]).export_dir == "root"
-    assert train.parse_args([]).export_dir == "saved_models"
+    assert train.parse_args(["--base-dir", "root"]).options.export_dir == "root"
+    assert train.parse_args(["--export-dir", "root"]).options.export_dir == "root"
+    assert train.parse_args([]).options.export_dir == "saved_models"

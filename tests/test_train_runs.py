@@ -16,6 +16,7 @@ from tensorflow.core.framework import types_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 
 from keras_transformer.serving.provenance import read_provenance
+from keras_transformer.training.settings import recorded_options
 from trainers import evaluate, train
 from helpers import cut, demo_corpus, final_json
 
@@ -270,7 +271,8 @@ def test_several_training_corpora_prepare_into_one_storage_and_resume(resumed_ru
     with pytest.raises(SystemExit):
         train.parse_args(MICRO + data + ["--train-src", str(extra / "train.en")])
     assert "2 source file(s) for 1 target file(s)" in capsys.readouterr().err
-    assert train.run_options(train.parse_args(MICRO + data))["train_src"] == str(sources)
+    command = train.parse_args(MICRO + data)
+    assert recorded_options(command.data, command.options)["train_src"] == str(sources)
 
 
 @pytest.mark.slow
@@ -279,13 +281,12 @@ def test_the_final_test_pass_decodes_the_float32_weights_whatever_the_training_p
     """kt-train's test pass given its mixed_bfloat16 training model writes what a float32
     `Translator` of the same weights (kt-evaluate's) writes, where the bfloat16 model's own
     translations differ."""
-    import argparse
-
     import keras_transformer as kt
     from helpers import random_run
     from keras_transformer.decoding.translator import Translator
     from keras_transformer.evaluation import translate_corpus
     from keras_transformer.precision import precision_scope
+    from keras_transformer.training.dev_test import evaluate_test, test_translator
     from trainers.common import load_run_model
 
     run = random_run(demo_vocab, tmp_path / "run")
@@ -295,10 +296,8 @@ def test_the_final_test_pass_decodes_the_float32_weights_whatever_the_training_p
     bfloat16_model.set_weights(float32_model.get_weights())
     sources = demo_train[0][:100]
     settings = kt.SearchSettings(beam_size=2, max_decode_extra=5)
-    args = argparse.Namespace(recipe=kt.Recipe(architecture=float32_model.config,
-                                               search=settings), test_beam_size=None)
-    train.evaluate_test(run, train.test_translator(args, run, bfloat16_model, tokenizer),
-                        (sources, demo_train[1][:100]))
+    evaluate_test(run, test_translator(settings, None, run, bfloat16_model, tokenizer),
+                  (sources, demo_train[1][:100]))
     written = (run.root / "test.hyp").read_text(encoding="utf-8").split("\n")[:len(sources)]
     float32 = translate_corpus(Translator(float32_model, tokenizer, settings), sources)
     bfloat16 = translate_corpus(Translator(bfloat16_model, tokenizer, settings), sources)

@@ -11,13 +11,12 @@ import os
 from typing import Callable
 
 from keras_transformer.config import (CTRANSLATE2_QUANTIZATIONS, DEFAULT_SHARD_PAIRS,
-                                      KERNEL_CHOICES, KERNELS_VARIABLE, LEAVES,
+                                      DEFAULT_STEPS, KERNEL_CHOICES, KERNELS_VARIABLE, LEAVES,
                                       LITERT_QUANTIZATIONS, PLACEMENTS, PRECISION_CHOICES,
                                       PRESETS, SERVING_DTYPES, WARMUP_MAX_WIDTH)
 
 # kt-train's and kt-prepare's: storage prepared with the defaults trains with the defaults.
 DEFAULT_PRESET = "tiny"
-DEFAULT_STEPS = 1000
 
 # kt-export --shortlist-data: the pairs a shortlist is learned from.
 SHORTLIST_SENTENCES = 1_000_000

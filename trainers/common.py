@@ -2,84 +2,49 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import itertools
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
 from keras_transformer import fast
 from keras_transformer.config import Recipe, SearchSettings
 from keras_transformer.data.languages import RunLanguages, chosen_languages
-from keras_transformer.data.prepare import ParallelSource, sample_sentences
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.model import Transformer
 from keras_transformer.serving.ctranslate2_export import is_ctranslate2_model
 from keras_transformer.training.loaded_run import chosen_model, load_run
-from keras_transformer.training.progress import CountProgress, stage
 from keras_transformer.training.run_dir import RunDir
 from trainers.arguments import SEARCH_FLAGS, given_search_flags
 
 
-def counted_source(source: ParallelSource, progress: CountProgress) -> ParallelSource:
-    """`source` with each pair its corpora stream counted by `progress` as it is read, and its
-    `count()` setting `progress.total` (preparing counts the pairs first: no extra pass). The
-    description is the same, so storage prepared from it is the same."""
-    def count() -> int:
-        progress.total = source.count()
-        return progress.total
-
-    def counted(corpus: ParallelSource) -> ParallelSource:
-        def pairs() -> Iterator[tuple[str, str]]:
-            for pair in corpus.pairs():
-                progress.advance(1)
-                yield pair
-        return dataclasses.replace(corpus, pairs=pairs)
-
-    if not source.parts:
-        return dataclasses.replace(counted(source), count=count)
-    parts = tuple(counted(corpus) for corpus in source.parts)
-    return dataclasses.replace(source, count=count, parts=parts, pairs=lambda: (
-        itertools.chain.from_iterable(corpus.pairs() for corpus in parts)))
-
-
-def learn_vocabulary(command: str, source: ParallelSource, vocab_size: int, sentences: int,
-                     directory: str | os.PathLike, seed: int) -> SubwordTokenizer:
-    """A `vocab_size`-piece shared vocabulary learned from a seeded sample of `sentences`
-    sentences of `source` (`sample_sentences`) into `directory`, as a `stage` of `command`
-    (its start and end printed)."""
-    with stage(command, f"learning a vocabulary of {vocab_size:,} pieces from up to "
-                        f"{sentences:,} sentences"):
-        return SubwordTokenizer.train(sample_sentences(source, sentences, seed), vocab_size,
-                                      directory, seed=seed)
-
-
-def recipe_from_args(args: argparse.Namespace) -> Recipe:
-    """The preset, then the `--config` file's fields, then each `--set`."""
+def preset_recipe(preset: str, config: Optional[str], overrides: list[str]) -> Recipe:
+    """The `--preset` `preset`, then the `--config` file `config`'s fields, then each `--set`
+    of `overrides`."""
     try:
-        return Recipe.preset(args.preset, **recipe_overrides(args))
+        return Recipe.preset(preset, **recipe_overrides(config, overrides))
     except (TypeError, ValueError) as error:
         raise ValueError(f"config: {error}") from None
 
 
-def recipe_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The recipe fields `--config` and then each `--set` give, typed."""
+def recipe_overrides(config: Optional[str], overrides: list[str]) -> dict[str, Any]:
+    """The recipe fields the `--config` file `config` and then each `--set` of `overrides`
+    give, typed."""
     values: dict[str, Any] = {}
-    if args.config:
-        path = Path(args.config)
+    if config:
+        path = Path(config)
         try:
             # "utf-8-sig": a byte-order mark (as Windows editors write one) is no JSON
             loaded = json.loads(path.read_text(encoding="utf-8-sig"))
-            values.update({key: typed_value(key, value, f"--config {args.config!r}")
+            values.update({key: typed_value(key, value, f"--config {config!r}")
                            for key, value in loaded.items()})
         except OSError as error:
-            raise ValueError(f"--config: cannot read {args.config!r}: {error.strerror}") from None
+            raise ValueError(f"--config: cannot read {config!r}: {error.strerror}") from None
         except (json.JSONDecodeError, AttributeError) as error:
-            raise ValueError(f"--config: {args.config!r} is not a JSON object ({error})") from None
-    for item in args.overrides:
+            raise ValueError(f"--config: {config!r} is not a JSON object ({error})") from None
+    for item in overrides:
         key, separator, text = item.partition("=")
         if not separator or not key:
             raise ValueError(f"--set: expected KEY=VALUE, got {item!r}")

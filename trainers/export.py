@@ -25,7 +25,7 @@ from keras_transformer.serving import ctranslate2_export, litert_export
 from keras_transformer.serving.export import (check_model_tree, export_translator,
                                               publish_version)
 from keras_transformer.model import Transformer
-from trainers.probes import choose_serving_dtype
+from keras_transformer.training.probes import choose_serving_dtype
 from keras_transformer.config import (CTRANSLATE2_QUANTIZATIONS, LITERT_QUANTIZATIONS,
                                       SearchSettings)
 from keras_transformer.serving.provenance import (describe, export_record, file_provenance,

@@ -10,7 +10,8 @@ import time
 from typing import Optional, Sequence
 
 from trainers.arguments import prepare_parser
-from trainers.common import counted_source, learn_vocabulary, recipe_from_args
+from keras_transformer.training.inputs import counted_source, learn_vocabulary
+from trainers.common import preset_recipe
 from keras_transformer.data.prepare import (check_pairs, combined_source,
                                             describe_left_out, left_out, prepare,
                                             text_file_source, tfds_source)
@@ -31,7 +32,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         if value is not None and value <= 0:
             parser.error(f"--{name.replace('_', '-')}: must be positive, got {value}")
     try:
-        args.recipe = recipe_from_args(args)
+        args.recipe = preset_recipe(args.preset, args.config, args.overrides)
     except ValueError as error:
         parser.error(str(error))
     return args

@@ -1,52 +1,75 @@
 """`kt-train`'s options (the grammar: `trainers.arguments.train_parser`): their
-cross-checks, and the ones a restart must repeat."""
+cross-checks, and the settings of the library's training run they give (`TrainCommand`)."""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from keras_transformer.config import PLACEMENTS, Recipe
 from keras_transformer.data.languages import LanguagePair, RunLanguages
 from keras_transformer.training.run_dir import RunDir
-from trainers.arguments import DEFAULT_STEPS, train_parser
-from trainers.common import recipe_from_args, recipe_overrides
+from keras_transformer.training.settings import RunOptions, TrainingData
+from trainers.arguments import train_parser
+from trainers.common import preset_recipe, recipe_overrides
 
 
-def check_pair_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Checks `trainers.arguments.add_pair_arguments`' options (exiting through
-    `parser.error` naming the flag) and sets `args.language_pairs` (the `LanguagePair` of each
-    `--pair`, in order) and `args.pair_files` (pair name -> split -> (source file, target file))."""
-    args.language_pairs, args.pair_files = [], {}
-    if not args.pair and many_to_many_languages(args.init_from) is not None:
-        parser.error(f"--init-from: {args.init_from!r} translates between many languages, each "
+class TrainCommand(NamedTuple):
+    """A `kt-train` command line as the training run's settings (`training.run.Training`):
+    the recipe, the data, the run's options, the run directory (`--output-dir`) and how the
+    recipe was given."""
+
+    recipe: Recipe
+    data: TrainingData
+    options: RunOptions
+    output_dir: str
+    recipe_origin: str
+
+
+class PairFlags(NamedTuple):
+    """`trainers.arguments.add_pair_arguments`' options as given: the (name, source file,
+    target file) of each `--pair`, `--dev-pair` and `--test-pair`, `--pair-temperature`,
+    `--language-token`, and the data flags given besides them (`--train-src`, `--tfds`, ...)."""
+
+    pair: list[list[str]]
+    dev_pair: list[list[str]]
+    test_pair: list[list[str]]
+    pair_temperature: Optional[float]
+    language_token: Optional[str]
+    others: list[str]
+
+
+def pair_settings(parser: argparse.ArgumentParser, flags: PairFlags, init_from: Optional[str]
+                  ) -> dict:
+    """Checks the pair options `flags` (exiting through `parser.error` naming the flag) and
+    returns `TrainingData`'s fields of them: `language_pairs` (the `LanguagePair` of each
+    `--pair`, in order), `pair_files` (pair name -> split -> [source file, target file]) and,
+    with pairs, `pair_temperature` and `language_token`, resolved."""
+    language_pairs, pair_files = [], {}
+    if not flags.pair and many_to_many_languages(init_from) is not None:
+        parser.error(f"--init-from: {init_from!r} translates between many languages, each "
                      "sentence pair asked for by both its languages: give the new pairs with "
                      "--pair SRC-TGT TRAIN.SRC TRAIN.TGT and --dev-pair (the model's codes, "
                      "e.g. eng_Latn-fra_Latn)")
-    if not args.pair:
+    if not flags.pair:
         for flag in ("dev_pair", "test_pair", "pair_temperature", "language_token"):
-            if getattr(args, flag) not in (None, []):
+            if getattr(flags, flag) not in (None, []):
                 parser.error(f"--{flag.replace('_', '-')}: only with --pair")
-        return
-    others = [flag for flag, given in (
-        ("--train-src", args.train_src), ("--train-tgt", args.train_tgt),
-        ("--dev-src", args.dev_src), ("--dev-tgt", args.dev_tgt), ("--test-src", args.test_src),
-        ("--test-tgt", args.test_tgt), ("--tfds", args.tfds), ("--prepared", args.prepared),
-        ("--task parsing", args.task == "parsing")) if given]
-    many_to_many = many_to_many_languages(args.init_from)
-    if args.init_from and many_to_many is None:
+        return {}
+    many_to_many = many_to_many_languages(init_from)
+    if init_from and many_to_many is None:
         parser.error("--pair: with --init-from only of a model of many languages that reads "
                      "both (an imported NLLB-200 or M2M-100 model); fine-tune another on one "
                      "pair's --train-src/--train-tgt, --dev-src/--dev-tgt")
-    if many_to_many is not None and args.language_token not in (None, "target"):
-        parser.error(f"--language-token: {args.init_from!r} reads its languages' tokens where "
+    if many_to_many is not None and flags.language_token not in (None, "target"):
+        parser.error(f"--language-token: {init_from!r} reads its languages' tokens where "
                      "it was trained (the target language's first in the target)")
-    if others:
-        parser.error(f"--pair: cannot be combined with {', '.join(others)} (give each "
+    if flags.others:
+        parser.error(f"--pair: cannot be combined with {', '.join(flags.others)} (give each "
                      "pair's files with --pair, --dev-pair and --test-pair)")
     for flag, split in (("pair", "train"), ("dev_pair", "dev"), ("test_pair", "test")):
-        for name, source, target in getattr(args, flag):
+        for name, source, target in getattr(flags, flag):
             option = f"--{flag.replace('_', '-')} {name}"
             try:
                 pair = LanguagePair.parse(name)
@@ -56,24 +79,25 @@ def check_pair_arguments(parser: argparse.ArgumentParser, args: argparse.Namespa
                 pair = model_pair(parser, option, pair, many_to_many)
                 name = pair.name
             if split == "train":
-                if name in args.pair_files:
+                if name in pair_files:
                     parser.error(f"{option}: given twice")
-                args.language_pairs.append(pair)
-                args.pair_files[name] = {}
-            elif name not in args.pair_files:
+                language_pairs.append(pair)
+                pair_files[name] = {}
+            elif name not in pair_files:
                 parser.error(f"{option}: no --pair {name} to evaluate")
-            elif split in args.pair_files[name]:
+            elif split in pair_files[name]:
                 parser.error(f"{option}: given twice")
-            args.pair_files[name][split] = [source, target]
-    missing = [name for name, files in args.pair_files.items() if "dev" not in files]
+            pair_files[name][split] = [source, target]
+    missing = [name for name, files in pair_files.items() if "dev" not in files]
     if missing:
         parser.error(f"--dev-pair: missing for {', '.join(missing)} (each pair is scored on "
                      "its own dev set)")
-    if args.pair_temperature is None:
-        args.pair_temperature = 1.0
-    if not args.pair_temperature > 0:
-        parser.error(f"--pair-temperature: must be positive, got {args.pair_temperature}")
-    args.language_token = args.language_token or PLACEMENTS[0]
+    temperature = 1.0 if flags.pair_temperature is None else flags.pair_temperature
+    if not temperature > 0:
+        parser.error(f"--pair-temperature: must be positive, got {temperature}")
+    return {"language_pairs": tuple(language_pairs), "pair_files": pair_files,
+            "pair_temperature": temperature,
+            "language_token": flags.language_token or PLACEMENTS[0]}
 
 
 def many_to_many_languages(path: Optional[str]) -> Optional[RunLanguages]:
@@ -104,105 +128,136 @@ def model_pair(parser: argparse.ArgumentParser, option: str, pair: LanguagePair,
     return LanguagePair(*codes)
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    """Parses and cross-checks the options; every error names its flag."""
+def parse_args(argv: Optional[Sequence[str]] = None) -> TrainCommand:
+    """Parses and cross-checks the options (every error names its flag) into the training
+    run's settings."""
     parser = train_parser()
     args = parser.parse_args(argv)
     check_init_from(parser, args.init_from)  # a path that is no run first, before its rules
-    check_pair_arguments(parser, args)
-    local = {name: getattr(args, name.replace("-", "_")) for name in
-             ("train-src", "train-tgt", "dev-src", "dev-tgt", "test-src", "test-tgt")}
-    if args.tfds and any(local.values()):
+    pairs = pair_settings(parser, PairFlags(
+        args.pair, args.dev_pair, args.test_pair, args.pair_temperature, args.language_token,
+        [flag for flag, given in (
+            ("--train-src", args.train_src), ("--train-tgt", args.train_tgt),
+            ("--dev-src", args.dev_src), ("--dev-tgt", args.dev_tgt),
+            ("--test-src", args.test_src), ("--test-tgt", args.test_tgt), ("--tfds", args.tfds),
+            ("--prepared", args.prepared), ("--task parsing", args.task == "parsing"))
+         if given]), args.init_from)
+    given = vars(args)
+    data = TrainingData(train_src=tuple(args.train_src or ()),
+                        train_tgt=tuple(args.train_tgt or ()),
+                        alignments=tuple(args.alignments or ()), **pairs,
+                        **{name: given[name] for name in DATA_FLAGS})
+    check_data(parser, data, args.task)
+    options = RunOptions(export=not args.no_export, **{name: given[name] for name in RUN_FLAGS})
+    check_run_options(parser, options)
+    try:
+        recipe = (fine_tuning_recipe(args.init_from, args.config, args.overrides, argv)
+                  if args.init_from else preset_recipe(args.preset, args.config, args.overrides))
+    except (ValueError, FileNotFoundError) as error:
+        parser.error(str(error))
+    return TrainCommand(recipe, data, options, args.output_dir, f"--preset {args.preset}")
+
+
+def check_data(parser: argparse.ArgumentParser, data: TrainingData, task: str) -> None:
+    """Checks the data options `data` of a run of `--task` `task` against each other,
+    exiting through `parser.error` naming the flag."""
+    local = {"train-src": data.train_src, "train-tgt": data.train_tgt,
+             **{f"{split}-{side}": getattr(data, f"{split}_{side}")
+                for split in ("dev", "test") for side in ("src", "tgt")}}
+    if data.tfds and any(local.values()):
         parser.error("--tfds: cannot be combined with local files (--train-src, ...)")
-    if args.prepared:
-        if args.tfds or local["train-src"] or not local["dev-src"]:
+    if data.prepared:
+        if data.tfds or local["train-src"] or not local["dev-src"]:
             parser.error("--prepared: replaces --train-src/--train-tgt and --tfds; give "
                          "--dev-src/--dev-tgt (and optionally --test-src/--test-tgt)")
-        local["train-src"] = local["train-tgt"] = args.prepared
+        local["train-src"] = local["train-tgt"] = data.prepared
     for split in ("train", "dev", "test"):
         if bool(local[f"{split}-src"]) != bool(local[f"{split}-tgt"]):
             parser.error(f"--{split}-src and --{split}-tgt: give both or neither")
-    if args.train_src and len(args.train_src) != len(args.train_tgt):
-        parser.error(f"--train-src and --train-tgt: {len(args.train_src)} source file(s) for "
-                     f"{len(args.train_tgt)} target file(s) (one of each per corpus)")
+    if data.train_src and len(data.train_src) != len(data.train_tgt):
+        parser.error(f"--train-src and --train-tgt: {len(data.train_src)} source file(s) for "
+                     f"{len(data.train_tgt)} target file(s) (one of each per corpus)")
     if any(local.values()) and not (local["train-src"] and local["dev-src"]):
         parser.error("--train-src/--dev-src: local data needs at least train and dev files")
-    if args.alignments:
-        if args.prepared or args.tfds or args.language_pairs or not args.train_src:
+    if data.alignments:
+        if data.prepared or data.tfds or data.language_pairs or not data.train_src:
             parser.error("--alignments: only with --train-src/--train-tgt (the word "
                          "alignments of their lines)")
-        if len(args.alignments) != len(args.train_src):
-            parser.error(f"--alignments: {len(args.alignments)} file(s) for "
-                         f"{len(args.train_src)} --train-src corpora (one per corpus)")
-    if args.alignment_weight <= 0:
-        parser.error(f"--alignment-weight: must be positive, got {args.alignment_weight}")
-    if args.task == "parsing":
-        if args.tfds or not local["train-src"]:
+        if len(data.alignments) != len(data.train_src):
+            parser.error(f"--alignments: {len(data.alignments)} file(s) for "
+                         f"{len(data.train_src)} --train-src corpora (one per corpus)")
+    if task == "parsing":
+        if data.tfds or not local["train-src"]:
             parser.error("--task parsing: needs local files (--train-src ... from "
                          "prepare_parsing), not --tfds or the demo corpus")
-        if bool(args.test_tree) != bool(local["test-src"]):
+        if bool(data.test_tree) != bool(local["test-src"]):
             parser.error("--task parsing: --test-tree and --test-src go together (the gold "
                          "trees of the test sentences)")
-    elif args.test_tree:
+    elif data.test_tree:
         parser.error("--test-tree: only with --task parsing")
-    if args.test_tree and not os.path.isfile(args.test_tree):
-        parser.error(f"--test-tree: no such file {args.test_tree!r}")
-    if args.steps is not None and args.epochs is not None:
+    if data.test_tree and not os.path.isfile(data.test_tree):
+        parser.error(f"--test-tree: no such file {data.test_tree!r}")
+    if data.vocab_sentences <= 0:
+        parser.error(f"--vocab-sentences: must be positive, got {data.vocab_sentences}")
+    if len(data.tfds_splits.split(",")) != 3:
+        parser.error("--tfds-splits: expected three comma-separated names train,dev,test")
+
+
+def check_run_options(parser: argparse.ArgumentParser, options: RunOptions) -> None:
+    """Checks the run's `options` (each positive or non-negative, the step counts multiples of
+    `--steps-per-execution`, LoRA's with `--init-from`), exiting through `parser.error`
+    naming the flag."""
+    if options.steps is not None and options.epochs is not None:
         parser.error("--steps and --epochs: give one, not both")
-    positive = {"steps": args.steps, "epochs": args.epochs, "max_minutes": args.max_minutes,
-                "eval_every": args.eval_every, "eval_sentences": args.eval_sentences,
-                "eval_beam_size": args.eval_beam_size, "backup_every": args.backup_every,
-                "eval_every_minutes": args.eval_every_minutes,
-                "backup_every_minutes": args.backup_every_minutes,
-                "checkpoint_every_steps": args.checkpoint_every_steps,
-                "checkpoint_every_minutes": args.checkpoint_every_minutes,
-                "keep_checkpoints": args.keep_checkpoints, "vocab_sentences": args.vocab_sentences,
-                "test_beam_size": args.test_beam_size}
-    for name, value in positive.items():
+    for name in ("steps", "epochs", "max_minutes", "eval_every", "eval_sentences",
+                 "eval_beam_size", "backup_every", "eval_every_minutes", "backup_every_minutes",
+                 "checkpoint_every_steps", "checkpoint_every_minutes", "keep_checkpoints",
+                 "test_beam_size", "alignment_weight"):
+        value = getattr(options, name)
         if value is not None and value <= 0:
             parser.error(f"--{name.replace('_', '-')}: must be positive, got {value}")
     for name in ("cpu_replicas", "attention_sentences", "progress_seconds", "log_every_steps"):
-        if getattr(args, name) < 0:
+        if getattr(options, name) < 0:
             parser.error(f"--{name.replace('_', '-')}: must be non-negative")
-    if args.steps_per_execution < 1:
+    if options.steps_per_execution < 1:
         parser.error("--steps-per-execution: must be positive")
     for name in ("steps", "eval_every", "backup_every"):
-        value = getattr(args, name)
-        if value is not None and value % args.steps_per_execution:
+        value = getattr(options, name)
+        if value is not None and value % options.steps_per_execution:
             parser.error(f"--{name.replace('_', '-')}: {value} is not a multiple of "
-                         f"--steps-per-execution {args.steps_per_execution}")
-    if args.cpu_replicas and os.environ.get("TF_CONFIG"):
+                         f"--steps-per-execution {options.steps_per_execution}")
+    if options.cpu_replicas and os.environ.get("TF_CONFIG"):
         parser.error("--cpu-replicas: cannot be combined with TF_CONFIG (multi-worker)")
-    if len(args.tfds_splits.split(",")) != 3:
-        parser.error("--tfds-splits: expected three comma-separated names train,dev,test")
-    if args.steps is None and args.epochs is None and args.max_minutes is None:
-        args.steps = DEFAULT_STEPS
-    check_lora_arguments(parser, args)
-    try:
-        args.recipe = (fine_tuning_recipe(args, argv) if args.init_from
-                       else recipe_from_args(args))
-    except (ValueError, FileNotFoundError) as error:
-        parser.error(str(error))
-    return args
+    check_lora_arguments(parser, options.lora_rank, options.lora_alpha, options.init_from)
 
 
-def check_lora_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Checks `--lora-rank` and `--lora-alpha` (exiting through `parser.error` naming the
-    flag) and resolves the alpha a run records: R when not given, so that a restart that
-    spells out the default is the same run."""
-    if args.lora_rank is None:
-        if args.lora_alpha is not None:
+# The flags whose values are `TrainingData`'s and `RunOptions`' fields of the same names.
+DATA_FLAGS = ("dev_src", "dev_tgt", "test_src", "test_tgt", "test_tree", "prepared", "tfds",
+              "tfds_splits", "tfds_data_dir", "source_lang", "target_lang", "vocab_sentences")
+RUN_FLAGS = ("seed", "precision", "kernels", "cpu_replicas", "jit_compile",
+             "steps_per_execution", "init_from", "lora_rank", "lora_alpha", "steps", "epochs",
+             "max_minutes", "eval_every", "eval_every_minutes", "eval_sentences",
+             "eval_beam_size", "attention_sentences", "backup_every", "backup_every_minutes",
+             "checkpoint_every_steps", "checkpoint_every_minutes", "keep_checkpoints",
+             "log_every_steps", "progress_seconds", "log_batches", "test_beam_size",
+             "export_name", "export_dir", "alignment_weight")
+
+
+def check_lora_arguments(parser: argparse.ArgumentParser, rank: Optional[int],
+                         alpha: Optional[float], init_from: Optional[str]) -> None:
+    """Checks `--lora-rank` `rank` and `--lora-alpha` `alpha` (with `--init-from`
+    `init_from`), exiting through `parser.error` naming the flag."""
+    if rank is None:
+        if alpha is not None:
             parser.error("--lora-alpha: only with --lora-rank")
         return
-    if not args.init_from:
+    if not init_from:
         parser.error("--lora-rank: only with --init-from RUN_DIR (LoRA fine-tunes a trained "
                      "model's weights)")
-    if args.lora_rank < 1:
-        parser.error(f"--lora-rank: must be positive, got {args.lora_rank}")
-    if args.lora_alpha is None:
-        args.lora_alpha = float(args.lora_rank)
-    elif not args.lora_alpha > 0:
-        parser.error(f"--lora-alpha: must be positive, got {args.lora_alpha}")
+    if rank < 1:
+        parser.error(f"--lora-rank: must be positive, got {rank}")
+    if alpha is not None and not alpha > 0:
+        parser.error(f"--lora-alpha: must be positive, got {alpha}")
 
 
 def check_init_from(parser: argparse.ArgumentParser, path: Optional[str]) -> None:
@@ -235,44 +290,19 @@ RELEASE_FILES = ("decoder.yml", "model.safetensors", "model.safetensors.index.js
                  "pytorch_model.bin")
 
 
-def fine_tuning_recipe(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> Recipe:
-    """`--init-from`'s recipe for fine-tuning (`Recipe.for_fine_tuning`) with `--config` and
-    `--set`; a `--preset`, `--vocab-sentences` or `--prepared` (another vocabulary) is
-    refused, as is a field that would change the model."""
+def fine_tuning_recipe(init_from: str, config: Optional[str], overrides: list[str],
+                       argv: Optional[Sequence[str]]) -> Recipe:
+    """`--init-from` `init_from`'s recipe for fine-tuning (`Recipe.for_fine_tuning`) with
+    `--config` `config` and the `--set` `overrides`; a `--preset`, `--vocab-sentences` or
+    `--prepared` (another vocabulary) in `argv` is refused, as is a field that would change
+    the model."""
     given = {word.split("=", 1)[0] for word in (sys.argv[1:] if argv is None else argv)}
     refused = sorted(given & {"--preset", "--vocab-sentences", "--prepared"})
     if refused:
         raise ValueError(f"--init-from: cannot be combined with {', '.join(refused)} (the "
                          "run's architecture and vocabulary are kept)")
-    source = RunDir(args.init_from).load_recipe()
+    source = RunDir(init_from).load_recipe()
     try:
-        return source.for_fine_tuning(**recipe_overrides(args))
+        return source.for_fine_tuning(**recipe_overrides(config, overrides))
     except ValueError as error:
-        raise ValueError(f"--init-from {args.init_from}: --set/--config {error}") from None
-
-
-def tfds_split_names(args: argparse.Namespace) -> dict[str, str]:
-    """`--tfds-splits` as split ("train", "dev", "test") -> the dataset's split name."""
-    return dict(zip(("train", "dev", "test"), args.tfds_splits.split(",")))
-
-
-def run_options(args: argparse.Namespace) -> dict:
-    """The options a restart must repeat: data, vocabulary, seed and the LoRA adapters' rank
-    and alpha (not the step budget); `train` adds the resolved precision and kernel set
-    (backups do not restore across loss scaling). Options that apply only to `--tfds` data (its
-    languages and splits) are recorded for such runs only."""
-    names = ("prepared", "dev_src", "dev_tgt", "tfds", "vocab_sentences", "seed", "init_from",
-             "lora_rank", "lora_alpha")
-    if args.tfds:
-        names += ("source_lang", "target_lang", "tfds_splits")
-    # One training corpus is recorded as a path, as before several could be given.
-    corpora = {name: files[0] if files and len(files) == 1 else files
-               for name, files in (("train_src", args.train_src), ("train_tgt", args.train_tgt))}
-    # Several language pairs as a list: their order is the order of the shares drawn.
-    pairs = ({"pairs": [{"name": name, **files} for name, files in args.pair_files.items()],
-              "pair_temperature": args.pair_temperature,
-              "language_token": args.language_token} if args.language_pairs else {})
-    # Guided alignment, recorded for such runs only.
-    guided = ({"alignments": args.alignments, "alignment_weight": args.alignment_weight}
-              if args.alignments else {})
-    return {**corpora, **{name: getattr(args, name) for name in names}, **pairs, **guided}
+        raise ValueError(f"--init-from {init_from}: --set/--config {error}") from None

@@ -4,9 +4,10 @@ The choice is global, like Keras's dtype policy, and read when a layer is traced
 building and running a model. `set_kernels("fast")` installs this subpackage's twins of the
 core's kernel hooks (`keras_transformer.hooks`), `set_kernels("reference")` removes them.
 Decoding does not depend on the choice: its step is the core's, whichever set is in force.
-`KT_KERNELS` (fast or reference) gives the default of `active()`. The library never measures:
+`KT_KERNELS` (fast or reference) gives the default of `active()`. A model never measures:
 "auto", the command lines' default, is resolved where a run is set up, by timing both sets on
-the machine (`trainers.probes.choose_kernels`), never from device names or CPU flags.
+the machine (`keras_transformer.training.probes.choose_kernels`), never from device names or
+CPU flags.
 """
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def set_kernels(name: str) -> str:
     global _active
     if validate(name) not in KERNEL_SETS:
         raise ValueError(f"kernels: {name!r} is chosen by a run's set-up "
-                         "(trainers.probes.choose_kernels); give fast or reference")
+                         "(keras_transformer.training.probes.choose_kernels); give fast or "
+                         "reference")
     hooks.install(fast_hooks() if name == FAST else {})
     _active = name
     return name

@@ -1,17 +1,19 @@
-"""`kt-train`'s data: the corpora, the run's vocabulary, the token storage and the step
-budget; with several language pairs (`--pair`), each pair's storage and the plan that draws
-batches over them (`PairSampling`), recorded in the run's `languages.json`."""
+"""A training run's data (`settings.TrainingData`): the corpora, the run's vocabulary, the
+token storage and the step budget; with several language pairs (`--pair`), each pair's storage
+and the plan that draws batches over them (`PairSampling`), recorded in the run's
+`languages.json`."""
 from __future__ import annotations
 
-import argparse
 import dataclasses
+import itertools
 import math
+import os
 import sys
 import time
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import Iterator, NamedTuple, Optional
 
-from keras_transformer.config import TransformerConfig
+from keras_transformer.config import DEFAULT_STEPS, Recipe
 from keras_transformer.data import (load_tfds, read_parallel,
                                     write_demo_corpus)
 from keras_transformer.data.batch_plan import BatchPlan
@@ -20,17 +22,16 @@ from keras_transformer.data.languages import (LanguagePair, RunLanguages, langua
                                               target_languages)
 from keras_transformer.data.pair_sampling import PairSampling
 from keras_transformer.data.prepare import (ParallelSource, check_alignments, check_pairs,
-                                            check_segmentation,
-                                            combined_source, describe_left_out, left_out,
-                                            prepared, text_file_source, tfds_source)
+                                            check_segmentation, combined_source, describe_left_out, left_out,
+                                            prepared, sample_sentences, text_file_source,
+                                            tfds_source)
 from keras_transformer.data.sentencepiece_pair import Tokenizer, has_tokenizer, load_tokenizer
 from keras_transformer.data.token_storage import TokenStorage
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.training.progress import CountProgress, stage
 from keras_transformer.parsing.evaluate import read_gold_trees
 from keras_transformer.training.run_dir import LANGUAGES_FILE, LEFT_OUT_FILE, RunDir
-from trainers.common import counted_source, learn_vocabulary
-from trainers.train_arguments import tfds_split_names
+from keras_transformer.training.settings import RunOptions, TrainingData
 
 
 class PairInputs(NamedTuple):
@@ -59,46 +60,59 @@ class RunInputs(NamedTuple):
     pairs: Optional[PairInputs] = None
 
 
-def run_inputs(args: argparse.Namespace, run: RunDir) -> RunInputs:
+class DataChoice(NamedTuple):
+    """What a run's inputs are read with: the `recipe`, the `data`, the run's `options` (its
+    seed, `init_from`) and how the recipe was given (`recipe_origin`, e.g. `--preset tiny`,
+    named when the vocabulary's size differs from the recipe's)."""
+
+    recipe: Recipe
+    data: TrainingData
+    options: RunOptions
+    recipe_origin: str = ""
+
+
+def run_inputs(choice: DataChoice, run: RunDir) -> RunInputs:
     """Reads and checks every input of a start, writing nothing (the demo corpus excepted,
     which `load_corpora` writes into the run directory): whatever a start can be refused for
     is found before its first write. The vocabulary is learned here when the run has none
     yet; `keep_vocabulary` saves it."""
-    if args.language_pairs:
-        return pair_inputs(args, run)
-    source, corpora = load_corpora(args, run)
+    data = choice.data
+    if data.language_pairs:
+        return pair_inputs(choice, run)
+    source, corpora = load_corpora(data, choice.options.seed, run)
     if source is not None:
-        check_pairs(source, "--tfds" if args.tfds else "--train-src/--train-tgt")
+        check_pairs(source, "--tfds" if data.tfds else "--train-src/--train-tgt")
         check_alignments(source)
-    gold_trees = (read_gold_trees(args.test_tree, corpora["test"][0], args.test_src)
-                  if args.test_tree else None)
-    tokenizer = load_or_train_tokenizer(run, args.recipe.architecture, source, args)
+    gold_trees = (read_gold_trees(data.test_tree, corpora["test"][0], data.test_src)
+                  if data.test_tree else None)
+    tokenizer = load_or_train_tokenizer(run, choice, source)
     storage = None
     if source is None:
-        storage = TokenStorage.open(args.prepared)
+        storage = TokenStorage.open(data.prepared)
         storage.check_vocabulary(tokenizer.serialized, f"the run's vocabulary {run.vocab}")
-        training = args.recipe.training
+        training = choice.recipe.training
         check_segmentation(storage, training.subword_dropout, training.subword_samples)
     return RunInputs(source, corpora, gold_trees, tokenizer, storage)
 
 
-def pair_inputs(args: argparse.Namespace, run: RunDir) -> RunInputs:
+def pair_inputs(choice: DataChoice, run: RunDir) -> RunInputs:
     """`run_inputs` of several language pairs: each pair's training corpus, checked, its dev
     and test sets, and the run's vocabulary (learned here for a new run) with a token for
     each target language."""
-    source = combined_source([text_file_source(*args.pair_files[pair.name]["train"])
-                              for pair in args.language_pairs])
+    data, init_from = choice.data, choice.options.init_from
+    source = combined_source([text_file_source(*data.pair_files[pair.name]["train"])
+                              for pair in data.language_pairs])
     check_pairs(source, "--pair")
-    sets = {split: {name: read_parallel(*files[split]) for name, files in args.pair_files.items()
+    sets = {split: {name: read_parallel(*files[split]) for name, files in data.pair_files.items()
                     if split in files} for split in ("dev", "test")}
-    tokenizer = load_or_train_tokenizer(run, args.recipe.architecture, source, args)
-    many_to_many = RunDir(args.init_from).languages() if args.init_from else None
+    tokenizer = load_or_train_tokenizer(run, choice, source)
+    many_to_many = RunDir(init_from).languages() if init_from else None
     if many_to_many is not None:  # a model of many languages (NLLB-200), fine-tuned on pairs
-        languages = dataclasses.replace(many_to_many, temperature=args.pair_temperature)
+        languages = dataclasses.replace(many_to_many, temperature=data.pair_temperature)
     else:
-        languages = RunLanguages.trained(args.language_token, language_token_ids(
-            tokenizer, target_languages(args.language_pairs),
-            f"the run's vocabulary {run.vocab}"), args.pair_temperature, [])
+        languages = RunLanguages.trained(data.language_token, language_token_ids(
+            tokenizer, target_languages(data.language_pairs),
+            f"the run's vocabulary {run.vocab}"), data.pair_temperature, [])
     return RunInputs(source, {}, None, tokenizer, None,
                      PairInputs(sets["dev"], sets["test"], languages))
 
@@ -125,57 +139,59 @@ def learn_pair_vocabulary(pairs: list[LanguagePair], source: ParallelSource, voc
                                       vocab_size, None, seed=seed, reserved=reserved)
 
 
-def load_corpora(args: argparse.Namespace,
+def load_corpora(data: TrainingData, seed: int,
                  run: RunDir) -> tuple[Optional[ParallelSource], dict[str, tuple[list, list]]]:
     """The training pairs as a stream (None with `--prepared`), and split -> (sources,
-    targets) of the dev and test splits the options name (test is optional)."""
-    if args.tfds:
-        names = tfds_split_names(args)
-        corpora = {split: load_tfds(args.tfds, names[split], args.source_lang,
-                                    args.target_lang, data_dir=args.tfds_data_dir)
+    targets) of the dev and test splits `data` names (test is optional); with none, the demo
+    corpus of `seed`."""
+    if data.tfds:
+        names = data.tfds_split_names()
+        corpora = {split: load_tfds(data.tfds, names[split], data.source_lang,
+                                    data.target_lang, data_dir=data.tfds_data_dir)
                    for split in ("dev", "test")}
-        return tfds_source(args.tfds, names["train"], args.source_lang, args.target_lang,
-                           data_dir=args.tfds_data_dir), corpora
-    if args.dev_src:
-        corpora = {split: read_parallel(getattr(args, f"{split}_src"),
-                                        getattr(args, f"{split}_tgt"))
-                   for split in ("dev", "test") if getattr(args, f"{split}_src")}
-        alignments = args.alignments or [None] * len(args.train_src)
-        return (None if args.prepared else combined_source(
+        return tfds_source(data.tfds, names["train"], data.source_lang, data.target_lang,
+                           data_dir=data.tfds_data_dir), corpora
+    if data.dev_src:
+        corpora = {split: read_parallel(getattr(data, f"{split}_src"),
+                                        getattr(data, f"{split}_tgt"))
+                   for split in ("dev", "test") if getattr(data, f"{split}_src")}
+        alignments = data.alignments or (None,) * len(data.train_src)
+        return (None if data.prepared else combined_source(
             [text_file_source(*files)
-             for files in zip(args.train_src, args.train_tgt, alignments)]), corpora)
-    paths = write_demo_corpus(run.root / "demo_corpus", seed=args.seed)
+             for files in zip(data.train_src, data.train_tgt, alignments)]), corpora)
+    paths = write_demo_corpus(run.root / "demo_corpus", seed=seed)
     return text_file_source(*paths["train"]), {split: read_parallel(*paths[split])
                                                 for split in ("dev", "test")}
 
 
-def load_or_train_tokenizer(run: RunDir, config: TransformerConfig,
-                            source: Optional[ParallelSource], args: argparse.Namespace
-                            ) -> Tokenizer:
+def load_or_train_tokenizer(run: RunDir, choice: DataChoice,
+                            source: Optional[ParallelSource]) -> Tokenizer:
     """The run's tokenizer: reloaded on restart; else `--init-from`'s run's, `--prepared`'s,
-    or a shared vocabulary learned from a seeded sample of `--vocab-sentences` training
+    or a shared vocabulary learned from a seeded sample of `vocab_sentences` training
     sentences (not saved: `keep_vocabulary`)."""
+    data, seed, init_from = choice.data, choice.options.seed, choice.options.init_from
+    config = choice.recipe.architecture
     if has_tokenizer(run.vocab):
         tokenizer, where = load_tokenizer(run.vocab), f"vocab: {run.vocab}"
-    elif args.init_from:
-        vocab = RunDir(args.init_from).vocab
+    elif init_from:
+        vocab = RunDir(init_from).vocab
         tokenizer, where = load_tokenizer(vocab), f"--init-from: {vocab}"
-    elif args.language_pairs:
-        tokenizer = learn_pair_vocabulary(args.language_pairs, source, config.vocab_size,
-                                          args.vocab_sentences, args.seed)
+    elif data.language_pairs:
+        tokenizer = learn_pair_vocabulary(list(data.language_pairs), source, config.vocab_size,
+                                          data.vocab_sentences, seed)
         where = f"vocab: {run.vocab}"
     elif source is None:
-        tokenizer = load_tokenizer(args.prepared)
-        where = (f"--prepared: {args.prepared} (give kt-train the --preset and --set it was "
+        tokenizer = load_tokenizer(data.prepared)
+        where = (f"--prepared: {data.prepared} (give kt-train the --preset and --set it was "
                  "prepared with)")
     else:
         tokenizer = learn_vocabulary("kt-train", source, vocab_size=config.vocab_size,
-                                     sentences=args.vocab_sentences, directory=None,
-                                     seed=args.seed)
+                                     sentences=data.vocab_sentences, directory=None, seed=seed)
         where = f"vocab: {run.vocab}"
     if tokenizer.vocab_size != config.vocab_size:
+        origin = f" ({choice.recipe_origin})" if choice.recipe_origin else ""
         raise ValueError(f"{where} has a vocabulary of {tokenizer.vocab_size} pieces but the "
-                         f"recipe (--preset {args.preset}) says vocab_size={config.vocab_size}")
+                         f"recipe{origin} says vocab_size={config.vocab_size}")
     return tokenizer
 
 
@@ -196,29 +212,30 @@ def keep_languages(run: RunDir, init_from: Optional[str]) -> None:
             run.write_json(LANGUAGES_FILE, languages.to_dict())
 
 
-def training_storage(run: RunDir, inputs: RunInputs, args: argparse.Namespace) -> TokenStorage:
+def training_storage(run: RunDir, inputs: RunInputs, recipe: Recipe, seed: int
+                     ) -> TokenStorage:
     """The training pairs as token storage: `--prepared`'s (checked by `run_inputs`), else
-    prepared into the run directory once and reused by its restarts."""
+    prepared into the run directory once (with `recipe`'s segmentation and `seed`) and reused
+    by its restarts."""
     if inputs.storage is not None:
         return inputs.storage
-    return stored(inputs.source, run.root / "prepared", inputs.tokenizer, args)
+    return stored(inputs.source, run.root / "prepared", inputs.tokenizer, recipe, seed)
 
 
-def stored(source: ParallelSource, directory: Path, tokenizer: Tokenizer,
-           args: argparse.Namespace,
-           prefixes: tuple[list[int], list[int]] = ([], [])) -> TokenStorage:
-    """`source` as token storage in `directory`, prepared once (`prepared`: with the recipe's
-    segmentation and `prefixes`) and reused by the run's restarts; its progress and its
-    outcome printed."""
-    training = args.recipe.training
+def stored(source: ParallelSource, directory: Path, tokenizer: Tokenizer, recipe: Recipe,
+           seed: int, prefixes: tuple[list[int], list[int]] = ([], [])) -> TokenStorage:
+    """`source` as token storage in `directory`, prepared once (`prepared`: with `recipe`'s
+    segmentation, `seed` and `prefixes`) and reused by the run's restarts; its progress and
+    its outcome printed."""
+    training = recipe.training
     started = time.monotonic()
     progress = CountProgress("kt-train", None, "pairs",
                              doing="tokenizing the training pairs")
     storage, reused = prepared(counted_source(source, progress), directory,
-                               tokenizer, seed=args.seed,
+                               tokenizer, seed=seed,
                                subword_dropout=training.subword_dropout,
                                samples=training.subword_samples,
-                               max_length=args.recipe.architecture.max_length,
+                               max_length=recipe.architecture.max_length,
                                prefixes=prefixes)
     print(f"kt-train: {'reusing' if reused else 'prepared'} {storage.pairs:,} training pairs in "
           f"{len(storage.shards)} shard(s) in {storage.directory}"
@@ -226,7 +243,7 @@ def stored(source: ParallelSource, directory: Path, tokenizer: Tokenizer,
     return storage
 
 
-def pair_sampling(run: RunDir, inputs: RunInputs, args: argparse.Namespace,
+def pair_sampling(run: RunDir, inputs: RunInputs, choice: DataChoice,
                   batch_tokens: int) -> PairSampling:
     """The batches of several language pairs: each pair's corpus in its own storage
     (`prepared/SRC-TGT`) with its language tokens in every pair's ids where the run's
@@ -236,21 +253,22 @@ def pair_sampling(run: RunDir, inputs: RunInputs, args: argparse.Namespace,
     plans, prefixes = {}, {}
     corpora = inputs.source.parts or (inputs.source,)
     languages = inputs.pairs.languages
-    for pair, corpus in zip(args.language_pairs, corpora):
+    recipe, data, seed = choice.recipe, choice.data, choice.options.seed
+    for pair, corpus in zip(data.language_pairs, corpora):
         prefixes[pair.name] = languages.pair_prefixes(pair)
-        storage = stored(corpus, run.root / "prepared" / pair.name, inputs.tokenizer, args,
-                         prefixes[pair.name])
-        plans[pair.name] = BatchPlan(storage, batch_tokens, args.recipe.architecture.max_length,
-                                     args.seed, word_dropout=args.recipe.training.word_dropout)
-    sampling = PairSampling(plans, args.pair_temperature, args.seed, prefixes)
+        storage = stored(corpus, run.root / "prepared" / pair.name, inputs.tokenizer, recipe,
+                         seed, prefixes[pair.name])
+        plans[pair.name] = BatchPlan(storage, batch_tokens, recipe.architecture.max_length,
+                                     seed, word_dropout=recipe.training.word_dropout)
+    sampling = PairSampling(plans, data.pair_temperature, seed, prefixes)
     pairs = [{"name": pair.name, "source": pair.source, "target": pair.target,
               "batches_per_epoch": plans[pair.name].batches_per_epoch,
               "pairs_per_epoch": plans[pair.name].pairs_per_epoch,
               "share": round(float(share), 6)}
-             for pair, share in zip(args.language_pairs, sampling.shares)]
+             for pair, share in zip(data.language_pairs, sampling.shares)]
     run.write_json(LANGUAGES_FILE, dataclasses.replace(languages, pairs=pairs).to_dict())
     print("kt-train: pairs drawn at temperature "
-          f"{args.pair_temperature:g}: " + ", ".join(
+          f"{data.pair_temperature:g}: " + ", ".join(
               f"{name} {100 * share:.1f}%" for name, share in zip(sampling.names,
                                                                   sampling.shares))
           + f" of the batches; target-language token first in the {languages.placement}"
@@ -271,12 +289,47 @@ def report_left_out(run: RunDir, plan: BatchPlan | PairSampling) -> None:
     run.write_json(LEFT_OUT_FILE, entries)
 
 
-def step_budget(args: argparse.Namespace, plan: BatchPlan | PairSampling,
+def step_budget(options: RunOptions, plan: BatchPlan | PairSampling,
                 replicas: int) -> Optional[int]:
-    """Total steps: `--steps`, or `--epochs` times the steps of one pass over the data (its
+    """Total steps: `options.steps`, or `epochs` times the steps of one pass over the data (its
     per-replica batches over the replicas, counted from the storage's manifest), rounded up to
-    a multiple of `--steps-per-execution`."""
-    if args.epochs is None:
-        return args.steps
-    steps = max(1, math.ceil(args.epochs * plan.batches_per_epoch / replicas))
-    return math.ceil(steps / args.steps_per_execution) * args.steps_per_execution
+    a multiple of `steps_per_execution`; with neither, `DEFAULT_STEPS` unless `max_minutes`
+    limits the run (None: no step limit)."""
+    if options.epochs is None:
+        return (options.steps if options.steps is not None
+                else None if options.max_minutes is not None else DEFAULT_STEPS)
+    steps = max(1, math.ceil(options.epochs * plan.batches_per_epoch / replicas))
+    return math.ceil(steps / options.steps_per_execution) * options.steps_per_execution
+
+
+def counted_source(source: ParallelSource, progress: CountProgress) -> ParallelSource:
+    """`source` with each pair its corpora stream counted by `progress` as it is read, and its
+    `count()` setting `progress.total` (preparing counts the pairs first: no extra pass). The
+    description is the same, so storage prepared from it is the same."""
+    def count() -> int:
+        progress.total = source.count()
+        return progress.total
+
+    def counted(corpus: ParallelSource) -> ParallelSource:
+        def pairs() -> Iterator[tuple[str, str]]:
+            for pair in corpus.pairs():
+                progress.advance(1)
+                yield pair
+        return dataclasses.replace(corpus, pairs=pairs)
+
+    if not source.parts:
+        return dataclasses.replace(counted(source), count=count)
+    parts = tuple(counted(corpus) for corpus in source.parts)
+    return dataclasses.replace(source, count=count, parts=parts, pairs=lambda: (
+        itertools.chain.from_iterable(corpus.pairs() for corpus in parts)))
+
+
+def learn_vocabulary(command: str, source: ParallelSource, vocab_size: int, sentences: int,
+                     directory: str | os.PathLike, seed: int) -> SubwordTokenizer:
+    """A `vocab_size`-piece shared vocabulary learned from a seeded sample of `sentences`
+    sentences of `source` (`sample_sentences`) into `directory`, as a `stage` of `command`
+    (its start and end printed)."""
+    with stage(command, f"learning a vocabulary of {vocab_size:,} pieces from up to "
+                        f"{sentences:,} sentences"):
+        return SubwordTokenizer.train(sample_sentences(source, sentences, seed), vocab_size,
+                                      directory, seed=seed)

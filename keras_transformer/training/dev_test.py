@@ -1,9 +1,8 @@
-"""`kt-train`'s translations of dev and test: the periodic dev evaluation's translator and
-the final test pass, for one pair or for each of several language pairs (their mean the
+"""A training run's translations of dev and test: the periodic dev evaluation's translator
+and the final test pass, for one pair or for each of several language pairs (their mean the
 figure that decides)."""
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import Callable, NamedTuple, Optional, Sequence
@@ -82,15 +81,16 @@ def warn_of_truncated_sources(tokenizer: Tokenizer, sources: dict[str, tuple[str
                 name, [index + 1 for index in truncated], max_length), file=sys.stderr)
 
 
-def dev_bleu(args: argparse.Namespace, model: Transformer, dev: dict[str, DevSet],
+def dev_bleu(search: SearchSettings, beam_size: int, model: Transformer, dev: dict[str, DevSet],
              languages: Optional[RunLanguages] = None
              ) -> Callable[[Optional[int]], dict[str, float]]:
     """A function giving the dev BLEU of each set of `dev` (name -> `DevSet`; one pair's is
     named "", a language pair's `SRC-TGT`, of a run of the target `languages`) on its first
-    `sentences` sentences (its argument; None: all), translated with `--eval-beam-size`
-    (greedy by default) by one `Translator` per tokenizer (the run's: one for every pair),
-    traced once for the evaluations during training and the final weights' alike."""
-    settings = SearchSettings.of(args.recipe.search, beam_size=args.eval_beam_size)
+    `sentences` sentences (its argument; None: all), translated with the recipe's `search`
+    settings of `beam_size` (`--eval-beam-size`, 1 by default) by one `Translator` per
+    tokenizer (the run's: one for every pair), traced once for the evaluations during training
+    and the final weights' alike."""
+    settings = SearchSettings.of(search, beam_size=beam_size)
     translators: dict[int, Translator] = {}
     for dev_set in dev.values():
         if id(dev_set.tokenizer) not in translators:
@@ -114,15 +114,15 @@ def dev_logs(scores: dict[str, float]) -> dict[str, float]:
             **{f"{DEV_BLEU}/{name}": value for name, value in scores.items()}}
 
 
-def test_translator(args: argparse.Namespace, run: RunDir, model: Transformer,
-                    tokenizer: Tokenizer) -> Translator:
-    """The final test pass's translator: beam search (`--test-beam-size`, else the recipe's)
-    with the weights in float32, whatever the training precision, as `kt-evaluate` and a
-    float32 export decode them (one run, one test figure): `model` itself if it is float32
-    (its searches already traced for the dev set are not traced again)."""
+def test_translator(search: SearchSettings, beam_size: Optional[int], run: RunDir,
+                    model: Transformer, tokenizer: Tokenizer) -> Translator:
+    """The final test pass's translator: the recipe's `search` with `beam_size`
+    (`--test-beam-size`; None: the recipe's) and the weights in float32, whatever the training
+    precision, as `kt-evaluate` and a float32 export decode them (one run, one test figure):
+    `model` itself if it is float32 (its searches already traced for the dev set are not
+    traced again)."""
     float32 = model if model.dtype_policy.name == "float32" else serving_copy(model, "float32")
-    return Translator(float32, tokenizer,
-                      SearchSettings.of(args.recipe.search, beam_size=args.test_beam_size),
+    return Translator(float32, tokenizer, SearchSettings.of(search, beam_size=beam_size),
                       languages=run.languages())
 
 
