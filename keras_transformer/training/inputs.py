@@ -22,9 +22,9 @@ from keras_transformer.data.languages import (LanguagePair, RunLanguages, langua
                                               target_languages)
 from keras_transformer.data.pair_sampling import PairSampling
 from keras_transformer.data.prepare import (ParallelSource, check_alignments, check_pairs,
-                                            check_segmentation, combined_source, describe_left_out, left_out,
-                                            prepared, sample_sentences, text_file_source,
-                                            tfds_source)
+                                            check_segmentation, combined_source,
+                                            describe_left_out, left_out, prepared,
+                                            sample_sentences, text_file_source, tfds_source)
 from keras_transformer.data.sentencepiece_pair import Tokenizer, has_tokenizer, load_tokenizer
 from keras_transformer.data.token_storage import TokenStorage
 from keras_transformer.data.tokenizer import SubwordTokenizer
