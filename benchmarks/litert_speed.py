@@ -8,7 +8,7 @@ did); and each export's size on disk. `--systems` keeps the systems whose names 
 of its prefixes (the SavedModel graph, the reference, always runs).
 
     PYTHONPATH=.:benchmarks python benchmarks/litert_speed.py [--model base|opus-mt] \
-        [--sentences 12] [--batch 1 8 32] [--threads 2] [--rounds 3] [--workdir DIR] \
+        [--sentences 12] [--batch 1 8 32 64] [--threads 2] [--rounds 3] [--workdir DIR] \
         [--systems "LiteRT int8" "CTranslate2 int8"]
 
 `--model base` is `decoding_speed.py`'s: `base` sizes, random weights, PAD, BOS and EOS
@@ -45,8 +45,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--source-tokens", type=int, default=16)
     parser.add_argument("--extra-length", type=int, default=16)
     parser.add_argument("--sentences", type=int, default=12)
-    parser.add_argument("--batch", type=int, nargs="+", default=[32],
-                        help="batch sizes the throughput is measured at (default: 32)")
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32, 64],
+                        help="batch sizes the throughput is measured at (default: 1 8 32 64)")
     parser.add_argument("--systems", nargs="+", help="prefixes of the systems' names to run "
                         "(default: every system)")
     parser.add_argument("--rounds", type=int, default=3)

@@ -1,7 +1,8 @@
 """Every use of a private Keras or TensorFlow API, in one place: the fast subpackage's (its
-training steps, multi-worker `fit`) and the core's three (`unlocked_state`, for LoRA adapters
+training steps, multi-worker `fit`) and the core's four (`unlocked_state`, for LoRA adapters
 added to a built layer; `drop_variable`, for the float kernel `quantize` replaces;
-`save_in_row_blocks`, for a large embedding written to a weights file); no other
+`save_in_row_blocks`, for a large embedding written to a weights file;
+`write_first_axis_block`, for a search's cache written in XLA and LiteRT); no other
 module of the package uses any (tests/test_architecture.py).
 
 Each was checked on the versions in `CHECKED_ON` (the ends of setup.py's declared range, both
@@ -102,6 +103,20 @@ def in_xla_context() -> bool:
     except ImportError:
         return True
     return control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph())
+
+
+def write_first_axis_block(buffer: tf.Tensor, block: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
+    """`buffer` with `block` (its shape but 1 on the first axis) written at `index` (scalar int32)
+    of the first axis: XLA's DynamicUpdateSlice (`gen_xla_ops`, private), which XLA runs in place
+    and the LiteRT converter takes as its builtin DYNAMIC_UPDATE_SLICE (one copy of the buffer at
+    most, where a scatter costs the LiteRT interpreter several passes over it); without it, the
+    public scatter (the same values)."""
+    try:
+        from tensorflow.compiler.tf2xla.ops import gen_xla_ops
+    except ImportError:
+        return tf.tensor_scatter_nd_update(buffer, tf.reshape(index, [1, 1]), block)
+    start = tf.concat([tf.reshape(index, [1]), tf.zeros([len(buffer.shape) - 1], tf.int32)], 0)
+    return gen_xla_ops.xla_dynamic_update_slice(buffer, block, start)
 
 
 def in_multi_worker_mode(strategy: tf.distribute.Strategy) -> bool:

@@ -226,8 +226,8 @@ class Transformer(keras.Model):
         shortlist); `unscored`, optional `[n]` bool, is True at the ids of `vocabulary_ids` that
         only pad it to a static size (log-probability -inf, outside the normalization).
         `static_shapes` gives the sizes XLA compiles, the one place a static-shape build differs:
-        caches of zeros read whole (`attention.cache_index`), written by a scatter, and a tied
-        output matrix read as stored (`pre_softmax_projection`).
+        caches of zeros read whole (`attention.cache_index`), written by a dynamic update slice,
+        and a tied output matrix read as stored (`pre_softmax_projection`).
         """
         rows = ops.shape(encoder_output)[0] * rows_per_sentence
         constants = DecodingConstants(

@@ -14,6 +14,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer import compat
 from keras_transformer.layers.dense import HeadsDense, lora_settings
 from keras_transformer.layers.residual import HookDropout
 
@@ -84,13 +85,14 @@ def write_position(buffer: tf.Tensor, update: tf.Tensor, position, in_place: boo
                    ) -> tf.Tensor:
     """The position-major `buffer` `[max_length, rows, heads, dim]` with `update`
     `[rows, heads * dim]` written at `position` of every row: `in_place` with `InplaceUpdate`
-    (graphs; the search holds the buffer alone), else as a scatter (what XLA compiles, and
-    runs in place; in a graph a scatter copies the whole buffer)."""
+    (graphs; the search holds the buffer alone), else as a dynamic update slice
+    (`compat.write_first_axis_block`: what XLA compiles and runs in place, and the LiteRT
+    converter's builtin)."""
     block = tf.reshape(tf.cast(update, buffer.dtype), tf.concat([[1], tf.shape(buffer)[1:]], 0))
-    position = tf.reshape(tf.cast(position, tf.int32), [1])
+    position = tf.cast(position, tf.int32)
     if in_place:
-        return tf.raw_ops.InplaceUpdate(x=buffer, i=position, v=block)
-    return tf.tensor_scatter_nd_update(buffer, position[:, None], block)
+        return tf.raw_ops.InplaceUpdate(x=buffer, i=tf.reshape(position, [1]), v=block)
+    return compat.write_first_axis_block(buffer, block, position)
 
 
 def read_history(buffer: tf.Tensor, slots: tf.Tensor) -> tf.Tensor:
@@ -239,7 +241,7 @@ class MultiHeadAttention(keras.layers.Layer):
     def _write(self, query, cache: KeyValues, index: CacheIndex) -> KeyValues:
         """`cache` with the keys and values of `query`'s rows written at `index.position`: in
         place in a graph's dynamic history (the search holds the cache alone), else by a
-        scatter (`write_position`)."""
+        dynamic update slice (`write_position`)."""
         in_place = index.written is None
         return KeyValues(*(
             write_position(buffer, tf.reshape(dense(query), [tf.shape(buffer)[1], -1]),
