@@ -21,6 +21,7 @@ import argparse
 import html
 import os
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def output_words(document: str, form: str) -> list[tuple[str, set[tuple[str, str
                 joined = False
                 continue
             opens = {(element.open, element.close) for element in run.stack}
-            pieces = run.text.split(" ")
+            pieces = re.split(r"\s", run.text)  # as str.split: a no-break space parts words
             for index, piece in enumerate(pieces):
                 if not piece:
                     joined = False
