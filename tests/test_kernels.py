@@ -9,7 +9,8 @@ import tensorflow as tf
 from keras_transformer import fast, hooks
 from keras_transformer.fast import kernels, loss
 from keras_transformer.fast.loss import factor_logits
-from keras_transformer.fast.packed import PADDED, TokenLayout
+from keras_transformer.fast.packed import TokenLayout
+from keras_transformer.layers.layout import PADDED
 from keras_transformer.layers.dense import linear
 from keras_transformer.layers.residual import dropout, layer_norm
 from keras_transformer.losses import smoothed_cross_entropy
@@ -168,8 +169,8 @@ def test_padded_layout_is_the_token_layout_with_padding_kept(rng):
         np.transpose(heads_first, (0, 2, 1, 3))[real],
         np.transpose(packed.expand_heads(packed.pack(values)), (0, 2, 1, 3))[real])
     positions = np.argwhere(real)
-    np.testing.assert_array_equal(PADDED.select(values, positions),
-                                  packed.select(packed.pack(values), positions))
+    np.testing.assert_array_equal(packed.select(packed.pack(values), positions),
+                                  np.asarray(values)[real])
     assert PADDED.pack(values) is values and PADDED.token_positions is None
 
 
