@@ -7,7 +7,7 @@ projections, feed-forward, residual, layer norm, dropout) get and the padded hea
 `[batch, len, ...]` form throughout (under XLA, whose shapes are static); `TokenLayout` packs
 the N real tokens into `[N, ...]`, so that nothing position-wise works on padding.
 `logit_factors` runs the core model's own layers and weights in a layout; it computes what
-`Transformer.call` does (tests/test_model.py checks values and gradients).
+`Transformer.call` does (tests/unit/test_model.py checks values and gradients).
 """
 from __future__ import annotations
 

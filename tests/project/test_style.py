@@ -6,11 +6,11 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parents[1]
+from helpers import ROOT
+
 CHECKED = ("keras_transformer", "trainers", "tests", "benchmarks", "examples")
 
 # A Google-style (or numpy-style) section: its header alone on a line, e.g. "    Args:".
@@ -58,7 +58,7 @@ def test_no_test_module_imports_another():
     import ast
 
     imports = []
-    for path in sorted((ROOT / "tests").glob("*.py")):
+    for path in sorted((ROOT / "tests").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
@@ -89,7 +89,7 @@ def test_no_test_module_shares_a_random_generator():
     draws that depend on which tests drew before it: tests take their own (the `rng` fixture of
     conftest.py, or a generator a helper seeds for itself)."""
     shared = []
-    for path in sorted((ROOT / "tests").glob("*.py")):
+    for path in sorted((ROOT / "tests").rglob("*.py")):
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
             if (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
