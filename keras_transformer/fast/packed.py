@@ -5,7 +5,7 @@ real tokens of a bucketed batch only, and the output logits as their factors.
 position-wise (embeddings, projections, feed-forward, residual, layer norm, dropout) works on
 padding; it is a token layout of the core's layers (`layers/layout.py`). `logit_factors` runs
 `Transformer.call` with it (or, under XLA, whose shapes are static, with the padded layout)
-and with the logits' factors as the decoder's output (tests/test_model.py checks values and
+and with the logits' factors as the decoder's output (tests/unit/test_model.py checks values and
 gradients against the core's own call).
 """
 from __future__ import annotations

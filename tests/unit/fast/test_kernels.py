@@ -269,7 +269,7 @@ def test_the_speed_tricks_live_in_the_fast_subpackage_only():
     """Custom gradients, raw ops and private Keras/TensorFlow APIs appear in
     `keras_transformer/fast/` only, and the private APIs in `keras_transformer/compat.py`, which
     the fast subpackage imports (private imports and attributes are checked in
-    tests/test_architecture.py); the export may leave gradients out
+    tests/project/test_architecture.py); the export may leave gradients out
     (`SaveOptions.experimental_custom_gradients`). The core's decoding cache uses the two raw ops
     public TensorFlow has for writing a buffer in place, `tf.raw_ops.Empty` and
     `tf.raw_ops.InplaceUpdate`, and no other."""
