@@ -1,16 +1,18 @@
-"""How far a reader follows one sentence: the calls from kt-translate's `main` to equation (1)
-(`scaled_dot_product_attention`), and the files they pass through, for the encoder and for a
-decoding step.
+"""How far a reader follows one sentence: the calls from a command's `main` to equation (1)
+(`scaled_dot_product_attention`), and the files they pass through, for the encoder, a decoding
+step and a training step.
 
     python benchmarks/call_path.py
 
 Translates one line with a random one-layer model (the tests' `random_run`) through
 `trainers.translate.main`, and records the Python stack at the first call of
 `scaled_dot_product_attention` (made while the search's graph is traced: the encoder's) and at
-its first call inside `Transformer.decode_step` (a decoding step's self-attention). For each
-path prints the project's frames on that stack from `main` down, one per line (file:line
-function), then one JSON line: the path, the calls (project frames), the distinct project files,
-and the frames of other libraries (Keras, TensorFlow) between them.
+its first call inside `Transformer.decode_step` (a decoding step's self-attention). Then trains
+a one-layer model one step with the fast kernels through `trainers.train.main` and records the
+stack at the first call inside `FastTransformer.train_step` (the encoder's self-attention, on
+the packed tokens). For each path prints the project's frames on that stack from `main` down,
+one per line (file:line function), then one JSON line: the path, the calls (project frames),
+the distinct project files, and the frames of other libraries (Keras, TensorFlow) between them.
 """
 from __future__ import annotations
 
@@ -63,6 +65,8 @@ def main() -> None:
     from keras_transformer.data.text_files import read_parallel
     from trainers import translate
 
+    from trainers import train
+
     with tempfile.TemporaryDirectory(prefix="call_path-") as directory:
         work = Path(directory)
         paths = write_demo_corpus(work / "data")
@@ -73,12 +77,22 @@ def main() -> None:
         stacks = first_stacks(lambda: translate.main([str(run.root), str(source),
                                                       "--output", str(work / "out")]),
                               TARGET, {"encoder": "encode", "decoding step": "decode_step"})
+        stacks.update(first_stacks(lambda: train.main([
+            "--preset", "tiny", *(f"--set={setting}" for setting in (
+                "vocab_size=400", "num_layers=1", "batch_tokens=512")),
+            "--train-src", paths["train"][0], "--train-tgt", paths["train"][1],
+            "--dev-src", paths["dev"][0], "--dev-tgt", paths["dev"][1],
+            "--output-dir", str(work / "trained"), "--steps", "1", "--kernels", "fast",
+            "--precision", "float32", "--eval-sentences", "1", "--attention-sentences", "0",
+            "--progress-seconds", "0", "--no-export"]), TARGET, {"training step": "train_step"}))
     project = tuple(str(ROOT / folder) + os.sep for folder in ("keras_transformer", "trainers"))
-    for name in ("encoder", "decoding step"):
+    mains = {"encoder": translate.main, "decoding step": translate.main,
+             "training step": train.main}
+    for name, main_function in mains.items():
         if name not in stacks:
             raise SystemExit(f"{TARGET} was never called on the {name}'s path")
         stack = stacks[name]
-        start = [code for *_, code in stack].index(translate.main.__code__)
+        start = [code for *_, code in stack].index(main_function.__code__)
         path = [frame for frame in stack[start:] if frame[0].startswith(project)]
         for file, line, function, _ in path:
             print(f"{Path(file).relative_to(ROOT)}:{line} {function}")

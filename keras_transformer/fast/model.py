@@ -21,11 +21,12 @@ class FastTransformer(compat.LocalBatchSymbolicBuild, Transformer):
     """The `Transformer` (same layers, weights, config and inference) with faster training steps.
 
     With the fast kernel set active, a step runs the layers on the real target tokens only
-    (`packed.logit_factors`; padded under XLA) and hands `LabelSmoothedCrossEntropy` the
-    logits' factors, through which its gradient is written out; other losses, sample weights,
-    `add_loss` terms and the metrics get the logits. With the reference set, the step is
-    Keras's own on the core model's logits. Either way the logged loss is the global batch's
-    per-token loss (`_loss`) and multi-worker `fit` works (`compat`).
+    (`Transformer.call` with `packed.call_arguments`; padded under XLA) and hands
+    `LabelSmoothedCrossEntropy` the logits' factors, through which its gradient is written out;
+    other losses, sample weights, `add_loss` terms and the metrics get the logits. With the
+    reference set, the step is Keras's own on the core model's logits. Either way the logged
+    loss is the global batch's per-token loss (`_loss`) and multi-worker `fit` works
+    (`compat`).
     Batches are `((source_ids, target_input_ids), target_output_ids)`; with `guided_alignment`
     set, `((source_ids, target_input_ids), target_output_ids, alignment_targets)`
     (`batch_plan.alignment_targets`), and the step adds its loss ("alignment_loss" in the logs).
@@ -40,24 +41,15 @@ class FastTransformer(compat.LocalBatchSymbolicBuild, Transformer):
                                           else (*keras.utils.unpack_x_y_sample_weight(data),
                                                 None))
         guided = self.guided_alignment
-        layer = None if guided is None else guided.layer
         with tf.GradientTape() as tape:
-            attention = None
-            if fast_path:
-                factors = packed.logit_factors(self, *x, positions, training=True,
-                                               attention_of=layer)
-                if guided is not None:
-                    factors, attention = factors
-                logits = factors.logits
-            elif guided is not None:
-                factors = None
-                logits, _, cross_weights = self(x, training=True, return_attention_scores=True)
-                attention = cross_weights[layer]
-            else:
-                factors, logits = None, self(x, training=True)
+            result = self(x, training=True, return_attention_scores=guided is not None,
+                          **(packed.call_arguments(self, x, positions) if fast_path else {}))
+            if guided is not None:
+                result, _, cross_weights = result
+            factors, logits = (result, result.logits) if fast_path else (None, result)
             loss = self._loss(x, y, logits, factors, sample_weight, training=True)
             if guided is not None:
-                alignment_loss = guided(attention, alignment_targets)
+                alignment_loss = guided(cross_weights[guided.layer], alignment_targets)
                 loss += alignment_loss
             scaled_loss = self.optimizer.scale_loss(loss)
         gradients = tape.gradient(scaled_loss, self.trainable_weights)
@@ -86,7 +78,7 @@ class FastTransformer(compat.LocalBatchSymbolicBuild, Transformer):
             self._loss(x, y, logits, None, sample_weight, training=False)
             return self._reducible_logs(self.compute_metrics(x, y, logits, sample_weight))
         x, y, sample_weight, positions = self._at_target_tokens(data)
-        factors = packed.logit_factors(self, *x, positions, training=False)
+        factors = self(x, training=False, **packed.call_arguments(self, x, positions))
         self._loss(x, y, factors.logits, factors, sample_weight, training=False)
         return self._reducible_logs(self.compute_metrics(x, y, factors.logits, sample_weight))
 

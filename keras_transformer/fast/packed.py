@@ -3,10 +3,10 @@ real tokens of a bucketed batch only, and the output logits as their factors.
 
 `TokenLayout` packs the N real tokens of a padded batch into `[N, ...]`, so that nothing
 position-wise (embeddings, projections, feed-forward, residual, layer norm, dropout) works on
-padding; it is a token layout of the core's layers (`layers/layout.py`). `logit_factors` runs
-`Transformer.call` with it (or, under XLA, whose shapes are static, with the padded layout)
-and with the logits' factors as the decoder's output (tests/unit/test_model.py checks values and
-gradients against the core's own call).
+padding; it is a token layout of the core's layers (`layers/layout.py`). `call_arguments` are
+what a training step passes `Transformer.call` for it (under XLA, whose shapes are static, the
+padded layout) and for the logits' factors as the decoder's output (tests/unit/test_model.py
+checks values and gradients against the core's own call).
 """
 from __future__ import annotations
 
@@ -109,26 +109,23 @@ def _gather_heads(packed: tf.Tensor, packed_row: tf.Tensor) -> tf.Tensor:
     return tf.gather(tf.reshape(packed, [-1, dim]), flat_rows)
 
 
-def logit_factors(model: Transformer, source_ids: tf.Tensor, target_input_ids: tf.Tensor,
-                  positions: Optional[tf.Tensor] = None, training=None,
-                  attention_of: Optional[int] = None
-                  ) -> LogitFactors | tuple[LogitFactors, tf.Tensor]:
-    """`model((source_ids, target_input_ids))`'s logits with their factors: the `LogitFactors` of
-    the float32 logits (whose `logits` add the model's output bias, if any, which the factors leave
-    out), `Transformer.call` on `source_ids` `[batch, src_len]` and `target_input_ids`
-    `[batch, tgt_len]`, with dropout as `training` says.
+def call_arguments(model: Transformer, inputs: tuple[tf.Tensor, tf.Tensor],
+                   positions: Optional[tf.Tensor] = None) -> dict:
+    """The `layouts` and `output` with which `model(inputs, ...)` (`Transformer.call` of
+    `inputs`, `(source_ids, target_input_ids)`) returns its logits' `LogitFactors` instead of the
+    logits: float32, whose `logits` add the model's output bias, if any, which the factors leave
+    out.
 
-    `positions`, `[N, 2]` (row, position) indices of real target input tokens, makes the layers run
-    on the real tokens only (`TokenLayout`) and the logits those at `positions`, `[N, vocab]`; None:
-    the padded layout, logits `[batch, tgt_len, vocab]`. `attention_of`, a decoder layer: also
-    its encoder-decoder attention weights, `[batch, heads, tgt_len, src_len]` (float32; at
-    padding queries, copies of real rows).
+    `positions`, `[N, 2]` (row, position) indices of real target input tokens, makes the layers
+    run on the real tokens only (`TokenLayout`) and the logits those at `positions`,
+    `[N, vocab]`; None: the padded layout, logits `[batch, tgt_len, vocab]`. (Attention weights
+    asked for come padded, `[batch, heads, tgt_len, src_len]`, with copies of real rows at
+    padding queries.)
     """
     packed = positions is not None
-    layouts = (TokenLayout(source_ids), TokenLayout(target_input_ids)) if packed else (PADDED,
-                                                                                        PADDED)
+    layouts = (tuple(TokenLayout(ids) for ids in inputs) if packed else (PADDED, PADDED))
 
-    def output(x):
+    def output(x: tf.Tensor) -> LogitFactors:
         x = layouts[1].select(x, positions) if packed else x
         if model.decoder_norm is not None:
             x = model.decoder_norm(x)
@@ -141,10 +138,4 @@ def logit_factors(model: Transformer, source_ids: tf.Tensor, target_input_ids: t
                 logits=factors.logits + tf.cast(model.output_bias, tf.float32))
         return factors
 
-    result = model((source_ids, target_input_ids), training=training,
-                   return_attention_scores=attention_of is not None, layouts=layouts,
-                   output=output)
-    if attention_of is None:
-        return result
-    factors, _, cross_weights = result
-    return factors, cross_weights[attention_of]
+    return {"layouts": layouts, "output": output}

@@ -9,7 +9,7 @@ import math
 import os
 import re
 import sys
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import keras
 import tensorflow as tf
@@ -272,9 +272,12 @@ class Training:
 
     def _after(self, *stages: Callable[[], object]) -> None:
         """Runs each of `stages` this object has not run yet."""
-        for earlier in stages:
-            if earlier.__name__ not in self._done:
-                earlier()
+        for earlier in self._pending(*stages):
+            earlier()
+
+    def _pending(self, *stages: Callable[[], object]) -> Iterator[Callable[[], object]]:
+        """Each of `stages` this object has not run yet, checked when reached."""
+        return (stage for stage in stages if stage.__name__ not in self._done)
 
     def prepare(self) -> BatchPlan | PairSampling:
         """Checks and claims the run, reads its data, keeps its vocabulary and languages, and
@@ -486,9 +489,10 @@ class Training:
     def run(self) -> dict:
         """Runs every stage (the export unless `options.export` is off); returns the summary
         (paths, steps, scores)."""
-        self._after(self.prepare, self.build, self.fit, self.average, self.test)
-        if self.options.export:
-            self._after(self.export)
+        stages = (self.prepare, self.build, self.fit, self.average, self.test,
+                  *((self.export,) if self.options.export else ()))
+        for next_stage in self._pending(*stages):
+            next_stage()
         return self.summary
 
 

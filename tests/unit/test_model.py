@@ -198,7 +198,8 @@ def test_logits_at_positions_equal_the_full_logits_there(rng):
     source, target = random_ids(rng, (3, 6)), random_ids(rng, (3, 5))
     positions = np.array([[0, 0], [0, 4], [2, 1], [1, 3]], dtype=np.int64)
     full = model((source, target)).numpy()
-    at_positions = packed.logit_factors(model, source, target, positions).logits.numpy()
+    at_positions = model((source, target), **packed.call_arguments(
+        model, (source, target), positions)).logits.numpy()
     np.testing.assert_allclose(at_positions, full[positions[:, 0], positions[:, 1]], atol=1e-5)
 
 
@@ -220,7 +221,8 @@ def test_packed_layers_equal_padded_layers_in_value_and_gradient(rng, precision,
         return logits.numpy(), tape.gradient(loss, model.trainable_variables)
 
     def packed_model(inputs, training=False):
-        return packed.logit_factors(model, *inputs, positions, training=training).logits
+        return model(inputs, training=training,
+                     **packed.call_arguments(model, inputs, positions)).logits
 
     padded = logits_and_gradients(model, lambda x: tf.gather_nd(x, positions))
     on_tokens = logits_and_gradients(packed_model, lambda x: x)
@@ -295,7 +297,8 @@ def test_training_differentiates_the_loss_through_the_logit_factors(rng, variant
             with tf.GradientTape() as tape:
                 if kernel_set == "fast":
                     x, y, weights, positions = model._at_target_tokens(data)
-                    factors = packed.logit_factors(model, *x, positions, training=True)
+                    factors = model(x, training=True,
+                                    **packed.call_arguments(model, x, positions))
                     value = model._loss(x, y, factors.logits, factors, weights,
                                         training=True)
                 else:
