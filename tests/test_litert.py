@@ -14,7 +14,7 @@ from helpers import final_json, random_run, random_two_language_run, text_lines
 from keras_transformer.data import read_parallel, write_demo_corpus
 from keras_transformer.decoding.alignment import ALIGNMENT_FILE, AlignmentHeads
 from keras_transformer.decoding.transformer_search import greedy_decode
-from keras_transformer.decoding.translator import IntoLanguage, Translator
+from keras_transformer.decoding.translator import IntoLanguage, TranslationModule
 from keras_transformer.evaluation import corpus_scores
 from keras_transformer.serving.litert_export import LITERT_FILE, MANIFEST_FILE
 from keras_transformer.serving.loading import load_export
@@ -279,8 +279,9 @@ def test_what_a_litert_export_cannot_hold_is_refused_by_name(exported, tmp_path,
 @pytest.mark.slow
 def test_a_model_of_several_languages_translates_into_the_one_asked(tmp_path):
     """The source placement: the language's token first in the source, as the SavedModel and
-    the Python `Translator` read it; each language's translations are the `Translator`'s, an
-    empty line's empty, and so are the alignments (the token one of the source pieces)."""
+    the Python `TranslationModule` read it; each language's translations are the
+    `TranslationModule`'s, an empty line's empty, and so are the alignments (the token one of the
+    source pieces)."""
     run, texts = random_two_language_run(tmp_path)
     assert export.main([str(run.root), "--name", "lite", "--base-dir", str(tmp_path / "out"),
                         "--format", "litert"]) == 0
@@ -309,7 +310,7 @@ def test_an_imported_nllb_or_m2m_100_model_translates_as_its_savedmodel(style, p
     each translation, the source language's first in each source. On random sentences,
     translated in batches of sources of many lengths: the beam's n-best translations and scores
     of the LiteRT export (float32) are the SavedModel's; the greedy signature's ids are the
-    greedy search's of the run's `Translator` (the SavedModel's graph), into each of two
+    greedy search's of the run's `TranslationModule` (the SavedModel's graph), into each of two
     languages (the token is read: the translations differ); the `alignment` signature's
     records are the SavedModel's (the forced token aligned, then left out)."""
     from m2m_100_models import M2MVariant, training_sentences, write_m2m_100_folder
@@ -324,7 +325,7 @@ def test_an_imported_nllb_or_m2m_100_model_translates_as_its_savedmodel(style, p
     sources = training_sentences(40, seed=11)[0]
     texts = [text.encode() for text in sources]
     loaded = load_run(run)
-    greedy = Translator(loaded.model, loaded.tokenizer, kt.SearchSettings(
+    greedy = TranslationModule(loaded.model, loaded.tokenizer, kt.SearchSettings(
         beam_size=1, max_decode_extra=6), languages=loaded.languages)
     interpreter = litert.Interpreter(model_path=str(tmp_path / "out" / "lite" / "1" / LITERT_FILE))
     best = {}

@@ -132,10 +132,10 @@ def test_the_translators_confidence_is_bergamots_of_the_translations_own_tokens(
     normalized they give its score), the words and their scores Bergamot's of those tokens
     (`confidence` on the translation's pieces), the sentence the mean of its words'."""
     from keras_transformer.decoding.confidence import confidence
-    from keras_transformer.decoding.translator import Translator
+    from keras_transformer.decoding.translator import TranslationModule
 
     loaded = load_run(scored_run["run"])
-    translator = Translator(loaded.model, loaded.tokenizer,
+    translator = TranslationModule(loaded.model, loaded.tokenizer,
                             kt.SearchSettings(beam_size=1, max_decode_extra=6))
     texts = scored_run["sources"][:10] + [""]
     out = translator.translate_with_scores(tf.constant(texts))

@@ -5,7 +5,7 @@ scoring on the searches' scale.
 `beam_search(model, source_ids, ...)`, `greedy_decode(model, ...)` and `sample(model, ...)`
 are one graph each;
 `run_search(model, source_ids, settings)` builds the search `settings` ask for inside a
-caller's `tf.function` (the exported `Translator`'s). Each takes one `Transformer` or an
+caller's `tf.function` (the exported `TranslationModule`'s). Each takes one `Transformer` or an
 ensemble: a sequence of them over the same vocabulary, whose probabilities the search averages
 (`search.ensemble`). The step function the search runs is `cached_step`'s, the model's
 `decode_step` with its key/value cache, or with `use_cache=False` its reference

@@ -1,7 +1,7 @@
 """Strings in, translations out: tokenizer, beam search and detokenizer in one graph.
 
-A `Translator` is the module that `keras_transformer.serving.export` saves; in-process it gives the
-exported model's exact outputs.
+A `TranslationModule` is the module that `keras_transformer.serving.export` saves; in-process it
+gives the exported model's exact outputs.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ TERMS = tf.TensorSpec([None], tf.string, name="terms")
 TERM_SEPARATOR = "\t"
 
 
-class Translator(tf.Module):
+class TranslationModule(tf.Module):
     """Translates with fixed `SearchSettings` (beam size 1 runs the greedy fast path): the
     module of graph signatures, tensors in and out, that an export saves and TF Serving runs
     (`serving.text_translation.LineTranslator` feeds it, or its SavedModel, lines of text).
@@ -126,7 +126,7 @@ class Translator(tf.Module):
                                             input_signature=[TEXT, *tokens], autograph=False)
         # The signatures: functions of this instance's bound methods. They hold the instance
         # (a method decorated in the class holds it by a weak reference only, so that
-        # `Translator(...).translate(text)` would find it gone).
+        # `TranslationModule(...).translate(text)` would find it gone).
         self.translate = _signature(self._translate, TEXT, *language)
         self.translate_nbest = _signature(self._translate_nbest, TEXT, *language)
         self.translate_with_alignment = _signature(self._translate_with_alignment, TEXT,
@@ -374,16 +374,16 @@ class Translator(tf.Module):
 
 
 class IntoLanguage:
-    """A `Translator` of several target languages (`Translator.languages`) asked for one,
-    `language`, in every call (and, of a model that reads the source language too,
-    `source_language`): the calls of a `Translator` of one (`translate`, `translate_ids`,
+    """A `TranslationModule` of several target languages (`TranslationModule.languages`) asked for
+    one, `language`, in every call (and, of a model that reads the source language too,
+    `source_language`): the calls of a `TranslationModule` of one (`translate`, `translate_ids`,
     `translate_nbest`, `translate_with_prefix`, `translate_with_terms`,
     `translate_with_scores`, `translate_with_alignment`), its `tokenizer`
     and `model`. The languages are checked by `asked_languages` (a `LanguageError` names one
     the model does not have, or one missing or not wanted); "" asks for none where the
     language is optional (`RunLanguages.optional`: the texts as they are)."""
 
-    def __init__(self, translator: Translator, language: str,
+    def __init__(self, translator: TranslationModule, language: str,
                  source_language: Optional[str] = None):
         asked = asked_languages(translator.languages, language, source_language)
         self.translator, self.language, self.source_language = (translator, asked.target,
@@ -391,31 +391,31 @@ class IntoLanguage:
         self.tokenizer, self.model = translator.tokenizer, translator.model
 
     def translate(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`Translator.translate` into the language."""
+        """`TranslationModule.translate` into the language."""
         return self.translator.translate(text, *self._languages(text))
 
     def translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`Translator.translate_ids` into the language."""
+        """`TranslationModule.translate_ids` into the language."""
         return self.translator.translate_ids(source_ids, *self._languages(source_ids))
 
     def translate_nbest(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`Translator.translate_nbest` into the language."""
+        """`TranslationModule.translate_nbest` into the language."""
         return self.translator.translate_nbest(text, *self._languages(text))
 
     def translate_with_prefix(self, text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`Translator.translate_with_prefix` into the language."""
+        """`TranslationModule.translate_with_prefix` into the language."""
         return self.translator.translate_with_prefix(text, prefix, *self._languages(text))
 
     def translate_with_terms(self, text: tf.Tensor, terms: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`Translator.translate_with_terms` into the language."""
+        """`TranslationModule.translate_with_terms` into the language."""
         return self.translator.translate_with_terms(text, terms, *self._languages(text))
 
     def translate_with_scores(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`Translator.translate_with_scores` into the language."""
+        """`TranslationModule.translate_with_scores` into the language."""
         return self.translator.translate_with_scores(text, *self._languages(text))
 
     def translate_with_alignment(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`Translator.translate_with_alignment` into the language."""
+        """`TranslationModule.translate_with_alignment` into the language."""
         return self.translator.translate_with_alignment(text, *self._languages(text))
 
     def _languages(self, rows: tf.Tensor) -> tuple[tf.Tensor, ...]:
@@ -441,9 +441,9 @@ def truncated_sources(tokenizer: SubwordTokenizer, texts: Sequence[bytes | str],
                       languages: Optional[RunLanguages] = None,
                       language: Optional[str] = None,
                       source_language: Optional[str] = None) -> list[int]:
-    """The indices of the `texts` that a `Translator` of a model of `max_length` cuts to
+    """The indices of the `texts` that a `TranslationModule` of a model of `max_length` cuts to
     their first `max_length - 1` subwords (the search's source holds those and EOS): the
-    texts of more pieces, counted as the `Translator` counts them, `batch_size` texts at a
+    texts of more pieces, counted as the `TranslationModule` counts them, `batch_size` texts at a
     time. Of a model of several target languages (`languages`) asked for `language`, with
     the "source" placement, the language token counts as a piece
     (`RunLanguages.with_source_tokens`), as does the token of `source_language` of a model that

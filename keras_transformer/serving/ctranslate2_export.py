@@ -27,7 +27,7 @@ recorded), passed as the model was trained: with the "source" placement as the f
 token (`translate_batch([["<2de>", "▁Hello", ...]])`), with "target" as the target prefix
 (`translate_batch([["▁Hello", ...]], target_prefix=[["<2de>"]])`), the token then leading
 each hypothesis, to be dropped. `CTranslate2Search(..., target_language="de")` does so,
-as our `Translator` does: the token asked for replaces one a source starts with, and an
+as our `TranslationModule` does: the token asked for replaces one a source starts with, and an
 imported model's optional language left out ("") leaves the sources as they are.
 
 The word alignment (`decoding.alignment`) is CTranslate2's `return_attention`: the decoder's

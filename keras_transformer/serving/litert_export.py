@@ -235,7 +235,7 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
     own_tokens = set(languages.token_ids.values()) if languages else set()
 
     def source_row(row: list[int]) -> list[int]:
-        """A nonempty source's ids as the model reads them (`Translator`'s `_source_ids`)."""
+        """A nonempty source's ids as the model reads them (`TranslationModule`'s `_source_ids`)."""
         if token is not None and not forced:  # in place of a token the text starts with
             row = ([token] + row[row[0] in own_tokens:])[:max_length - 1]
         if asked.source_id is not None:
@@ -299,7 +299,7 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
                               )[:, :targets.shape[1]]
 
     def translate_aligned(text: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`Translator.translate_with_alignment`'s outputs, the alignment the export's
+        """`TranslationModule.translate_with_alignment`'s outputs, the alignment the export's
         `alignment` signature gives of the best hypothesis."""
         pieces = text_pieces(tokenizer, tf.convert_to_tensor(text, tf.string))
         rows_searched, rows, ids, scores = searched(pieces.to_tensor(default_value=PAD_ID))
