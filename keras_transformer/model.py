@@ -38,7 +38,7 @@ class DecodingConstants(NamedTuple):
     cross_attention: each decoder layer's keys and values of the encoder output (heads first:
         a sentence's serve all its rows untiled).
     cross_mask: `[batch, 1, src_len]`, True on real source tokens.
-    positions: `[max_length, d_model]`, the target positional encodings.
+    positions: `[cache_length, d_model]`, the target positional encodings.
     output: the pre-softmax projection (of a shortlist's ids only, when given).
     never: `[n]` float32 added to the log-probabilities (`never_emitted`).
     unscored: optional `[n]` bool, True at the ids that only pad a shortlist to a static size.
@@ -57,9 +57,9 @@ class DecodingConstants(NamedTuple):
 class DecodingCache(NamedTuple):
     """What each step of a search writes (the search's loop state).
 
-    self_attention: each decoder layer's self-attention cache, `[max_length, rows, heads,
+    self_attention: each decoder layer's self-attention cache, `[cache_length, rows, heads,
         dim]` keys and values, position-major (`MultiHeadAttention.init_cache`).
-    ancestors: `[rows, max_length]` int32, the cache row holding each position of each row's
+    ancestors: `[rows, cache_length]` int32, the cache row holding each position of each row's
         history. A row writes its newest position into its own cache row; a beam search moving
         hypotheses moves their ancestors (`reorder`), never the caches.
     """
@@ -214,13 +214,14 @@ class Transformer(keras.Model):
                 "encoder_decoder": encoder_decoder}
 
     # ------------------------------------------------------------------ incremental decoding
-    def init_decoding(self, encoder_output, source_mask, rows_per_sentence: int, max_length,
+    def init_decoding(self, encoder_output, source_mask, rows_per_sentence: int, cache_length,
                       vocabulary_ids=None, unscored=None, static_shapes: bool = False
                       ) -> tuple["DecodingConstants", "DecodingCache"]:
         """What `decode_step` needs for `rows_per_sentence` hypotheses (rows) of each sentence (its
         beam, or its samples) of `encoder_output` `[batch, src_len, d_model]` (`source_mask`
-        `[batch, src_len]`, their padding mask, True on real tokens), at most `max_length` positions
-        (what the caches hold): the search's constants and the empty cache its steps write.
+        `[batch, src_len]`, their padding mask, True on real tokens), at most `cache_length`
+        positions (what the caches hold): the search's constants and the empty cache its steps
+        write.
 
         `vocabulary_ids`, optional `[n]`, are the ids the log-probabilities are computed for (a
         shortlist); `unscored`, optional `[n]` bool, is True at the ids of `vocabulary_ids` that
@@ -234,15 +235,15 @@ class Transformer(keras.Model):
             cross_attention=tuple(layer.cross_attention.project_key_value(encoder_output)
                                   for layer in self.decoder_layers),
             cross_mask=ops.expand_dims(source_mask, 1),
-            positions=self.target_positions.at(ops.arange(max_length)),
+            positions=self.target_positions.at(ops.arange(cache_length)),
             output=self.pre_softmax_projection(vocabulary_ids, rows_as_stored=static_shapes),
             never=never_emitted(vocabulary_ids, self.config.output_vocab_size),
             unscored=unscored, static_shapes=static_shapes)
         cache = DecodingCache(
             self_attention=tuple(layer.self_attention.init_cache(
-                rows, max_length, self.compute_dtype, static_shapes)
+                rows, cache_length, self.compute_dtype, static_shapes)
                 for layer in self.decoder_layers),
-            ancestors=tf.tile(tf.range(rows)[:, None], tf.stack([1, max_length])))
+            ancestors=tf.tile(tf.range(rows)[:, None], tf.stack([1, cache_length])))
         return constants, cache
 
     def decode_step(self, token_ids, position, cache: "DecodingCache",
@@ -256,8 +257,8 @@ class Transformer(keras.Model):
         Each row writes this position into its own cache row and reads its history through
         its ancestors (`DecodingCache`)."""
         ancestors = cache.ancestors
-        rows, max_length = tf.shape(ancestors)[0], tf.shape(ancestors)[1]
-        ancestors = tf.where(tf.range(max_length) == position, tf.range(rows)[:, None],
+        rows, cache_length = tf.shape(ancestors)[0], tf.shape(ancestors)[1]
+        ancestors = tf.where(tf.range(cache_length) == position, tf.range(rows)[:, None],
                              ancestors)
         index = cache_index(ancestors, position, self.config.num_heads, constants.static_shapes)
         x = self.embed(token_ids, "target", training=False,

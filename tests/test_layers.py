@@ -103,20 +103,20 @@ def test_caches_never_reordered_give_each_hypothesis_its_history(rng, static_sha
     """Five steps of a beam search over 4 rows, each step's hypotheses extending random
     parents, the caches written at each position and only the ancestors reordered: each row
     reads, at positions 0 .. step, what its line of ancestors wrote."""
-    rows, heads, max_len, dim = 4, 2, 5, 3
-    updates = rng.normal(size=(max_len, rows, heads * dim)).astype("float32")
-    parents = rng.integers(0, rows, size=(max_len, rows)).astype("int32")
+    rows, heads, cache_length, dim = 4, 2, 5, 3
+    updates = rng.normal(size=(cache_length, rows, heads * dim)).astype("float32")
+    parents = rng.integers(0, rows, size=(cache_length, rows)).astype("int32")
     attention = MultiHeadAttention(num_heads=heads, key_dim=dim)
 
     @tf.function
     def search():
-        buffer = attention.init_cache(rows, max_len, "float32", static_shapes).key
-        ancestors = tf.tile(tf.range(rows)[:, None], [1, max_len])
+        buffer = attention.init_cache(rows, cache_length, "float32", static_shapes).key
+        ancestors = tf.tile(tf.range(rows)[:, None], [1, cache_length])
         seen = []
-        for step in range(max_len):
+        for step in range(cache_length):
             if step:
                 ancestors = tf.gather(ancestors, parents[step])
-            ancestors = tf.where(tf.range(max_len) == step, tf.range(rows)[:, None], ancestors)
+            ancestors = tf.where(tf.range(cache_length) == step, tf.range(rows)[:, None], ancestors)
             buffer = write_position(buffer, updates[step], tf.constant(step),
                                     in_place=not static_shapes)
             seen.append(read_history(buffer, history_slots(ancestors, step + 1, heads)))

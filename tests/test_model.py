@@ -183,7 +183,7 @@ def test_decode_step_matches_teacher_forced_decoder(rng, precision, variant):
     target = random_ids(rng, (2, 6))
     full = tf.nn.log_softmax(model((source, target))).numpy()
     constants, cache = model.init_decoding(model.encode(source), source != 0,
-                                           rows_per_sentence=1, max_length=8)
+                                           rows_per_sentence=1, cache_length=8)
     emitted = np.ones(full.shape[-1], bool)
     emitted[[kt.PAD_ID, kt.BOS_ID]] = False
     for step in range(6):

@@ -232,7 +232,7 @@ def cached_step(model: Transformer, source_ids: tf.Tensor, rows_per_sentence: in
     """
     constants, cache = model.init_decoding(
         model.encode(source_ids, training=False), source_padding_mask(source_ids),
-        rows_per_sentence=rows_per_sentence, max_length=buffer_length,
+        rows_per_sentence=rows_per_sentence, cache_length=buffer_length,
         vocabulary_ids=vocabulary_ids, unscored=unscored, static_shapes=static_shapes)
     return functools.partial(model.decode_step, constants=constants), cache, DecodingCache.reorder
 

@@ -1,7 +1,7 @@
 """Multi-head scaled dot-product attention (section 3.2, eq. (1)) with a key/value cache for
 incremental decoding.
 
-The cache of a decoding step is position-major, `[max_length, rows, heads, dim]`: a step writes
+The cache of a decoding step is position-major, `[cache_length, rows, heads, dim]`: a step writes
 the keys and values of its position for every row in place, as one block, and no search ever
 reorders it. A row reads its history through its `ancestors` (`history_slots`): the cache row
 that holds each of its positions, shared with the hypotheses it extends.
@@ -69,9 +69,9 @@ def tokens_first(heads):
 
 def history_slots(ancestors: tf.Tensor, length, heads: int) -> tf.Tensor:
     """Where each row's keys (or values) lie in a position-major cache (`init_cache`) viewed as
-    `[max_length * rows * heads, dim]`: `[rows, heads, length]` indices of positions
+    `[cache_length * rows * heads, dim]`: `[rows, heads, length]` indices of positions
     `0 .. length - 1` (`length` a scalar, `heads` the attention heads), position `j` of row `r`
-    in cache row `ancestors[r, j]` (`ancestors`: `[rows, max_length]` int32, the cache row
+    in cache row `ancestors[r, j]` (`ancestors`: `[rows, cache_length]` int32, the cache row
     holding each position of a row). The indices are the same for every layer's keys and values."""
     rows = tf.shape(ancestors)[0]
     positions = tf.range(length)
@@ -83,7 +83,7 @@ def history_slots(ancestors: tf.Tensor, length, heads: int) -> tf.Tensor:
 
 def write_position(buffer: tf.Tensor, update: tf.Tensor, position, in_place: bool
                    ) -> tf.Tensor:
-    """The position-major `buffer` `[max_length, rows, heads, dim]` with `update`
+    """The position-major `buffer` `[cache_length, rows, heads, dim]` with `update`
     `[rows, heads * dim]` written at `position` of every row: `in_place` with `InplaceUpdate`
     (graphs; the search holds the buffer alone), else as a dynamic update slice
     (`compat.write_first_axis_block`: what XLA compiles and runs in place, and the LiteRT
@@ -104,7 +104,7 @@ def read_history(buffer: tf.Tensor, slots: tf.Tensor) -> tf.Tensor:
 class KeyValues(NamedTuple):
     """An attention's keys and values, in one of two layouts: heads first, `[batch, heads,
     len, dim]`, as `MultiHeadAttention.project_key_value` projects a sentence once (the encoder
-    output, for every decoding step); or position-major, `[max_length, rows, heads, dim]`, as
+    output, for every decoding step); or position-major, `[cache_length, rows, heads, dim]`, as
     a self-attention cache (`MultiHeadAttention.init_cache`) written one position a step."""
 
     key: tf.Tensor
@@ -119,7 +119,7 @@ class CacheIndex(NamedTuple):
     slots: `[rows, heads, length]` (`history_slots`), where each row's positions
         `0 .. length - 1` lie in the cache.
     written: None when `length` is `position + 1` (the cache then written in place); with
-        static shapes (what XLA compiles: every position read) `[1, 1, max_length]`, True up
+        static shapes (what XLA compiles: every position read) `[1, 1, cache_length]`, True up
         to `position`, the later positions masked.
     """
 
@@ -130,14 +130,14 @@ class CacheIndex(NamedTuple):
 
 def cache_index(ancestors: tf.Tensor, position, heads: int, static_shapes: bool) -> CacheIndex:
     """The `CacheIndex` of a step at `position`, each row's history in `ancestors` `[rows,
-    max_length]` (the cache row holding each of its positions, `position` included);
+    cache_length]` (the cache row holding each of its positions, `position` included);
     `static_shapes`: every position read and the unwritten ones masked (XLA's fixed sizes)."""
     position = tf.convert_to_tensor(position, tf.int32)
     if not static_shapes:
         return CacheIndex(position, history_slots(ancestors, position + 1, heads), None)
-    max_length = tf.shape(ancestors)[1]
-    return CacheIndex(position, history_slots(ancestors, max_length, heads),
-                      (tf.range(max_length) <= position)[None, None])
+    cache_length = tf.shape(ancestors)[1]
+    return CacheIndex(position, history_slots(ancestors, cache_length, heads),
+                      (tf.range(cache_length) <= position)[None, None])
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -225,13 +225,13 @@ class MultiHeadAttention(keras.layers.Layer):
         return KeyValues(heads_first(self.key_dense(key_value)),
                          heads_first(self.value_dense(key_value)))
 
-    def init_cache(self, rows, max_length, dtype, static_shapes: bool = False) -> KeyValues:
-        """An empty self-attention cache: keys and values `[max_length, rows, heads, dim]`,
+    def init_cache(self, rows, cache_length, dtype, static_shapes: bool = False) -> KeyValues:
+        """An empty self-attention cache: keys and values `[cache_length, rows, heads, dim]`,
         position-major. Zeros from `Empty` (stateful: never folded into a graph constant that
         in-place writes would then change across runs), or, with `static_shapes` (what XLA
         compiles, where `Empty` does not exist), `zeros`."""
         def buffer(dim):
-            shape = tf.stack([max_length, rows, self.num_heads, dim])
+            shape = tf.stack([cache_length, rows, self.num_heads, dim])
             if static_shapes:
                 return tf.zeros(shape, dtype)
             return tf.raw_ops.Empty(shape=shape, dtype=dtype, init=True)
