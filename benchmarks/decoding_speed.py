@@ -125,8 +125,8 @@ def source_ids(path: str, tokenizer, count: int, source_tokens: int) -> np.ndarr
 
     with open(path, encoding="utf-8") as handle:
         lines = [line.strip() for line in handle if line.strip()]
-    pieces = tokenizer.tokenize(tf.constant(lines))
-    long_enough = [row[:source_tokens - 1] for row in pieces.to_list()
+    piece_ids = tokenizer.tokenize(tf.constant(lines))
+    long_enough = [row[:source_tokens - 1] for row in piece_ids.to_list()
                    if len(row) >= source_tokens - 1]
     if len(long_enough) < count:
         raise ValueError(f"--data: only {len(long_enough)} sentences have "

@@ -201,8 +201,8 @@ def test_random_models_at_alpha_0_greedy_equal_beam_differs_only_by_normalizatio
     stopping rule); its scores are our model's log-probabilities so renormalized."""
     model = kt.Transformer(kt.TransformerConfig.preset(
         "tiny", vocab_size=tokenizer.vocab_size, max_length=40, dropout=0.0))
-    pieces = tokenizer.tokenize(tf.constant(demo_train[0][:40])).to_list()
-    sources = np.array([row[:SOURCE_LENGTH] for row in pieces
+    piece_ids = tokenizer.tokenize(tf.constant(demo_train[0][:40])).to_list()
+    sources = np.array([row[:SOURCE_LENGTH] for row in piece_ids
                         if len(row) >= SOURCE_LENGTH][:SENTENCES_PER_MODEL], np.int32)
     assert len(sources) == SENTENCES_PER_MODEL
     searches = {"greedy": SearchSettings(beam_size=1, length_penalty=0.0, max_decode_extra=6),

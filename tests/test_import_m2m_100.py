@@ -345,14 +345,14 @@ def test_kt_score_reads_both_languages_as_nllb_lays_out_a_pair(nllb, tmp_path, c
     model, tokenizer = load_run_model(run)
     codes = RunDir(run).languages().token_ids
     for row, (text, translation) in enumerate(zip(sources, targets)):
-        pieces = tokenizer.tokenize_target(tf.constant([translation])).to_list()[0]
+        piece_ids = tokenizer.tokenize_target(tf.constant([translation])).to_list()[0]
         source_ids = [codes["eng_Latn"], *tokenizer.tokenize(tf.constant([text])).to_list()[0],
                       EOS_ID]
         log_probs = token_log_probs(model, tf.constant([source_ids]),
-                                    tf.constant([[codes["fra_Latn"], *pieces, EOS_ID]]))
+                                    tf.constant([[codes["fra_Latn"], *piece_ids, EOS_ID]]))
         record = records["fra_Latn"][row]
         assert [piece for piece, _ in record["tokens"]] == [
-            *tokenizer.id_to_piece(pieces), "</s>"]
+            *tokenizer.id_to_piece(piece_ids), "</s>"]
         np.testing.assert_allclose([value for _, value in record["tokens"]],
                                    log_probs.numpy()[0, 1:], atol=1e-4)
         assert record["tokens"] != records["deu_Latn"][row]["tokens"]

@@ -56,8 +56,8 @@ def test_litert_searches_equal_the_savedmodel_and_the_python_search(exported):
     translates in the batch exactly as alone; the model loads with builtin kernels alone (no
     Flex delegate, no custom op) and runs there too."""
     loaded = load_run(exported["run"])
-    pieces = loaded.tokenizer.tokenize(tf.constant(exported["sources"]))
-    batch = tf.concat([pieces, tf.fill([pieces.nrows(), 1], kt.EOS_ID)], axis=1).to_tensor()
+    piece_ids = loaded.tokenizer.tokenize(tf.constant(exported["sources"]))
+    batch = tf.concat([piece_ids, tf.fill([piece_ids.nrows(), 1], kt.EOS_ID)], axis=1).to_tensor()
     served = tf.saved_model.load(str(exported["saved"])).signatures["translate_ids"](
         source_ids=batch)
     greedy_ids = greedy_decode(loaded.model, batch, max_decode_extra=6).ids.numpy()
@@ -67,7 +67,7 @@ def test_litert_searches_equal_the_savedmodel_and_the_python_search(exported):
         experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
     assert sorted(xnnpack.get_signature_list()) == sorted(builtin.get_signature_list()) == [
         "alignment", "beam", "greedy"]
-    assert len(set(pieces.row_lengths().numpy().tolist())) > 5  # rows of many lengths
+    assert len(set(piece_ids.row_lengths().numpy().tolist())) > 5  # rows of many lengths
     beam = xnnpack.get_signature_runner("beam")(source_ids=batch.numpy())
     greedy = xnnpack.get_signature_runner("greedy")(source_ids=batch.numpy())
 
@@ -339,18 +339,18 @@ def test_an_imported_nllb_or_m2m_100_model_translates_as_its_savedmodel(style, p
                                    [[score for _, score in row] for row in saved], atol=1e-4)
         best[target] = [row[0][0] for row in lite]
         assert alignment_records(ours, texts[:40]) == alignment_records(theirs, texts[:40])
-        pieces = loaded.tokenizer.tokenize(tf.constant(sources))
+        piece_ids = loaded.tokenizer.tokenize(tf.constant(sources))
         languages = loaded.languages.token_ids
-        rows = tf.concat([tf.fill([len(sources), 1], languages[source]), pieces,
+        rows = tf.concat([tf.fill([len(sources), 1], languages[source]), piece_ids,
                           tf.fill([len(sources), 1], kt.EOS_ID)], axis=1).to_tensor()
         found = interpreter.get_signature_runner("greedy")(
             source_ids=rows.numpy(),
             target_tokens=np.full([len(sources)], languages[target], np.int32))["ids"][:, 0]
         expected = IntoLanguage(greedy, target, source).translate_ids(
-            pieces.to_tensor())["ids"].numpy()
+            piece_ids.to_tensor())["ids"].numpy()
         width = max(found.shape[1], expected.shape[1])
         np.testing.assert_array_equal(np.pad(found, [(0, 0), (0, width - found.shape[1])]),
                                       np.pad(expected, [(0, 0), (0, width - expected.shape[1])]))
-    assert len(set(pieces.row_lengths().numpy().tolist())) > 3  # rows of many lengths
+    assert len(set(piece_ids.row_lengths().numpy().tolist())) > 3  # rows of many lengths
     first, second = (best[target] for _, target in pairs)
     assert sum(a != b for a, b in zip(first, second)) > len(texts) // 2

@@ -54,7 +54,7 @@ from keras_transformer.config import CTRANSLATE2_QUANTIZATIONS
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings, TransformerConfig
 from keras_transformer.data.languages import RunLanguages, asked_languages
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
-from keras_transformer.data.tokenizer import SubwordTokenizer, model_input_ids, text_pieces
+from keras_transformer.data.tokenizer import SubwordTokenizer, model_input_ids, text_piece_ids
 from keras_transformer.decoding.alignment import AlignmentHeads
 from keras_transformer.model import Transformer
 
@@ -478,7 +478,7 @@ class CTranslate2Search:
                 "score": tf.constant([scores[0] for _, scores in found], tf.float32)}
 
     def _tokenized(self, text: tf.Tensor, target: bool = False) -> tf.Tensor:
-        return text_pieces(self.tokenizer, text, target).to_tensor(default_value=PAD_ID)
+        return text_piece_ids(self.tokenizer, text, target).to_tensor(default_value=PAD_ID)
 
 
 def _attended(rows: list[list[float]]) -> list[int]:

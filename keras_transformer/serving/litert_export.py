@@ -22,7 +22,7 @@ from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SearchSetti
 from keras_transformer.data.languages import RunLanguages, asked_languages
 from keras_transformer.data.sentencepiece_pair import (PAIR_FILENAMES, SentencePiecePair,
                                                        Tokenizer, load_tokenizer)
-from keras_transformer.data.tokenizer import MODEL_FILENAME, model_input_ids, text_pieces
+from keras_transformer.data.tokenizer import MODEL_FILENAME, model_input_ids, text_piece_ids
 from keras_transformer.decoding.alignment import AlignmentHeads, attention_alignment
 from keras_transformer.decoding.transformer_search import run_search
 from keras_transformer.model import Transformer
@@ -279,8 +279,8 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
                 "nbest_ids": tf.constant(ids), "nbest_scores": tf.constant(scores)}
 
     def translate_text(text: tf.Tensor) -> dict[str, tf.Tensor]:
-        pieces = text_pieces(tokenizer, tf.convert_to_tensor(text, tf.string))
-        best = translate_ids(pieces.to_tensor(default_value=PAD_ID))
+        piece_ids = text_piece_ids(tokenizer, tf.convert_to_tensor(text, tf.string))
+        best = translate_ids(piece_ids.to_tensor(default_value=PAD_ID))
         return {"translation": tokenizer.detokenize(best["ids"]), "score": best["score"]}
 
     def aligned(rows: list[list[int]], targets: np.ndarray) -> np.ndarray:
@@ -301,8 +301,8 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
     def translate_aligned(text: tf.Tensor) -> dict[str, tf.Tensor]:
         """`TranslationModule.translate_with_alignment`'s outputs, the alignment the export's
         `alignment` signature gives of the best hypothesis."""
-        pieces = text_pieces(tokenizer, tf.convert_to_tensor(text, tf.string))
-        rows_searched, rows, ids, scores = searched(pieces.to_tensor(default_value=PAD_ID))
+        piece_ids = text_piece_ids(tokenizer, tf.convert_to_tensor(text, tf.string))
+        rows_searched, rows, ids, scores = searched(piece_ids.to_tensor(default_value=PAD_ID))
         best = ids[:, 0]
         found = np.full(best.shape, -1, np.int32)
         sources = np.full([len(best), max(map(len, rows), default=1)], PAD_ID, np.int32)

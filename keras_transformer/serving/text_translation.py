@@ -17,7 +17,7 @@ import tensorflow as tf
 from keras_transformer.data.text_files import line_list
 from keras_transformer.data.sentencepiece_pair import load_tokenizer
 from keras_transformer.data.tokenizer import (SubwordTokenizer, native_info_lines_hidden,
-                                              text_pieces)
+                                              text_piece_ids)
 from keras_transformer.decoding.translator import (TERM_SEPARATOR, IntoLanguage, TranslationModule,
                                                   truncated_sources)
 from keras_transformer.config import PAD_ID
@@ -239,7 +239,7 @@ class LineTranslator:
         if not 1 <= k <= self.beam_size:
             raise ValueError(f"--nbest: {k} is not between 1 and the beam size "
                              f"{self.beam_size}")
-        ids = text_pieces(self.tokenizer, tf.constant(searched(texts), tf.string)).to_tensor(
+        ids = text_piece_ids(self.tokenizer, tf.constant(searched(texts), tf.string)).to_tensor(
             default_value=PAD_ID)
         if ids.shape[1] == 0:  # every text empty
             ids = tf.fill([len(texts), 1], PAD_ID)
