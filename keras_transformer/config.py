@@ -3,7 +3,7 @@ builds and saves with it), how it is trained (`TrainingSettings`, section 5), ho
 searched (`SearchSettings`, section 6.1), the three together (`Recipe`), and the named recipes
 (`PRESETS`: the paper's models, every Table 3 row as overrides, CPU-sized ones); the
 reserved token ids every vocabulary, model, loss and search shares; and the named choices the
-command lines offer (precision policies, kernel sets, quantizations, ...). It imports nothing
+command lines offer (precision policies, implementations, quantizations, ...). It imports nothing
 heavy: a command's `--help` reads it without TensorFlow.
 """
 from __future__ import annotations
@@ -29,12 +29,12 @@ loss-scale-like care; float16 does not."""
 
 FAST = "fast"
 REFERENCE = "reference"
-KERNEL_SETS = (FAST, REFERENCE)
-"""The kernel sets: the core's references and the `fast` subpackage's twins."""
-KERNEL_CHOICES = ("auto", *KERNEL_SETS)
+IMPLEMENTATIONS = (FAST, REFERENCE)
+"""The implementations: the core's references and the `fast` subpackage's twins."""
+IMPLEMENTATION_CHOICES = ("auto", *IMPLEMENTATIONS)
 """kt-train's `--kernels`: a set, or `auto` (measured on the machine)."""
-KERNELS_VARIABLE = "KT_KERNELS"
-"""The environment variable that chooses the kernel set."""
+IMPLEMENTATION_VARIABLE = "KT_KERNELS"
+"""The environment variable that chooses the implementation."""
 
 CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float32")
 """How a CTranslate2 export stores its weights (CTranslate2's names)."""

@@ -204,13 +204,13 @@ def test_cached_step_equals_the_recomputed_step_at_every_position(number, dtype,
 
 
 def test_the_decoding_step_runs_the_same_ops_under_either_kernel_set():
-    """The kernel sets differ in training only: the search's loop (the cached step, the decoder
+    """The implementations differ in training only: the search's loop (the cached step, the decoder
     layers' own `call`) holds the same ops whichever set is in force (`hooks.references`), for
     a model with every norm a step can have."""
     model = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=40, **STEP_VARIANTS[2]))
 
-    def loop_ops(kernel_set: str) -> list[tuple[str, int]]:
-        with fast.kernels_scope(kernel_set):
+    def loop_ops(implementation: str) -> list[tuple[str, int]]:
+        with fast.implementation_scope(implementation):
             graph = tf.function(run_search, autograph=False).get_concrete_function(
                 model, tf.TensorSpec([None, None], tf.int32), kt.SearchSettings(3)).graph
         counts: dict[str, int] = {}

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.fast import KERNEL_SETS, kernels_scope
+from keras_transformer.fast import IMPLEMENTATIONS, implementation_scope
 from keras_transformer.layers import (DecoderLayer, EncoderLayer, LearnedPositionalEmbedding,
                                       MultiHeadAttention, PositionwiseFeedForward, ResidualNorm,
                                       ScaledEmbedding, SinusoidalPositionalEncoding,
@@ -395,10 +395,10 @@ def test_heads_dense_lora_adds_the_adapters_product_to_the_flat_kernel(input_sha
         "bias", "lora_kernel_a", "lora_kernel_b"]
 
 
-@pytest.mark.parametrize("kernel_set", KERNEL_SETS)
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize("activation", [None, "relu"])
-def test_heads_dense_lora_gradients_are_the_formula_s(kernel_set, activation):
-    """Through either kernel set's `linear` (ReLU fused or not), the adapters' gradients are
+def test_heads_dense_lora_gradients_are_the_formula_s(implementation, activation):
+    """Through either implementation's `linear` (ReLU fused or not), the adapters' gradients are
     those of `f(x (K + s A B) + b)` written out."""
     layer, inputs = lora_heads_dense((2, 5, 3, 4), (6,), 2, activation)
     base = tf.reshape(next(weight for weight in layer.weights if weight.name == "kernel"),
@@ -410,7 +410,7 @@ def test_heads_dense_lora_gradients_are_the_formula_s(kernel_set, activation):
         return tf.reshape(tf.nn.relu(outputs) if activation else outputs, (2, 5, 6))
 
     adapters = [layer.lora_kernel_a, layer.lora_kernel_b]
-    with kernels_scope(kernel_set), tf.GradientTape(persistent=True) as tape:
+    with implementation_scope(implementation), tf.GradientTape(persistent=True) as tape:
         ours, expected = layer(inputs), formula(*adapters)
     np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)
     for got, want in zip(tape.gradient(ours, adapters, output_gradients=upstream),

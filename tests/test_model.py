@@ -243,7 +243,7 @@ def test_fit_rejects_labels_at_padded_target_inputs(rng):
     silently meaningless logit."""
     from keras_transformer.training.run import compiled_model
 
-    with fast.kernels_scope("fast"):
+    with fast.implementation_scope("fast"):
         model, _ = compiled_model(kt.Recipe.preset("tiny", vocab_size=60, num_layers=STEP_LAYERS))
         source, target_in = random_ids(rng, (2, 6)), random_ids(rng, (2, 5))
         target_out = random_ids(rng, (2, 5))
@@ -289,11 +289,11 @@ def test_training_differentiates_the_loss_through_the_logit_factors(rng, variant
     target_in[1:, 3:] = target_out[1:, 3:] = kt.PAD_ID
     data = (tf.constant(source), tf.constant(target_in)), tf.constant(target_out)
 
-    def traced_gradients(kernel_set):
+    def traced_gradients(implementation):
         @tf.function
         def gradients(data):
             with tf.GradientTape() as tape:
-                if kernel_set == "fast":
+                if implementation == "fast":
                     x, y, weights, positions = model._at_target_tokens(data)
                     factors = packed.logit_factors(model, *x, positions, training=True)
                     value = model._loss(x, y, factors.logits, factors, weights,
@@ -303,12 +303,12 @@ def test_training_differentiates_the_loss_through_the_logit_factors(rng, variant
                     value = model.compute_loss(x=x, y=y, y_pred=model(x, training=True))
             return tape.gradient(value, model.trainable_variables)
 
-        with fast.kernels_scope(kernel_set):
+        with fast.implementation_scope(implementation):
             return gradients(data), gradients.get_concrete_function(data).graph
 
     ours, fast_graph = traced_gradients("fast")
     reference, reference_graph = traced_gradients("reference")
-    with fast.kernels_scope("fast"):
+    with fast.implementation_scope("fast"):
         step_graph = tf.function(model.train_step).get_concrete_function(data).graph
     # An output bias is a term the factors do not carry: that loss runs on the logits.
     through_factors = model.output_bias is None

@@ -88,7 +88,7 @@ class TrainedRun(NamedTuple):
 # The steps and learning-rate scale each placement learns the three languages in with a wide
 # margin on any host, the test's 90 BLEU against the 100 reached, measured on a 2-core Intel Xeon
 # with AMX. "target": 600 steps at 0.25 reached test BLEU 100 on every pair in twelve runs (seeds
-# 0-2 in float32 and mixed_bfloat16 with both kernel sets), each at dev BLEU 100 on every pair
+# 0-2 in float32 and mixed_bfloat16 with both implementations), each at dev BLEU 100 on every pair
 # already at its halfway step 300, where 200 steps reached 93.3 on one pair (seed 0, float32,
 # fast kernels); 1,000 steps at 0.25 reached 100 in five runs. 200 steps at 0.4 learned on AMD
 # but not there (44.8 and 42.0 on en-rv, seeds 0 and 1), nor did 400 or 600 steps in every

@@ -191,7 +191,7 @@ def smoothed_cross_entropy_through_factors(y_true: tf.Tensor, factors: LogitFact
 def _cross_entropy(y_true: tf.Tensor, logits: tf.Tensor, statistics: LogitStatistics
                    ) -> tf.Tensor:
     """`metrics.token_cross_entropy` with the shared `statistics`' log-normalizer (whichever
-    kernel set is installed)."""
+    implementation is installed)."""
     return statistics.log_normalizer - tf.gather(logits, y_true, batch_dims=y_true.shape.rank)
 
 

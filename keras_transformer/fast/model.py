@@ -1,5 +1,5 @@
 """`FastTransformer`: the core `Transformer` with `fit`/`evaluate` steps that run the fast
-training path when the fast kernel set is active, and Keras's own steps otherwise."""
+training path when the fast implementation is active, and Keras's own steps otherwise."""
 from __future__ import annotations
 
 from typing import Optional
@@ -20,7 +20,7 @@ from keras_transformer.config import PAD_ID
 class FastTransformer(compat.LocalBatchSymbolicBuild, Transformer):
     """The `Transformer` (same layers, weights, config and inference) with faster training steps.
 
-    With the fast kernel set active, a step runs the layers on the real target tokens only
+    With the fast implementation active, a step runs the layers on the real target tokens only
     (`packed.logit_factors`; padded under XLA) and hands `LabelSmoothedCrossEntropy` the
     logits' factors, through which its gradient is written out; other losses, sample weights,
     `add_loss` terms and the metrics get the logits. With the reference set, the step is

@@ -71,8 +71,9 @@ def load_run(path: str | os.PathLike, weights: str | os.PathLike | None = None) 
     The model is a `Transformer` holding `weights` (a `.weights.h5` file of this run's model), by
     default the weights kt-train chose and evaluation and export use (`RunDir.default_weights`: as
     `result.json` records, the better on dev of the averaged and the final weights; else the
-    averaged, else the final weights, else the newest checkpoint). It runs under the kernel set in
-    force (`keras_transformer.fast.set_kernels`); the weights are the same under either.
+    averaged, else the final weights, else the newest checkpoint). It runs under the
+    implementation in force (`keras_transformer.fast.set_implementation`); the weights are the
+    same under either.
 
     A FileNotFoundError when `path` is not a run directory (no directory, no `config.json`, no
     vocabulary or no weights), or `weights` does not exist; a ValueError when a file cannot be read
