@@ -96,9 +96,9 @@ class Transformer(keras.Model):
             c.vocab_size, c.d_model, scaled=c.scale_embedding,
             name="shared_embedding" if c.share_embeddings else "source_embedding")
         self.target_embedding = (self.source_embedding if c.share_embeddings else ScaledEmbedding(
-            c.output_vocab_size, c.d_model, scaled=c.scale_embedding, name="target_embedding"))
+            c.target_vocab_size, c.d_model, scaled=c.scale_embedding, name="target_embedding"))
         self.output_projection = (None if c.tie_output else keras.layers.Dense(
-            c.output_vocab_size, use_bias=False, name="output_projection"))
+            c.target_vocab_size, use_bias=False, name="output_projection"))
         if c.positional == "sinusoidal":
             self.source_positions = SinusoidalPositionalEncoding(
                 c.sinusoid_layout, offset=c.position_offset, name="positional_encoding")
@@ -144,7 +144,7 @@ class Transformer(keras.Model):
             layer.build(hidden, hidden)
         if self.config.output_bias:
             self.output_bias = self.add_weight(name="output_bias",
-                                               shape=(self.config.output_vocab_size,),
+                                               shape=(self.config.target_vocab_size,),
                                                initializer="zeros", autocast=False)
         self.built = True
 
@@ -237,7 +237,7 @@ class Transformer(keras.Model):
             cross_mask=ops.expand_dims(source_mask, 1),
             positions=self.target_positions.at(ops.arange(cache_length)),
             output=self.pre_softmax_projection(vocabulary_ids, rows_as_stored=static_shapes),
-            never=never_emitted(vocabulary_ids, self.config.output_vocab_size),
+            never=never_emitted(vocabulary_ids, self.config.target_vocab_size),
             unscored=unscored, static_shapes=static_shapes)
         cache = DecodingCache(
             self_attention=tuple(layer.self_attention.init_cache(

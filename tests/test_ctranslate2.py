@@ -26,8 +26,8 @@ VARIANTS = {
     "pre_norm_learned_untied_separate": {"norm": "pre", "positional": "learned",
                                          "tie_output": False, "share_embeddings": False},
     "deep_encoder_shallow_decoder": {"num_encoder_layers": 3, "num_decoder_layers": 1},
-    "no_attention_bias_narrow_heads": {"attention_bias": False, "d_k": 8,
-                                       "d_v": 8},
+    "no_attention_bias_narrow_heads": {"attention_bias": False, "key_dim": 8,
+                                       "value_dim": 8},
     "gelu_embedding_norm_output_bias_halves": {"activation": "gelu", "embedding_norm": True,
                                                "output_bias": True,
                                                "sinusoid_layout": "halves"},
@@ -69,7 +69,8 @@ def perturbed_model(tokenizer, **overrides) -> kt.Transformer:
 def test_teacher_forced_log_probabilities_equal_ours(variant, tokenizer, tmp_path):
     model = perturbed_model(tokenizer, **VARIANTS[variant])
     if variant.endswith("narrow_heads") and not takes_head_dim():
-        with pytest.raises(ValueError, match="d_k: this CTranslate2 needs d_k x h = d_model"):
+        with pytest.raises(ValueError,
+                           match="key_dim: this CTranslate2 needs key_dim x h = d_model"):
             export_ctranslate2(model, tokenizer, tmp_path / "ct2", "float32")
         return
     directory = export_ctranslate2(model, tokenizer, tmp_path / "ct2", "float32")
@@ -286,8 +287,8 @@ def test_tokens_our_search_never_generates_or_ends_on_first_are_the_same(favoure
 
 
 def test_options_ctranslate2_cannot_express_are_named(tokenizer, tmp_path):
-    config = kt.TransformerConfig.preset("tiny", vocab_size=50, d_k=16, d_v=8)
-    with pytest.raises(ValueError, match="d_v: CTranslate2 needs d_v = d_k"):
+    config = kt.TransformerConfig.preset("tiny", vocab_size=50, key_dim=16, value_dim=8)
+    with pytest.raises(ValueError, match="value_dim: CTranslate2 needs value_dim = key_dim"):
         check_convertible(config)
     model = kt.Transformer(kt.TransformerConfig.preset(
         "tiny", vocab_size=tokenizer.vocab_size, share_embeddings=False, tie_output=False,

@@ -104,7 +104,7 @@ def test_members_must_share_vocabulary_and_length(models):
         beam_search([*models, shorter], SOURCES)
     wider = kt.Transformer(kt.TransformerConfig.preset(  # same source vocabulary, wider output
         "tiny", vocab_size=50, share_embeddings=False, tie_output=False, target_vocab_size=60))
-    with pytest.raises(ValueError, match="ensemble member 1: output_vocab_size=60"):
+    with pytest.raises(ValueError, match="ensemble member 1: target_vocab_size=60"):
         beam_search([models[0], wider], SOURCES)
 
 

@@ -16,7 +16,7 @@ from helpers import VARIANTS, assert_equal_to_rounding, random_ids, tiny_model
 def test_logits_shape(rng, variant):
     model = tiny_model(**VARIANTS[variant])
     logits = model((random_ids(rng, (2, 7)), random_ids(rng, (2, 5))), training=False)
-    assert logits.shape == (2, 5, model.config.output_vocab_size)
+    assert logits.shape == (2, 5, model.config.target_vocab_size)
 
 
 PRECISIONS = pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"], indirect=True)
@@ -211,7 +211,7 @@ def test_packed_layers_equal_padded_layers_in_value_and_gradient(rng, precision,
     source, target = random_ids(rng, (3, 7)), random_ids(rng, (3, 6))
     source[0, 4:] = source[2, 6:] = target[0, 3:] = target[1, 5:] = kt.PAD_ID
     positions = np.argwhere(target != kt.PAD_ID)
-    projection = rng.normal(size=(len(positions), model.config.output_vocab_size))
+    projection = rng.normal(size=(len(positions), model.config.target_vocab_size))
 
     def logits_and_gradients(forward, pick):
         with tf.GradientTape() as tape:

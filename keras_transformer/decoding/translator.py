@@ -105,11 +105,11 @@ class TranslationModule(tf.Module):
             raise ValueError(f"tokenizer: vocabulary of {tokenizer.vocab_size} ids, but the "
                              f"model expects vocab_size={config.vocab_size}")
         if shortlist is not None and (shortlist.vocab_size, shortlist.target_vocab_size) != (
-                config.vocab_size, config.output_vocab_size):
+                config.vocab_size, config.target_vocab_size):
             raise ValueError(f"shortlist: built for a vocabulary of {shortlist.vocab_size} "
                              f"source and {shortlist.target_vocab_size} target ids, but the "
                              f"model has vocab_size={config.vocab_size} and "
-                             f"{config.output_vocab_size} output ids")
+                             f"{config.target_vocab_size} output ids")
         self.shortlist = shortlist
         self.jit_compile = jit_compile
         self.languages = languages
@@ -217,7 +217,7 @@ class TranslationModule(tf.Module):
         phrases = tf.ragged.boolean_mask(phrases, tf.strings.length(tf.strings.strip(phrases)) > 0)
         piece_ids = model_input_ids(
             text_piece_ids(self.tokenizer, phrases.flat_values, target=True),
-            self.model.config.output_vocab_size, self.model.config.max_length)
+            self.model.config.target_vocab_size, self.model.config.max_length)
         constraints = tf.RaggedTensor.from_row_lengths(piece_ids, phrases.row_lengths())
         source = self._text_source(text, language_ids, source_language_ids)
         best = self._search(source, language_ids,
@@ -295,7 +295,7 @@ class TranslationModule(tf.Module):
                      if prefix is None else text_piece_ids(self.tokenizer, prefix, target=True))
         if into_target:
             piece_ids = _prepended(language_ids, piece_ids)
-        return model_input_ids(piece_ids, self.model.config.output_vocab_size,
+        return model_input_ids(piece_ids, self.model.config.target_vocab_size,
                                self.model.config.max_length).to_tensor(default_value=PAD_ID)
 
     def _text_source(self, text: tf.Tensor, language_ids: Optional[tf.Tensor],

@@ -76,8 +76,8 @@ def is_ctranslate2_model(path: str | os.PathLike) -> bool:
 def check_convertible(config: TransformerConfig) -> None:
     """A ValueError naming the first architecture option CTranslate2 cannot express."""
     if config.value_dim != config.key_dim:
-        raise ValueError(f"d_v: CTranslate2 needs d_v = d_k, got {config.value_dim} and "
-                         f"{config.key_dim}")
+        raise ValueError(f"value_dim: CTranslate2 needs value_dim = key_dim, got "
+                         f"{config.value_dim} and {config.key_dim}")
 
 
 class SpecConverter:
@@ -250,10 +250,10 @@ def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer,
                  else alignment.check(config))
     source_pieces, target_pieces = vocabulary_pieces(tokenizer)
     if (len(source_pieces), len(target_pieces)) != (config.vocab_size,
-                                                    config.output_vocab_size):
+                                                    config.target_vocab_size):
         raise ValueError(f"tokenizer: {len(source_pieces)} source and {len(target_pieces)} "
                          f"target pieces, but the model has vocab_size={config.vocab_size} and "
-                         f"{config.output_vocab_size} output ids")
+                         f"{config.target_vocab_size} output ids")
     options = {"pre_norm": config.norm == "pre", "layernorm_embedding": config.embedding_norm,
                "activation": common_spec.Activation[_ACTIVATIONS[config.activation]]}
     if config.key_dim * config.num_heads != config.d_model:
@@ -266,7 +266,7 @@ def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer,
                 alignment_layer=alignment.layer,
                 alignment_heads=len(alignment.heads or range(config.num_heads))))
     except TypeError:  # a CTranslate2 without head_dim
-        raise ValueError(f"d_k: this CTranslate2 needs d_k x h = d_model, got "
+        raise ValueError(f"key_dim: this CTranslate2 needs key_dim x h = d_model, got "
                          f"{config.key_dim} x {config.num_heads}") from None
     for path, value in heads_first(spec_weights(model), config, alignment).items():
         *parents, leaf = path.split(".")

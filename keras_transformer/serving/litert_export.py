@@ -158,7 +158,7 @@ def export_litert(model: Transformer, tokenizer: Tokenizer, directory: str | os.
                     "input": SIGNATURE_INPUT, "batch": source_length is None,
                     "special_ids": {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID},
                     "vocab_size": config.vocab_size,
-                    "output_vocab_size": config.output_vocab_size,
+                    "target_vocab_size": config.target_vocab_size,
                     "max_length": config.max_length, "source_length": source_length,
                     "search": dataclasses.asdict(settings),
                     "quantization": quantization, "tokenizer": tokenizer_files(tokenizer),

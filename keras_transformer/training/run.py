@@ -146,7 +146,7 @@ def hardware_choices(options: RunOptions, recipe: Recipe, recorded: dict,
         "precision": lambda: choose_precision(config.d_model, config.d_ff, probe_tokens),
         "kernels": lambda: choose_implementation(config.d_model, config.d_ff, config.num_heads,
                                           tokens=probe_tokens,
-                                          vocab_size=config.output_vocab_size),
+                                          vocab_size=config.target_vocab_size),
     }
     chief = is_chief(strategy)
     for name, probe in probes.items():
