@@ -13,7 +13,7 @@ from keras_transformer.layers import (DecoderLayer, EncoderLayer, HeadsDense, Ho
                                       SinusoidalPositionalEncoding)
 from keras_transformer.layers.attention import KeyValues, cache_index
 from keras_transformer.layers.encoder_decoder import TransformerBlock
-from keras_transformer.layers.dense import lora_settings
+from keras_transformer.layers.dense import lora_arguments
 from keras_transformer.optimization import with_loss_scaling
 
 
@@ -114,7 +114,7 @@ class Transformer(keras.Model):
         self.source_embedding_norm = embedding_norm("source_embedding_norm")
         self.target_embedding_norm = embedding_norm("target_embedding_norm")
         layer_args = {**{field: getattr(c, field) for field in TransformerBlock.FIELDS},
-                      **lora_settings(lora_rank, lora_alpha)}
+                      **lora_arguments(lora_rank, lora_alpha)}
         self.encoder_layers = [EncoderLayer(**layer_args, name=f"encoder_layer_{i}")
                                for i in range(c.encoder_depth)]
         self.decoder_layers = [DecoderLayer(**layer_args, name=f"decoder_layer_{i}")
@@ -401,7 +401,7 @@ class Transformer(keras.Model):
 
     def get_config(self) -> dict[str, Any]:
         return {"name": self.name, "config": self.config.to_dict(),
-                **lora_settings(self.lora_rank, self.lora_alpha)}
+                **lora_arguments(self.lora_rank, self.lora_alpha)}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "Transformer":

@@ -15,7 +15,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_transformer import compat
-from keras_transformer.layers.dense import HeadsDense, lora_settings
+from keras_transformer.layers.dense import HeadsDense, lora_arguments
 from keras_transformer.layers.residual import HookDropout
 
 # Added to the scores of masked keys. Finite (not -inf) so that a fully masked row yields finite
@@ -161,7 +161,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dim = value_dim or key_dim
         self.dropout = dropout
         self.use_bias = use_bias
-        self.lora = lora_settings(lora_rank, lora_alpha)  # the projections' LoRA adapters
+        self.lora = lora_arguments(lora_rank, lora_alpha)  # the projections' LoRA adapters
         self.dropout_layer = HookDropout(dropout)
 
     def build(self, query_shape, key_value_shape=None) -> None:

@@ -6,14 +6,14 @@ from typing import Callable, Optional, Sequence
 import keras
 
 from keras_transformer.layers.attention import CacheIndex, KeyValues, MultiHeadAttention
-from keras_transformer.layers.dense import lora_settings
+from keras_transformer.layers.dense import lora_arguments
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 from keras_transformer.layers.residual import ResidualNorm
 
 
 class TransformerBlock(keras.layers.Layer):
-    """Base of `EncoderLayer` and `DecoderLayer`: their settings and common sub-layers. The
-    settings are `TransformerConfig`'s fields of the same names (`FIELDS`), the model passes
+    """Base of `EncoderLayer` and `DecoderLayer`: their hyperparameters and common sub-layers. The
+    hyperparameters are `TransformerConfig`'s fields of the same names (`FIELDS`), the model passes
     them down as they are; the sub-layers take Keras's names (`use_bias`, `epsilon`)."""
 
     FIELDS = ("num_heads", "key_dim", "value_dim", "d_ff", "dropout", "attention_dropout",
@@ -25,12 +25,11 @@ class TransformerBlock(keras.layers.Layer):
                  layer_norm_epsilon: float = 1e-6, activation: str = "relu",
                  lora_rank: Optional[int] = None, lora_alpha: Optional[float] = None, **kwargs):
         super().__init__(**kwargs)
-        self.lora = lora_settings(lora_rank, lora_alpha)  # the projections' LoRA adapters
-        self.settings = dict(num_heads=num_heads, key_dim=key_dim, value_dim=value_dim,
-                             d_ff=d_ff, dropout=dropout, attention_dropout=attention_dropout,
-                             attention_bias=attention_bias, norm=norm,
-                             layer_norm_epsilon=layer_norm_epsilon, activation=activation,
-                             **self.lora)
+        self.lora = lora_arguments(lora_rank, lora_alpha)  # the projections' LoRA adapters
+        self.hyperparameters = dict(
+            num_heads=num_heads, key_dim=key_dim, value_dim=value_dim, d_ff=d_ff,
+            dropout=dropout, attention_dropout=attention_dropout, attention_bias=attention_bias,
+            norm=norm, layer_norm_epsilon=layer_norm_epsilon, activation=activation, **self.lora)
         self.self_attention = self.attention("self_attention")
         self.self_residual = self.residual("self_residual")
         self.feed_forward = PositionwiseFeedForward(d_ff, activation, **self.lora,
@@ -38,14 +37,14 @@ class TransformerBlock(keras.layers.Layer):
         self.feed_forward_residual = self.residual("feed_forward_residual")
 
     def attention(self, name: str) -> MultiHeadAttention:
-        s = self.settings
+        s = self.hyperparameters
         return MultiHeadAttention(s["num_heads"], s["key_dim"], s["value_dim"],
                                   dropout=s["attention_dropout"], use_bias=s["attention_bias"],
                                   **self.lora, name=name)
 
     def residual(self, name: str) -> ResidualNorm:
-        return ResidualNorm(self.settings["norm"], self.settings["dropout"],
-                            self.settings["layer_norm_epsilon"], name=name)
+        s = self.hyperparameters
+        return ResidualNorm(s["norm"], s["dropout"], s["layer_norm_epsilon"], name=name)
 
     def blocks(self, x, attentions: Sequence[Callable], training=None) -> tuple:
         """The layer's order of section 3.1, the one place it is written: each attention, then the
@@ -68,7 +67,7 @@ class TransformerBlock(keras.layers.Layer):
         return last(x, self.feed_forward(last.normalize_input(x)), training=training), tuple(kept)
 
     def get_config(self) -> dict:
-        return {**super().get_config(), **self.settings}
+        return {**super().get_config(), **self.hyperparameters}
 
     @classmethod
     def from_config(cls, config: dict) -> "TransformerBlock":
