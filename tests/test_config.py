@@ -235,8 +235,7 @@ def test_head_sizes_saved_under_their_earlier_names_load_with_the_same_outputs(t
     earlier = {("d_k" if key == "key_dim" else "d_v" if key == "value_dim" else key): value
                for key, value in recipe.to_dict().items()}
     assert kt.Recipe.from_saved(earlier) == recipe
-    assert kt.Recipe.preset("tiny", d_k=8, d_v=12) == kt.Recipe.preset("tiny", key_dim=8,
-                                                                     value_dim=12)
+    assert kt.Recipe.preset("tiny", **{"d_k": 8, "d_v": 12}) == recipe.replace(vocab_size=1000)
     with pytest.raises(ValueError, match="d_k: the earlier name of key_dim"):
         kt.TransformerConfig.from_dict({"d_k": 8, "key_dim": 8})
     derived = kt.TransformerConfig.preset("tiny")
