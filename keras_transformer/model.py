@@ -78,7 +78,7 @@ class Transformer(keras.Model):
 
     Ids are int32 with 0 as padding. `encode`/`decode` expose the two halves for inference,
     `decode_step` with `init_decoding` runs the decoder one position at a time, and
-    `attention_weights` returns every layer's and head's attention distributions. `fit` and
+    `attention_probabilities` returns every layer's and head's attention distributions. `fit` and
     `evaluate` run Keras's own steps (`keras_transformer.fast.FastTransformer` is this model
     with faster ones). `lora_rank=` (the adapters built with the model) or `enable_lora(rank)`
     (on a built model, e.g. after `load_weights`) fine-tunes low-rank adapters of the
@@ -204,7 +204,7 @@ class Transformer(keras.Model):
         logits = self.output_logits(x)
         return (logits, self_weights, cross_weights) if return_attention_scores else logits
 
-    def attention_weights(self, source_ids, target_input_ids) -> dict[str, list]:
+    def attention_probabilities(self, source_ids, target_input_ids) -> dict[str, list]:
         """Every layer's attention, each `[batch, heads, query_len, key_len]`, at inference."""
         encoder_output, encoder_self = self.encode(source_ids, return_attention_scores=True)
         _, decoder_self, encoder_decoder = self.decode(

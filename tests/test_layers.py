@@ -23,7 +23,7 @@ QUANTIZATION_API = pytest.mark.skipif(
     reason="this Keras has no keras.quantizers.QuantizationConfig")
 
 
-def test_attention_weights_sum_to_one_and_ignore_padded_keys(rng):
+def test_attention_probabilities_sum_to_one_and_ignore_padded_keys(rng):
     attention = MultiHeadAttention(num_heads=4, key_dim=8, value_dim=6)
     x = rng.normal(size=(2, 5, 16)).astype("float32")
     key_is_real = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=bool)

@@ -57,11 +57,11 @@ def test_padding_invariance(rng, precision, variant):
     assert_equal_to_rounding(batched[0, :3], alone[0], precision)
 
 
-def test_attention_weights_of_every_layer_and_head():
+def test_attention_probabilities_of_every_layer_and_head():
     model = tiny_model()
     source = np.array([[5, 6, 7, 3, 0, 0]], "int32")
     target = np.array([[2, 8, 9, 0]], "int32")
-    maps = model.attention_weights(source, target)
+    maps = model.attention_probabilities(source, target)
     heads, layers = model.config.num_heads, model.config.num_layers
     expected_shapes = {"encoder_self": (1, heads, 6, 6), "decoder_self": (1, heads, 4, 4),
                        "encoder_decoder": (1, heads, 4, 6)}

@@ -84,7 +84,7 @@ def teacher_forced_attention(model, source_ids: tf.Tensor, target_ids: tf.Tensor
     `target_ids` is predicted."""
     target_in = tf.concat([tf.fill([tf.shape(target_ids)[0], 1], BOS_ID), target_ids[:, :-1]],
                           axis=1)
-    return model.attention_weights(source_ids, target_in)["encoder_decoder"]
+    return model.attention_probabilities(source_ids, target_in)["encoder_decoder"]
 
 
 def heads_alignment(attention: tf.Tensor, target_ids: tf.Tensor,

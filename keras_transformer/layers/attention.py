@@ -19,7 +19,7 @@ from keras_transformer.layers.dense import HeadsDense, lora_arguments
 from keras_transformer.layers.residual import HookDropout
 
 # Added to the scores of masked keys. Finite (not -inf) so that a fully masked row yields finite
-# weights instead of NaN; the masked weights underflow to exactly 0 in float32 and bfloat16.
+# probabilities instead of NaN; the masked ones underflow to exactly 0 in float32 and bfloat16.
 MASK_PENALTY = -1e9
 
 
@@ -35,12 +35,12 @@ def scaled_dot_product_attention(query, keys, values, attention_mask=None,
                                  dropout: Optional[Callable] = None):
     """Eq. (1), for all heads at once: `Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V` of
     `query` `[batch, heads, query_len, d_k]`, `keys` `[batch, heads, key_len, d_k]` and `values`
-    `[batch, heads, key_len, d_v]`: the context `[batch, heads, query_len, d_v]` and the weights
-    `[batch, heads, query_len, key_len]` (the softmax runs in float32).
+    `[batch, heads, key_len, d_v]`: the context `[batch, heads, query_len, d_v]` and the
+    probabilities `[batch, heads, query_len, key_len]` (the softmax runs in float32).
 
     `attention_mask`, boolean, broadcastable to `[batch, query_len, key_len]`, is True where a query
     may attend; the others get `MASK_PENALTY` added to their scores. `dropout` is applied to the
-    attention weights (training).
+    attention probabilities (training).
 
     The queries are scaled rather than the scores (the same products, on fewer numbers). Heads
     first, the products are plain batched matmuls, faster on CPU than
@@ -52,9 +52,9 @@ def scaled_dot_product_attention(query, keys, values, attention_mask=None,
     if attention_mask is not None:
         scores = scores + attention_penalty(attention_mask, scores.dtype)
     # tf.nn.softmax: Keras' warns at every call over one key (the first decoding position).
-    weights = tf.nn.softmax(ops.cast(scores, "float32"), axis=-1)
-    dropped = weights if dropout is None else dropout(weights)
-    return tf.linalg.matmul(ops.cast(dropped, values.dtype), values), weights
+    probabilities = tf.nn.softmax(ops.cast(scores, "float32"), axis=-1)
+    dropped = probabilities if dropout is None else dropout(probabilities)
+    return tf.linalg.matmul(ops.cast(dropped, values.dtype), values), probabilities
 
 
 def heads_first(tokens):
