@@ -3,7 +3,7 @@ training steps, multi-worker `fit`) and the core's four (`unlocked_state`, for L
 added to a built layer; `drop_variable`, for the float kernel `quantize` replaces;
 `save_in_row_blocks`, for a large embedding written to a weights file;
 `write_first_axis_block`, for a search's cache written in XLA and LiteRT); no other
-module of the package uses any (tests/test_architecture.py).
+module of the package uses any (tests/project/test_architecture.py).
 
 Each was checked on the versions in `CHECKED_ON` (the ends of setup.py's declared range, both
 tested in CI). Where a newer release lacks one, the caller gets a `CompatibilityError` naming

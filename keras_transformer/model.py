@@ -1,7 +1,7 @@
 """The encoder-decoder Transformer (section 3) as a subclassed `keras.Model`."""
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 import keras
 import tensorflow as tf
@@ -13,6 +13,7 @@ from keras_transformer.layers import (DecoderLayer, EncoderLayer, HeadsDense, Ho
                                       SinusoidalPositionalEncoding)
 from keras_transformer.layers.attention import KeyValues, cache_index
 from keras_transformer.layers.encoder_decoder import TransformerBlock
+from keras_transformer.layers.layout import PADDED, Layout
 from keras_transformer.layers.dense import lora_arguments
 from keras_transformer.optimization import with_loss_scaling
 
@@ -164,45 +165,62 @@ class Transformer(keras.Model):
         if self.built:
             self.optimizer.build(self.trainable_variables)
 
-    def call(self, inputs, training=None):
-        """`(source_ids, target_input_ids)` -> logits `[batch, tgt_len, vocab]` (float32)."""
+    def call(self, inputs, training=None, return_attention_scores: bool = False,
+             layouts: tuple[Layout, Layout] = (PADDED, PADDED),
+             output: Optional[Callable] = None):
+        """`(source_ids, target_input_ids)` -> logits `[batch, tgt_len, vocab]` (float32): `decode`
+        of `encode`. The other arguments are `decode`'s (`layouts`: the source's, the
+        target's)."""
         source_ids, target_input_ids = inputs
-        encoder_output = self.encode(source_ids, training=training)
+        encoder_output = self.encode(source_ids, training=training, layout=layouts[0])
         return self.decode(target_input_ids, encoder_output, source_padding_mask(source_ids),
-                           training=training)
+                           training=training, return_attention_scores=return_attention_scores,
+                           layouts=layouts, output=output)
 
-    def encode(self, source_ids, training=None, return_attention_scores: bool = False):
-        """Encoder output `[batch, src_len, d_model]` (and per-layer self-attention weights)."""
-        x = self.embed(source_ids, "source", training)
+    def encode(self, source_ids, training=None, return_attention_scores: bool = False,
+               layout: Layout = PADDED):
+        """Encoder output `[batch, src_len, d_model]` (and per-layer self-attention weights);
+        with a `layout` (`layers/layout.py`), the tokens as it holds them."""
+        x = self.embed(source_ids, "source", training, layout=layout)
         mask = ops.expand_dims(source_padding_mask(source_ids), 1)
         weights = []
         for layer in self.encoder_layers:
             x, layer_weights = layer(x, padding_mask=mask, training=training,
-                                     return_attention_scores=True)
+                                     return_attention_scores=True, layout=layout)
             weights.append(layer_weights)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
         return (x, weights) if return_attention_scores else x
 
     def decode(self, target_input_ids, encoder_output, source_mask, training=None,
-               return_attention_scores: bool = False):
+               return_attention_scores: bool = False,
+               layouts: tuple[Layout, Layout] = (PADDED, PADDED),
+               output: Optional[Callable] = None):
         """Teacher-forced logits `[batch, tgt_len, vocab]` of `target_input_ids`
         `[batch, tgt_len]` (BOS first) given the `encoder_output` `[batch, src_len, d_model]` and
         `source_mask` `[batch, src_len]` (True on real source tokens), with dropout as `training`
         says; `return_attention_scores` also returns the per-layer self and encoder-decoder
-        attention weights."""
-        x = self.embed(target_input_ids, "target", training)
+        attention weights.
+
+        A faster training step passes in what it changes: `layouts` (`layers/layout.py`), how
+        the source's tokens (`encoder_output`'s) and the target's are held, in that order, and
+        `output`, what to return of the last layer's output in the target's layout instead of
+        the logits (the logits' factors at the labelled tokens, say)."""
+        source_layout, target_layout = layouts
+        x = self.embed(target_input_ids, "target", training, layout=target_layout)
         self_mask = causal_mask(target_input_ids)
         cross_mask = ops.expand_dims(source_mask, 1)
         self_weights, cross_weights = [], []
         for layer in self.decoder_layers:
             x, (layer_self, layer_cross) = layer(
                 x, encoder_output, self_mask=self_mask, cross_mask=cross_mask,
-                training=training, return_attention_scores=True)
+                training=training, return_attention_scores=True,
+                layouts=(target_layout, source_layout))
             self_weights.append(layer_self)
             cross_weights.append(layer_cross)
-        logits = self.output_logits(x)
-        return (logits, self_weights, cross_weights) if return_attention_scores else logits
+        result = (self.output_logits(target_layout.unpack(x)) if output is None
+                  else output(x))
+        return (result, self_weights, cross_weights) if return_attention_scores else result
 
     def attention_probabilities(self, source_ids, target_input_ids) -> dict[str, list]:
         """Every layer's attention, each `[batch, heads, query_len, key_len]`, at inference."""
@@ -274,14 +292,16 @@ class Transformer(keras.Model):
                 DecodingCache(tuple(written), ancestors))
 
     # ---------------------------------------------------------------------------- helpers
-    def embed(self, ids, side: str, training, positions=None):
+    def embed(self, ids, side: str, training, positions=None, layout: Layout = PADDED):
         """Dropout(E[ids] * sqrt(d_model) + positions) `[batch, len, d_model]` (section 3.4;
         `E[ids]` unscaled without `scale_embedding`) of the `side` ("source" or "target");
         `positions`: the encodings to add (default: those of positions `0 .. len - 1`; a
-        decoding step's, of its position)."""
-        x = getattr(self, f"{side}_embedding")(ids)
+        decoding step's, of its position); `layout`: how the output holds the tokens."""
+        x = getattr(self, f"{side}_embedding")(layout.pack(ids))
         if positions is None:
-            positions = getattr(self, f"{side}_positions")(x)
+            table = getattr(self, f"{side}_positions")
+            positions = (table(x) if layout.token_positions is None
+                         else table.at(layout.token_positions))
         x = self.embedding_output(x + positions, side)
         return getattr(self, f"{side}_dropout")(x, training=training)
 

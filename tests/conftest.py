@@ -128,7 +128,7 @@ def precision(request: pytest.FixtureRequest) -> Iterator[str]:
 # long file ends. Stable: the other files keep their order.
 LONGEST_FIRST = ("test_multilingual_serving.py", "test_distillation_pipeline.py",
                  "test_distributed.py", "test_stock_runtime.py", "test_fine_tuning.py",
-                 "test_decoding.py", "test_imported_runs.py")
+                 "test_transformer_search.py", "test_imported_runs.py")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -138,6 +138,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    system_folder = Path(__file__).parent / "system"
+    misplaced = [item.nodeid for item in items
+                 if bool(item.get_closest_marker("system")) != item.path.is_relative_to(
+                     system_folder)]
+    if misplaced:
+        raise pytest.UsageError("the tests marked `system` are those of tests/system/ (and "
+                                f"only those): {', '.join(misplaced)}")
     if not config.getoption("--system"):
         system = [item for item in items if item.get_closest_marker("system")]
         if system:

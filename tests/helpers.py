@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.data import SubwordTokenizer
+from trainers import translate_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -304,3 +305,13 @@ LEARNS = ["--set", "vocab_size=380", "--set", "d_model=64", "--set", "d_ff=128",
           "--set", "label_smoothing=0", "--eval-sentences", "20", "--attention-sentences", "0",
           "--precision", "float32", "--kernels", "fast", "--progress-seconds", "600",
           "--test-beam-size", "1"]
+
+
+def kt_translate_corpus(capsys, *arguments: str) -> tuple[int, str]:
+    """kt-translate-corpus run in this process: its exit status and what it wrote to stderr."""
+    capsys.readouterr()
+    try:
+        code = translate_corpus.main(list(arguments))
+    except SystemExit as stop:  # argparse's refusals
+        code = stop.code
+    return code, capsys.readouterr().err

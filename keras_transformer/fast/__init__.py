@@ -18,10 +18,10 @@ It depends on the core and never the reverse. Use it with
 | one argmax a step for the loss and metrics | `loss.predicted_ids` | `metrics.predicted_ids` |
 | fused Adam update | `optimizers.FusedAdam` | `optimization.adam` |
 
-Each is tested against its reference in value and gradient (tests/test_kernels.py,
-tests/test_model.py, tests/test_losses.py), and the suite passes with either set. Decoding has
-no twin here: its cached step (`Transformer.decode_step`) is the core's, and a search runs the
-references whichever set is in force (`hooks.references`).
+Each is tested against its reference in value and gradient (tests/unit/fast/test_kernels.py,
+tests/unit/test_model.py, tests/unit/test_losses.py), and the suite passes with either set.
+Decoding has no twin here: its cached step (`Transformer.decode_step`) is the core's, and a search
+runs the references whichever set is in force (`hooks.references`).
 """
 from keras_transformer.fast.model import FastTransformer
 from keras_transformer.fast.selection import (FAST, IMPLEMENTATION_CHOICES, IMPLEMENTATIONS,

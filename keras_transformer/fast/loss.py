@@ -129,7 +129,7 @@ def smoothed_cross_entropy_through_factors(y_true: tf.Tensor, factors: LogitFact
     metrics' argmax and the products. In a reduced-precision compute dtype the softmax and
     `u hidden` enter the products rounded (autodiff rounds `G` once): the label's probability
     gets back what rounding took from it, since the one-hot term nearly cancels it, and the
-    gradients stay within 2x of autodiff's rounding error (tests/test_losses.py).
+    gradients stay within 2x of autodiff's rounding error (tests/unit/test_losses.py).
     """
     eps = label_smoothing
     logits, hidden, kernel, transposed = factors

@@ -12,7 +12,7 @@ from keras_transformer import compat
 from keras_transformer.fast import packed, selection
 from keras_transformer.fast.loss import LogitFactors, smoothed_cross_entropy_through_factors
 from keras_transformer.losses import GuidedAlignment, LabelSmoothedCrossEntropy
-from keras_transformer.model import Transformer, source_padding_mask
+from keras_transformer.model import Transformer
 from keras_transformer.config import PAD_ID
 
 
@@ -50,7 +50,9 @@ class FastTransformer(compat.LocalBatchSymbolicBuild, Transformer):
                     factors, attention = factors
                 logits = factors.logits
             elif guided is not None:
-                factors, (logits, attention) = None, self._logits_and_attention(x, layer)
+                factors = None
+                logits, _, cross_weights = self(x, training=True, return_attention_scores=True)
+                attention = cross_weights[layer]
             else:
                 factors, logits = None, self(x, training=True)
             loss = self._loss(x, y, logits, factors, sample_weight, training=True)
@@ -76,15 +78,6 @@ class FastTransformer(compat.LocalBatchSymbolicBuild, Transformer):
                              "target_out, alignment_targets): prepare the data with word "
                              "alignments")
         return data[:2], data[2]
-
-    def _logits_and_attention(self, x, layer: int):
-        """The core model's logits of `x` in training, and decoder layer `layer`'s
-        encoder-decoder attention weights."""
-        source_ids, target_input_ids = x
-        logits, _, cross_weights = self.decode(
-            target_input_ids, self.encode(source_ids, training=True),
-            source_padding_mask(source_ids), training=True, return_attention_scores=True)
-        return logits, cross_weights[layer]
 
     def test_step(self, data):
         if selection.active() != selection.FAST:

@@ -1,53 +1,23 @@
 """Packed tokens: a training step's forward pass with every position-wise computation on the
 real tokens of a bucketed batch only, and the output logits as their factors.
 
-A layout moves per-token tensors between the form the position-wise computations (embeddings,
-projections, feed-forward, residual, layer norm, dropout) get and the padded heads-first form
-`[batch, heads, len, dim]` that attention's batched matmuls need. `PADDED` keeps the padded
-`[batch, len, ...]` form throughout (under XLA, whose shapes are static); `TokenLayout` packs
-the N real tokens into `[N, ...]`, so that nothing position-wise works on padding.
-`logit_factors` runs the core model's own layers and weights in a layout; it computes what
-`Transformer.call` does (tests/test_model.py checks values and gradients).
+`TokenLayout` packs the N real tokens of a padded batch into `[N, ...]`, so that nothing
+position-wise (embeddings, projections, feed-forward, residual, layer norm, dropout) works on
+padding; it is a token layout of the core's layers (`layers/layout.py`). `logit_factors` runs
+`Transformer.call` with it (or, under XLA, whose shapes are static, with the padded layout)
+and with the logits' factors as the decoder's output (tests/unit/test_model.py checks values and
+gradients against the core's own call).
 """
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional
 
 import tensorflow as tf
-from keras import ops
 
-from keras_transformer.fast.loss import LogitFactors, factor_logits
-from keras_transformer.layers import DecoderLayer, EncoderLayer, MultiHeadAttention
-from keras_transformer.layers.attention import scaled_dot_product_attention
-from keras_transformer.model import Transformer, causal_mask, source_padding_mask
 from keras_transformer.config import PAD_ID
-
-
-class PaddedLayout:
-    """Tokens stay `[batch, len, ...]`: every move is the identity or a transpose."""
-
-    token_positions: Optional[tf.Tensor] = None  # positions are the second axis
-
-    def pack(self, padded: tf.Tensor) -> tf.Tensor:
-        return padded
-
-    def unpack(self, tokens: tf.Tensor) -> tf.Tensor:
-        return tokens
-
-    def expand_heads(self, tokens: tf.Tensor) -> tf.Tensor:
-        """`[batch, len, heads, dim]` -> `[batch, heads, len, dim]`."""
-        return tf.transpose(tokens, [0, 2, 1, 3])
-
-    def pack_heads(self, padded: tf.Tensor) -> tf.Tensor:
-        """`[batch, heads, len, dim]` -> `[batch, len, heads, dim]`."""
-        return tf.transpose(padded, [0, 2, 1, 3])
-
-    def select(self, tokens: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
-        """`tokens` at `positions` (`[M, 2]` (row, position) indices) -> `[M, ...]`."""
-        return tf.gather_nd(tokens, positions)
-
-
-PADDED = PaddedLayout()
+from keras_transformer.fast.loss import LogitFactors, factor_logits
+from keras_transformer.layers.layout import PADDED
+from keras_transformer.model import Transformer
 
 
 class TokenLayout:
@@ -55,7 +25,7 @@ class TokenLayout:
 
     Tokens are packed in row-major order, as `tf.where` lists them. N is dynamic: not for XLA.
     Every move is a gather (scatters are slower on CPU), and each move's gradient is the
-    opposite move. Same methods as `PaddedLayout`.
+    opposite move. A `layers.layout.Layout`, with `select` besides.
     """
 
     def __init__(self, ids: tf.Tensor):
@@ -139,17 +109,14 @@ def _gather_heads(packed: tf.Tensor, packed_row: tf.Tensor) -> tf.Tensor:
     return tf.gather(tf.reshape(packed, [-1, dim]), flat_rows)
 
 
-Layout = Union[PaddedLayout, TokenLayout]
-
-
 def logit_factors(model: Transformer, source_ids: tf.Tensor, target_input_ids: tf.Tensor,
                   positions: Optional[tf.Tensor] = None, training=None,
                   attention_of: Optional[int] = None
                   ) -> LogitFactors | tuple[LogitFactors, tf.Tensor]:
     """`model((source_ids, target_input_ids))`'s logits with their factors: the `LogitFactors` of
     the float32 logits (whose `logits` add the model's output bias, if any, which the factors leave
-    out), the layers of the Transformer `model` run on `source_ids` `[batch, src_len]` and
-    `target_input_ids` `[batch, tgt_len]`, with dropout as `training` says.
+    out), `Transformer.call` on `source_ids` `[batch, src_len]` and `target_input_ids`
+    `[batch, tgt_len]`, with dropout as `training` says.
 
     `positions`, `[N, 2]` (row, position) indices of real target input tokens, makes the layers run
     on the real tokens only (`TokenLayout`) and the logits those at `positions`, `[N, vocab]`; None:
@@ -158,79 +125,26 @@ def logit_factors(model: Transformer, source_ids: tf.Tensor, target_input_ids: t
     padding queries, copies of real rows).
     """
     packed = positions is not None
-    source_layout = TokenLayout(source_ids) if packed else PADDED
-    target_layout = TokenLayout(target_input_ids) if packed else PADDED
-    encoder_output = _embed(model, source_ids, "source", source_layout, training)
-    padding_mask = ops.expand_dims(source_padding_mask(source_ids), 1)
-    for layer in model.encoder_layers:
-        encoder_output = _encoder_layer(layer, encoder_output, padding_mask, source_layout,
-                                        training)
-    if model.encoder_norm is not None:
-        encoder_output = model.encoder_norm(encoder_output)
-    x = _embed(model, target_input_ids, "target", target_layout, training)
-    self_mask = causal_mask(target_input_ids)
-    cross_weights = []
-    for layer in model.decoder_layers:
-        x, weights = _decoder_layer(layer, x, encoder_output, (self_mask, padding_mask),
-                                    (target_layout, source_layout), training)
-        cross_weights.append(weights)
-    x = target_layout.select(x, positions) if packed else x
-    if model.decoder_norm is not None:
-        x = model.decoder_norm(x)
-    if model.output_projection is not None:
-        factors = factor_logits(x, model.output_projection.kernel, transposed=False)
-    else:
-        factors = factor_logits(x, model.target_embedding.embeddings, transposed=True)
-    if model.output_bias is not None:
-        factors = factors._replace(
-            logits=factors.logits + tf.cast(model.output_bias, tf.float32))
-    return factors if attention_of is None else (factors, cross_weights[attention_of])
+    layouts = (TokenLayout(source_ids), TokenLayout(target_input_ids)) if packed else (PADDED,
+                                                                                        PADDED)
 
+    def output(x):
+        x = layouts[1].select(x, positions) if packed else x
+        if model.decoder_norm is not None:
+            x = model.decoder_norm(x)
+        if model.output_projection is not None:
+            factors = factor_logits(x, model.output_projection.kernel, transposed=False)
+        else:
+            factors = factor_logits(x, model.target_embedding.embeddings, transposed=True)
+        if model.output_bias is not None:
+            factors = factors._replace(
+                logits=factors.logits + tf.cast(model.output_bias, tf.float32))
+        return factors
 
-def _embed(model: Transformer, ids: tf.Tensor, side: str, layout: Layout, training):
-    """`model.embed` of the source or target `ids` in `layout`."""
-    embedding, positions, dropout = (getattr(model, f"{side}_{part}")
-                                     for part in ("embedding", "positions", "dropout"))
-    if layout is PADDED:
-        return model.embed(ids, side, training)
-    x = embedding(layout.pack(ids))
-    x = model.embedding_output(x + positions.at(layout.token_positions), side)
-    return dropout(x, training=training)
-
-
-def _encoder_layer(layer: EncoderLayer, x, padding_mask, layout: Layout, training):
-    """`EncoderLayer.call` in `layout`: the layer's own blocks, its attention in the layout."""
-    x, _ = layer.blocks(x, [lambda query: _attention(
-        layer.self_attention, query, None, padding_mask, (layout, layout), training)],
-        training=training)
-    return x
-
-
-def _decoder_layer(layer: DecoderLayer, x, encoder_output, masks, layouts, training):
-    """`DecoderLayer.call` in the target's layout: the layer's own blocks, its attentions in
-    the layouts; `masks`: (self, cross), `layouts`: (target, source). Returns the output and
-    the encoder-decoder attention weights."""
-    x, (_, cross_weights) = layer.blocks(
-        x,
-        [lambda query: _attention(layer.self_attention, query, None, masks[0],
-                                  (layouts[0], layouts[0]), training),
-         lambda query: _attention(layer.cross_attention, query, encoder_output, masks[1],
-                                  layouts, training)],
-        training=training)
-    return x, cross_weights
-
-
-def _attention(attention: MultiHeadAttention, query, key_value, mask, layouts, training):
-    """`MultiHeadAttention.call` with `query` in `layouts[0]` and `key_value` (None: `query`)
-    in `layouts[1]`: the layer's projections and eq. (1), of which only the products see the
-    padded heads-first form. Returns the output and the attention weights (what `blocks`
-    keeps; unused ones cost nothing in a traced step)."""
-    query_layout, key_layout = layouts
-    source = query if key_value is None else key_value
-    query_heads = query_layout.expand_heads(attention.query_dense(query))
-    keys = key_layout.expand_heads(attention.key_dense(source))
-    values = key_layout.expand_heads(attention.value_dense(source))
-    attended, weights = scaled_dot_product_attention(
-        query_heads, keys, values, mask,
-        dropout=lambda weights: attention.dropout_layer(weights, training=training))
-    return attention.output_dense(query_layout.pack_heads(attended)), weights
+    result = model((source_ids, target_input_ids), training=training,
+                   return_attention_scores=attention_of is not None, layouts=layouts,
+                   output=output)
+    if attention_of is None:
+        return result
+    factors, _, cross_weights = result
+    return factors, cross_weights[attention_of]

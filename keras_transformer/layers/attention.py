@@ -16,6 +16,7 @@ from keras import ops
 
 from keras_transformer import compat
 from keras_transformer.layers.dense import HeadsDense, lora_arguments
+from keras_transformer.layers.layout import PADDED, Layout
 from keras_transformer.layers.residual import HookDropout
 
 # Added to the scores of masked keys. Finite (not -inf) so that a fully masked row yields finite
@@ -55,16 +56,6 @@ def scaled_dot_product_attention(query, keys, values, attention_mask=None,
     probabilities = tf.nn.softmax(ops.cast(scores, "float32"), axis=-1)
     dropped = probabilities if dropout is None else dropout(probabilities)
     return tf.linalg.matmul(ops.cast(dropped, values.dtype), values), probabilities
-
-
-def heads_first(tokens):
-    """`[batch, len, heads, dim]` -> `[batch, heads, len, dim]`."""
-    return tf.transpose(tokens, [0, 2, 1, 3])
-
-
-def tokens_first(heads):
-    """`[batch, heads, len, dim]` -> `[batch, len, heads, dim]`."""
-    return tf.transpose(heads, [0, 2, 1, 3])
 
 
 def history_slots(ancestors: tf.Tensor, length, heads: int) -> tf.Tensor:
@@ -183,7 +174,8 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def call(self, query, key_value=None, attention_mask=None, cache: Optional[KeyValues] = None,
              cache_index: Optional[CacheIndex] = None, training=None,
-             return_attention_scores: bool = False):
+             return_attention_scores: bool = False,
+             layouts: tuple[Layout, Layout] = (PADDED, PADDED)):
         """Attends `query` `[batch, query_len, d_model]` to `key_value` `[batch, key_len, d_model]`
         (self-attention when None), or to `cache`: the output `[batch, query_len, d_model]`, then
         the cache with this position written when a `cache_index` is given, or else the weights
@@ -195,8 +187,10 @@ class MultiHeadAttention(keras.layers.Layer):
         (position-major, `init_cache`). `cache_index` is a decoding step's (`cache_index`): each
         query (`batch * query_len` rows, one per hypothesis, each sentence's in turn) writes its
         keys and values at `cache_index.position` and attends to its history there; `attention_mask`
-        is then unused. `training` turns dropout on the attention weights on.
+        is then unused. `training` turns dropout on the attention weights on. `layouts` are the
+        token layouts (`layout.py`) of `query` and of `key_value` (`query`'s own too when None).
         """
+        query_layout, key_layout = layouts
         query_heads = self.query_dense(query)
         if cache_index is not None:
             cache = self._write(query, cache, cache_index)
@@ -205,12 +199,13 @@ class MultiHeadAttention(keras.layers.Layer):
             attention_mask = cache_index.written
         else:
             keys, values = cache if cache is not None else self.project_key_value(
-                query if key_value is None else key_value)
-            query_heads = heads_first(query_heads)
+                query if key_value is None else key_value,
+                query_layout if key_value is None else key_layout)
+            query_heads = query_layout.expand_heads(query_heads)
         attended, weights = scaled_dot_product_attention(
             query_heads, keys, values, attention_mask,
             dropout=lambda weights: self.dropout_layer(weights, training=training))
-        attended = tokens_first(attended)
+        attended = query_layout.pack_heads(attended)
         if cache_index is not None:  # a row per query -> `[batch, query_len, heads, d_v]`
             attended = tf.reshape(attended, tf.concat([tf.shape(query)[:2], tf.shape(
                 attended)[2:]], 0))
@@ -219,11 +214,12 @@ class MultiHeadAttention(keras.layers.Layer):
             return output, cache
         return (output, weights) if return_attention_scores else output
 
-    def project_key_value(self, key_value) -> KeyValues:
-        """Keys and values `[batch, heads, len, dim]` of `key_value` `[batch, len, d_model]`
-        (e.g. the encoder output, projected once per sentence for decoding)."""
-        return KeyValues(heads_first(self.key_dense(key_value)),
-                         heads_first(self.value_dense(key_value)))
+    def project_key_value(self, key_value, layout: Layout = PADDED) -> KeyValues:
+        """Keys and values `[batch, heads, len, dim]` of `key_value` (e.g. the encoder output,
+        projected once per sentence for decoding), `[batch, len, d_model]` or as its `layout`
+        holds its tokens."""
+        return KeyValues(layout.expand_heads(self.key_dense(key_value)),
+                         layout.expand_heads(self.value_dense(key_value)))
 
     def init_cache(self, rows, cache_length, dtype, static_shapes: bool = False) -> KeyValues:
         """An empty self-attention cache: keys and values `[cache_length, rows, heads, dim]`,

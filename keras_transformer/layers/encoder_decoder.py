@@ -8,6 +8,7 @@ import keras
 from keras_transformer.layers.attention import CacheIndex, KeyValues, MultiHeadAttention
 from keras_transformer.layers.dense import lora_arguments
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
+from keras_transformer.layers.layout import PADDED, Layout
 from keras_transformer.layers.residual import ResidualNorm
 
 
@@ -51,8 +52,6 @@ class TransformerBlock(keras.layers.Layer):
         feed-forward network, each in its residual block (`residuals`),
         `x = residual(x, sublayer(residual.normalize_input(x)))`, from the layer's input `x`, with
         dropout as `training` says; the output and a tuple of what each attention returned to keep.
-        `call` runs it with the layer's own attentions, the packed training steps (`fast/packed.py`)
-        with theirs.
 
         `attentions` are the attentions of the normalized input, in the layer's order, each
         returning its output and what the caller keeps of it (the weights, a cache).
@@ -86,12 +85,14 @@ class EncoderLayer(TransformerBlock):
                       self.feed_forward_residual):
             layer.build(input_shape)
 
-    def call(self, x, padding_mask=None, training=None, return_attention_scores: bool = False):
-        """`x`: `[batch, src_len, d_model]`; `padding_mask`: `[batch, 1, src_len]`, True on real
-        tokens. Returns the output (and the attention weights when asked for)."""
+    def call(self, x, padding_mask=None, training=None, return_attention_scores: bool = False,
+             layout: Layout = PADDED):
+        """`x`: `[batch, src_len, d_model]` (or as `layout` holds the tokens, `layout.py`);
+        `padding_mask`: `[batch, 1, src_len]`, True on real tokens. Returns the output (and the
+        attention weights when asked for)."""
         x, (weights,) = self.blocks(x, [functools.partial(
             self.self_attention, attention_mask=padding_mask, training=training,
-            return_attention_scores=True)], training=training)
+            return_attention_scores=True, layouts=(layout, layout))], training=training)
         return (x, weights) if return_attention_scores else x
 
     def residuals(self) -> tuple[ResidualNorm, ResidualNorm]:
@@ -120,7 +121,8 @@ class DecoderLayer(TransformerBlock):
     def call(self, x, encoder_output=None, self_mask=None, cross_mask=None,
              self_cache: Optional[KeyValues] = None, cross_cache: Optional[KeyValues] = None,
              cache_index: Optional[CacheIndex] = None, training=None,
-             return_attention_scores: bool = False):
+             return_attention_scores: bool = False,
+             layouts: tuple[Layout, Layout] = (PADDED, PADDED)):
         """The layer over a teacher-forced target prefix, or one decoding position: of `x`
         `[batch, tgt_len, d_model]`, in a decoding step `[batch, per sentence, d_model]` (each
         hypothesis' input at `cache_index.position`), the output `[batch, tgt_len, d_model]`, then
@@ -133,14 +135,16 @@ class DecoderLayer(TransformerBlock):
         layer's self-attention cache (`MultiHeadAttention.init_cache`); `cross_cache` the encoder
         output's keys and values, projected once (`MultiHeadAttention.project_key_value`);
         `cache_index` a decoding step's (`attention.cache_index`). `training` turns dropout on.
+        `layouts` are the token layouts (`layout.py`) of `x` and of `encoder_output`.
         """
+        target, source = layouts
         x, (self_kept, cross_kept) = self.blocks(x, [
             functools.partial(self.self_attention, attention_mask=self_mask, cache=self_cache,
                               cache_index=cache_index, training=training,
-                              return_attention_scores=True),
+                              return_attention_scores=True, layouts=(target, target)),
             functools.partial(self.cross_attention, key_value=encoder_output,
                               attention_mask=cross_mask, cache=cross_cache, training=training,
-                              return_attention_scores=True)], training=training)
+                              return_attention_scores=True, layouts=layouts)], training=training)
         if cache_index is not None:
             return x, self_kept
         return (x, (self_kept, cross_kept)) if return_attention_scores else x

@@ -17,9 +17,9 @@ BOS before its log-softmax (`suppress_sequences` sets their logits to -inf), whi
 them after it, so its token log-probabilities are ours over `1 - p(PAD) - p(BOS)`. Greedy
 float32 models translate alike; beam search with no length penalty alike where the model puts
 no probability on PAD and BOS (a trained model), and otherwise where that renormalization does
-not reorder the beam (tests/test_ctranslate2.py). CTranslate2's beam also keeps 2 x beam
-candidates and stops once the best one ends, which with no length penalty returns the same
-best translation as ours (an alive hypothesis' log-probability only falls).
+not reorder the beam (tests/unit/serving/test_ctranslate2_export.py). CTranslate2's beam also
+keeps 2 x beam candidates and stops once the best one ends, which with no length penalty returns the
+same best translation as ours (an alive hypothesis' log-probability only falls).
 
 A model of several target languages (`RunLanguages`, recorded under "languages" in the
 model's `keras_transformer.json`) is asked for one by its token (`<2de>`, the piece of the id

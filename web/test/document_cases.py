@@ -6,7 +6,7 @@ translator turns a sentence's words around and spaces them oddly (`translation`,
 both tests). And HTML and Markdown documents of random inline markup (nested, split by the
 translation) translated with random word alignments (recorded: web/test/markup.test.js
 places them as Python does), and subword alignments made word alignments (`word_alignment`).
-tests/test_web_page.py checks the file is what this script writes now.
+tests/system/test_web_page.py checks the file is what this script writes now.
 
 Usage: PYTHONPATH=. python web/test/document_cases.py [OUTPUT]
 """

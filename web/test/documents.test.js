@@ -1,7 +1,7 @@
 // The page's document plan (documents.js) against the Python document layer's on the same
 // inputs: web/test/document-cases.json, written by document_cases.py (Python's sentences,
 // parts and translated documents, with the segmenter's answers recorded);
-// tests/test_web_page.py checks the file is what Python gives now.
+// tests/system/test_web_page.py checks the file is what Python gives now.
 import assert from "node:assert/strict";
 import {readFileSync} from "node:fs";
 import {test} from "node:test";

@@ -1,6 +1,6 @@
 // The page's pure functions (lines.js) under Node.js's own test runner: `node --test web/test/`.
 // Properties over random inputs of a seeded generator; whether `isBlank` is Python's
-// `str.isspace` over every code point is tests/test_web_page.py's (Python against the page).
+// `str.isspace` over every code point is tests/system/test_web_page.py's (Python against the page).
 import assert from "node:assert/strict";
 import {test} from "node:test";
 

@@ -31,7 +31,7 @@ from trainers.common import load_run_model
 ctranslate2 = pytest.importorskip("ctranslate2")
 from ctranslate2.converters import OpusMTConverter  # noqa: E402
 
-# One layer a side: the commands read a model of any depth alike (test_import_marian.py's deeper
+# One layer a side: the commands read a model of any depth alike (test_marian.py's deeper
 # variants are judged by CTranslate2), and each command traces half the graph.
 VARIANT = MarianVariant(tied_all=False, norm="pre", embedding_norm=True, activation="gelu",
                         languages=("fra", "deu"), seed=3, enc_depth=1, dec_depth=1)

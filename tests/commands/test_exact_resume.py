@@ -1,32 +1,13 @@
-"""Resumes that cannot silently change the data stream: a run records what fixes it (the
-replica count, a `--prepared` storage's identity) and a restart that differs is refused,
-naming the old and new values."""
+"""Resumes that cannot silently change the data stream: a run records what fixes it (a
+`--prepared` storage's identity; the replica count: tests/system/test_resumed_runs.py) and a
+restart that differs is refused, naming the old and new values."""
 from pathlib import Path
 
 import pytest
 
 from keras_transformer.data import write_demo_corpus
-from helpers import MICRO, run_args
+from helpers import MICRO
 from trainers import prepare, train
-from warm_commands import start_warm
-
-
-@pytest.mark.slow
-@pytest.mark.system
-def test_a_restart_on_another_number_of_replicas_is_refused(tmp_path, capsys, warm):
-    """Each replica takes batch_tokens / replicas: another count is another batch plan, so
-    the restored step would index other pairs. (The 2-replica run in a process of its own,
-    started warm: devices are fixed at TensorFlow's start; the refused restart in this one.)"""
-    data = write_demo_corpus(tmp_path / "data")
-    first = start_warm(warm, "kt-train", run_args(
-        data, tmp_path / "run", "--cpu-replicas", "2", "--steps", "2", "--backup-every", "2"),
-        tmp_path / "first.log")
-    assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()[-2000:]
-    capsys.readouterr()
-    assert train.main(run_args(data, tmp_path / "run", "--steps", "4", "--backup-every",
-                               "2")) == 2
-    err = capsys.readouterr().err
-    assert "replicas: 2 -> 1" in err, err[-2000:]
 
 
 @pytest.mark.slow

@@ -6,11 +6,11 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parents[1]
+from helpers import ROOT
+
 CHECKED = ("keras_transformer", "trainers", "tests", "benchmarks", "examples")
 
 # A Google-style (or numpy-style) section: its header alone on a line, e.g. "    Args:".
@@ -58,7 +58,7 @@ def test_no_test_module_imports_another():
     import ast
 
     imports = []
-    for path in sorted((ROOT / "tests").glob("*.py")):
+    for path in sorted((ROOT / "tests").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
@@ -84,18 +84,44 @@ def test_the_shared_test_helpers_bind_each_name_once():
     assert sorted(name for name, count in names.items() if count > 1) == []
 
 
+def dotted_name(node: ast.expr) -> str:
+    """`a.b.c` of an attribute chain `node` ending in a name; "" otherwise."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else ""
+
+
+def global_draw(call: ast.Call) -> bool:
+    """Whether `call` draws from a process-wide generator: numpy's and Python's module
+    functions (`np.random.normal`, `random.choice`), TensorFlow's and Keras's unseeded ops."""
+    module, _, function = dotted_name(call.func).rpartition(".")
+    if module in ("np.random", "numpy.random"):
+        return function not in ("default_rng", "Generator", "RandomState", "SeedSequence")
+    if module in ("tf.random", "keras.random"):
+        return not (function.startswith("stateless_") or function in ("set_seed", "Generator",
+                                                                     "SeedGenerator")
+                    or any(keyword.arg == "seed" for keyword in call.keywords))
+    return module == "random" and function not in ("Random", "seed", "getstate", "setstate")
+
+
 def test_no_test_module_shares_a_random_generator():
-    """A generator bound at a test module's top level (or in the shared helpers) gives a test
-    draws that depend on which tests drew before it: tests take their own (the `rng` fixture of
-    conftest.py, or a generator a helper seeds for itself)."""
+    """A generator bound at a test module's top level (or in the shared helpers), or a
+    process-wide one (`np.random.normal`, `random.choice`, an unseeded `tf.random.normal`),
+    gives a test draws that depend on which tests drew before it: tests take their own (the
+    `rng` fixture of conftest.py, or a generator a helper seeds for itself)."""
     shared = []
-    for path in sorted((ROOT / "tests").glob("*.py")):
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
             value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
             if (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
                     and value.func.attr in ("default_rng", "Random", "RandomState",
                                             "Generator")):
                 shared.append(f"{path.name}:{node.lineno}")
+        shared += [f"{path.name}:{node.lineno}" for node in ast.walk(tree)
+                   if isinstance(node, ast.Call) and global_draw(node)]
     assert shared == []
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from keras_transformer.data.moses_form import moses_formatter
 from trainers.moses_form import main
+from helpers import ROOT
 
 
 @pytest.mark.slow
@@ -59,7 +60,7 @@ def test_the_docs_count_the_lines_that_differ_as_written(multi30k: Path):
     """docs/training.md's figures: the lines of the tokenized references that differ from
     the form as written (their `&quot;`/`&apos;` escapes), German and English; once read back,
     none differ."""
-    docs = " ".join((Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text(
+    docs = " ".join((ROOT / "docs" / "training.md").read_text(
         encoding="utf-8").split())
     german, english = re.search(r"\((\d+) of the 1,000 German lines, (\d+) of the English "
                                 r"differ as written\)", docs).groups()

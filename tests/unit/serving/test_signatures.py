@@ -2,7 +2,6 @@
 (on the trained demo model) meaningful."""
 import gc
 import weakref
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +12,8 @@ from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.alignment import AlignmentHeads
 from keras_transformer.decoding.translator import TranslationModule
 from keras_transformer.serving.export import export_translator
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 TEXTS = ["I have forty-two apples", "", "She sees three dogs today", "one cat"]
 
 

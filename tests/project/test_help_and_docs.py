@@ -1,6 +1,6 @@
 """Help texts and docs against the code: every command's `--help` shows each option's default
 and describes the command in whole sentences, and every `--flag` the prose of README.md and
-docs/*.md names exists in the command it names (the shell blocks: tests/test_readme.py)."""
+docs/*.md names exists in the command it names (the shell blocks: tests/project/test_readme.py)."""
 import argparse
 import importlib
 import importlib.util
@@ -15,8 +15,8 @@ import pytest
 
 from trainers.arguments import DEFAULT_PRESET, PARSERS
 from trainers.launch import COMMANDS
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 CLIENT = "examples/serving_client.py"
 

@@ -4,9 +4,9 @@ import ast
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 PACKAGE = "keras_transformer"
 COMPAT = f"{PACKAGE}.compat"  # the one module that uses private Keras/TensorFlow APIs
 # A run's set-up (the training API's stages, the hardware probes): above the fast subpackage,

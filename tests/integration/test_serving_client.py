@@ -12,7 +12,6 @@ import re
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import grpc
 import numpy as np
@@ -24,8 +23,8 @@ import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.serving.export import export_translator
 from keras_transformer.serving.loading import load_export
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 TEXTS = ["I have forty-two apples", "", "caf\u00e9 \u00fcber alles"]
 IDS = [[20, 21, 22, 0], [30, 0, 0, 0]]
 EXAMPLES = {"text": TEXTS, "prefix": ["ich habe", "", "zwei"], "source_ids": IDS,

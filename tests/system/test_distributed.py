@@ -16,7 +16,6 @@ import pytest
 from helpers import demo_corpus, final_json, final_weights, run_script_json
 from warm_commands import SCRIPT_COMMAND, WarmProcess, start_warm
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.system  # clusters and replicas in processes of their own
 # Replicas of the tests of what unequal replicas do (an overflow on one, the logged loss): two
 # show it as eight do (replica 1 is one whose gradients Keras's own loss scaling never reads,

@@ -20,12 +20,11 @@ from typing import NamedTuple
 import pytest
 
 from benchmarks import distillation_report
-from helpers import text_lines
+from helpers import ROOT, text_lines
 from keras_transformer.data import write_demo_corpus
 from keras_transformer.evaluation import sentence_bleu
 from keras_transformer.training.run_dir import RunDir
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.system  # a script's whole job, its commands as processes
 LINES = {"train": 300, "val": 40, "test_2016_flickr": 12}
 # A checkpoint at the end of each 6 steps: a run of 6 keeps one (nothing to average, seconds

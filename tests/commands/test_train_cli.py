@@ -4,7 +4,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,6 +11,7 @@ import keras_transformer as kt
 from keras_transformer.training.run_dir import RunDir
 from trainers import average_checkpoints, evaluate, train
 from trainers.launch import lines_at_level
+from helpers import ROOT
 
 
 def parse_error(capsys, parse, argv):
@@ -114,7 +114,7 @@ def test_command_lines_start_quietly_unless_verbose(tmp_path):
     """TensorFlow's C++ start-up lines (oneDNN, CUDA stubs, absl) are hidden by default, and
     below the level a user's `TF_CPP_MIN_LOG_LEVEL` sets (2: no INFO or WARNING line)."""
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = str(ROOT)
     runs = {name: subprocess.run([sys.executable, "-m", "trainers", "train", "--help", *flags],
                                  cwd=tmp_path, env={**env, **level}, capture_output=True,
                                  text=True, timeout=300)

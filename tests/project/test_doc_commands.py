@@ -1,7 +1,7 @@
 """The commands of docs/decoding-and-serving.md's "Terminology" and "Confidence" sections run as
 written, in a workspace holding what they name: the quick start's run (`runs/demo`, a random
 one here) and export (`saved_models/demo-staging`), an imported NLLB-200-style run
-(`runs/nllb`) and the input files. (Every documented command's options: tests/test_readme.py.)"""
+(`runs/nllb`) and the input files. (Every documented command's options: test_readme.py.)"""
 import io
 import re
 import shlex
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from helpers import random_run
+from helpers import ROOT, random_run
 from m2m_100_models import M2MVariant, training_sentences, write_m2m_100_folder
 from trainers import export, import_model, score, translate
 
-DOCUMENT = Path(__file__).resolve().parents[1] / "docs" / "decoding-and-serving.md"
+DOCUMENT = ROOT / "docs" / "decoding-and-serving.md"
 SECTIONS = ("Terminology", "Confidence")
 MAINS = {"kt-translate": translate.main, "kt-score": score.main}
 

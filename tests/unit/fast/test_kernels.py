@@ -9,7 +9,8 @@ import tensorflow as tf
 from keras_transformer import fast, hooks
 from keras_transformer.fast import kernels, loss
 from keras_transformer.fast.loss import factor_logits
-from keras_transformer.fast.packed import PADDED, TokenLayout
+from keras_transformer.fast.packed import TokenLayout
+from keras_transformer.layers.layout import PADDED
 from keras_transformer.layers.dense import linear
 from keras_transformer.layers.residual import dropout, layer_norm
 from keras_transformer.losses import smoothed_cross_entropy
@@ -169,8 +170,8 @@ def test_padded_layout_is_the_token_layout_with_padding_kept(rng):
         np.transpose(heads_first, (0, 2, 1, 3))[real],
         np.transpose(packed.expand_heads(packed.pack(values)), (0, 2, 1, 3))[real])
     positions = np.argwhere(real)
-    np.testing.assert_array_equal(PADDED.select(values, positions),
-                                  packed.select(packed.pack(values), positions))
+    np.testing.assert_array_equal(packed.select(packed.pack(values), positions),
+                                  np.asarray(values)[real])
     assert PADDED.pack(values) is values and PADDED.token_positions is None
 
 
@@ -269,7 +270,7 @@ def test_the_speed_tricks_live_in_the_fast_subpackage_only():
     """Custom gradients, raw ops and private Keras/TensorFlow APIs appear in
     `keras_transformer/fast/` only, and the private APIs in `keras_transformer/compat.py`, which
     the fast subpackage imports (private imports and attributes are checked in
-    tests/test_architecture.py); the export may leave gradients out
+    tests/project/test_architecture.py); the export may leave gradients out
     (`SaveOptions.experimental_custom_gradients`). The core's decoding cache uses the two raw ops
     public TensorFlow has for writing a buffer in place, `tf.raw_ops.Empty` and
     `tf.raw_ops.InplaceUpdate`, and no other."""
