@@ -165,7 +165,7 @@ class Transformer(keras.Model):
         if self.built:
             self.optimizer.build(self.trainable_variables)
 
-    def call(self, inputs, training=None, return_attention_scores: bool = False,
+    def call(self, inputs, training=None, return_attention: bool = False,
              layouts: tuple[Layout, Layout] = (PADDED, PADDED),
              output: Optional[Callable] = None):
         """`(source_ids, target_input_ids)` -> logits `[batch, tgt_len, vocab]` (float32): `decode`
@@ -174,33 +174,33 @@ class Transformer(keras.Model):
         source_ids, target_input_ids = inputs
         encoder_output = self.encode(source_ids, training=training, layout=layouts[0])
         return self.decode(target_input_ids, encoder_output, source_padding_mask(source_ids),
-                           training=training, return_attention_scores=return_attention_scores,
+                           training=training, return_attention=return_attention,
                            layouts=layouts, output=output)
 
-    def encode(self, source_ids, training=None, return_attention_scores: bool = False,
+    def encode(self, source_ids, training=None, return_attention: bool = False,
                layout: Layout = PADDED):
-        """Encoder output `[batch, src_len, d_model]` (and per-layer self-attention weights);
+        """Encoder output `[batch, src_len, d_model]` (and per-layer self-attention probabilities);
         with a `layout` (`layers/layout.py`), the tokens as it holds them."""
         x = self.embed(source_ids, "source", training, layout=layout)
         mask = ops.expand_dims(source_padding_mask(source_ids), 1)
-        weights = []
+        probabilities = []
         for layer in self.encoder_layers:
-            x, layer_weights = layer(x, padding_mask=mask, training=training,
-                                     return_attention_scores=True, layout=layout)
-            weights.append(layer_weights)
+            x, layer_probabilities = layer(x, padding_mask=mask, training=training,
+                                           return_attention=True, layout=layout)
+            probabilities.append(layer_probabilities)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
-        return (x, weights) if return_attention_scores else x
+        return (x, probabilities) if return_attention else x
 
     def decode(self, target_input_ids, encoder_output, source_mask, training=None,
-               return_attention_scores: bool = False,
+               return_attention: bool = False,
                layouts: tuple[Layout, Layout] = (PADDED, PADDED),
                output: Optional[Callable] = None):
         """Teacher-forced logits `[batch, tgt_len, vocab]` of `target_input_ids`
         `[batch, tgt_len]` (BOS first) given the `encoder_output` `[batch, src_len, d_model]` and
         `source_mask` `[batch, src_len]` (True on real source tokens), with dropout as `training`
-        says; `return_attention_scores` also returns the per-layer self and encoder-decoder
-        attention weights.
+        says; `return_attention` also returns the per-layer self and encoder-decoder
+        attention probabilities.
 
         A faster training step passes in what it changes: `layouts` (`layers/layout.py`), how
         the source's tokens (`encoder_output`'s) and the target's are held, in that order, and
@@ -210,24 +210,24 @@ class Transformer(keras.Model):
         x = self.embed(target_input_ids, "target", training, layout=target_layout)
         self_mask = causal_mask(target_input_ids)
         cross_mask = ops.expand_dims(source_mask, 1)
-        self_weights, cross_weights = [], []
+        self_probabilities, cross_probabilities = [], []
         for layer in self.decoder_layers:
             x, (layer_self, layer_cross) = layer(
                 x, encoder_output, self_mask=self_mask, cross_mask=cross_mask,
-                training=training, return_attention_scores=True,
+                training=training, return_attention=True,
                 layouts=(target_layout, source_layout))
-            self_weights.append(layer_self)
-            cross_weights.append(layer_cross)
+            self_probabilities.append(layer_self)
+            cross_probabilities.append(layer_cross)
         result = (self.output_logits(target_layout.unpack(x)) if output is None
                   else output(x))
-        return (result, self_weights, cross_weights) if return_attention_scores else result
+        return (result, self_probabilities, cross_probabilities) if return_attention else result
 
     def attention_probabilities(self, source_ids, target_input_ids) -> dict[str, list]:
         """Every layer's attention, each `[batch, heads, query_len, key_len]`, at inference."""
-        encoder_output, encoder_self = self.encode(source_ids, return_attention_scores=True)
+        encoder_output, encoder_self = self.encode(source_ids, return_attention=True)
         _, decoder_self, encoder_decoder = self.decode(
             target_input_ids, encoder_output, source_padding_mask(source_ids),
-            return_attention_scores=True)
+            return_attention=True)
         return {"encoder_self": encoder_self, "decoder_self": decoder_self,
                 "encoder_decoder": encoder_decoder}
 

@@ -51,8 +51,8 @@ class FastTransformer(compat.LocalBatchSymbolicBuild, Transformer):
                 logits = factors.logits
             elif guided is not None:
                 factors = None
-                logits, _, cross_weights = self(x, training=True, return_attention_scores=True)
-                attention = cross_weights[layer]
+                logits, _, cross_probabilities = self(x, training=True, return_attention=True)
+                attention = cross_probabilities[layer]
             else:
                 factors, logits = None, self(x, training=True)
             loss = self._loss(x, y, logits, factors, sample_weight, training=True)

@@ -121,7 +121,7 @@ def logit_factors(model: Transformer, source_ids: tf.Tensor, target_input_ids: t
     `positions`, `[N, 2]` (row, position) indices of real target input tokens, makes the layers run
     on the real tokens only (`TokenLayout`) and the logits those at `positions`, `[N, vocab]`; None:
     the padded layout, logits `[batch, tgt_len, vocab]`. `attention_of`, a decoder layer: also
-    its encoder-decoder attention weights, `[batch, heads, tgt_len, src_len]` (float32; at
+    its encoder-decoder attention probabilities, `[batch, heads, tgt_len, src_len]` (float32; at
     padding queries, copies of real rows).
     """
     packed = positions is not None
@@ -142,9 +142,9 @@ def logit_factors(model: Transformer, source_ids: tf.Tensor, target_input_ids: t
         return factors
 
     result = model((source_ids, target_input_ids), training=training,
-                   return_attention_scores=attention_of is not None, layouts=layouts,
+                   return_attention=attention_of is not None, layouts=layouts,
                    output=output)
     if attention_of is None:
         return result
-    factors, _, cross_weights = result
-    return factors, cross_weights[attention_of]
+    factors, _, cross_probabilities = result
+    return factors, cross_probabilities[attention_of]

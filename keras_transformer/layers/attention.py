@@ -17,7 +17,7 @@ from keras import ops
 from keras_transformer import compat
 from keras_transformer.layers.dense import HeadsDense, lora_arguments
 from keras_transformer.layers.layout import PADDED, Layout
-from keras_transformer.layers.residual import HookDropout
+from keras_transformer.layers.residual import HookDropout, renamed
 
 # Added to the scores of masked keys. Finite (not -inf) so that a fully masked row yields finite
 # probabilities instead of NaN; the masked ones underflow to exactly 0 in float32 and bfloat16.
@@ -144,14 +144,14 @@ class MultiHeadAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads: int, key_dim: int, value_dim: Optional[int] = None,
-                 dropout: float = 0.0, use_bias: bool = True, lora_rank: Optional[int] = None,
+                 dropout: float = 0.0, attention_bias: bool = True, lora_rank: Optional[int] = None,
                  lora_alpha: Optional[float] = None, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.key_dim = key_dim
         self.value_dim = value_dim or key_dim
         self.dropout = dropout
-        self.use_bias = use_bias
+        self.attention_bias = attention_bias
         self.lora = lora_arguments(lora_rank, lora_alpha)  # the projections' LoRA adapters
         self.dropout_layer = HookDropout(dropout)
 
@@ -159,13 +159,13 @@ class MultiHeadAttention(keras.layers.Layer):
         d_model = query_shape[-1]
         source_dim = (key_value_shape or query_shape)[-1]
         heads = self.num_heads
-        self.query_dense = HeadsDense((heads, self.key_dim), use_bias=self.use_bias, **self.lora,
-                                      name="query")
-        self.key_dense = HeadsDense((heads, self.key_dim), use_bias=self.use_bias, **self.lora,
-                                    name="key")
-        self.value_dense = HeadsDense((heads, self.value_dim), use_bias=self.use_bias,
+        self.query_dense = HeadsDense((heads, self.key_dim), use_bias=self.attention_bias,
+                                      **self.lora, name="query")
+        self.key_dense = HeadsDense((heads, self.key_dim), use_bias=self.attention_bias,
+                                    **self.lora, name="key")
+        self.value_dense = HeadsDense((heads, self.value_dim), use_bias=self.attention_bias,
                                       **self.lora, name="value")
-        self.output_dense = HeadsDense((d_model,), input_rank=2, use_bias=self.use_bias,
+        self.output_dense = HeadsDense((d_model,), input_rank=2, use_bias=self.attention_bias,
                                        **self.lora, name="output")
         self.query_dense.build(query_shape)
         self.key_dense.build((None, None, source_dim))
@@ -174,12 +174,12 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def call(self, query, key_value=None, attention_mask=None, cache: Optional[KeyValues] = None,
              cache_index: Optional[CacheIndex] = None, training=None,
-             return_attention_scores: bool = False,
+             return_attention: bool = False,
              layouts: tuple[Layout, Layout] = (PADDED, PADDED)):
         """Attends `query` `[batch, query_len, d_model]` to `key_value` `[batch, key_len, d_model]`
         (self-attention when None), or to `cache`: the output `[batch, query_len, d_model]`, then
-        the cache with this position written when a `cache_index` is given, or else the weights
-        `[batch, heads, q_len, k_len]` when `return_attention_scores` asks for them.
+        the cache with this position written when a `cache_index` is given, or else the attention
+        probabilities `[batch, heads, q_len, k_len]` when `return_attention` asks for them.
 
         `attention_mask` is boolean, broadcastable to `[batch, query_len, key_len]`. `cache` holds
         keys and values projected before: without `cache_index`, a sentence's (heads first,
@@ -187,7 +187,7 @@ class MultiHeadAttention(keras.layers.Layer):
         (position-major, `init_cache`). `cache_index` is a decoding step's (`cache_index`): each
         query (`batch * query_len` rows, one per hypothesis, each sentence's in turn) writes its
         keys and values at `cache_index.position` and attends to its history there; `attention_mask`
-        is then unused. `training` turns dropout on the attention weights on. `layouts` are the
+        is then unused. `training` turns on the probabilities' dropout. `layouts` are the
         token layouts (`layout.py`) of `query` and of `key_value` (`query`'s own too when None).
         """
         query_layout, key_layout = layouts
@@ -202,9 +202,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 query if key_value is None else key_value,
                 query_layout if key_value is None else key_layout)
             query_heads = query_layout.expand_heads(query_heads)
-        attended, weights = scaled_dot_product_attention(
+        attended, probabilities = scaled_dot_product_attention(
             query_heads, keys, values, attention_mask,
-            dropout=lambda weights: self.dropout_layer(weights, training=training))
+            dropout=lambda probabilities: self.dropout_layer(probabilities, training=training))
         attended = query_layout.pack_heads(attended)
         if cache_index is not None:  # a row per query -> `[batch, query_len, heads, d_v]`
             attended = tf.reshape(attended, tf.concat([tf.shape(query)[:2], tf.shape(
@@ -212,7 +212,7 @@ class MultiHeadAttention(keras.layers.Layer):
         output = self.output_dense(attended)
         if cache_index is not None:
             return output, cache
-        return (output, weights) if return_attention_scores else output
+        return (output, probabilities) if return_attention else output
 
     def project_key_value(self, key_value, layout: Layout = PADDED) -> KeyValues:
         """Keys and values `[batch, heads, len, dim]` of `key_value` (e.g. the encoder output,
@@ -246,5 +246,10 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def get_config(self) -> dict:
         return {**super().get_config(), "num_heads": self.num_heads, "key_dim": self.key_dim,
-                "value_dim": self.value_dim, "dropout": self.dropout, "use_bias": self.use_bias,
+                "value_dim": self.value_dim, "dropout": self.dropout,
+                "attention_bias": self.attention_bias,
                 **self.lora}
+
+    @classmethod
+    def from_config(cls, config: dict) -> "MultiHeadAttention":
+        return cls(**renamed(config, "use_bias", "attention_bias"))

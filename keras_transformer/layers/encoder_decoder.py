@@ -9,13 +9,13 @@ from keras_transformer.layers.attention import CacheIndex, KeyValues, MultiHeadA
 from keras_transformer.layers.dense import lora_arguments
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 from keras_transformer.layers.layout import PADDED, Layout
-from keras_transformer.layers.residual import ResidualNorm
+from keras_transformer.layers.residual import ResidualNorm, renamed
 
 
 class TransformerBlock(keras.layers.Layer):
     """Base of `EncoderLayer` and `DecoderLayer`: their hyperparameters and common sub-layers. The
     hyperparameters are `TransformerConfig`'s fields of the same names (`FIELDS`), the model passes
-    them down as they are; the sub-layers take Keras's names (`use_bias`, `epsilon`)."""
+    them down as they are, under the same names."""
 
     FIELDS = ("num_heads", "key_dim", "value_dim", "d_ff", "dropout", "attention_dropout",
               "attention_bias", "norm", "layer_norm_epsilon", "activation")
@@ -40,8 +40,8 @@ class TransformerBlock(keras.layers.Layer):
     def attention(self, name: str) -> MultiHeadAttention:
         s = self.hyperparameters
         return MultiHeadAttention(s["num_heads"], s["key_dim"], s["value_dim"],
-                                  dropout=s["attention_dropout"], use_bias=s["attention_bias"],
-                                  **self.lora, name=name)
+                                  dropout=s["attention_dropout"],
+                                  attention_bias=s["attention_bias"], **self.lora, name=name)
 
     def residual(self, name: str) -> ResidualNorm:
         s = self.hyperparameters
@@ -54,7 +54,7 @@ class TransformerBlock(keras.layers.Layer):
         dropout as `training` says; the output and a tuple of what each attention returned to keep.
 
         `attentions` are the attentions of the normalized input, in the layer's order, each
-        returning its output and what the caller keeps of it (the weights, a cache).
+        returning its output and what the caller keeps of it (the attention probabilities, a cache).
         """
         residuals = self.residuals()
         kept = []
@@ -70,10 +70,7 @@ class TransformerBlock(keras.layers.Layer):
 
     @classmethod
     def from_config(cls, config: dict) -> "TransformerBlock":
-        config = dict(config)
-        if "epsilon" in config:  # the name layers saved before it was the config's
-            config["layer_norm_epsilon"] = config.pop("epsilon")
-        return cls(**config)
+        return cls(**renamed(config, "epsilon", "layer_norm_epsilon"))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -85,15 +82,15 @@ class EncoderLayer(TransformerBlock):
                       self.feed_forward_residual):
             layer.build(input_shape)
 
-    def call(self, x, padding_mask=None, training=None, return_attention_scores: bool = False,
+    def call(self, x, padding_mask=None, training=None, return_attention: bool = False,
              layout: Layout = PADDED):
         """`x`: `[batch, src_len, d_model]` (or as `layout` holds the tokens, `layout.py`);
         `padding_mask`: `[batch, 1, src_len]`, True on real tokens. Returns the output (and the
-        attention weights when asked for)."""
-        x, (weights,) = self.blocks(x, [functools.partial(
+        attention probabilities when asked for)."""
+        x, (probabilities,) = self.blocks(x, [functools.partial(
             self.self_attention, attention_mask=padding_mask, training=training,
-            return_attention_scores=True, layouts=(layout, layout))], training=training)
-        return (x, weights) if return_attention_scores else x
+            return_attention=True, layouts=(layout, layout))], training=training)
+        return (x, probabilities) if return_attention else x
 
     def residuals(self) -> tuple[ResidualNorm, ResidualNorm]:
         """The residual blocks, in the layer's order: self-attention, feed-forward network."""
@@ -121,13 +118,13 @@ class DecoderLayer(TransformerBlock):
     def call(self, x, encoder_output=None, self_mask=None, cross_mask=None,
              self_cache: Optional[KeyValues] = None, cross_cache: Optional[KeyValues] = None,
              cache_index: Optional[CacheIndex] = None, training=None,
-             return_attention_scores: bool = False,
+             return_attention: bool = False,
              layouts: tuple[Layout, Layout] = (PADDED, PADDED)):
         """The layer over a teacher-forced target prefix, or one decoding position: of `x`
         `[batch, tgt_len, d_model]`, in a decoding step `[batch, per sentence, d_model]` (each
         hypothesis' input at `cache_index.position`), the output `[batch, tgt_len, d_model]`, then
         the self-attention cache with this position written when `cache_index` is given, or else
-        `(self_weights, cross_weights)` when `return_attention_scores` asks for them.
+        `(self_probabilities, cross_probabilities)` when `return_attention` asks for them.
 
         `encoder_output` is `[batch, src_len, d_model]` (None given `cross_cache`); `self_mask`
         `[batch, tgt_len, tgt_len]`, causal and padding (unused in a step); `cross_mask`
@@ -141,13 +138,13 @@ class DecoderLayer(TransformerBlock):
         x, (self_kept, cross_kept) = self.blocks(x, [
             functools.partial(self.self_attention, attention_mask=self_mask, cache=self_cache,
                               cache_index=cache_index, training=training,
-                              return_attention_scores=True, layouts=(target, target)),
+                              return_attention=True, layouts=(target, target)),
             functools.partial(self.cross_attention, key_value=encoder_output,
                               attention_mask=cross_mask, cache=cross_cache, training=training,
-                              return_attention_scores=True, layouts=layouts)], training=training)
+                              return_attention=True, layouts=layouts)], training=training)
         if cache_index is not None:
             return x, self_kept
-        return (x, (self_kept, cross_kept)) if return_attention_scores else x
+        return (x, (self_kept, cross_kept)) if return_attention else x
 
     def residuals(self) -> tuple[ResidualNorm, ResidualNorm, ResidualNorm]:
         """The residual blocks, in the layer's order: masked self-attention, encoder-decoder

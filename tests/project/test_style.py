@@ -135,7 +135,7 @@ RETIRED_NAMES = {
     "KERNELS_VARIABLE": "IMPLEMENTATION_VARIABLE", "set_kernels": "set_implementation",
     "kernels_scope": "implementation_scope", "choose_kernels": "choose_implementation",
     "kernel_set": "implementation", "lora_settings": "lora_arguments",
-    "attention_weights": "attention_probabilities",
+    "attention_weights": "attention_probabilities", "return_attention_scores": "return_attention",
 }
 # Names that keep another meaning elsewhere, retired in one module.
 RETIRED_IN_MODULE = {

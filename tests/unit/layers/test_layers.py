@@ -28,7 +28,7 @@ def test_attention_probabilities_sum_to_one_and_ignore_padded_keys(rng):
     x = rng.normal(size=(2, 5, 16)).astype("float32")
     key_is_real = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=bool)
     out, weights = attention(x, attention_mask=key_is_real[:, None, :],
-                             return_attention_scores=True)
+                             return_attention=True)
     weights = np.asarray(weights)
     assert out.shape == (2, 5, 16) and weights.shape == (2, 4, 5, 5)
     np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-6)
@@ -254,12 +254,14 @@ def built(layer, *shapes):
 IDS = np.array([[4, 5, 0], [7, 2, 9]], "int32")
 # Each layer with settings other than its defaults, and a call on inputs.
 LAYERS = [
-    (lambda: MultiHeadAttention(num_heads=2, key_dim=4, value_dim=3, dropout=0.1),
-     {"num_heads": 2, "key_dim": 4, "value_dim": 3, "dropout": 0.1}, lambda layer: layer(X)),
+    (lambda: MultiHeadAttention(num_heads=2, key_dim=4, value_dim=3, dropout=0.1,
+                                attention_bias=False),
+     {"num_heads": 2, "key_dim": 4, "value_dim": 3, "dropout": 0.1, "attention_bias": False},
+     lambda layer: layer(X)),
     (lambda: PositionwiseFeedForward(d_ff=16, activation="swish"),
      {"d_ff": 16, "activation": "swish"}, lambda layer: layer(X)),
-    (lambda: ResidualNorm("pre", 0.1, epsilon=1e-5), {"norm": "pre", "dropout": 0.1,
-                                                     "epsilon": 1e-5},
+    (lambda: ResidualNorm("pre", 0.1, layer_norm_epsilon=1e-5),
+     {"norm": "pre", "dropout": 0.1, "layer_norm_epsilon": 1e-5},
      lambda layer: built(layer, X.shape)(X, layer.normalize_input(X))),
     (lambda: EncoderLayer(2, 4, 4, 16, dropout=0.1, norm="pre", layer_norm_epsilon=1e-5,
                           activation="gelu"),
@@ -302,6 +304,25 @@ def test_blocks_take_the_configs_names_and_load_their_older_name():
     older = {key: value for key, value in layer_config.items() if key != "layer_norm_epsilon"}
     restored = EncoderLayer.from_config({**older, "epsilon": 1e-5})
     assert restored.self_residual.layer_norm.epsilon == 1e-5
+
+
+def test_sub_layers_saved_under_keras_names_load_with_the_same_outputs():
+    """`MultiHeadAttention`'s `attention_bias` and `ResidualNorm`'s `layer_norm_epsilon` were
+    saved as Keras's `use_bias` and `epsilon`: such configs load the same layers."""
+    for layer, renamed, run in (
+            (MultiHeadAttention(2, 4, attention_bias=False), ("attention_bias", "use_bias"),
+             lambda layer: layer(X)),
+            (ResidualNorm("pre", 0.0, layer_norm_epsilon=1e-3),
+             ("layer_norm_epsilon", "epsilon"),
+             lambda layer: built(layer, X.shape)(X, layer.normalize_input(X)))):
+        config = layer.get_config()
+        new, old = renamed
+        config[old] = config.pop(new)
+        restored = layer.__class__.from_config(config)
+        assert restored.get_config() == layer.get_config()
+        run(layer), run(restored)
+        restored.set_weights(layer.get_weights())
+        np.testing.assert_array_equal(run(restored), run(layer))
 
 
 def test_a_large_embedding_is_saved_a_block_of_rows_at_a_time(tmp_path, monkeypatch):
