@@ -13,8 +13,8 @@ rows zeroed so that every output has exactly `--source-tokens + --extra-length` 
 a vocabulary learned from `--data`, sources from it. It is made and saved as a .keras file by the
 other checkout (this checkout's exports thus also load the other's file), and every export's
 first ids are compared. Each `kt-export` runs under `KT_KERNELS` set (no probe): this checkout's
-under `fast`, the other's once per kernel set of `--other-kernels` (a checkout whose decoding
-step depended on the kernel set exports each).
+under `fast`, the other's once per implementation of `--other-kernels` (a checkout whose decoding
+step depended on the implementation exports each).
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--other-tree", required=True,
                         help="root of the other checkout (e.g. `git worktree add /tmp/before`)")
     parser.add_argument("--other-kernels", default="fast",
-                        help="comma-separated kernel sets the other checkout exports under")
+                        help="comma-separated implementations the other checkout exports under")
     parser.add_argument("--data", default=os.path.join(shared, "wmt14", "newstest2014.en"))
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--source-tokens", type=int, default=16)

@@ -59,7 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--extra-length", type=int, default=16)
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--kernels", choices=("fast", "reference"), default="fast",
-                        help="the kernel set our model is built under (default: fast; the "
+                        help="the implementation our model is built under (default: fast; the "
                              "decoding step is the same under both)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--throughput-batches", type=int, default=2)
@@ -125,8 +125,8 @@ def source_ids(path: str, tokenizer, count: int, source_tokens: int) -> np.ndarr
 
     with open(path, encoding="utf-8") as handle:
         lines = [line.strip() for line in handle if line.strip()]
-    pieces = tokenizer.tokenize(tf.constant(lines))
-    long_enough = [row[:source_tokens - 1] for row in pieces.to_list()
+    piece_ids = tokenizer.tokenize(tf.constant(lines))
+    long_enough = [row[:source_tokens - 1] for row in piece_ids.to_list()
                    if len(row) >= source_tokens - 1]
     if len(long_enough) < count:
         raise ValueError(f"--data: only {len(long_enough)} sentences have "
@@ -151,7 +151,7 @@ def run_ours(args: argparse.Namespace, workdir: str, settings: dict) -> tuple[di
         with open(path, encoding="utf-8") as handle:
             texts += [line.strip() for line in handle if line.strip()]
     tokenizer = SubwordTokenizer.train(texts, args.vocab_size, os.path.join(workdir, "vocab"))
-    fast.set_kernels(args.kernels)
+    fast.set_implementation(args.kernels)
     count = max(settings["batch_size"] * settings["throughput_batches"],
                 settings["latency_sentences"])
     ids = source_ids(args.data, tokenizer, count, args.source_tokens)

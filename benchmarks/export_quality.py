@@ -27,7 +27,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class ExportedTranslator:
-    """A loaded export's `serving_default`, shaped like `Translator.translate`."""
+    """A loaded export's `serving_default`, shaped like `TranslationModule.translate`."""
 
     def __init__(self, path: str):
         self.signature = tf.saved_model.load(path).signatures["serving_default"]

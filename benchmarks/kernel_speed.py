@@ -9,11 +9,11 @@ backward; an optimizer update), at the config's sizes on
 `--tokens` tokens, fast and reference alternated, best of `--repeats`; the token layout through
 a whole encoder layer (its moves cost more than the padded layout's transposes; what they buy is
 the position-wise work skipped on padding), with the other kernels fast. Whole steps: each
-(tree, kernel set) in its own subprocess: `keras_transformer.training.run.compiled_model(recipe)`
-trained with `train_on_batch` (forward, loss, backward, Adam, metrics) on the same synthetic
-batches of 32-token rows with a quarter of the positions padding, `--steps` timed steps after
-one warm-up step; target tokens/s of the best step. A `--before-tree` worker runs that
-checkout's code (which may not read `KT_KERNELS`).
+(tree, implementation) in its own subprocess:
+`keras_transformer.training.run.compiled_model(recipe)` trained with `train_on_batch` (forward,
+loss, backward, Adam, metrics) on the same synthetic batches of 32-token rows with a quarter of
+the positions padding, `--steps` timed steps after one warm-up step; target tokens/s of the best
+step. A `--before-tree` worker runs that checkout's code (which may not read `KT_KERNELS`).
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--precision", default="float32")
     parser.add_argument("--before-tree", help="another checkout whose whole step to time too")
     parser.add_argument("--rounds", type=int, default=1,
-                        help="whole-step workers per (tree, kernel set), alternated")
+                        help="whole-step workers per (tree, implementation), alternated")
     parser.add_argument("--steps-only", action="store_true", help="skip the kernel table")
     parser.add_argument("--step-worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -61,13 +61,13 @@ def main() -> None:
     runs = [("reference kernels", ROOT, "reference"), ("fast kernels", ROOT, "fast")]
     if args.before_tree:
         runs.append((f"before ({args.before_tree})", Path(args.before_tree), "fast"))
-    for label, tree, kernel_set in runs * args.rounds:
-        result = run_worker(tree, kernel_set, settings)
+    for label, tree, implementation in runs * args.rounds:
+        result = run_worker(tree, implementation, settings)
         print(f"| {label} | {result['target_tokens_per_second']:.1f} |")
 
 
-def run_worker(tree: Path, kernel_set: str, settings: dict) -> dict:
-    environment = {**os.environ, "KT_KERNELS": kernel_set, "PYTHONPATH": str(tree)}
+def run_worker(tree: Path, implementation: str, settings: dict) -> dict:
+    environment = {**os.environ, "KT_KERNELS": implementation, "PYTHONPATH": str(tree)}
     completed = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--step-worker", json.dumps(settings)],
         cwd=tree, env=environment, capture_output=True, text=True, check=False)
@@ -93,7 +93,7 @@ def whole_step(settings: dict) -> dict:
     from keras_transformer.training.run import compiled_model
     try:
         from keras_transformer import fast
-        fast.set_kernels(os.environ["KT_KERNELS"])
+        fast.set_implementation(os.environ["KT_KERNELS"])
     except ImportError:
         pass  # a tree from before the fast subpackage reads KT_KERNELS itself
 
@@ -132,7 +132,7 @@ def kernel_rows(settings: dict, repeats: int):
     from keras_transformer.precision import set_precision
 
     set_precision(settings["precision"])
-    fast.set_kernels("fast")  # for the encoder layer's kernels other than the layout
+    fast.set_implementation("fast")  # for the encoder layer's kernels other than the layout
     config = kt.TransformerConfig.preset(settings["config"], vocab_size=settings["vocab_size"])
     dtype = keras.config.dtype_policy().compute_dtype
     tokens, d, rng = settings["tokens"], config.d_model, np.random.default_rng(0)

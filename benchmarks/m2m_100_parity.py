@@ -21,7 +21,7 @@ without it). `ours` writes the other models in transformers 4's layout
 scale_embedding on and off), imports each (and `build`'s) with
 `kt-import`'s reader, and writes per language pair (three per model) the source ids our
 tokenizer gives, our teacher-forced log-probabilities of generated sentence pairs and our greedy
-translations (`Translator`, beam 1, into the target language from the source language) as
+translations (`TranslationModule`, beam 1, into the target language from the source language) as
 their ids. `theirs` (an environment with torch, transformers and ctranslate2, without this
 package) tokenizes the same sentences with the folder's own tokenizer (`AutoTokenizer`,
 `src_lang`), scores the pairs with `M2M100ForConditionalGeneration`, translates greedily with
@@ -135,7 +135,7 @@ def ours(work_dir: Path) -> None:
 
     from keras_transformer.config import BOS_ID, EOS_ID, SearchSettings
     from keras_transformer.data.sentencepiece_pair import SentencePiecePair
-    from keras_transformer.decoding.translator import IntoLanguage, Translator
+    from keras_transformer.decoding.translator import IntoLanguage, TranslationModule
     from keras_transformer.importing.huggingface import read_huggingface_folder
     from keras_transformer.importing.run_directory import imported_transformer
 
@@ -149,7 +149,7 @@ def ours(work_dir: Path) -> None:
         tokenizer = SentencePiecePair(imported.source_spm, imported.target_spm,
                                       imported.source_pieces, imported.target_pieces,
                                       imported.control_pieces)
-        translator = Translator(model, tokenizer, SearchSettings(
+        translator = TranslationModule(model, tokenizer, SearchSettings(
             beam_size=1, max_decode_extra=EXTRA), languages=languages)
         records = []
         for source_language, target_language in PAIRS[fields["style"]]:

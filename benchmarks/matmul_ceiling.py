@@ -40,7 +40,7 @@ def weight_matmul_shapes(config, source_tokens: int, target_tokens: int,
     decoder = ([(target_tokens, *shape) for shape in attention + feed_forward]
                + [(target_tokens, d, h * dk), (target_tokens, h * dv, d)]  # cross Q, O
                + cross_key_value)
-    output = [(target_tokens, d, config.output_vocab_size)]
+    output = [(target_tokens, d, config.target_vocab_size)]
     return config.encoder_depth * encoder + config.decoder_depth * decoder + output
 
 

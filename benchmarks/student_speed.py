@@ -34,7 +34,7 @@ import tensorflow as tf
 from keras_transformer.config import SearchSettings
 from keras_transformer.serving.ctranslate2_export import CTranslate2Search, export_ctranslate2
 from keras_transformer.data.text_files import read_lines
-from keras_transformer.decoding.translator import Translator
+from keras_transformer.decoding.translator import TranslationModule
 from keras_transformer.precision import serving_copy
 from keras_transformer.serving.export import export_translator
 from keras_transformer.training.run_dir import RunDir
@@ -62,9 +62,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 def serving_default_export(model, tokenizer, directory: Path, settings: SearchSettings,
                            jit_compile: bool) -> str:
     """A SavedModel in `directory` whose one signature, `serving_default`, is the one an export
-    of `export_translator` has (the `Translator` of a float32 copy of `model` with `settings`
+    of `export_translator` has (the `TranslationModule` of a float32 copy of `model` with `settings`
     and `jit_compile`), without the other six and the export's records; returns its path."""
-    translator = Translator(serving_copy(model, "float32"), tokenizer, settings,
+    translator = TranslationModule(serving_copy(model, "float32"), tokenizer, settings,
                             jit_compile=jit_compile)
     # the weights and the tokenizer the signature reads, not the translator: saving that traces
     # each of its signatures

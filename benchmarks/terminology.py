@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from keras_transformer.data import read_lines  # noqa: E402
-from keras_transformer.decoding.translator import TERM_SEPARATOR, Translator  # noqa: E402
+from keras_transformer.decoding.translator import TERM_SEPARATOR, TranslationModule  # noqa: E402
 from keras_transformer.training.loaded_run import load_run  # noqa: E402
 
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
 
     loaded = load_run(args.run)
     settings = dataclasses.replace(loaded.recipe.search, beam_size=args.beam_size)
-    translator = Translator(loaded.model, loaded.tokenizer, settings)
+    translator = TranslationModule(loaded.model, loaded.tokenizer, settings)
     sources = read_lines(args.src)[:args.sentences]
     references = read_lines(args.ref)[:args.sentences]
     rng = random.Random(args.seed)

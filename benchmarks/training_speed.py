@@ -98,7 +98,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help=f"comma-separated Keras dtype policies from {PRECISIONS}")
     parser.add_argument("--jit-compile", action="store_true", help="XLA-compile both steps")
     parser.add_argument("--kernels", choices=("fast", "reference"), default="fast",
-                        help="our kernel set, through KT_KERNELS (default: fast)")
+                        help="our implementation, through KT_KERNELS (default: fast)")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per measurement")
     parser.add_argument("--vocab-size", type=int, default=32000, help="model vocabulary")
     parser.add_argument("--tokenizer-size", type=int, default=8000,
@@ -192,7 +192,7 @@ def ours_worker(settings: dict) -> dict:
     from keras_transformer.training.run import compiled_model
     try:
         from keras_transformer import fast
-        fast.set_kernels(settings.get("kernels", "fast"))
+        fast.set_implementation(settings.get("kernels", "fast"))
     except ImportError:
         pass  # a --before-tree's kernel interface reads KT_KERNELS itself
 

@@ -14,7 +14,7 @@ vocabularies where it has two) and saved by its `save_pretrained`, and a random
 choices far apart, the `<pad>` rows zero as in a converted model). `ours` writes the other
 random Marian models in Hugging Face's layout (tests/marian_models.py), imports each (and
 `build`'s) with `kt-import`'s reader and writes our teacher-forced log-probabilities of
-generated sentence pairs and our greedy translations (`Translator`, beam 1) as ids and text;
+generated sentence pairs and our greedy translations (`TranslationModule`, beam 1) as ids and text;
 `theirs` (an environment with torch and transformers, without this package) loads the same
 folders with `MarianMTModel.from_pretrained`, writes its log-probabilities and translates
 greedily with `generate` (kept from emitting `<pad>`, which the import leaves out, and with
@@ -92,7 +92,7 @@ def ours(work_dir: Path) -> None:
 
     from keras_transformer.config import BOS_ID, EOS_ID, SearchSettings
     from keras_transformer.data.sentencepiece_pair import SentencePiecePair
-    from keras_transformer.decoding.translator import Translator
+    from keras_transformer.decoding.translator import TranslationModule
     from keras_transformer.importing.huggingface import read_huggingface_folder
     from keras_transformer.importing.run_directory import imported_transformer
 
@@ -124,7 +124,7 @@ def ours(work_dir: Path) -> None:
         tokenizer = SentencePiecePair(imported.source_spm, imported.target_spm,
                                       imported.source_pieces, imported.target_pieces,
                                       imported.control_pieces)
-        translator = Translator(model, tokenizer, SearchSettings(beam_size=1,
+        translator = TranslationModule(model, tokenizer, SearchSettings(beam_size=1,
                                                                  max_decode_extra=EXTRA))
         sentences = training_sentences(TRANSLATED, seed=12)[0]
         source_ids = [tokenizer.encode(text) for text in sentences]

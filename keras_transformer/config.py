@@ -3,7 +3,7 @@ builds and saves with it), how it is trained (`TrainingSettings`, section 5), ho
 searched (`SearchSettings`, section 6.1), the three together (`Recipe`), and the named recipes
 (`PRESETS`: the paper's models, every Table 3 row as overrides, CPU-sized ones); the
 reserved token ids every vocabulary, model, loss and search shares; and the named choices the
-command lines offer (precision policies, kernel sets, quantizations, ...). It imports nothing
+command lines offer (precision policies, implementations, quantizations, ...). It imports nothing
 heavy: a command's `--help` reads it without TensorFlow.
 """
 from __future__ import annotations
@@ -29,12 +29,12 @@ loss-scale-like care; float16 does not."""
 
 FAST = "fast"
 REFERENCE = "reference"
-KERNEL_SETS = (FAST, REFERENCE)
-"""The kernel sets: the core's references and the `fast` subpackage's twins."""
-KERNEL_CHOICES = ("auto", *KERNEL_SETS)
+IMPLEMENTATIONS = (FAST, REFERENCE)
+"""The implementations: the core's references and the `fast` subpackage's twins."""
+IMPLEMENTATION_CHOICES = ("auto", *IMPLEMENTATIONS)
 """kt-train's `--kernels`: a set, or `auto` (measured on the machine)."""
-KERNELS_VARIABLE = "KT_KERNELS"
-"""The environment variable that chooses the kernel set."""
+IMPLEMENTATION_VARIABLE = "KT_KERNELS"
+"""The environment variable that chooses the implementation."""
 
 CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float32")
 """How a CTranslate2 export stores its weights (CTranslate2's names)."""
@@ -72,7 +72,10 @@ class TransformerConfig:
     `num_layers` is N of section 3.1 on both sides; `num_encoder_layers` and
     `num_decoder_layers` set one side's depth instead (e.g. a deep encoder and a one-layer
     decoder, Kasai et al., 2021); everything reads `encoder_depth` and `decoder_depth`.
-    `d_k`/`d_v` default to `d_model // num_heads`. How the model is trained
+    `key_dim`/`value_dim` (the paper's d_k/d_v) default to `d_model // num_heads` and
+    `target_vocab_size` to `vocab_size`: given as None, they read as that value, and `to_dict`
+    saves them as given (so a `replace` of `d_model` or `vocab_size` moves them along). Names
+    that earlier versions saved (`d_k`, `d_v`) are read as theirs. How the model is trained
     (`TrainingSettings`) and searched (`SearchSettings`) are separate objects; a `Recipe`
     holds all three.
     """
@@ -85,8 +88,8 @@ class TransformerConfig:
     d_model: int = 512
     d_ff: int = 2048
     num_heads: int = 8
-    d_k: Optional[int] = None
-    d_v: Optional[int] = None
+    key_dim: Optional[int] = None
+    value_dim: Optional[int] = None
     dropout: float = 0.1
     attention_dropout: float = 0.0
     attention_bias: bool = False  # biases in W^Q, W^K, W^V, W^O; the paper's have none (3.2.2)
@@ -115,8 +118,8 @@ class TransformerConfig:
         for name in positive_ints:
             _require(isinstance(getattr(self, name), int) and getattr(self, name) > 0,
                      name, "must be a positive integer")
-        for name in ("target_vocab_size", "num_encoder_layers", "num_decoder_layers", "d_k",
-                     "d_v"):
+        for name in ("target_vocab_size", "num_encoder_layers", "num_decoder_layers", "key_dim",
+                     "value_dim"):
             value = getattr(self, name)
             _require(value is None or (isinstance(value, int) and value > 0),
                      name, "must be a positive integer or None")
@@ -131,13 +134,18 @@ class TransformerConfig:
         _require(self.activation in ACTIVATIONS, "activation", f"must be one of {ACTIVATIONS}")
         _require(self.sinusoid_layout in SINUSOID_LAYOUTS, "sinusoid_layout",
                  f"must be one of {SINUSOID_LAYOUTS}")
-        if self.d_k is None or self.d_v is None:
+        if self.key_dim is None or self.value_dim is None:
             _require(self.d_model % self.num_heads == 0, "num_heads",
                      f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; "
-                     "set d_k and d_v explicitly")
+                     "set key_dim and value_dim explicitly")
         if self.share_embeddings and self.target_vocab_size not in (None, self.vocab_size):
             raise ValueError("target_vocab_size: differs from vocab_size, which needs "
                              "share_embeddings=False")
+        given = {name: getattr(self, name) for name in _DERIVED}
+        object.__setattr__(self, "_given", given)
+        for name, derived in _DERIVED.items():
+            if given[name] is None:
+                object.__setattr__(self, name, derived(self))
 
     @property
     def encoder_depth(self) -> int:
@@ -148,21 +156,6 @@ class TransformerConfig:
     def decoder_depth(self) -> int:
         """The decoder's number of layers."""
         return self.num_decoder_layers or self.num_layers
-
-    @property
-    def key_dim(self) -> int:
-        """d_k: per-head query/key size."""
-        return self.d_k if self.d_k is not None else self.d_model // self.num_heads
-
-    @property
-    def value_dim(self) -> int:
-        """d_v: per-head value size."""
-        return self.d_v if self.d_v is not None else self.d_model // self.num_heads
-
-    @property
-    def output_vocab_size(self) -> int:
-        """Size of the target vocabulary (the softmax)."""
-        return self.target_vocab_size or self.vocab_size
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "TransformerConfig":
@@ -175,7 +168,8 @@ class TransformerConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TransformerConfig":
         """Builds a config, naming any unknown field (and the object a training or search
-        setting belongs to)."""
+        setting belongs to); a field's earlier name (`d_k`) is read as the field."""
+        values = _renamed(values)
         unknown = sorted(set(values) - _FIELDS)
         if unknown:
             elsewhere = [f"{name} is a {_SETTINGS_OWNERS[name]} field" for name in unknown
@@ -200,7 +194,8 @@ class TransformerConfig:
         return self.from_dict({**self.to_dict(), **overrides})
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field, those with a derived default as given (None: derived)."""
+        return {**dataclasses.asdict(self), **self._given}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
@@ -209,6 +204,25 @@ class TransformerConfig:
     def from_json(cls, text: str) -> "TransformerConfig":
         """`from_saved` of the JSON `to_json` writes."""
         return cls.from_saved(json.loads(text))
+
+
+# The fields whose default is derived from others (None given: that value).
+_DERIVED = {"key_dim": lambda config: config.d_model // config.num_heads,
+            "value_dim": lambda config: config.d_model // config.num_heads,
+            "target_vocab_size": lambda config: config.vocab_size}
+# The fields' earlier names, read wherever a config or recipe is read (saved run directories,
+# `.keras` files, `kt-train --set`).
+RENAMED_FIELDS = {"d_k": "key_dim", "d_v": "value_dim"}
+
+
+def _renamed(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with the fields' earlier names replaced by their names; a ValueError when both
+    name one field."""
+    both = sorted(old for old, new in RENAMED_FIELDS.items() if old in values and new in values)
+    if both:
+        raise ValueError(f"{both[0]}: the earlier name of {RENAMED_FIELDS[both[0]]}, given as "
+                         "well; give one")
+    return {RENAMED_FIELDS.get(key, key): value for key, value in values.items()}
 
 
 def _require(condition: bool, field: str, message: str) -> None:
@@ -358,7 +372,9 @@ class Recipe:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "Recipe":
         """Splits flat `values` into the three parts (defaults for the fields not given); a
-        ValueError names an unknown field or an invalid value's field."""
+        ValueError names an unknown field or an invalid value's field (a field's earlier name,
+        `d_k`, is read as the field)."""
+        values = _renamed(values)
         unknown = sorted(set(values) - set(_OWNER))
         if unknown:
             raise ValueError(f"unknown field(s) {unknown}; known fields: {sorted(_OWNER)}")
@@ -388,7 +404,8 @@ class Recipe:
         `FINE_TUNING_WARMUP_STEPS` to `FINE_TUNING_PEAK_RATE` (`learning_rate_scale` =
         peak * sqrt(d_model * warmup)), then decays as eq. (3) does.
         """
-        changed = sorted(key for key in overrides if _OWNER.get(key) == "architecture"
+        changed = sorted(key for key in _renamed(overrides)
+                         if _OWNER.get(key) == "architecture"
                          and key not in ("dropout", "attention_dropout"))
         if changed:
             raise ValueError(f"{changed}: would change the model being fine-tuned (only "
@@ -400,8 +417,8 @@ class Recipe:
 
     def to_dict(self) -> dict[str, Any]:
         """The flat form: every field of the three parts."""
-        return {key: value for part in _PARTS for key, value in
-                dataclasses.asdict(getattr(self, part)).items()}
+        return {**self.architecture.to_dict(), **dataclasses.asdict(self.training),
+                **dataclasses.asdict(self.search)}
 
     @staticmethod
     def field_default(name: str) -> Any:

@@ -13,7 +13,7 @@ import numpy as np
 import sacrebleu
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-from keras_transformer.decoding.translator import Translator
+from keras_transformer.decoding.translator import TranslationModule
 from keras_transformer.serving.text_translation import length_batches
 
 
@@ -29,7 +29,7 @@ class Score:
         return f"{self.name} = {self.value:.2f}  ({self.signature})"
 
 
-def translate_corpus(translator: Translator, sources: Sequence[str], batch_size: int = 64,
+def translate_corpus(translator: TranslationModule, sources: Sequence[str], batch_size: int = 64,
                      on_batch: Optional[Callable[[int], None]] = None) -> list[str]:
     """Translations of `sources`, in order; sentences are batched by length for speed, and
     `on_batch` (if given) is called with each batch's size once it is translated."""

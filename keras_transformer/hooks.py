@@ -2,7 +2,8 @@
 
 A core function decorated with `@replaceable` is the plain reference and runs as written unless
 a replacement is installed under its name. Only `keras_transformer.fast` installs any (its
-`set_kernels("fast")`); the core never imports it, so without it every hook runs its reference.
+`set_implementation("fast")`); the core never imports it, so without it every hook runs its
+reference.
 
     @replaceable
     def linear(rows, kernel, bias=None, relu=False):

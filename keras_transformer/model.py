@@ -14,7 +14,7 @@ from keras_transformer.layers import (DecoderLayer, EncoderLayer, HeadsDense, Ho
 from keras_transformer.layers.attention import KeyValues, cache_index
 from keras_transformer.layers.encoder_decoder import TransformerBlock
 from keras_transformer.layers.layout import PADDED, Layout
-from keras_transformer.layers.dense import lora_settings
+from keras_transformer.layers.dense import lora_arguments
 from keras_transformer.optimization import with_loss_scaling
 
 
@@ -39,7 +39,7 @@ class DecodingConstants(NamedTuple):
     cross_attention: each decoder layer's keys and values of the encoder output (heads first:
         a sentence's serve all its rows untiled).
     cross_mask: `[batch, 1, src_len]`, True on real source tokens.
-    positions: `[max_length, d_model]`, the target positional encodings.
+    positions: `[cache_length, d_model]`, the target positional encodings.
     output: the pre-softmax projection (of a shortlist's ids only, when given).
     never: `[n]` float32 added to the log-probabilities (`never_emitted`).
     unscored: optional `[n]` bool, True at the ids that only pad a shortlist to a static size.
@@ -58,9 +58,9 @@ class DecodingConstants(NamedTuple):
 class DecodingCache(NamedTuple):
     """What each step of a search writes (the search's loop state).
 
-    self_attention: each decoder layer's self-attention cache, `[max_length, rows, heads,
+    self_attention: each decoder layer's self-attention cache, `[cache_length, rows, heads,
         dim]` keys and values, position-major (`MultiHeadAttention.init_cache`).
-    ancestors: `[rows, max_length]` int32, the cache row holding each position of each row's
+    ancestors: `[rows, cache_length]` int32, the cache row holding each position of each row's
         history. A row writes its newest position into its own cache row; a beam search moving
         hypotheses moves their ancestors (`reorder`), never the caches.
     """
@@ -79,7 +79,7 @@ class Transformer(keras.Model):
 
     Ids are int32 with 0 as padding. `encode`/`decode` expose the two halves for inference,
     `decode_step` with `init_decoding` runs the decoder one position at a time, and
-    `attention_weights` returns every layer's and head's attention distributions. `fit` and
+    `attention_probabilities` returns every layer's and head's attention distributions. `fit` and
     `evaluate` run Keras's own steps (`keras_transformer.fast.FastTransformer` is this model
     with faster ones). `lora_rank=` (the adapters built with the model) or `enable_lora(rank)`
     (on a built model, e.g. after `load_weights`) fine-tunes low-rank adapters of the
@@ -97,9 +97,9 @@ class Transformer(keras.Model):
             c.vocab_size, c.d_model, scaled=c.scale_embedding,
             name="shared_embedding" if c.share_embeddings else "source_embedding")
         self.target_embedding = (self.source_embedding if c.share_embeddings else ScaledEmbedding(
-            c.output_vocab_size, c.d_model, scaled=c.scale_embedding, name="target_embedding"))
+            c.target_vocab_size, c.d_model, scaled=c.scale_embedding, name="target_embedding"))
         self.output_projection = (None if c.tie_output else keras.layers.Dense(
-            c.output_vocab_size, use_bias=False, name="output_projection"))
+            c.target_vocab_size, use_bias=False, name="output_projection"))
         if c.positional == "sinusoidal":
             self.source_positions = SinusoidalPositionalEncoding(
                 c.sinusoid_layout, offset=c.position_offset, name="positional_encoding")
@@ -115,7 +115,7 @@ class Transformer(keras.Model):
         self.source_embedding_norm = embedding_norm("source_embedding_norm")
         self.target_embedding_norm = embedding_norm("target_embedding_norm")
         layer_args = {**{field: getattr(c, field) for field in TransformerBlock.FIELDS},
-                      **lora_settings(lora_rank, lora_alpha)}
+                      **lora_arguments(lora_rank, lora_alpha)}
         self.encoder_layers = [EncoderLayer(**layer_args, name=f"encoder_layer_{i}")
                                for i in range(c.encoder_depth)]
         self.decoder_layers = [DecoderLayer(**layer_args, name=f"decoder_layer_{i}")
@@ -145,7 +145,7 @@ class Transformer(keras.Model):
             layer.build(hidden, hidden)
         if self.config.output_bias:
             self.output_bias = self.add_weight(name="output_bias",
-                                               shape=(self.config.output_vocab_size,),
+                                               shape=(self.config.target_vocab_size,),
                                                initializer="zeros", autocast=False)
         self.built = True
 
@@ -165,7 +165,7 @@ class Transformer(keras.Model):
         if self.built:
             self.optimizer.build(self.trainable_variables)
 
-    def call(self, inputs, training=None, return_attention_scores: bool = False,
+    def call(self, inputs, training=None, return_attention: bool = False,
              layouts: tuple[Layout, Layout] = (PADDED, PADDED),
              output: Optional[Callable] = None):
         """`(source_ids, target_input_ids)` -> logits `[batch, tgt_len, vocab]` (float32): `decode`
@@ -174,33 +174,33 @@ class Transformer(keras.Model):
         source_ids, target_input_ids = inputs
         encoder_output = self.encode(source_ids, training=training, layout=layouts[0])
         return self.decode(target_input_ids, encoder_output, source_padding_mask(source_ids),
-                           training=training, return_attention_scores=return_attention_scores,
+                           training=training, return_attention=return_attention,
                            layouts=layouts, output=output)
 
-    def encode(self, source_ids, training=None, return_attention_scores: bool = False,
+    def encode(self, source_ids, training=None, return_attention: bool = False,
                layout: Layout = PADDED):
-        """Encoder output `[batch, src_len, d_model]` (and per-layer self-attention weights);
+        """Encoder output `[batch, src_len, d_model]` (and per-layer self-attention probabilities);
         with a `layout` (`layers/layout.py`), the tokens as it holds them."""
         x = self.embed(source_ids, "source", training, layout=layout)
         mask = ops.expand_dims(source_padding_mask(source_ids), 1)
-        weights = []
+        probabilities = []
         for layer in self.encoder_layers:
-            x, layer_weights = layer(x, padding_mask=mask, training=training,
-                                     return_attention_scores=True, layout=layout)
-            weights.append(layer_weights)
+            x, layer_probabilities = layer(x, padding_mask=mask, training=training,
+                                           return_attention=True, layout=layout)
+            probabilities.append(layer_probabilities)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
-        return (x, weights) if return_attention_scores else x
+        return (x, probabilities) if return_attention else x
 
     def decode(self, target_input_ids, encoder_output, source_mask, training=None,
-               return_attention_scores: bool = False,
+               return_attention: bool = False,
                layouts: tuple[Layout, Layout] = (PADDED, PADDED),
                output: Optional[Callable] = None):
         """Teacher-forced logits `[batch, tgt_len, vocab]` of `target_input_ids`
         `[batch, tgt_len]` (BOS first) given the `encoder_output` `[batch, src_len, d_model]` and
         `source_mask` `[batch, src_len]` (True on real source tokens), with dropout as `training`
-        says; `return_attention_scores` also returns the per-layer self and encoder-decoder
-        attention weights.
+        says; `return_attention` also returns the per-layer self and encoder-decoder
+        attention probabilities.
 
         A faster training step passes in what it changes: `layouts` (`layers/layout.py`), how
         the source's tokens (`encoder_output`'s) and the target's are held, in that order, and
@@ -210,35 +210,36 @@ class Transformer(keras.Model):
         x = self.embed(target_input_ids, "target", training, layout=target_layout)
         self_mask = causal_mask(target_input_ids)
         cross_mask = ops.expand_dims(source_mask, 1)
-        self_weights, cross_weights = [], []
+        self_probabilities, cross_probabilities = [], []
         for layer in self.decoder_layers:
             x, (layer_self, layer_cross) = layer(
                 x, encoder_output, self_mask=self_mask, cross_mask=cross_mask,
-                training=training, return_attention_scores=True,
+                training=training, return_attention=True,
                 layouts=(target_layout, source_layout))
-            self_weights.append(layer_self)
-            cross_weights.append(layer_cross)
+            self_probabilities.append(layer_self)
+            cross_probabilities.append(layer_cross)
         result = (self.output_logits(target_layout.unpack(x)) if output is None
                   else output(x))
-        return (result, self_weights, cross_weights) if return_attention_scores else result
+        return (result, self_probabilities, cross_probabilities) if return_attention else result
 
-    def attention_weights(self, source_ids, target_input_ids) -> dict[str, list]:
+    def attention_probabilities(self, source_ids, target_input_ids) -> dict[str, list]:
         """Every layer's attention, each `[batch, heads, query_len, key_len]`, at inference."""
-        encoder_output, encoder_self = self.encode(source_ids, return_attention_scores=True)
+        encoder_output, encoder_self = self.encode(source_ids, return_attention=True)
         _, decoder_self, encoder_decoder = self.decode(
             target_input_ids, encoder_output, source_padding_mask(source_ids),
-            return_attention_scores=True)
+            return_attention=True)
         return {"encoder_self": encoder_self, "decoder_self": decoder_self,
                 "encoder_decoder": encoder_decoder}
 
     # ------------------------------------------------------------------ incremental decoding
-    def init_decoding(self, encoder_output, source_mask, rows_per_sentence: int, max_length,
+    def init_decoding(self, encoder_output, source_mask, rows_per_sentence: int, cache_length,
                       vocabulary_ids=None, unscored=None, static_shapes: bool = False
                       ) -> tuple["DecodingConstants", "DecodingCache"]:
         """What `decode_step` needs for `rows_per_sentence` hypotheses (rows) of each sentence (its
         beam, or its samples) of `encoder_output` `[batch, src_len, d_model]` (`source_mask`
-        `[batch, src_len]`, their padding mask, True on real tokens), at most `max_length` positions
-        (what the caches hold): the search's constants and the empty cache its steps write.
+        `[batch, src_len]`, their padding mask, True on real tokens), at most `cache_length`
+        positions (what the caches hold): the search's constants and the empty cache its steps
+        write.
 
         `vocabulary_ids`, optional `[n]`, are the ids the log-probabilities are computed for (a
         shortlist); `unscored`, optional `[n]` bool, is True at the ids of `vocabulary_ids` that
@@ -252,15 +253,15 @@ class Transformer(keras.Model):
             cross_attention=tuple(layer.cross_attention.project_key_value(encoder_output)
                                   for layer in self.decoder_layers),
             cross_mask=ops.expand_dims(source_mask, 1),
-            positions=self.target_positions.at(ops.arange(max_length)),
+            positions=self.target_positions.at(ops.arange(cache_length)),
             output=self.pre_softmax_projection(vocabulary_ids, rows_as_stored=static_shapes),
-            never=never_emitted(vocabulary_ids, self.config.output_vocab_size),
+            never=never_emitted(vocabulary_ids, self.config.target_vocab_size),
             unscored=unscored, static_shapes=static_shapes)
         cache = DecodingCache(
             self_attention=tuple(layer.self_attention.init_cache(
-                rows, max_length, self.compute_dtype, static_shapes)
+                rows, cache_length, self.compute_dtype, static_shapes)
                 for layer in self.decoder_layers),
-            ancestors=tf.tile(tf.range(rows)[:, None], tf.stack([1, max_length])))
+            ancestors=tf.tile(tf.range(rows)[:, None], tf.stack([1, cache_length])))
         return constants, cache
 
     def decode_step(self, token_ids, position, cache: "DecodingCache",
@@ -274,8 +275,8 @@ class Transformer(keras.Model):
         Each row writes this position into its own cache row and reads its history through
         its ancestors (`DecodingCache`)."""
         ancestors = cache.ancestors
-        rows, max_length = tf.shape(ancestors)[0], tf.shape(ancestors)[1]
-        ancestors = tf.where(tf.range(max_length) == position, tf.range(rows)[:, None],
+        rows, cache_length = tf.shape(ancestors)[0], tf.shape(ancestors)[1]
+        ancestors = tf.where(tf.range(cache_length) == position, tf.range(rows)[:, None],
                              ancestors)
         index = cache_index(ancestors, position, self.config.num_heads, constants.static_shapes)
         x = self.embed(token_ids, "target", training=False,
@@ -420,7 +421,7 @@ class Transformer(keras.Model):
 
     def get_config(self) -> dict[str, Any]:
         return {"name": self.name, "config": self.config.to_dict(),
-                **lora_settings(self.lora_rank, self.lora_alpha)}
+                **lora_arguments(self.lora_rank, self.lora_alpha)}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "Transformer":

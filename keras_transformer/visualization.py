@@ -30,7 +30,7 @@ class AttentionMap:
 
     kind: str
     layer: int
-    weights: np.ndarray
+    probabilities: np.ndarray
     query_tokens: list[str]
     key_tokens: list[str]
 
@@ -46,24 +46,25 @@ def attention_maps(model: Transformer, tokenizer: SubwordTokenizer, source: str,
     target_ids = [BOS_ID] + tokenizer.tokenize_target(tf.constant([target]))[0].numpy().tolist()
     limit = model.config.max_length
     source_ids, target_ids = source_ids[:limit], target_ids[:limit]
-    weights = model.attention_weights(np.array([source_ids], "int32"),
-                                      np.array([target_ids], "int32"))
+    probabilities = model.attention_probabilities(np.array([source_ids], "int32"),
+                                                  np.array([target_ids], "int32"))
     source_tokens = [piece.decode("utf-8") for piece in tokenizer.source_pieces_of(
         tf.constant(source_ids, tf.int32)).numpy().tolist()]
     target_tokens = tokenizer.id_to_piece(target_ids)
     axes = {"encoder_self": (source_tokens, source_tokens),
             "decoder_self": (target_tokens, target_tokens),
             "encoder_decoder": (target_tokens, source_tokens)}
-    return [AttentionMap(kind, layer, np.asarray(layer_weights)[0], *axes[kind])
-            for kind in KINDS for layer, layer_weights in enumerate(weights[kind])]
+    return [AttentionMap(kind, layer, np.asarray(layer_probabilities)[0], *axes[kind])
+            for kind in KINDS for layer, layer_probabilities in enumerate(probabilities[kind])]
 
 
 def attention_figure(attention: AttentionMap, average_heads: bool = False) -> plt.Figure:
     """One heatmap per head, four to a row, or with `average_heads` one heatmap of the heads'
     mean (what TensorBoard shows: one panel stays legible at its display size); queries on
-    the y axis, keys on the x axis, each panel with its colour scale (attention weights, 0 to
-    1)."""
-    panels = attention.weights.mean(axis=0, keepdims=True) if average_heads else attention.weights
+    the y axis, keys on the x axis, each panel with its colour scale (attention probabilities,
+    0 to 1)."""
+    probabilities = attention.probabilities
+    panels = probabilities.mean(axis=0, keepdims=True) if average_heads else probabilities
     columns = min(len(panels), 4)
     rows = -(-len(panels) // columns)
     # Cells plus room for the longest labels (about 0.1 inch a character).
@@ -79,7 +80,7 @@ def attention_figure(attention: AttentionMap, average_heads: bool = False) -> pl
         image = axis.imshow(panels[head], cmap="viridis", vmin=0.0, vmax=1.0)
         scale = figure.colorbar(image, ax=axis, fraction=0.05, pad=0.03)
         scale.ax.tick_params(labelsize=LABEL_POINTS)
-        axis.set_title(f"mean of {len(attention.weights)} heads" if average_heads
+        axis.set_title(f"mean of {len(attention.probabilities)} heads" if average_heads
                        else f"head {head}", fontsize=LABEL_POINTS)
         axis.set_xticks(range(len(attention.key_tokens)))
         axis.set_xticklabels(attention.key_tokens, rotation=90, fontsize=LABEL_POINTS)

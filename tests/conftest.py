@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-# The kernel set under test (CI runs the suite with each); fast unless KT_KERNELS says otherwise,
-# so that no test waits for the auto probe. Child processes inherit it.
+# The implementation under test (CI runs the suite with each); fast unless KT_KERNELS says
+# otherwise, so that no test waits for the auto probe. Child processes inherit it.
 os.environ.setdefault("KT_KERNELS", "fast")
 # oneDNN's CPU allocator keeps every large block it ever allocated in a pool of its own, which
 # never shrinks: a test process would hold its peak for good (test_config.py's paper-size models:
@@ -35,7 +35,7 @@ from keras_transformer.precision import set_precision  # noqa: E402
 from helpers import train_vocab  # noqa: E402
 from warm_commands import warm_commands  # noqa: E402
 
-fast.active()  # installs the kernel set KT_KERNELS names for the in-process tests
+fast.active()  # installs the implementation KT_KERNELS names for the in-process tests
 
 
 @pytest.fixture

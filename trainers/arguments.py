@@ -11,9 +11,10 @@ import os
 from typing import Callable
 
 from keras_transformer.config import (CTRANSLATE2_QUANTIZATIONS, DEFAULT_SHARD_PAIRS,
-                                      DEFAULT_STEPS, KERNEL_CHOICES, KERNELS_VARIABLE, LEAVES,
-                                      LITERT_QUANTIZATIONS, PLACEMENTS, PRECISION_CHOICES,
-                                      PRESETS, SERVING_DTYPES, WARMUP_MAX_WIDTH)
+                                      DEFAULT_STEPS, IMPLEMENTATION_CHOICES,
+                                      IMPLEMENTATION_VARIABLE, LEAVES, LITERT_QUANTIZATIONS,
+                                      PLACEMENTS, PRECISION_CHOICES, PRESETS, SERVING_DTYPES,
+                                      WARMUP_MAX_WIDTH)
 
 # kt-train's and kt-prepare's: storage prepared with the defaults trains with the defaults.
 DEFAULT_PRESET = "tiny"
@@ -216,8 +217,8 @@ def train_parser() -> argparse.ArgumentParser:
                           "matmuls measure at least 1.25x float32's on this machine, else "
                           "float32; the figures are printed and kept in the run directory); "
                           "exports are float32")
-    run.add_argument("--kernels", choices=KERNEL_CHOICES,
-                     default=os.environ.get(KERNELS_VARIABLE, "auto"),
+    run.add_argument("--kernels", choices=IMPLEMENTATION_CHOICES,
+                     default=os.environ.get(IMPLEMENTATION_VARIABLE, "auto"),
                      help="fast (the package's speed tricks), reference (their plain "
                           "Keras/TensorFlow twins), or auto (the faster of the two measured on "
                           "this machine at the model's sizes); default: $KT_KERNELS, else auto")

@@ -76,34 +76,34 @@ def typed_value(field: str, value: Any, source: str) -> Any:
     return value
 
 
-def set_up_kernels(recorded: Optional[str] = None, requested: Optional[str] = None) -> str:
-    """Selects the kernel set a command that loads a model (to decode, score, export or plot
+def set_up_implementation(recorded: Optional[str] = None, requested: Optional[str] = None) -> str:
+    """Selects the implementation a command that loads a model (to decode, score, export or plot
     it) builds it under, and returns it: `requested` (default `$KT_KERNELS`, else auto); for
     auto, the set the run `recorded`, else the reference set. Nothing is measured: the kernel
     sets differ in training only, and a search runs the references under either
     (`hooks.references`)."""
     requested = fast.selection.validate(
-        requested or os.environ.get(fast.selection.KERNELS_VARIABLE, "auto"))
+        requested or os.environ.get(fast.selection.IMPLEMENTATION_VARIABLE, "auto"))
     if requested != "auto":
-        return fast.set_kernels(requested)
-    return fast.set_kernels(recorded if recorded in fast.KERNEL_SETS else fast.REFERENCE)
+        return fast.set_implementation(requested)
+    return fast.set_implementation(recorded if recorded in fast.IMPLEMENTATIONS else fast.REFERENCE)
 
 
 def run_model(run_dir: str, weights: Optional[str] = None) -> Transformer:
     """The model of a run directory holding `weights` (`--weights`; default: the run's
-    choice, `RunDir.default_weights`), built under the kernel set the run trained with
-    (`set_up_kernels`)."""
+    choice, `RunDir.default_weights`), built under the implementation the run trained with
+    (`set_up_implementation`)."""
     _set_up_run_kernels(run_dir, weights)
     return chosen_model(run_dir, weights)[0]
 
 
 def _set_up_run_kernels(run_dir: str, weights: Optional[str]) -> None:
-    """Checks that `weights` (`--weights`) exists, then selects the kernel set the run
-    trained with (`set_up_kernels`), before its model is built."""
+    """Checks that `weights` (`--weights`) exists, then selects the implementation the run
+    trained with (`set_up_implementation`), before its model is built."""
     if weights and not Path(weights).is_file():
         raise FileNotFoundError(f"--weights: no such file {weights!r}")
     run = RunDir(run_dir)
-    set_up_kernels(run.recorded_options().get("kernels"))
+    set_up_implementation(run.recorded_options().get("kernels"))
 
 
 def load_run_model(run_dir: str, weights: Optional[str] = None

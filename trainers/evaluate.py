@@ -16,7 +16,7 @@ from trainers.arguments import evaluate_parser
 from trainers.common import (check_export_flags, is_run_directory, load_ensemble,
                              load_run_model, run_target_language, search_settings)
 from keras_transformer.data import load_tfds, read_lines, read_parallel
-from keras_transformer.decoding.translator import IntoLanguage, Translator, truncated_sources
+from keras_transformer.decoding.translator import IntoLanguage, TranslationModule, truncated_sources
 from keras_transformer.evaluation import (corpus_scores, tokenized_lowercase_bleu,
                                           translate_corpus, write_lines)
 from keras_transformer.parsing.evaluate import parse_scores, read_gold_trees
@@ -109,7 +109,7 @@ def run_hypotheses(args: argparse.Namespace, sources: list[str], name: str
     model, tokenizer = load_run_model(args.run_dir, args.weights)
     output = args.hypotheses or os.path.join(
         args.run_dir, f"{name}.hyp" if language is None else f"{name}.{language}.hyp")
-    translator = Translator(model, tokenizer,
+    translator = TranslationModule(model, tokenizer,
                             search_settings(args, RunDir(args.run_dir).load_recipe().search),
                             ensemble=load_ensemble(args.ensemble, tokenizer),
                             languages=languages)

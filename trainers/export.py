@@ -32,7 +32,7 @@ from keras_transformer.serving.provenance import (describe, export_record, file_
                                           read_provenance, write_provenance)
 from keras_transformer.training.run_dir import RunDir
 from trainers.arguments import SHORTLIST_SENTENCES, export_parser
-from trainers.common import run_model, search_settings, set_up_kernels
+from trainers.common import run_model, search_settings, set_up_implementation
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -184,11 +184,11 @@ def _newest(paths: list[str]) -> Optional[str]:
 
 
 def _checked(model: keras.Model, path: str) -> Transformer:
-    """`model` if it is a `Transformer` (a ValueError naming `path` if not), its kernel set
-    selected (`set_up_kernels`)."""
+    """`model` if it is a `Transformer` (a ValueError naming `path` if not), its implementation
+    selected (`set_up_implementation`)."""
     if not isinstance(model, Transformer):
         raise ValueError(f"model: {path!r} holds a {type(model).__name__}, not a Transformer")
-    set_up_kernels()
+    set_up_implementation()
     return model
 
 

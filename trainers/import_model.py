@@ -44,7 +44,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     config = imported.config
     print(f"kt-import: {args.folder} -> {run.root} ({config.encoder_depth}+"
           f"{config.decoder_depth} layers, d_model {config.d_model}, {config.norm}-norm, "
-          f"{config.activation}, {config.vocab_size} source / {config.output_vocab_size} target "
+          f"{config.activation}, {config.vocab_size} source / {config.target_vocab_size} target "
           "ids)", file=sys.stderr)
     return 0
 

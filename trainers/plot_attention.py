@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 
 from trainers.arguments import plot_attention_parser
 from trainers.common import load_run_model
-from keras_transformer.decoding.translator import Translator
+from keras_transformer.decoding.translator import TranslationModule
 from keras_transformer.evaluation import translate_corpus
 from keras_transformer.config import SearchSettings
 from keras_transformer.visualization import attention_figure, attention_maps, figure_png
@@ -40,7 +40,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"kt-plot-attention: error: {error}", file=sys.stderr)
         return 2
     target = args.target or translate_corpus(
-        Translator(model, tokenizer, SearchSettings(beam_size=1)), [args.source])[0]
+        TranslationModule(model, tokenizer, SearchSettings(beam_size=1)), [args.source])[0]
     print(f"target: {target}")
     for attention in attention_maps(model, tokenizer, args.source, target):
         path = os.path.join(args.out, f"{attention.name}.png")

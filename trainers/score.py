@@ -13,7 +13,7 @@ from typing import Callable, Optional, Sequence
 
 from keras_transformer.data import read_lines
 from keras_transformer.data.languages import LanguageTokenizer, RunLanguages
-from keras_transformer.data.tokenizer import SubwordTokenizer, text_pieces
+from keras_transformer.data.tokenizer import SubwordTokenizer, text_piece_ids
 from keras_transformer.decoding.confidence import Confidence, confidence, score_pairs
 from keras_transformer.decoding.translator import truncated_sources
 from keras_transformer.model import Transformer
@@ -54,8 +54,8 @@ def score_translations(model: Transformer, tokenizer: SubwordTokenizer, sources:
     scoring = LanguageTokenizer(tokenizer, prefixes) if any(prefixes) else tokenizer
     kept = range(len(targets))
     if skip_long:
-        lengths = text_pieces(scoring, tf.constant(list(targets), tf.string),
-                              target=True).row_lengths().numpy().tolist()
+        lengths = text_piece_ids(scoring, tf.constant(list(targets), tf.string),
+                                 target=True).row_lengths().numpy().tolist()
         kept = [index for index, length in enumerate(lengths)
                 if length <= model.config.max_length - 1]
     scored = score_pairs(model, scoring, [sources[index] for index in kept],

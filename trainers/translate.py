@@ -14,7 +14,7 @@ from typing import Optional, Sequence, TextIO
 from keras_transformer.data.text_files import file_problem, line_list, read_raw_lines
 from keras_transformer.decoding.alignment import read_alignment_heads
 from keras_transformer.decoding.terminology import Glossary, read_constraints, sentence_terms
-from keras_transformer.decoding.translator import IntoLanguage, Translator
+from keras_transformer.decoding.translator import IntoLanguage, TranslationModule
 from keras_transformer.serving.litert_export import is_litert_model
 from keras_transformer.serving.loading import export_version, load_export, recorded_languages
 from keras_transformer.data.languages import chosen_languages
@@ -80,7 +80,7 @@ def load_translator(args: argparse.Namespace) -> LineTranslator:
                                                           args.source_language)
         model, tokenizer = load_run_model(args.model, args.weights)
         settings = search_settings(args, RunDir(args.model).load_recipe().search)
-        translator = Translator(model, tokenizer, settings, languages=languages,
+        translator = TranslationModule(model, tokenizer, settings, languages=languages,
                                 ensemble=load_ensemble(args.ensemble, tokenizer),
                                 alignment=read_alignment_heads(args.model, model.config))
         return LineTranslator.from_translator(

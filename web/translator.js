@@ -190,7 +190,7 @@ function forcedInput(forced) {
   return forced === null ? {} : {target_tokens: new Tensor(Int32Array.of(forced), [1])};
 }
 
-export class Translator {
+export class BrowserTranslator {
   constructor(manifest, model, tokenizer) {
     this.manifest = manifest;
     this.model = model;
@@ -237,7 +237,7 @@ export class Translator {
     const model = await named(modelFile, "the model", async () => loadAndCompile(
       new Uint8Array(await (await fetched(modelFile)).arrayBuffer()), {accelerator: "wasm"}));
     progress("ready");
-    return new Translator(manifest, model, tokenizer);
+    return new BrowserTranslator(manifest, model, tokenizer);
   }
 
   // Where the tokens of `language` (the target: "" for a model of one, or as the text says

@@ -183,27 +183,28 @@ class RunLanguages:
                              f"{', '.join(sorted(self.token_ids))} only")
         return self.token_ids[language]
 
-    def with_source_tokens(self, pieces: tf.RaggedTensor, tokens: tf.Tensor) -> tf.RaggedTensor:
-        """Source `pieces` `[batch, (length)]` as the model reads them with the "source"
-        placement: a row whose token of `tokens` `[batch]` is one (not -1, which asks for no
-        language) starts with it, in place of a language token the text starts with (asked
+    def with_source_tokens(self, piece_ids: tf.RaggedTensor,
+                           language_ids: tf.Tensor) -> tf.RaggedTensor:
+        """Source `piece_ids` `[batch, (length)]` as the model reads them with the "source"
+        placement: a row whose token of `language_ids` `[batch]` is one (not -1, which asks for
+        no language) starts with it, in place of a language token the text starts with (asked
         for fra, `>>deu<< Hello` reads as `>>fra<< Hello`: the language asked for wins); the
         other rows as they are."""
-        pieces, tokens = tf.cast(pieces, tf.int32), tf.cast(tokens, tf.int32)
-        asked = tokens >= 0
-        first = tf.reduce_max(pieces[:, :1], axis=1)  # the int32 minimum for an empty row
+        piece_ids, language_ids = tf.cast(piece_ids, tf.int32), tf.cast(language_ids, tf.int32)
+        asked = language_ids >= 0
+        first = tf.reduce_max(piece_ids[:, :1], axis=1)  # the int32 minimum for an empty row
         own = tf.reduce_any(first[:, None] == tf.constant(
             sorted(self.token_ids.values()), tf.int32)[None], axis=1)
         # Each output row gathered from its input row at one offset (plain gathers: a ragged
         # concatenation traces several times slower): the token first where one is asked for,
         # the text's own token skipped where it is replaced.
         added, skipped = tf.cast(asked, tf.int64), tf.cast(asked & own, tf.int64)
-        positions = tf.ragged.range(pieces.row_lengths() - skipped + added)
+        positions = tf.ragged.range(piece_ids.row_lengths() - skipped + added)
         rows, position = positions.value_rowids(), positions.flat_values
-        read = tf.gather(pieces.row_starts() + skipped - added, rows) + position
-        texts = tf.gather(tf.concat([[0], pieces.values], 0), read + 1)  # read >= -1
+        read = tf.gather(piece_ids.row_starts() + skipped - added, rows) + position
+        texts = tf.gather(tf.concat([[0], piece_ids.values], 0), read + 1)  # read >= -1
         return positions.with_flat_values(tf.where(
-            (position == 0) & tf.gather(asked, rows), tf.gather(tokens, rows), texts))
+            (position == 0) & tf.gather(asked, rows), tf.gather(language_ids, rows), texts))
 
     def pair_prefixes(self, pair: LanguagePair) -> tuple[list[int], list[int]]:
         """The ids a sentence pair of `pair` starts with as the model reads it, (source,

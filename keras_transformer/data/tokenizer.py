@@ -229,9 +229,9 @@ def text_ids(ids: tf.RaggedTensor) -> tf.RaggedTensor:
 
 
 # How a model reads text and ids it is given to translate, whatever runs it (the exported
-# `Translator`, kt-translate, a CTranslate2 model): `text_pieces`, then `model_input_ids`.
+# `TranslationModule`, kt-translate, a CTranslate2 model): `text_piece_ids`, then `model_input_ids`.
 
-def text_pieces(tokenizer: SubwordTokenizer, text: tf.Tensor,
+def text_piece_ids(tokenizer: SubwordTokenizer, text: tf.Tensor,
                 target: bool = False) -> tf.RaggedTensor:
     """Subword ids of `text` `[batch]`, source text (`target`: target text), invalid UTF-8
     decoded with U+FFFD replacements."""

@@ -1,5 +1,5 @@
 """Searching with a Transformer: beam search, greedy decoding and sampling in one graph each,
-teacher-forced scoring, vocabulary shortlists, and the `Translator` that exports take. The
+teacher-forced scoring, vocabulary shortlists, and the `TranslationModule` that exports take. The
 searches themselves are model-agnostic: `keras_transformer.search`."""
 from keras_transformer.decoding.shortlist import VocabularyShortlist, build_shortlist
 from keras_transformer.decoding.transformer_search import (beam_search, greedy_decode,

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, TransformerConfig
-from keras_transformer.data.tokenizer import model_input_ids, text_pieces
+from keras_transformer.data.tokenizer import model_input_ids, text_piece_ids
 from keras_transformer.data.word_links import WORD, Links, piece_kinds, piece_words
 
 ALIGNMENT_FILE = "alignment.json"
@@ -84,7 +84,7 @@ def teacher_forced_attention(model, source_ids: tf.Tensor, target_ids: tf.Tensor
     `target_ids` is predicted."""
     target_in = tf.concat([tf.fill([tf.shape(target_ids)[0], 1], BOS_ID), target_ids[:, :-1]],
                           axis=1)
-    return model.attention_weights(source_ids, target_in)["encoder_decoder"]
+    return model.attention_probabilities(source_ids, target_in)["encoder_decoder"]
 
 
 def heads_alignment(attention: tf.Tensor, target_ids: tf.Tensor,
@@ -151,7 +151,7 @@ def attention_links(model, tokenizer, sources: Sequence[str], targets: Sequence[
     for start in range(0, len(sources), batch_size):
         batch = slice(start, start + batch_size)
         source_ids, target_ids = (_with_eos(model_input_ids(
-            text_pieces(tokenizer, tf.constant(texts[batch]), target), config.vocab_size,
+            text_piece_ids(tokenizer, tf.constant(texts[batch]), target), config.vocab_size,
             config.max_length)) for texts, target in ((sources, False), (targets, True)))
         attention = teacher_forced_attention(model, source_ids, target_ids)
         source_pieces = _piece_rows(tokenizer, source_ids)

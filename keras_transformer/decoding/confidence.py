@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from keras_transformer.config import EOS_ID, PAD_ID
 from keras_transformer.data.sentencepiece_pair import Tokenizer
-from keras_transformer.data.tokenizer import model_input_ids, text_pieces
+from keras_transformer.data.tokenizer import model_input_ids, text_piece_ids
 from keras_transformer.data.word_links import WORD_START
 from keras_transformer.decoding.transformer_search import token_log_probs
 from keras_transformer.model import Transformer
@@ -108,11 +108,11 @@ def score_pairs(model: Transformer, tokenizer: Tokenizer, sources: Sequence[str]
     scored = []
     for start in range(0, len(sources), batch_size):
         texts = tf.constant(list(sources[start:start + batch_size]))
-        source = model_input_ids(text_pieces(tokenizer, texts), model.config.vocab_size,
+        source = model_input_ids(text_piece_ids(tokenizer, texts), model.config.vocab_size,
                                  max_length)
         source = tf.concat([source, tf.fill([source.nrows(), 1], EOS_ID)], 1)
-        target = text_pieces(tokenizer, tf.constant(list(targets[start:start + batch_size])),
-                             target=True)
+        target = text_piece_ids(tokenizer, tf.constant(list(targets[start:start + batch_size])),
+                                target=True)
         long = [start + index + 1 for index, length in enumerate(target.row_lengths().numpy())
                 if length > max_length - 1]
         if long:

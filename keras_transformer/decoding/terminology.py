@@ -1,4 +1,4 @@
-"""Terminology for the constrained search (`Translator.translate_with_terms`): a glossary of
+"""Terminology for the constrained search (`TranslationModule.translate_with_terms`): a glossary of
 `source phrase ||| target phrase` lines, whose target phrases a sentence must contain where it
 contains their source phrases, and per-sentence constraints, one line per sentence of
 tab-separated target phrases (fairseq's `--constraints` layout).

@@ -5,7 +5,7 @@ scoring on the searches' scale.
 `beam_search(model, source_ids, ...)`, `greedy_decode(model, ...)` and `sample(model, ...)`
 are one graph each;
 `run_search(model, source_ids, settings)` builds the search `settings` ask for inside a
-caller's `tf.function` (the exported `Translator`'s). Each takes one `Transformer` or an
+caller's `tf.function` (the exported `TranslationModule`'s). Each takes one `Transformer` or an
 ensemble: a sequence of them over the same vocabulary, whose probabilities the search averages
 (`search.ensemble`). The step function the search runs is `cached_step`'s, the model's
 `decode_step` with its key/value cache, or with `use_cache=False` its reference
@@ -31,14 +31,14 @@ Models = Union[Transformer, Sequence[Transformer]]  # one model, or an ensemble
 
 def ensemble_members(model: Models) -> list[Transformer]:
     """`model` as a list of models (one, or an ensemble's); members must share `vocab_size`,
-    `output_vocab_size` and `max_length` (ValueError naming the first member and setting that
+    `target_vocab_size` and `max_length` (ValueError naming the first member and setting that
     differ). Models alone cannot show their subword pieces: the command lines check those
     (`--ensemble`), and an API caller gives models trained on one vocabulary."""
     members = [model] if isinstance(model, Transformer) else list(model)
     if not members:
         raise ValueError("model: an ensemble needs at least one Transformer")
     for index, member in enumerate(members[1:], start=1):
-        for setting in ("vocab_size", "output_vocab_size", "max_length"):
+        for setting in ("vocab_size", "target_vocab_size", "max_length"):
             value, first = (getattr(one.config, setting) for one in (member, members[0]))
             if value != first:
                 raise ValueError(f"ensemble member {index}: {setting}={value}, but member 0 "
@@ -232,7 +232,7 @@ def cached_step(model: Transformer, source_ids: tf.Tensor, rows_per_sentence: in
     """
     constants, cache = model.init_decoding(
         model.encode(source_ids, training=False), source_padding_mask(source_ids),
-        rows_per_sentence=rows_per_sentence, max_length=buffer_length,
+        rows_per_sentence=rows_per_sentence, cache_length=buffer_length,
         vocabulary_ids=vocabulary_ids, unscored=unscored, static_shapes=static_shapes)
     return functools.partial(model.decode_step, constants=constants), cache, DecodingCache.reorder
 
@@ -248,7 +248,7 @@ def recomputed_step(model: Transformer, source_ids: tf.Tensor, rows_per_sentence
     source_mask = tf.repeat(source_padding_mask(source_ids), rows_per_sentence, axis=0)
     rows = tf.shape(encoder_output)[0]
     state = {"prefix": tf.fill(tf.stack([rows, buffer_length + 1]), PAD_ID)}
-    never = never_emitted(vocabulary_ids, model.config.output_vocab_size)
+    never = never_emitted(vocabulary_ids, model.config.target_vocab_size)
 
     def step(token_ids, position, state):
         prefix = tf.where(tf.range(buffer_length + 1) == position,

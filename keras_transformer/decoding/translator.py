@@ -1,7 +1,7 @@
 """Strings in, translations out: tokenizer, beam search and detokenizer in one graph.
 
-A `Translator` is the module that `keras_transformer.serving.export` saves; in-process it gives the
-exported model's exact outputs.
+A `TranslationModule` is the module that `keras_transformer.serving.export` saves; in-process it
+gives the exported model's exact outputs.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data.languages import LanguageTable, asked_languages
-from keras_transformer.data.tokenizer import (SubwordTokenizer, model_input_ids, text_pieces,
+from keras_transformer.data.tokenizer import (SubwordTokenizer, model_input_ids, text_piece_ids,
                                               without_special_ids)
 from keras_transformer.decoding.alignment import AlignmentHeads, attention_alignment
 from keras_transformer.decoding.confidence import word_scores
@@ -36,7 +36,7 @@ TERMS = tf.TensorSpec([None], tf.string, name="terms")
 TERM_SEPARATOR = "\t"
 
 
-class Translator(tf.Module):
+class TranslationModule(tf.Module):
     """Translates with fixed `SearchSettings` (beam size 1 runs the greedy fast path): the
     module of graph signatures, tensors in and out, that an export saves and TF Serving runs
     (`serving.text_translation.LineTranslator` feeds it, or its SavedModel, lines of text).
@@ -83,7 +83,7 @@ class Translator(tf.Module):
     vocabularies; translations approximate the full vocabulary's, see `decoding.shortlist`).
     Inputs are truncated to `model.config.max_length - 1` subword ids (plus EOS); invalid UTF-8
     is decoded with U+FFFD replacements; out-of-vocabulary ids become UNK; PAD/BOS/EOS ids in a
-    source are dropped (`data.tokenizer.text_pieces` and `model_input_ids`, the rule every
+    source are dropped (`data.tokenizer.text_piece_ids` and `model_input_ids`, the rule every
     backend follows); an empty source gets an empty translation with score 0.
     """
 
@@ -105,28 +105,28 @@ class Translator(tf.Module):
             raise ValueError(f"tokenizer: vocabulary of {tokenizer.vocab_size} ids, but the "
                              f"model expects vocab_size={config.vocab_size}")
         if shortlist is not None and (shortlist.vocab_size, shortlist.target_vocab_size) != (
-                config.vocab_size, config.output_vocab_size):
+                config.vocab_size, config.target_vocab_size):
             raise ValueError(f"shortlist: built for a vocabulary of {shortlist.vocab_size} "
                              f"source and {shortlist.target_vocab_size} target ids, but the "
                              f"model has vocab_size={config.vocab_size} and "
-                             f"{config.output_vocab_size} output ids")
+                             f"{config.target_vocab_size} output ids")
         self.shortlist = shortlist
         self.jit_compile = jit_compile
         self.languages = languages
-        language, tokens = (), ()
+        language, language_ids = (), ()
         self.language_table = None if languages is None else LanguageTable(languages)
         if languages is not None:
             language = (TARGET_LANGUAGE,) + (
                 (SOURCE_LANGUAGE,) if languages.source_language_token else ())
-            tokens = tuple(tf.TensorSpec([None], tf.int32, name) for name in ("tokens",
-                           "source_tokens")[:len(language)])
+            language_ids = tuple(tf.TensorSpec([None], tf.int32, name) for name
+                                 in ("language_ids", "source_language_ids")[:len(language)])
         # The search's input of a text, one graph function that the signatures of text call
         # (traced once, not once in each).
         self._text_source_ids = tf.function(self._source_ids_of_text,
-                                            input_signature=[TEXT, *tokens], autograph=False)
+                                            input_signature=[TEXT, *language_ids], autograph=False)
         # The signatures: functions of this instance's bound methods. They hold the instance
         # (a method decorated in the class holds it by a weak reference only, so that
-        # `Translator(...).translate(text)` would find it gone).
+        # `TranslationModule(...).translate(text)` would find it gone).
         self.translate = _signature(self._translate, TEXT, *language)
         self.translate_nbest = _signature(self._translate_nbest, TEXT, *language)
         self.translate_with_alignment = _signature(self._translate_with_alignment, TEXT,
@@ -144,16 +144,18 @@ class Translator(tf.Module):
     def _translate(self, text: tf.Tensor, target_language: Optional[tf.Tensor] = None,
                    source_language: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `translation` `[batch]` strings and `score` `[batch]`."""
-        tokens, source_tokens = self._tokens(target_language, source_language, text)
-        best = self._search(self._text_source(text, tokens, source_tokens), tokens)
+        language_ids, source_language_ids = self._token_ids(target_language, source_language, text)
+        source = self._text_source(text, language_ids, source_language_ids)
+        best = self._search(source, language_ids)
         return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"]}
 
     def _translate_nbest(self, text: tf.Tensor, target_language: Optional[tf.Tensor] = None,
                          source_language: Optional[tf.Tensor] = None) -> dict[str, tf.Tensor]:
         """`text` `[batch]` -> `nbest_translations` `[batch, beam]` strings and `nbest_scores`
         `[batch, beam]`, best first."""
-        tokens, source_tokens = self._tokens(target_language, source_language, text)
-        result = self._search(self._text_source(text, tokens, source_tokens), tokens)
+        language_ids, source_language_ids = self._token_ids(target_language, source_language, text)
+        source = self._text_source(text, language_ids, source_language_ids)
+        result = self._search(source, language_ids)
         ids = result["nbest_ids"]
         shape = tf.shape(ids)
         # Not [-1, len]: for an empty batch, [0, beam, 0] ids would reshape to [beam, 0].
@@ -170,16 +172,17 @@ class Translator(tf.Module):
         source's subwords and EOS, "" after: the encoder's input, with the "source" placement
         of `languages` the language token first) and `alignment` `[batch, T]` int32: for each
         target piece the index of the source piece it is aligned to (-1 after the end)."""
-        tokens, source_tokens = self._tokens(target_language, source_language, text)
-        best = self._search(self._text_source(text, tokens, source_tokens), tokens)
+        language_ids, source_language_ids = self._token_ids(target_language, source_language, text)
+        source = self._text_source(text, language_ids, source_language_ids)
+        best = self._search(source, language_ids)
         source_ids, ids = best["source_ids"], best["searched_ids"]
         alignment = attention_alignment(self.model, source_ids, ids, self.alignment)
         pieces = tf.where(ids != PAD_ID, self.tokenizer.pieces(ids), "")
         return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"],
-                "target_pieces": self._without_tokens(pieces, tokens, ""),
+                "target_pieces": self._without_language_ids(pieces, language_ids, ""),
                 "source_pieces": tf.where(source_ids != PAD_ID,
                                           self.tokenizer.source_pieces_of(source_ids), ""),
-                "alignment": self._without_tokens(alignment, tokens, -1)}
+                "alignment": self._without_language_ids(alignment, language_ids, -1)}
 
     def _translate_with_prefix(self, text: tf.Tensor, prefix: tf.Tensor,
                                target_language: Optional[tf.Tensor] = None,
@@ -190,8 +193,9 @@ class Translator(tf.Module):
 
         The prefix is tokenized like any target text (`tokenize_target`) and forced on every
         hypothesis; the search continues after it as usual (an empty source still gets "")."""
-        tokens, source_tokens = self._tokens(target_language, source_language, text)
-        best = self._search(self._text_source(text, tokens, source_tokens), tokens,
+        language_ids, source_language_ids = self._token_ids(target_language, source_language, text)
+        source = self._text_source(text, language_ids, source_language_ids)
+        best = self._search(source, language_ids,
                             prefix=prefix)
         return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"]}
 
@@ -208,13 +212,15 @@ class Translator(tf.Module):
         The search is the constrained beam search (`keras_transformer.constraints`): a row
         without terms gets exactly the `translate` signature's translation (of a translator
         that samples, the beam search's of its beam size: terms are placed by a search)."""
-        tokens, source_tokens = self._tokens(target_language, source_language, text)
+        language_ids, source_language_ids = self._token_ids(target_language, source_language, text)
         phrases = tf.strings.split(terms, TERM_SEPARATOR)
         phrases = tf.ragged.boolean_mask(phrases, tf.strings.length(tf.strings.strip(phrases)) > 0)
-        pieces = model_input_ids(text_pieces(self.tokenizer, phrases.flat_values, target=True),
-                                 self.model.config.output_vocab_size, self.model.config.max_length)
-        constraints = tf.RaggedTensor.from_row_lengths(pieces, phrases.row_lengths())
-        best = self._search(self._text_source(text, tokens, source_tokens), tokens,
+        piece_ids = model_input_ids(
+            text_piece_ids(self.tokenizer, phrases.flat_values, target=True),
+            self.model.config.target_vocab_size, self.model.config.max_length)
+        constraints = tf.RaggedTensor.from_row_lengths(piece_ids, phrases.row_lengths())
+        source = self._text_source(text, language_ids, source_language_ids)
+        best = self._search(source, language_ids,
                             constraints=constraints.to_tensor(default_value=PAD_ID))
         missing = tf.RaggedTensor.from_tensor(best["unplaced"], lengths=phrases.row_lengths())
         return {"translation": self.tokenizer.detokenize(best["ids"]), "score": best["score"],
@@ -231,12 +237,13 @@ class Translator(tf.Module):
         0.0 after) and `token_scores` `[batch, T]` (each piece's, then EOS's; 0.0 after). The
         log-probabilities are `model`'s, teacher-forced over the whole vocabulary (not an
         ensemble's or a shortlist's)."""
-        tokens, source_tokens = self._tokens(target_language, source_language, text)
-        best = self._search(self._text_source(text, tokens, source_tokens), tokens)
+        language_ids, source_language_ids = self._token_ids(target_language, source_language, text)
+        source = self._text_source(text, language_ids, source_language_ids)
+        best = self._search(source, language_ids)
         ids = best["ids"]
         log_probs, end = token_and_end_log_probs(self.model, best["source_ids"],
                                                  best["searched_ids"])
-        log_probs = self._without_tokens(log_probs, tokens, 0.0)
+        log_probs = self._without_language_ids(log_probs, language_ids, 0.0)
         real = tf.not_equal(ids, PAD_ID) & tf.not_equal(ids, EOS_ID)
         words, scores, sentence = word_scores(self.tokenizer.pieces(ids), log_probs, real, end)
         return {"translation": self.tokenizer.detokenize(ids), "score": best["score"],
@@ -248,13 +255,15 @@ class Translator(tf.Module):
         """`source_ids` `[batch, len]` subword ids (right-padded with 0) -> `ids`
         `[batch, len]` (EOS-terminated, 0-padded), `score` `[batch]`, and the n-best
         `nbest_ids` `[batch, beam, len]` and `nbest_scores` `[batch, beam]`."""
-        tokens, source_tokens = self._tokens(target_language, source_language, source_ids)
-        result = self._search(self._source_ids(
-            tf.RaggedTensor.from_tensor(source_ids, padding=PAD_ID), tokens, source_tokens), tokens)
+        language_ids, source_language_ids = self._token_ids(target_language, source_language,
+                                                            source_ids)
+        source = self._source_ids(tf.RaggedTensor.from_tensor(source_ids, padding=PAD_ID),
+                                  language_ids, source_language_ids)
+        result = self._search(source, language_ids)
         return {key: result[key] for key in ("ids", "score", "nbest_ids", "nbest_scores")}
 
-    def _tokens(self, target_language: Optional[tf.Tensor],
-                source_language: Optional[tf.Tensor], rows: tf.Tensor
+    def _token_ids(self, target_language: Optional[tf.Tensor],
+                   source_language: Optional[tf.Tensor], rows: tf.Tensor
                 ) -> tuple[Optional[tf.Tensor], Optional[tf.Tensor]]:
         """The `[batch]` token ids of the signature's languages, one per row of `rows`
         (`LanguageTable.token_ids`; None, None for a model of one target language)."""
@@ -262,81 +271,84 @@ class Translator(tf.Module):
             return None, None
         return self.language_table.token_ids(target_language, source_language, rows)
 
-    def _without_tokens(self, values: tf.Tensor, tokens: Optional[tf.Tensor],
-                        default: int | float | str = PAD_ID) -> tf.Tensor:
+    def _without_language_ids(self, values: tf.Tensor, language_ids: Optional[tf.Tensor],
+                              default: int | float | str = PAD_ID) -> tf.Tensor:
         """`values` (of the shape of the translations' ids, `[batch, ..., length]`) without
-        their first position, which holds the row's token of `tokens` forced into it (the
+        their first position, which holds the row's token of `language_ids` forced into it (the
         "target" placement; a model may emit the token again later, which stays), the rest
         moved up and padded with `default` to the same shape; `values` itself for the "source"
-        placement or when `tokens` is None."""
-        if tokens is None or self.languages.placement != "target":
+        placement or when `language_ids` is None."""
+        if language_ids is None or self.languages.placement != "target":
             return values
         padding = [[0, 0]] * (values.shape.rank - 1) + [[0, 1]]
         return tf.pad(values[..., 1:], padding, constant_values=default)
 
-    def _prefix_ids(self, prefix: Optional[tf.Tensor], tokens: Optional[tf.Tensor]
+    def _prefix_ids(self, prefix: Optional[tf.Tensor], language_ids: Optional[tf.Tensor]
                     ) -> Optional[tf.Tensor]:
         """The `[batch, P]` ids each hypothesis is forced to start with: `prefix`'s target
-        pieces (None: none), after the row's token of `tokens` with the "target" placement;
+        pieces (None: none), after the row's token of `language_ids` with the "target" placement;
         None when there are neither."""
-        into_target = tokens is not None and self.languages.placement == "target"
+        into_target = language_ids is not None and self.languages.placement == "target"
         if prefix is None and not into_target:
             return None
-        pieces = (tf.RaggedTensor.from_tensor(tf.zeros([tf.shape(tokens)[0], 0], tf.int32))
-                  if prefix is None else text_pieces(self.tokenizer, prefix, target=True))
+        piece_ids = (tf.RaggedTensor.from_tensor(tf.zeros([tf.shape(language_ids)[0], 0], tf.int32))
+                     if prefix is None else text_piece_ids(self.tokenizer, prefix, target=True))
         if into_target:
-            pieces = _prepended(tokens, pieces)
-        return model_input_ids(pieces, self.model.config.output_vocab_size,
+            piece_ids = _prepended(language_ids, piece_ids)
+        return model_input_ids(piece_ids, self.model.config.target_vocab_size,
                                self.model.config.max_length).to_tensor(default_value=PAD_ID)
 
-    def _text_source(self, text: tf.Tensor, tokens: Optional[tf.Tensor],
-                     source_tokens: Optional[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
+    def _text_source(self, text: tf.Tensor, language_ids: Optional[tf.Tensor],
+                     source_language_ids: Optional[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
         """`_source_ids` of the subwords of `text` `[batch]`, by the one graph function of
         them the signatures share."""
-        return self._text_source_ids(text, *(row_tokens for row_tokens in (tokens, source_tokens)
-                                             if row_tokens is not None))
+        return self._text_source_ids(text, *(row_ids for row_ids
+                                             in (language_ids, source_language_ids)
+                                             if row_ids is not None))
 
-    def _source_ids_of_text(self, text: tf.Tensor, tokens: Optional[tf.Tensor] = None,
-                            source_tokens: Optional[tf.Tensor] = None
+    def _source_ids_of_text(self, text: tf.Tensor, language_ids: Optional[tf.Tensor] = None,
+                            source_language_ids: Optional[tf.Tensor] = None
                             ) -> tuple[tf.Tensor, tf.Tensor]:
-        return self._source_ids(text_pieces(self.tokenizer, text), tokens, source_tokens)
+        return self._source_ids(text_piece_ids(self.tokenizer, text), language_ids,
+                                source_language_ids)
 
-    def _source_ids(self, pieces: tf.RaggedTensor, tokens: Optional[tf.Tensor] = None,
-                    source_tokens: Optional[tf.Tensor] = None) -> tuple[tf.Tensor, tf.Tensor]:
-        """The search's input: the `model_input_ids` of `pieces` (after the row's token of
-        `tokens` with the "source" placement, or of `source_tokens`, its source language's)
-        plus EOS, 0-padded; and `[batch, 1]` True for empty sources (a token alone is
+    def _source_ids(self, piece_ids: tf.RaggedTensor, language_ids: Optional[tf.Tensor] = None,
+                    source_language_ids: Optional[tf.Tensor] = None) -> tuple[tf.Tensor, tf.Tensor]:
+        """The search's input: the `model_input_ids` of `piece_ids` (after the row's token of
+        `language_ids` with the "source" placement, or of `source_language_ids`, its source
+        language's) plus EOS, 0-padded; and `[batch, 1]` True for empty sources (a token alone is
         none)."""
-        pieces = model_input_ids(pieces, self.model.config.vocab_size,
+        piece_ids = model_input_ids(piece_ids, self.model.config.vocab_size,
                                  self.model.config.max_length)
-        empty = tf.equal(pieces.row_lengths(), 0)[:, None]
-        if tokens is not None and self.languages.placement == "source":
-            pieces = self.languages.with_source_tokens(
-                pieces, tokens)[:, :self.model.config.max_length - 1]
-        if source_tokens is not None:
-            pieces = _prepended(source_tokens, pieces)[:, :self.model.config.max_length - 1]
-        eos = tf.fill([pieces.nrows(), 1], EOS_ID)
-        source_ids = tf.concat([pieces, eos], axis=1).to_tensor(default_value=PAD_ID)
+        empty = tf.equal(piece_ids.row_lengths(), 0)[:, None]
+        if language_ids is not None and self.languages.placement == "source":
+            piece_ids = self.languages.with_source_tokens(
+                piece_ids, language_ids)[:, :self.model.config.max_length - 1]
+        if source_language_ids is not None:
+            piece_ids = _prepended(source_language_ids,
+                                   piece_ids)[:, :self.model.config.max_length - 1]
+        eos = tf.fill([piece_ids.nrows(), 1], EOS_ID)
+        source_ids = tf.concat([piece_ids, eos], axis=1).to_tensor(default_value=PAD_ID)
         return source_ids, empty
 
-    def _search(self, source: tuple[tf.Tensor, tf.Tensor], tokens: Optional[tf.Tensor] = None,
+    def _search(self, source: tuple[tf.Tensor, tf.Tensor], language_ids: Optional[tf.Tensor] = None,
                 prefix: Optional[tf.Tensor] = None, constraints: Optional[tf.Tensor] = None
                 ) -> dict[str, tf.Tensor]:
         """The search over the sources of `source` (the search's input and which rows are empty,
-        `_source_ids`), its XLA-compiled form with `jit_compile`. `tokens` are each row's
-        target-language token (`_tokens`; None: a model of one); `prefix`, optional `[batch]`, the
-        target texts every hypothesis of the row starts with; `constraints`, optional
+        `_source_ids`), its XLA-compiled form with `jit_compile`. `language_ids` are each row's
+        target-language token (`_token_ids`; None: a model of one); `prefix`, optional `[batch]`,
+        the target texts every hypothesis of the row starts with; `constraints`, optional
         `[batch, C, L]`, target phrases' ids: the constrained search (a beam search of the settings'
         beam size, also where the settings sample).
 
         It returns `source_ids` (the search's input, `_source_ids`), the best's `ids` and `score`,
         the n-best `nbest_ids` and `nbest_scores` (an empty source's: PAD and 0), the ids without
-        the tokens (`_without_tokens`); `searched_ids`, the best's ids as searched (the tokens
-        kept); with `constraints`, the best's `unplaced` `[batch, C]` (every phrase of an empty
-        source).
+        the language tokens (`_without_language_ids`); `searched_ids`, the best's ids as searched
+        (the language tokens kept); with `constraints`, the best's `unplaced` `[batch, C]` (every
+        phrase of an empty source).
         """
         source_ids, empty = source
-        prefix_ids = self._prefix_ids(prefix, tokens)
+        prefix_ids = self._prefix_ids(prefix, language_ids)
         search, searched_source = run_search_graph, source_ids
         if self.jit_compile:
             # XLA compiles once per input shape: padded widths bound the shapes a server sees.
@@ -355,8 +367,9 @@ class Translator(tf.Module):
                         constraints=constraints)
         ids = tf.where(empty[:, :, None], PAD_ID, result.ids)
         scores = tf.where(empty, 0.0, result.scores)
-        found = {"source_ids": source_ids, "ids": self._without_tokens(ids[:, 0], tokens),
-                 "score": scores[:, 0], "nbest_ids": self._without_tokens(ids, tokens),
+        found = {"source_ids": source_ids,
+                 "ids": self._without_language_ids(ids[:, 0], language_ids),
+                 "score": scores[:, 0], "nbest_ids": self._without_language_ids(ids, language_ids),
                  "nbest_scores": scores, "searched_ids": ids[:, 0]}
         if constraints is not None:
             present = tf.reduce_any(tf.not_equal(constraints, PAD_ID), axis=2)
@@ -374,16 +387,16 @@ class Translator(tf.Module):
 
 
 class IntoLanguage:
-    """A `Translator` of several target languages (`Translator.languages`) asked for one,
-    `language`, in every call (and, of a model that reads the source language too,
-    `source_language`): the calls of a `Translator` of one (`translate`, `translate_ids`,
+    """A `TranslationModule` of several target languages (`TranslationModule.languages`) asked for
+    one, `language`, in every call (and, of a model that reads the source language too,
+    `source_language`): the calls of a `TranslationModule` of one (`translate`, `translate_ids`,
     `translate_nbest`, `translate_with_prefix`, `translate_with_terms`,
     `translate_with_scores`, `translate_with_alignment`), its `tokenizer`
     and `model`. The languages are checked by `asked_languages` (a `LanguageError` names one
     the model does not have, or one missing or not wanted); "" asks for none where the
     language is optional (`RunLanguages.optional`: the texts as they are)."""
 
-    def __init__(self, translator: Translator, language: str,
+    def __init__(self, translator: TranslationModule, language: str,
                  source_language: Optional[str] = None):
         asked = asked_languages(translator.languages, language, source_language)
         self.translator, self.language, self.source_language = (translator, asked.target,
@@ -391,31 +404,31 @@ class IntoLanguage:
         self.tokenizer, self.model = translator.tokenizer, translator.model
 
     def translate(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`Translator.translate` into the language."""
+        """`TranslationModule.translate` into the language."""
         return self.translator.translate(text, *self._languages(text))
 
     def translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`Translator.translate_ids` into the language."""
+        """`TranslationModule.translate_ids` into the language."""
         return self.translator.translate_ids(source_ids, *self._languages(source_ids))
 
     def translate_nbest(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`Translator.translate_nbest` into the language."""
+        """`TranslationModule.translate_nbest` into the language."""
         return self.translator.translate_nbest(text, *self._languages(text))
 
     def translate_with_prefix(self, text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`Translator.translate_with_prefix` into the language."""
+        """`TranslationModule.translate_with_prefix` into the language."""
         return self.translator.translate_with_prefix(text, prefix, *self._languages(text))
 
     def translate_with_terms(self, text: tf.Tensor, terms: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`Translator.translate_with_terms` into the language."""
+        """`TranslationModule.translate_with_terms` into the language."""
         return self.translator.translate_with_terms(text, terms, *self._languages(text))
 
     def translate_with_scores(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`Translator.translate_with_scores` into the language."""
+        """`TranslationModule.translate_with_scores` into the language."""
         return self.translator.translate_with_scores(text, *self._languages(text))
 
     def translate_with_alignment(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`Translator.translate_with_alignment` into the language."""
+        """`TranslationModule.translate_with_alignment` into the language."""
         return self.translator.translate_with_alignment(text, *self._languages(text))
 
     def _languages(self, rows: tf.Tensor) -> tuple[tf.Tensor, ...]:
@@ -431,9 +444,10 @@ def _signature(method: Callable[..., dict[str, tf.Tensor]],
     return tf.function(method, input_signature=list(input_signature), autograph=False)
 
 
-def _prepended(tokens: tf.Tensor, pieces: tf.RaggedTensor) -> tf.RaggedTensor:
-    """Each row of `pieces` after its token of `tokens` `[batch]`."""
-    return tf.concat([tf.cast(tokens, tf.int32)[:, None], tf.cast(pieces, tf.int32)], axis=1)
+def _prepended(language_ids: tf.Tensor, piece_ids: tf.RaggedTensor) -> tf.RaggedTensor:
+    """Each row of `piece_ids` after its token of `language_ids` `[batch]`."""
+    return tf.concat([tf.cast(language_ids, tf.int32)[:, None], tf.cast(piece_ids, tf.int32)],
+                     axis=1)
 
 
 def truncated_sources(tokenizer: SubwordTokenizer, texts: Sequence[bytes | str],
@@ -441,21 +455,21 @@ def truncated_sources(tokenizer: SubwordTokenizer, texts: Sequence[bytes | str],
                       languages: Optional[RunLanguages] = None,
                       language: Optional[str] = None,
                       source_language: Optional[str] = None) -> list[int]:
-    """The indices of the `texts` that a `Translator` of a model of `max_length` cuts to
+    """The indices of the `texts` that a `TranslationModule` of a model of `max_length` cuts to
     their first `max_length - 1` subwords (the search's source holds those and EOS): the
-    texts of more pieces, counted as the `Translator` counts them, `batch_size` texts at a
+    texts of more pieces, counted as the `TranslationModule` counts them, `batch_size` texts at a
     time. Of a model of several target languages (`languages`) asked for `language`, with
     the "source" placement, the language token counts as a piece
     (`RunLanguages.with_source_tokens`), as does the token of `source_language` of a model that
     reads it."""
     indices: list[int] = []
     for start in range(0, len(texts), batch_size):
-        pieces = without_special_ids(text_pieces(
+        piece_ids = without_special_ids(text_piece_ids(
             tokenizer, tf.constant(list(texts[start:start + batch_size]), tf.string)))
         if languages is not None and languages.placement == "source":
             token = languages.token_id(language)
-            pieces = languages.with_source_tokens(
-                pieces, tf.fill([pieces.nrows()], -1 if token is None else token))
-        lengths = pieces.row_lengths().numpy() + int(source_language is not None)
+            piece_ids = languages.with_source_tokens(
+                piece_ids, tf.fill([piece_ids.nrows()], -1 if token is None else token))
+        lengths = piece_ids.row_lengths().numpy() + int(source_language is not None)
         indices += (np.flatnonzero(lengths > max_length - 1) + start).tolist()
     return indices

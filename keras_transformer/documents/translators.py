@@ -9,7 +9,7 @@ from keras_transformer.documents.document import DocumentTranslator, SentenceTra
 from keras_transformer.documents.inline import Aligned
 from keras_transformer.documents.segmentation import segmenter
 from keras_transformer.decoding.alignment import word_alignment
-from keras_transformer.decoding.translator import IntoLanguage, Translator
+from keras_transformer.decoding.translator import IntoLanguage, TranslationModule
 from keras_transformer.serving.text_translation import LineTranslator, best_lines
 
 
@@ -33,11 +33,11 @@ def sentence_translator(translator: LineTranslator, batch_size: int = 64,
     return translate
 
 
-def document_translator(translator: LineTranslator | Translator | IntoLanguage,
+def document_translator(translator: LineTranslator | TranslationModule | IntoLanguage,
                         language: str = "en", batch_size: int = 64, batch_tokens: int = 6000,
                         on_batch: Optional[Callable[[int], None]] = None) -> DocumentTranslator:
     """A `DocumentTranslator` over any translator the package loads: a `LineTranslator` (an
-    export, `serving.loading.load_export`) or an in-process `Translator` (`load_run(...)
+    export, `serving.loading.load_export`) or an in-process `TranslationModule` (`load_run(...)
     .translator()`), its source sentences found by `language`'s segmenter. Markup is placed
     by the translator's word alignment (a run, a SavedModel or a CTranslate2 export);
     sentences longer than its model takes (`LineTranslator.truncated`) are split and

@@ -4,7 +4,7 @@ steps (the private Keras/TensorFlow APIs they use are in `keras_transformer.comp
 It depends on the core and never the reverse. Use it with
 
     from keras_transformer import fast
-    fast.set_kernels("fast")              # or fast.kernels_scope("fast"); KT_KERNELS=fast
+    fast.set_implementation("fast")  # or fast.implementation_scope("fast"); KT_KERNELS=fast
     model = fast.FastTransformer(config)  # the Transformer with packed-token fit steps
 
 | trick | module | the core's reference |
@@ -24,8 +24,9 @@ Decoding has no twin here: its cached step (`Transformer.decode_step`) is the co
 runs the references whichever set is in force (`hooks.references`).
 """
 from keras_transformer.fast.model import FastTransformer
-from keras_transformer.fast.selection import (FAST, KERNEL_CHOICES, KERNEL_SETS, REFERENCE, active,
-                                              kernels_scope, set_kernels)
+from keras_transformer.fast.selection import (FAST, IMPLEMENTATION_CHOICES, IMPLEMENTATIONS,
+                                              REFERENCE, active, implementation_scope,
+                                              set_implementation)
 
-__all__ = ["FAST", "FastTransformer", "KERNEL_CHOICES", "KERNEL_SETS", "REFERENCE", "active",
-           "kernels_scope", "set_kernels"]
+__all__ = ["FAST", "FastTransformer", "IMPLEMENTATION_CHOICES", "IMPLEMENTATIONS", "REFERENCE",
+           "active", "implementation_scope", "set_implementation"]

@@ -120,7 +120,7 @@ def smoothed_cross_entropy_through_factors(y_true: tf.Tensor, factors: LogitFact
     depends on the weights through the factors, and its gradient with respect to the logits
     tensor is None.
 
-    With `u` the upstream per-token weights, the gradient `G = u (softmax - q)` reaches the
+    With `u` the upstream per-token scales, the gradient `G = u (softmax - q)` reaches the
     factors as `G kernel^T` and `hidden^T G`. Only the softmax enters the two products; the rest
     of `G` is applied on the `[tokens, d_model]` side: `u` scales the rows, the one-hot's
     `(1 - eps)` is a gather of the labels' kernel rows for `hidden` and a segment sum over the
@@ -152,11 +152,11 @@ def smoothed_cross_entropy_through_factors(y_true: tf.Tensor, factors: LogitFact
                      + eps * (statistics.log_normalizer - mean_logits))
 
         def gradient(upstream):
-            weights = tf.reshape(tf.cast(upstream, tf.float32), (-1, 1))  # u, [tokens, 1]
+            token_scales = tf.reshape(tf.cast(upstream, tf.float32), (-1, 1))  # u, [tokens, 1]
             labels = tf.reshape(y_true, (-1,))
             probabilities = tf.reshape(statistics.probabilities, (-1, vocab))
             rounded = tf.cast(probabilities, hidden.dtype)
-            weighted_hidden = hidden_32 * weights
+            weighted_hidden = hidden_32 * token_scales
             hidden_operand = tf.cast(weighted_hidden, hidden.dtype)
             if transposed:
                 d_hidden = tf.linalg.matmul(rounded, kernel)
@@ -177,11 +177,11 @@ def smoothed_cross_entropy_through_factors(y_true: tf.Tensor, factors: LogitFact
             if eps:  # -eps / vocab in every column of G
                 d_hidden -= eps * mean_kernel
                 kernel_correction -= eps / vocab * tf.linalg.matvec(
-                    hidden_32, weights[:, 0], transpose_a=True)
+                    hidden_32, token_scales[:, 0], transpose_a=True)
             if not transposed:
                 kernel_correction = tf.transpose(kernel_correction)
             d_kernel += tf.cast(kernel_correction, d_kernel.dtype)
-            return tf.cast(d_hidden * weights, hidden.dtype), tf.cast(d_kernel, kernel.dtype)
+            return tf.cast(d_hidden * token_scales, hidden.dtype), tf.cast(d_kernel, kernel.dtype)
 
         return value, gradient
 
@@ -191,7 +191,7 @@ def smoothed_cross_entropy_through_factors(y_true: tf.Tensor, factors: LogitFact
 def _cross_entropy(y_true: tf.Tensor, logits: tf.Tensor, statistics: LogitStatistics
                    ) -> tf.Tensor:
     """`metrics.token_cross_entropy` with the shared `statistics`' log-normalizer (whichever
-    kernel set is installed)."""
+    implementation is installed)."""
     return statistics.log_normalizer - tf.gather(logits, y_true, batch_dims=y_true.shape.rank)
 
 

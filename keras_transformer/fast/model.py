@@ -1,5 +1,5 @@
 """`FastTransformer`: the core `Transformer` with `fit`/`evaluate` steps that run the fast
-training path when the fast kernel set is active, and Keras's own steps otherwise."""
+training path when the fast implementation is active, and Keras's own steps otherwise."""
 from __future__ import annotations
 
 from typing import Optional
@@ -20,7 +20,7 @@ from keras_transformer.config import PAD_ID
 class FastTransformer(compat.LocalBatchSymbolicBuild, Transformer):
     """The `Transformer` (same layers, weights, config and inference) with faster training steps.
 
-    With the fast kernel set active, a step runs the layers on the real target tokens only
+    With the fast implementation active, a step runs the layers on the real target tokens only
     (`Transformer.call` with `packed.call_arguments`; padded under XLA) and hands
     `LabelSmoothedCrossEntropy` the logits' factors, through which its gradient is written out;
     other losses, sample weights, `add_loss` terms and the metrics get the logits. With the
@@ -42,14 +42,14 @@ class FastTransformer(compat.LocalBatchSymbolicBuild, Transformer):
                                                 None))
         guided = self.guided_alignment
         with tf.GradientTape() as tape:
-            result = self(x, training=True, return_attention_scores=guided is not None,
+            result = self(x, training=True, return_attention=guided is not None,
                           **(packed.call_arguments(self, x, positions) if fast_path else {}))
             if guided is not None:
-                result, _, cross_weights = result
+                result, _, cross_probabilities = result
             factors, logits = (result, result.logits) if fast_path else (None, result)
             loss = self._loss(x, y, logits, factors, sample_weight, training=True)
             if guided is not None:
-                alignment_loss = guided(cross_weights[guided.layer], alignment_targets)
+                alignment_loss = guided(cross_probabilities[guided.layer], alignment_targets)
                 loss += alignment_loss
             scaled_loss = self.optimizer.scale_loss(loss)
         gradients = tape.gradient(scaled_loss, self.trainable_weights)

@@ -118,9 +118,9 @@ def call_arguments(model: Transformer, inputs: tuple[tf.Tensor, tf.Tensor],
 
     `positions`, `[N, 2]` (row, position) indices of real target input tokens, makes the layers
     run on the real tokens only (`TokenLayout`) and the logits those at `positions`,
-    `[N, vocab]`; None: the padded layout, logits `[batch, tgt_len, vocab]`. (Attention weights
-    asked for come padded, `[batch, heads, tgt_len, src_len]`, with copies of real rows at
-    padding queries.)
+    `[N, vocab]`; None: the padded layout, logits `[batch, tgt_len, vocab]`. (Attention
+    probabilities asked for come padded, `[batch, heads, tgt_len, src_len]`, with copies of
+    real rows at padding queries.)
     """
     packed = positions is not None
     layouts = (tuple(TokenLayout(ids) for ids in inputs) if packed else (PADDED, PADDED))

@@ -344,7 +344,7 @@ class _MarianConverter:
 
     def output(self) -> dict[str, np.ndarray]:
         """The output projection (when not tied) and the output bias, in our ids' order."""
-        d, target_size = self.config.d_model, self.config.output_vocab_size - 2
+        d, target_size = self.config.d_model, self.config.target_vocab_size - 2
         weights = {}
         if not self.config.tie_output:
             if "decoder_ff_logit_out_Wt" in self.theirs:

@@ -1,7 +1,7 @@
 """Multi-head scaled dot-product attention (section 3.2, eq. (1)) with a key/value cache for
 incremental decoding.
 
-The cache of a decoding step is position-major, `[max_length, rows, heads, dim]`: a step writes
+The cache of a decoding step is position-major, `[cache_length, rows, heads, dim]`: a step writes
 the keys and values of its position for every row in place, as one block, and no search ever
 reorders it. A row reads its history through its `ancestors` (`history_slots`): the cache row
 that holds each of its positions, shared with the hypotheses it extends.
@@ -15,12 +15,12 @@ import tensorflow as tf
 from keras import ops
 
 from keras_transformer import compat
-from keras_transformer.layers.dense import HeadsDense, lora_settings
+from keras_transformer.layers.dense import HeadsDense, lora_arguments
 from keras_transformer.layers.layout import PADDED, Layout
-from keras_transformer.layers.residual import HookDropout
+from keras_transformer.layers.residual import HookDropout, renamed
 
 # Added to the scores of masked keys. Finite (not -inf) so that a fully masked row yields finite
-# weights instead of NaN; the masked weights underflow to exactly 0 in float32 and bfloat16.
+# probabilities instead of NaN; the masked ones underflow to exactly 0 in float32 and bfloat16.
 MASK_PENALTY = -1e9
 
 
@@ -36,12 +36,12 @@ def scaled_dot_product_attention(query, keys, values, attention_mask=None,
                                  dropout: Optional[Callable] = None):
     """Eq. (1), for all heads at once: `Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V` of
     `query` `[batch, heads, query_len, d_k]`, `keys` `[batch, heads, key_len, d_k]` and `values`
-    `[batch, heads, key_len, d_v]`: the context `[batch, heads, query_len, d_v]` and the weights
-    `[batch, heads, query_len, key_len]` (the softmax runs in float32).
+    `[batch, heads, key_len, d_v]`: the context `[batch, heads, query_len, d_v]` and the
+    probabilities `[batch, heads, query_len, key_len]` (the softmax runs in float32).
 
     `attention_mask`, boolean, broadcastable to `[batch, query_len, key_len]`, is True where a query
     may attend; the others get `MASK_PENALTY` added to their scores. `dropout` is applied to the
-    attention weights (training).
+    attention probabilities (training).
 
     The queries are scaled rather than the scores (the same products, on fewer numbers). Heads
     first, the products are plain batched matmuls, faster on CPU than
@@ -53,16 +53,16 @@ def scaled_dot_product_attention(query, keys, values, attention_mask=None,
     if attention_mask is not None:
         scores = scores + attention_penalty(attention_mask, scores.dtype)
     # tf.nn.softmax: Keras' warns at every call over one key (the first decoding position).
-    weights = tf.nn.softmax(ops.cast(scores, "float32"), axis=-1)
-    dropped = weights if dropout is None else dropout(weights)
-    return tf.linalg.matmul(ops.cast(dropped, values.dtype), values), weights
+    probabilities = tf.nn.softmax(ops.cast(scores, "float32"), axis=-1)
+    dropped = probabilities if dropout is None else dropout(probabilities)
+    return tf.linalg.matmul(ops.cast(dropped, values.dtype), values), probabilities
 
 
 def history_slots(ancestors: tf.Tensor, length, heads: int) -> tf.Tensor:
     """Where each row's keys (or values) lie in a position-major cache (`init_cache`) viewed as
-    `[max_length * rows * heads, dim]`: `[rows, heads, length]` indices of positions
+    `[cache_length * rows * heads, dim]`: `[rows, heads, length]` indices of positions
     `0 .. length - 1` (`length` a scalar, `heads` the attention heads), position `j` of row `r`
-    in cache row `ancestors[r, j]` (`ancestors`: `[rows, max_length]` int32, the cache row
+    in cache row `ancestors[r, j]` (`ancestors`: `[rows, cache_length]` int32, the cache row
     holding each position of a row). The indices are the same for every layer's keys and values."""
     rows = tf.shape(ancestors)[0]
     positions = tf.range(length)
@@ -74,7 +74,7 @@ def history_slots(ancestors: tf.Tensor, length, heads: int) -> tf.Tensor:
 
 def write_position(buffer: tf.Tensor, update: tf.Tensor, position, in_place: bool
                    ) -> tf.Tensor:
-    """The position-major `buffer` `[max_length, rows, heads, dim]` with `update`
+    """The position-major `buffer` `[cache_length, rows, heads, dim]` with `update`
     `[rows, heads * dim]` written at `position` of every row: `in_place` with `InplaceUpdate`
     (graphs; the search holds the buffer alone), else as a dynamic update slice
     (`compat.write_first_axis_block`: what XLA compiles and runs in place, and the LiteRT
@@ -95,7 +95,7 @@ def read_history(buffer: tf.Tensor, slots: tf.Tensor) -> tf.Tensor:
 class KeyValues(NamedTuple):
     """An attention's keys and values, in one of two layouts: heads first, `[batch, heads,
     len, dim]`, as `MultiHeadAttention.project_key_value` projects a sentence once (the encoder
-    output, for every decoding step); or position-major, `[max_length, rows, heads, dim]`, as
+    output, for every decoding step); or position-major, `[cache_length, rows, heads, dim]`, as
     a self-attention cache (`MultiHeadAttention.init_cache`) written one position a step."""
 
     key: tf.Tensor
@@ -110,7 +110,7 @@ class CacheIndex(NamedTuple):
     slots: `[rows, heads, length]` (`history_slots`), where each row's positions
         `0 .. length - 1` lie in the cache.
     written: None when `length` is `position + 1` (the cache then written in place); with
-        static shapes (what XLA compiles: every position read) `[1, 1, max_length]`, True up
+        static shapes (what XLA compiles: every position read) `[1, 1, cache_length]`, True up
         to `position`, the later positions masked.
     """
 
@@ -121,14 +121,14 @@ class CacheIndex(NamedTuple):
 
 def cache_index(ancestors: tf.Tensor, position, heads: int, static_shapes: bool) -> CacheIndex:
     """The `CacheIndex` of a step at `position`, each row's history in `ancestors` `[rows,
-    max_length]` (the cache row holding each of its positions, `position` included);
+    cache_length]` (the cache row holding each of its positions, `position` included);
     `static_shapes`: every position read and the unwritten ones masked (XLA's fixed sizes)."""
     position = tf.convert_to_tensor(position, tf.int32)
     if not static_shapes:
         return CacheIndex(position, history_slots(ancestors, position + 1, heads), None)
-    max_length = tf.shape(ancestors)[1]
-    return CacheIndex(position, history_slots(ancestors, max_length, heads),
-                      (tf.range(max_length) <= position)[None, None])
+    cache_length = tf.shape(ancestors)[1]
+    return CacheIndex(position, history_slots(ancestors, cache_length, heads),
+                      (tf.range(cache_length) <= position)[None, None])
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -144,28 +144,28 @@ class MultiHeadAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads: int, key_dim: int, value_dim: Optional[int] = None,
-                 dropout: float = 0.0, use_bias: bool = True, lora_rank: Optional[int] = None,
+                 dropout: float = 0.0, attention_bias: bool = True, lora_rank: Optional[int] = None,
                  lora_alpha: Optional[float] = None, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.key_dim = key_dim
         self.value_dim = value_dim or key_dim
         self.dropout = dropout
-        self.use_bias = use_bias
-        self.lora = lora_settings(lora_rank, lora_alpha)  # the projections' LoRA adapters
+        self.attention_bias = attention_bias
+        self.lora = lora_arguments(lora_rank, lora_alpha)  # the projections' LoRA adapters
         self.dropout_layer = HookDropout(dropout)
 
     def build(self, query_shape, key_value_shape=None) -> None:
         d_model = query_shape[-1]
         source_dim = (key_value_shape or query_shape)[-1]
         heads = self.num_heads
-        self.query_dense = HeadsDense((heads, self.key_dim), use_bias=self.use_bias, **self.lora,
-                                      name="query")
-        self.key_dense = HeadsDense((heads, self.key_dim), use_bias=self.use_bias, **self.lora,
-                                    name="key")
-        self.value_dense = HeadsDense((heads, self.value_dim), use_bias=self.use_bias,
+        self.query_dense = HeadsDense((heads, self.key_dim), use_bias=self.attention_bias,
+                                      **self.lora, name="query")
+        self.key_dense = HeadsDense((heads, self.key_dim), use_bias=self.attention_bias,
+                                    **self.lora, name="key")
+        self.value_dense = HeadsDense((heads, self.value_dim), use_bias=self.attention_bias,
                                       **self.lora, name="value")
-        self.output_dense = HeadsDense((d_model,), input_rank=2, use_bias=self.use_bias,
+        self.output_dense = HeadsDense((d_model,), input_rank=2, use_bias=self.attention_bias,
                                        **self.lora, name="output")
         self.query_dense.build(query_shape)
         self.key_dense.build((None, None, source_dim))
@@ -174,12 +174,12 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def call(self, query, key_value=None, attention_mask=None, cache: Optional[KeyValues] = None,
              cache_index: Optional[CacheIndex] = None, training=None,
-             return_attention_scores: bool = False,
+             return_attention: bool = False,
              layouts: tuple[Layout, Layout] = (PADDED, PADDED)):
         """Attends `query` `[batch, query_len, d_model]` to `key_value` `[batch, key_len, d_model]`
         (self-attention when None), or to `cache`: the output `[batch, query_len, d_model]`, then
-        the cache with this position written when a `cache_index` is given, or else the weights
-        `[batch, heads, q_len, k_len]` when `return_attention_scores` asks for them.
+        the cache with this position written when a `cache_index` is given, or else the attention
+        probabilities `[batch, heads, q_len, k_len]` when `return_attention` asks for them.
 
         `attention_mask` is boolean, broadcastable to `[batch, query_len, key_len]`. `cache` holds
         keys and values projected before: without `cache_index`, a sentence's (heads first,
@@ -187,7 +187,7 @@ class MultiHeadAttention(keras.layers.Layer):
         (position-major, `init_cache`). `cache_index` is a decoding step's (`cache_index`): each
         query (`batch * query_len` rows, one per hypothesis, each sentence's in turn) writes its
         keys and values at `cache_index.position` and attends to its history there; `attention_mask`
-        is then unused. `training` turns dropout on the attention weights on. `layouts` are the
+        is then unused. `training` turns on the probabilities' dropout. `layouts` are the
         token layouts (`layout.py`) of `query` and of `key_value` (`query`'s own too when None).
         """
         query_layout, key_layout = layouts
@@ -202,9 +202,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 query if key_value is None else key_value,
                 query_layout if key_value is None else key_layout)
             query_heads = query_layout.expand_heads(query_heads)
-        attended, weights = scaled_dot_product_attention(
+        attended, probabilities = scaled_dot_product_attention(
             query_heads, keys, values, attention_mask,
-            dropout=lambda weights: self.dropout_layer(weights, training=training))
+            dropout=lambda probabilities: self.dropout_layer(probabilities, training=training))
         attended = query_layout.pack_heads(attended)
         if cache_index is not None:  # a row per query -> `[batch, query_len, heads, d_v]`
             attended = tf.reshape(attended, tf.concat([tf.shape(query)[:2], tf.shape(
@@ -212,7 +212,7 @@ class MultiHeadAttention(keras.layers.Layer):
         output = self.output_dense(attended)
         if cache_index is not None:
             return output, cache
-        return (output, weights) if return_attention_scores else output
+        return (output, probabilities) if return_attention else output
 
     def project_key_value(self, key_value, layout: Layout = PADDED) -> KeyValues:
         """Keys and values `[batch, heads, len, dim]` of `key_value` (e.g. the encoder output,
@@ -221,13 +221,13 @@ class MultiHeadAttention(keras.layers.Layer):
         return KeyValues(layout.expand_heads(self.key_dense(key_value)),
                          layout.expand_heads(self.value_dense(key_value)))
 
-    def init_cache(self, rows, max_length, dtype, static_shapes: bool = False) -> KeyValues:
-        """An empty self-attention cache: keys and values `[max_length, rows, heads, dim]`,
+    def init_cache(self, rows, cache_length, dtype, static_shapes: bool = False) -> KeyValues:
+        """An empty self-attention cache: keys and values `[cache_length, rows, heads, dim]`,
         position-major. Zeros from `Empty` (stateful: never folded into a graph constant that
         in-place writes would then change across runs), or, with `static_shapes` (what XLA
         compiles, where `Empty` does not exist), `zeros`."""
         def buffer(dim):
-            shape = tf.stack([max_length, rows, self.num_heads, dim])
+            shape = tf.stack([cache_length, rows, self.num_heads, dim])
             if static_shapes:
                 return tf.zeros(shape, dtype)
             return tf.raw_ops.Empty(shape=shape, dtype=dtype, init=True)
@@ -246,5 +246,10 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def get_config(self) -> dict:
         return {**super().get_config(), "num_heads": self.num_heads, "key_dim": self.key_dim,
-                "value_dim": self.value_dim, "dropout": self.dropout, "use_bias": self.use_bias,
+                "value_dim": self.value_dim, "dropout": self.dropout,
+                "attention_bias": self.attention_bias,
                 **self.lora}
+
+    @classmethod
+    def from_config(cls, config: dict) -> "MultiHeadAttention":
+        return cls(**renamed(config, "use_bias", "attention_bias"))

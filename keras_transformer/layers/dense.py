@@ -30,7 +30,7 @@ def activate(x: tf.Tensor, activation: str) -> tf.Tensor:
     raise ValueError(f"activation: must be one of {ACTIVATIONS}, got {activation!r}")
 
 
-def lora_settings(lora_rank: Optional[int], lora_alpha: Optional[float]) -> dict:
+def lora_arguments(lora_rank: Optional[int], lora_alpha: Optional[float]) -> dict:
     """The `lora_rank` and `lora_alpha` keyword arguments a layer passes down to its
     `HeadsDense` projections (which then create LoRA adapters as they are built) and keeps in
     its config; {} without LoRA (`lora_rank` None or 0)."""

@@ -6,16 +6,16 @@ from typing import Callable, Optional, Sequence
 import keras
 
 from keras_transformer.layers.attention import CacheIndex, KeyValues, MultiHeadAttention
-from keras_transformer.layers.dense import lora_settings
+from keras_transformer.layers.dense import lora_arguments
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 from keras_transformer.layers.layout import PADDED, Layout
-from keras_transformer.layers.residual import ResidualNorm
+from keras_transformer.layers.residual import ResidualNorm, renamed
 
 
 class TransformerBlock(keras.layers.Layer):
-    """Base of `EncoderLayer` and `DecoderLayer`: their settings and common sub-layers. The
-    settings are `TransformerConfig`'s fields of the same names (`FIELDS`), the model passes
-    them down as they are; the sub-layers take Keras's names (`use_bias`, `epsilon`)."""
+    """Base of `EncoderLayer` and `DecoderLayer`: their hyperparameters and common sub-layers. The
+    hyperparameters are `TransformerConfig`'s fields of the same names (`FIELDS`), the model passes
+    them down as they are, under the same names."""
 
     FIELDS = ("num_heads", "key_dim", "value_dim", "d_ff", "dropout", "attention_dropout",
               "attention_bias", "norm", "layer_norm_epsilon", "activation")
@@ -26,12 +26,11 @@ class TransformerBlock(keras.layers.Layer):
                  layer_norm_epsilon: float = 1e-6, activation: str = "relu",
                  lora_rank: Optional[int] = None, lora_alpha: Optional[float] = None, **kwargs):
         super().__init__(**kwargs)
-        self.lora = lora_settings(lora_rank, lora_alpha)  # the projections' LoRA adapters
-        self.settings = dict(num_heads=num_heads, key_dim=key_dim, value_dim=value_dim,
-                             d_ff=d_ff, dropout=dropout, attention_dropout=attention_dropout,
-                             attention_bias=attention_bias, norm=norm,
-                             layer_norm_epsilon=layer_norm_epsilon, activation=activation,
-                             **self.lora)
+        self.lora = lora_arguments(lora_rank, lora_alpha)  # the projections' LoRA adapters
+        self.hyperparameters = dict(
+            num_heads=num_heads, key_dim=key_dim, value_dim=value_dim, d_ff=d_ff,
+            dropout=dropout, attention_dropout=attention_dropout, attention_bias=attention_bias,
+            norm=norm, layer_norm_epsilon=layer_norm_epsilon, activation=activation, **self.lora)
         self.self_attention = self.attention("self_attention")
         self.self_residual = self.residual("self_residual")
         self.feed_forward = PositionwiseFeedForward(d_ff, activation, **self.lora,
@@ -39,14 +38,14 @@ class TransformerBlock(keras.layers.Layer):
         self.feed_forward_residual = self.residual("feed_forward_residual")
 
     def attention(self, name: str) -> MultiHeadAttention:
-        s = self.settings
+        s = self.hyperparameters
         return MultiHeadAttention(s["num_heads"], s["key_dim"], s["value_dim"],
-                                  dropout=s["attention_dropout"], use_bias=s["attention_bias"],
-                                  **self.lora, name=name)
+                                  dropout=s["attention_dropout"],
+                                  attention_bias=s["attention_bias"], **self.lora, name=name)
 
     def residual(self, name: str) -> ResidualNorm:
-        return ResidualNorm(self.settings["norm"], self.settings["dropout"],
-                            self.settings["layer_norm_epsilon"], name=name)
+        s = self.hyperparameters
+        return ResidualNorm(s["norm"], s["dropout"], s["layer_norm_epsilon"], name=name)
 
     def blocks(self, x, attentions: Sequence[Callable], training=None) -> tuple:
         """The layer's order of section 3.1, the one place it is written: each attention, then the
@@ -55,7 +54,7 @@ class TransformerBlock(keras.layers.Layer):
         dropout as `training` says; the output and a tuple of what each attention returned to keep.
 
         `attentions` are the attentions of the normalized input, in the layer's order, each
-        returning its output and what the caller keeps of it (the weights, a cache).
+        returning its output and what the caller keeps of it (the attention probabilities, a cache).
         """
         residuals = self.residuals()
         kept = []
@@ -67,14 +66,11 @@ class TransformerBlock(keras.layers.Layer):
         return last(x, self.feed_forward(last.normalize_input(x)), training=training), tuple(kept)
 
     def get_config(self) -> dict:
-        return {**super().get_config(), **self.settings}
+        return {**super().get_config(), **self.hyperparameters}
 
     @classmethod
     def from_config(cls, config: dict) -> "TransformerBlock":
-        config = dict(config)
-        if "epsilon" in config:  # the name layers saved before it was the config's
-            config["layer_norm_epsilon"] = config.pop("epsilon")
-        return cls(**config)
+        return cls(**renamed(config, "epsilon", "layer_norm_epsilon"))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -86,15 +82,15 @@ class EncoderLayer(TransformerBlock):
                       self.feed_forward_residual):
             layer.build(input_shape)
 
-    def call(self, x, padding_mask=None, training=None, return_attention_scores: bool = False,
+    def call(self, x, padding_mask=None, training=None, return_attention: bool = False,
              layout: Layout = PADDED):
         """`x`: `[batch, src_len, d_model]` (or as `layout` holds the tokens, `layout.py`);
         `padding_mask`: `[batch, 1, src_len]`, True on real tokens. Returns the output (and the
-        attention weights when asked for)."""
-        x, (weights,) = self.blocks(x, [functools.partial(
+        attention probabilities when asked for)."""
+        x, (probabilities,) = self.blocks(x, [functools.partial(
             self.self_attention, attention_mask=padding_mask, training=training,
-            return_attention_scores=True, layouts=(layout, layout))], training=training)
-        return (x, weights) if return_attention_scores else x
+            return_attention=True, layouts=(layout, layout))], training=training)
+        return (x, probabilities) if return_attention else x
 
     def residuals(self) -> tuple[ResidualNorm, ResidualNorm]:
         """The residual blocks, in the layer's order: self-attention, feed-forward network."""
@@ -122,13 +118,13 @@ class DecoderLayer(TransformerBlock):
     def call(self, x, encoder_output=None, self_mask=None, cross_mask=None,
              self_cache: Optional[KeyValues] = None, cross_cache: Optional[KeyValues] = None,
              cache_index: Optional[CacheIndex] = None, training=None,
-             return_attention_scores: bool = False,
+             return_attention: bool = False,
              layouts: tuple[Layout, Layout] = (PADDED, PADDED)):
         """The layer over a teacher-forced target prefix, or one decoding position: of `x`
         `[batch, tgt_len, d_model]`, in a decoding step `[batch, per sentence, d_model]` (each
         hypothesis' input at `cache_index.position`), the output `[batch, tgt_len, d_model]`, then
         the self-attention cache with this position written when `cache_index` is given, or else
-        `(self_weights, cross_weights)` when `return_attention_scores` asks for them.
+        `(self_probabilities, cross_probabilities)` when `return_attention` asks for them.
 
         `encoder_output` is `[batch, src_len, d_model]` (None given `cross_cache`); `self_mask`
         `[batch, tgt_len, tgt_len]`, causal and padding (unused in a step); `cross_mask`
@@ -142,13 +138,13 @@ class DecoderLayer(TransformerBlock):
         x, (self_kept, cross_kept) = self.blocks(x, [
             functools.partial(self.self_attention, attention_mask=self_mask, cache=self_cache,
                               cache_index=cache_index, training=training,
-                              return_attention_scores=True, layouts=(target, target)),
+                              return_attention=True, layouts=(target, target)),
             functools.partial(self.cross_attention, key_value=encoder_output,
                               attention_mask=cross_mask, cache=cross_cache, training=training,
-                              return_attention_scores=True, layouts=layouts)], training=training)
+                              return_attention=True, layouts=layouts)], training=training)
         if cache_index is not None:
             return x, self_kept
-        return (x, (self_kept, cross_kept)) if return_attention_scores else x
+        return (x, (self_kept, cross_kept)) if return_attention else x
 
     def residuals(self) -> tuple[ResidualNorm, ResidualNorm, ResidualNorm]:
         """The residual blocks, in the layer's order: masked self-attention, encoder-decoder

@@ -4,7 +4,7 @@ from typing import Optional
 
 import keras
 
-from keras_transformer.layers.dense import HeadsDense, lora_settings
+from keras_transformer.layers.dense import HeadsDense, lora_arguments
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -17,7 +17,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         super().__init__(**kwargs)
         self.d_ff = d_ff
         self.activation = activation
-        self.lora = lora_settings(lora_rank, lora_alpha)  # the two maps' LoRA adapters
+        self.lora = lora_arguments(lora_rank, lora_alpha)  # the two maps' LoRA adapters
 
     def build(self, input_shape) -> None:
         self.inner = HeadsDense((self.d_ff,), activation=self.activation, **self.lora,

@@ -8,6 +8,15 @@ import tensorflow as tf
 from keras_transformer.hooks import replaceable
 
 
+def renamed(config: dict, earlier: str, name: str) -> dict:
+    """A layer's saved `config` with the argument saved under its `earlier` name (Keras's, as
+    layers saved it before it took the model config's) under `name`."""
+    config = dict(config)
+    if earlier in config:
+        config[name] = config.pop(earlier)
+    return config
+
+
 @replaceable
 def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float) -> tf.Tensor:
     """`(x - mean) / sqrt(var + epsilon) * gamma + beta` over the last axis, in float32, returned
@@ -76,13 +85,14 @@ class ResidualNorm(keras.layers.Layer):
     `normalize_input(x)` is the sub-layer's input, `call(x, f_output)` the block's output.
     """
 
-    def __init__(self, norm: str = "post", dropout: float = 0.0, epsilon: float = 1e-6,
+    def __init__(self, norm: str = "post", dropout: float = 0.0,
+                 layer_norm_epsilon: float = 1e-6,
                  **kwargs):
         super().__init__(**kwargs)
         self.norm = norm
         self.dropout = dropout
-        self.epsilon = epsilon
-        self.layer_norm = LayerNorm(epsilon=epsilon, name="layer_norm")
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.layer_norm = LayerNorm(epsilon=layer_norm_epsilon, name="layer_norm")
         self.dropout_layer = HookDropout(dropout)
 
     def build(self, input_shape) -> None:
@@ -97,4 +107,8 @@ class ResidualNorm(keras.layers.Layer):
 
     def get_config(self) -> dict:
         return {**super().get_config(), "norm": self.norm, "dropout": self.dropout,
-                "epsilon": self.epsilon}
+                "layer_norm_epsilon": self.layer_norm_epsilon}
+
+    @classmethod
+    def from_config(cls, config: dict) -> "ResidualNorm":
+        return cls(**renamed(config, "epsilon", "layer_norm_epsilon"))

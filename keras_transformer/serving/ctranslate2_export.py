@@ -27,7 +27,7 @@ recorded), passed as the model was trained: with the "source" placement as the f
 token (`translate_batch([["<2de>", "▁Hello", ...]])`), with "target" as the target prefix
 (`translate_batch([["▁Hello", ...]], target_prefix=[["<2de>"]])`), the token then leading
 each hypothesis, to be dropped. `CTranslate2Search(..., target_language="de")` does so,
-as our `Translator` does: the token asked for replaces one a source starts with, and an
+as our `TranslationModule` does: the token asked for replaces one a source starts with, and an
 imported model's optional language left out ("") leaves the sources as they are.
 
 The word alignment (`decoding.alignment`) is CTranslate2's `return_attention`: the decoder's
@@ -54,7 +54,7 @@ from keras_transformer.config import CTRANSLATE2_QUANTIZATIONS
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings, TransformerConfig
 from keras_transformer.data.languages import RunLanguages, asked_languages
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
-from keras_transformer.data.tokenizer import SubwordTokenizer, model_input_ids, text_pieces
+from keras_transformer.data.tokenizer import SubwordTokenizer, model_input_ids, text_piece_ids
 from keras_transformer.decoding.alignment import AlignmentHeads
 from keras_transformer.model import Transformer
 
@@ -76,8 +76,8 @@ def is_ctranslate2_model(path: str | os.PathLike) -> bool:
 def check_convertible(config: TransformerConfig) -> None:
     """A ValueError naming the first architecture option CTranslate2 cannot express."""
     if config.value_dim != config.key_dim:
-        raise ValueError(f"d_v: CTranslate2 needs d_v = d_k, got {config.value_dim} and "
-                         f"{config.key_dim}")
+        raise ValueError(f"value_dim: CTranslate2 needs value_dim = key_dim, got "
+                         f"{config.value_dim} and {config.key_dim}")
 
 
 class SpecConverter:
@@ -250,10 +250,10 @@ def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer,
                  else alignment.check(config))
     source_pieces, target_pieces = vocabulary_pieces(tokenizer)
     if (len(source_pieces), len(target_pieces)) != (config.vocab_size,
-                                                    config.output_vocab_size):
+                                                    config.target_vocab_size):
         raise ValueError(f"tokenizer: {len(source_pieces)} source and {len(target_pieces)} "
                          f"target pieces, but the model has vocab_size={config.vocab_size} and "
-                         f"{config.output_vocab_size} output ids")
+                         f"{config.target_vocab_size} output ids")
     options = {"pre_norm": config.norm == "pre", "layernorm_embedding": config.embedding_norm,
                "activation": common_spec.Activation[_ACTIVATIONS[config.activation]]}
     if config.key_dim * config.num_heads != config.d_model:
@@ -266,7 +266,7 @@ def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer,
                 alignment_layer=alignment.layer,
                 alignment_heads=len(alignment.heads or range(config.num_heads))))
     except TypeError:  # a CTranslate2 without head_dim
-        raise ValueError(f"d_k: this CTranslate2 needs d_k x h = d_model, got "
+        raise ValueError(f"key_dim: this CTranslate2 needs key_dim x h = d_model, got "
                          f"{config.key_dim} x {config.num_heads}") from None
     for path, value in heads_first(spec_weights(model), config, alignment).items():
         *parents, leaf = path.split(".")
@@ -478,7 +478,7 @@ class CTranslate2Search:
                 "score": tf.constant([scores[0] for _, scores in found], tf.float32)}
 
     def _tokenized(self, text: tf.Tensor, target: bool = False) -> tf.Tensor:
-        return text_pieces(self.tokenizer, text, target).to_tensor(default_value=PAD_ID)
+        return text_piece_ids(self.tokenizer, text, target).to_tensor(default_value=PAD_ID)
 
 
 def _attended(rows: list[list[float]]) -> list[int]:

@@ -1,5 +1,5 @@
 """SavedModel export for TF Serving: `<base_dir>/<name>/<version>/`, versions never reused; the
-signatures of `Translator`, the tokenizer in the graph, loadable with `tensorflow` and
+signatures of `TranslationModule`, the tokenizer in the graph, loadable with `tensorflow` and
 `tensorflow_text` alone. Its manual: docs/decoding-and-serving.md, "Export with kt-export" and
 "Signatures".
 """
@@ -20,7 +20,7 @@ from keras_transformer.data.sentencepiece_pair import tokenizer_files
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.shortlist import VocabularyShortlist
 from keras_transformer.decoding.alignment import AlignmentHeads
-from keras_transformer.decoding.translator import Translator
+from keras_transformer.decoding.translator import TranslationModule
 from keras_transformer.model import Transformer
 from keras_transformer.config import SearchSettings
 from keras_transformer.precision import serving_copy
@@ -40,21 +40,22 @@ def export_translator(model: Transformer, tokenizer: SubwordTokenizer, name: str
                       warmup_max_width: int = WARMUP_MAX_WIDTH,
                       languages: Optional[RunLanguages] = None,
                       alignment: Optional[AlignmentHeads] = None) -> str:
-    """Saves a `Translator` as the next free version of `<base_dir>/<name>`; returns its path.
+    """Saves a `TranslationModule` as the next free version of `<base_dir>/<name>`; returns its
+    path.
 
     `settings` (default: the paper's, `SearchSettings()`) are fixed in the exported graph;
     `dtype` (one of `precision.SERVING_DTYPES`) is what its weights are stored and computed in.
     `shortlist`: restricts each batch's search to the target ids it gives (None: none).
-    `jit_compile`: the search is saved as one XLA-compiled function (`Translator`).
+    `jit_compile`: the search is saved as one XLA-compiled function (`TranslationModule`).
     The export carries TF Serving warm-up requests (`keras_transformer.serving.warmup`; an XLA
     export's cover source widths up to `warmup_max_width` pieces) and a provenance record
     (`keras_transformer.serving.provenance`) holding `provenance`, the facts of the model's origin
     (`RunDir.provenance` or `provenance.file_provenance`; None: unknown).
     `languages`: the target languages of a model of several (`RunDir.languages`): every
-    signature then takes `target_language` too (`Translator`). `alignment`: the layer and heads
-    `translate_with_alignment` reads (`decoding.alignment`; None: the default).
+    signature then takes `target_language` too (`TranslationModule`). `alignment`: the layer and
+    heads `translate_with_alignment` reads (`decoding.alignment`; None: the default).
     """
-    translator = Translator(serving_copy(model, dtype), tokenizer, settings,
+    translator = TranslationModule(serving_copy(model, dtype), tokenizer, settings,
                             shortlist=shortlist, jit_compile=jit_compile, languages=languages,
                             alignment=alignment)
 

@@ -22,7 +22,7 @@ from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SearchSetti
 from keras_transformer.data.languages import RunLanguages, asked_languages
 from keras_transformer.data.sentencepiece_pair import (PAIR_FILENAMES, SentencePiecePair,
                                                        Tokenizer, load_tokenizer)
-from keras_transformer.data.tokenizer import MODEL_FILENAME, model_input_ids, text_pieces
+from keras_transformer.data.tokenizer import MODEL_FILENAME, model_input_ids, text_piece_ids
 from keras_transformer.decoding.alignment import AlignmentHeads, attention_alignment
 from keras_transformer.decoding.transformer_search import run_search
 from keras_transformer.model import Transformer
@@ -158,7 +158,7 @@ def export_litert(model: Transformer, tokenizer: Tokenizer, directory: str | os.
                     "input": SIGNATURE_INPUT, "batch": source_length is None,
                     "special_ids": {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID},
                     "vocab_size": config.vocab_size,
-                    "output_vocab_size": config.output_vocab_size,
+                    "target_vocab_size": config.target_vocab_size,
                     "max_length": config.max_length, "source_length": source_length,
                     "search": dataclasses.asdict(settings),
                     "quantization": quantization, "tokenizer": tokenizer_files(tokenizer),
@@ -235,7 +235,7 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
     own_tokens = set(languages.token_ids.values()) if languages else set()
 
     def source_row(row: list[int]) -> list[int]:
-        """A nonempty source's ids as the model reads them (`Translator`'s `_source_ids`)."""
+        """A nonempty source's ids as the model reads them (`TranslationModule`'s `_source_ids`)."""
         if token is not None and not forced:  # in place of a token the text starts with
             row = ([token] + row[row[0] in own_tokens:])[:max_length - 1]
         if asked.source_id is not None:
@@ -279,8 +279,8 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
                 "nbest_ids": tf.constant(ids), "nbest_scores": tf.constant(scores)}
 
     def translate_text(text: tf.Tensor) -> dict[str, tf.Tensor]:
-        pieces = text_pieces(tokenizer, tf.convert_to_tensor(text, tf.string))
-        best = translate_ids(pieces.to_tensor(default_value=PAD_ID))
+        piece_ids = text_piece_ids(tokenizer, tf.convert_to_tensor(text, tf.string))
+        best = translate_ids(piece_ids.to_tensor(default_value=PAD_ID))
         return {"translation": tokenizer.detokenize(best["ids"]), "score": best["score"]}
 
     def aligned(rows: list[list[int]], targets: np.ndarray) -> np.ndarray:
@@ -299,10 +299,10 @@ def litert_functions(directory: str | os.PathLike, threads: int = 2,
                               )[:, :targets.shape[1]]
 
     def translate_aligned(text: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`Translator.translate_with_alignment`'s outputs, the alignment the export's
+        """`TranslationModule.translate_with_alignment`'s outputs, the alignment the export's
         `alignment` signature gives of the best hypothesis."""
-        pieces = text_pieces(tokenizer, tf.convert_to_tensor(text, tf.string))
-        rows_searched, rows, ids, scores = searched(pieces.to_tensor(default_value=PAD_ID))
+        piece_ids = text_piece_ids(tokenizer, tf.convert_to_tensor(text, tf.string))
+        rows_searched, rows, ids, scores = searched(piece_ids.to_tensor(default_value=PAD_ID))
         best = ids[:, 0]
         found = np.full(best.shape, -1, np.int32)
         sources = np.full([len(best), max(map(len, rows), default=1)], PAD_ID, np.int32)

@@ -1,6 +1,6 @@
-"""Translating many lines of text with an export or an in-process `Translator`: the same
-calls for both, whatever computes them (a SavedModel, a `Translator`, or any backend that gives
-the functions, e.g. `ctranslate2_export.CTranslate2Search`), n-best lists as text, batches
+"""Translating many lines of text with an export or an in-process `TranslationModule`: the same
+calls for both, whatever computes them (a SavedModel, a `TranslationModule`, or any backend that
+gives the functions, e.g. `ctranslate2_export.CTranslate2Search`), n-best lists as text, batches
 sorted by length under a budget."""
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import tensorflow as tf
 from keras_transformer.data.text_files import line_list
 from keras_transformer.data.sentencepiece_pair import load_tokenizer
 from keras_transformer.data.tokenizer import (SubwordTokenizer, native_info_lines_hidden,
-                                              text_pieces)
-from keras_transformer.decoding.translator import (TERM_SEPARATOR, IntoLanguage, Translator,
+                                              text_piece_ids)
+from keras_transformer.decoding.translator import (TERM_SEPARATOR, IntoLanguage, TranslationModule,
                                                   truncated_sources)
 from keras_transformer.config import PAD_ID
 
@@ -47,7 +47,7 @@ def quiet_export_loading() -> Iterator[None]:
 
 class LineTranslator:
     """Lines of text (Python bytes) in, translations out, batch by batch, whatever computes
-    them: the command lines' side of a backend. The backend is a `decoding.Translator` (the
+    them: the command lines' side of a backend. The backend is a `decoding.TranslationModule` (the
     graph module of tensor signatures that an export saves), the SavedModel it was saved as,
     or a CTranslate2 model, each giving the same calls.
 
@@ -60,8 +60,8 @@ class LineTranslator:
     (texts -> `translation`, `score`, `confidence`, `words`, `word_scores`; None for backends
     without it) and `translate_aligned` (texts -> `translation`, `score`, `target_pieces`,
     `source_pieces`, `alignment`; None for backends without it); `model`: the in-process
-    model the functions search with (a `Translator`'s; None for an export); `owner`
-    is kept alive for them (a loaded SavedModel, or the `Translator` whose methods they are);
+    model the functions search with (a `TranslationModule`'s; None for an export); `owner`
+    is kept alive for them (a loaded SavedModel, or the `TranslationModule` whose methods they are);
     `max_length`: the model's, whose sources longer than `max_length - 1` subwords are cut
     (`truncated` names them; None: not known, as for exports without a provenance record);
     `languages` and `language`: of a model of several target languages, its languages and the
@@ -141,8 +141,8 @@ class LineTranslator:
                    translate_aligned=aligned)
 
     @classmethod
-    def from_translator(cls, translator: Translator | IntoLanguage) -> "LineTranslator":
-        """An in-process `Translator` (what its export would compute), or one of several
+    def from_translator(cls, translator: TranslationModule | IntoLanguage) -> "LineTranslator":
+        """An in-process `TranslationModule` (what its export would compute), or one of several
         target languages asked for one (`IntoLanguage`)."""
         into = isinstance(translator, IntoLanguage)
         return cls(translator.translate, translator.translate_ids, translator.tokenizer,
@@ -239,7 +239,7 @@ class LineTranslator:
         if not 1 <= k <= self.beam_size:
             raise ValueError(f"--nbest: {k} is not between 1 and the beam size "
                              f"{self.beam_size}")
-        ids = text_pieces(self.tokenizer, tf.constant(searched(texts), tf.string)).to_tensor(
+        ids = text_piece_ids(self.tokenizer, tf.constant(searched(texts), tf.string)).to_tensor(
             default_value=PAD_ID)
         if ids.shape[1] == 0:  # every text empty
             ids = tf.fill([len(texts), 1], PAD_ID)
@@ -340,11 +340,12 @@ def best_lines(translator: LineTranslator, lines: Sequence[bytes], batch_size: i
     the start forced on its translation. `terms`, optional, one per line, are the target phrases its
     translation must contain (tab-separated); `on_missing` is called with a line's index and the
     terms its translation lacks. `on_scores`, when given, is called with each line's index and its
-    translation's confidence record (`Translator.translate_with_scores`); with `terms`, a record of
-    the search's score alone (`{"score": score}`: the constrained search gives no confidence;
-    `trainers.translate` scores its translations as kt-score does). `on_alignment`, when given
-    (alone), is called with each line's index and its `target_pieces`, `source_pieces` (as text,
-    padding left out) and `alignment` (`Translator.translate_with_alignment`).
+    translation's confidence record (`TranslationModule.translate_with_scores`); with `terms`, a
+    record of the search's score alone (`{"score": score}`: the constrained search gives no
+    confidence; `trainers.translate` scores its translations as kt-score does). `on_alignment`,
+    when given (alone), is called with each line's index and its `target_pieces`,
+    `source_pieces` (as text, padding left out) and `alignment`
+    (`TranslationModule.translate_with_alignment`).
     """
     translate = translator.best_function(terms=terms is not None, scores=on_scores is not None,
                                          prefixes=prefixes is not None,
@@ -401,7 +402,7 @@ def _missing_terms(outputs: dict) -> list[list[str]]:
 def _confidence_records(outputs: dict) -> list[dict]:
     """How sure the model is of each translation of a batch with scores:
     `{"score": search score, "sentence": confidence, "words": [[word, score], ...]}`
-    (`Translator.translate_with_scores`)."""
+    (`TranslationModule.translate_with_scores`)."""
     return [{"score": score, "sentence": sentence,
              "words": [[word.decode("utf-8"), value]
                        for word, value in zip(words, values) if word]}

@@ -8,7 +8,7 @@ shape) are not paid by a client. Every signature gets a request: one sentence wh
 a one-word prefix (prefix widths 0 and 16 of an XLA export), `translate_with_terms` with a
 one-word term. A graph export runs any shape with
 the same graph: one width, 16. An XLA export compiles each padded width (multiples of 16,
-`Translator`) at batch 1, the traffic it is made for: every width up to `max_width` source
+`TranslationModule`) at batch 1, the traffic it is made for: every width up to `max_width` source
 pieces (`WARMUP_MAX_WIDTH`) and the model's `max_length`; longer inputs, and other batch sizes,
 compile at their first request. TF Serving reads at most 1,000 records (5-6 per width here).
 
@@ -30,7 +30,7 @@ from keras_transformer.data.languages import RunLanguages
 from keras_transformer.data.tokenizer import SubwordTokenizer
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
-WIDTH_STEP = 16  # the XLA search's padded widths are multiples of it (`Translator`)
+WIDTH_STEP = 16  # the XLA search's padded widths are multiples of it (`TranslationModule`)
 WORD = "a"  # the warm-up sentences repeat it: one or two pieces in any SentencePiece model
 MAX_RECORDS = 1_000  # TF Serving refuses a warm-up file of more
 

@@ -10,7 +10,7 @@ from typing import Callable, NamedTuple, Optional, Sequence
 from keras_transformer.config import SearchSettings
 from keras_transformer.data.languages import LanguagePair, LanguageTokenizer, RunLanguages
 from keras_transformer.data.sentencepiece_pair import Tokenizer
-from keras_transformer.decoding.translator import IntoLanguage, Translator, truncated_sources
+from keras_transformer.decoding.translator import IntoLanguage, TranslationModule, truncated_sources
 from keras_transformer.evaluation import corpus_scores, translate_corpus, write_lines
 from keras_transformer.model import Transformer
 from keras_transformer.parsing.evaluate import parse_scores
@@ -39,7 +39,8 @@ def dev_bleu_name(beam_size: int, sentences: int, pairs: int = 1) -> str:
     return f"dev {search}{mean}{sentences:,} sentences)"
 
 
-def pair_translator(translator: Translator, pair: str = "") -> Translator | IntoLanguage:
+def pair_translator(translator: TranslationModule,
+                    pair: str = "") -> TranslationModule | IntoLanguage:
     """What `translate_corpus` takes to translate with `translator` into the target language
     of the language pair named `pair` (`IntoLanguage`), as kt-translate and kt-evaluate do; the
     translator itself for a run of one pair (`pair` ""). The pairs of a run share one
@@ -87,15 +88,15 @@ def dev_bleu(search: SearchSettings, beam_size: int, model: Transformer, dev: di
     """A function giving the dev BLEU of each set of `dev` (name -> `DevSet`; one pair's is
     named "", a language pair's `SRC-TGT`, of a run of the target `languages`) on its first
     `sentences` sentences (its argument; None: all), translated with the recipe's `search`
-    settings of `beam_size` (`--eval-beam-size`, 1 by default) by one `Translator` per
+    settings of `beam_size` (`--eval-beam-size`, 1 by default) by one `TranslationModule` per
     tokenizer (the run's: one for every pair), traced once for the evaluations during training
     and the final weights' alike."""
     settings = SearchSettings.of(search, beam_size=beam_size)
-    translators: dict[int, Translator] = {}
+    translators: dict[int, TranslationModule] = {}
     for dev_set in dev.values():
         if id(dev_set.tokenizer) not in translators:
-            translators[id(dev_set.tokenizer)] = Translator(model, dev_set.tokenizer, settings,
-                                                            languages=languages)
+            translators[id(dev_set.tokenizer)] = TranslationModule(
+                model, dev_set.tokenizer, settings, languages=languages)
     by_set = {name: pair_translator(translators[id(dev_set.tokenizer)], name)
               for name, dev_set in dev.items()}
     return lambda sentences=None: {
@@ -115,18 +116,18 @@ def dev_logs(scores: dict[str, float]) -> dict[str, float]:
 
 
 def test_translator(search: SearchSettings, beam_size: Optional[int], run: RunDir,
-                    model: Transformer, tokenizer: Tokenizer) -> Translator:
+                    model: Transformer, tokenizer: Tokenizer) -> TranslationModule:
     """The final test pass's translator: the recipe's `search` with `beam_size`
     (`--test-beam-size`; None: the recipe's) and the weights in float32, whatever the training
     precision, as `kt-evaluate` and a float32 export decode them (one run, one test figure):
     `model` itself if it is float32 (its searches already traced for the dev set are not
     traced again)."""
     float32 = model if model.dtype_policy.name == "float32" else serving_copy(model, "float32")
-    return Translator(float32, tokenizer, SearchSettings.of(search, beam_size=beam_size),
+    return TranslationModule(float32, tokenizer, SearchSettings.of(search, beam_size=beam_size),
                       languages=run.languages())
 
 
-def evaluate_test(run: RunDir, translator: Translator, test: tuple[list[str], list[str]],
+def evaluate_test(run: RunDir, translator: TranslationModule, test: tuple[list[str], list[str]],
                   gold_trees: Optional[list] = None, pair: str = "") -> dict:
     """The test set translated by `translator` (`test_translator`): hypotheses file and
     sacreBLEU/chrF, or with `gold_trees` (--task parsing) the parsed trees file and bracket

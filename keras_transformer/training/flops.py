@@ -51,7 +51,7 @@ def forward_flops(config: TransformerConfig, source_lengths: Iterable[int],
     decoder_cross = (2 * d * h * dk + out_per_token) * t + 2 * d * h * (dk + dv) * s \
         + pair_products * ts
     decoder_layer = decoder_self + decoder_cross + ffn_per_token * t
-    output = 2 * d * config.output_vocab_size * t
+    output = 2 * d * config.target_vocab_size * t
     return config.encoder_depth * encoder_layer + config.decoder_depth * decoder_layer + output
 
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from keras_transformer.data.languages import RunLanguages
     from keras_transformer.data.sentencepiece_pair import SentencePiecePair
     from keras_transformer.data.tokenizer import SubwordTokenizer
-    from keras_transformer.decoding.translator import Translator
+    from keras_transformer.decoding.translator import TranslationModule
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,17 +50,17 @@ class LoadedRun:
     languages: Optional[RunLanguages] = None
 
     def translator(self, settings: Optional[SearchSettings] = None,
-                   **options: Any) -> Translator:
-        """A `Translator` (strings in, translations out) of the model and tokenizer that
+                   **options: Any) -> TranslationModule:
+        """A `TranslationModule` (strings in, translations out) of the model and tokenizer that
         searches with `settings` (default: the recipe's); `options` are its other arguments
         (e.g. `jit_compile=True`, `shortlist=`; `alignment` defaults to the run's
         `alignment.json`). Of a run of several language pairs, its calls take
-        `target_language` too (`Translator`)."""
-        from keras_transformer.decoding.translator import Translator  # see `load_run`
+        `target_language` too (`TranslationModule`)."""
+        from keras_transformer.decoding.translator import TranslationModule  # see `load_run`
 
         options.setdefault("alignment", read_alignment_heads(self.run_dir.root,
                                                              self.model.config))
-        return Translator(self.model, self.tokenizer,
+        return TranslationModule(self.model, self.tokenizer,
                           self.recipe.search if settings is None else settings,
                           languages=self.languages, **options)
 
@@ -71,8 +71,9 @@ def load_run(path: str | os.PathLike, weights: str | os.PathLike | None = None) 
     The model is a `Transformer` holding `weights` (a `.weights.h5` file of this run's model), by
     default the weights kt-train chose and evaluation and export use (`RunDir.default_weights`: as
     `result.json` records, the better on dev of the averaged and the final weights; else the
-    averaged, else the final weights, else the newest checkpoint). It runs under the kernel set in
-    force (`keras_transformer.fast.set_kernels`); the weights are the same under either.
+    averaged, else the final weights, else the newest checkpoint). It runs under the
+    implementation in force (`keras_transformer.fast.set_implementation`); the weights are the
+    same under either.
 
     A FileNotFoundError when `path` is not a run directory (no directory, no `config.json`, no
     vocabulary or no weights), or `weights` does not exist; a ValueError when a file cannot be read

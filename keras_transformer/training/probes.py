@@ -91,13 +91,13 @@ def choose_serving_dtype(d_model: int = 512, d_ff: int = 2048, rows: int = 128,
     return ProbeResult(dtype, result.figures, result.unit, result.cached)
 
 
-def choose_kernels(d_model: int = 512, d_ff: int = 2048, num_heads: int = 8,
+def choose_implementation(d_model: int = 512, d_ff: int = 2048, num_heads: int = 8,
                    tokens: int = 2048, vocab_size: int = 8000,
                    measure: Optional[Callable[[str], float]] = None) -> ProbeResult:
-    """The kernel set for training: the faster of `fast` and `reference` for a one-layer
+    """The implementation for training: the faster of `fast` and `reference` for a one-layer
     Transformer's training step (forward, loss, gradients) at these sizes on a bucketed batch
     of about `tokens` target tokens, in the current dtype policy; `reference` on a tie.
-    `measure(kernel_set)` -> steps/s replaces the timing (for tests)."""
+    `measure(implementation)` -> steps/s replaces the timing (for tests)."""
     import keras
     policy = keras.config.dtype_policy().name
 
@@ -202,10 +202,10 @@ def _matmul_gflops(dtype: str, tokens: int, d_model: int, d_ff: int) -> float:
     return _best_rate(step, 3 * 2 * tokens * d_model * d_ff / 1e9, calls=4)
 
 
-def _training_steps_per_second(kernel_set: str, d_model: int, d_ff: int, num_heads: int,
+def _training_steps_per_second(implementation: str, d_model: int, d_ff: int, num_heads: int,
                                tokens: int, vocab_size: int) -> float:
     """`fit`'s training steps per second (with an Adam update that moves nothing) of a
-    one-layer Transformer under `kernel_set`, on a batch of 32-token sentences a quarter of
+    one-layer Transformer under `implementation`, on a batch of 32-token sentences a quarter of
     whose positions are padding."""
     from keras_transformer import fast
     from keras_transformer.config import TransformerConfig
@@ -219,7 +219,7 @@ def _training_steps_per_second(kernel_set: str, d_model: int, d_ff: int, num_hea
     lengths = rng.integers(length // 2, length + 1, size=rows)
     ids[np.arange(length)[None, :] >= lengths[:, None]] = 0
     batch = ((tf.constant(ids), tf.constant(ids)), tf.constant(ids))
-    with fast.kernels_scope(kernel_set):
+    with fast.implementation_scope(implementation):
         config = TransformerConfig.preset(
             "base", num_layers=1, d_model=d_model, d_ff=d_ff, num_heads=num_heads,
             vocab_size=vocab_size)

@@ -40,7 +40,7 @@ from keras_transformer.training.dev_test import (DEV_BLEU, DevSet, attention_tok
 from keras_transformer.training.inputs import (DataChoice, RunInputs, keep_languages,
                                                keep_vocabulary, pair_sampling, report_left_out,
                                                run_inputs, step_budget, training_storage)
-from keras_transformer.training.probes import (choose_kernels, choose_precision,
+from keras_transformer.training.probes import (choose_implementation, choose_precision,
                                                gpus_tensorflow_cannot_see)
 from keras_transformer.training.progress import ProgressLines, stage
 from keras_transformer.training.run_dir import TEST_FILE, RunDir
@@ -57,9 +57,9 @@ def compiled_model(recipe: Recipe, jit_compile: bool = False, steps_per_executio
                    guided_alignment: Optional[GuidedAlignment] = None
                    ) -> tuple[Transformer, MaskedTokenAccuracy]:
     """A Transformer of `recipe`'s architecture compiled with the paper's optimizer, schedule and
-    loss (in scope) of `recipe`'s training settings, under the global dtype policy and kernel set
-    (`fast.FastTransformer`: with the reference set, Keras's own steps), and its token accuracy
-    metric.
+    loss (in scope) of `recipe`'s training settings, under the global dtype policy and
+    implementation (`fast.FastTransformer`: with the reference, Keras's own steps), and its token
+    accuracy metric.
 
     `jit_compile` XLA-compiles the train step; `steps_per_execution` is the steps per call of the
     train function. `lora_rank` puts LoRA adapters of this rank on every projection, built with the
@@ -134,7 +134,7 @@ def training_callbacks(options: RunOptions, average_last: int, run: RunDir,
 
 def hardware_choices(options: RunOptions, recipe: Recipe, recorded: dict,
                      strategy: tf.distribute.Strategy) -> tuple[str, str, dict]:
-    """The precision and kernel set of the run: as `options` give them; for auto, as an
+    """The precision and implementation of the run: as `options` give them; for auto, as an
     earlier start of the run recorded them, else measured here (`probes`), printed with the
     figures; and the figures measured, for the run directory's `hardware.json`. In a
     multi-worker cluster the chief decides: it alone measures, and every worker takes its
@@ -144,9 +144,9 @@ def hardware_choices(options: RunOptions, recipe: Recipe, recorded: dict,
     probe_tokens = min(recipe.training.batch_tokens, 2048)
     probes = {
         "precision": lambda: choose_precision(config.d_model, config.d_ff, probe_tokens),
-        "kernels": lambda: choose_kernels(config.d_model, config.d_ff, config.num_heads,
+        "kernels": lambda: choose_implementation(config.d_model, config.d_ff, config.num_heads,
                                           tokens=probe_tokens,
-                                          vocab_size=config.output_vocab_size),
+                                          vocab_size=config.target_vocab_size),
     }
     chief = is_chief(strategy)
     for name, probe in probes.items():
@@ -163,7 +163,7 @@ def hardware_choices(options: RunOptions, recipe: Recipe, recorded: dict,
         else:
             choices[name] = "chief's"
         if worker_count(strategy) > 1:
-            known = PRECISION_POLICIES if name == "precision" else fast.KERNEL_SETS
+            known = PRECISION_POLICIES if name == "precision" else fast.IMPLEMENTATIONS
             mine = known.index(choices[name]) if choices[name] in known else -1
             taken = known[chief_values(strategy, [mine])[0]]
             if not chief and taken != choices[name]:
@@ -243,10 +243,10 @@ class Training:
         self.run_dir = RunDir(run_dir)
         self.recipe_origin = recipe_origin
         self.summary: dict = {}
-        # `prepare`'s: the strategy and its replicas, the precision and kernel set, whether
+        # `prepare`'s: the strategy and its replicas, the precision and implementation, whether
         # the run was started before, its inputs, batch plan and step budget.
         self.strategy: Optional[tf.distribute.Strategy] = None
-        self.replicas, self.precision, self.kernel_set, self.resumed = 0, "", "", False
+        self.replicas, self.precision, self.implementation, self.resumed = 0, "", "", False
         self.inputs: Optional[RunInputs] = None
         self.plan: Optional[BatchPlan | PairSampling] = None
         self.max_steps: Optional[int] = None
@@ -299,16 +299,16 @@ class Training:
         check_batch_tokens(batch_tokens, config.max_length)
         if options.export:
             check_model_tree(options.export_dir, export_name(options, run))
-        self.precision, self.kernel_set, measured = hardware_choices(
+        self.precision, self.implementation, measured = hardware_choices(
             options, recipe, run.recorded_options(), strategy)
-        fast.set_kernels(self.kernel_set)
+        fast.set_implementation(self.implementation)
         # What fixes the data stream too: the replicas (each takes batch_tokens / replicas) and
         # the prepared storage's identity (storage prepared again in place is another stream).
         stream = {"replicas": replicas}
         if self.data.prepared:
             stream["prepared_storage"] = TokenStorage.open(self.data.prepared).identity
         recorded = {**recorded_options(self.data, options), "precision": self.precision,
-                    "kernels": self.kernel_set, **stream}
+                    "kernels": self.implementation, **stream}
         run.check_claim(recipe, recorded)
         # Before any tokenizer is built: seeding clears TensorFlow's kernel cache, and with it
         # the SentencePiece resource of a tokenizer built earlier.
@@ -376,7 +376,7 @@ class Training:
                                        self.max_steps, restored.step)
         print(f"kt-train: {'resuming' if self.resumed else 'starting'} {run.root} on "
               f"{self.replicas} replica(s), {self.max_steps or 'unlimited'} steps, "
-              f"{self.precision}, {self.kernel_set} kernels"
+              f"{self.precision}, {self.implementation} kernels"
               f"{', XLA' if model.jit_compile else ''}", file=sys.stderr)
         if options.lora_rank:
             adapters = sum(int(tf.size(weight)) for weight in model.lora_adapters())
@@ -423,7 +423,7 @@ class Training:
             self.dev_scores = dev_bleu(recipe.search, options.eval_beam_size, self.model, dev,
                                        run.languages())
         self.summary.update(run_dir=os.fspath(run.root), steps=callbacks[0].step,
-                            precision=self.precision, kernels=self.kernel_set)
+                            precision=self.precision, kernels=self.implementation)
         self._done.add("fit")
         return callbacks[0].step
 

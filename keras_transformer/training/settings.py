@@ -129,7 +129,7 @@ class RunOptions:
 def recorded_options(data: TrainingData, options: RunOptions) -> dict:
     """What of `data` and `options` a restart must repeat: the data, the vocabulary's
     sentences, the seed, `init_from` and the LoRA adapters' rank and alpha (not the step
-    budget); `Training.prepare` adds the resolved precision and kernel set (backups do not
+    budget); `Training.prepare` adds the resolved precision and implementation (backups do not
     restore across loss scaling). Options that apply only to `tfds` data (its languages and
     splits) are recorded for such runs only."""
     # One training corpus is recorded as a path, as before several could be given.

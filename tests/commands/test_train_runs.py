@@ -279,11 +279,11 @@ def test_several_training_corpora_prepare_into_one_storage_and_resume(resumed_ru
 def test_the_final_test_pass_decodes_the_float32_weights_whatever_the_training_precision(
         demo_vocab, demo_train, tmp_path):
     """kt-train's test pass given its mixed_bfloat16 training model writes what a float32
-    `Translator` of the same weights (kt-evaluate's) writes, where the bfloat16 model's own
+    `TranslationModule` of the same weights (kt-evaluate's) writes, where the bfloat16 model's own
     translations differ."""
     import keras_transformer as kt
     from helpers import random_run
-    from keras_transformer.decoding.translator import Translator
+    from keras_transformer.decoding.translator import TranslationModule
     from keras_transformer.evaluation import translate_corpus
     from keras_transformer.precision import precision_scope
     from keras_transformer.training.dev_test import evaluate_test, test_translator
@@ -299,7 +299,7 @@ def test_the_final_test_pass_decodes_the_float32_weights_whatever_the_training_p
     evaluate_test(run, test_translator(settings, None, run, bfloat16_model, tokenizer),
                   (sources, demo_train[1][:100]))
     written = (run.root / "test.hyp").read_text(encoding="utf-8").split("\n")[:len(sources)]
-    float32 = translate_corpus(Translator(float32_model, tokenizer, settings), sources)
-    bfloat16 = translate_corpus(Translator(bfloat16_model, tokenizer, settings), sources)
+    float32 = translate_corpus(TranslationModule(float32_model, tokenizer, settings), sources)
+    bfloat16 = translate_corpus(TranslationModule(bfloat16_model, tokenizer, settings), sources)
     assert bfloat16 != float32  # the precisions disagree on this model: the check can fail
     assert written == float32

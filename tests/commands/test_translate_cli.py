@@ -283,9 +283,9 @@ def test_sampling_flags_draw_reproducibly_and_exports_fix_them(run_dir, export_d
                                                                capsys, load_export_once):
     """A run samples with `--top-p/--temperature/--seed`: the same seed, the same lines; another
     seed, other lines; `--seed` alone is refused. An export fixes the sampling settings: its
-    SavedModel (`export_dir`'s version 1) translates as the in-process `Translator` with the
+    SavedModel (`export_dir`'s version 1) translates as the in-process `TranslationModule` with the
     same settings."""
-    from keras_transformer.decoding.translator import Translator
+    from keras_transformer.decoding.translator import TranslationModule
     from trainers.common import load_run_model
 
     sampling = [str(run_dir.root), str(input_file), *SAMPLING_FLAGS]
@@ -301,7 +301,7 @@ def test_sampling_flags_draw_reproducibly_and_exports_fix_them(run_dir, export_d
     model, tokenizer = load_run_model(str(run_dir.root))
     sampled = export_dir / "1"
     texts = [line for line in LINES if line]
-    in_process = LineTranslator.from_translator(Translator(model, tokenizer, SAMPLING))
+    in_process = LineTranslator.from_translator(TranslationModule(model, tokenizer, SAMPLING))
     assert load_export_once(sampled).best(texts)[0] == in_process.best(texts)[0]
     code, from_export, _ = run([str(sampled), str(input_file)], capsys)
     assert code == 0 and from_export == first
@@ -327,14 +327,14 @@ def test_lines_longer_than_the_model_takes_are_counted_and_named(export_dir, run
 
 
 def test_truncated_sources_are_those_the_translator_cuts(run_dir):
-    """Of the growing prefixes of a long line, those a `Translator` of a max_length 24 model
+    """Of the growing prefixes of a long line, those a `TranslationModule` of a max_length 24 model
     searches from fewer pieces than the text has (its `source_pieces`) are the ones
     `truncated_sources` names."""
-    from keras_transformer.decoding.translator import Translator, truncated_sources
+    from keras_transformer.decoding.translator import TranslationModule, truncated_sources
     from trainers.common import load_run_model
 
     model, tokenizer = load_run_model(str(run_dir.root))
-    translator = Translator(model, tokenizer, kt.SearchSettings(beam_size=1,
+    translator = TranslationModule(model, tokenizer, kt.SearchSettings(beam_size=1,
                                                                 max_decode_extra=1))
     words = LINES[4].split()
     prefixes = [b" ".join(words[:count]) for count in range(1, 16)]

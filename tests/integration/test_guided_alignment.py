@@ -141,8 +141,8 @@ def test_the_step_adds_the_alignment_loss_the_same_in_both_kernel_sets(reversed_
         keras.utils.set_random_seed(3)
         model = guided_model(alignment, keras.optimizers.SGD(1.0))
         model((source, target_in))
-        attention = model.attention_weights(source, target_in)["encoder_decoder"][1]
-        with fast.kernels_scope(kernels):
+        attention = model.attention_probabilities(source, target_in)["encoder_decoder"][1]
+        with fast.implementation_scope(kernels):
             logs = model.train_step(((source, target_in), target_out)
                                     + ((targets,) if alignment else ()))
         stepped[kernels, alignment] = [weight.numpy() for weight in model.trainable_weights]

@@ -19,7 +19,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.data.pipeline import make_training_dataset
 from keras_transformer.data.sentencepiece_pair import load_tokenizer, vocabulary_pieces
-from keras_transformer.decoding.translator import Translator
+from keras_transformer.decoding.translator import TranslationModule
 from keras_transformer.serving.provenance import read_provenance
 from keras_transformer.training.run_dir import IMPORT_FILE
 from keras_transformer.visualization import attention_maps
@@ -320,7 +320,7 @@ def test_alignment_and_attention_plots_show_each_sides_pieces(imported, tmp_path
     kt-plot-attention labels the source with them and the target with target.spm's."""
     folder, line = imported["folder"], imported["lines"][0]
     model, tokenizer = load_run_model(str(imported["run"]))
-    translator = Translator(model, tokenizer, kt.SearchSettings(beam_size=1,
+    translator = TranslationModule(model, tokenizer, kt.SearchSettings(beam_size=1,
                                                                 max_decode_extra=EXTRA))
     found = translator.translate_with_alignment(tf.constant([line]))
     assert [piece.decode() for piece in found["source_pieces"].numpy()[0]] == (

@@ -27,7 +27,7 @@ from keras_transformer.data.sentencepiece_pair import load_tokenizer
 from keras_transformer.data.text_files import read_raw_lines
 from keras_transformer.data.languages import (LanguagePair, RunLanguages, language_token,
                                               language_token_ids, reserved_tokens)
-from keras_transformer.decoding.translator import IntoLanguage, Translator, truncated_sources
+from keras_transformer.decoding.translator import IntoLanguage, TranslationModule, truncated_sources
 from keras_transformer.evaluation import corpus_scores
 from keras_transformer.evaluation import translate_corpus as translated_corpus
 from keras_transformer.serving.loading import recorded_languages
@@ -88,7 +88,7 @@ class TrainedRun(NamedTuple):
 # The steps and learning-rate scale each placement learns the three languages in with a wide
 # margin on any host, the test's 90 BLEU against the 100 reached, measured on a 2-core Intel Xeon
 # with AMX. "target": 600 steps at 0.25 reached test BLEU 100 on every pair in twelve runs (seeds
-# 0-2 in float32 and mixed_bfloat16 with both kernel sets), each at dev BLEU 100 on every pair
+# 0-2 in float32 and mixed_bfloat16 with both implementations), each at dev BLEU 100 on every pair
 # already at its halfway step 300, where 200 steps reached 93.3 on one pair (seed 0, float32,
 # fast kernels); 1,000 steps at 0.25 reached 100 in five runs. 200 steps at 0.4 learned on AMD
 # but not there (44.8 and 42.0 on en-rv, seeds 0 and 1), nor did 400 or 600 steps in every
@@ -211,7 +211,7 @@ def translated(argv: list[str], capsys) -> tuple[int, list[str], str]:
     return code, stdout.getvalue().split("\n")[:-1], capsys.readouterr().err
 
 
-def run_lines(translator: Translator, source: Path, language: str,
+def run_lines(translator: TranslationModule, source: Path, language: str,
               prefixes: Optional[Path] = None) -> list[str]:
     """kt-translate's output lines of `source` into `language` ("" as the lines say, of a
     model whose language is optional), after `prefixes` if given, of the run `translator`
@@ -474,7 +474,7 @@ def test_an_in_process_translator_of_several_languages_takes_one_per_row(random_
     """`load_run`'s translator of a run of several pairs takes `target_language` per row;
     `IntoLanguage` refuses a language the model does not have, by name."""
     translator = load_run(random_multi).translator()
-    assert isinstance(translator, Translator) and translator.languages is not None
+    assert isinstance(translator, TranslationModule) and translator.languages is not None
     both = translator.translate(tf.constant(["big cat", "big cat"]), tf.constant(["up", "rv"]))
     for index, language in enumerate(["up", "rv"]):
         assert IntoLanguage(translator, language).translate(tf.constant(["big cat"]))[
@@ -518,7 +518,7 @@ def imported_export(imported_multi) -> Path:
 
 
 @pytest.fixture(scope="module")
-def imported_translator(imported_multi) -> Translator:
+def imported_translator(imported_multi) -> TranslationModule:
     """`load_run`'s translator of the imported run, searching as IMPORTED_SEARCH says (as
     its export does), traced once for the tests that call it."""
     loaded = load_run(imported_multi["run"])
@@ -673,7 +673,7 @@ def test_kt_trains_dev_translations_are_kt_evaluates(vocabulary, corpus, tmp_pat
                           str(hypotheses)]) == 0
     evaluated = final_json(capsys.readouterr().out)["BLEU"]
     loaded = load_run(run.root)
-    translator = dev_test.pair_translator(Translator(
+    translator = dev_test.pair_translator(TranslationModule(
         loaded.model, loaded.tokenizer, SearchSettings.of(loaded.recipe.search, beam_size=1),
         languages=languages), "en-rv")
     assert translated_corpus(translator, sources) == text_lines(hypotheses)

@@ -10,7 +10,7 @@ from helpers import ROOT
 PACKAGE = "keras_transformer"
 COMPAT = f"{PACKAGE}.compat"  # the one module that uses private Keras/TensorFlow APIs
 # A run's set-up (the training API's stages, the hardware probes): above the fast subpackage,
-# whose model and kernel sets it chooses, as the command lines are.
+# whose model and implementations it chooses, as the command lines are.
 RUN_SET_UP = {f"{PACKAGE}.training.run", f"{PACKAGE}.training.probes"}
 PRIVATE_MODULES = ("tensorflow.python", "keras.src", "tf_keras")
 

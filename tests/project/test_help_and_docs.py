@@ -249,4 +249,4 @@ def test_every_api_snippet_runs_as_written(demo_vocab, tmp_path, monkeypatch):
         for block in blocks:
             exec(compile(block, "docs/api.md", "exec"), {})
     finally:
-        fast.set_kernels(suite_kernels)  # the suite's set (conftest.py), whatever a block set
+        fast.set_implementation(suite_kernels)  # the suite's (conftest.py), whatever a block set

@@ -123,3 +123,78 @@ def test_no_test_module_shares_a_random_generator():
         shared += [f"{path.name}:{node.lineno}" for node in ast.walk(tree)
                    if isinstance(node, ast.Call) and global_draw(node)]
     assert shared == []
+
+
+# One name per meaning (docs/api.md, "Names"): identifiers that meant something else, with the
+# name the meaning has now. Docstrings and comments may still quote the paper's d_k; saved
+# files' earlier keys are read as strings (`config.RENAMED_FIELDS`).
+RETIRED_NAMES = {
+    "d_k": "key_dim", "d_v": "value_dim", "output_vocab_size": "target_vocab_size",
+    "text_pieces": "text_piece_ids", "Translator": "TranslationModule",
+    "KERNEL_SETS": "IMPLEMENTATIONS", "KERNEL_CHOICES": "IMPLEMENTATION_CHOICES",
+    "KERNELS_VARIABLE": "IMPLEMENTATION_VARIABLE", "set_kernels": "set_implementation",
+    "kernels_scope": "implementation_scope", "choose_kernels": "choose_implementation",
+    "kernel_set": "implementation", "lora_settings": "lora_arguments",
+    "attention_weights": "attention_probabilities", "return_attention_scores": "return_attention",
+}
+# Names that keep another meaning elsewhere, retired in one module.
+RETIRED_IN_MODULE = {
+    "keras_transformer/decoding/translator.py": {"tokens": "language_ids"},
+    "keras_transformer/fast/loss.py": {"weights": "token_scales"},
+    "keras_transformer/layers/encoder_decoder.py": {"settings": "hyperparameters"},
+}
+# Parameters that name the decoding cache's size (`max_length`: the model's position limit).
+CACHE_FUNCTIONS = ("init_decoding", "init_cache")
+
+
+def retired_names_used() -> list[str]:
+    """`path:line name -> new name` of each identifier under `CHECKED` named as
+    `RETIRED_NAMES` or `RETIRED_IN_MODULE` retire it (another library's attribute, such as
+    `ctranslate2.Translator`, excepted), and of each `max_length` parameter of the cache's
+    functions; `web/`'s classes named `Translator` too."""
+    import io
+    import tokenize
+
+    found = []
+    for folder in CHECKED:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            name = path.relative_to(ROOT).as_posix()
+            text = path.read_text(encoding="utf-8")
+            retired = {**RETIRED_NAMES, **RETIRED_IN_MODULE.get(name, {})}
+            previous = None
+            for token in tokenize.generate_tokens(io.StringIO(text).readline):
+                if (token.type == tokenize.NAME and token.string in retired
+                        and not (previous is not None and previous.string == "."
+                                 and token.string == "Translator")):
+                    found.append(f"{name}:{token.start[0]} {token.string} -> "
+                                 f"{retired[token.string]}")
+                if token.type not in (tokenize.NL, tokenize.COMMENT):
+                    previous = token
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, ast.FunctionDef) and node.name in CACHE_FUNCTIONS:
+                    found += [f"{name}:{node.lineno} {node.name}(max_length) -> cache_length"
+                              for argument in node.args.args if argument.arg == "max_length"]
+    for path in sorted((ROOT / "web").glob("*.js")):
+        found += [f"web/{path.name}: class Translator -> BrowserTranslator"
+                  for _ in re.finditer(r"\bclass Translator\b", path.read_text("utf-8"))]
+    return found
+
+
+def test_each_name_has_one_meaning():
+    assert retired_names_used() == []
+
+
+def test_the_name_check_finds_a_retired_name(tmp_path, monkeypatch):
+    """The check above reads identifiers, not text: a docstring may say d_k, code may not."""
+    package = tmp_path / "keras_transformer"
+    package.mkdir()
+    (package / "module.py").write_text(
+        '"""softmax(Q K^T / sqrt(d_k))"""\nimport ctranslate2\n\n\n'
+        "def init_cache(rows, max_length):\n    return ctranslate2.Translator, rows.d_k\n",
+        encoding="utf-8")
+    (tmp_path / "web").mkdir()
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "CHECKED", ("keras_transformer",))
+    assert retired_names_used() == [
+        "keras_transformer/module.py:6 d_k -> key_dim",
+        "keras_transformer/module.py:5 init_cache(max_length) -> cache_length"]

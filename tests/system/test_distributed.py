@@ -183,22 +183,22 @@ def test_two_workers_agree_fail_together_and_resume_together(tmp_path, warm):
 # --- replicas that differ: dropout, float16 overflow, token counts ----------------------------
 
 # Appended to a script that sets up its strategy and data and defines `measure()`: its figures
-# under each kernel set, in one process (the set-up, and the process, shared by the tests of
+# under each implementation, in one process (the set-up, and the process, shared by the tests of
 # both sets; each set's model and steps are traced anew under it).
 EACH_KERNEL_SET = textwrap.dedent("""
     from keras_transformer import fast
     results = {}
-    for kernels in fast.KERNEL_SETS:
-        with fast.kernels_scope(kernels):
+    for kernels in fast.IMPLEMENTATIONS:
+        with fast.implementation_scope(kernels):
             results[kernels] = {"kernels": fast.active(), **measure()}
     print(json.dumps(results))
 """)
 
 
 @pytest.fixture(scope="module")
-def by_kernel_set(warm) -> Callable[[str], dict[str, dict]]:
+def by_implementation(warm) -> Callable[[str], dict[str, dict]]:
     """Runs a script (`EACH_KERNEL_SET`) once for the module, within 240 s (a replica that
-    waited on another would hang it); its figures by kernel set."""
+    waited on another would hang it); its figures by implementation."""
     results: dict[str, dict[str, dict]] = {}
 
     def figures(script: str) -> dict[str, dict]:
@@ -239,11 +239,11 @@ DROPOUT_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kernels", ["reference", "fast"])
-def test_replicas_draw_their_own_dropout_masks_repeatably(kernels, by_kernel_set):
+def test_replicas_draw_their_own_dropout_masks_repeatably(kernels, by_implementation):
     """Eight replicas of one HookDropout draw eight different masks (about half their
     positions agree, as independent masks at rate 0.5 do), the same eight again from the same
     seed, and replica 0 the mask a lone device draws."""
-    result = by_kernel_set(DROPOUT_SCRIPT)[kernels]
+    result = by_implementation(DROPOUT_SCRIPT)[kernels]
     assert result["kernels"] == kernels
     assert result["distinct"] == 8
     assert result["pairwise_agreement"] < 0.6
@@ -266,7 +266,7 @@ OVERFLOW_SCRIPT = textwrap.dedent("""
     def replica_batches():
         # Two steps; element r of a step is replica r's batch (rows differ between replicas).
         # In step 1 one replica's batch has a loss gradient that overflows float16.
-        rng = np.random.default_rng(0)  # the same batches for each kernel set
+        rng = np.random.default_rng(0)  # the same batches for each implementation
         for step in range(2):
             for replica in range(REPLICAS):
                 rows = 2 + replica
@@ -299,14 +299,14 @@ OVERFLOW_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kernels", ["fast", "reference"])
-def test_an_overflow_on_any_replica_skips_the_step_on_all(kernels, by_kernel_set):
+def test_an_overflow_on_any_replica_skips_the_step_on_all(kernels, by_implementation):
     """mixed_float16 over 2 replicas of unequal batches, kt-train's model and optimizer (the
     fused Adam with fast kernels): a float16 overflow in the gradients of replica 1 skips the
     step everywhere and halves the loss scale once; the next step trains; no inf or NaN
     reaches a weight or an Adam moment (Keras's own loss scaling decides from replica 0's
     gradients alone). The step finishes within the script's time bound (no replica waits on
     another)."""
-    result = by_kernel_set(OVERFLOW_SCRIPT)[kernels]
+    result = by_implementation(OVERFLOW_SCRIPT)[kernels]
     assert result["kernels"] == kernels and result["optimizer"] == "LossScaleOptimizer"
     assert result["weights_finite"] and result["moments_finite"]
     assert result["scale_ratio"] == 0.5
@@ -361,10 +361,10 @@ LOGGED_LOSS_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kernels", ["reference", "fast"])
-def test_the_logged_loss_is_the_global_batch_per_token_loss(kernels, by_kernel_set):
+def test_the_logged_loss_is_the_global_batch_per_token_loss(kernels, by_implementation):
     """Two replicas with batches of 1 and 3 rows and different padding log the loss one
     device logs on all their rows together (Keras's own steps weight replicas by rows)."""
-    result = by_kernel_set(LOGGED_LOSS_SCRIPT)[kernels]
+    result = by_implementation(LOGGED_LOSS_SCRIPT)[kernels]
     assert result["kernels"] == kernels
     assert result["replicas"] == pytest.approx(result["one"], rel=1e-5)
 

@@ -7,9 +7,10 @@ VOCAB = 37000
 
 # Table 3 of the paper: (overrides, parameters x 10^6) for rows (B) and (C), plus base and big.
 TABLE3_ROWS = [
-    ({"d_k": 16}, 58), ({"d_k": 32}, 60),
+    ({"key_dim": 16}, 58), ({"key_dim": 32}, 60),
     ({"num_layers": 2}, 36), ({"num_layers": 4}, 50), ({"num_layers": 8}, 80),
-    ({"d_model": 256, "d_k": 32, "d_v": 32}, 28), ({"d_model": 1024, "d_k": 128, "d_v": 128}, 168),
+    ({"d_model": 256, "key_dim": 32, "value_dim": 32}, 28),
+    ({"d_model": 1024, "key_dim": 128, "value_dim": 128}, 168),
     ({"d_ff": 1024}, 53), ({"d_ff": 4096}, 90),
 ]
 
@@ -56,7 +57,8 @@ def test_paper_presets_hold_the_papers_values():
 
 
 @pytest.mark.parametrize("overrides", [
-    {"num_heads": 1, "d_k": 512, "d_v": 512}, {"num_heads": 16, "d_k": 32, "d_v": 32},  # (A)
+    {"num_heads": 1, "key_dim": 512, "value_dim": 512},  # (A)
+    {"num_heads": 16, "key_dim": 32, "value_dim": 32},  # (A)
     {"dropout": 0.0}, {"label_smoothing": 0.2},  # (D)
     {"positional": "learned"},  # (E)
 ])
@@ -82,7 +84,7 @@ def test_table3_rows_a_d_e_are_expressible(overrides):
     ({"subword_dropout": 1.0}, "subword_dropout"),
     ({"word_dropout": -0.1}, "word_dropout"),
     ({"beam_size": 0}, "beam_size"),
-    ({"d_k": 0}, "d_k"),
+    ({"key_dim": 0}, "key_dim"),
     ({"num_encoder_layers": 0}, "num_encoder_layers"),
     ({"num_decoder_layers": 1.5}, "num_decoder_layers"),
     ({"target_vocab_size": 500}, "target_vocab_size"),
@@ -116,13 +118,30 @@ def test_recipe_round_trips_and_splits_run_configs_of_earlier_versions():
     assert kt.TransformerConfig.from_saved(earlier) == restored.architecture
 
 
+def loaded_as_saved_before(model, tmp_path, changes: dict[bytes, bytes]):
+    """`model` saved as a `.keras` file, the file rewritten as an earlier version wrote it (each
+    text of `changes`, found once in its config.json, replaced by its value) and loaded."""
+    import zipfile
+
+    import keras
+
+    path, old_path = tmp_path / "new.keras", tmp_path / "old.keras"
+    model.save(path)
+    with zipfile.ZipFile(path) as new_file, zipfile.ZipFile(old_path, "w") as old_file:
+        for item in new_file.infolist():
+            data = new_file.read(item)
+            if item.filename == "config.json":
+                for new, old in changes.items():
+                    assert data.count(new) == 1
+                    data = data.replace(new, old)
+            old_file.writestr(item, data)
+    return keras.saving.load_model(old_path)
+
+
 def test_each_side_takes_its_own_depth_and_runs_saved_before_still_load(tmp_path):
     """`num_layers` sets both sides unless a side's own field is set; the parameter count is
     the layers' sum; a `.keras` file whose config has no per-side fields (every file written
     before they existed) loads with `num_layers` on both sides and gives the same outputs."""
-    import zipfile
-
-    import keras
     import numpy as np
 
     even = kt.TransformerConfig.preset("tiny", vocab_size=60)
@@ -142,23 +161,14 @@ def test_each_side_takes_its_own_depth_and_runs_saved_before_still_load(tmp_path
 
     model = models["even"]
     ids = np.array([[5, 6, 7, 0]], "int32")
-    path, old_path = tmp_path / "new.keras", tmp_path / "old.keras"
-    model.save(path)
-    with zipfile.ZipFile(path) as new_file, zipfile.ZipFile(old_path, "w") as old_file:
-        for item in new_file.infolist():
-            data = new_file.read(item)
-            if item.filename == "config.json":
-                for field in (b'"num_encoder_layers": null, ', b'"num_decoder_layers": null, '):
-                    assert field in data
-                    data = data.replace(field, b"")
-            old_file.writestr(item, data)
-    restored = keras.saving.load_model(old_path)
+    restored = loaded_as_saved_before(model, tmp_path, {b'"num_encoder_layers": null, ': b"",
+                                                        b'"num_decoder_layers": null, ': b""})
     assert (restored.config.encoder_depth, restored.config.decoder_depth) == (2, 2)
     np.testing.assert_allclose(restored((ids, ids)), model((ids, ids)), atol=1e-6)
 
 
 def test_d_model_not_divisible_by_heads_is_fine_with_explicit_head_sizes():
-    config = kt.TransformerConfig.preset("tiny", d_model=60, num_heads=8, d_k=8, d_v=8)
+    config = kt.TransformerConfig.preset("tiny", d_model=60, num_heads=8, key_dim=8, value_dim=8)
     assert (config.key_dim, config.value_dim) == (8, 8)
 
 
@@ -192,9 +202,6 @@ def test_attention_projections_have_no_bias_as_in_the_paper_unless_asked():
 def test_configs_saved_before_attention_bias_existed_rebuild_their_model(tmp_path):
     """A saved config without the field (every earlier version had attention biases) loads
     with them, so its weights still fit; a new config's default is the paper's."""
-    import zipfile
-
-    import keras
     import numpy as np
 
     saved = kt.TransformerConfig.preset("tiny", vocab_size=60, attention_bias=True).to_dict()
@@ -206,18 +213,33 @@ def test_configs_saved_before_attention_bias_existed_rebuild_their_model(tmp_pat
     assert kt.TransformerConfig.from_json(old_json).attention_bias is True
     model = kt.Transformer(saved)
     ids = np.array([[5, 6, 7, 0]], "int32")
-    path, old_path = tmp_path / "new.keras", tmp_path / "old.keras"
-    model.save(path)
-    with zipfile.ZipFile(path) as new_file, zipfile.ZipFile(old_path, "w") as old_file:
-        for item in new_file.infolist():  # the same file as written before the field existed
-            data = new_file.read(item)
-            if item.filename == "config.json":
-                data = data.replace(b'"attention_bias": true, ', b"")
-                assert b"attention_bias" not in data
-            old_file.writestr(item, data)
-    restored = keras.saving.load_model(old_path)
+    restored = loaded_as_saved_before(model, tmp_path, {b'"attention_bias": true, ': b""})
     assert restored.config.attention_bias is True
     np.testing.assert_allclose(restored((ids, ids)), model((ids, ids)), atol=1e-6)
+
+
+def test_head_sizes_saved_under_their_earlier_names_load_with_the_same_outputs(tmp_path):
+    """`key_dim`/`value_dim` were saved as `d_k`/`d_v`: a run directory's config and a `.keras`
+    file with those keys load the same model (identical outputs); None follows `d_model`
+    through `replace`, and a value given under both names is refused."""
+    import numpy as np
+
+    recipe = kt.Recipe.preset("tiny", vocab_size=60, key_dim=8, value_dim=12)
+    earlier = {("d_k" if key == "key_dim" else "d_v" if key == "value_dim" else key): value
+               for key, value in recipe.to_dict().items()}
+    assert kt.Recipe.from_saved(earlier) == recipe
+    assert kt.Recipe.preset("tiny", **{"d_k": 8, "d_v": 12}) == recipe.replace(vocab_size=1000)
+    with pytest.raises(ValueError, match="d_k: the earlier name of key_dim"):
+        kt.TransformerConfig.from_dict({"d_k": 8, "key_dim": 8})
+    derived = kt.TransformerConfig.preset("tiny")
+    assert (derived.key_dim, derived.to_dict()["key_dim"]) == (16, None)
+    assert derived.replace(d_model=128).key_dim == 32
+    model = kt.Transformer(recipe.architecture)
+    ids = np.array([[5, 6, 7, 0]], "int32")
+    restored = loaded_as_saved_before(model, tmp_path, {b'"key_dim": 8': b'"d_k": 8',
+                                                        b'"value_dim": 12': b'"d_v": 12'})
+    assert restored.config == recipe.architecture
+    np.testing.assert_array_equal(restored((ids, ids)), model((ids, ids)))
 
 
 @pytest.mark.parametrize("name", sorted(kt.PRESETS))

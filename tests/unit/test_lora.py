@@ -218,11 +218,11 @@ def test_get_config_round_trip_keeps_lora():
         weight.path for weight in model.trainable_weights]
 
 
-@pytest.mark.parametrize("kernel_set", fast.KERNEL_SETS)
-def test_the_training_loss_reaches_the_adapters(rng, kernel_set):
-    """The loss's gradient, through either kernel set's `linear`, reaches both adapters of every
+@pytest.mark.parametrize("implementation", fast.IMPLEMENTATIONS)
+def test_the_training_loss_reaches_the_adapters(rng, implementation):
+    """The loss's gradient, through either implementation's `linear`, reaches both adapters of every
     projection and no frozen weight."""
-    with fast.kernels_scope(kernel_set):
+    with fast.implementation_scope(implementation):
         model = lora_model()
         source, target_in, target_out = (random_ids(rng, (3, 6)), random_ids(rng, (3, 5)),
                                          random_ids(rng, (3, 5)))

@@ -95,14 +95,14 @@ def test_log_normalizer_is_stable_for_extreme_logits():
     np.testing.assert_allclose(statistics.probabilities.numpy().sum(-1), 1.0, rtol=1e-6)
 
 
-@pytest.mark.parametrize("kernel_set, softmaxes", [("fast", 1), ("reference", 0)])
-def test_loss_and_metrics_share_one_softmax_and_argmax(kernel_set, softmaxes):
+@pytest.mark.parametrize("implementation, softmaxes", [("fast", 1), ("reference", 0)])
+def test_loss_and_metrics_share_one_softmax_and_argmax(implementation, softmaxes):
     """In a traced step with fast kernels the loss, its gradient and both metrics read the
     logits' statistics once: one softmax and one argmax over `[tokens, vocab]` (reference:
     logsumexps and their autodiff, no softmax op; the accuracy's argmax)."""
     import tensorflow as tf
 
-    from keras_transformer.fast import kernels_scope
+    from keras_transformer.fast import implementation_scope
 
     loss, accuracy, perplexity = (kt.LabelSmoothedCrossEntropy(0.1), kt.MaskedTokenAccuracy(),
                                   kt.Perplexity())
@@ -116,7 +116,7 @@ def test_loss_and_metrics_share_one_softmax_and_argmax(kernel_set, softmaxes):
         perplexity.update_state(TARGETS, logits)
         return value, tape.gradient(value, logits)
 
-    with kernels_scope(kernel_set):
+    with implementation_scope(implementation):
         graph = step.get_concrete_function(tf.TensorSpec(LOGITS.shape, tf.float32)).graph
         value, _ = step(tf.constant(LOGITS))
     op_types = [op.type for op in graph.get_operations()]

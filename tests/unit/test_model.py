@@ -16,7 +16,7 @@ from helpers import VARIANTS, assert_equal_to_rounding, random_ids, tiny_model
 def test_logits_shape(rng, variant):
     model = tiny_model(**VARIANTS[variant])
     logits = model((random_ids(rng, (2, 7)), random_ids(rng, (2, 5))), training=False)
-    assert logits.shape == (2, 5, model.config.output_vocab_size)
+    assert logits.shape == (2, 5, model.config.target_vocab_size)
 
 
 PRECISIONS = pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"], indirect=True)
@@ -57,11 +57,11 @@ def test_padding_invariance(rng, precision, variant):
     assert_equal_to_rounding(batched[0, :3], alone[0], precision)
 
 
-def test_attention_weights_of_every_layer_and_head():
+def test_attention_probabilities_of_every_layer_and_head():
     model = tiny_model()
     source = np.array([[5, 6, 7, 3, 0, 0]], "int32")
     target = np.array([[2, 8, 9, 0]], "int32")
-    maps = model.attention_weights(source, target)
+    maps = model.attention_probabilities(source, target)
     heads, layers = model.config.num_heads, model.config.num_layers
     expected_shapes = {"encoder_self": (1, heads, 6, 6), "decoder_self": (1, heads, 4, 4),
                        "encoder_decoder": (1, heads, 4, 6)}
@@ -183,7 +183,7 @@ def test_decode_step_matches_teacher_forced_decoder(rng, precision, variant):
     target = random_ids(rng, (2, 6))
     full = tf.nn.log_softmax(model((source, target))).numpy()
     constants, cache = model.init_decoding(model.encode(source), source != 0,
-                                           rows_per_sentence=1, max_length=8)
+                                           rows_per_sentence=1, cache_length=8)
     emitted = np.ones(full.shape[-1], bool)
     emitted[[kt.PAD_ID, kt.BOS_ID]] = False
     for step in range(6):
@@ -212,7 +212,7 @@ def test_packed_layers_equal_padded_layers_in_value_and_gradient(rng, precision,
     source, target = random_ids(rng, (3, 7)), random_ids(rng, (3, 6))
     source[0, 4:] = source[2, 6:] = target[0, 3:] = target[1, 5:] = kt.PAD_ID
     positions = np.argwhere(target != kt.PAD_ID)
-    projection = rng.normal(size=(len(positions), model.config.output_vocab_size))
+    projection = rng.normal(size=(len(positions), model.config.target_vocab_size))
 
     def logits_and_gradients(forward, pick):
         with tf.GradientTape() as tape:
@@ -245,7 +245,7 @@ def test_fit_rejects_labels_at_padded_target_inputs(rng):
     silently meaningless logit."""
     from keras_transformer.training.run import compiled_model
 
-    with fast.kernels_scope("fast"):
+    with fast.implementation_scope("fast"):
         model, _ = compiled_model(kt.Recipe.preset("tiny", vocab_size=60, num_layers=STEP_LAYERS))
         source, target_in = random_ids(rng, (2, 6)), random_ids(rng, (2, 5))
         target_out = random_ids(rng, (2, 5))
@@ -291,11 +291,11 @@ def test_training_differentiates_the_loss_through_the_logit_factors(rng, variant
     target_in[1:, 3:] = target_out[1:, 3:] = kt.PAD_ID
     data = (tf.constant(source), tf.constant(target_in)), tf.constant(target_out)
 
-    def traced_gradients(kernel_set):
+    def traced_gradients(implementation):
         @tf.function
         def gradients(data):
             with tf.GradientTape() as tape:
-                if kernel_set == "fast":
+                if implementation == "fast":
                     x, y, weights, positions = model._at_target_tokens(data)
                     factors = model(x, training=True,
                                     **packed.call_arguments(model, x, positions))
@@ -306,12 +306,12 @@ def test_training_differentiates_the_loss_through_the_logit_factors(rng, variant
                     value = model.compute_loss(x=x, y=y, y_pred=model(x, training=True))
             return tape.gradient(value, model.trainable_variables)
 
-        with fast.kernels_scope(kernel_set):
+        with fast.implementation_scope(implementation):
             return gradients(data), gradients.get_concrete_function(data).graph
 
     ours, fast_graph = traced_gradients("fast")
     reference, reference_graph = traced_gradients("reference")
-    with fast.kernels_scope("fast"):
+    with fast.implementation_scope("fast"):
         step_graph = tf.function(model.train_step).get_concrete_function(data).graph
     # An output bias is a term the factors do not carry: that loss runs on the logits.
     through_factors = model.output_bias is None

@@ -27,9 +27,9 @@ def test_maps_cover_every_layer_with_tokens_on_both_axes(model, demo_tokenizer):
     assert by_kind["decoder_self"].query_tokens == ["<s>"] + target
     cross = by_kind["encoder_decoder"]
     assert cross.query_tokens == ["<s>"] + target and cross.key_tokens == source + ["</s>"]
-    assert cross.weights.shape == (2, len(target) + 1, len(source) + 1)
-    np.testing.assert_allclose(cross.weights.sum(-1), 1.0, rtol=1e-5)
-    decoder_self = by_kind["decoder_self"].weights
+    assert cross.probabilities.shape == (2, len(target) + 1, len(source) + 1)
+    np.testing.assert_allclose(cross.probabilities.sum(-1), 1.0, rtol=1e-5)
+    decoder_self = by_kind["decoder_self"].probabilities
     assert np.all(np.triu(decoder_self[0], k=1) == 0)  # causal: no look-ahead
 
 
@@ -54,7 +54,7 @@ def test_tensorboard_figure_is_one_legible_panel(model, demo_tokenizer):
     panels = [axis for axis in figure.axes if axis.get_images()]
     assert len(panels) == 1
     np.testing.assert_allclose(panels[0].get_images()[0].get_array(),
-                               attention.weights.mean(axis=0), rtol=1e-6)
+                               attention.probabilities.mean(axis=0), rtol=1e-6)
     label_pixels = LABEL_POINTS * DPI / 72
     assert 10 <= label_pixels <= CELL_INCHES * DPI
     width, height = tf.io.decode_png(figure_png(figure)).shape[1::-1]

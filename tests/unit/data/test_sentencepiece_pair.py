@@ -13,7 +13,7 @@ import keras_transformer as kt
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, SearchSettings, UNK_ID
 from keras_transformer.data import SentencePiecePair, SubwordTokenizer, load_tokenizer
 from keras_transformer.data.sentencepiece_pair import SPECIAL_PIECES
-from keras_transformer.decoding.translator import Translator
+from keras_transformer.decoding.translator import TranslationModule
 from keras_transformer.serving.export import export_translator
 from keras_transformer.serving.text_translation import LineTranslator
 from marian_models import training_sentences, write_marian_model
@@ -280,7 +280,7 @@ def test_an_export_ships_and_uses_the_pair(joint, tmp_path):
     exported = LineTranslator.from_saved_model(version)
     assert type(exported.tokenizer) is SentencePiecePair
     texts = [">>fra<< I one two.", "my friend sees the dog", ""]
-    local = Translator(model, pair, settings).translate(tf.constant(texts))
+    local = TranslationModule(model, pair, settings).translate(tf.constant(texts))
     assert exported.best([text.encode() for text in texts])[0] == (
         local["translation"].numpy().tolist())
     assert len(exported.nbest([text.encode() for text in texts], 2)) == 3

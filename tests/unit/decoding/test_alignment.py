@@ -28,7 +28,7 @@ def test_alignment_is_the_argmax_of_the_chosen_heads_mean():
     target = rng.integers(4, 60, (3, 6)).astype("int32")
     target[2, 4:] = PAD_ID
     target_in = np.concatenate([np.full((3, 1), kt.config.BOS_ID, "int32"), target[:, :-1]], 1)
-    attention = model.attention_weights(source, target_in)["encoder_decoder"]
+    attention = model.attention_probabilities(source, target_in)["encoder_decoder"]
     for choice in (AlignmentHeads(0), AlignmentHeads(1, (2,)), AlignmentHeads(1, (0, 3))):
         heads = list(range(model.config.num_heads)) if choice.heads is None else choice.heads
         expected = np.asarray(attention[choice.layer])[:, heads].mean(axis=1).argmax(-1)

@@ -81,8 +81,8 @@ def test_the_searchs_score_is_the_sum_of_the_teacher_forced_log_probs(demo_vocab
     log-probabilities summed and length-normalized (the cached search and the full pass agree)."""
     loaded = load_run(random_run(demo_vocab, tmp_path / "run").root)
     texts = read_parallel(*write_demo_corpus(tmp_path / "demo")["test"])[0][:8]
-    pieces = loaded.tokenizer.tokenize(tf.constant(texts))
-    sources = tf.concat([pieces, tf.fill([pieces.nrows(), 1], kt.EOS_ID)], 1).to_tensor()
+    piece_ids = loaded.tokenizer.tokenize(tf.constant(texts))
+    sources = tf.concat([piece_ids, tf.fill([piece_ids.nrows(), 1], kt.EOS_ID)], 1).to_tensor()
     result = greedy_decode(loaded.model, sources, max_decode_extra=6)
     ids = result.ids[:, 0]
     log_probs = token_log_probs(loaded.model, sources, ids)
@@ -132,10 +132,10 @@ def test_the_translators_confidence_is_bergamots_of_the_translations_own_tokens(
     normalized they give its score), the words and their scores Bergamot's of those tokens
     (`confidence` on the translation's pieces), the sentence the mean of its words'."""
     from keras_transformer.decoding.confidence import confidence
-    from keras_transformer.decoding.translator import Translator
+    from keras_transformer.decoding.translator import TranslationModule
 
     loaded = load_run(scored_run["run"])
-    translator = Translator(loaded.model, loaded.tokenizer,
+    translator = TranslationModule(loaded.model, loaded.tokenizer,
                             kt.SearchSettings(beam_size=1, max_decode_extra=6))
     texts = scored_run["sources"][:10] + [""]
     out = translator.translate_with_scores(tf.constant(texts))
@@ -148,14 +148,14 @@ def test_the_translators_confidence_is_bergamots_of_the_translations_own_tokens(
         if texts[row]:
             assert float(out["score"][row]) == pytest.approx(
                 tokens.sum() / float(length_divisor(len(ids), 0.6)), abs=1e-4)
-        pieces = ids[:-1] if ids and ids[-1] == kt.EOS_ID else ids  # the limit may come first
-        expected = confidence(loaded.tokenizer.id_to_piece(pieces) if pieces else [],
-                              [*tokens.tolist(), *[0.0] * (pieces == ids)])
+        piece_ids = ids[:-1] if ids and ids[-1] == kt.EOS_ID else ids  # the limit may come first
+        expected = confidence(loaded.tokenizer.id_to_piece(piece_ids) if piece_ids else [],
+                              [*tokens.tolist(), *[0.0] * (piece_ids == ids)])
         words = [word.decode() for word in out["words"][row].numpy().tolist() if word]
         assert words == [word for word, _ in expected.words]
         np.testing.assert_allclose(out["word_scores"][row].numpy()[:len(words)],
                                    [value for _, value in expected.words], atol=1e-6)
-        if pieces != ids:  # ended by EOS: the sentence sees it
+        if piece_ids != ids:  # ended by EOS: the sentence sees it
             assert float(out["confidence"][row]) == pytest.approx(expected.sentence, abs=1e-6)
     assert not out["words"][-1].numpy().any()  # the empty text: its EOS alone
     assert float(out["confidence"][-1]) == pytest.approx(float(out["token_scores"][-1][0]))

@@ -8,7 +8,7 @@ import keras_transformer as kt
 from keras_transformer import search
 from keras_transformer.config import BOS_ID, PAD_ID, SearchSettings
 from keras_transformer.decoding import beam_search, greedy_decode, length_divisor
-from keras_transformer.decoding.translator import Translator
+from keras_transformer.decoding.translator import TranslationModule
 from keras_transformer.model import source_padding_mask
 
 EXTRA = 6
@@ -104,7 +104,7 @@ def test_members_must_share_vocabulary_and_length(models):
         beam_search([*models, shorter], SOURCES)
     wider = kt.Transformer(kt.TransformerConfig.preset(  # same source vocabulary, wider output
         "tiny", vocab_size=50, share_embeddings=False, tie_output=False, target_vocab_size=60))
-    with pytest.raises(ValueError, match="ensemble member 1: output_vocab_size=60"):
+    with pytest.raises(ValueError, match="ensemble member 1: target_vocab_size=60"):
         beam_search([models[0], wider], SOURCES)
 
 
@@ -112,11 +112,11 @@ def test_members_must_share_vocabulary_and_length(models):
 def test_translator_searches_with_its_ensemble(demo_tokenizer):
     first, second = tiny_models(2, demo_tokenizer.vocab_size)
     settings = SearchSettings(beam_size=3, length_penalty=0.6, max_decode_extra=EXTRA)
-    translator = Translator(first, demo_tokenizer, settings, ensemble=[second])
+    translator = TranslationModule(first, demo_tokenizer, settings, ensemble=[second])
     translated = translator.translate_ids(tf.constant(SOURCES))
     expected = beam_search([first, second], SOURCES, 3, 0.6, EXTRA)
     np.testing.assert_array_equal(translated["nbest_ids"].numpy(), expected.ids.numpy())
     np.testing.assert_allclose(translated["nbest_scores"].numpy(), expected.scores.numpy(),
                                atol=1e-5)
     with pytest.raises(ValueError, match="ensemble member 1"):
-        Translator(first, demo_tokenizer, settings, ensemble=tiny_models(1, 50))
+        TranslationModule(first, demo_tokenizer, settings, ensemble=tiny_models(1, 50))

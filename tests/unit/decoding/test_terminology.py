@@ -1,4 +1,4 @@
-"""Terminology through the Translator's `translate_with_terms` signature, its SavedModel,
+"""Terminology through the TranslationModule's `translate_with_terms` signature, its SavedModel,
 kt-translate's `--terms` and `--constraints`, and the glossary's parsing and matching."""
 import io
 import logging
@@ -10,7 +10,7 @@ import keras_transformer as kt
 from helpers import random_run
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.terminology import Glossary, read_constraints, sentence_terms
-from keras_transformer.decoding.translator import Translator
+from keras_transformer.decoding.translator import TranslationModule
 from keras_transformer.serving.export import export_translator
 from trainers import translate
 
@@ -36,7 +36,7 @@ def decoded(values) -> list[str]:
 
 
 def test_each_translation_contains_its_terms_and_the_others_are_unchanged(model, tokenizer):
-    translator = Translator(model, tokenizer, kt.SearchSettings(beam_size=3,
+    translator = TranslationModule(model, tokenizer, kt.SearchSettings(beam_size=3,
                                                                 max_decode_extra=12))
     out = translator.translate_with_terms(tf.constant(TEXTS), tf.constant(TERMS))
     plain = translator.translate(tf.constant(TEXTS))
@@ -53,7 +53,7 @@ def test_each_translation_contains_its_terms_and_the_others_are_unchanged(model,
 
 
 def test_terms_that_do_not_fit_the_length_limit_are_named(model, tokenizer):
-    translator = Translator(model, tokenizer, kt.SearchSettings(beam_size=2,
+    translator = TranslationModule(model, tokenizer, kt.SearchSettings(beam_size=2,
                                                                 max_decode_extra=0))
     many = "\t".join(["Hund", "Katze", "Vögel", "gestern gesehen", "dreihundert"])
     out = translator.translate_with_terms(tf.constant(["one cat"]), tf.constant([many]))
@@ -70,7 +70,7 @@ def test_a_sampling_translator_places_terms_with_the_beam_search_of_its_beam_siz
     beam = kt.SearchSettings(beam_size=3, max_decode_extra=12)
     sampling = kt.SearchSettings(beam_size=3, max_decode_extra=12, sampling=True, top_k=5,
                                  sampling_seed=1)
-    outputs = [Translator(model, tokenizer, settings).translate_with_terms(
+    outputs = [TranslationModule(model, tokenizer, settings).translate_with_terms(
         tf.constant(TEXTS), tf.constant(TERMS)) for settings in (beam, sampling)]
     for key in ("translation", "missing_terms"):
         assert decoded(outputs[1][key]) == decoded(outputs[0][key])
@@ -80,9 +80,9 @@ def test_a_sampling_translator_places_terms_with_the_beam_search_of_its_beam_siz
 def test_the_savedmodel_and_an_xla_translator_constrain_as_the_python_search(
         model, tokenizer, tmp_path):
     settings = kt.SearchSettings(beam_size=3, max_decode_extra=12)
-    expected = Translator(model, tokenizer, settings).translate_with_terms(
+    expected = TranslationModule(model, tokenizer, settings).translate_with_terms(
         tf.constant(TEXTS), tf.constant(TERMS))
-    xla = Translator(model, tokenizer, settings, jit_compile=True).translate_with_terms(
+    xla = TranslationModule(model, tokenizer, settings, jit_compile=True).translate_with_terms(
         tf.constant(TEXTS), tf.constant(TERMS))
     path = export_translator(model, tokenizer, "terms", tmp_path, settings)
     served = tf.saved_model.load(str(path)).signatures["translate_with_terms"](

@@ -124,7 +124,7 @@ def test_xla_matches_graph(model):
 # norm, output bias).
 STEP_VARIANTS = [
     {},
-    {"norm": "pre", "positional": "learned", "position_offset": 2, "d_k": 8, "d_v": 12,
+    {"norm": "pre", "positional": "learned", "position_offset": 2, "key_dim": 8, "value_dim": 12,
      "attention_bias": False, "share_embeddings": False, "target_vocab_size": 30,
      "num_encoder_layers": 3, "num_decoder_layers": 1},
     {"norm": "pre", "activation": "swish", "sinusoid_layout": "halves", "embedding_norm": True,
@@ -171,7 +171,7 @@ def step_case(number: int, dtype: str) -> StepCase:
                                          **STEP_VARIANTS[number])
     model = kt.Transformer(config)
     if model.output_bias is not None:  # zeros when built: a bias that changes the logits
-        model.output_bias.assign(np.linspace(-1, 1, config.output_vocab_size, dtype="float32"))
+        model.output_bias.assign(np.linspace(-1, 1, config.target_vocab_size, dtype="float32"))
     draws = np.random.default_rng(1)  # its own: the same draws whichever tests run before
     tokens = tf.constant(draws.integers(4, 30, size=(LENGTH, 2, BEAM)), tf.int32)
     # A hypothesis extends one of its own sentence's, as in a beam search.
@@ -204,13 +204,13 @@ def test_cached_step_equals_the_recomputed_step_at_every_position(number, dtype,
 
 
 def test_the_decoding_step_runs_the_same_ops_under_either_kernel_set():
-    """The kernel sets differ in training only: the search's loop (the cached step, the decoder
+    """The implementations differ in training only: the search's loop (the cached step, the decoder
     layers' own `call`) holds the same ops whichever set is in force (`hooks.references`), for
     a model with every norm a step can have."""
     model = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=40, **STEP_VARIANTS[2]))
 
-    def loop_ops(kernel_set: str) -> list[tuple[str, int]]:
-        with fast.kernels_scope(kernel_set):
+    def loop_ops(implementation: str) -> list[tuple[str, int]]:
+        with fast.implementation_scope(implementation):
             graph = tf.function(run_search, autograph=False).get_concrete_function(
                 model, tf.TensorSpec([None, None], tf.int32), kt.SearchSettings(3)).graph
         counts: dict[str, int] = {}

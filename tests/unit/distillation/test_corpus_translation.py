@@ -10,7 +10,7 @@ import pytest
 
 from helpers import kt_translate_corpus, random_run
 from keras_transformer.distillation.corpus_translation import CorpusTranslation, Shard
-from keras_transformer.decoding.translator import Translator
+from keras_transformer.decoding.translator import TranslationModule
 from keras_transformer.evaluation import sentence_bleu
 from keras_transformer.serving.text_translation import (LineTranslator, best_lines, closest_lines,
                                                 length_batches, output_line)
@@ -185,7 +185,7 @@ def test_kt_translate_corpus_closest_to_reference(demo_vocab, demo_train, tmp_pa
     run = random_run(demo_vocab, tmp_path / "teacher")
     model, tokenizer = load_run_model(str(run.root))
     settings = dataclasses.replace(run.load_recipe().search, beam_size=3, max_decode_extra=5)
-    translator = LineTranslator.from_translator(Translator(model, tokenizer, settings))
+    translator = LineTranslator.from_translator(TranslationModule(model, tokenizer, settings))
     sources = [line.encode() for line in demo_train[0][:30]]
     seconds = [""] * len(sources)
     for batch in length_batches([len(line.split()) for line in sources], 64, 6000):

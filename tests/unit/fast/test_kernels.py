@@ -17,7 +17,7 @@ from keras_transformer.losses import smoothed_cross_entropy
 from keras_transformer.metrics import log_normalizer, predicted_ids
 from keras_transformer.optimization import adam
 
-KERNEL_SETS = ["fast", "reference"]
+IMPLEMENTATIONS = ["fast", "reference"]
 
 
 @pytest.mark.parametrize("in_size, out_size", [(6, 6), (4, 10), (10, 4)])
@@ -122,13 +122,14 @@ def test_token_layout_moves_have_exact_gradients(rng):
         gradient(pack_heads, padded_heads, upstream_packed_heads), rtol=1e-6)
 
 
-@pytest.mark.parametrize("kernel_set", KERNEL_SETS)
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_layer_norm_matches_keras_layer_normalization_in_value_and_gradient(rng, kernel_set, dtype):
+def test_layer_norm_matches_keras_layer_normalization_in_value_and_gradient(rng, implementation,
+                                                                            dtype):
     """Both kernels, as functions and through the package's layer."""
     from keras_transformer.layers import LayerNorm
 
-    implementation = kernels.layer_norm if kernel_set == "fast" else layer_norm.reference
+    function = kernels.layer_norm if implementation == "fast" else layer_norm.reference
     reference = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype)
     x = tf.cast(rng.normal(size=(3, 4, 8)) * 3 + 1, dtype)
     reference.build(x.shape)
@@ -144,12 +145,12 @@ def test_layer_norm_matches_keras_layer_normalization_in_value_and_gradient(rng,
         return [np.asarray(tf.cast(t, "float32")) for t in
                 [y, *tape.gradient(loss, [x, layer.gamma, layer.beta])]]
 
-    ours = value_and_gradients(lambda v: implementation(v, reference.gamma, reference.beta, 1e-6))
+    ours = value_and_gradients(lambda v: function(v, reference.gamma, reference.beta, 1e-6))
     theirs = value_and_gradients(reference)
     layer = LayerNorm(epsilon=1e-6, dtype=dtype)  # the layer form, same weights
     layer.build(x.shape)
     layer.set_weights(reference.get_weights())
-    with fast.kernels_scope(kernel_set):
+    with fast.implementation_scope(implementation):
         ours_as_layer = value_and_gradients(layer, layer)
     tolerance = 1e-5 if dtype == "float32" else 2e-2
     for a, b, c in zip(ours, theirs, ours_as_layer):
@@ -174,13 +175,13 @@ def test_padded_layout_is_the_token_layout_with_padding_kept(rng):
     assert PADDED.pack(values) is values and PADDED.token_positions is None
 
 
-@pytest.mark.parametrize("kernel_set", KERNEL_SETS)
-def test_dropout_drops_the_rate_keeps_the_expectation_and_routes_the_gradient(kernel_set):
-    implementation = kernels.dropout if kernel_set == "fast" else dropout.reference
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_dropout_drops_the_rate_keeps_the_expectation_and_routes_the_gradient(implementation):
+    function = kernels.dropout if implementation == "fast" else dropout.reference
     x = tf.ones((400, 250))
     with tf.GradientTape() as tape:
         tape.watch(x)
-        y = implementation(x, 0.3, tf.constant([1, 0], tf.int32))
+        y = function(x, 0.3, tf.constant([1, 0], tf.int32))
     gradient = tape.gradient(y, x, output_gradients=tf.fill(x.shape, 2.0)).numpy()
     kept = y.numpy() != 0
     assert abs(1 - kept.mean() - 0.3) < 0.01
@@ -245,15 +246,15 @@ def test_cross_entropy_through_factors_agrees_with_the_reference(rng, transposed
 
 def test_selection_switches_validates_and_restores(monkeypatch):
     before = fast.active()
-    for name in KERNEL_SETS:
-        with fast.kernels_scope(name):
+    for name in IMPLEMENTATIONS:
+        with fast.implementation_scope(name):
             assert fast.active() == name
             assert set(hooks.installed()) == (set(hooks.REFERENCES) if name == "fast" else set())
             assert type(adam(learning_rate=1e-3)).__name__ == (
                 "FusedAdam" if name == "fast" else "Adam")
         assert fast.active() == before
     with pytest.raises(ValueError, match="kernels: 'quick' is not one of auto, fast, reference"):
-        fast.set_kernels("quick")
+        fast.set_implementation("quick")
     with pytest.raises(ValueError, match="no hook named quick"):
         hooks.install({"quick": len})
     monkeypatch.setenv("KT_KERNELS", "quick")
@@ -262,7 +263,7 @@ def test_selection_switches_validates_and_restores(monkeypatch):
         fast.active()
     monkeypatch.setenv("KT_KERNELS", "reference")
     assert fast.active() == "reference" and hooks.installed() == {}
-    fast.set_kernels(before)
+    fast.set_implementation(before)
 
 
 def test_the_speed_tricks_live_in_the_fast_subpackage_only():

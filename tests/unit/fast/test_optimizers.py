@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.fast import kernels_scope
+from keras_transformer.fast import implementation_scope
 from keras_transformer.fast.optimizers import FusedAdam
 from helpers import run_script_json
 
@@ -71,9 +71,9 @@ def test_fused_adam_serializes_and_refuses_amsgrad():
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(optimizer))
     assert type(restored) is FusedAdam
     assert (restored.beta_2, restored.epsilon, restored.clipnorm) == (0.98, 1e-9, 1.0)
-    with kernels_scope("fast"):
+    with implementation_scope("fast"):
         assert isinstance(kt.make_optimizer(64), FusedAdam)
-    with kernels_scope("reference"):
+    with implementation_scope("reference"):
         optimizer = kt.make_optimizer(64)
         assert type(optimizer) is keras.optimizers.Adam
     with pytest.raises(ValueError, match="amsgrad"):

@@ -16,7 +16,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.data.sentencepiece_pair import load_tokenizer
-from keras_transformer.decoding.translator import IntoLanguage, Translator
+from keras_transformer.decoding.translator import IntoLanguage, TranslationModule
 from keras_transformer.importing.imported_model import (NEVER_EMITTED_BIAS, ImportFormatError,
                                                         RowBlocks)
 from keras_transformer.importing.m2m_100 import read_m2m_100_folder
@@ -62,8 +62,8 @@ def _emitting_a_code(run, lines: list) -> list:
 
     model, tokenizer = load_run_model(str(run))
     codes = RunDir(run).languages().token_ids
-    translator = Translator(model, tokenizer, SearchSettings(beam_size=1, max_decode_extra=EXTRA),
-                            languages=RunDir(run).languages())
+    greedy = SearchSettings(beam_size=1, max_decode_extra=EXTRA)
+    translator = TranslationModule(model, tokenizer, greedy, languages=RunDir(run).languages())
     rows = tf.ragged.constant([tokenizer.encode(line) for line in lines]).to_tensor()
 
     def greedy_ids() -> list:  # reads the embedding variable as it is at each call
@@ -302,8 +302,8 @@ def test_kt_translate_names_both_languages(nllb, capsys):
     model, tokenizer = load_run_model(run)
     from keras_transformer.config import SearchSettings
 
-    translator = Translator(model, tokenizer, SearchSettings(beam_size=1, max_decode_extra=EXTRA),
-                            languages=RunDir(run).languages())
+    greedy = SearchSettings(beam_size=1, max_decode_extra=EXTRA)
+    translator = TranslationModule(model, tokenizer, greedy, languages=RunDir(run).languages())
     expected = IntoLanguage(translator, "fra_Latn", "eng_Latn").translate(tf.constant(lines))
     assert translated == [text.decode("utf-8") for text in
                           expected["translation"].numpy().tolist()]
@@ -345,14 +345,14 @@ def test_kt_score_reads_both_languages_as_nllb_lays_out_a_pair(nllb, tmp_path, c
     model, tokenizer = load_run_model(run)
     codes = RunDir(run).languages().token_ids
     for row, (text, translation) in enumerate(zip(sources, targets)):
-        pieces = tokenizer.tokenize_target(tf.constant([translation])).to_list()[0]
+        piece_ids = tokenizer.tokenize_target(tf.constant([translation])).to_list()[0]
         source_ids = [codes["eng_Latn"], *tokenizer.tokenize(tf.constant([text])).to_list()[0],
                       EOS_ID]
         log_probs = token_log_probs(model, tf.constant([source_ids]),
-                                    tf.constant([[codes["fra_Latn"], *pieces, EOS_ID]]))
+                                    tf.constant([[codes["fra_Latn"], *piece_ids, EOS_ID]]))
         record = records["fra_Latn"][row]
         assert [piece for piece, _ in record["tokens"]] == [
-            *tokenizer.id_to_piece(pieces), "</s>"]
+            *tokenizer.id_to_piece(piece_ids), "</s>"]
         np.testing.assert_allclose([value for _, value in record["tokens"]],
                                    log_probs.numpy()[0, 1:], atol=1e-4)
         assert record["tokens"] != records["deu_Latn"][row]["tokens"]

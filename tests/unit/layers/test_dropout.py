@@ -1,4 +1,4 @@
-"""The HookDropout layer (with either kernel set): Keras's contract, the configured rate,
+"""The HookDropout layer (with either implementation): Keras's contract, the configured rate,
 independent masks."""
 import keras
 import numpy as np

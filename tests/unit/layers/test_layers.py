@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.fast import KERNEL_SETS, kernels_scope
+from keras_transformer.fast import IMPLEMENTATIONS, implementation_scope
 from keras_transformer.layers import (DecoderLayer, EncoderLayer, LearnedPositionalEmbedding,
                                       MultiHeadAttention, PositionwiseFeedForward, ResidualNorm,
                                       ScaledEmbedding, SinusoidalPositionalEncoding,
@@ -23,12 +23,12 @@ QUANTIZATION_API = pytest.mark.skipif(
     reason="this Keras has no keras.quantizers.QuantizationConfig")
 
 
-def test_attention_weights_sum_to_one_and_ignore_padded_keys(rng):
+def test_attention_probabilities_sum_to_one_and_ignore_padded_keys(rng):
     attention = MultiHeadAttention(num_heads=4, key_dim=8, value_dim=6)
     x = rng.normal(size=(2, 5, 16)).astype("float32")
     key_is_real = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=bool)
     out, weights = attention(x, attention_mask=key_is_real[:, None, :],
-                             return_attention_scores=True)
+                             return_attention=True)
     weights = np.asarray(weights)
     assert out.shape == (2, 5, 16) and weights.shape == (2, 4, 5, 5)
     np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-6)
@@ -103,20 +103,20 @@ def test_caches_never_reordered_give_each_hypothesis_its_history(rng, static_sha
     """Five steps of a beam search over 4 rows, each step's hypotheses extending random
     parents, the caches written at each position and only the ancestors reordered: each row
     reads, at positions 0 .. step, what its line of ancestors wrote."""
-    rows, heads, max_len, dim = 4, 2, 5, 3
-    updates = rng.normal(size=(max_len, rows, heads * dim)).astype("float32")
-    parents = rng.integers(0, rows, size=(max_len, rows)).astype("int32")
+    rows, heads, cache_length, dim = 4, 2, 5, 3
+    updates = rng.normal(size=(cache_length, rows, heads * dim)).astype("float32")
+    parents = rng.integers(0, rows, size=(cache_length, rows)).astype("int32")
     attention = MultiHeadAttention(num_heads=heads, key_dim=dim)
 
     @tf.function
     def search():
-        buffer = attention.init_cache(rows, max_len, "float32", static_shapes).key
-        ancestors = tf.tile(tf.range(rows)[:, None], [1, max_len])
+        buffer = attention.init_cache(rows, cache_length, "float32", static_shapes).key
+        ancestors = tf.tile(tf.range(rows)[:, None], [1, cache_length])
         seen = []
-        for step in range(max_len):
+        for step in range(cache_length):
             if step:
                 ancestors = tf.gather(ancestors, parents[step])
-            ancestors = tf.where(tf.range(max_len) == step, tf.range(rows)[:, None], ancestors)
+            ancestors = tf.where(tf.range(cache_length) == step, tf.range(rows)[:, None], ancestors)
             buffer = write_position(buffer, updates[step], tf.constant(step),
                                     in_place=not static_shapes)
             seen.append(read_history(buffer, history_slots(ancestors, step + 1, heads)))
@@ -254,12 +254,14 @@ def built(layer, *shapes):
 IDS = np.array([[4, 5, 0], [7, 2, 9]], "int32")
 # Each layer with settings other than its defaults, and a call on inputs.
 LAYERS = [
-    (lambda: MultiHeadAttention(num_heads=2, key_dim=4, value_dim=3, dropout=0.1),
-     {"num_heads": 2, "key_dim": 4, "value_dim": 3, "dropout": 0.1}, lambda layer: layer(X)),
+    (lambda: MultiHeadAttention(num_heads=2, key_dim=4, value_dim=3, dropout=0.1,
+                                attention_bias=False),
+     {"num_heads": 2, "key_dim": 4, "value_dim": 3, "dropout": 0.1, "attention_bias": False},
+     lambda layer: layer(X)),
     (lambda: PositionwiseFeedForward(d_ff=16, activation="swish"),
      {"d_ff": 16, "activation": "swish"}, lambda layer: layer(X)),
-    (lambda: ResidualNorm("pre", 0.1, epsilon=1e-5), {"norm": "pre", "dropout": 0.1,
-                                                     "epsilon": 1e-5},
+    (lambda: ResidualNorm("pre", 0.1, layer_norm_epsilon=1e-5),
+     {"norm": "pre", "dropout": 0.1, "layer_norm_epsilon": 1e-5},
      lambda layer: built(layer, X.shape)(X, layer.normalize_input(X))),
     (lambda: EncoderLayer(2, 4, 4, 16, dropout=0.1, norm="pre", layer_norm_epsilon=1e-5,
                           activation="gelu"),
@@ -302,6 +304,25 @@ def test_blocks_take_the_configs_names_and_load_their_older_name():
     older = {key: value for key, value in layer_config.items() if key != "layer_norm_epsilon"}
     restored = EncoderLayer.from_config({**older, "epsilon": 1e-5})
     assert restored.self_residual.layer_norm.epsilon == 1e-5
+
+
+def test_sub_layers_saved_under_keras_names_load_with_the_same_outputs():
+    """`MultiHeadAttention`'s `attention_bias` and `ResidualNorm`'s `layer_norm_epsilon` were
+    saved as Keras's `use_bias` and `epsilon`: such configs load the same layers."""
+    for layer, renamed, run in (
+            (MultiHeadAttention(2, 4, attention_bias=False), ("attention_bias", "use_bias"),
+             lambda layer: layer(X)),
+            (ResidualNorm("pre", 0.0, layer_norm_epsilon=1e-3),
+             ("layer_norm_epsilon", "epsilon"),
+             lambda layer: built(layer, X.shape)(X, layer.normalize_input(X)))):
+        config = layer.get_config()
+        new, old = renamed
+        config[old] = config.pop(new)
+        restored = layer.__class__.from_config(config)
+        assert restored.get_config() == layer.get_config()
+        run(layer), run(restored)
+        restored.set_weights(layer.get_weights())
+        np.testing.assert_array_equal(run(restored), run(layer))
 
 
 def test_a_large_embedding_is_saved_a_block_of_rows_at_a_time(tmp_path, monkeypatch):
@@ -395,10 +416,10 @@ def test_heads_dense_lora_adds_the_adapters_product_to_the_flat_kernel(input_sha
         "bias", "lora_kernel_a", "lora_kernel_b"]
 
 
-@pytest.mark.parametrize("kernel_set", KERNEL_SETS)
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize("activation", [None, "relu"])
-def test_heads_dense_lora_gradients_are_the_formula_s(kernel_set, activation):
-    """Through either kernel set's `linear` (ReLU fused or not), the adapters' gradients are
+def test_heads_dense_lora_gradients_are_the_formula_s(implementation, activation):
+    """Through either implementation's `linear` (ReLU fused or not), the adapters' gradients are
     those of `f(x (K + s A B) + b)` written out."""
     layer, inputs = lora_heads_dense((2, 5, 3, 4), (6,), 2, activation)
     base = tf.reshape(next(weight for weight in layer.weights if weight.name == "kernel"),
@@ -410,7 +431,7 @@ def test_heads_dense_lora_gradients_are_the_formula_s(kernel_set, activation):
         return tf.reshape(tf.nn.relu(outputs) if activation else outputs, (2, 5, 6))
 
     adapters = [layer.lora_kernel_a, layer.lora_kernel_b]
-    with kernels_scope(kernel_set), tf.GradientTape(persistent=True) as tape:
+    with implementation_scope(implementation), tf.GradientTape(persistent=True) as tape:
         ours, expected = layer(inputs), formula(*adapters)
     np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)
     for got, want in zip(tape.gradient(ours, adapters, output_gradients=upstream),

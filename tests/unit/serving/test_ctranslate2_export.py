@@ -16,7 +16,7 @@ from keras_transformer.serving.ctranslate2_export import (CTranslate2Search, che
                                                   is_ctranslate2_model, spec_weights)
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.decoding.transformer_search import cached_step, output_limits
-from keras_transformer.decoding.translator import Translator
+from keras_transformer.decoding.translator import TranslationModule
 from keras_transformer.serving.text_translation import LineTranslator
 
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -26,8 +26,8 @@ VARIANTS = {
     "pre_norm_learned_untied_separate": {"norm": "pre", "positional": "learned",
                                          "tie_output": False, "share_embeddings": False},
     "deep_encoder_shallow_decoder": {"num_encoder_layers": 3, "num_decoder_layers": 1},
-    "no_attention_bias_narrow_heads": {"attention_bias": False, "d_k": 8,
-                                       "d_v": 8},
+    "no_attention_bias_narrow_heads": {"attention_bias": False, "key_dim": 8,
+                                       "value_dim": 8},
     "gelu_embedding_norm_output_bias_halves": {"activation": "gelu", "embedding_norm": True,
                                                "output_bias": True,
                                                "sinusoid_layout": "halves"},
@@ -69,7 +69,8 @@ def perturbed_model(tokenizer, **overrides) -> kt.Transformer:
 def test_teacher_forced_log_probabilities_equal_ours(variant, tokenizer, tmp_path):
     model = perturbed_model(tokenizer, **VARIANTS[variant])
     if variant.endswith("narrow_heads") and not takes_head_dim():
-        with pytest.raises(ValueError, match="d_k: this CTranslate2 needs d_k x h = d_model"):
+        with pytest.raises(ValueError,
+                           match="key_dim: this CTranslate2 needs key_dim x h = d_model"):
             export_ctranslate2(model, tokenizer, tmp_path / "ct2", "float32")
         return
     directory = export_ctranslate2(model, tokenizer, tmp_path / "ct2", "float32")
@@ -95,7 +96,7 @@ def test_greedy_translations_nbest_and_prefixes_match_our_translator(tokenizer, 
     settings = SearchSettings(beam_size=1, length_penalty=0.0, max_decode_extra=6)
     directory = export_ctranslate2(model, tokenizer, tmp_path / "ct2", "float32", settings)
     search = CTranslate2Search(directory)
-    ours = LineTranslator.from_translator(Translator(model, tokenizer, settings))
+    ours = LineTranslator.from_translator(TranslationModule(model, tokenizer, settings))
     theirs = LineTranslator(search.translate_text, search.translate_ids, tokenizer,
                             search.translator, search.translate_prefixed)
     for sentence in SENTENCES:  # one at a time: CTranslate2's length limit is per batch
@@ -125,7 +126,7 @@ def test_source_ids_are_read_as_an_export_reads_them(tokenizer, tmp_path):
     clean = tf.constant([[*source[:2], kt.UNK_ID, *source[2:], kt.UNK_ID]])
     theirs = translate_ids(raw)["nbest_ids"].numpy()[0, 0].tolist()
     assert theirs == translate_ids(clean)["nbest_ids"].numpy()[0, 0].tolist()
-    ours = Translator(model, tokenizer, settings)
+    ours = TranslationModule(model, tokenizer, settings)
     assert [i for i in theirs if i] == [int(i) for i in ours.translate_ids(raw)["ids"].numpy()[0]
                                         if i]
 
@@ -201,13 +202,14 @@ def test_random_models_at_alpha_0_greedy_equal_beam_differs_only_by_normalizatio
     stopping rule); its scores are our model's log-probabilities so renormalized."""
     model = kt.Transformer(kt.TransformerConfig.preset(
         "tiny", vocab_size=tokenizer.vocab_size, max_length=40, dropout=0.0))
-    pieces = tokenizer.tokenize(tf.constant(demo_train[0][:40])).to_list()
-    sources = np.array([row[:SOURCE_LENGTH] for row in pieces
+    piece_ids = tokenizer.tokenize(tf.constant(demo_train[0][:40])).to_list()
+    sources = np.array([row[:SOURCE_LENGTH] for row in piece_ids
                         if len(row) >= SOURCE_LENGTH][:SENTENCES_PER_MODEL], np.int32)
     assert len(sources) == SENTENCES_PER_MODEL
     searches = {"greedy": SearchSettings(beam_size=1, length_penalty=0.0, max_decode_extra=6),
                 "beam": SearchSettings(beam_size=4, length_penalty=0.0, max_decode_extra=6)}
-    ours = {name: Translator(model, tokenizer, settings) for name, settings in searches.items()}
+    ours = {name: TranslationModule(model, tokenizer, settings)
+            for name, settings in searches.items()}
     equal = {"greedy": 0, "beam": 0, "renormalized beam": 0}
 
     def same_rows(ids: tf.Tensor, their_ids: np.ndarray) -> int:
@@ -276,7 +278,7 @@ def test_tokens_our_search_never_generates_or_ends_on_first_are_the_same(favoure
     settings = SearchSettings(beam_size=1, length_penalty=0.0, max_decode_extra=6)
     directory = export_ctranslate2(model, tokenizer, tmp_path / "ct2", "float32", settings)
     translate_ids = CTranslate2Search(directory).translate_ids
-    ours = Translator(model, tokenizer, settings)
+    ours = TranslationModule(model, tokenizer, settings)
     for sentence in SENTENCES[:3]:  # one at a time: CTranslate2's length limit is per batch
         source = tokenizer.tokenize(tf.constant([sentence])).to_tensor()
         our_ids = [i for i in ours.translate_ids(source)["ids"].numpy()[0] if i]
@@ -285,8 +287,8 @@ def test_tokens_our_search_never_generates_or_ends_on_first_are_the_same(favoure
 
 
 def test_options_ctranslate2_cannot_express_are_named(tokenizer, tmp_path):
-    config = kt.TransformerConfig.preset("tiny", vocab_size=50, d_k=16, d_v=8)
-    with pytest.raises(ValueError, match="d_v: CTranslate2 needs d_v = d_k"):
+    config = kt.TransformerConfig.preset("tiny", vocab_size=50, key_dim=16, value_dim=8)
+    with pytest.raises(ValueError, match="value_dim: CTranslate2 needs value_dim = key_dim"):
         check_convertible(config)
     model = kt.Transformer(kt.TransformerConfig.preset(
         "tiny", vocab_size=tokenizer.vocab_size, share_embeddings=False, tie_output=False,
@@ -396,7 +398,7 @@ def test_kt_export_format_ctranslate2_translates_like_the_savedmodel(demo_vocab,
 @pytest.mark.parametrize("placement", ["source", "target"])
 def test_a_model_of_two_languages_aligns_over_the_pieces_it_read(placement, tmp_path):
     """A two-language model's CTranslate2 alignment, its language token placed in the source
-    or forced first in the target, is our Translator's: over the source pieces with the
+    or forced first in the target, is our TranslationModule's: over the source pieces with the
     token where it read it, the forced target token left out; an export whose settings record
     no alignment choice (written before) gives none."""
     import json
@@ -459,7 +461,8 @@ def biased_run(vocab, root):
 
 def test_a_beam_searchs_alignment_is_our_translators(demo_vocab, tmp_path):
     """Beam 4 (no length penalty): CTranslate2's attention, kept with each hypothesis through
-    the beam, aligns the best translation as our Translator's teacher-forced attention does."""
+    the beam, aligns the best translation as our TranslationModule's teacher-forced attention
+    does."""
     from keras_transformer.training.loaded_run import load_run
 
     loaded = load_run(biased_run(demo_vocab, tmp_path / "run").root)

@@ -21,7 +21,7 @@ from tensorflow.python.framework import op_def_registry
 
 import keras_transformer as kt
 from keras_transformer.data import SubwordTokenizer
-from keras_transformer.decoding.translator import Translator
+from keras_transformer.decoding.translator import TranslationModule
 from keras_transformer.serving.export import export_translator, next_version
 from keras_transformer.config import SearchSettings
 from trainers import export as export_cli
@@ -75,8 +75,8 @@ def translate_ids(loaded):
 
 
 @pytest.fixture(scope="module")
-def translator(model, tokenizer) -> Translator:
-    return Translator(model, tokenizer, SETTINGS)
+def translator(model, tokenizer) -> TranslationModule:
+    return TranslationModule(model, tokenizer, SETTINGS)
 
 
 def _translate(serving, texts) -> tuple[list[bytes], np.ndarray]:
@@ -409,12 +409,12 @@ def test_shortlist_data_defaults_to_the_files_a_run_trained_on(tmp_path):
 def test_a_deep_encoder_shallow_decoder_model_averages_and_exports(uneven, tokenizer):
     """Separate depths (3 encoder layers, 1 decoder layer: `uneven`) through checkpoint
     averaging (the mean of two checkpoints' weights) and the graph and XLA exports (each
-    translating as the in-process `Translator`)."""
+    translating as the in-process `TranslationModule`)."""
     model = uneven.model
     for averaged, a, b in zip(model.get_weights(), uneven.first, uneven.second):
         np.testing.assert_allclose(averaged, (a + b) / 2, atol=1e-6)
     assert (len(model.encoder_layers), len(model.decoder_layers)) == (3, 1)
-    in_process = Translator(model, tokenizer, SETTINGS)
+    in_process = TranslationModule(model, tokenizer, SETTINGS)
     expected, expected_scores = _translate(in_process.translate, TEXTS)
     assert sorted(uneven.translated) == ["graph", "xla"]
     for translations, scores in uneven.translated.values():

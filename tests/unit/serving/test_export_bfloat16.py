@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.decoding.translator import Translator
+from keras_transformer.decoding.translator import TranslationModule
 from keras_transformer.serving.export import export_translator
 from keras_transformer.training.probes import ProbeResult
 from keras_transformer.precision import serving_copy
@@ -48,7 +48,7 @@ def test_bfloat16_export_holds_bfloat16_weights_and_serves_the_in_process_output
     assert stored_dtypes(exports["float32"]) == {tf.float32}
     assert variables_size(exports["bfloat16"]) < 0.6 * variables_size(exports["float32"])
     served = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
-    translator = Translator(serving_copy(model, "bfloat16"), tokenizer, SETTINGS)
+    translator = TranslationModule(serving_copy(model, "bfloat16"), tokenizer, SETTINGS)
     local = translator.translate(tf.constant(TEXTS))
     assert served["translation"].numpy().tolist() == local["translation"].numpy().tolist()
     np.testing.assert_allclose(served["score"].numpy(), local["score"].numpy(), atol=1e-6)

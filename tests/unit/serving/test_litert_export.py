@@ -14,7 +14,7 @@ from helpers import final_json, random_run, random_two_language_run, text_lines
 from keras_transformer.data import read_parallel, write_demo_corpus
 from keras_transformer.decoding.alignment import ALIGNMENT_FILE, AlignmentHeads
 from keras_transformer.decoding.transformer_search import greedy_decode
-from keras_transformer.decoding.translator import IntoLanguage, Translator
+from keras_transformer.decoding.translator import IntoLanguage, TranslationModule
 from keras_transformer.evaluation import corpus_scores
 from keras_transformer.serving.litert_export import LITERT_FILE, MANIFEST_FILE
 from keras_transformer.serving.loading import load_export
@@ -56,8 +56,8 @@ def test_litert_searches_equal_the_savedmodel_and_the_python_search(exported):
     translates in the batch exactly as alone; the model loads with builtin kernels alone (no
     Flex delegate, no custom op) and runs there too."""
     loaded = load_run(exported["run"])
-    pieces = loaded.tokenizer.tokenize(tf.constant(exported["sources"]))
-    batch = tf.concat([pieces, tf.fill([pieces.nrows(), 1], kt.EOS_ID)], axis=1).to_tensor()
+    piece_ids = loaded.tokenizer.tokenize(tf.constant(exported["sources"]))
+    batch = tf.concat([piece_ids, tf.fill([piece_ids.nrows(), 1], kt.EOS_ID)], axis=1).to_tensor()
     served = tf.saved_model.load(str(exported["saved"])).signatures["translate_ids"](
         source_ids=batch)
     greedy_ids = greedy_decode(loaded.model, batch, max_decode_extra=6).ids.numpy()
@@ -67,7 +67,7 @@ def test_litert_searches_equal_the_savedmodel_and_the_python_search(exported):
         experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
     assert sorted(xnnpack.get_signature_list()) == sorted(builtin.get_signature_list()) == [
         "alignment", "beam", "greedy"]
-    assert len(set(pieces.row_lengths().numpy().tolist())) > 5  # rows of many lengths
+    assert len(set(piece_ids.row_lengths().numpy().tolist())) > 5  # rows of many lengths
     beam = xnnpack.get_signature_runner("beam")(source_ids=batch.numpy())
     greedy = xnnpack.get_signature_runner("greedy")(source_ids=batch.numpy())
 
@@ -279,8 +279,9 @@ def test_what_a_litert_export_cannot_hold_is_refused_by_name(exported, tmp_path,
 @pytest.mark.slow
 def test_a_model_of_several_languages_translates_into_the_one_asked(tmp_path):
     """The source placement: the language's token first in the source, as the SavedModel and
-    the Python `Translator` read it; each language's translations are the `Translator`'s, an
-    empty line's empty, and so are the alignments (the token one of the source pieces)."""
+    the Python `TranslationModule` read it; each language's translations are the
+    `TranslationModule`'s, an empty line's empty, and so are the alignments (the token one of the
+    source pieces)."""
     run, texts = random_two_language_run(tmp_path)
     assert export.main([str(run.root), "--name", "lite", "--base-dir", str(tmp_path / "out"),
                         "--format", "litert"]) == 0
@@ -309,7 +310,7 @@ def test_an_imported_nllb_or_m2m_100_model_translates_as_its_savedmodel(style, p
     each translation, the source language's first in each source. On random sentences,
     translated in batches of sources of many lengths: the beam's n-best translations and scores
     of the LiteRT export (float32) are the SavedModel's; the greedy signature's ids are the
-    greedy search's of the run's `Translator` (the SavedModel's graph), into each of two
+    greedy search's of the run's `TranslationModule` (the SavedModel's graph), into each of two
     languages (the token is read: the translations differ); the `alignment` signature's
     records are the SavedModel's (the forced token aligned, then left out)."""
     from m2m_100_models import M2MVariant, training_sentences, write_m2m_100_folder
@@ -324,7 +325,7 @@ def test_an_imported_nllb_or_m2m_100_model_translates_as_its_savedmodel(style, p
     sources = training_sentences(40, seed=11)[0]
     texts = [text.encode() for text in sources]
     loaded = load_run(run)
-    greedy = Translator(loaded.model, loaded.tokenizer, kt.SearchSettings(
+    greedy = TranslationModule(loaded.model, loaded.tokenizer, kt.SearchSettings(
         beam_size=1, max_decode_extra=6), languages=loaded.languages)
     interpreter = litert.Interpreter(model_path=str(tmp_path / "out" / "lite" / "1" / LITERT_FILE))
     best = {}
@@ -338,18 +339,18 @@ def test_an_imported_nllb_or_m2m_100_model_translates_as_its_savedmodel(style, p
                                    [[score for _, score in row] for row in saved], atol=1e-4)
         best[target] = [row[0][0] for row in lite]
         assert alignment_records(ours, texts[:40]) == alignment_records(theirs, texts[:40])
-        pieces = loaded.tokenizer.tokenize(tf.constant(sources))
+        piece_ids = loaded.tokenizer.tokenize(tf.constant(sources))
         languages = loaded.languages.token_ids
-        rows = tf.concat([tf.fill([len(sources), 1], languages[source]), pieces,
+        rows = tf.concat([tf.fill([len(sources), 1], languages[source]), piece_ids,
                           tf.fill([len(sources), 1], kt.EOS_ID)], axis=1).to_tensor()
         found = interpreter.get_signature_runner("greedy")(
             source_ids=rows.numpy(),
             target_tokens=np.full([len(sources)], languages[target], np.int32))["ids"][:, 0]
         expected = IntoLanguage(greedy, target, source).translate_ids(
-            pieces.to_tensor())["ids"].numpy()
+            piece_ids.to_tensor())["ids"].numpy()
         width = max(found.shape[1], expected.shape[1])
         np.testing.assert_array_equal(np.pad(found, [(0, 0), (0, width - found.shape[1])]),
                                       np.pad(expected, [(0, 0), (0, width - expected.shape[1])]))
-    assert len(set(pieces.row_lengths().numpy().tolist())) > 3  # rows of many lengths
+    assert len(set(piece_ids.row_lengths().numpy().tolist())) > 3  # rows of many lengths
     first, second = (best[target] for _, target in pairs)
     assert sum(a != b for a, b in zip(first, second)) > len(texts) // 2

@@ -10,7 +10,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.alignment import AlignmentHeads
-from keras_transformer.decoding.translator import Translator
+from keras_transformer.decoding.translator import TranslationModule
 from keras_transformer.serving.export import export_translator
 from helpers import ROOT
 
@@ -87,7 +87,7 @@ def test_prefix_starts_the_translation_verbatim_and_an_empty_one_changes_nothing
 def test_alignment_layer_is_checked(tokenizer):
     model = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size))
     with pytest.raises(ValueError, match="alignment layer: 2 is not a layer"):
-        Translator(model, tokenizer, alignment=AlignmentHeads(2))
+        TranslationModule(model, tokenizer, alignment=AlignmentHeads(2))
 
 
 @pytest.mark.slow
@@ -101,7 +101,7 @@ def test_trained_demo_model_aligns_number_words_with_their_source(tokenizer):
     if not (run / "model.weights.h5").is_file():
         pytest.skip(f"{run} holds no trained model (the README's main job writes it)")
     model, run_tokenizer = load_run_model(str(run))
-    translator = Translator(model, run_tokenizer, kt.SearchSettings(beam_size=4))
+    translator = TranslationModule(model, run_tokenizer, kt.SearchSettings(beam_size=4))
     out = translator.translate_with_alignment(tf.constant(["I have forty-two apples"]))
     assert out["translation"].numpy()[0].decode() == "ich habe zweiundvierzig Äpfel"
     source = [p.decode() for p in out["source_pieces"][0].numpy()]
@@ -123,7 +123,7 @@ def test_trained_demo_model_continues_a_prefix_with_the_source_meaning(tokenizer
     if not (run / "model.weights.h5").is_file():
         pytest.skip(f"{run} holds no trained model (the README's main job writes it)")
     model, run_tokenizer = load_run_model(str(run))
-    translator = Translator(model, run_tokenizer, kt.SearchSettings(beam_size=4))
+    translator = TranslationModule(model, run_tokenizer, kt.SearchSettings(beam_size=4))
     texts = tf.constant(["I have forty-two apples", "I have forty-two apples"])
     out = translator.translate_with_prefix(texts, tf.constant(["ich habe", "wir haben"]))
     first, second = [t.decode() for t in out["translation"].numpy()]
@@ -136,8 +136,8 @@ def test_a_translator_used_inline_translates_as_one_kept_and_is_freed_after(toke
     model = kt.Transformer(kt.TransformerConfig.preset(
         "tiny", vocab_size=tokenizer.vocab_size, max_length=24, num_layers=1))
     settings = kt.SearchSettings(beam_size=2, max_decode_extra=5)
-    inline = Translator(model, tokenizer, settings).translate(tf.constant(TEXTS))
-    kept = Translator(model, tokenizer, settings)
+    inline = TranslationModule(model, tokenizer, settings).translate(tf.constant(TEXTS))
+    kept = TranslationModule(model, tokenizer, settings)
     assert inline["translation"].numpy().tolist() == \
         kept.translate(tf.constant(TEXTS))["translation"].numpy().tolist()
     freed = weakref.ref(kept)

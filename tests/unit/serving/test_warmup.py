@@ -1,5 +1,5 @@
 """TF Serving warm-up records: every signature of every export, each padded width of an XLA
-export up to the limit, as the exported `Translator` measures widths."""
+export up to the limit, as the exported `TranslationModule` measures widths."""
 import os
 
 import pytest
@@ -8,7 +8,7 @@ from tensorflow_serving.apis import prediction_log_pb2
 
 import keras_transformer as kt
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.decoding.translator import Translator
+from keras_transformer.decoding.translator import TranslationModule
 from keras_transformer.serving.export import export_translator
 from keras_transformer.serving.warmup import WARMUP_FILE, warmup_widths
 
@@ -24,7 +24,7 @@ def read_requests(export: str) -> list:
     return [log.predict_log.request for log in logs]
 
 
-def source_width(translator: Translator, request) -> int:
+def source_width(translator: TranslationModule, request) -> int:
     """The padded width the XLA search is given for `request`'s source, as the export pads it."""
     if "source_ids" in request.inputs:
         source = translator._source_ids(tf.RaggedTensor.from_tensor(
@@ -62,7 +62,7 @@ def test_xla_export_warms_every_signature_at_every_padded_width(tokenizer, tmp_p
     export = export_translator(model, tokenizer, "xla", tmp_path, settings, jit_compile=True,
                                warmup_max_width=limit)
     requests = read_requests(export)
-    translator = Translator(model, tokenizer, settings, jit_compile=True)
+    translator = TranslationModule(model, tokenizer, settings, jit_compile=True)
     widths = warmup_widths(max_length, True, limit)
     seen: dict[str, list[int]] = {}
     for request in requests:

@@ -12,7 +12,7 @@ from keras_transformer.model import Transformer
 
 # d_k, d_v, d_ff and the lengths all differ, so a swapped term changes the count.
 TINY = TransformerConfig(vocab_size=50, num_layers=2, d_model=16, d_ff=24, num_heads=2,
-                         d_k=5, d_v=3, dropout=0.0, max_length=16)
+                         key_dim=5, value_dim=3, dropout=0.0, max_length=16)
 S, T = 7, 5
 
 

@@ -8,7 +8,7 @@ import pytest
 from keras_transformer import fast
 from keras_transformer.training import probes
 from keras_transformer.precision import resolve_precision
-from trainers.common import set_up_kernels
+from trainers.common import set_up_implementation
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +46,7 @@ def test_precision_follows_the_measured_matmul_speed(figures, expected):
     ({"fast": 2.0, "reference": 2.0}, "reference"),
 ])
 def test_kernel_set_follows_the_measured_step_speed(figures, expected):
-    assert probes.choose_kernels(measure=figures.get).choice == expected
+    assert probes.choose_implementation(measure=figures.get).choice == expected
 
 
 def no_measuring(*args, **kwargs):
@@ -66,25 +66,25 @@ def test_the_library_never_measures(monkeypatch):
         monkeypatch.setattr(fast.selection, "_active", None)
         assert fast.active() == "reference"
     with pytest.raises(ValueError, match="chosen by a run's set-up"):
-        fast.set_kernels("auto")
+        fast.set_implementation("auto")
     with pytest.raises(ValueError, match="chosen by a run's set-up"):
         resolve_precision("auto")
 
 
 def test_a_commands_set_up_resolves_auto_without_measuring(monkeypatch, capsys):
-    """`set_up_kernels` (commands that load a model to decode, score or export it): a named
+    """`set_up_implementation` (commands that load a model to decode, score or export it): a named
     set as it is, else the run's recorded one, else the reference set; the training-step
     probe never runs, as decoding is the same under either set."""
     def no_measuring(*given):
-        raise AssertionError("a command that does not train measured the kernel sets")
+        raise AssertionError("a command that does not train measured the implementations")
 
     monkeypatch.setattr(probes, "_training_steps_per_second", no_measuring)
-    with fast.kernels_scope("fast"):
-        assert set_up_kernels(requested="auto") == fast.active() == "reference"
-        assert set_up_kernels(recorded="fast", requested="auto") == fast.active() == "fast"
-        assert set_up_kernels(recorded="fast", requested="reference") == "reference"
+    with fast.implementation_scope("fast"):
+        assert set_up_implementation(requested="auto") == fast.active() == "reference"
+        assert set_up_implementation(recorded="fast", requested="auto") == fast.active() == "fast"
+        assert set_up_implementation(recorded="fast", requested="reference") == "reference"
         monkeypatch.setenv("KT_KERNELS", "fast")
-        assert set_up_kernels() == fast.active() == "fast"
+        assert set_up_implementation() == fast.active() == "fast"
     assert capsys.readouterr().err == ""
 
 
@@ -94,12 +94,13 @@ def test_the_probes_measure_and_cache(private_cache):
     precision = probes.choose_precision(d_model=64, d_ff=128, tokens=128)
     assert precision.choice in ("float32", "mixed_bfloat16")
     assert precision.figures["float32"] > 0 and not precision.cached
-    kernel_set = probes.choose_kernels(d_model=32, d_ff=64, num_heads=2, tokens=128,
+    implementation = probes.choose_implementation(d_model=32, d_ff=64, num_heads=2, tokens=128,
                                        vocab_size=50)
-    assert set(kernel_set.figures) == {"fast", "reference"}
-    assert all(value > 0 for value in kernel_set.figures.values())
-    again = probes.choose_kernels(d_model=32, d_ff=64, num_heads=2, tokens=128, vocab_size=50)
-    assert again.cached and again.choice == kernel_set.choice
+    assert set(implementation.figures) == {"fast", "reference"}
+    assert all(value > 0 for value in implementation.figures.values())
+    again = probes.choose_implementation(d_model=32, d_ff=64, num_heads=2, tokens=128,
+                                         vocab_size=50)
+    assert again.cached and again.choice == implementation.choice
     assert len(json.loads(private_cache.read_text())) == 2
 
 
