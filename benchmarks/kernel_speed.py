@@ -122,7 +122,7 @@ def kernel_rows(settings: dict, repeats: int):
     import tensorflow as tf
     import keras_transformer as kt
     from keras_transformer import fast
-    from keras_transformer.fast import kernels, loss, optimizers, packed
+    from keras_transformer.fast import loss, optimizers, packed, twins
     from keras_transformer.fast.loss import factor_logits
     from keras_transformer.layers import EncoderLayer
     from keras_transformer.layers.dense import linear
@@ -211,8 +211,8 @@ def kernel_rows(settings: dict, repeats: int):
                 smoothed_cross_entropy.reference(y, factors.logits, eps))),
             "adam": adam_step(keras.optimizers.Adam)},
         "fast": {
-            "linear": kernels.linear, "layer_norm": kernels.layer_norm,
-            "dropout": kernels.dropout, "layer": encoder_layer(True),
+            "linear": twins.linear, "layer_norm": twins.layer_norm,
+            "dropout": twins.dropout, "layer": encoder_layer(True),
             "loss": loss_and_metrics((loss.predicted_ids, loss.log_normalizer),
                                      loss.smoothed_cross_entropy_through_factors),
             "adam": adam_step(optimizers.FusedAdam)}}

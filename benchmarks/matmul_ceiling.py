@@ -72,7 +72,7 @@ def main(argv=None) -> None:
     import tensorflow as tf
 
     from keras_transformer.config import TransformerConfig
-    from keras_transformer.fast.kernels import input_gradient, kernel_gradient
+    from keras_transformer.fast.twins import input_gradient, kernel_gradient
 
     config = TransformerConfig.preset(args.config, vocab_size=args.vocab_size)
     shapes = weight_matmul_shapes(config, args.source_tokens, args.target_tokens,

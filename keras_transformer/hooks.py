@@ -1,4 +1,4 @@
-"""Kernel hooks: the seams where the opt-in fast path replaces a computation of the core.
+"""Hooks: the seams where the opt-in fast path replaces a computation of the core.
 
 A core function decorated with `@replaceable` is the plain reference and runs as written unless
 a replacement is installed under its name. Only `keras_transformer.fast` installs any (its
@@ -9,7 +9,7 @@ reference.
     def linear(rows, kernel, bias=None, relu=False):
         ...plain TensorFlow...
 
-The hooks are kernels only: `linear` (layers/dense.py), `layer_norm` and `dropout`
+The hooks are computations only: `linear` (layers/dense.py), `layer_norm` and `dropout`
 (layers/residual.py), `smoothed_cross_entropy` (losses.py), `log_normalizer` and
 `predicted_ids` (metrics.py) and `adam` (optimization.py); each reference's docstring says what
 its replacement must compute. A search runs the references whichever hooks are installed

@@ -18,7 +18,7 @@ _SMALLEST_PROBABILITY = 1e-9  # what an attention weight's log is taken of, at l
 def smoothed_cross_entropy(y_true: tf.Tensor, logits: tf.Tensor,
                            label_smoothing: float) -> tf.Tensor:
     """Per-token `-sum_k q_k log p_k` with `q = (1 - eps) one_hot(y) + eps / vocab`, of int32
-    labels and float32 logits `[..., vocab]` (a kernel hook). With `log p_k = z_k -
+    labels and float32 logits `[..., vocab]` (a hook). With `log p_k = z_k -
     logsumexp(z)` it is `logsumexp(z) - (1 - eps) z_y - eps mean(z)`."""
     log_normalizer = tf.reduce_logsumexp(logits, axis=-1)
     true_logits = tf.gather(logits, y_true, batch_dims=y_true.shape.rank)

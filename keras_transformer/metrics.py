@@ -11,13 +11,13 @@ from keras_transformer.config import PAD_ID
 
 @replaceable
 def log_normalizer(logits: tf.Tensor) -> tf.Tensor:
-    """`logsumexp` of float32 `logits` `[..., vocab]` over the vocabulary (a kernel hook)."""
+    """`logsumexp` of float32 `logits` `[..., vocab]` over the vocabulary (a hook)."""
     return tf.reduce_logsumexp(logits, axis=-1)
 
 
 @replaceable
 def predicted_ids(logits: tf.Tensor) -> tf.Tensor:
-    """The argmax of float32 `logits` `[..., vocab]`, int32 (a kernel hook)."""
+    """The argmax of float32 `logits` `[..., vocab]`, int32 (a hook)."""
     return tf.argmax(logits, axis=-1, output_type=tf.int32)
 
 

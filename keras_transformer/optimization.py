@@ -36,7 +36,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 @replaceable
 def adam(**adam_arguments) -> keras.optimizers.Adam:
-    """`keras.optimizers.Adam(**adam_arguments)` (a kernel hook: a replacement keeps its
+    """`keras.optimizers.Adam(**adam_arguments)` (a hook: a replacement keeps its
     arguments, slots and checkpoints)."""
     return keras.optimizers.Adam(**adam_arguments)
 

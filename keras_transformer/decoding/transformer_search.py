@@ -70,7 +70,7 @@ def run_search(model: Models, source_ids: tf.Tensor, settings: Optional[SearchSe
     constrained beam search (`search.beam`), whatever the beam size; a shortlist then scores their
     ids too.
 
-    The layers run the kernel hooks' references (`hooks.references`), whichever set is installed: a
+    The layers run the hooks' references (`hooks.references`), whichever set is installed: a
     search is never differentiated, and its graph is the same for every set.
     """
     with hooks.references():

@@ -1,4 +1,4 @@
-"""The opt-in speed subpackage: fast twins of the core's kernel hooks and packed-token training
+"""The opt-in speed subpackage: fast twins of the core's hooks and packed-token training
 steps (the private Keras/TensorFlow APIs they use are in `keras_transformer.compat`).
 
 It depends on the core and never the reverse. Use it with
@@ -9,16 +9,16 @@ It depends on the core and never the reverse. Use it with
 
 | trick | module | the core's reference |
 | --- | --- | --- |
-| float32 gradients in oneDNN's faster layouts | `kernels.linear` | `layers.dense.linear` |
-| closed-form layer-norm backward | `kernels.layer_norm` | `layers.residual.layer_norm` |
-| 16-bit dropout masks | `kernels.dropout` | `layers.residual.dropout` |
+| float32 gradients in oneDNN's faster layouts | `twins.linear` | `layers.dense.linear` |
+| closed-form layer-norm backward | `twins.layer_norm` | `layers.residual.layer_norm` |
+| 16-bit dropout masks | `twins.dropout` | `layers.residual.dropout` |
 | packed real tokens in training steps | `packed`, `model.FastTransformer` | `Transformer.call` |
 | loss through the logits' factors | `loss` | `losses.smoothed_cross_entropy` |
 | one softmax a step for the loss and metrics | `loss.log_normalizer` | `metrics.log_normalizer` |
 | one argmax a step for the loss and metrics | `loss.predicted_ids` | `metrics.predicted_ids` |
 | fused Adam update | `optimizers.FusedAdam` | `optimization.adam` |
 
-Each is tested against its reference in value and gradient (tests/unit/fast/test_kernels.py,
+Each is tested against its reference in value and gradient (tests/unit/fast/test_twins.py,
 tests/unit/test_model.py, tests/unit/test_losses.py), and the suite passes with either set.
 Decoding has no twin here: its cached step (`Transformer.decode_step`) is the core's, and a search
 runs the references whichever set is in force (`hooks.references`).

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import tensorflow as tf
 from keras import ops
 
-from keras_transformer.fast.kernels import sum_of_rows
+from keras_transformer.fast.twins import sum_of_rows
 
 _MEMO = "_keras_transformer_logit_statistics"
 

@@ -2,7 +2,7 @@
 
 The choice is global, like Keras's dtype policy, and read when a layer is traced: set it before
 building and running a model. `set_implementation("fast")` installs this subpackage's twins of the
-core's kernel hooks (`keras_transformer.hooks`), `set_implementation("reference")` removes them.
+core's hooks (`keras_transformer.hooks`), `set_implementation("reference")` removes them.
 Decoding does not depend on the choice: its step is the core's, whichever set is in force.
 `KT_KERNELS` (fast or reference) gives the default of `active()`. A model never measures:
 "auto", the command lines' default, is resolved where a run is set up, by timing both sets on
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from keras_transformer import hooks
 from keras_transformer.config import (FAST, IMPLEMENTATION_CHOICES, IMPLEMENTATION_VARIABLE,
                                       IMPLEMENTATIONS, REFERENCE)
-from keras_transformer.fast import kernels, loss, optimizers
+from keras_transformer.fast import loss, optimizers, twins
 
 _active: str | None = None
 
@@ -66,9 +66,9 @@ def implementation_scope(name: str) -> Iterator[str]:
 
 
 def fast_hooks() -> dict:
-    """The fast twin of every kernel hook, by hook name."""
-    return {"linear": kernels.linear, "layer_norm": kernels.layer_norm,
-            "dropout": kernels.dropout, "smoothed_cross_entropy": loss.smoothed_cross_entropy,
+    """The fast twin of every hook, by hook name."""
+    return {"linear": twins.linear, "layer_norm": twins.layer_norm,
+            "dropout": twins.dropout, "smoothed_cross_entropy": loss.smoothed_cross_entropy,
             "log_normalizer": loss.log_normalizer, "predicted_ids": loss.predicted_ids,
             "adam": optimizers.FusedAdam}
 

@@ -1,5 +1,5 @@
 """The position-wise dense projections of the model (attention's W^Q, W^K, W^V, W^O and the
-feed-forward layer's two maps): `HeadsDense`, and the `linear` kernel hook every one runs
+feed-forward layer's two maps): `HeadsDense`, and the `linear` hook every one runs
 through."""
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def lora_arguments(lora_rank: Optional[int], lora_alpha: Optional[float]) -> dic
 @replaceable
 def linear(rows: tf.Tensor, kernel: tf.Tensor, bias: Optional[tf.Tensor] = None,
            relu: bool = False) -> tf.Tensor:
-    """`rows @ kernel (+ bias)`, then ReLU if `relu`, on 2-D `rows` (a kernel hook: every
+    """`rows @ kernel (+ bias)`, then ReLU if `relu`, on 2-D `rows` (a hook: every
     position-wise projection of the model runs through it)."""
     outputs = tf.matmul(rows, kernel)
     if bias is not None:

@@ -20,7 +20,7 @@ def renamed(config: dict, earlier: str, name: str) -> dict:
 @replaceable
 def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float) -> tf.Tensor:
     """`(x - mean) / sqrt(var + epsilon) * gamma + beta` over the last axis, in float32, returned
-    in `x`'s dtype (a kernel hook), as `keras.layers.LayerNormalization` computes it."""
+    in `x`'s dtype (a hook), as `keras.layers.LayerNormalization` computes it."""
     dtype = x.dtype
     x = tf.cast(x, tf.float32)
     mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
@@ -31,7 +31,7 @@ def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float) 
 @replaceable
 def dropout(inputs: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
     """Training-time dropout of `inputs` at `rate` > 0 with the int32 `[2]` stateless `seed`
-    (`replica_seed`), as `keras.layers.Dropout` runs it (a kernel hook)."""
+    (`replica_seed`), as `keras.layers.Dropout` runs it (a hook)."""
     return tf.nn.experimental.stateless_dropout(inputs, rate, seed=seed)
 
 

@@ -1,6 +1,6 @@
-"""The fast twins of the position-wise kernel hooks: `linear` (the projections), `layer_norm`
+"""The fast twins of the position-wise hooks: `linear` (the projections), `layer_norm`
 and `dropout`. Each computes what the core's reference computes
-(tests/unit/fast/test_kernels.py checks values and gradients) with a faster backward pass or cheaper
+(tests/unit/fast/test_twins.py checks values and gradients) with a faster backward pass or cheaper
 random numbers."""
 from __future__ import annotations
 

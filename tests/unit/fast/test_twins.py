@@ -1,4 +1,4 @@
-"""The kernel hooks: each fast twin (`keras_transformer.fast`) against the core's reference
+"""The hooks: each fast twin (`keras_transformer.fast`) against the core's reference
 (value and gradient), the references against plain formulas, the selection switch, and the
 boundary between the core and the fast subpackage."""
 import keras
@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import fast, hooks
-from keras_transformer.fast import kernels, loss
+from keras_transformer.fast import loss, twins
 from keras_transformer.fast.loss import factor_logits
 from keras_transformer.fast.packed import TokenLayout
 from keras_transformer.layers.layout import PADDED
@@ -50,7 +50,7 @@ def test_fast_linear_values_and_gradients_equal_autodiff(in_size, out_size, with
         return tf.function(run)() if graph else run()
 
     expected = values_and_gradients(reference)
-    for implementation in (kernels.linear, linear.reference):
+    for implementation in (twins.linear, linear.reference):
         ours = values_and_gradients(lambda r, k, b: implementation(r, k, b, relu=relu))
         assert len(ours) == len(expected) == 3 + with_bias
         for got, want in zip(ours, expected):
@@ -129,7 +129,7 @@ def test_layer_norm_matches_keras_layer_normalization_in_value_and_gradient(rng,
     """Both kernels, as functions and through the package's layer."""
     from keras_transformer.layers import LayerNorm
 
-    function = kernels.layer_norm if implementation == "fast" else layer_norm.reference
+    function = twins.layer_norm if implementation == "fast" else layer_norm.reference
     reference = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype)
     x = tf.cast(rng.normal(size=(3, 4, 8)) * 3 + 1, dtype)
     reference.build(x.shape)
@@ -177,7 +177,7 @@ def test_padded_layout_is_the_token_layout_with_padding_kept(rng):
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_dropout_drops_the_rate_keeps_the_expectation_and_routes_the_gradient(implementation):
-    function = kernels.dropout if implementation == "fast" else dropout.reference
+    function = twins.dropout if implementation == "fast" else dropout.reference
     x = tf.ones((400, 250))
     with tf.GradientTape() as tape:
         tape.watch(x)
