@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 SINUSOID_LAYOUTS = ("interleaved", "halves", "fairseq")
@@ -80,6 +80,8 @@ class TransformerConfig:
     holds all three.
     """
 
+    # The derived fields as given (None: derived), what `to_dict` saves; not a field.
+    _given: ClassVar[dict[str, Any]]
     vocab_size: int = 37000
     target_vocab_size: Optional[int] = None
     num_layers: int = 6

@@ -1,4 +1,6 @@
 """Presets, recipes, validation and the parameter counts of Table 3."""
+import dataclasses
+
 import pytest
 
 import keras_transformer as kt
@@ -100,7 +102,7 @@ def test_each_setting_has_one_home():
         kt.TransformerConfig.preset("base", warmup_steps=100)
     with pytest.raises(ValueError, match="beam_size is a SearchSettings field"):
         kt.TransformerConfig.from_dict({"beam_size": 3})
-    fields = [list(part.__dataclass_fields__) for part in
+    fields = [[field.name for field in dataclasses.fields(part)] for part in
               (kt.TransformerConfig, kt.TrainingSettings, kt.SearchSettings)]
     assert sum(map(len, fields)) == len(set().union(*fields)) == len(kt.Recipe().to_dict())
 
