@@ -1,4 +1,5 @@
-"""kt-translate's documents: `--format text|html|markdown` (or an input's extension)."""
+"""kt-translate's documents: `--format text|html|markdown` (or an input's extension), and the
+line-by-line options they cannot take (`LineFlags`)."""
 from __future__ import annotations
 
 import sys
