@@ -8,7 +8,8 @@ import argparse
 import ast
 import importlib.util
 import os
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
 
 from keras_transformer.config import (CTRANSLATE2_QUANTIZATIONS, DEFAULT_SHARD_PAIRS,
                                       DEFAULT_STEPS, IMPLEMENTATION_CHOICES,
@@ -134,10 +135,27 @@ def add_search_arguments(parser: argparse.ArgumentParser, what: str) -> None:
             parser.add_argument(old_flag, dest=field, type=types[field], help=argparse.SUPPRESS)
 
 
-def given_search_flags(args: argparse.Namespace) -> list[str]:
-    """The search flags given on the command line."""
-    return [flag for field, (flag, _) in SEARCH_FLAGS.items()
-            if getattr(args, field) is not None]
+@dataclass(frozen=True)
+class SearchFlags:
+    """`add_search_arguments`' options as given (None: not given, the recipe's)."""
+
+    beam_size: Optional[int] = None
+    length_penalty: Optional[float] = None
+    max_decode_extra: Optional[int] = None
+    temperature: Optional[float] = None
+    top_k: Optional[int] = None
+    top_p: Optional[float] = None
+    sampling_seed: Optional[int] = None
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> "SearchFlags":
+        """The search flags among a parsed command line's `values` (its options by name)."""
+        return cls(**{field: values[field] for field in SEARCH_FLAGS})
+
+    def given(self) -> list[str]:
+        """The search flags given on the command line."""
+        return [flag for field, (flag, _) in SEARCH_FLAGS.items()
+                if getattr(self, field) is not None]
 
 
 def train_parser() -> argparse.ArgumentParser:

@@ -1,9 +1,9 @@
 """Command-line pieces shared by the trainers: the recipe, search settings and run directory."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -17,7 +17,7 @@ from keras_transformer.model import Transformer
 from keras_transformer.serving.ctranslate2_export import is_ctranslate2_model
 from keras_transformer.training.loaded_run import chosen_model, load_run
 from keras_transformer.training.run_dir import RunDir
-from trainers.arguments import SEARCH_FLAGS, given_search_flags
+from trainers.arguments import SEARCH_FLAGS, SearchFlags
 
 
 def preset_recipe(preset: str, config: Optional[str], overrides: list[str]) -> Recipe:
@@ -149,26 +149,41 @@ def is_run_directory(model: str) -> bool:
     return (Path(model) / "config.json").is_file() and not is_ctranslate2_model(model)
 
 
-def check_export_flags(args: argparse.Namespace) -> None:
-    """Refuses (ValueError naming them) the search flags, `--weights` and `--ensemble` with an
-    export, whose weights and search are fixed."""
-    given = given_search_flags(args) + [flag for flag, value in (
-        ("--weights", args.weights), ("--ensemble", args.ensemble)) if value]
+@dataclass(frozen=True)
+class ModelFlags:
+    """A translating command's model options as given: `model` (a run directory or an
+    export), `weights` (`--weights`), `ensemble` (`--ensemble`'s run directories), `search`
+    (the search flags), `target_language` and `source_language` (`--target-language`,
+    `--source-language`) and `threads` (an export's, `--threads`)."""
+
+    model: str
+    weights: Optional[str]
+    ensemble: list[str]
+    search: SearchFlags
+    target_language: Optional[str]
+    source_language: Optional[str]
+    threads: int
+
+
+def check_export_flags(flags: ModelFlags) -> None:
+    """Refuses (ValueError naming them) the search flags, `--weights` and `--ensemble` among
+    `flags` with an export, whose weights and search are fixed."""
+    given = flags.search.given() + [flag for flag, value in (
+        ("--weights", flags.weights), ("--ensemble", flags.ensemble)) if value]
     if given:
         raise ValueError(f"{' and '.join(given)}: an export's weights and search settings are "
                          "fixed when it is written; export again (kt-export ... --beam-size K) "
                          "or translate from the run directory")
 
 
-def search_settings(args: argparse.Namespace, defaults: SearchSettings) -> SearchSettings:
-    """The `SearchSettings` of `trainers.arguments.add_search_arguments`' flags over
-    `defaults` (any sampling flag turns sampling on); a bad value is a ValueError naming its
-    flag."""
-    sampling = any(getattr(args, field) is not None for field in _SAMPLING_FIELDS)
-    if args.sampling_seed is not None and not (sampling or defaults.sampling):
+def search_settings(flags: SearchFlags, defaults: SearchSettings) -> SearchSettings:
+    """The `SearchSettings` of the search flags `flags` over `defaults` (any sampling flag
+    turns sampling on); a bad value is a ValueError naming its flag."""
+    sampling = any(getattr(flags, field) is not None for field in _SAMPLING_FIELDS)
+    if flags.sampling_seed is not None and not (sampling or defaults.sampling):
         raise ValueError("--seed: only for sampling (give --temperature, --top-k or --top-p)")
     try:
-        return SearchSettings.of(defaults, **{field: getattr(args, field)
+        return SearchSettings.of(defaults, **{field: getattr(flags, field)
                                               for field in SEARCH_FLAGS},
                                  sampling=True if sampling else None)
     except ValueError as error:

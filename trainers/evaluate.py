@@ -9,11 +9,12 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from trainers.arguments import evaluate_parser
-from trainers.common import (check_export_flags, is_run_directory, load_ensemble,
+from trainers.arguments import SearchFlags, evaluate_parser
+from trainers.common import (ModelFlags, check_export_flags, is_run_directory, load_ensemble,
                              load_run_model, run_target_language, search_settings)
 from keras_transformer.data import load_tfds, read_lines, read_parallel
 from keras_transformer.decoding.translator import IntoLanguage, TranslationModule, truncated_sources
@@ -57,20 +58,43 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
-def test_set(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
-    """(sources, references, name) from local files or a tfds split; for parsing the
-    references are the gold trees."""
-    if args.task == "parsing":
-        sources = read_lines(args.src)
-        return sources, read_gold_trees(args.trees, sources, args.src), output_name(args.src)
-    if args.tfds:
-        sources, references = load_tfds(args.tfds, args.split, args.source_lang,
-                                        args.target_lang, data_dir=args.tfds_data_dir)
-        return sources, references, f"{args.tfds.replace('/', '_')}.{args.split}"
-    sources, references = read_lines(args.src), read_lines(args.ref)
+@dataclass(frozen=True)
+class TestSetFlags:
+    """kt-evaluate's test set as given: the `task` ("translation" or "parsing"), local files
+    `src` and `ref` (`--src`, `--ref`; parsing: `trees`, the gold trees of `src`), or the
+    tensorflow-datasets builder `tfds`'s `split` (its `source_lang`/`target_lang` features, in
+    `tfds_data_dir`)."""
+
+    task: str
+    src: Optional[str]
+    ref: Optional[str]
+    trees: Optional[str]
+    tfds: Optional[str]
+    split: str
+    source_lang: str
+    target_lang: str
+    tfds_data_dir: Optional[str]
+
+    @property
+    def where(self) -> str:
+        """The test set as warnings name it: `src`, else the tfds builder and split."""
+        return self.src or f"{self.tfds} {self.split}"
+
+
+def test_set(flags: TestSetFlags) -> tuple[list[str], list[str], str]:
+    """(sources, references, name) of the test set `flags` give: from local files or a tfds
+    split; for parsing the references are the gold trees."""
+    if flags.task == "parsing":
+        sources = read_lines(flags.src)
+        return sources, read_gold_trees(flags.trees, sources, flags.src), output_name(flags.src)
+    if flags.tfds:
+        sources, references = load_tfds(flags.tfds, flags.split, flags.source_lang,
+                                        flags.target_lang, data_dir=flags.tfds_data_dir)
+        return sources, references, f"{flags.tfds.replace('/', '_')}.{flags.split}"
+    sources, references = read_lines(flags.src), read_lines(flags.ref)
     if len(sources) != len(references):
-        read_parallel(args.src, args.ref)  # raises, naming both files and counts
-    return sources, references, output_name(args.src)
+        read_parallel(flags.src, flags.ref)  # raises, naming both files and counts
+    return sources, references, output_name(flags.src)
 
 
 def output_name(path: str) -> str:
@@ -78,83 +102,89 @@ def output_name(path: str) -> str:
     return Path(path).name.removesuffix(".gz")
 
 
-def trees_path(args: argparse.Namespace, hypotheses_path: str) -> str:
-    """--output-trees, else the hypotheses path with .parsed.tree (never the gold file)."""
-    if args.output_trees:
-        path = args.output_trees
+def trees_path(output_trees: Optional[str], gold_trees: str, hypotheses_path: str) -> str:
+    """`output_trees` (`--output-trees`), else `hypotheses_path` with .parsed.tree; never the
+    gold file `gold_trees` (`--trees`)."""
+    if output_trees:
+        path = output_trees
     else:
         hypotheses = Path(hypotheses_path)
         path = os.fspath(hypotheses.with_name(hypotheses.name.removesuffix(".hyp")
                                               + ".parsed.tree"))
-    if os.path.abspath(path) == os.path.abspath(args.trees):
+    if os.path.abspath(path) == os.path.abspath(gold_trees):
         raise ValueError(f"--output-trees: {path!r} would overwrite the gold --trees file")
     return path
 
 
-def warn_truncated(args: argparse.Namespace, truncated: Sequence[int], max_length: int) -> None:
-    """Names the test set's lines (indices `truncated`) translated from their first
-    `max_length - 1` subwords only."""
+def warn_truncated(where: str, truncated: Sequence[int], max_length: int) -> None:
+    """Names the lines of the test set `where` (`TestSetFlags.where`; indices `truncated`)
+    translated from their first `max_length - 1` subwords only."""
     if truncated:
         print("kt-evaluate: warning: " + truncation_warning(
-            args.src or f"{args.tfds} {args.split}", [index + 1 for index in truncated],
-            max_length), file=sys.stderr)
+            where, [index + 1 for index in truncated], max_length), file=sys.stderr)
 
 
-def run_hypotheses(args: argparse.Namespace, sources: list[str], name: str
-                   ) -> tuple[list[str], str]:
-    """The translations of `sources` by the run directory's model and the path they go to
-    (default: in the run directory, per target language)."""
-    languages, language, source = run_target_language(args.run_dir, args.target_language,
-                                                      args.source_language)
-    model, tokenizer = load_run_model(args.run_dir, args.weights)
-    output = args.hypotheses or os.path.join(
-        args.run_dir, f"{name}.hyp" if language is None else f"{name}.{language}.hyp")
-    translator = TranslationModule(model, tokenizer,
-                            search_settings(args, RunDir(args.run_dir).load_recipe().search),
-                            ensemble=load_ensemble(args.ensemble, tokenizer),
-                            languages=languages)
+def run_hypotheses(flags: ModelFlags, sources: list[str], name: str, where: str,
+                   hypotheses_path: Optional[str], batch_size: int) -> tuple[list[str], str]:
+    """The translations of `sources` (the test set `name`, `where`) by the run directory's
+    model (`flags`), in batches of `batch_size`, and the path they go to: `hypotheses_path`
+    (`--hypotheses`), by default in the run directory, per target language."""
+    languages, language, source = run_target_language(flags.model, flags.target_language,
+                                                      flags.source_language)
+    model, tokenizer = load_run_model(flags.model, flags.weights)
+    output = hypotheses_path or os.path.join(
+        flags.model, f"{name}.hyp" if language is None else f"{name}.{language}.hyp")
+    translator = TranslationModule(
+        model, tokenizer, search_settings(flags.search, RunDir(flags.model).load_recipe().search),
+        ensemble=load_ensemble(flags.ensemble, tokenizer), languages=languages)
     max_length = model.config.max_length
-    warn_truncated(args, truncated_sources(tokenizer, sources, max_length, languages=languages,
-                                           language=language, source_language=source),
+    warn_truncated(where, truncated_sources(tokenizer, sources, max_length, languages=languages,
+                                            language=language, source_language=source),
                    max_length)
     hypotheses = translate_corpus(translator if language is None
                                   else IntoLanguage(translator, language, source), sources,
-                                  args.batch_size,
+                                  batch_size,
                                   CountProgress("kt-evaluate", len(sources),
                                                 doing="translating").advance)
     return hypotheses, output
 
 
-def export_hypotheses(args: argparse.Namespace, sources: list[str], name: str
-                      ) -> tuple[list[str], str]:
-    """The translations of `sources` by the export (kt-translate's output lines) and
-    `--hypotheses`, which an export needs (nothing is written into its folder)."""
-    export_version(args.run_dir)  # FileNotFoundError naming a folder that is neither kind
-    if not args.hypotheses:
-        raise ValueError(f"--hypotheses: required with an export ({args.run_dir!r} is one; "
+def export_hypotheses(flags: ModelFlags, sources: list[str], name: str, where: str,
+                      hypotheses_path: Optional[str], batch_size: int) -> tuple[list[str], str]:
+    """The translations of `sources` (the test set `name`, `where`) by the export (`flags`;
+    kt-translate's output lines), in batches of `batch_size`, and `hypotheses_path`
+    (`--hypotheses`), which an export needs (nothing is written into its folder)."""
+    export_version(flags.model)  # FileNotFoundError naming a folder that is neither kind
+    if not hypotheses_path:
+        raise ValueError(f"--hypotheses: required with an export ({flags.model!r} is one; "
                          f"kt-evaluate writes nothing into it), e.g. --hypotheses {name}.hyp")
-    check_export_flags(args)
-    translator = load_export(args.run_dir, args.target_language, threads=args.threads,
-                             source_language=args.source_language)
+    check_export_flags(flags)
+    translator = load_export(flags.model, flags.target_language, threads=flags.threads,
+                             source_language=flags.source_language)
     lines = [source.encode("utf-8") for source in sources]
     if translator.max_length is not None:
-        warn_truncated(args, translator.truncated(lines), translator.max_length)
+        warn_truncated(where, translator.truncated(lines), translator.max_length)
     progress = CountProgress("kt-evaluate", len(sources), doing="translating")
-    return (best_lines(translator, lines, batch_size=args.batch_size, on_batch=progress.advance),
-            args.hypotheses)
+    return (best_lines(translator, lines, batch_size=batch_size, on_batch=progress.advance),
+            hypotheses_path)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line; returns its exit status (2 on a user error)."""
     args = parse_args(argv)
+    test = TestSetFlags(args.task, args.src, args.ref, args.trees, args.tfds, args.split,
+                        args.source_lang, args.target_lang, args.tfds_data_dir)
+    model = ModelFlags(args.run_dir, args.weights, args.ensemble, SearchFlags.of(vars(args)),
+                       args.target_language, args.source_language, args.threads)
     try:
-        sources, references, name = test_set(args)
+        sources, references, name = test_set(test)
         translate = (run_hypotheses if is_run_directory(args.run_dir)
                      else export_hypotheses)
-        hypotheses, output = translate(args, sources, name)
+        hypotheses, output = translate(model, sources, name, test.where, args.hypotheses,
+                                       args.batch_size)
         outputs = {"hypotheses": output}
         if args.task == "parsing":
-            outputs["trees"] = trees_path(args, output)
+            outputs["trees"] = trees_path(args.output_trees, args.trees, output)
             trees, scores = parse_scores(hypotheses, references)
         else:
             scores = corpus_scores(hypotheses, references)

@@ -19,8 +19,8 @@ from keras_transformer.serving.text_translation import (best_lines, closest_line
                                                         truncation_warning)
 from keras_transformer.training.progress import duration
 from keras_transformer.training.run_dir import RunDir
-from trainers.arguments import translate_corpus_parser
-from trainers.common import search_settings
+from trainers.arguments import SearchFlags, translate_corpus_parser
+from trainers.common import ModelFlags, search_settings
 from trainers.translate import checked_target_language, load_translator
 
 
@@ -47,22 +47,23 @@ def tree_sha256(directory: Path) -> str:
     return digest.hexdigest()
 
 
-def teacher_identity(args: argparse.Namespace) -> dict[str, Any]:
-    """What the output depends on: each run's weights, vocabulary and architecture and the
-    search settings, or the export's files (their digests: paths may move); and the target
-    and source languages, when given."""
-    language = {name: getattr(args, name) for name in ("target_language", "source_language")
-                if getattr(args, name)}
-    if not (Path(args.model) / "config.json").is_file():
-        return {"export": tree_sha256(export_version(args.model)), **language}
+def teacher_identity(teacher: ModelFlags) -> dict[str, Any]:
+    """What the output of `teacher` depends on: each run's weights, vocabulary and
+    architecture and the search settings, or the export's files (their digests: paths may
+    move); and the target and source languages, when given."""
+    language = {name: getattr(teacher, name) for name in ("target_language", "source_language")
+                if getattr(teacher, name)}
+    if not (Path(teacher.model) / "config.json").is_file():
+        return {"export": tree_sha256(export_version(teacher.model)), **language}
     runs = []
-    for index, path in enumerate([args.model, *args.ensemble]):
+    for index, path in enumerate([teacher.model, *teacher.ensemble]):
         run = RunDir(path)
-        weights = Path(args.weights) if args.weights and index == 0 else run.default_weights()
+        weights = (Path(teacher.weights) if teacher.weights and index == 0
+                   else run.default_weights())
         runs.append({"weights_sha256": file_sha256(weights),
                      "vocab_sha256": tree_sha256(run.vocab),
                      "architecture": run.load_recipe().architecture.to_dict()})
-    settings = search_settings(args, RunDir(args.model).load_recipe().search)
+    settings = search_settings(teacher.search, RunDir(teacher.model).load_recipe().search)
     return {"runs": runs, "search": dataclasses.asdict(settings), **language}
 
 
@@ -88,13 +89,16 @@ class ProgressLines:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line; returns its exit status (2 on a user error)."""
     args = parse_args(argv)
+    teacher = ModelFlags(args.model, args.weights, args.ensemble, SearchFlags.of(vars(args)),
+                         args.target_language, args.source_language, args.threads)
     try:
-        checked_target_language(args)  # before the job's manifest is written
-        job = CorpusTranslation(args.input, args.output, teacher_identity(args),
+        # before the job's manifest is written
+        checked_target_language(args.model, args.target_language, args.source_language)
+        job = CorpusTranslation(args.input, args.output, teacher_identity(teacher),
                                 chunk_lines=args.chunk_lines,
                                 reference_path=args.closest_to_reference)
         has_work = any(args.shard.owns(chunk) for chunk in job.missing_chunks())
-        translator = load_translator(args) if has_work else None
+        translator = load_translator(teacher) if has_work else None
         if translator is not None and args.closest_to_reference and translator.beam_size < 2:
             raise ValueError("--closest-to-reference: needs a beam search of 2 or more "
                              f"hypotheses to choose from; this teacher keeps "

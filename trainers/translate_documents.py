@@ -1,7 +1,9 @@
-"""kt-translate's documents: `--format text|html|markdown` (or an input's extension)."""
+"""kt-translate's documents: `--format text|html|markdown` (or an input's extension), and the
+line-by-line options they cannot take (`LineFlags`)."""
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Optional
 
@@ -11,7 +13,24 @@ from keras_transformer.serving.text_translation import LineTranslator
 
 EXTENSIONS = {".html": "html", ".htm": "html", ".xhtml": "html", ".md": "markdown",
               ".markdown": "markdown"}
-LINE_FLAGS = ("nbest", "prefix", "terms", "constraints", "scores")
+
+
+@dataclass(frozen=True)
+class LineFlags:
+    """kt-translate's line-by-line options as given: `nbest` (`--nbest`: hypotheses a line, 0:
+    the best only), the files of `prefix` (`--prefix`), `terms` (`--terms`' glossary),
+    `constraints` (`--constraints`) and `scores` (`--scores`); None: not given."""
+
+    nbest: int = 0
+    prefix: Optional[list[str]] = None
+    terms: Optional[str] = None
+    constraints: Optional[list[str]] = None
+    scores: Optional[list[str]] = None
+
+    @property
+    def terms_flag(self) -> str:
+        """The flag that gives the lines' terms: `--terms` or `--constraints`."""
+        return "--terms" if self.terms else "--constraints"
 
 
 def input_format(asked: Optional[str], path: str) -> str:
@@ -23,13 +42,14 @@ def input_format(asked: Optional[str], path: str) -> str:
     return EXTENSIONS.get(name.suffix.lower(), "lines")
 
 
-def check_document_flags(flags: dict, formats: list[str]) -> None:
-    """ValueError naming the flag that documents cannot take (the line-by-line options)."""
+def check_document_flags(flags: LineFlags, formats: list[str]) -> None:
+    """ValueError naming the flag among `flags` that documents (inputs of `formats` other than
+    lines) cannot take."""
     documents = sorted({name for name in formats if name != "lines"})
-    for name in LINE_FLAGS:
-        if documents and flags.get(name):
-            raise ValueError(f"--{name}: only with --format lines (one sentence a line), not "
-                             f"with {documents[0]} input")
+    for field in fields(flags):
+        if documents and getattr(flags, field.name):
+            raise ValueError(f"--{field.name}: only with --format lines (one sentence a line), "
+                             f"not with {documents[0]} input")
 
 
 def check_alignment(formats: list[str], translator: LineTranslator, model: str) -> None:

@@ -38,5 +38,5 @@ def test_a_glossary_that_is_no_regular_file_or_has_no_entries_is_named(tmp_path,
     empty = tmp_path / "empty.txt"
     empty.write_text("# nothing yet\n\n", encoding="utf-8")
     args = translate.parse_args([str(tmp_path), str(source), "--terms", str(empty)])
-    assert translate.read_terms(args, [([b"one cat"], [])]) == [[""]]
+    assert translate.read_terms(args.terms, args.constraints, [([b"one cat"], [])]) == [[""]]
     assert f"--terms: {empty} has no entries" in capsys.readouterr().err

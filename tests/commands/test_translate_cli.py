@@ -178,7 +178,7 @@ class LineBreakingTranslator:
 
 def test_line_breaks_inside_translations_never_shift_lines(input_file, tmp_path, capsys,
                                                           monkeypatch):
-    monkeypatch.setattr(translate, "load_translator", lambda args: LineBreakingTranslator())
+    monkeypatch.setattr(translate, "load_translator", lambda flags: LineBreakingTranslator())
     code, outputs, _ = run([str(tmp_path), str(input_file), "--quiet"], capsys)
     assert code == 0 and len(outputs) == len(LINES)
     assert outputs[0] == "a b  c I have forty-two apples"

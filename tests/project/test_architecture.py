@@ -184,6 +184,56 @@ def test_the_import_graph_sees_the_fast_subpackage_and_its_core_imports():
     assert f"{PACKAGE}.model" in reachable(graph, f"{PACKAGE}.fast.model")
 
 
+# A command's `main`, its `parse_args` and the parser builders read the parsed command line;
+# every function below them takes typed settings or plain values.
+READS_THE_COMMAND_LINE = re.compile(r"^(main|parse_args|add_\w+_arguments|\w+_parser)$")
+
+
+def namespace_parameters(trees: dict[str, ast.Module]) -> list[tuple[str, int, str]]:
+    """(module, line, function) of each function of `trees` (nested ones among them) that is
+    no `READS_THE_COMMAND_LINE` and has a parameter annotated `argparse.Namespace` or named
+    `args`: a command line's options handed below its `main`."""
+    found = []
+    for module, tree in trees.items():
+        for node in ast.walk(tree):
+            if (not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    or READS_THE_COMMAND_LINE.match(node.name)):
+                continue
+            arguments = node.args
+            parameters = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                          *filter(None, (arguments.vararg, arguments.kwarg))]
+            if any(parameter.arg == "args" or (parameter.annotation is not None and re.search(
+                    r"\bNamespace\b", ast.unparse(parameter.annotation)))
+                   for parameter in parameters):
+                found.append((module, node.lineno, node.name))
+    return sorted(found)
+
+
+def test_no_function_below_a_command_s_main_takes_its_namespace():
+    """The command lines parse into typed settings in `main` (or `parse_args`); nothing below
+    takes the argparse namespace."""
+    trees = {path.stem: ast.parse(path.read_text(encoding="utf-8"))
+             for path in sorted((ROOT / "trainers").glob("*.py"))}
+    assert {"translate", "evaluate", "translate_corpus", "common"} <= set(trees)
+    assert namespace_parameters(trees) == []
+
+
+def test_the_namespace_check_finds_a_namespace_below_main():
+    """Helpers taking the namespace (by annotation or by the name `args`) are found; `main`,
+    `parse_args` and the parser builders are not."""
+    source = ("import argparse\n"
+              "def parse_args(argv) -> argparse.Namespace:\n    return args\n"
+              "def add_search_arguments(parser, args): ...\n"
+              "def translate_parser(args): ...\n"
+              "def main(argv):\n"
+              "    def write(args): ...\n"
+              "def load(options: argparse.Namespace): ...\n"
+              "def check(model, *, flags: 'Optional[Namespace]' = None): ...\n"
+              "def plain(model: str, args_count: int): ...\n")
+    assert namespace_parameters({"planted": ast.parse(source)}) == [
+        ("planted", 7, "write"), ("planted", 8, "load"), ("planted", 9, "check")]
+
+
 def test_importing_the_command_lines_changes_nothing():
     """`import trainers` imports no TensorFlow and leaves file descriptor 2 alone."""
     probe = ("import os, sys; before = os.fstat(2).st_ino; import trainers; "

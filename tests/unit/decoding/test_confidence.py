@@ -234,12 +234,12 @@ def test_kt_translate_scores_constrained_translations_as_kt_score_scores_them(
 def test_scores_of_constrained_translations_are_refused_by_an_export(tmp_path):
     from keras_transformer.serving.text_translation import LineTranslator
     from trainers import translate
+    from trainers.translate_documents import LineFlags
 
     source = tmp_path / "in.en"
     source.write_text("one cat\n", encoding="utf-8")
-    args = translate.parse_args([str(tmp_path), str(source), "--constraints", str(source),
-                                 "--scores", str(tmp_path / "s.jsonl")])
+    flags = LineFlags(constraints=[str(source)], scores=[str(tmp_path / "s.jsonl")])
     export = LineTranslator(None, None, None, translate_terms=print, translate_scored=print)
     with pytest.raises(ValueError, match="--scores with --constraints: .* is an export; the "
                                          "confidence of a constrained translation"):
-        translate.check_translator(args, export, [["one"]])
+        translate.check_translator(export, str(tmp_path), flags, [["one"]])

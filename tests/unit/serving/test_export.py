@@ -327,18 +327,18 @@ def test_cli_refuses_to_export_into_a_model_directory_or_an_export(model, tokeni
 
 
 def test_cli_names_bad_arguments(tmp_path, capsys):
+    from trainers.arguments import SearchFlags
     from trainers.common import search_settings
 
+    def flags(*argv: str) -> SearchFlags:
+        return SearchFlags.of(vars(export_cli.parse_args(["m", "v", "--name", "x", *argv])))
+
     config = SearchSettings()
-    args = export_cli.parse_args(["m", "v", "--name", "x", "--beam-size", "0"])
     with pytest.raises(ValueError, match="--beam-size: must be a positive integer, got 0"):
-        search_settings(args, config)
-    earlier_spelling = export_cli.parse_args(["m", "v", "--name", "x", "--alpha", "-1",
-                                              "--extra-length", "7"])
+        search_settings(flags("--beam-size", "0"), config)
     with pytest.raises(ValueError, match="--length-penalty: must be a non-negative number"):
-        search_settings(earlier_spelling, config)
-    assert search_settings(export_cli.parse_args(["m", "v", "--name", "x", "--extra-length",
-                                                  "7"]), config).max_decode_extra == 7
+        search_settings(flags("--alpha", "-1", "--extra-length", "7"), config)
+    assert search_settings(flags("--extra-length", "7"), config).max_decode_extra == 7
     assert export_cli.main([str(tmp_path / "nothing"), str(tmp_path), "--name", "x"]) == 2
     assert f"model: {str(tmp_path / 'nothing')!r} does not exist" in capsys.readouterr().err
     assert export_cli.main([str(tmp_path), str(tmp_path), "--name", "x"]) == 2
