@@ -590,8 +590,8 @@ def test_a_search_that_fails_frees_its_tensors(site, browser):
     result = browser.execute_async_script("""
         const [source, done] = arguments;
         (async () => {
-          const {TranslationModule} = await import(new URL("translator.js", location.href).href);
-          const translator = await TranslationModule.load(
+          const {BrowserTranslator} = await import(new URL("translator.js", location.href).href);
+          const translator = await BrowserTranslator.load(
             new URL("../exports/fixed/1/", location.href),
             new URL("node_modules/@litertjs/core/wasm/", location.href).href);
           const model = translator.model;
