@@ -8,8 +8,7 @@ import argparse
 import ast
 import importlib.util
 import os
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping
 
 from keras_transformer.config import (CTRANSLATE2_QUANTIZATIONS, DEFAULT_SHARD_PAIRS,
                                       DEFAULT_STEPS, IMPLEMENTATION_CHOICES,
@@ -135,27 +134,10 @@ def add_search_arguments(parser: argparse.ArgumentParser, what: str) -> None:
             parser.add_argument(old_flag, dest=field, type=types[field], help=argparse.SUPPRESS)
 
 
-@dataclass(frozen=True)
-class SearchFlags:
-    """`add_search_arguments`' options as given (None: not given, the recipe's)."""
-
-    beam_size: Optional[int] = None
-    length_penalty: Optional[float] = None
-    max_decode_extra: Optional[int] = None
-    temperature: Optional[float] = None
-    top_k: Optional[int] = None
-    top_p: Optional[float] = None
-    sampling_seed: Optional[int] = None
-
-    @classmethod
-    def of(cls, values: Mapping[str, Any]) -> "SearchFlags":
-        """The search flags among a parsed command line's `values` (its options by name)."""
-        return cls(**{field: values[field] for field in SEARCH_FLAGS})
-
-    def given(self) -> list[str]:
-        """The search flags given on the command line."""
-        return [flag for field, (flag, _) in SEARCH_FLAGS.items()
-                if getattr(self, field) is not None]
+def given_search_flags(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The `add_search_arguments` options given among a parsed command line's `values` (its
+    options by name), by their `SearchSettings` field (a flag not given: the recipe's)."""
+    return {field: values[field] for field in SEARCH_FLAGS if values[field] is not None}
 
 
 def train_parser() -> argparse.ArgumentParser:

@@ -5,7 +5,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import keras_transformer  # noqa: F401  (selects the TensorFlow backend before keras loads)
 from keras_transformer import fast
@@ -17,7 +17,7 @@ from keras_transformer.model import Transformer
 from keras_transformer.serving.ctranslate2_export import is_ctranslate2_model
 from keras_transformer.training.loaded_run import chosen_model, load_run
 from keras_transformer.training.run_dir import RunDir
-from trainers.arguments import SEARCH_FLAGS, SearchFlags
+from trainers.arguments import SEARCH_FLAGS
 
 
 def preset_recipe(preset: str, config: Optional[str], overrides: list[str]) -> Recipe:
@@ -153,13 +153,14 @@ def is_run_directory(model: str) -> bool:
 class ModelFlags:
     """A translating command's model options as given: `model` (a run directory or an
     export), `weights` (`--weights`), `ensemble` (`--ensemble`'s run directories), `search`
-    (the search flags), `target_language` and `source_language` (`--target-language`,
-    `--source-language`) and `threads` (an export's, `--threads`)."""
+    (the search flags given, `arguments.given_search_flags`), `target_language` and
+    `source_language` (`--target-language`, `--source-language`) and `threads` (an export's,
+    `--threads`)."""
 
     model: str
     weights: Optional[str]
     ensemble: list[str]
-    search: SearchFlags
+    search: dict[str, Any]
     target_language: Optional[str]
     source_language: Optional[str]
     threads: int
@@ -168,7 +169,7 @@ class ModelFlags:
 def check_export_flags(flags: ModelFlags) -> None:
     """Refuses (ValueError naming them) the search flags, `--weights` and `--ensemble` among
     `flags` with an export, whose weights and search are fixed."""
-    given = flags.search.given() + [flag for flag, value in (
+    given = [SEARCH_FLAGS[field][0] for field in flags.search] + [flag for flag, value in (
         ("--weights", flags.weights), ("--ensemble", flags.ensemble)) if value]
     if given:
         raise ValueError(f"{' and '.join(given)}: an export's weights and search settings are "
@@ -176,16 +177,15 @@ def check_export_flags(flags: ModelFlags) -> None:
                          "or translate from the run directory")
 
 
-def search_settings(flags: SearchFlags, defaults: SearchSettings) -> SearchSettings:
-    """The `SearchSettings` of the search flags `flags` over `defaults` (any sampling flag
-    turns sampling on); a bad value is a ValueError naming its flag."""
-    sampling = any(getattr(flags, field) is not None for field in _SAMPLING_FIELDS)
-    if flags.sampling_seed is not None and not (sampling or defaults.sampling):
+def search_settings(given: Mapping[str, Any], defaults: SearchSettings) -> SearchSettings:
+    """The `SearchSettings` of the search flags `given` (`arguments.given_search_flags`) over
+    `defaults` (any sampling flag turns sampling on); a bad value is a ValueError naming its
+    flag."""
+    sampling = any(field in given for field in _SAMPLING_FIELDS)
+    if "sampling_seed" in given and not (sampling or defaults.sampling):
         raise ValueError("--seed: only for sampling (give --temperature, --top-k or --top-p)")
     try:
-        return SearchSettings.of(defaults, **{field: getattr(flags, field)
-                                              for field in SEARCH_FLAGS},
-                                 sampling=True if sampling else None)
+        return SearchSettings.of(defaults, **given, sampling=True if sampling else None)
     except ValueError as error:
         field, message = str(error).split(": ", 1)
         raise ValueError(f"{SEARCH_FLAGS[field][0]}: {message}") from None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from trainers.arguments import SearchFlags, evaluate_parser
+from trainers.arguments import evaluate_parser, given_search_flags
 from trainers.common import (ModelFlags, check_export_flags, is_run_directory, load_ensemble,
                              load_run_model, run_target_language, search_settings)
 from keras_transformer.data import load_tfds, read_lines, read_parallel
@@ -174,7 +174,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     test = TestSetFlags(args.task, args.src, args.ref, args.trees, args.tfds, args.split,
                         args.source_lang, args.target_lang, args.tfds_data_dir)
-    model = ModelFlags(args.run_dir, args.weights, args.ensemble, SearchFlags.of(vars(args)),
+    model = ModelFlags(args.run_dir, args.weights, args.ensemble, given_search_flags(vars(args)),
                        args.target_language, args.source_language, args.threads)
     try:
         sources, references, name = test_set(test)

@@ -31,7 +31,7 @@ from keras_transformer.config import (CTRANSLATE2_QUANTIZATIONS, LITERT_QUANTIZA
 from keras_transformer.serving.provenance import (describe, export_record, file_provenance,
                                           read_provenance, write_provenance)
 from keras_transformer.training.run_dir import RunDir
-from trainers.arguments import SHORTLIST_SENTENCES, SearchFlags, export_parser
+from trainers.arguments import SHORTLIST_SENTENCES, export_parser, given_search_flags
 from trainers.common import run_model, search_settings, set_up_implementation
 
 
@@ -220,7 +220,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         check_model_tree(args.base_dir, args.name)  # before the minutes a model may take
         tokenizer = load_tokenizer(args.vocabulary)
         model, defaults, source = load_model(args.model, args.weights)
-        settings = search_settings(SearchFlags.of(vars(args)), defaults)
+        settings = search_settings(given_search_flags(vars(args)), defaults)
         languages = RunDir(args.model).languages() if os.path.isdir(args.model) else None
         alignment = (read_alignment_heads(args.model, model.config)
                      if os.path.isdir(args.model) else None)

@@ -23,7 +23,7 @@ from keras_transformer.serving.text_translation import (LineTranslator, best_lin
                                                         truncation_warning)
 from keras_transformer.training.progress import CountProgress
 from keras_transformer.training.run_dir import RunDir
-from trainers.arguments import SearchFlags, translate_parser
+from trainers.arguments import given_search_flags, translate_parser
 from trainers.score import score_translations
 from trainers.translate_documents import (LineFlags, check_alignment, check_document_flags,
                                           input_format, translate_document)
@@ -217,7 +217,7 @@ def read_prefixes(prefix_paths: Optional[list[str]], input_paths: list[str],
 def main(argv: Optional[Sequence[str]] = None, stdout: Optional[TextIO] = None) -> int:
     """Runs the command line; returns its exit status (2 on a user error)."""
     args = parse_args(argv)
-    model = ModelFlags(args.model, args.weights, args.ensemble, SearchFlags.of(vars(args)),
+    model = ModelFlags(args.model, args.weights, args.ensemble, given_search_flags(vars(args)),
                        args.target_language, args.source_language, args.threads)
     line_flags = LineFlags(args.nbest, args.prefix, args.terms, args.constraints, args.scores)
     try:

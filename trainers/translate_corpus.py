@@ -19,7 +19,7 @@ from keras_transformer.serving.text_translation import (best_lines, closest_line
                                                         truncation_warning)
 from keras_transformer.training.progress import duration
 from keras_transformer.training.run_dir import RunDir
-from trainers.arguments import SearchFlags, translate_corpus_parser
+from trainers.arguments import given_search_flags, translate_corpus_parser
 from trainers.common import ModelFlags, search_settings
 from trainers.translate import checked_target_language, load_translator
 
@@ -89,7 +89,7 @@ class ProgressLines:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line; returns its exit status (2 on a user error)."""
     args = parse_args(argv)
-    teacher = ModelFlags(args.model, args.weights, args.ensemble, SearchFlags.of(vars(args)),
+    teacher = ModelFlags(args.model, args.weights, args.ensemble, given_search_flags(vars(args)),
                          args.target_language, args.source_language, args.threads)
     try:
         # before the job's manifest is written

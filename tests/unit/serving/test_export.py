@@ -327,11 +327,11 @@ def test_cli_refuses_to_export_into_a_model_directory_or_an_export(model, tokeni
 
 
 def test_cli_names_bad_arguments(tmp_path, capsys):
-    from trainers.arguments import SearchFlags
+    from trainers.arguments import given_search_flags
     from trainers.common import search_settings
 
-    def flags(*argv: str) -> SearchFlags:
-        return SearchFlags.of(vars(export_cli.parse_args(["m", "v", "--name", "x", *argv])))
+    def flags(*argv: str) -> dict:
+        return given_search_flags(vars(export_cli.parse_args(["m", "v", "--name", "x", *argv])))
 
     config = SearchSettings()
     with pytest.raises(ValueError, match="--beam-size: must be a positive integer, got 0"):
