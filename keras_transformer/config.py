@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Mapping, Optional
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 SINUSOID_LAYOUTS = ("interleaved", "halves", "fairseq")
@@ -171,7 +171,7 @@ class TransformerConfig:
     def from_dict(cls, values: dict[str, Any]) -> "TransformerConfig":
         """Builds a config, naming any unknown field (and the object a training or search
         setting belongs to); a field's earlier name (`d_k`) is read as the field."""
-        values = _renamed(values)
+        values = renamed(values)
         unknown = sorted(set(values) - _FIELDS)
         if unknown:
             elsewhere = [f"{name} is a {_SETTINGS_OWNERS[name]} field" for name in unknown
@@ -217,14 +217,15 @@ _DERIVED = {"key_dim": lambda config: config.d_model // config.num_heads,
 RENAMED_FIELDS = {"d_k": "key_dim", "d_v": "value_dim"}
 
 
-def _renamed(values: dict[str, Any]) -> dict[str, Any]:
-    """`values` with the fields' earlier names replaced by their names; a ValueError when both
-    name one field."""
-    both = sorted(old for old, new in RENAMED_FIELDS.items() if old in values and new in values)
+def renamed(values: dict[str, Any], earlier_names: Mapping[str, str] = RENAMED_FIELDS
+            ) -> dict[str, Any]:
+    """`values` (a config, saved or given) with each earlier name of `earlier_names` (earlier
+    name -> name) replaced by its name; a ValueError when both name one field."""
+    both = sorted(old for old, new in earlier_names.items() if old in values and new in values)
     if both:
-        raise ValueError(f"{both[0]}: the earlier name of {RENAMED_FIELDS[both[0]]}, given as "
+        raise ValueError(f"{both[0]}: the earlier name of {earlier_names[both[0]]}, given as "
                          "well; give one")
-    return {RENAMED_FIELDS.get(key, key): value for key, value in values.items()}
+    return {earlier_names.get(key, key): value for key, value in values.items()}
 
 
 def _require(condition: bool, field: str, message: str) -> None:
@@ -376,7 +377,7 @@ class Recipe:
         """Splits flat `values` into the three parts (defaults for the fields not given); a
         ValueError names an unknown field or an invalid value's field (a field's earlier name,
         `d_k`, is read as the field)."""
-        values = _renamed(values)
+        values = renamed(values)
         unknown = sorted(set(values) - set(_OWNER))
         if unknown:
             raise ValueError(f"unknown field(s) {unknown}; known fields: {sorted(_OWNER)}")
@@ -406,7 +407,7 @@ class Recipe:
         `FINE_TUNING_WARMUP_STEPS` to `FINE_TUNING_PEAK_RATE` (`learning_rate_scale` =
         peak * sqrt(d_model * warmup)), then decays as eq. (3) does.
         """
-        changed = sorted(key for key in _renamed(overrides)
+        changed = sorted(key for key in renamed(overrides)
                          if _OWNER.get(key) == "architecture"
                          and key not in ("dropout", "attention_dropout"))
         if changed:

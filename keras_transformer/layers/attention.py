@@ -15,9 +15,10 @@ import tensorflow as tf
 from keras import ops
 
 from keras_transformer import compat
+from keras_transformer.config import renamed
 from keras_transformer.layers.dense import HeadsDense, lora_arguments
 from keras_transformer.layers.layout import PADDED, Layout
-from keras_transformer.layers.residual import HookDropout, renamed
+from keras_transformer.layers.residual import HookDropout
 
 # Added to the scores of masked keys. Finite (not -inf) so that a fully masked row yields finite
 # probabilities instead of NaN; the masked ones underflow to exactly 0 in float32 and bfloat16.
@@ -252,4 +253,4 @@ class MultiHeadAttention(keras.layers.Layer):
 
     @classmethod
     def from_config(cls, config: dict) -> "MultiHeadAttention":
-        return cls(**renamed(config, "use_bias", "attention_bias"))
+        return cls(**renamed(config, {"use_bias": "attention_bias"}))

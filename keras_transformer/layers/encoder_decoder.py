@@ -5,11 +5,12 @@ from typing import Callable, Optional, Sequence
 
 import keras
 
+from keras_transformer.config import renamed
 from keras_transformer.layers.attention import CacheIndex, KeyValues, MultiHeadAttention
 from keras_transformer.layers.dense import lora_arguments
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 from keras_transformer.layers.layout import PADDED, Layout
-from keras_transformer.layers.residual import ResidualNorm, renamed
+from keras_transformer.layers.residual import ResidualNorm
 
 
 class TransformerBlock(keras.layers.Layer):
@@ -70,7 +71,7 @@ class TransformerBlock(keras.layers.Layer):
 
     @classmethod
     def from_config(cls, config: dict) -> "TransformerBlock":
-        return cls(**renamed(config, "epsilon", "layer_norm_epsilon"))
+        return cls(**renamed(config, {"epsilon": "layer_norm_epsilon"}))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

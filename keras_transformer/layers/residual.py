@@ -5,16 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from keras_transformer.config import renamed
 from keras_transformer.hooks import replaceable
-
-
-def renamed(config: dict, earlier: str, name: str) -> dict:
-    """A layer's saved `config` with the argument saved under its `earlier` name (Keras's, as
-    layers saved it before it took the model config's) under `name`."""
-    config = dict(config)
-    if earlier in config:
-        config[name] = config.pop(earlier)
-    return config
 
 
 @replaceable
@@ -111,4 +103,4 @@ class ResidualNorm(keras.layers.Layer):
 
     @classmethod
     def from_config(cls, config: dict) -> "ResidualNorm":
-        return cls(**renamed(config, "epsilon", "layer_norm_epsilon"))
+        return cls(**renamed(config, {"epsilon": "layer_norm_epsilon"}))
