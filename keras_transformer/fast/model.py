@@ -1,5 +1,6 @@
 """`FastTransformer`: the core `Transformer` with `fit`/`evaluate` steps that run the fast
-training path when the fast implementation is active, and Keras's own steps otherwise."""
+training path when the fast implementation is active, and the core model's plain forward pass
+otherwise."""
 from __future__ import annotations
 
 from typing import Optional
@@ -24,9 +25,9 @@ class FastTransformer(compat.LocalBatchSymbolicBuild, Transformer):
     (`Transformer.call` with `packed.call_arguments`; padded under XLA) and hands
     `LabelSmoothedCrossEntropy` the logits' factors, through which its gradient is written out;
     other losses, sample weights, `add_loss` terms and the metrics get the logits. With the
-    reference set, the step is Keras's own on the core model's logits. Either way the logged
-    loss is the global batch's per-token loss (`_loss`) and multi-worker `fit` works
-    (`compat`).
+    reference implementation, the same step takes the core model's logits, whose loss is
+    Keras's `compute_loss`. Either way the logged loss is the global batch's per-token loss
+    (`_loss`) and multi-worker `fit` works (`compat`).
     Batches are `((source_ids, target_input_ids), target_output_ids)`; with `guided_alignment`
     set, `((source_ids, target_input_ids), target_output_ids, alignment_targets)`
     (`batch_plan.alignment_targets`), and the step adds its loss ("alignment_loss" in the logs).
