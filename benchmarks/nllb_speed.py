@@ -2,7 +2,9 @@
 heads, a vocabulary of 256,206 ids) imported by `kt-import`: the import's peak memory against the
 model's float32 size, then our SavedModel exports (XLA, and XLA with a vocabulary shortlist) against
 CTranslate2 float32 and int8 of the same import (`kt-export --format ctranslate2`'s code, which
-converts as CTranslate2's own transformers converter does: tests and benchmarks/m2m_100_parity.py),
+converts as CTranslate2's own transformers converter does: tests and benchmarks/m2m_100_parity.py)
+and the batched LiteRT int8 export (`kt-export --format litert --quantization int8`'s code; its
+conversion's time, its size on disk and its load time printed, or why it could not be written),
 beam 4, one sentence at a time and in one batch of `--sentences` (16); and where one decoding step's
 time goes (`decoding_speed.op_time_by_part`: the output projection's share) with and without the
 shortlist; then each system's memory: the peak resident set of a process of its own that loads it
@@ -28,6 +30,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +40,7 @@ SHAPE = dict(style="nllb", encoder_layers=12, decoder_layers=12, d_model=1024, h
              ffn_dim=4096, max_positions=1024, vocab_size=256_206)
 SOURCE, TARGET = "eng_Latn", "fra_Latn"
 SYSTEMS = ("savedmodel_xla", "savedmodel_xla_shortlist", "ctranslate2_float32",
-           "ctranslate2_int8")
+           "ctranslate2_int8", "litert_int8")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -78,10 +81,11 @@ def imported_run(workdir: Path) -> tuple[Path, dict]:
 
 
 def systems(run: Path, workdir: Path, args, names: tuple[str, ...] = SYSTEMS
-            ) -> tuple[dict, dict]:
+            ) -> tuple[dict, dict, dict]:
     """Each export of `names` as a function of a batch of source ids (without language
-    tokens), and the step profiles of the XLA exports at batch 1 (when all are asked for);
-    the run's model is loaded only to write an export that is missing."""
+    tokens), the step profiles of the XLA exports at batch 1 (when all are asked for), and the
+    LiteRT export's conversion seconds, size and load seconds (or why it could not be
+    written); the run's model is loaded only to write an export that is missing."""
     import ctranslate2
     import tensorflow as tf
 
@@ -93,6 +97,8 @@ def systems(run: Path, workdir: Path, args, names: tuple[str, ...] = SYSTEMS
     from keras_transformer.decoding.shortlist import VocabularyShortlist
     from keras_transformer.serving.ctranslate2_export import export_ctranslate2
     from keras_transformer.serving.export import export_translator
+    from keras_transformer.serving.litert_export import (LITERT_FILE, export_litert,
+                                                         litert_functions)
     from keras_transformer.training.run_dir import RunDir
     from trainers.common import load_run_model
 
@@ -104,7 +110,11 @@ def systems(run: Path, workdir: Path, args, names: tuple[str, ...] = SYSTEMS
     exports = ("savedmodel_xla", "savedmodel_xla_shortlist")
     missing = [name for name in exports if not (workdir / "exports" / name / "1").exists()] + [
         quantization for quantization in ("float32", "int8")
-        if not (workdir / "exports" / f"ct2_{quantization}").exists()]
+        if not (workdir / "exports" / f"ct2_{quantization}").exists()] + [
+        name for name in ("litert_int8",) if name in names
+        and not (workdir / "exports" / name).exists()
+        and not (workdir / "exports" / f"{name}.failed").exists()]
+    facts = {}
     if missing:
         model, tokenizer = load_run_model(str(run))
         size = model.config.vocab_size
@@ -122,6 +132,15 @@ def systems(run: Path, workdir: Path, args, names: tuple[str, ...] = SYSTEMS
             if quantization in missing:
                 export_ctranslate2(model, tokenizer, workdir / "exports" / f"ct2_{quantization}",
                                    quantization, settings, languages)
+        if "litert_int8" in missing:
+            started = time.perf_counter()
+            try:
+                export_litert(model, tokenizer, workdir / "exports" / "litert_int8", settings,
+                              "int8", languages)
+                facts["litert_int8_conversion_seconds"] = round(time.perf_counter() - started)
+            except Exception as error:  # what does not fit, said in the results
+                (workdir / "exports" / "litert_int8.failed").write_text(
+                    f"{type(error).__name__}: {error}"[:2000])
         del model  # every system loads its own copy: one more would not fit beside them
         gc.collect()
     found, profiled = {}, {}
@@ -157,7 +176,21 @@ def systems(run: Path, workdir: Path, args, names: tuple[str, ...] = SYSTEMS
             return [output.hypotheses[0][1:] for output in outputs]
 
         found[f"ctranslate2_{quantization}"] = {"translate": translate}
-    return found, profiled
+    lite = workdir / "exports" / "litert_int8"
+    if "litert_int8" in names and (lite / LITERT_FILE).is_file():
+        started = time.perf_counter()
+        _, translate_ids, _, _, _ = litert_functions(lite, args.threads, TARGET, SOURCE)
+        facts["litert_int8_load_seconds"] = round(time.perf_counter() - started, 2)
+        facts["litert_int8_size_gb"] = round(sum(
+            path.stat().st_size for path in lite.rglob("*") if path.is_file()) / 1e9, 3)
+
+        def translate(batch, translate_ids=translate_ids):
+            return translate_ids(tf.ragged.constant(batch).to_tensor())["ids"].numpy()
+
+        found["litert_int8"] = {"translate": translate}
+    elif (workdir / "exports" / "litert_int8.failed").is_file():
+        facts["litert_int8_failed"] = (workdir / "exports" / "litert_int8.failed").read_text()
+    return found, profiled, facts
 
 
 def sentence_ids(args) -> list[list[int]]:
@@ -174,13 +207,16 @@ def main(argv=None) -> None:
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="nllb_speed-"))
     if args.memory_of:
-        found, _ = systems(workdir / "run", workdir, args, (args.memory_of,))
+        found, _, _ = systems(workdir / "run", workdir, args, (args.memory_of,))
+        if args.memory_of not in found:
+            print(json.dumps({"peak_rss_gb": None}))
+            return
         found[args.memory_of]["translate"](sentence_ids(args))
         print(json.dumps({"peak_rss_gb": round(
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9, 2)}))
         return
     run, memory = imported_run(workdir)
-    found, profiled = systems(run, workdir, args)
+    found, profiled, facts = systems(run, workdir, args)
     inputs = sentence_ids(args)
     results = interleaved_timings(found, inputs, args.rounds)
     reference = results["ctranslate2_float32"]
@@ -191,7 +227,7 @@ def main(argv=None) -> None:
             result["batch32_sentences_per_second"] / reference["batch32_sentences_per_second"], 3)
     del found
     gc.collect()
-    for name in SYSTEMS:  # each in a process of its own, the exports written
+    for name in results:  # each in a process of its own, the exports written
         completed = subprocess.run(
             [sys.executable, __file__, "--workdir", str(workdir), "--memory-of", name,
              "--sentences", str(args.sentences), "--source-tokens", str(args.source_tokens),
@@ -200,7 +236,7 @@ def main(argv=None) -> None:
         results[name]["serving_peak_rss_gb"] = json.loads(
             completed.stdout.splitlines()[-1])["peak_rss_gb"]
     print(json.dumps({"threads": args.threads, "sentences_batch1": len(inputs),
-                      **memory, **results, "profiles_batch1": profiled}))
+                      **memory, **facts, **results, "profiles_batch1": profiled}))
 
 
 if __name__ == "__main__":

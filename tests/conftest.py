@@ -37,6 +37,17 @@ from warm_commands import warm_commands  # noqa: E402
 
 fast.active()  # installs the implementation KT_KERNELS names for the in-process tests
 
+# Test processes side by side (`-n N`) each run TensorFlow's ops on their share of the cores: with
+# pools of every core, two processes on two cores oversubscribe them (four of the costliest test
+# files took 180 s against 197 s on a 2-core Intel Xeon). A process alone keeps the default.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    import tensorflow as tf  # noqa: E402
+
+    _THREADS = max(1, (os.cpu_count() or 1) // _WORKERS)
+    tf.config.threading.set_intra_op_parallelism_threads(_THREADS)
+    tf.config.threading.set_inter_op_parallelism_threads(_THREADS)
+
 
 @pytest.fixture
 def rng(request: pytest.FixtureRequest) -> np.random.Generator:
