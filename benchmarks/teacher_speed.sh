@@ -36,6 +36,6 @@ for name in saved litert_float32 litert_int8 ctranslate2_int8; do
   python -m trainers translate_corpus "$WORK/exports/$name" "$WORK/source.txt" \
     --output "$WORK/$name.out" --batch-size "$BATCH" 2> "$WORK/$name.log"
   rate="$(grep -o '([0-9.,]* lines/s)' "$WORK/$name.log" | tail -1 | tr -d '(),' | cut -d' ' -f1)"
-  scores="$(sacrebleu "$WORK/reference.txt" -i "$WORK/$name.out" -m bleu chrf -b -w 2 | paste -s)"
+  scores="$(sacrebleu "$WORK/reference.txt" -i "$WORK/$name.out" -m bleu chrf -b -w 2 --format text | paste -s)"
   printf '%s\t%s\t%s\n' "$name" "$rate" "$scores" | tee -a "$WORK/summary.tsv"
 done
