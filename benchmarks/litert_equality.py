@@ -147,7 +147,7 @@ def main(argv=None) -> int:
         found = lite_ids(batch)
         greedy_ids = greedy.translate_ids(batch)["ids"].numpy()
         for index, row in enumerate(pieces.to_list()):
-            source = [tokens[pair[0]]] * bool(pair) + row + [kt.EOS_ID]
+            source = ([tokens[pair[0]]] if pair else []) + row + [kt.EOS_ID]
             inputs = {"source_ids": np.array([source], np.int32)}
             if pair:
                 inputs["target_tokens"] = np.array([tokens[pair[1]]], np.int32)
