@@ -145,15 +145,17 @@ def main(argv=None) -> int:
         outputs = served(source_ids=batch, **{name: tf.fill([rows], value)
                                               for name, value in languages.items()})
         found = lite_ids(batch)
+        found_best, served_best = (result["nbest_ids"].numpy()[:, :1]
+                                   for result in (found, outputs))
         greedy_ids = greedy.translate_ids(batch)["ids"].numpy()
         for index, row in enumerate(pieces.to_list()):
             source = ([tokens[pair[0]]] if pair else []) + row + [kt.EOS_ID]
             inputs = {"source_ids": np.array([source], np.int32)}
             if pair:
                 inputs["target_tokens"] = np.array([tokens[pair[1]]], np.int32)
-            ours = {"beam": found["nbest_ids"].numpy()[index][:1],
+            ours = {"beam": found_best[index],
                     "greedy": greedy_signature(**inputs)["ids"][0, :1]}
-            theirs = {"beam": outputs["nbest_ids"].numpy()[index][:1],
+            theirs = {"beam": served_best[index],
                       "greedy": greedy_ids[index][None]}
             for name in counts:
                 width = max(ours[name].shape[-1], theirs[name].shape[-1])
